@@ -1,0 +1,333 @@
+//! The request head: a `GET` with optional `Range` (RFC 9112 §3, RFC 9110 §14.2).
+
+use core::fmt;
+
+use crate::url::{Url, push_decimal};
+
+/// A byte range to request (RFC 9110 §14.1.2 `int-range`), in bytes, inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ByteRange {
+    /// `bytes=first-`: from offset `first` to the end.
+    From(u64),
+    /// `bytes=first-last`: offsets `first..=last`.
+    FromTo(u64, u64),
+}
+
+impl ByteRange {
+    /// The first offset requested.
+    pub fn first(self) -> u64 {
+        match self {
+            ByteRange::From(first) | ByteRange::FromTo(first, _) => first,
+        }
+    }
+
+    /// The last offset requested, `None` for an open range.
+    pub fn last(self) -> Option<u64> {
+        match self {
+            ByteRange::From(_) => None,
+            ByteRange::FromTo(_, last) => Some(last),
+        }
+    }
+
+    /// Appends the `Range` field value, e.g. `bytes=0-99` or `bytes=100-`.
+    pub fn write_to(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"bytes=");
+        push_decimal(out, self.first());
+        out.push(b'-');
+        if let Some(last) = self.last() {
+            push_decimal(out, last);
+        }
+    }
+}
+
+impl fmt::Display for ByteRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ByteRange::From(first) => write!(f, "bytes={first}-"),
+            ByteRange::FromTo(first, last) => write!(f, "bytes={first}-{last}"),
+        }
+    }
+}
+
+/// Why [`Request::write_to`] refused to write a request head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// A `FromTo` range whose first offset is past its last (RFC 9110 §14.1.1).
+    InvalidRange,
+    /// An extra header name that is not a token (RFC 9110 §5.1), or is empty.
+    InvalidHeaderName,
+    /// A header value (extra or `User-Agent`) holding CR, LF or NUL, or another
+    /// control character than HTAB (RFC 9110 §5.5).
+    InvalidHeaderValue,
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RequestError::InvalidRange => "invalid range: first byte after last byte",
+            RequestError::InvalidHeaderName => "invalid header name",
+            RequestError::InvalidHeaderValue => "control character in header value",
+        })
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// A `GET` request for `url`, written as an HTTP/1.1 head (RFC 9112 §3).
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The resource: gives the request target (origin-form) and `Host`.
+    pub url: &'a Url,
+    /// The `Range` to ask for, if any.
+    pub range: Option<ByteRange>,
+    /// The `User-Agent` value; omitted when empty.
+    pub user_agent: &'a str,
+    /// More fields, written after the standard ones, in order.
+    pub extra_headers: &'a [(&'a str, &'a str)],
+}
+
+impl Request<'_> {
+    /// Appends the request head to `out`:
+    ///
+    /// ```text
+    /// GET /path?query HTTP/1.1\r\n
+    /// Host: host[:port]\r\n
+    /// User-Agent: ..\r\n
+    /// Accept: */*\r\n
+    /// Accept-Encoding: identity\r\n
+    /// Range: bytes=first-[last]\r\n
+    /// Name: value\r\n            (each extra header)
+    /// \r\n
+    /// ```
+    ///
+    /// `Accept-Encoding: identity` keeps byte offsets meaningful for `Range`.
+    ///
+    /// # Errors
+    ///
+    /// [`RequestError`] when a field would be malformed or could inject another
+    /// field ([`Request::validate`]); `out` is then left unchanged.
+    pub fn try_write_to(&self, out: &mut Vec<u8>) -> Result<(), RequestError> {
+        self.validate()?;
+        out.extend_from_slice(b"GET ");
+        out.extend_from_slice(self.url.path_and_query().as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        self.url.write_host_header(out);
+        out.extend_from_slice(b"\r\n");
+        if !self.user_agent.is_empty() {
+            out.extend_from_slice(b"User-Agent: ");
+            out.extend_from_slice(self.user_agent.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"Accept: */*\r\nAccept-Encoding: identity\r\n");
+        if let Some(range) = self.range {
+            out.extend_from_slice(b"Range: ");
+            range.write_to(out);
+            out.extend_from_slice(b"\r\n");
+        }
+        for (name, value) in self.extra_headers {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.trim_matches([' ', '\t']).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        Ok(())
+    }
+
+    /// [`Request::try_write_to`] for requests built by the program itself.
+    ///
+    /// # Panics
+    ///
+    /// When [`Request::validate`] fails (a range with first > last, a header name
+    /// that is not a token, a control character in a value): a programming error.
+    /// Check headers that come from the user with [`Request::validate`] first, or use
+    /// [`Request::try_write_to`].
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        if let Err(e) = self.try_write_to(out) {
+            panic!("invalid request: {e}");
+        }
+    }
+
+    /// Checks what [`Request::write_to`] checks, without writing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Request::write_to`].
+    pub fn validate(&self) -> Result<(), RequestError> {
+        if let Some(ByteRange::FromTo(first, last)) = self.range
+            && first > last
+        {
+            return Err(RequestError::InvalidRange);
+        }
+        if !is_field_value(self.user_agent.as_bytes()) {
+            return Err(RequestError::InvalidHeaderValue);
+        }
+        for (name, value) in self.extra_headers {
+            if name.is_empty() || !name.bytes().all(crate::response::is_tchar) {
+                return Err(RequestError::InvalidHeaderName);
+            }
+            if !is_field_value(value.as_bytes()) {
+                return Err(RequestError::InvalidHeaderValue);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// RFC 9110 §5.5: VCHAR, obs-text, SP and HTAB only.
+fn is_field_value(value: &[u8]) -> bool {
+    value.iter().all(|&b| b == b'\t' || (b >= b' ' && b != 0x7f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(req: &Request<'_>) -> String {
+        let mut out = Vec::new();
+        req.write_to(&mut out);
+        let mut again = Vec::new();
+        req.try_write_to(&mut again).unwrap();
+        assert_eq!(out, again);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn writes_plain_get() {
+        let url = Url::parse("http://example.com/a?b#c").unwrap();
+        let req = Request {
+            url: &url,
+            range: None,
+            user_agent: "ringdl/0.1",
+            extra_headers: &[],
+        };
+        assert_eq!(
+            head(&req),
+            "GET /a?b HTTP/1.1\r\nHost: example.com\r\nUser-Agent: ringdl/0.1\r\n\
+             Accept: */*\r\nAccept-Encoding: identity\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn writes_range_port_ipv6_and_extras() {
+        let url = Url::parse("https://[::1]:8443/").unwrap();
+        let req = Request {
+            url: &url,
+            range: Some(ByteRange::FromTo(0, u64::MAX)),
+            user_agent: "",
+            extra_headers: &[("If-Range", "\"abc\""), ("X-A", " b\tc ")],
+        };
+        assert_eq!(
+            head(&req),
+            "GET / HTTP/1.1\r\nHost: [::1]:8443\r\nAccept: */*\r\nAccept-Encoding: identity\r\n\
+             Range: bytes=0-18446744073709551615\r\nIf-Range: \"abc\"\r\nX-A: b\tc\r\n\r\n"
+        );
+        let req = Request {
+            range: Some(ByteRange::From(5_000_000_000)),
+            extra_headers: &[],
+            ..req
+        };
+        assert!(head(&req).contains("\r\nRange: bytes=5000000000-\r\n"));
+        let req = Request {
+            range: Some(ByteRange::FromTo(7, 7)),
+            ..req
+        };
+        assert!(head(&req).contains("\r\nRange: bytes=7-7\r\n"));
+    }
+
+    #[test]
+    fn byte_range_accessors_and_display() {
+        assert_eq!(ByteRange::From(3).first(), 3);
+        assert_eq!(ByteRange::From(3).last(), None);
+        assert_eq!(ByteRange::FromTo(3, 9).last(), Some(9));
+        assert_eq!(ByteRange::From(3).to_string(), "bytes=3-");
+        assert_eq!(ByteRange::FromTo(3, 9).to_string(), "bytes=3-9");
+    }
+
+    #[test]
+    fn rejects_injection_and_bad_ranges() {
+        let url = Url::parse("http://h/").unwrap();
+        let ok = Request {
+            url: &url,
+            range: None,
+            user_agent: "ua",
+            extra_headers: &[],
+        };
+        let cases: [(Request<'_>, RequestError); 7] = [
+            (
+                Request {
+                    range: Some(ByteRange::FromTo(2, 1)),
+                    ..ok
+                },
+                RequestError::InvalidRange,
+            ),
+            (
+                Request {
+                    user_agent: "a\r\nX: y",
+                    ..ok
+                },
+                RequestError::InvalidHeaderValue,
+            ),
+            (
+                Request {
+                    extra_headers: &[("X", "a\nb")],
+                    ..ok
+                },
+                RequestError::InvalidHeaderValue,
+            ),
+            (
+                Request {
+                    extra_headers: &[("X", "a\0b")],
+                    ..ok
+                },
+                RequestError::InvalidHeaderValue,
+            ),
+            (
+                Request {
+                    extra_headers: &[("X Y", "v")],
+                    ..ok
+                },
+                RequestError::InvalidHeaderName,
+            ),
+            (
+                Request {
+                    extra_headers: &[("X:", "v")],
+                    ..ok
+                },
+                RequestError::InvalidHeaderName,
+            ),
+            (
+                Request {
+                    extra_headers: &[("", "v")],
+                    ..ok
+                },
+                RequestError::InvalidHeaderName,
+            ),
+        ];
+        for (req, want) in cases {
+            let mut out = b"keep".to_vec();
+            assert_eq!(req.try_write_to(&mut out), Err(want));
+            assert_eq!(out, b"keep");
+            assert_eq!(req.validate(), Err(want));
+            assert!(!want.to_string().is_empty());
+        }
+        let caught = std::panic::catch_unwind(|| {
+            let url = Url::parse("http://h/").unwrap();
+            let req = Request {
+                url: &url,
+                range: None,
+                user_agent: "a\nb",
+                extra_headers: &[],
+            };
+            req.write_to(&mut Vec::new());
+        });
+        assert!(caught.is_err());
+        // Non-ASCII (obs-text) values pass.
+        let req = Request {
+            user_agent: "\u{e9}",
+            ..ok
+        };
+        assert!(req.validate().is_ok());
+    }
+}
