@@ -21,6 +21,7 @@ mod mmap;
 pub mod opcode;
 mod raw;
 mod ring;
+pub mod signal;
 mod sys;
 
 pub use buf::{Buf, BufPool};

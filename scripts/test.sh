@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need (only when missing), then
+# formatting, clippy, the static musl build and the whole test suite in release mode.
+#
+#   ./scripts/test.sh            # everything
+#   ./scripts/test.sh -- NAME    # extra arguments go to `cargo test` (e.g. a filter)
+#
+# Debian/Ubuntu with rustup and cargo; runs as root or with sudo for apt-get.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$(repo_root)"
+
+[ "${1:-}" = "--" ] && shift
+
+# Tools the tests and the static build use, and the Debian package of each.
+# (nginx-light pulls nginx; util-linux provides setpriv, prlimit and mount.)
+ensure_tools \
+    /usr/sbin/nginx:nginx-light \
+    musl-gcc:musl-tools \
+    curl:curl \
+    /etc/ssl/certs/ca-certificates.crt:ca-certificates \
+    setpriv:util-linux \
+    prlimit:util-linux \
+    mount:mount \
+    openssl:openssl
+stop_system_nginx
+
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    command -v rustup >/dev/null 2>&1 || die "cargo fmt / cargo clippy missing and no rustup"
+    rustup component add rustfmt clippy
+fi
+
+log "toolchain: $(rustc --version); $(/usr/sbin/nginx -v 2>&1)"
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+
+log "cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+RINGDL_STATIC_BIN="$(build_static)"
+export RINGDL_STATIC_BIN
+log "static binary: $RINGDL_STATIC_BIN"
+
+log "cargo test (release)"
+cargo test --workspace --release --no-fail-fast "$@"

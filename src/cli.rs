@@ -1,0 +1,233 @@
+//! Command line: options (lexopt), help and version text.
+
+use std::path::PathBuf;
+
+use crate::err;
+use crate::error::Result;
+
+/// Which data-plane engine moves body bytes to disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineChoice {
+    /// Probe and pick: `direct` when the output accepts O_DIRECT, else `buffered`.
+    Auto,
+    /// User-space TLS (or plain), aligned write blocks, O_DIRECT writes.
+    Direct,
+    /// Plain writes through the page cache.
+    Buffered,
+}
+
+/// Where the body goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutputTarget {
+    /// Standard output (`-o -`): one connection, written in order.
+    Stdout,
+    /// A file path; written as `PATH.part`, renamed when complete.
+    File(PathBuf),
+    /// Not given: the URL's last path segment in the current directory.
+    Default,
+}
+
+/// Everything the command line says.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The URL to fetch (http or https).
+    pub url: String,
+    /// `-o/--output`.
+    pub output: OutputTarget,
+    /// `-x/--connections`: concurrent Range connections, 1..=64.
+    pub connections: usize,
+    /// `--engine`.
+    pub engine: EngineChoice,
+    /// `-k/--insecure`: skip certificate verification.
+    pub insecure: bool,
+    /// `--ca-certificate FILE`: extra trust anchors (PEM).
+    pub ca_certificate: Option<PathBuf>,
+    /// `--force`: replace an existing output file.
+    pub force: bool,
+    /// `-q/--quiet`: no progress, no summary.
+    pub quiet: bool,
+    /// `-v/--verbose`: one level per flag.
+    pub verbose: u8,
+    /// `--max-tries N`: attempts per segment before the download fails.
+    pub max_tries: u32,
+    /// `--connect-timeout SECONDS`.
+    pub connect_timeout_s: u64,
+    /// `--stall-timeout SECONDS`: a connection that moves no byte this long is reset.
+    pub stall_timeout_s: u64,
+}
+
+/// What the command line asks for.
+pub enum Command {
+    /// Download with these options.
+    Download(Box<Options>),
+    /// Print help and exit 0.
+    Help,
+    /// Print the version and exit 0.
+    Version,
+}
+
+/// The `--help` text.
+pub const HELP: &str = "\
+ringdl - download one file over HTTP or HTTPS through io_uring, O_DIRECT and rustls
+
+Usage: ringdl [OPTIONS] URL
+
+Options:
+  -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
+                            last path segment in the current directory
+  -x, --connections N       concurrent Range connections, 1-64 (default 4)
+      --engine NAME         auto | direct | buffered (default auto)
+  -k, --insecure            do not verify the server certificate (prints a warning)
+      --ca-certificate FILE trust the PEM certificates in FILE as well
+      --force               replace FILE if it exists
+      --max-tries N         attempts per segment before giving up (default 5)
+      --connect-timeout S   seconds to wait for a TCP connect (default 30)
+      --stall-timeout S     reset a connection that moves no byte for S seconds (default 60)
+  -q, --quiet               no progress line, no summary
+  -v, --verbose             say more (engine choice, segments, retries); repeat for more
+  -h, --help                print this help
+  -V, --version             print the version
+
+Trust: bundled Mozilla roots (webpki-roots), plus SSL_CERT_FILE and SSL_CERT_DIR,
+plus --ca-certificate.
+
+Exit status: 0 ok, 1 internal error, 2 usage, 3 network, 4 TLS, 5 HTTP status,
+6 protocol violation, 7 local I/O, 8 interrupted.
+";
+
+/// Parses `args` (without the program name).
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for unknown options, missing or bad values, and a missing URL.
+pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Command> {
+    use lexopt::prelude::*;
+    let mut p = lexopt::Parser::from_args(args);
+    let mut url = None;
+    let mut o = Options {
+        url: String::new(),
+        output: OutputTarget::Default,
+        connections: 4,
+        engine: EngineChoice::Auto,
+        insecure: false,
+        ca_certificate: None,
+        force: false,
+        quiet: false,
+        verbose: 0,
+        max_tries: 5,
+        connect_timeout_s: 30,
+        stall_timeout_s: 60,
+    };
+    let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
+    while let Some(arg) = p.next().map_err(usage)? {
+        match arg {
+            Short('h') | Long("help") => return Ok(Command::Help),
+            Short('V') | Long("version") => return Ok(Command::Version),
+            Short('o') | Long("output") => {
+                let v = p.value().map_err(usage)?;
+                o.output = if v == "-" {
+                    OutputTarget::Stdout
+                } else {
+                    OutputTarget::File(PathBuf::from(v))
+                };
+            }
+            Short('x') | Long("connections") => {
+                let n: usize = p.value().map_err(usage)?.parse().map_err(usage)?;
+                if !(1..=64).contains(&n) {
+                    return Err(err!(Usage, "--connections must be 1 to 64, not {n}"));
+                }
+                o.connections = n;
+            }
+            Long("engine") => {
+                let v = p.value().map_err(usage)?;
+                o.engine = match v.to_str() {
+                    Some("auto") => EngineChoice::Auto,
+                    Some("direct") => EngineChoice::Direct,
+                    Some("buffered") => EngineChoice::Buffered,
+                    _ => {
+                        return Err(err!(
+                            Usage,
+                            "--engine must be auto, direct or buffered, not {}",
+                            v.to_string_lossy()
+                        ));
+                    }
+                };
+            }
+            Short('k') | Long("insecure") => o.insecure = true,
+            Long("ca-certificate") => o.ca_certificate = Some(p.value().map_err(usage)?.into()),
+            Long("force") => o.force = true,
+            Short('q') | Long("quiet") => o.quiet = true,
+            Short('v') | Long("verbose") => o.verbose = o.verbose.saturating_add(1),
+            Long("max-tries") => {
+                o.max_tries = p.value().map_err(usage)?.parse().map_err(usage)?;
+                if o.max_tries == 0 {
+                    return Err(err!(Usage, "--max-tries must be at least 1"));
+                }
+            }
+            Long("connect-timeout") => {
+                o.connect_timeout_s = positive(p.value().map_err(usage)?.parse().map_err(usage)?, "--connect-timeout")?;
+            }
+            Long("stall-timeout") => {
+                o.stall_timeout_s = positive(p.value().map_err(usage)?.parse().map_err(usage)?, "--stall-timeout")?;
+            }
+            Value(v) if url.is_none() => {
+                url = Some(
+                    v.into_string()
+                        .map_err(|v| err!(Usage, "URL is not valid UTF-8: {}", v.to_string_lossy()))?,
+                )
+            }
+            _ => return Err(usage(arg.unexpected())),
+        }
+    }
+    o.url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
+    Ok(Command::Download(Box::new(o)))
+}
+
+fn positive(v: u64, name: &str) -> Result<u64> {
+    if v == 0 {
+        return Err(err!(Usage, "{name} must be at least 1 second"));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Command> {
+        parse(args.iter().map(std::ffi::OsString::from))
+    }
+
+    #[test]
+    fn defaults_and_options() {
+        let Command::Download(o) = p(&["-x", "16", "-o", "out.bin", "--engine", "buffered", "http://h/f"]).unwrap()
+        else {
+            panic!("not a download");
+        };
+        assert_eq!(o.connections, 16);
+        assert_eq!(o.output, OutputTarget::File("out.bin".into()));
+        assert_eq!(o.engine, EngineChoice::Buffered);
+        assert_eq!(o.url, "http://h/f");
+        let Command::Download(o) = p(&["http://h/f", "-o", "-"]).unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!(o.output, OutputTarget::Stdout);
+        assert_eq!(o.connections, 4);
+    }
+
+    #[test]
+    fn usage_errors() {
+        for args in [
+            &[][..],
+            &["-x", "0", "u"],
+            &["-x", "65", "u"],
+            &["--bogus", "u"],
+            &["--engine", "x", "u"],
+            &["a", "b"],
+        ] {
+            let e = p(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert_eq!(e.kind, crate::error::Kind::Usage, "{args:?}");
+        }
+        assert!(matches!(p(&["-h"]), Ok(Command::Help)));
+        assert!(matches!(p(&["-V"]), Ok(Command::Version)));
+    }
+}

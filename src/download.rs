@@ -1,0 +1,1649 @@
+//! One download: the event loop over one io_uring, the connections (control plane:
+//! connect → TLS handshake → request → response head → validation) and the body path
+//! (data plane: compaction into aligned write blocks, writes at segment offsets).
+//!
+//! Every socket and file operation is an SQE on the ring; the loop makes one
+//! `io_uring_enter` per turn that submits and waits. Each connection has at most one
+//! operation (CONNECT, SEND or RECV) in flight; write blocks have their own.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{ByteRange, ChunkedDecoder, ContentRange, Framing, Header, Request, Status, Url};
+use rustls::ClientConfig;
+use rustls::client::UnbufferedClientConnection;
+use rustls::pki_types::ServerName;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
+use uring::{Buf, BufPool, Completion, Op, Ring, RingBuilder};
+
+use crate::cli::Options;
+use crate::engine::blocks::{WriteBlock, align_down, align_up};
+use crate::err;
+use crate::error::{Error, Kind, Result};
+use crate::output::Output;
+use crate::progress::Progress;
+use crate::schedule::{self, FIRST_SEGMENT, Landed, Segment};
+
+/// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
+const READ_BLOCK: usize = 64 << 10;
+/// Write block, bytes: one O_DIRECT write.
+const WRITE_BLOCK: usize = 256 << 10;
+/// Largest response head we accept (RFC 9112 leaves it to us).
+const MAX_HEAD: usize = http::MAX_HEAD;
+
+const TAG_CONN: u64 = 1 << 32;
+const TAG_WRITE: u64 = 2 << 32;
+const TAG_TICK: u64 = 3 << 32;
+const TAG_FALLOCATE: u64 = 4 << 32;
+const TAG_FSYNC: u64 = 5 << 32;
+const TAG_IGNORE: u64 = 6 << 32;
+const TAG_SIGNAL: u64 = 7 << 32;
+const TAG_KIND: u64 = 0xffff_ffff << 32;
+
+/// How a finished download went.
+pub enum Outcome {
+    /// Every byte landed; the file is complete and synced.
+    Done(Summary),
+    /// The first response redirected here (3xx with Location).
+    Redirect(Url),
+}
+
+/// What the summary line reports.
+pub struct Summary {
+    /// Body bytes written.
+    pub bytes: u64,
+    /// Connections that carried a request.
+    pub connections: usize,
+    /// `TLSv1_3 TLS13_AES_256_GCM_SHA384`, or `plain`.
+    pub tls: String,
+    /// Wall time of the transfer.
+    pub elapsed: Duration,
+    /// Registered buffers (READ_FIXED/WRITE_FIXED) were used.
+    pub registered: bool,
+}
+
+/// Why a connection's work stopped.
+struct Fail {
+    kind: Kind,
+    msg: String,
+    /// Worth trying the segment again on a new connection.
+    retry: bool,
+}
+
+impl Fail {
+    fn retry(kind: Kind, msg: impl Into<String>) -> Fail {
+        Fail {
+            kind,
+            msg: msg.into(),
+            retry: true,
+        }
+    }
+    fn fatal(kind: Kind, msg: impl Into<String>) -> Fail {
+        Fail {
+            kind,
+            msg: msg.into(),
+            retry: false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum St {
+    /// No socket.
+    Closed,
+    /// CONNECT in flight.
+    Connecting,
+    /// Connected (TLS may still be handshaking).
+    Open,
+}
+
+/// How the response body is delimited (RFC 9112 §6.3).
+enum Body {
+    /// Bytes still to come.
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    /// Until the connection closes.
+    Close,
+}
+
+/// A request on a connection: the segment it asked for and the response state.
+struct Job {
+    seg: Segment,
+    /// The first request of the download (learns size, validator, range support).
+    probe: bool,
+    /// File offset of the next body byte to place.
+    pos: u64,
+    /// End of the bytes this response carries (≤ `seg.end`), known once the head is parsed.
+    resp_end: u64,
+    /// None until the head is parsed.
+    body: Option<Body>,
+    keep_alive: bool,
+    /// A body byte arrived for this job (retries on reused connections do not count otherwise).
+    got_bytes: bool,
+}
+
+/// Receive side of a connection: head accumulation, body framing, write block.
+#[derive(Default)]
+struct Rx {
+    job: Option<Job>,
+    head: Vec<u8>,
+    /// Plaintext received but not yet placed (head remainder, or input held while the
+    /// write pool is empty).
+    spill: Vec<u8>,
+    wb: Option<WriteBlock>,
+    /// More bytes came than the response carries: the connection cannot be reused.
+    extra: bool,
+}
+
+struct Conn {
+    st: St,
+    fd: Option<OwnedFd>,
+    addr_i: usize,
+    tls: Option<Box<UnbufferedClientConnection>>,
+    rbuf: Option<Buf>,
+    /// Unprocessed input is `rbuf[rlo..rhi]`.
+    rlo: usize,
+    rhi: usize,
+    /// Bytes to send (TLS records or a plain request).
+    out: Vec<u8>,
+    /// A plaintext request waiting for the TLS connection to accept application data.
+    pending_request: Vec<u8>,
+    /// An operation is in flight.
+    busy: bool,
+    /// The in-flight RECV targets the write block (plain fast path).
+    recv_direct: bool,
+    cancel_sent: bool,
+    eof: bool,
+    /// The current request is not the first on this connection (keep-alive reuse).
+    reused: bool,
+    /// Requests started on this connection.
+    requests: u32,
+    /// close_notify was received.
+    clean_close: bool,
+    /// Gave up on this slot: every address failed `--max-tries` times.
+    dead: bool,
+    last_io: Instant,
+    rx: Rx,
+}
+
+impl Conn {
+    fn new(rbuf: Buf) -> Conn {
+        Conn {
+            st: St::Closed,
+            fd: None,
+            addr_i: 0,
+            tls: None,
+            rbuf: Some(rbuf),
+            rlo: 0,
+            rhi: 0,
+            out: Vec::new(),
+            pending_request: Vec::new(),
+            busy: false,
+            recv_direct: false,
+            cancel_sent: false,
+            eof: false,
+            reused: false,
+            requests: 0,
+            clean_close: false,
+            dead: false,
+            last_io: Instant::now(),
+            rx: Rx::default(),
+        }
+    }
+}
+
+/// One write in flight.
+struct WriteSlot {
+    off: u64,
+    /// Bytes submitted (padded to the alignment for the last O_DIRECT block).
+    len: usize,
+    /// Real body bytes in the block.
+    fill: usize,
+    /// Bytes the kernel has written so far.
+    done: usize,
+}
+
+/// Download-wide state the connections share.
+struct Shared<'a> {
+    url: &'a Url,
+    opts: &'a Options,
+    pool: BufPool,
+    align: u64,
+    direct: bool,
+    sequential: bool,
+    file: bool,
+    queue: VecDeque<Segment>,
+    probe_assigned: bool,
+    planned: bool,
+    ranges: bool,
+    total: Option<u64>,
+    validator: Option<Vec<u8>>,
+    /// Full or final blocks waiting for a write SQE.
+    to_write: VecDeque<WriteBlock>,
+    landed: Landed,
+    received: u64,
+    fatal: Option<Error>,
+    redirect: Option<Url>,
+    need_fallocate: bool,
+    used: Vec<bool>,
+}
+
+/// Runs one download of `url` into `out`.
+///
+/// # Errors
+/// Any [`Kind`]: the first fatal failure of a connection, a refused ring, a failed write.
+pub fn run(
+    url: &Url,
+    opts: &Options,
+    tls: Option<Arc<ClientConfig>>,
+    addrs: Vec<SocketAddr>,
+    out: &Output,
+    progress: &mut Progress,
+    signals: Option<RawFd>,
+) -> Result<Outcome> {
+    let n = opts.connections;
+    let server_name = match &tls {
+        Some(_) => Some(crate::tls::server_name(url.host())?),
+        None => None,
+    };
+    let block = WRITE_BLOCK.max(out.align as usize);
+    let wcount = (2 * n + 2).clamp(6, 64);
+    let entries = (2 * n + wcount + 8).next_power_of_two() as u32;
+    let mut ring = RingBuilder::new(entries)
+        .single_issuer(true)
+        .defer_taskrun(true)
+        .coop_taskrun(true)
+        .build()
+        .map_err(|e| {
+            err!(
+                LocalIo,
+                "io_uring setup: {e} (io_uring disabled by kernel.io_uring_disabled or seccomp?)"
+            )
+        })?;
+    let rpool =
+        BufPool::new(READ_BLOCK, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {READ_BLOCK} bytes): {e}"))?;
+    let wpool =
+        BufPool::new(block, wcount).map_err(|e| err!(LocalIo, "write blocks ({wcount} x {block} bytes): {e}"))?;
+    let registered = match ring.register_pools(&[&rpool, &wpool]) {
+        Ok(()) => true,
+        Err(e) => {
+            if opts.verbose > 0 {
+                eprintln!("ringdl: registering buffers failed ({e}; RLIMIT_MEMLOCK?): using plain READ/WRITE/RECV");
+            }
+            false
+        }
+    };
+    let conns = (0..n)
+        .map(|_| Conn::new(rpool.alloc().expect("one read block per connection")))
+        .collect();
+    let sh = Shared {
+        url,
+        opts,
+        pool: wpool,
+        align: out.align,
+        direct: out.direct,
+        sequential: out.sequential,
+        file: out.part.is_some(),
+        queue: VecDeque::new(),
+        probe_assigned: false,
+        planned: false,
+        ranges: false,
+        total: None,
+        validator: None,
+        to_write: VecDeque::new(),
+        landed: Landed::default(),
+        received: 0,
+        fatal: None,
+        redirect: None,
+        need_fallocate: false,
+        used: vec![false; n],
+    };
+    let mut dl = Loop {
+        ring,
+        conns,
+        sh,
+        tls,
+        server_name,
+        addrs,
+        out_fd: out.fd.as_raw_fd(),
+        slots: (0..wcount).map(|_| None).collect(),
+        writes_in_flight: 0,
+        waiting: VecDeque::new(),
+        started: Instant::now(),
+        tls_info: None,
+        tick: Duration::from_millis(if progress.visible() { 250 } else { 1000 }),
+    };
+    dl.push(Op::Timeout { after: dl.tick }, TAG_TICK)?;
+    // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
+    let sigpool = BufPool::new(4096, 1).map_err(|e| err!(LocalIo, "signal buffer: {e}"))?;
+    if let (Some(fd), Some(buf)) = (signals, sigpool.alloc()) {
+        dl.push(
+            Op::Read {
+                fd,
+                buf,
+                range: 0..uring::signal::SIGINFO_SIZE,
+                offset: u64::MAX,
+            },
+            TAG_SIGNAL,
+        )?;
+    }
+    for i in 0..n {
+        dl.connect(i)?;
+    }
+    loop {
+        dl.kick()?;
+        dl.flush_writes()?;
+        if let Some(e) = dl.sh.fatal.take() {
+            return Err(e);
+        }
+        if let Some(u) = dl.sh.redirect.take() {
+            return Ok(Outcome::Redirect(u));
+        }
+        if dl.finished() {
+            break;
+        }
+        dl.ring
+            .submit_and_wait(1)
+            .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+        while let Some(c) = dl.ring.next_completion() {
+            dl.complete(c, progress)?;
+        }
+    }
+    let total = dl.sh.total.unwrap_or(dl.sh.received);
+    if !dl.sh.landed.is_complete(total) {
+        return Err(err!(
+            Internal,
+            "download ended with {} of {total} bytes on disk",
+            dl.sh.landed.bytes()
+        ));
+    }
+    if dl.sh.file {
+        out.truncate(total)?;
+        dl.push(
+            Op::Fsync {
+                fd: dl.out_fd,
+                datasync: false,
+            },
+            TAG_FSYNC,
+        )?;
+        loop {
+            dl.ring
+                .submit_and_wait(1)
+                .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+            let mut synced = None;
+            while let Some(c) = dl.ring.next_completion() {
+                if c.tag == TAG_FSYNC {
+                    synced = Some(c.result);
+                }
+            }
+            match synced {
+                Some(r) if r < 0 => return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r))),
+                Some(_) => break,
+                None => {}
+            }
+        }
+    }
+    progress.clear();
+    Ok(Outcome::Done(Summary {
+        bytes: total,
+        connections: dl.sh.used.iter().filter(|u| **u).count().max(1),
+        tls: dl.tls_info.unwrap_or_else(|| "plain".to_owned()),
+        elapsed: dl.started.elapsed(),
+        registered,
+    }))
+}
+
+struct Loop<'a> {
+    ring: Ring,
+    conns: Vec<Conn>,
+    sh: Shared<'a>,
+    tls: Option<Arc<ClientConfig>>,
+    server_name: Option<ServerName<'static>>,
+    addrs: Vec<SocketAddr>,
+    out_fd: RawFd,
+    slots: Vec<Option<WriteSlot>>,
+    writes_in_flight: usize,
+    /// Connections stopped because the write pool was empty.
+    waiting: VecDeque<usize>,
+    started: Instant,
+    tls_info: Option<String>,
+    tick: Duration,
+}
+
+fn errno(res: i32) -> rustix::io::Errno {
+    rustix::io::Errno::from_raw_os_error(-res)
+}
+
+impl Loop<'_> {
+    fn push(&mut self, op: Op, tag: u64) -> Result<()> {
+        self.ring
+            .push(op, tag)
+            .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
+    }
+
+    /// All segments fetched and written.
+    fn finished(&self) -> bool {
+        self.sh.planned
+            && self.sh.queue.is_empty()
+            && self.conns.iter().all(|c| c.rx.job.is_none())
+            && self.sh.to_write.is_empty()
+            && self.writes_in_flight == 0
+    }
+
+    fn connect(&mut self, i: usize) -> Result<()> {
+        let c = &mut self.conns[i];
+        let addr = self.addrs[c.addr_i % self.addrs.len()];
+        let domain = if addr.is_ipv4() {
+            rustix::net::AddressFamily::INET
+        } else {
+            rustix::net::AddressFamily::INET6
+        };
+        let fd = rustix::net::socket_with(
+            domain,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| err!(LocalIo, "socket: {e}"))?;
+        let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
+        let raw = fd.as_raw_fd();
+        c.fd = Some(fd);
+        c.st = St::Connecting;
+        c.busy = true;
+        c.eof = false;
+        c.reused = false;
+        c.requests = 0;
+        c.clean_close = false;
+        c.cancel_sent = false;
+        c.rlo = 0;
+        c.rhi = 0;
+        c.out.clear();
+        c.last_io = Instant::now();
+        let timeout = Duration::from_secs(self.sh.opts.connect_timeout_s);
+        self.ring
+            .push_with_timeout(Op::Connect { fd: raw, addr }, TAG_CONN | i as u64, timeout)
+            .map_err(|_| err!(Internal, "submission queue full"))
+    }
+
+    fn complete(&mut self, c: Completion, progress: &mut Progress) -> Result<()> {
+        match c.tag & TAG_KIND {
+            TAG_CONN => {
+                let i = (c.tag & 0xffff_ffff) as usize;
+                let r = self.conn_completion(i, c);
+                self.after(i, r)?;
+            }
+            TAG_WRITE => self.write_completion(c)?,
+            TAG_TICK => {
+                self.on_tick(progress)?;
+                self.push(Op::Timeout { after: self.tick }, TAG_TICK)?;
+            }
+            TAG_FALLOCATE if c.result < 0 => {
+                let e = errno(c.result);
+                if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
+                    self.sh.fatal = Some(err!(
+                        LocalIo,
+                        "not enough space for {} bytes: {e}",
+                        self.sh.total.unwrap_or(0)
+                    ));
+                } else if self.sh.opts.verbose > 0 {
+                    eprintln!("ringdl: fallocate: {e} (continuing without preallocation)");
+                }
+            }
+            TAG_SIGNAL => {
+                let name = match c.buf.as_deref().and_then(uring::signal::signo) {
+                    Some(15) => "SIGTERM",
+                    _ => "SIGINT",
+                };
+                let kept = if self.sh.landed.bytes() > 0 {
+                    " (partial data kept in the .part file)"
+                } else {
+                    ""
+                };
+                self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}{kept}"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Handles a connection's failure, or drives it on.
+    fn after(&mut self, i: usize, r: std::result::Result<(), Fail>) -> Result<()> {
+        let r = r.and_then(|()| self.drive(i));
+        if let Err(f) = r {
+            self.fail(i, f)?;
+        }
+        Ok(())
+    }
+
+    fn conn_completion(&mut self, i: usize, cq: Completion) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        c.busy = false;
+        c.last_io = Instant::now();
+        let res = cq.result;
+        if let Some(data) = cq.data {
+            // A SEND came back: its Vec is the connection's out buffer.
+            let mut data = data;
+            if res >= 0 && (res as usize) < data.len() {
+                data.drain(..res as usize);
+                c.out = data;
+            } else {
+                data.clear();
+                c.out = data;
+            }
+            if res < 0 {
+                return Err(self.io_fail(i, "send", res));
+            }
+            return Ok(());
+        }
+        if let Some(buf) = cq.buf {
+            if c.recv_direct {
+                c.recv_direct = false;
+                let wb = c.rx.wb.as_mut().expect("direct RECV has a write block");
+                wb.buf = Some(buf);
+                if res < 0 {
+                    return Err(self.io_fail(i, "recv", res));
+                }
+                if res == 0 {
+                    c.eof = true;
+                    return Ok(());
+                }
+                let n = res as usize;
+                wb.fill += n;
+                self.sh.received += n as u64;
+                let job = c.rx.job.as_mut().expect("direct RECV has a job");
+                job.pos += n as u64;
+                job.got_bytes = true;
+                if let Some(Body::Length(rem)) = job.body.as_mut() {
+                    *rem -= n as u64;
+                }
+                return place_done(&mut c.rx, &mut self.sh);
+            }
+            c.rbuf = Some(buf);
+            if res < 0 {
+                return Err(self.io_fail(i, "recv", res));
+            }
+            if res == 0 {
+                c.eof = true;
+            } else {
+                c.rhi += res as usize;
+            }
+            return Ok(());
+        }
+        // CONNECT
+        if c.st == St::Connecting {
+            if res < 0 {
+                let e = errno(res);
+                let addr = self.addrs[c.addr_i % self.addrs.len()];
+                c.addr_i += 1;
+                let kind = Kind::Network;
+                let msg = if e == rustix::io::Errno::CANCELED {
+                    format!(
+                        "connect to {addr}: timed out after {} s",
+                        self.sh.opts.connect_timeout_s
+                    )
+                } else {
+                    format!("connect to {addr}: {e}")
+                };
+                return Err(Fail::retry(kind, msg));
+            }
+            c.st = St::Open;
+            if let (Some(cfg), Some(name)) = (&self.tls, &self.server_name) {
+                let conn = UnbufferedClientConnection::new(cfg.clone(), name.clone())
+                    .map_err(|e| Fail::fatal(Kind::Tls, format!("TLS: {e}")))?;
+                c.tls = Some(Box::new(conn));
+            }
+            return Ok(());
+        }
+        Ok(())
+    }
+
+    fn io_fail(&self, i: usize, what: &str, res: i32) -> Fail {
+        let c = &self.conns[i];
+        let e = errno(res);
+        if e == rustix::io::Errno::CANCELED && c.cancel_sent {
+            return Fail::retry(
+                Kind::Network,
+                format!("no data for {} s: connection reset", self.sh.opts.stall_timeout_s),
+            );
+        }
+        Fail::retry(Kind::Network, format!("{what} from {}: {e}", self.sh.url.host()))
+    }
+
+    /// Advances connection `i` until it has an operation in flight or nothing to do.
+    fn drive(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        loop {
+            if self.sh.fatal.is_some() || self.sh.redirect.is_some() {
+                return Ok(());
+            }
+            let c = &mut self.conns[i];
+            if c.busy || c.st != St::Open {
+                return Ok(());
+            }
+            if !c.out.is_empty() {
+                let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
+                let data = std::mem::take(&mut c.out);
+                let len = data.len();
+                c.busy = true;
+                self.ring
+                    .push(
+                        Op::Send {
+                            fd,
+                            data,
+                            range: 0..len,
+                            flags: rustix::net::SendFlags::NOSIGNAL.bits(),
+                        },
+                        TAG_CONN | i as u64,
+                    )
+                    .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))?;
+                return Ok(());
+            }
+            // Input held back by an empty write pool goes first.
+            if !c.rx.spill.is_empty() && c.rx.job.as_ref().is_some_and(|j| j.body.is_some()) {
+                let spill = std::mem::take(&mut c.rx.spill);
+                let taken = place(&mut c.rx, &mut self.sh, &spill)?;
+                c.rx.spill = spill;
+                c.rx.spill.drain(..taken);
+                if !c.rx.spill.is_empty() {
+                    self.waiting.push_back(i);
+                    return Ok(());
+                }
+                place_done(&mut c.rx, &mut self.sh)?;
+                continue;
+            }
+            if c.tls.is_some() {
+                match pump_tls(c, &mut self.sh, &mut self.tls_info)? {
+                    Pumped::Again => continue,
+                    Pumped::Blocked => {
+                        self.waiting.push_back(i);
+                        return Ok(());
+                    }
+                    Pumped::NeedData => {}
+                    Pumped::PeerClosed => c.eof = true,
+                }
+            } else if c.rlo < c.rhi {
+                let rbuf = c.rbuf.take().expect("idle connection holds its read block");
+                let r = feed(&mut c.rx, &mut self.sh, &rbuf[c.rlo..c.rhi]);
+                c.rbuf = Some(rbuf);
+                c.rlo = c.rhi;
+                r?;
+                continue;
+            }
+            let c = &mut self.conns[i];
+            let handshaking = c.tls.as_ref().is_some_and(|t| t.is_handshaking());
+            if c.eof {
+                if c.rx.job.is_some() {
+                    return self.on_eof(i);
+                }
+                if handshaking {
+                    return Err(Fail::retry(Kind::Network, "connection closed during the TLS handshake"));
+                }
+                // An idle keep-alive connection the server closed.
+                return self.recycle(i);
+            }
+            if c.rx.job.is_none() && !handshaking {
+                if c.rx.extra {
+                    return self.recycle(i);
+                }
+                if self.assign(i)? {
+                    continue;
+                }
+                return Ok(());
+            }
+            if !c.rx.spill.is_empty() {
+                self.waiting.push_back(i);
+                return Ok(());
+            }
+            return self.post_recv(i);
+        }
+    }
+
+    /// The peer closed (FIN or TLS close_notify) while a job was open.
+    fn on_eof(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        let job = c.rx.job.as_ref().expect("on_eof with a job");
+        match &job.body {
+            Some(Body::Close) if c.tls.is_some() && !c.clean_close => Err(Fail::retry(
+                Kind::Protocol,
+                "connection closed without TLS close_notify: the body may be truncated",
+            )),
+            Some(Body::Close) => {
+                let done_at = job.pos;
+                let job = c.rx.job.as_mut().expect("job");
+                job.resp_end = done_at;
+                self.sh.total = Some(done_at);
+                finish_job(&mut c.rx, &mut self.sh);
+                self.recycle(i)
+            }
+            Some(Body::Length(rem)) => Err(Fail::retry(
+                Kind::Network,
+                format!("connection closed with {rem} bytes of the response still to come"),
+            )),
+            Some(Body::Chunked(_)) => Err(Fail::retry(Kind::Network, "connection closed inside a chunked body")),
+            None => Err(Fail::retry(Kind::Network, "connection closed before the response head")),
+        }
+    }
+
+    /// Posts the RECV that the connection's state asks for.
+    fn post_recv(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
+        // Plain HTTP with a known length: receive straight into the write block.
+        if c.tls.is_none()
+            && let Some(Body::Length(rem)) = c.rx.job.as_ref().and_then(|j| j.body.as_ref())
+        {
+            let rem = *rem;
+            if c.rx.wb.as_ref().is_none_or(|wb| wb.is_full()) && !next_block(&mut c.rx, &mut self.sh) {
+                self.waiting.push_back(i);
+                return Ok(());
+            }
+            let wb = c.rx.wb.as_mut().expect("block just ensured");
+            let len = (wb.room() as u64).min(rem) as usize;
+            let buf = wb.buf.take().expect("write block present");
+            let range = wb.fill..wb.fill + len;
+            c.busy = true;
+            c.recv_direct = true;
+            return self
+                .ring
+                .push(
+                    Op::Recv {
+                        fd,
+                        buf,
+                        range,
+                        flags: 0,
+                    },
+                    TAG_CONN | i as u64,
+                )
+                .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
+        }
+        let mut rbuf = c.rbuf.take().expect("idle connection holds its read block");
+        if c.rlo == c.rhi {
+            c.rlo = 0;
+            c.rhi = 0;
+        } else if c.rhi == rbuf.len() {
+            rbuf.copy_within(c.rlo..c.rhi, 0);
+            c.rhi -= c.rlo;
+            c.rlo = 0;
+        }
+        if c.rhi == rbuf.len() {
+            c.rbuf = Some(rbuf);
+            return Err(Fail::retry(Kind::Protocol, "a TLS record larger than the read block"));
+        }
+        let range = c.rhi..rbuf.len();
+        c.busy = true;
+        self.ring
+            .push(
+                Op::Recv {
+                    fd,
+                    buf: rbuf,
+                    range,
+                    flags: 0,
+                },
+                TAG_CONN | i as u64,
+            )
+            .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
+    }
+
+    /// Gives an idle open connection its next request; true when it got one.
+    fn assign(&mut self, i: usize) -> std::result::Result<bool, Fail> {
+        let seg = if !self.sh.probe_assigned {
+            self.sh.probe_assigned = true;
+            Segment {
+                start: 0,
+                end: FIRST_SEGMENT,
+                tries: 0,
+            }
+        } else if let Some(s) = self.sh.queue.pop_front() {
+            s
+        } else {
+            return Ok(false);
+        };
+        self.start_job(i, seg, !self.sh.planned);
+        Ok(true)
+    }
+
+    fn start_job(&mut self, i: usize, seg: Segment, probe: bool) {
+        let c = &mut self.conns[i];
+        self.sh.used[i] = true;
+        c.reused = c.requests > 0;
+        c.requests += 1;
+        let range = if probe {
+            Some(ByteRange::FromTo(0, FIRST_SEGMENT - 1))
+        } else if self.sh.ranges {
+            Some(ByteRange::FromTo(seg.start, seg.end - 1))
+        } else {
+            None
+        };
+        let mut req = Vec::with_capacity(256);
+        Request {
+            url: self.sh.url,
+            range,
+            user_agent: crate::USER_AGENT,
+            extra_headers: &[],
+        }
+        .write_to(&mut req);
+        if self.sh.opts.verbose > 1 {
+            eprintln!(
+                "ringdl: connection {i}: GET bytes {}-{}",
+                seg.start,
+                seg.end.saturating_sub(1)
+            );
+        }
+        c.rx.job = Some(Job {
+            seg,
+            probe,
+            pos: seg.start,
+            resp_end: seg.end,
+            body: None,
+            keep_alive: true,
+            got_bytes: false,
+        });
+        c.rx.head.clear();
+        c.rx.spill.clear();
+        c.rx.extra = false;
+        if c.tls.is_some() {
+            c.pending_request = req;
+        } else {
+            c.out = req;
+        }
+    }
+
+    /// Closes a connection that cannot carry another request, and opens a new one when
+    /// work is left.
+    fn recycle(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        self.close(i);
+        if self.wants_connection() {
+            self.connect(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+        }
+        Ok(())
+    }
+
+    /// Work exists that an idle connection could take.
+    fn wants_connection(&self) -> bool {
+        !self.sh.probe_assigned || !self.sh.queue.is_empty()
+    }
+
+    /// Hands queued segments to idle connections and reopens closed ones while work is left.
+    fn kick(&mut self) -> Result<()> {
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.busy || c.dead || c.rx.job.is_some() {
+                continue;
+            }
+            match c.st {
+                St::Open if self.sh.planned && !self.sh.ranges => self.close(i),
+                St::Open if self.wants_connection() => {
+                    let r = self.drive(i);
+                    self.after(i, r)?;
+                }
+                St::Closed if self.wants_connection() && (self.sh.ranges || !self.sh.planned) => self.connect(i)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes a connection's socket (the CLOSE is an SQE too).
+    fn close(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        c.st = St::Closed;
+        c.busy = false;
+        c.tls = None;
+        c.eof = false;
+        c.rx.extra = false;
+        c.rlo = 0;
+        c.rhi = 0;
+        c.out.clear();
+        c.pending_request.clear();
+        if let Some(fd) = c.fd.take() {
+            let _ = self.ring.push(Op::Close { fd }, TAG_IGNORE);
+        }
+    }
+
+    /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
+    /// segment, close it, and reconnect when work is left.
+    fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
+        if self.conns[i].busy {
+            // Wait for the in-flight operation: its buffer comes back with the completion.
+            if !self.conns[i].cancel_sent {
+                self.conns[i].cancel_sent = true;
+                self.push(
+                    Op::Cancel {
+                        target_tag: TAG_CONN | i as u64,
+                    },
+                    TAG_IGNORE,
+                )?;
+            }
+            return Ok(());
+        }
+        let verbose = self.sh.opts.verbose;
+        let c = &mut self.conns[i];
+        let job = c.rx.job.take();
+        let reused = c.reused;
+        if let Some(job) = job {
+            let mut from = job.pos;
+            if let Some(mut wb) = c.rx.wb.take() {
+                let keep = align_down(wb.fill as u64, self.sh.align) as usize;
+                from = wb.off + keep as u64;
+                if keep > 0 {
+                    wb.fill = keep;
+                    self.sh.to_write.push_back(wb);
+                }
+            }
+            c.rx.spill.clear();
+            if !f.retry || job.probe && !matches!(f.kind, Kind::Network | Kind::Protocol) {
+                self.sh.fatal = Some(Error::new(f.kind, f.msg));
+                return Ok(());
+            }
+            let mut seg = job.seg;
+            // Without Range support a stream can only start again from zero.
+            seg.start = if self.sh.ranges { from } else { 0 };
+            let counts = job.got_bytes || !reused;
+            if counts {
+                seg.tries += 1;
+            }
+            if seg.tries >= self.sh.opts.max_tries {
+                self.sh.fatal = Some(Error::new(
+                    f.kind,
+                    format!("{} (gave up after {} tries)", f.msg, seg.tries),
+                ));
+                return Ok(());
+            }
+            if verbose > 0 {
+                eprintln!(
+                    "ringdl: connection {i}: {}; retrying bytes {}-{} (try {})",
+                    f.msg,
+                    seg.start,
+                    seg.end - 1,
+                    seg.tries + 1
+                );
+            }
+            if job.probe {
+                self.sh.probe_assigned = false;
+            } else if seg.start < seg.end {
+                self.sh.queue.push_front(seg);
+            }
+        } else if !f.retry {
+            self.sh.fatal = Some(Error::new(f.kind, f.msg));
+            return Ok(());
+        } else if verbose > 0 {
+            eprintln!("ringdl: connection {i}: {}", f.msg);
+        }
+        let connect_failed = self.conns[i].st == St::Connecting;
+        self.close(i);
+        let c = &mut self.conns[i];
+        if connect_failed && c.addr_i >= self.addrs.len() * self.sh.opts.max_tries as usize {
+            // Every address had its chances: this slot stops; the download fails when no
+            // connection is left.
+            c.dead = true;
+            if self.conns.iter().all(|c| c.dead || c.st == St::Closed) && self.conns.iter().all(|c| c.rx.job.is_none())
+            {
+                self.sh.fatal = Some(Error::new(f.kind, f.msg));
+            }
+            return Ok(());
+        }
+        if self.wants_connection() {
+            self.connect(i)?;
+        }
+        Ok(())
+    }
+
+    fn write_completion(&mut self, c: Completion) -> Result<()> {
+        let s = (c.tag & 0xffff_ffff) as usize;
+        let buf = c.buf.expect("a write carries its block");
+        let slot = self.slots[s].as_mut().expect("write slot in use");
+        if c.result < 0 {
+            self.writes_in_flight -= 1;
+            let e = errno(c.result);
+            let what = if e == rustix::io::Errno::NOSPC {
+                "disk full"
+            } else {
+                "write failed"
+            };
+            self.sh.fatal = Some(err!(
+                LocalIo,
+                "{what} at offset {} ({} bytes): {e}",
+                slot.off + slot.done as u64,
+                slot.len - slot.done
+            ));
+            return Ok(());
+        }
+        slot.done += c.result as usize;
+        if c.result == 0 || slot.done < slot.len {
+            if c.result == 0 || (self.sh.direct && !(slot.done as u64).is_multiple_of(self.sh.align)) {
+                self.writes_in_flight -= 1;
+                self.sh.fatal = Some(err!(
+                    LocalIo,
+                    "short write at offset {}: {} of {} bytes",
+                    slot.off,
+                    slot.done,
+                    slot.len
+                ));
+                return Ok(());
+            }
+            let off = if self.sh.sequential {
+                u64::MAX
+            } else {
+                slot.off + slot.done as u64
+            };
+            let range = slot.done..slot.len;
+            return self.push(
+                Op::Write {
+                    fd: self.out_fd,
+                    buf,
+                    range,
+                    offset: off,
+                },
+                c.tag,
+            );
+        }
+        let slot = self.slots[s].take().expect("write slot in use");
+        self.writes_in_flight -= 1;
+        self.sh.landed.add(slot.off, slot.off + slot.fill as u64);
+        drop(buf);
+        // A block is free again: wake connections that waited for one.
+        let waiting: Vec<usize> = self.waiting.drain(..).collect();
+        for i in waiting {
+            let r = self.drive(i);
+            self.after(i, r)?;
+        }
+        Ok(())
+    }
+
+    /// Submits queued blocks (in order, one at a time, for standard output).
+    fn flush_writes(&mut self) -> Result<()> {
+        if self.sh.need_fallocate {
+            self.sh.need_fallocate = false;
+            if let Some(total) = self.sh.total.filter(|t| *t > 0 && self.sh.file) {
+                self.push(
+                    Op::Fallocate {
+                        fd: self.out_fd,
+                        mode: 0,
+                        offset: 0,
+                        len: total,
+                    },
+                    TAG_FALLOCATE,
+                )?;
+            }
+        }
+        while !self.sh.to_write.is_empty() {
+            if self.sh.sequential && self.writes_in_flight > 0 {
+                break;
+            }
+            let Some(s) = self.slots.iter().position(Option::is_none) else {
+                break;
+            };
+            let mut wb = self.sh.to_write.pop_front().expect("non-empty");
+            let mut buf = wb.buf.take().expect("queued block has its buffer");
+            let mut len = wb.fill;
+            if self.sh.direct && !(len as u64).is_multiple_of(self.sh.align) {
+                // Only the file's last block may be short: pad it, ftruncate fixes the size.
+                let padded = align_up(len as u64, self.sh.align) as usize;
+                buf[len..padded].fill(0);
+                len = padded;
+            }
+            if wb.fill == 0 {
+                continue;
+            }
+            let offset = if self.sh.sequential { u64::MAX } else { wb.off };
+            self.slots[s] = Some(WriteSlot {
+                off: wb.off,
+                len,
+                fill: wb.fill,
+                done: 0,
+            });
+            self.writes_in_flight += 1;
+            self.push(
+                Op::Write {
+                    fd: self.out_fd,
+                    buf,
+                    range: 0..len,
+                    offset,
+                },
+                TAG_WRITE | s as u64,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn on_tick(&mut self, progress: &mut Progress) -> Result<()> {
+        let stall = Duration::from_secs(self.sh.opts.stall_timeout_s);
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.busy && c.st == St::Open && !c.cancel_sent && c.last_io.elapsed() > stall {
+                self.conns[i].cancel_sent = true;
+                self.push(
+                    Op::Cancel {
+                        target_tag: TAG_CONN | i as u64,
+                    },
+                    TAG_IGNORE,
+                )?;
+            }
+        }
+        let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
+        progress.update(self.sh.received, self.sh.total, live, self.started.elapsed());
+        Ok(())
+    }
+}
+
+enum Pumped {
+    /// State changed (bytes to send, a job finished): drive again.
+    Again,
+    /// Everything buffered is processed; more input is needed.
+    NeedData,
+    /// The write pool is empty; plaintext is held in the spill.
+    Blocked,
+    /// close_notify received.
+    PeerClosed,
+}
+
+/// Runs rustls over the buffered ciphertext: handshake messages out, application data to
+/// the receive side. Stops when input runs out, bytes must be sent, or the pool is empty.
+fn pump_tls(c: &mut Conn, sh: &mut Shared<'_>, tls_info: &mut Option<String>) -> std::result::Result<Pumped, Fail> {
+    let Conn {
+        tls,
+        rbuf,
+        rlo,
+        rhi,
+        out,
+        pending_request,
+        rx,
+        clean_close,
+        ..
+    } = c;
+    let tls = tls.as_mut().expect("pump_tls on a TLS connection");
+    let rbuf = rbuf.as_mut().expect("idle connection holds its read block");
+    let handshaking = tls.is_handshaking();
+    let tls_fail = |e: rustls::Error| {
+        if handshaking {
+            Fail::fatal(Kind::Tls, format!("TLS handshake with {}: {e}", sh.url.host()))
+        } else {
+            Fail::retry(Kind::Tls, format!("TLS: {e}"))
+        }
+    };
+    loop {
+        let mut handshake_done = false;
+        let UnbufferedStatus { mut discard, state } = tls.process_tls_records(&mut rbuf[*rlo..*rhi]);
+        let state = match state {
+            Ok(s) => s,
+            Err(e) => return Err(tls_fail(e)),
+        };
+        let next = match state {
+            ConnectionState::EncodeTlsData(mut enc) => {
+                let at = out.len();
+                out.resize(at + 4096, 0);
+                loop {
+                    match enc.encode(&mut out[at..]) {
+                        Ok(n) => {
+                            out.truncate(at + n);
+                            break;
+                        }
+                        Err(EncodeError::InsufficientSize(s)) => out.resize(at + s.required_size, 0),
+                        Err(e) => return Err(Fail::fatal(Kind::Internal, format!("TLS encode: {e}"))),
+                    }
+                }
+                None
+            }
+            ConnectionState::TransmitTlsData(mut t) => {
+                if !pending_request.is_empty()
+                    && let Some(mut w) = t.may_encrypt_app_data()
+                {
+                    encrypt(&mut w, pending_request, out)?;
+                }
+                t.done();
+                Some(Pumped::Again)
+            }
+            ConnectionState::BlockedHandshake => Some(Pumped::NeedData),
+            ConnectionState::WriteTraffic(mut w) => {
+                handshake_done = true;
+                if pending_request.is_empty() {
+                    Some(Pumped::NeedData)
+                } else {
+                    encrypt(&mut w, pending_request, out)?;
+                    Some(Pumped::Again)
+                }
+            }
+            ConnectionState::ReadTraffic(mut r) => {
+                let mut blocked = false;
+                while let Some(rec) = r.next_record() {
+                    let rec = rec.map_err(tls_fail)?;
+                    discard += rec.discard;
+                    feed(rx, sh, rec.payload)?;
+                    if !rx.spill.is_empty() && rx.job.as_ref().is_some_and(|j| j.body.is_some()) {
+                        blocked = true;
+                        break;
+                    }
+                }
+                if blocked {
+                    Some(Pumped::Blocked)
+                } else {
+                    Some(Pumped::Again)
+                }
+            }
+            ConnectionState::PeerClosed | ConnectionState::Closed => Some(Pumped::PeerClosed),
+            _ => Some(Pumped::NeedData),
+        };
+        *rlo += discard;
+        if handshake_done && tls_info.is_none() {
+            let v = tls.protocol_version().map(|v| format!("{v:?}")).unwrap_or_default();
+            let s = tls
+                .negotiated_cipher_suite()
+                .map(|s| format!("{:?}", s.suite()))
+                .unwrap_or_default();
+            *tls_info = Some(format!("{v} {s}"));
+        }
+        if let Some(p) = next {
+            if matches!(p, Pumped::PeerClosed) {
+                *clean_close = true;
+            }
+            return Ok(p);
+        }
+    }
+}
+
+fn encrypt(
+    w: &mut rustls::unbuffered::WriteTraffic<'_, rustls::client::ClientConnectionData>,
+    plain: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> std::result::Result<(), Fail> {
+    let at = out.len();
+    out.resize(at + plain.len() + 256, 0);
+    loop {
+        match w.encrypt(plain, &mut out[at..]) {
+            Ok(n) => {
+                out.truncate(at + n);
+                plain.clear();
+                return Ok(());
+            }
+            Err(EncryptError::InsufficientSize(s)) => out.resize(at + s.required_size, 0),
+            Err(e) => return Err(Fail::retry(Kind::Tls, format!("TLS encrypt: {e}"))),
+        }
+    }
+}
+
+/// Feeds received plaintext to the receive side: head first, then the body.
+fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<(), Fail> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let Some(job) = rx.job.as_mut() else {
+        rx.extra = true;
+        return Ok(());
+    };
+    if job.body.is_some() {
+        if !rx.spill.is_empty() {
+            rx.spill.extend_from_slice(data);
+            return Ok(());
+        }
+        let taken = place(rx, sh, data)?;
+        if taken < data.len() {
+            rx.spill.extend_from_slice(&data[taken..]);
+            return Ok(());
+        }
+        return place_done(rx, sh);
+    }
+    rx.head.extend_from_slice(data);
+    loop {
+        let mut headers = [Header { name: "", value: &[] }; http::MAX_FIELDS];
+        let (len, action) = match http::parse_head(&rx.head, &mut headers) {
+            Ok(Status::Partial) => {
+                if rx.head.len() > MAX_HEAD {
+                    return Err(Fail::fatal(
+                        Kind::Protocol,
+                        format!("response head from {} is larger than {MAX_HEAD} bytes", sh.url.host()),
+                    ));
+                }
+                return Ok(());
+            }
+            Ok(Status::Complete((len, resp))) => (len, on_head(job, sh, &resp)?),
+            Err(e) => {
+                return Err(Fail::retry(
+                    Kind::Protocol,
+                    format!("malformed response head from {}: {e}", sh.url.host()),
+                ));
+            }
+        };
+        match action {
+            HeadAction::Interim => {
+                rx.head.drain(..len);
+                continue;
+            }
+            HeadAction::Body => {
+                let rest = rx.head.split_off(len);
+                rx.head.clear();
+                let taken = place(rx, sh, &rest)?;
+                rx.spill.extend_from_slice(&rest[taken..]);
+                if rx.spill.is_empty() {
+                    place_done(rx, sh)?;
+                }
+                return Ok(());
+            }
+            HeadAction::Complete => {
+                rx.head.clear();
+                rx.extra = true;
+                finish_job(rx, sh);
+                return Ok(());
+            }
+        }
+    }
+}
+
+enum HeadAction {
+    /// 1xx: another head follows.
+    Interim,
+    /// Body bytes follow.
+    Body,
+    /// Nothing to write (empty file); the connection is not reused.
+    Complete,
+}
+
+/// Validates a response head against the request (RFC 9110 §14.4, §15) and sets up the body.
+fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) -> std::result::Result<HeadAction, Fail> {
+    let host = sh.url.host();
+    let proto = |m: String| Fail::retry(Kind::Protocol, format!("{host}: {m}"));
+    let code = resp.code;
+    if (100..200).contains(&code) {
+        return Ok(HeadAction::Interim);
+    }
+    if resp.version == 0
+        || resp
+            .header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"close"))
+    {
+        job.keep_alive = false;
+    }
+    let framing = resp
+        .body_framing(false)
+        .map_err(|e| proto(format!("bad body framing: {e}")))?;
+    let validator = resp.validator().map(|v| match v {
+        http::Validator::ETag { value, .. } => value.to_vec(),
+        http::Validator::LastModified(v) => v.to_vec(),
+    });
+    match code {
+        206 => {
+            let cr = resp
+                .content_range()
+                .map_err(|e| proto(format!("bad Content-Range: {e}")))?;
+            let Some(ContentRange::Bytes { first, last, complete }) = cr else {
+                return Err(proto("206 without a byte Content-Range".into()));
+            };
+            let Some(complete) = complete else {
+                return Err(proto("206 with an unknown complete length (bytes a-b/*)".into()));
+            };
+            if job.probe {
+                if first != 0 {
+                    return Err(proto(format!(
+                        "asked for bytes from 0, got Content-Range {first}-{last}"
+                    )));
+                }
+                sh.total = Some(complete);
+                sh.ranges = true;
+                sh.validator = validator;
+                sh.planned = true;
+                sh.need_fallocate = true;
+                job.seg.end = (last + 1).min(complete);
+                sh.queue = schedule::plan(last + 1, complete, sh.opts.connections, sh.align);
+                if sh.opts.verbose > 0 {
+                    eprintln!(
+                        "ringdl: {complete} bytes, ranges supported, {} segments after the first",
+                        sh.queue.len()
+                    );
+                }
+            } else {
+                if Some(complete) != sh.total {
+                    return Err(Fail::fatal(
+                        Kind::Protocol,
+                        format!(
+                            "{host}: the file size changed from {} to {complete} during the download",
+                            sh.total.unwrap_or(0)
+                        ),
+                    ));
+                }
+                if validator.is_some() && sh.validator.is_some() && validator != sh.validator {
+                    return Err(Fail::fatal(
+                        Kind::Protocol,
+                        format!("{host}: the file changed during the download (validator differs)"),
+                    ));
+                }
+                if first != job.pos || last >= job.seg.end {
+                    return Err(proto(format!(
+                        "asked for bytes {}-{}, got Content-Range {first}-{last}",
+                        job.pos,
+                        job.seg.end - 1
+                    )));
+                }
+            }
+            let n = last - first + 1;
+            job.resp_end = last + 1;
+            job.body = Some(match framing {
+                Framing::Chunked => Body::Chunked(ChunkedDecoder::new()),
+                Framing::Length(l) if l != n => {
+                    return Err(proto(format!(
+                        "Content-Length {l} does not match Content-Range {first}-{last}"
+                    )));
+                }
+                _ => Body::Length(n),
+            });
+            Ok(HeadAction::Body)
+        }
+        200 => {
+            if !job.probe && sh.ranges {
+                return Err(proto(format!(
+                    "answered 200 (whole file) to a Range request for bytes {}-{}",
+                    job.seg.start,
+                    job.seg.end - 1
+                )));
+            }
+            sh.ranges = false;
+            sh.planned = true;
+            sh.queue.clear();
+            sh.validator = validator;
+            job.probe = false;
+            job.seg.start = 0;
+            job.pos = 0;
+            job.body = Some(match framing {
+                Framing::Length(l) => {
+                    sh.total = Some(l);
+                    sh.need_fallocate = true;
+                    job.seg.end = l;
+                    job.resp_end = l;
+                    Body::Length(l)
+                }
+                Framing::Chunked => {
+                    job.seg.end = u64::MAX;
+                    job.resp_end = u64::MAX;
+                    Body::Chunked(ChunkedDecoder::new())
+                }
+                Framing::Close => {
+                    job.seg.end = u64::MAX;
+                    job.resp_end = u64::MAX;
+                    Body::Close
+                }
+                Framing::NoBody => {
+                    sh.total = Some(0);
+                    job.seg.end = 0;
+                    job.resp_end = 0;
+                    Body::Length(0)
+                }
+            });
+            if sh.opts.verbose > 0 {
+                eprintln!("ringdl: the server does not serve ranges: one connection");
+            }
+            Ok(HeadAction::Body)
+        }
+        416 if job.probe => match resp.content_range() {
+            Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
+                sh.total = Some(0);
+                sh.planned = true;
+                job.resp_end = 0;
+                job.seg.end = 0;
+                Ok(HeadAction::Complete)
+            }
+            _ => Err(Fail::fatal(
+                Kind::Protocol,
+                format!("{host}: 416 Range Not Satisfiable for bytes=0-"),
+            )),
+        },
+        301 | 302 | 303 | 307 | 308 if job.probe => {
+            let Some(loc) = resp.header("location") else {
+                return Err(Fail::fatal(
+                    Kind::Protocol,
+                    format!("{host}: {code} redirect without Location"),
+                ));
+            };
+            let to = sh.url.join(loc).map_err(|e| {
+                Fail::fatal(
+                    Kind::Protocol,
+                    format!("{host}: bad Location {:?}: {e}", String::from_utf8_lossy(loc)),
+                )
+            })?;
+            sh.redirect = Some(to);
+            Ok(HeadAction::Complete)
+        }
+        400..=599 => Err(Fail::fatal(
+            Kind::HttpStatus,
+            format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
+        )),
+        _ => Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: unexpected status {code} for a download"),
+        )),
+    }
+}
+
+/// Places body bytes into write blocks (the compaction copy); returns how many of `data`
+/// were taken (fewer when the write pool is empty).
+fn place(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<usize, Fail> {
+    let mut taken = 0;
+    while taken < data.len() {
+        let job = rx.job.as_mut().expect("place with a job");
+        if matches!(job.body, Some(Body::Length(0))) {
+            rx.extra = true;
+            return Ok(data.len());
+        }
+        if rx.wb.as_ref().is_none_or(|wb| wb.is_full()) && !next_block(rx, sh) {
+            return Ok(taken);
+        }
+        let job = rx.job.as_mut().expect("place with a job");
+        let wb = rx.wb.as_mut().expect("block just ensured");
+        let input = &data[taken..];
+        let room = wb.room();
+        let placed = match job.body.as_mut().expect("place after the head") {
+            Body::Length(rem) => {
+                let n = (input.len() as u64).min(*rem).min(room as u64) as usize;
+                wb.compact(&input[..n]);
+                *rem -= n as u64;
+                taken += n;
+                n
+            }
+            Body::Close => {
+                let n = input.len().min(room);
+                wb.compact(&input[..n]);
+                taken += n;
+                n
+            }
+            Body::Chunked(dec) => {
+                // Offer at most `room` bytes so any data range fits the block.
+                let lim = input.len().min(room);
+                let step = dec
+                    .step(&input[..lim])
+                    .map_err(|e| Fail::retry(Kind::Protocol, format!("bad chunked body: {e}")))?;
+                let n = step.data.map_or(0, |r| wb.compact(&input[r]));
+                taken += step.consumed;
+                if step.done {
+                    if taken < data.len() {
+                        rx.extra = true;
+                    }
+                    taken = data.len();
+                } else if step.consumed == 0 {
+                    return Err(Fail::retry(Kind::Internal, "chunked decoder made no progress"));
+                }
+                n
+            }
+        };
+        job.pos += placed as u64;
+        sh.received += placed as u64;
+        if placed > 0 {
+            job.got_bytes = true;
+        }
+    }
+    Ok(taken)
+}
+
+/// Whether the job's body is complete; if so, finish it.
+fn place_done(rx: &mut Rx, sh: &mut Shared<'_>) -> std::result::Result<(), Fail> {
+    let job = rx.job.as_ref().expect("place_done with a job");
+    let done = match job.body.as_ref() {
+        Some(Body::Length(0)) => true,
+        Some(Body::Chunked(d)) => d.is_done(),
+        _ => false,
+    };
+    if rx.wb.as_ref().is_some_and(|wb| wb.is_full()) && !done {
+        let wb = rx.wb.take().expect("full block");
+        sh.to_write.push_back(wb);
+    }
+    if done {
+        let job = rx.job.as_mut().expect("job");
+        if matches!(job.body, Some(Body::Chunked(_))) {
+            job.resp_end = job.pos;
+            sh.total = Some(job.pos);
+        }
+        finish_job(rx, sh);
+    }
+    Ok(())
+}
+
+/// Queues the current block for writing and takes a fresh one at the job's position.
+fn next_block(rx: &mut Rx, sh: &mut Shared<'_>) -> bool {
+    if let Some(wb) = rx.wb.take()
+        && wb.fill > 0
+    {
+        sh.to_write.push_back(wb);
+    }
+    let Some(buf) = sh.pool.alloc() else { return false };
+    let pos = rx.job.as_ref().expect("block for a job").pos;
+    rx.wb = Some(WriteBlock::new(buf, pos));
+    true
+}
+
+/// The response body is complete: queue the last block and requeue what the response did
+/// not cover.
+fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
+    let job = rx.job.take().expect("finish_job with a job");
+    let end = job.pos;
+    let file_end = sh.total.is_some_and(|t| end >= t);
+    let mut requeue_from = end;
+    if let Some(mut wb) = rx.wb.take() {
+        if !file_end && sh.direct && !end.is_multiple_of(sh.align) {
+            // A short response ended inside a block: keep the aligned part, fetch the rest again.
+            let keep = align_down(wb.fill as u64, sh.align) as usize;
+            requeue_from = wb.off + keep as u64;
+            wb.fill = keep;
+        }
+        if wb.fill > 0 {
+            sh.to_write.push_back(wb);
+        }
+    }
+    let seg_end = if sh.ranges {
+        job.seg.end
+    } else {
+        sh.total.unwrap_or(end)
+    };
+    if requeue_from < seg_end && !file_end {
+        let tries = if end > job.seg.start {
+            job.seg.tries
+        } else {
+            job.seg.tries + 1
+        };
+        sh.queue.push_front(Segment {
+            start: requeue_from,
+            end: seg_end,
+            tries,
+        });
+    }
+    if !job.keep_alive {
+        rx.extra = true;
+    }
+}

@@ -1,0 +1,84 @@
+//! Write blocks: aligned buffers that collect a segment's bytes in file order, and the
+//! compaction copy that fills them.
+
+use uring::Buf;
+
+/// A block of the write pool bound to a file offset: `buf[..fill]` holds the bytes of
+/// `off..off + fill`.
+///
+/// INVARIANT: `off` is a multiple of the output alignment; `fill <= buf.len()`.
+pub struct WriteBlock {
+    /// The pool block (taken out while a RECV fills it).
+    pub buf: Option<Buf>,
+    /// File offset of `buf[0]`.
+    pub off: u64,
+    /// Bytes filled so far.
+    pub fill: usize,
+}
+
+impl WriteBlock {
+    /// A new, empty block for file offset `off`.
+    pub fn new(buf: Buf, off: u64) -> WriteBlock {
+        WriteBlock {
+            buf: Some(buf),
+            off,
+            fill: 0,
+        }
+    }
+
+    /// Free room in bytes.
+    pub fn room(&self) -> usize {
+        self.buf.as_ref().map_or(0, |b| b.len() - self.fill)
+    }
+
+    /// Copies as much of `data` as fits (the compaction copy); returns the bytes taken.
+    pub fn compact(&mut self, data: &[u8]) -> usize {
+        let Some(buf) = self.buf.as_mut() else { return 0 };
+        let n = data.len().min(buf.len() - self.fill);
+        buf[self.fill..self.fill + n].copy_from_slice(&data[..n]);
+        self.fill += n;
+        n
+    }
+
+    /// Whether the block is full.
+    pub fn is_full(&self) -> bool {
+        self.room() == 0
+    }
+}
+
+/// Rounds `v` down to a multiple of `align` (a power of two).
+pub fn align_down(v: u64, align: u64) -> u64 {
+    v & !(align - 1)
+}
+
+/// Rounds `v` up to a multiple of `align` (a power of two).
+///
+/// # Panics
+/// On overflow past `u64::MAX` (offsets that large are refused when a response is parsed).
+pub fn align_up(v: u64, align: u64) -> u64 {
+    v.checked_add(align - 1).expect("offset overflow") & !(align - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alignment() {
+        assert_eq!(align_down(4097, 4096), 4096);
+        assert_eq!(align_up(4097, 4096), 8192);
+        assert_eq!(align_up(0, 4096), 0);
+        assert_eq!(align_up(4096, 4096), 4096);
+    }
+
+    #[test]
+    fn compaction_fills_in_order_and_stops_when_full() {
+        let pool = uring::BufPool::new(4096, 1).unwrap();
+        let mut b = WriteBlock::new(pool.alloc().unwrap(), 8192);
+        let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        assert_eq!(b.compact(&data[..1000]), 1000);
+        assert_eq!(b.compact(&data[1000..]), 3096);
+        assert!(b.is_full());
+        assert_eq!(&b.buf.as_ref().unwrap()[..], &data[..4096]);
+    }
+}

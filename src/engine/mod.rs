@@ -1,0 +1,28 @@
+//! Data-plane engines: how body bytes go from the socket to the output.
+//!
+//! `direct` (seed 001): user-space TLS (or plain), plaintext compacted into aligned write
+//! blocks, written with O_DIRECT (WRITE_FIXED when the pool is registered). Plain HTTP
+//! receives straight into the write blocks, with no compaction copy.
+//! `buffered`: the same blocks written through the page cache, for filesystems that refuse
+//! O_DIRECT (ramfs, tmpfs before 6.6) and for standard output.
+
+pub mod blocks;
+
+/// The engine that ran; named in the summary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// Aligned blocks, O_DIRECT writes.
+    Direct,
+    /// Writes through the page cache (or to a pipe).
+    Buffered,
+}
+
+impl EngineKind {
+    /// The name used by `--engine` and the summary.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Direct => "direct",
+            EngineKind::Buffered => "buffered",
+        }
+    }
+}

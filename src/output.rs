@@ -1,0 +1,195 @@
+//! The output file: O_DIRECT probe, `FILE.part`, exact size, rename when complete.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
+
+use crate::cli::{EngineChoice, OutputTarget};
+use crate::engine::EngineKind;
+use crate::err;
+use crate::error::Result;
+
+/// Where body bytes land, and how they must be written.
+pub struct Output {
+    /// The open `.part` file, or a duplicate of standard output.
+    pub fd: OwnedFd,
+    /// Opened with O_DIRECT: every write is aligned in memory, offset and length to `align`.
+    pub direct: bool,
+    /// Offset and length alignment in bytes for O_DIRECT writes (a power of two ≥ 4096);
+    /// also the granularity of segment boundaries.
+    pub align: u64,
+    /// Standard output: writes go in order at the current position, one at a time.
+    pub sequential: bool,
+    /// `FILE.part`, renamed to `final_path` when complete (None for stdout).
+    pub part: Option<PathBuf>,
+    /// The name the user asked for (None for stdout).
+    pub final_path: Option<PathBuf>,
+    force: bool,
+}
+
+/// The path the download ends at: `-o FILE`, or the URL's sanitized last path segment.
+pub fn final_path(target: &OutputTarget, url: &http::Url) -> Option<PathBuf> {
+    match target {
+        OutputTarget::Stdout => None,
+        OutputTarget::File(p) => Some(p.clone()),
+        OutputTarget::Default => Some(PathBuf::from(
+            url.file_name_decoded().unwrap_or_else(|| "index.html".to_owned()),
+        )),
+    }
+}
+
+impl Output {
+    /// Checks that the final name is free (unless `force`) before any network traffic.
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::LocalIo`] when the file exists and `force` is off.
+    pub fn check_free(path: &Path, force: bool) -> Result<()> {
+        if !force && std::fs::symlink_metadata(path).is_ok() {
+            return Err(err!(LocalIo, "{} exists (use --force to replace it)", path.display()));
+        }
+        Ok(())
+    }
+
+    /// Opens the output and picks the engine: O_DIRECT when asked or probed to work
+    /// (statx STATX_DIOALIGN, Linux 6.1+; open(2) EINVAL on ramfs and old tmpfs), else buffered.
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::LocalIo`] when the `.part` file cannot be created, or when
+    /// `--engine direct` was forced on a filesystem that refuses O_DIRECT.
+    pub fn open(
+        target: &OutputTarget,
+        path: Option<PathBuf>,
+        choice: EngineChoice,
+        force: bool,
+    ) -> Result<(Output, EngineKind)> {
+        let Some(final_path) = path else {
+            debug_assert_eq!(*target, OutputTarget::Stdout);
+            let fd = std::io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| err!(LocalIo, "standard output: {e}"))?;
+            let out = Output {
+                fd,
+                direct: false,
+                align: 4096,
+                sequential: true,
+                part: None,
+                final_path: None,
+                force,
+            };
+            return Ok((out, EngineKind::Buffered));
+        };
+        Output::check_free(&final_path, force)?;
+        let mut part = final_path.clone().into_os_string();
+        part.push(".part");
+        let part = PathBuf::from(part);
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC;
+        let mode = Mode::from_raw_mode(0o644);
+        if choice != EngineChoice::Buffered {
+            match rustix::fs::open(&part, flags | OFlags::DIRECT, mode) {
+                Ok(fd) => {
+                    if let Some(align) = dio_align(&fd) {
+                        let out = Output {
+                            fd,
+                            direct: true,
+                            align,
+                            sequential: false,
+                            part: Some(part),
+                            final_path: Some(final_path),
+                            force,
+                        };
+                        return Ok((out, EngineKind::Direct));
+                    }
+                }
+                Err(rustix::io::Errno::INVAL) => {}
+                Err(e) => return Err(err!(LocalIo, "cannot create {}: {e}", part.display())),
+            }
+            if choice == EngineChoice::Direct {
+                return Err(err!(
+                    LocalIo,
+                    "--engine direct: the filesystem of {} refuses O_DIRECT",
+                    part.display()
+                ));
+            }
+        }
+        let fd =
+            rustix::fs::open(&part, flags, mode).map_err(|e| err!(LocalIo, "cannot create {}: {e}", part.display()))?;
+        let out = Output {
+            fd,
+            direct: false,
+            align: 4096,
+            sequential: false,
+            part: Some(part),
+            final_path: Some(final_path),
+            force,
+        };
+        Ok((out, EngineKind::Buffered))
+    }
+
+    /// Sets the exact size: the last O_DIRECT block was padded to the alignment.
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::LocalIo`] when ftruncate(2) fails.
+    pub fn truncate(&self, size: u64) -> Result<()> {
+        rustix::fs::ftruncate(&self.fd, size)
+            .map_err(|e| err!(LocalIo, "{}: ftruncate to {size} bytes: {e}", self.describe()))
+    }
+
+    /// Renames `.part` to the final name; the caller has set the size and fsync'd the data.
+    /// Without `--force` an existing final name is never replaced (renameat2 RENAME_NOREPLACE).
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::LocalIo`] when rename fails; the `.part` stays.
+    pub fn commit(&self) -> Result<()> {
+        let (Some(part), Some(fin)) = (&self.part, &self.final_path) else {
+            return Ok(());
+        };
+        let flags = if self.force {
+            rustix::fs::RenameFlags::empty()
+        } else {
+            rustix::fs::RenameFlags::NOREPLACE
+        };
+        rustix::fs::renameat_with(CWD, part, CWD, fin, flags).map_err(|e| match e {
+            rustix::io::Errno::EXIST => err!(
+                LocalIo,
+                "{} appeared during the download (use --force); data kept in {}",
+                fin.display(),
+                part.display()
+            ),
+            e => err!(LocalIo, "rename {} to {}: {e}", part.display(), fin.display()),
+        })
+    }
+
+    /// Removes an empty `.part` left by a download that wrote nothing (a 404, say).
+    pub fn discard_if_empty(&self) {
+        if let Some(part) = &self.part
+            && rustix::fs::fstat(&self.fd).is_ok_and(|st| st.st_size == 0)
+        {
+            let _ = std::fs::remove_file(part);
+        }
+    }
+
+    /// The output for messages: the `.part` path or "standard output".
+    pub fn describe(&self) -> String {
+        self.part
+            .as_ref()
+            .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string())
+    }
+}
+
+/// O_DIRECT alignment of an open file: `Some(align)` when O_DIRECT works, `None` when the
+/// filesystem reports it unsupported (stx_dio_offset_align = 0). Kernels before 6.1 do not
+/// report STATX_DIOALIGN: 4096 is assumed.
+fn dio_align(fd: &OwnedFd) -> Option<u64> {
+    match rustix::fs::statx(fd.as_fd(), "", AtFlags::EMPTY_PATH, StatxFlags::DIOALIGN) {
+        Ok(st) if st.stx_mask & StatxFlags::DIOALIGN.bits() != 0 => {
+            if st.stx_dio_offset_align == 0 || st.stx_dio_mem_align == 0 {
+                return None;
+            }
+            let a = u64::from(st.stx_dio_offset_align.max(st.stx_dio_mem_align)).max(4096);
+            a.is_power_of_two().then_some(a)
+        }
+        _ => Some(4096),
+    }
+}

@@ -1,0 +1,125 @@
+//! Segments: the byte ranges handed to connections, their tries, and the record of which
+//! ranges have landed on disk.
+
+use std::collections::VecDeque;
+
+use crate::engine::blocks::align_up;
+
+/// Bytes the first request asks for (`Range: bytes=0-4194303`): enough to learn the total
+/// size and validator and to keep connection 1 busy while the others start.
+pub const FIRST_SEGMENT: u64 = 4 << 20;
+/// Smallest planned segment, bytes.
+const MIN_SEGMENT: u64 = 1 << 20;
+/// Largest planned segment, bytes.
+const MAX_SEGMENT: u64 = 256 << 20;
+
+/// A byte range `[start, end)` of the file still to fetch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// First byte, a multiple of the output alignment.
+    pub start: u64,
+    /// One past the last byte; a multiple of the alignment or the file size.
+    pub end: u64,
+    /// Failed attempts so far.
+    pub tries: u32,
+}
+
+/// Splits `[start, total)` into segments for `connections` connections: about four per
+/// connection so a slow one holds little at the end, on `align` boundaries.
+pub fn plan(start: u64, total: u64, connections: usize, align: u64) -> VecDeque<Segment> {
+    let mut q = VecDeque::new();
+    if start >= total {
+        return q;
+    }
+    let rest = total - start;
+    let per = rest.div_ceil(connections as u64 * 4).clamp(MIN_SEGMENT, MAX_SEGMENT);
+    let size = align_up(per, align);
+    let mut s = start;
+    while s < total {
+        let e = s.saturating_add(size).min(total);
+        q.push_back(Segment {
+            start: s,
+            end: e,
+            tries: 0,
+        });
+        s = e;
+    }
+    q
+}
+
+/// Ranges that have been written, merged; tells whether the file is complete.
+#[derive(Default, Debug)]
+pub struct Landed {
+    /// Sorted, disjoint, non-adjacent `[start, end)` ranges.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Landed {
+    /// Records `[start, end)` as written (overlaps and repeats are fine).
+    pub fn add(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let i = self.ranges.partition_point(|r| r.1 < start);
+        let mut s = start;
+        let mut e = end;
+        let mut j = i;
+        while j < self.ranges.len() && self.ranges[j].0 <= e {
+            s = s.min(self.ranges[j].0);
+            e = e.max(self.ranges[j].1);
+            j += 1;
+        }
+        self.ranges.splice(i..j, [(s, e)]);
+    }
+
+    /// Whether exactly `[0, total)` has been written (a zero-length file is complete).
+    pub fn is_complete(&self, total: u64) -> bool {
+        total == 0 || self.ranges == [(0, total)]
+    }
+
+    /// Total bytes covered.
+    pub fn bytes(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1 - r.0).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_covers_exactly_on_aligned_boundaries() {
+        for (start, total, n) in [
+            (0, 1, 1),
+            (4 << 20, 1 << 30, 4),
+            (4096, 100 << 20, 16),
+            (0, (1 << 20) + 1, 64),
+        ] {
+            let q = plan(start, total, n, 4096);
+            assert_eq!(q.front().unwrap().start, start);
+            assert_eq!(q.back().unwrap().end, total);
+            for w in q.iter().collect::<Vec<_>>().windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+                assert_eq!(w[0].end % 4096, 0);
+            }
+        }
+        assert!(plan(10, 10, 4, 4096).is_empty());
+    }
+
+    #[test]
+    fn landed_merges() {
+        let mut l = Landed::default();
+        l.add(4096, 8192);
+        assert!(!l.is_complete(8192));
+        l.add(0, 4096);
+        assert!(l.is_complete(8192));
+        l.add(0, 100);
+        assert!(l.is_complete(8192));
+        l.add(10000, 20000);
+        assert_eq!(l.bytes(), 8192 + 10000);
+        assert!(!l.is_complete(20000));
+        l.add(8192, 10000);
+        assert!(l.is_complete(20000));
+        assert!(Landed::default().is_complete(0));
+    }
+}

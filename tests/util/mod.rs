@@ -1,0 +1,938 @@
+//! Shared harness for the behaviour tests (ripgrep-style `tests/util`).
+//!
+//! - [`TestDir`]: one temporary directory per test, removed when the test ends.
+//! - [`TestCommand`]: runs the `ringdl` binary (or any program) with a timeout and
+//!   returns exit status, stdout and stderr.
+//! - [`sha256_file`], [`sha256_bytes`], [`write_random_file`]: exact-bytes checks on
+//!   deterministic pseudo-random content (seeded xorshift, written in 1 MiB chunks).
+//! - [`nginx`]: one nginx per test process (HTTP, HTTPS, TLS 1.2-only HTTPS and a
+//!   `max_ranges 0` server) on free loopback ports, serving every size in
+//!   [`SERVED_SIZES`] from a temporary document root. It stops, and its directory is
+//!   removed, when the test process exits (see [`Nginx`] for how).
+//!
+//! Every function panics with context instead of returning errors: a harness
+//! failure is a test failure, never a silent pass.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// 1 KiB in bytes.
+pub const KIB: u64 = 1024;
+/// 1 MiB in bytes.
+pub const MIB: u64 = 1024 * 1024;
+
+/// Sizes (bytes) of the files the nginx fixture serves, each generated once per
+/// process as `size-<bytes>.bin`.
+pub const SERVED_SIZES: &[u64] = &[0, 1, 4095, 4096, 4097, MIB + 1, 4 * MIB, 100 * MIB];
+
+/// How long a single command may run before the harness kills it (ms).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// What to tell a developer whose machine lacks a test dependency.
+pub const INSTALL_HINT: &str = "run ./scripts/test.sh (it installs nginx-light, curl, \
+                                util-linux, openssl and musl-tools when missing)";
+
+// ---------------------------------------------------------------------------
+// Temporary directories
+
+/// A directory private to one test, removed (recursively) on drop.
+pub struct TestDir {
+    dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    /// Creates `$TMPDIR/ringdl-test-<name>-XXXXXX`.
+    pub fn new(name: &str) -> TestDir {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("ringdl-test-{name}-"))
+            .tempdir()
+            .unwrap_or_else(|e| panic!("creating temp dir for test {name}: {e}"));
+        TestDir { dir }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `path()/rel`.
+    pub fn join(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// A `ringdl` command whose current directory is this directory.
+    pub fn ringdl(&self) -> TestCommand {
+        let mut cmd = TestCommand::ringdl();
+        cmd.current_dir(self.path());
+        cmd
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running commands
+
+/// Path of the `ringdl` binary Cargo built for these tests.
+pub fn ringdl_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ringdl"))
+}
+
+/// Environment variables removed from every `ringdl` run so the host cannot change
+/// what a test means (trust store, proxies).
+const SCRUBBED_ENV: &[&str] = &[
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "http_proxy",
+    "HTTP_PROXY",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+];
+
+/// A command with a timeout whose output is captured.
+pub struct TestCommand {
+    cmd: Command,
+    timeout: Duration,
+}
+
+impl TestCommand {
+    /// Any program; stdin is `/dev/null`.
+    pub fn new(program: impl AsRef<OsStr>) -> TestCommand {
+        let mut cmd = Command::new(program);
+        cmd.stdin(Stdio::null());
+        TestCommand {
+            cmd,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// The `ringdl` binary with a scrubbed environment (see [`SCRUBBED_ENV`]).
+    pub fn ringdl() -> TestCommand {
+        let mut cmd = TestCommand::new(ringdl_bin());
+        cmd.scrub_env();
+        cmd
+    }
+
+    /// Removes [`SCRUBBED_ENV`] (trust store and proxy variables).
+    pub fn scrub_env(&mut self) -> &mut TestCommand {
+        for var in SCRUBBED_ENV {
+            self.cmd.env_remove(var);
+        }
+        self
+    }
+
+    /// Appends one argument.
+    pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut TestCommand {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Appends arguments.
+    pub fn args<I, S>(&mut self, args: I) -> &mut TestCommand
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd.args(args);
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn env(&mut self, key: impl AsRef<OsStr>, val: impl AsRef<OsStr>) -> &mut TestCommand {
+        self.cmd.env(key, val);
+        self
+    }
+
+    /// Sets the working directory.
+    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut TestCommand {
+        self.cmd.current_dir(dir);
+        self
+    }
+
+    /// Overrides the default timeout (180 s).
+    pub fn timeout(&mut self, timeout: Duration) -> &mut TestCommand {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Runs to completion.
+    ///
+    /// # Panics
+    /// If the program cannot be started or outlives the timeout (it is killed).
+    pub fn run(&mut self) -> Output {
+        self.run_with(|_| {})
+    }
+
+    /// Runs to completion, calling `during(pid)` on this thread right after the start
+    /// (to send a signal, for instance).
+    pub fn run_with(&mut self, during: impl FnOnce(u32)) -> Output {
+        let desc = format!("{:?}", self.cmd);
+        self.cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = self.cmd.spawn().unwrap_or_else(|e| panic!("starting {desc}: {e}"));
+        let stdout = drain(child.stdout.take().expect("piped stdout"));
+        let stderr = drain(child.stderr.take().expect("piped stderr"));
+        during(child.id());
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(5)),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let err = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
+                    panic!(
+                        "{desc} still running after {:?}: killed\n--- stderr ---\n{}",
+                        self.timeout,
+                        tail(&err)
+                    );
+                }
+                Err(e) => panic!("waiting for {desc}: {e}"),
+            }
+        };
+        Output {
+            desc,
+            status,
+            stdout: stdout.join().expect("stdout reader panicked"),
+            stderr: stderr.join().expect("stderr reader panicked"),
+        }
+    }
+}
+
+/// Reads a pipe to its end on a thread (so a chatty child never blocks on a full pipe).
+fn drain(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        buf
+    })
+}
+
+/// The last 4000 characters of a log, enough to explain a failure.
+fn tail(s: &str) -> &str {
+    let mut start = s.len().saturating_sub(4000);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// What a finished command did.
+pub struct Output {
+    /// The command line, for messages.
+    pub desc: String,
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Everything written to stdout.
+    pub stdout: Vec<u8>,
+    /// Everything written to stderr.
+    pub stderr: Vec<u8>,
+}
+
+/// Prefix of the one summary line `ringdl` prints on success (unless `-q`).
+pub const SUMMARY_PREFIX: &str = "ringdl: done:";
+
+impl Output {
+    /// Exit code, `None` when killed by a signal.
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Stderr as text (lossy).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+
+    /// Stdout as text (lossy).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    fn explain(&self) -> String {
+        format!(
+            "command: {}\nstatus: {}\nstdout: {} bytes\n--- stderr ---\n{}",
+            self.desc,
+            self.status,
+            self.stdout.len(),
+            tail(&self.stderr_text())
+        )
+    }
+
+    /// Asserts exit code 0.
+    #[track_caller]
+    pub fn assert_success(&self) -> &Output {
+        self.assert_code(0)
+    }
+
+    /// Asserts the exit code.
+    #[track_caller]
+    pub fn assert_code(&self, code: i32) -> &Output {
+        assert_eq!(self.code(), Some(code), "expected exit code {code}\n{}", self.explain());
+        self
+    }
+
+    /// Stderr lines that start with [`SUMMARY_PREFIX`].
+    pub fn summary_lines(&self) -> Vec<String> {
+        self.stderr_text()
+            .lines()
+            .filter(|l| l.starts_with(SUMMARY_PREFIX))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The summary line; asserts there is exactly one and that it names an engine.
+    #[track_caller]
+    pub fn summary(&self) -> String {
+        let lines = self.summary_lines();
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected exactly one `{SUMMARY_PREFIX}` line\n{}",
+            self.explain()
+        );
+        let line = lines.into_iter().next().unwrap();
+        assert!(
+            line.contains("engine direct") || line.contains("engine buffered"),
+            "summary names no engine (`engine direct` / `engine buffered`): {line}"
+        );
+        line
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Bytes: SHA-256 and deterministic random content
+
+/// Lower-case hex SHA-256 of a byte slice.
+pub fn sha256_bytes(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Lower-case hex SHA-256 of a file, read in 1 MiB chunks.
+pub fn sha256_file(path: &Path) -> String {
+    let mut file = File::open(path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; MIB as usize];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        if n == 0 {
+            return hex(&hasher.finalize());
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// xorshift64* (Vigna): fast, seedable, good enough to make every byte matter.
+pub struct XorShift(u64);
+
+impl XorShift {
+    /// A generator for `seed` (any value, zero included).
+    pub fn new(seed: u64) -> XorShift {
+        XorShift((seed ^ 0x9E37_79B9_7F4A_7C15).max(1))
+    }
+
+    /// Next 64 bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Fills `buf` (any length).
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        let mut words = buf.chunks_exact_mut(8);
+        for w in &mut words {
+            w.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        let rest = words.into_remainder();
+        let last = self.next_u64().to_le_bytes();
+        rest.copy_from_slice(&last[..rest.len()]);
+    }
+}
+
+/// Writes `size` pseudo-random bytes (seeded, so reproducible) to `path` in 1 MiB
+/// chunks; returns their SHA-256.
+pub fn write_random_file(path: &Path, size: u64, seed: u64) -> String {
+    let mut file = File::create(path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+    let mut rng = XorShift::new(seed);
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; MIB as usize];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(MIB) as usize;
+        rng.fill(&mut buf[..n]);
+        hasher.update(&buf[..n]);
+        file.write_all(&buf[..n])
+            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        left -= n as u64;
+    }
+    hex(&hasher.finalize())
+}
+
+// ---------------------------------------------------------------------------
+// Host facts
+
+/// Effective uid, from `/proc/self/status` (no libc).
+pub fn euid() -> u32 {
+    static EUID: OnceLock<u32> = OnceLock::new();
+    *EUID.get_or_init(|| {
+        let status = fs::read_to_string("/proc/self/status").expect("reading /proc/self/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|e| e.parse().ok())
+            .expect("no effective uid in /proc/self/status")
+    })
+}
+
+/// True when the tests run as root.
+pub fn is_root() -> bool {
+    euid() == 0
+}
+
+/// True when `program --version` (or `-V`) starts; used to skip or fail clearly.
+pub fn have_program(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// Filesystem type of the mount holding `path` (`ext4`, `tmpfs`, `ramfs`, …), from
+/// `/proc/self/mountinfo` (proc(5)): the longest mount point that is a prefix of the
+/// canonical path wins; for stacked mounts the last entry wins.
+pub fn fs_type(path: &Path) -> Option<String> {
+    let path = path.canonicalize().ok()?;
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut best: Option<(usize, String)> = None;
+    for line in info.lines() {
+        let (left, right) = line.split_once(" - ")?;
+        let mount_point = unescape_mountinfo(left.split(' ').nth(4)?);
+        let fstype = right.split(' ').next()?.to_owned();
+        if path.starts_with(&mount_point) {
+            let depth = Path::new(&mount_point).components().count();
+            if best.as_ref().is_none_or(|(d, _)| depth >= *d) {
+                best = Some((depth, fstype));
+            }
+        }
+    }
+    best.map(|(_, t)| t)
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|d| (b'0'..=b'7').contains(d)) {
+            let digit = |k: usize| u32::from(b[i + k] - b'0');
+            out.push((digit(1) * 64 + digit(2) * 8 + digit(3)) as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// True when `path` is on a filesystem known to accept O_DIRECT (ext4, xfs, btrfs),
+/// where `--engine auto` must pick `direct`. Elsewhere (tmpfs, overlayfs, 9p, …) the
+/// tests accept either engine.
+pub fn surely_supports_o_direct(path: &Path) -> bool {
+    matches!(fs_type(path).as_deref(), Some("ext4" | "xfs" | "btrfs"))
+}
+
+/// A loopback TCP port that nothing listens on right now (bind to port 0, read the
+/// port, close). With `also_v6`, the same port is free on `[::1]` too.
+pub fn free_port(also_v6: bool) -> u16 {
+    for _ in 0..100 {
+        let v4 = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+        let port = v4.local_addr().unwrap().port();
+        if !also_v6 || TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, port))).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port found in 100 tries");
+}
+
+/// True when `127.0.0.1:port` accepts a TCP connection.
+fn accepts(port: u16) -> bool {
+    TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200)).is_ok()
+}
+
+// ---------------------------------------------------------------------------
+// A tiny HTTP/1.1 client, only to test the harness itself
+
+/// A raw response: status code, lower-cased headers, body.
+pub struct RawResponse {
+    /// Status code.
+    pub status: u16,
+    /// Header fields, names lower-cased.
+    pub headers: BTreeMap<String, String>,
+    /// Body bytes (everything after the head; the request asks for `Connection: close`).
+    pub body: Vec<u8>,
+}
+
+/// `GET path` on `127.0.0.1:port` over plain TCP with `Connection: close`.
+pub fn http_get_raw(port: u16, path: &str, extra_headers: &[(&str, &str)]) -> RawResponse {
+    let mut stream =
+        TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("connecting to 127.0.0.1:{port}: {e}"));
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for (k, v) in extra_headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut all = Vec::new();
+    stream.read_to_end(&mut all).unwrap();
+    let end = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("no end of response head");
+    let head = String::from_utf8_lossy(&all[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line in {head:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    RawResponse {
+        status,
+        headers,
+        body: all[end + 4..].to_vec(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The nginx fixture
+
+/// One file the fixture serves.
+pub struct ServedFile {
+    /// URL path segment and file name: `size-<bytes>.bin`.
+    pub name: String,
+    /// Bytes.
+    pub size: u64,
+    /// Lower-case hex SHA-256 of the content.
+    pub sha256: String,
+}
+
+/// The nginx serving this test process.
+///
+/// Lifetime: nginx runs with `daemon off` under a small `sh` wrapper whose stdin is
+/// a pipe from this process. A watcher in the wrapper blocks on that pipe; the write
+/// end lives in a `static` and is never closed, so EOF arrives exactly when the test
+/// process exits (normally, by panic, or by a signal). The watcher then sends SIGTERM
+/// to nginx (which stops its workers), the wrapper waits for it and removes the
+/// fixture directory. Nothing is left behind after `cargo test`.
+pub struct Nginx {
+    /// Plain HTTP on `127.0.0.1` (and `[::1]` when [`Nginx::ipv6`]).
+    pub http_port: u16,
+    /// HTTPS (TLS 1.2 and 1.3).
+    pub https_port: u16,
+    /// HTTPS limited to TLS 1.2.
+    pub tls12_port: u16,
+    /// Plain HTTP with `max_ranges 0`: Range requests get the whole file with 200.
+    pub norange_port: u16,
+    /// True when the servers also listen on `[::1]`.
+    pub ipv6: bool,
+    base: PathBuf,
+    ca_pem: PathBuf,
+    files: Vec<ServedFile>,
+    /// Keeps the wrapper alive: dropping the stdin (only at process exit) stops nginx.
+    _lifeline: Mutex<(Child, ChildStdin)>,
+}
+
+/// nginx binary, overridable with `RINGDL_TEST_NGINX`.
+fn nginx_bin() -> PathBuf {
+    std::env::var_os("RINGDL_TEST_NGINX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"))
+}
+
+/// The process-wide nginx, started on first use.
+///
+/// # Panics
+/// When nginx is missing or does not start: the message says how to fix it.
+pub fn nginx() -> &'static Nginx {
+    static NGINX: OnceLock<Nginx> = OnceLock::new();
+    NGINX.get_or_init(Nginx::start)
+}
+
+/// The wrapper; `$1` nginx, `$2` run dir (prefix, conf, logs), `$3` fixture dir.
+/// The watcher reads fd 3 (our pipe) and only ever signals nginx while the wrapper
+/// has not reaped it, so a recycled pid is never hit.
+const WRAPPER: &str = r#"
+exec 3<&0 0</dev/null
+"$1" -p "$2/" -c "$2/nginx.conf" -e "$2/error.log" -g 'daemon off;' 3<&- &
+pid=$!
+( cat <&3 >/dev/null; : > "$2/stopping"; kill -TERM "$pid" 2>/dev/null ) &
+watcher=$!
+exec 3<&-
+wait "$pid"
+rc=$?
+if [ -e "$2/stopping" ]; then
+    rm -rf -- "$3"
+else
+    kill "$watcher" 2>/dev/null
+fi
+exit "$rc"
+"#;
+
+enum StartError {
+    /// A port was taken between choosing it and nginx binding it: try other ports.
+    PortTaken,
+    Fatal(String),
+}
+
+impl Nginx {
+    fn start() -> Nginx {
+        let bin = nginx_bin();
+        if !bin.exists() {
+            panic!(
+                "nginx not found at {}: the behaviour tests need a real nginx; {INSTALL_HINT} \
+                 (or set RINGDL_TEST_NGINX)",
+                bin.display()
+            );
+        }
+        let base = tempfile::Builder::new()
+            .prefix("ringdl-nginx-")
+            .tempdir()
+            .expect("creating the nginx fixture dir")
+            .keep();
+        let www = base.join("www");
+        fs::create_dir(&www).unwrap();
+        let files = SERVED_SIZES
+            .iter()
+            .map(|&size| {
+                let name = format!("size-{size}.bin");
+                let sha256 = write_random_file(&www.join(&name), size, size);
+                ServedFile { name, size, sha256 }
+            })
+            .collect();
+        let tls = base.join("tls");
+        fs::create_dir(&tls).unwrap();
+        let ca_pem = make_tls(&tls);
+        let ipv6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, 0))).is_ok();
+        let modules = nginx_modules(&bin);
+
+        for attempt in 1..=8 {
+            let run = base.join(format!("run-{attempt}"));
+            fs::create_dir_all(run.join("tmp")).unwrap();
+            let ports = [(); 4].map(|_| free_port(ipv6));
+            if ports.iter().collect::<std::collections::HashSet<_>>().len() != 4 {
+                continue;
+            }
+            let conf = nginx_conf(&run, &www, &tls, ports, ipv6, &modules);
+            fs::write(run.join("nginx.conf"), conf).unwrap();
+            let log = File::create(run.join("wrapper.log")).unwrap();
+            let mut child = Command::new("sh")
+                .arg("-c")
+                .arg(WRAPPER)
+                .arg("ringdl-test-nginx")
+                .arg(&bin)
+                .arg(&run)
+                .arg(&base)
+                .stdin(Stdio::piped())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting sh for nginx: {e}"));
+            let stdin = child.stdin.take().unwrap();
+            match wait_ready(&mut child, &run, &ports) {
+                Ok(()) => {
+                    let [http_port, https_port, tls12_port, norange_port] = ports;
+                    return Nginx {
+                        http_port,
+                        https_port,
+                        tls12_port,
+                        norange_port,
+                        ipv6,
+                        base,
+                        ca_pem,
+                        files,
+                        _lifeline: Mutex::new((child, stdin)),
+                    };
+                }
+                Err(StartError::PortTaken) => {
+                    drop(stdin);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                Err(StartError::Fatal(msg)) => {
+                    drop(stdin);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let _ = fs::remove_dir_all(&base);
+                    panic!("nginx did not start: {msg}\n({INSTALL_HINT})");
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&base);
+        panic!("nginx: ports kept being taken, gave up after 8 attempts");
+    }
+
+    /// The file of `size` bytes (one of [`SERVED_SIZES`]).
+    #[track_caller]
+    pub fn file(&self, size: u64) -> &ServedFile {
+        self.files
+            .iter()
+            .find(|f| f.size == size)
+            .unwrap_or_else(|| panic!("the fixture serves no {size}-byte file: add it to SERVED_SIZES"))
+    }
+
+    /// The document root.
+    pub fn www(&self) -> PathBuf {
+        self.base.join("www")
+    }
+
+    /// PEM of the CA that issued the HTTPS servers' certificate (`--ca-certificate`).
+    pub fn ca_pem(&self) -> &Path {
+        &self.ca_pem
+    }
+
+    /// `http://127.0.0.1:<http_port>/<path>`.
+    pub fn http_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}/{path}", self.http_port)
+    }
+
+    /// `https://127.0.0.1:<https_port>/<path>`.
+    pub fn https_url(&self, path: &str) -> String {
+        self.https_url_host("127.0.0.1", path)
+    }
+
+    /// `https://<host>:<https_port>/<path>` (`localhost`, `127.0.0.1`, `[::1]`).
+    pub fn https_url_host(&self, host: &str, path: &str) -> String {
+        format!("https://{host}:{}/{path}", self.https_port)
+    }
+
+    /// `https://127.0.0.1:<tls12_port>/<path>` (TLS 1.2 only).
+    pub fn tls12_url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}/{path}", self.tls12_port)
+    }
+
+    /// `http://127.0.0.1:<norange_port>/<path>` (`max_ranges 0`).
+    pub fn norange_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}/{path}", self.norange_port)
+    }
+
+    /// `http://127.0.0.1:<http_port>/slow/<path>`: the same files at 256 KiB/s.
+    pub fn slow_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}/slow/{path}", self.http_port)
+    }
+}
+
+/// Generates a CA and a leaf for `localhost`, `127.0.0.1` and `::1` (rcgen, ECDSA
+/// P-256) into `dir`: `ca.pem`, `server.pem` (leaf + CA), `server.key`. Returns the
+/// CA path. A separate CA (rather than a self-signed leaf) keeps webpki happy: it
+/// refuses a CA certificate used as an end entity.
+fn make_tls(dir: &Path) -> PathBuf {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.distinguished_name.push(DnType::CommonName, "ringdl test CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).expect("generating the test CA");
+
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+    let mut leaf_params = CertificateParams::new(names).unwrap();
+    leaf_params.distinguished_name.push(DnType::CommonName, "localhost");
+    leaf_params.is_ca = IsCa::ExplicitNoCa;
+    leaf_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = leaf_params
+        .signed_by(&leaf_key, &ca)
+        .expect("signing the server certificate");
+
+    let ca_path = dir.join("ca.pem");
+    fs::write(&ca_path, ca.pem()).unwrap();
+    fs::write(dir.join("server.pem"), leaf.pem() + &ca.pem()).unwrap();
+    fs::write(dir.join("server.key"), leaf_key.serialize_pem()).unwrap();
+    ca_path
+}
+
+/// Temp-path directives this nginx knows (each module with a temp path may be
+/// compiled out; an unknown directive would stop nginx).
+fn nginx_modules(bin: &Path) -> Vec<&'static str> {
+    let out = Command::new(bin)
+        .arg("-V")
+        .output()
+        .unwrap_or_else(|e| panic!("running {} -V: {e}", bin.display()));
+    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    ["proxy", "fastcgi", "uwsgi", "scgi"]
+        .into_iter()
+        .filter(|m| !text.contains(&format!("--without-http_{m}_module")))
+        .collect()
+}
+
+fn nginx_conf(
+    run: &Path,
+    www: &Path,
+    tls: &Path,
+    [http, https, tls12, norange]: [u16; 4],
+    ipv6: bool,
+    modules: &[&str],
+) -> String {
+    let run = run.display();
+    let tls = tls.display();
+    let listen = |port: u16, extra: &str| {
+        let mut s = format!("listen 127.0.0.1:{port}{extra};");
+        if ipv6 {
+            s.push_str(&format!(" listen [::1]:{port}{extra};"));
+        }
+        s
+    };
+    let temp_paths: String = modules
+        .iter()
+        .map(|m| format!("    {m}_temp_path \"{run}/tmp/{m}\";\n"))
+        .collect();
+    // Workers must read files in a root-owned 0700 temp dir: run them as root then.
+    let user = if is_root() { "user root;" } else { "" };
+    format!(
+        r#"{user}
+worker_processes 2;
+pid "{run}/nginx.pid";
+error_log "{run}/error.log" warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log "{run}/access.log";
+    client_body_temp_path "{run}/tmp/client_body";
+{temp_paths}    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    server_tokens off;
+    keepalive_timeout 60s;
+    keepalive_requests 100000;
+    root "{www}";
+    ssl_certificate "{tls}/server.pem";
+    ssl_certificate_key "{tls}/server.key";
+    server {{
+        {http_listen}
+        location /slow/ {{ alias "{www}/"; limit_rate 256k; }}
+    }}
+    server {{
+        {https_listen}
+        ssl_protocols TLSv1.2 TLSv1.3;
+    }}
+    server {{
+        {tls12_listen}
+        ssl_protocols TLSv1.2;
+    }}
+    server {{
+        {norange_listen}
+        max_ranges 0;
+    }}
+}}
+"#,
+        www = www.display(),
+        http_listen = listen(http, ""),
+        https_listen = listen(https, " ssl"),
+        tls12_listen = listen(tls12, " ssl"),
+        norange_listen = listen(norange, ""),
+    )
+}
+
+/// Waits until nginx wrote its pid file (it does so after binding every listening
+/// socket) and every port accepts a connection.
+fn wait_ready(child: &mut Child, run: &Path, ports: &[u16]) -> Result<(), StartError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let log = || {
+        let read = |name: &str| fs::read_to_string(run.join(name)).unwrap_or_default();
+        format!("{}{}", read("error.log"), read("wrapper.log"))
+    };
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for the nginx wrapper") {
+            let log = log();
+            if log.contains("Address already in use") {
+                return Err(StartError::PortTaken);
+            }
+            return Err(StartError::Fatal(format!(
+                "nginx exited with {status}; config {}:\n{log}",
+                run.join("nginx.conf").display()
+            )));
+        }
+        let pid_written = fs::read_to_string(run.join("nginx.pid")).is_ok_and(|p| !p.trim().is_empty());
+        if pid_written && ports.iter().all(|&p| accepts(p)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(StartError::Fatal(format!("not ready after 30 s:\n{}", log())));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Small file helpers
+
+/// Asserts `path` holds exactly the bytes of `file`.
+#[track_caller]
+pub fn assert_same_bytes(path: &Path, file: &ServedFile) {
+    let meta = fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(meta.len(), file.size, "size of {}", path.display());
+    assert_eq!(
+        sha256_file(path),
+        file.sha256,
+        "SHA-256 of {} differs from {}",
+        path.display(),
+        file.name
+    );
+}
+
+/// `FILE.part` for `FILE`.
+pub fn part_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".part");
+    PathBuf::from(s)
+}
+
+/// Sets Unix permission bits.
+pub fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {mode:o} {}: {e}", path.display()));
+}
+
+/// True when something (file, dir, dangling symlink) is at `path`.
+pub fn exists(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok()
+}
