@@ -54,6 +54,63 @@ pub struct Options {
     pub connect_timeout_s: u64,
     /// `--stall-timeout SECONDS`: a connection that moves no byte this long is reset.
     pub stall_timeout_s: u64,
+    /// `-c/--continue`: resume `FILE.part` from its control file.
+    pub resume: bool,
+    /// `--max-redirects N`.
+    pub max_redirects: u32,
+    /// `--allow-downgrade`: follow a redirect from https to http.
+    pub allow_downgrade: bool,
+    /// `--retry-wait SECONDS`: first backoff before a retry; doubles per try, with jitter.
+    pub retry_wait_s: f64,
+    /// `--checksum ALG=HEX`: verified before the rename.
+    pub checksum: Option<Checksum>,
+    /// `--content-disposition`: name the file from the Content-Disposition header.
+    pub content_disposition: bool,
+}
+
+/// An expected digest, `--checksum sha-256=HEX` or `sha-512=HEX`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checksum {
+    /// `sha-256` or `sha-512`.
+    pub algorithm: &'static ring::digest::Algorithm,
+    /// The name as given on the command line, lowercased.
+    pub name: &'static str,
+    /// Expected digest bytes.
+    pub expected: Vec<u8>,
+}
+
+impl Checksum {
+    /// Parses `sha-256=HEX` / `sha-512=HEX` (also `sha256`, `sha512`; hex in either case).
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::Usage`] for an unknown algorithm or a digest of the wrong length.
+    pub fn parse(v: &str) -> Result<Checksum> {
+        let (alg, hex) = v
+            .split_once('=')
+            .ok_or_else(|| err!(Usage, "--checksum wants ALG=HEX, e.g. sha-256=9f86d0..."))?;
+        let (algorithm, name) = match alg.to_ascii_lowercase().as_str() {
+            "sha-256" | "sha256" => (&ring::digest::SHA256, "sha-256"),
+            "sha-512" | "sha512" => (&ring::digest::SHA512, "sha-512"),
+            a => return Err(err!(Usage, "--checksum: unknown algorithm {a:?} (sha-256 or sha-512)")),
+        };
+        let hex = hex.trim();
+        if hex.len() != 2 * algorithm.output_len() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(err!(
+                Usage,
+                "--checksum: a {name} digest is {} hex digits",
+                2 * algorithm.output_len()
+            ));
+        }
+        let expected = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex checked"))
+            .collect();
+        Ok(Checksum {
+            algorithm,
+            name,
+            expected,
+        })
+    }
 }
 
 /// What the command line asks for.
@@ -83,6 +140,12 @@ Options:
       --max-tries N         attempts per segment before giving up (default 5)
       --connect-timeout S   seconds to wait for a TCP connect (default 30)
       --stall-timeout S     reset a connection that moves no byte for S seconds (default 60)
+  -c, --continue            resume FILE.part from its control file (FILE.part.ringdl)
+      --max-redirects N     redirects to follow (default 10)
+      --allow-downgrade     follow a redirect from https to http
+      --retry-wait S        first wait before a retry, doubled per try (default 0.5)
+      --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
+      --content-disposition name the file from Content-Disposition (base name only)
   -q, --quiet               no progress line, no summary
   -v, --verbose             say more (engine choice, segments, retries); repeat for more
   -h, --help                print this help
@@ -92,7 +155,7 @@ Trust: bundled Mozilla roots (webpki-roots), plus SSL_CERT_FILE and SSL_CERT_DIR
 plus --ca-certificate.
 
 Exit status: 0 ok, 1 internal error, 2 usage, 3 network, 4 TLS, 5 HTTP status,
-6 protocol violation, 7 local I/O, 8 interrupted.
+6 protocol violation, 7 local I/O, 8 interrupted, 9 checksum mismatch.
 ";
 
 /// Parses `args` (without the program name).
@@ -116,6 +179,12 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         max_tries: 5,
         connect_timeout_s: 30,
         stall_timeout_s: 60,
+        resume: false,
+        max_redirects: 10,
+        allow_downgrade: false,
+        retry_wait_s: 0.5,
+        checksum: None,
+        content_disposition: false,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -124,6 +193,9 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Short('V') | Long("version") => return Ok(Command::Version),
             Short('o') | Long("output") => {
                 let v = p.value().map_err(usage)?;
+                if v.is_empty() {
+                    return Err(err!(Usage, "-o needs a file name"));
+                }
                 o.output = if v == "-" {
                     OutputTarget::Stdout
                 } else {
@@ -131,7 +203,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 };
             }
             Short('x') | Long("connections") => {
-                let n: usize = p.value().map_err(usage)?.parse().map_err(usage)?;
+                let n: usize = number(&mut p, "--connections")?;
                 if !(1..=64).contains(&n) {
                     return Err(err!(Usage, "--connections must be 1 to 64, not {n}"));
                 }
@@ -158,17 +230,32 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Short('q') | Long("quiet") => o.quiet = true,
             Short('v') | Long("verbose") => o.verbose = o.verbose.saturating_add(1),
             Long("max-tries") => {
-                o.max_tries = p.value().map_err(usage)?.parse().map_err(usage)?;
+                o.max_tries = number(&mut p, "--max-tries")?;
                 if o.max_tries == 0 {
                     return Err(err!(Usage, "--max-tries must be at least 1"));
                 }
             }
             Long("connect-timeout") => {
-                o.connect_timeout_s = positive(p.value().map_err(usage)?.parse().map_err(usage)?, "--connect-timeout")?;
+                o.connect_timeout_s = positive(number(&mut p, "--connect-timeout")?, "--connect-timeout")?;
             }
             Long("stall-timeout") => {
-                o.stall_timeout_s = positive(p.value().map_err(usage)?.parse().map_err(usage)?, "--stall-timeout")?;
+                o.stall_timeout_s = positive(number(&mut p, "--stall-timeout")?, "--stall-timeout")?;
             }
+            Short('c') | Long("continue") => o.resume = true,
+            Long("max-redirects") => o.max_redirects = number(&mut p, "--max-redirects")?,
+            Long("allow-downgrade") => o.allow_downgrade = true,
+            Long("retry-wait") => {
+                let v: f64 = number(&mut p, "--retry-wait")?;
+                if !(0.0..=3600.0).contains(&v) {
+                    return Err(err!(Usage, "--retry-wait must be 0 to 3600 seconds"));
+                }
+                o.retry_wait_s = v;
+            }
+            Long("checksum") => {
+                let v = p.value().map_err(usage)?;
+                o.checksum = Some(Checksum::parse(&v.to_string_lossy())?);
+            }
+            Long("content-disposition") => o.content_disposition = true,
             Value(v) if url.is_none() => {
                 url = Some(
                     v.into_string()
@@ -180,6 +267,14 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     }
     o.url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
     Ok(Command::Download(Box::new(o)))
+}
+
+/// The value of option `name` as a number.
+fn number<T: std::str::FromStr>(p: &mut lexopt::Parser, name: &str) -> Result<T> {
+    let v = p.value().map_err(|e| err!(Usage, "{e} (see ringdl --help)"))?;
+    let s = v.to_string_lossy();
+    s.parse()
+        .map_err(|_| err!(Usage, "{name}: {s:?} is not a valid number"))
 }
 
 fn positive(v: u64, name: &str) -> Result<u64> {

@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ use crate::err;
 use crate::error::{Error, Kind, Result};
 use crate::output::Output;
 use crate::progress::Progress;
+use crate::resume::State;
 use crate::schedule::{self, FIRST_SEGMENT, Landed, Segment};
 
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
@@ -41,6 +43,7 @@ const TAG_FALLOCATE: u64 = 4 << 32;
 const TAG_FSYNC: u64 = 5 << 32;
 const TAG_IGNORE: u64 = 6 << 32;
 const TAG_SIGNAL: u64 = 7 << 32;
+const TAG_CONTROL: u64 = 8 << 32;
 const TAG_KIND: u64 = 0xffff_ffff << 32;
 
 /// How a finished download went.
@@ -63,6 +66,10 @@ pub struct Summary {
     pub elapsed: Duration,
     /// Registered buffers (READ_FIXED/WRITE_FIXED) were used.
     pub registered: bool,
+    /// Digest of the whole file when `--checksum` asked for one.
+    pub digest: Option<ring::digest::Digest>,
+    /// A sanitized file name from Content-Disposition (`--content-disposition`).
+    pub disposition: Option<String>,
 }
 
 /// Why a connection's work stopped.
@@ -71,6 +78,8 @@ struct Fail {
     msg: String,
     /// Worth trying the segment again on a new connection.
     retry: bool,
+    /// Wait at least this long first (Retry-After).
+    delay: Option<Duration>,
 }
 
 impl Fail {
@@ -79,6 +88,7 @@ impl Fail {
             kind,
             msg: msg.into(),
             retry: true,
+            delay: None,
         }
     }
     fn fatal(kind: Kind, msg: impl Into<String>) -> Fail {
@@ -86,6 +96,7 @@ impl Fail {
             kind,
             msg: msg.into(),
             retry: false,
+            delay: None,
         }
     }
 }
@@ -165,6 +176,8 @@ struct Conn {
     clean_close: bool,
     /// Gave up on this slot: every address failed `--max-tries` times.
     dead: bool,
+    /// Backoff: do not reconnect before this instant.
+    not_before: Option<Instant>,
     last_io: Instant,
     rx: Rx,
 }
@@ -189,6 +202,7 @@ impl Conn {
             requests: 0,
             clean_close: false,
             dead: false,
+            not_before: None,
             last_io: Instant::now(),
             rx: Rx::default(),
         }
@@ -217,6 +231,8 @@ struct Shared<'a> {
     file: bool,
     queue: VecDeque<Segment>,
     probe_assigned: bool,
+    /// Failed attempts of the first request.
+    probe_tries: u32,
     planned: bool,
     ranges: bool,
     total: Option<u64>,
@@ -229,6 +245,23 @@ struct Shared<'a> {
     redirect: Option<Url>,
     need_fallocate: bool,
     used: Vec<bool>,
+    /// Control-file state to validate against the first 206.
+    resume: Option<State>,
+    /// No new request before this instant (Retry-After of a 503/429).
+    hold_until: Option<Instant>,
+    disposition: Option<String>,
+}
+
+/// Where a download goes and what it resumes.
+pub struct Target<'a> {
+    /// The open output.
+    pub out: &'a Output,
+    /// State read from the control file (`-c`), validated against the server's answer.
+    pub resume: Option<State>,
+    /// The control file to keep current (None for standard output).
+    pub control: Option<PathBuf>,
+    /// signalfd for SIGINT/SIGTERM.
+    pub signals: Option<RawFd>,
 }
 
 /// Runs one download of `url` into `out`.
@@ -240,10 +273,16 @@ pub fn run(
     opts: &Options,
     tls: Option<Arc<ClientConfig>>,
     addrs: Vec<SocketAddr>,
-    out: &Output,
+    target: Target<'_>,
     progress: &mut Progress,
-    signals: Option<RawFd>,
 ) -> Result<Outcome> {
+    let Target {
+        out,
+        resume,
+        control,
+        signals,
+    } = target;
+    let resuming = resume.is_some();
     let n = opts.connections;
     let server_name = match &tls {
         Some(_) => Some(crate::tls::server_name(url.host())?),
@@ -289,6 +328,7 @@ pub fn run(
         file: out.part.is_some(),
         queue: VecDeque::new(),
         probe_assigned: false,
+        probe_tries: 0,
         planned: false,
         ranges: false,
         total: None,
@@ -300,6 +340,9 @@ pub fn run(
         redirect: None,
         need_fallocate: false,
         used: vec![false; n],
+        resume,
+        hold_until: None,
+        disposition: None,
     };
     let mut dl = Loop {
         ring,
@@ -314,7 +357,16 @@ pub fn run(
         waiting: VecDeque::new(),
         started: Instant::now(),
         tls_info: None,
-        tick: Duration::from_millis(if progress.visible() { 250 } else { 1000 }),
+        tick: Duration::from_millis(250),
+        control,
+        saved_bytes: 0,
+        sync_snapshot: None,
+        last_sync: Instant::now(),
+        stream_digest: opts
+            .checksum
+            .as_ref()
+            .filter(|_| out.sequential)
+            .map(|c| ring::digest::Context::new(c.algorithm)),
     };
     dl.push(Op::Timeout { after: dl.tick }, TAG_TICK)?;
     // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
@@ -333,23 +385,19 @@ pub fn run(
     for i in 0..n {
         dl.connect(i)?;
     }
-    loop {
-        dl.kick()?;
-        dl.flush_writes()?;
-        if let Some(e) = dl.sh.fatal.take() {
+    match dl.event_loop(progress) {
+        Ok(Some(u)) => return Ok(Outcome::Redirect(u)),
+        Ok(None) => {}
+        Err(e) => {
+            // Keep what landed: a later `-c` resumes from the control file. A `.part` that
+            // holds nothing (only preallocated zeros) is removed.
+            if dl.sh.landed.bytes() == 0 && !resuming {
+                out.remove_part();
+            } else {
+                dl.save_control(None);
+            }
+            progress.clear();
             return Err(e);
-        }
-        if let Some(u) = dl.sh.redirect.take() {
-            return Ok(Outcome::Redirect(u));
-        }
-        if dl.finished() {
-            break;
-        }
-        dl.ring
-            .submit_and_wait(1)
-            .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
-        while let Some(c) = dl.ring.next_completion() {
-            dl.complete(c, progress)?;
         }
     }
     let total = dl.sh.total.unwrap_or(dl.sh.received);
@@ -362,37 +410,38 @@ pub fn run(
     }
     if dl.sh.file {
         out.truncate(total)?;
-        dl.push(
+        let r = dl.wait_for(
             Op::Fsync {
                 fd: dl.out_fd,
                 datasync: false,
             },
             TAG_FSYNC,
         )?;
-        loop {
-            dl.ring
-                .submit_and_wait(1)
-                .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
-            let mut synced = None;
-            while let Some(c) = dl.ring.next_completion() {
-                if c.tag == TAG_FSYNC {
-                    synced = Some(c.result);
-                }
-            }
-            match synced {
-                Some(r) if r < 0 => return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r))),
-                Some(_) => break,
-                None => {}
-            }
+        if r < 0 {
+            return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
         }
     }
     progress.clear();
+    let digest = match (&opts.checksum, &out.part) {
+        (Some(c), Some(part)) => Some(crate::verify::file_digest(
+            &mut dl.ring,
+            &dl.sh.pool,
+            part,
+            out.direct,
+            total,
+            c.algorithm,
+        )?),
+        (Some(_), None) => dl.stream_digest.take().map(|d| d.finish()),
+        _ => None,
+    };
     Ok(Outcome::Done(Summary {
         bytes: total,
         connections: dl.sh.used.iter().filter(|u| **u).count().max(1),
         tls: dl.tls_info.unwrap_or_else(|| "plain".to_owned()),
         elapsed: dl.started.elapsed(),
         registered,
+        digest,
+        disposition: dl.sh.disposition.take(),
     }))
 }
 
@@ -411,6 +460,27 @@ struct Loop<'a> {
     started: Instant,
     tls_info: Option<String>,
     tick: Duration,
+    /// The control file, kept current while the download runs.
+    control: Option<PathBuf>,
+    /// Bytes covered by the last saved control file.
+    saved_bytes: u64,
+    /// Ranges that an fdatasync in flight will make durable; saved when it completes.
+    sync_snapshot: Option<Vec<(u64, u64)>>,
+    /// When the last periodic fdatasync for the control file was pushed.
+    last_sync: Instant,
+    /// In-order digest of what goes to standard output (`--checksum` with `-o -`).
+    stream_digest: Option<ring::digest::Context>,
+}
+
+/// Wait before retry number `attempt` (1-based): `base * 2^(attempt-1)`, capped at 30 s,
+/// times a jitter factor in [0.5, 1.5) so connections do not retry in lockstep.
+fn backoff(base_s: f64, attempt: u32) -> Duration {
+    let exp = base_s * f64::from(1u32 << attempt.saturating_sub(1).min(16));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let jitter = 0.5 + f64::from(nanos % 1000) / 1000.0;
+    Duration::from_secs_f64((exp.min(30.0) * jitter).max(0.0))
 }
 
 fn errno(res: i32) -> rustix::io::Errno {
@@ -418,6 +488,64 @@ fn errno(res: i32) -> rustix::io::Errno {
 }
 
 impl Loop<'_> {
+    /// Runs until every segment has landed (`Ok(None)`), the first response redirects
+    /// (`Ok(Some(url))`), or a fatal failure.
+    fn event_loop(&mut self, progress: &mut Progress) -> Result<Option<Url>> {
+        loop {
+            self.kick()?;
+            self.flush_writes()?;
+            if let Some(e) = self.sh.fatal.take() {
+                return Err(e);
+            }
+            if let Some(u) = self.sh.redirect.take() {
+                return Ok(Some(u));
+            }
+            if self.finished() {
+                return Ok(None);
+            }
+            self.ring
+                .submit_and_wait(1)
+                .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+            while let Some(c) = self.ring.next_completion() {
+                self.complete(c, progress)?;
+            }
+        }
+    }
+
+    /// Submits one operation and waits for its completion (end of the download only:
+    /// other completions that arrive meanwhile are dropped).
+    fn wait_for(&mut self, op: Op, tag: u64) -> Result<i32> {
+        self.push(op, tag)?;
+        loop {
+            self.ring
+                .submit_and_wait(1)
+                .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+            while let Some(c) = self.ring.next_completion() {
+                if c.tag == tag {
+                    return Ok(c.result);
+                }
+            }
+        }
+    }
+
+    /// Writes the control file: `ranges` (made durable by an fdatasync), or everything that
+    /// has landed (at exit, after the writes in flight were reaped or abandoned).
+    fn save_control(&mut self, ranges: Option<Vec<(u64, u64)>>) {
+        let (Some(path), Some(total), true) = (&self.control, self.sh.total, self.sh.planned && self.sh.ranges) else {
+            return;
+        };
+        let ranges = ranges.unwrap_or_else(|| self.sh.landed.ranges().to_vec());
+        let st = State {
+            url: self.sh.opts.url.clone(),
+            total,
+            validator: self.sh.validator.clone(),
+            ranges,
+        };
+        if let Err(m) = crate::resume::save(path, &st) {
+            eprintln!("ringdl: warning: {m}");
+        }
+    }
+
     fn push(&mut self, op: Op, tag: u64) -> Result<()> {
         self.ring
             .push(op, tag)
@@ -490,6 +618,12 @@ impl Loop<'_> {
                     ));
                 } else if self.sh.opts.verbose > 0 {
                     eprintln!("ringdl: fallocate: {e} (continuing without preallocation)");
+                }
+            }
+            TAG_CONTROL => {
+                let snap = self.sync_snapshot.take();
+                if c.result >= 0 {
+                    self.save_control(snap);
                 }
             }
             TAG_SIGNAL => {
@@ -788,12 +922,15 @@ impl Loop<'_> {
 
     /// Gives an idle open connection its next request; true when it got one.
     fn assign(&mut self, i: usize) -> std::result::Result<bool, Fail> {
+        if self.sh.hold_until.is_some_and(|t| t > Instant::now()) {
+            return Ok(false);
+        }
         let seg = if !self.sh.probe_assigned {
             self.sh.probe_assigned = true;
             Segment {
                 start: 0,
                 end: FIRST_SEGMENT,
-                tries: 0,
+                tries: self.sh.probe_tries,
             }
         } else if let Some(s) = self.sh.queue.pop_front() {
             s
@@ -869,16 +1006,20 @@ impl Loop<'_> {
     fn kick(&mut self) -> Result<()> {
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
-            if c.busy || c.dead || c.rx.job.is_some() {
+            if c.busy || c.dead || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
                 continue;
             }
+            let single = self.sh.planned && !self.sh.ranges;
             match c.st {
-                St::Open if self.sh.planned && !self.sh.ranges => self.close(i),
+                St::Open if single && self.sh.queue.is_empty() => self.close(i),
                 St::Open if self.wants_connection() => {
                     let r = self.drive(i);
                     self.after(i, r)?;
                 }
-                St::Closed if self.wants_connection() && (self.sh.ranges || !self.sh.planned) => self.connect(i)?,
+                St::Closed if self.wants_connection() && !(single && self.conns.iter().any(|c| c.st != St::Closed)) => {
+                    self.conns[i].not_before = None;
+                    self.connect(i)?;
+                }
                 _ => {}
             }
         }
@@ -922,6 +1063,7 @@ impl Loop<'_> {
         let c = &mut self.conns[i];
         let job = c.rx.job.take();
         let reused = c.reused;
+        let mut tries_seen = 1;
         if let Some(job) = job {
             let mut from = job.pos;
             if let Some(mut wb) = c.rx.wb.take() {
@@ -933,7 +1075,7 @@ impl Loop<'_> {
                 }
             }
             c.rx.spill.clear();
-            if !f.retry || job.probe && !matches!(f.kind, Kind::Network | Kind::Protocol) {
+            if !f.retry || job.probe && matches!(f.kind, Kind::Protocol | Kind::Tls) {
                 self.sh.fatal = Some(Error::new(f.kind, f.msg));
                 return Ok(());
             }
@@ -944,6 +1086,7 @@ impl Loop<'_> {
             if counts {
                 seg.tries += 1;
             }
+            tries_seen = seg.tries;
             if seg.tries >= self.sh.opts.max_tries {
                 self.sh.fatal = Some(Error::new(
                     f.kind,
@@ -962,6 +1105,7 @@ impl Loop<'_> {
             }
             if job.probe {
                 self.sh.probe_assigned = false;
+                self.sh.probe_tries = seg.tries;
             } else if seg.start < seg.end {
                 self.sh.queue.push_front(seg);
             }
@@ -978,15 +1122,15 @@ impl Loop<'_> {
             // Every address had its chances: this slot stops; the download fails when no
             // connection is left.
             c.dead = true;
-            if self.conns.iter().all(|c| c.dead || c.st == St::Closed) && self.conns.iter().all(|c| c.rx.job.is_none())
-            {
+            if self.conns.iter().all(|c| c.dead) {
                 self.sh.fatal = Some(Error::new(f.kind, f.msg));
             }
             return Ok(());
         }
-        if self.wants_connection() {
-            self.connect(i)?;
-        }
+        // Exponential backoff with jitter before this slot reconnects; `kick` reopens it.
+        let attempt = if connect_failed { c.addr_i as u32 } else { tries_seen };
+        let wait = backoff(self.sh.opts.retry_wait_s, attempt).max(f.delay.unwrap_or_default());
+        c.not_before = Some(Instant::now() + wait);
         Ok(())
     }
 
@@ -1087,6 +1231,9 @@ impl Loop<'_> {
             if wb.fill == 0 {
                 continue;
             }
+            if let Some(d) = self.stream_digest.as_mut() {
+                d.update(&buf[..wb.fill]);
+            }
             let offset = if self.sh.sequential { u64::MAX } else { wb.off };
             self.slots[s] = Some(WriteSlot {
                 off: wb.off,
@@ -1121,6 +1268,26 @@ impl Loop<'_> {
                     TAG_IGNORE,
                 )?;
             }
+        }
+        // Every second: make what landed durable (fdatasync on the ring), then record it.
+        let landed = self.sh.landed.bytes();
+        if self.control.is_some()
+            && self.sync_snapshot.is_none()
+            && landed != self.saved_bytes
+            && self.sh.planned
+            && self.sh.ranges
+            && self.last_sync.elapsed() >= Duration::from_secs(1)
+        {
+            self.last_sync = Instant::now();
+            self.saved_bytes = landed;
+            self.sync_snapshot = Some(self.sh.landed.ranges().to_vec());
+            self.push(
+                Op::Fsync {
+                    fd: self.out_fd,
+                    datasync: true,
+                },
+                TAG_CONTROL,
+            )?;
         }
         let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
         progress.update(self.sh.received, self.sh.total, live, self.started.elapsed());
@@ -1158,7 +1325,10 @@ fn pump_tls(c: &mut Conn, sh: &mut Shared<'_>, tls_info: &mut Option<String>) ->
     let handshaking = tls.is_handshaking();
     let tls_fail = |e: rustls::Error| {
         if handshaking {
-            Fail::fatal(Kind::Tls, format!("TLS handshake with {}: {e}", sh.url.host()))
+            Fail::fatal(
+                Kind::Tls,
+                format!("TLS handshake with {}: {}", sh.url.host(), crate::tls::explain(&e)),
+            )
         } else {
             Fail::retry(Kind::Tls, format!("TLS: {e}"))
         }
@@ -1380,11 +1550,31 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                 }
                 sh.total = Some(complete);
                 sh.ranges = true;
-                sh.validator = validator;
                 sh.planned = true;
                 sh.need_fallocate = true;
                 job.seg.end = (last + 1).min(complete);
-                sh.queue = schedule::plan(last + 1, complete, sh.opts.connections, sh.align);
+                take_disposition(sh, resp);
+                sh.queue = match sh.resume.take() {
+                    Some(st) if st.total == complete && st.validator == validator => {
+                        sh.landed = Landed::from_ranges(&st.ranges);
+                        if sh.opts.verbose > 0 || !sh.opts.quiet {
+                            eprintln!(
+                                "ringdl: resuming: {} of {complete} bytes already in place",
+                                sh.landed.bytes()
+                            );
+                        }
+                        schedule::plan_missing(&sh.landed, last + 1, complete, sh.opts.connections, sh.align)
+                    }
+                    Some(st) => {
+                        eprintln!(
+                            "ringdl: the file on the server changed (size {} -> {complete}, or validator): starting from zero",
+                            st.total
+                        );
+                        schedule::plan(last + 1, complete, sh.opts.connections, sh.align)
+                    }
+                    None => schedule::plan(last + 1, complete, sh.opts.connections, sh.align),
+                };
+                sh.validator = validator;
                 if sh.opts.verbose > 0 {
                     eprintln!(
                         "ringdl: {complete} bytes, ranges supported, {} segments after the first",
@@ -1436,6 +1626,10 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                     job.seg.end - 1
                 )));
             }
+            if sh.resume.take().is_some() {
+                eprintln!("ringdl: the server does not serve ranges: cannot resume, starting from zero");
+            }
+            take_disposition(sh, resp);
             sh.ranges = false;
             sh.planned = true;
             sh.queue.clear();
@@ -1502,6 +1696,22 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
             sh.redirect = Some(to);
             Ok(HeadAction::Complete)
         }
+        408 | 429 | 500 | 502 | 503 | 504 => {
+            // Transient: wait (Retry-After, capped at 5 minutes) and try again.
+            let wait = match resp.retry_after() {
+                Some(http::RetryAfter::Seconds(s)) => Some(Duration::from_secs(s.min(300))),
+                _ => None,
+            };
+            if let Some(w) = wait {
+                sh.hold_until = Some(Instant::now() + w);
+            }
+            Err(Fail {
+                kind: Kind::HttpStatus,
+                msg: format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
+                retry: true,
+                delay: wait,
+            })
+        }
         400..=599 => Err(Fail::fatal(
             Kind::HttpStatus,
             format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
@@ -1510,6 +1720,15 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
             Kind::Protocol,
             format!("{host}: unexpected status {code} for a download"),
         )),
+    }
+}
+
+/// `--content-disposition`: remember a sanitized base name from the first response.
+fn take_disposition(sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) {
+    if sh.opts.content_disposition
+        && let Some(v) = resp.header("content-disposition")
+    {
+        sh.disposition = http::content_disposition_filename(v);
     }
 }
 

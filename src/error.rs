@@ -24,6 +24,8 @@ pub enum Kind {
     LocalIo,
     /// SIGINT or SIGTERM (exit 8).
     Interrupted,
+    /// The file does not match `--checksum` (exit 9).
+    Checksum,
 }
 
 impl Kind {
@@ -38,6 +40,7 @@ impl Kind {
             Kind::Protocol => 6,
             Kind::LocalIo => 7,
             Kind::Interrupted => 8,
+            Kind::Checksum => 9,
         }
     }
 }

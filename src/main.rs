@@ -11,8 +11,10 @@ mod engine;
 mod error;
 mod output;
 mod progress;
+mod resume;
 mod schedule;
 mod tls;
+mod verify;
 
 use std::net::ToSocketAddrs;
 use std::os::fd::AsRawFd;
@@ -26,9 +28,6 @@ use progress::Progress;
 
 /// Sent as User-Agent.
 pub const USER_AGENT: &str = concat!("ringdl/", env!("CARGO_PKG_VERSION"));
-
-/// Redirects followed before giving up.
-const MAX_REDIRECTS: u32 = 10;
 
 fn main() -> ExitCode {
     match real_main() {
@@ -64,64 +63,136 @@ fn real_main() -> Result<()> {
         eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
     }
     let final_path = output::final_path(&opts.output, &url);
-    let (out, engine) = Output::open(&opts.output, final_path, opts.engine, opts.force)?;
+    let control = final_path.as_deref().map(|p| resume::path_for(&output::part_path(p)));
+    let resume_state = match (&control, opts.resume) {
+        (Some(c), true) => load_resume(c, &opts.url),
+        _ => None,
+    };
+    let (mut out, engine) = Output::open(
+        &opts.output,
+        final_path,
+        opts.engine,
+        opts.force,
+        resume_state.is_some(),
+    )?;
     if opts.verbose > 0 {
-        eprintln!(
-            "ringdl: engine {} ({})",
-            engine.name(),
-            if out.direct {
-                format!("O_DIRECT, {}-byte alignment", out.align)
-            } else {
-                "page cache".to_owned()
-            }
-        );
+        let how = if out.direct {
+            format!("O_DIRECT, {}-byte alignment", out.align)
+        } else {
+            "page cache".to_owned()
+        };
+        eprintln!("ringdl: engine {} ({how})", engine.name());
     }
     let mut progress = Progress::new(opts.quiet);
     let mut tls_config = None;
     let mut hops = 0;
     loop {
-        let r = fetch(&url, &opts, &out, &mut tls_config, &mut progress, signals.as_raw_fd());
-        match r {
-            Ok(Outcome::Done(s)) => {
-                out.commit()?;
-                if !opts.quiet {
-                    let secs = s.elapsed.as_secs_f64();
-                    let rate = if secs > 0.0 { s.bytes as f64 / secs } else { 0.0 };
-                    eprintln!(
-                        "ringdl: done: {} bytes in {secs:.2} s, {}/s, engine {}, {} connections, {}{}, {}",
-                        s.bytes,
-                        progress::human(rate as u64),
-                        engine.name(),
-                        s.connections,
-                        s.tls,
-                        if s.registered { "" } else { ", unregistered buffers" },
-                        out.final_path
-                            .as_ref()
-                            .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string()),
-                    );
-                }
-                return Ok(());
-            }
+        let target = download::Target {
+            out: &out,
+            resume: resume_state.clone(),
+            control: control.clone(),
+            signals: Some(signals.as_raw_fd()),
+        };
+        let s = match fetch(&url, &opts, target, &mut tls_config, &mut progress) {
+            Ok(Outcome::Done(s)) => s,
             Ok(Outcome::Redirect(to)) => {
                 hops += 1;
-                if hops > MAX_REDIRECTS {
+                let refuse = if hops > opts.max_redirects {
+                    Some(format!("more than {} redirects (last to {to})", opts.max_redirects))
+                } else if url.scheme() == http::Scheme::Https
+                    && to.scheme() == http::Scheme::Http
+                    && !opts.allow_downgrade
+                {
+                    Some(format!(
+                        "refusing redirect from https to http: {to} (--allow-downgrade follows it)"
+                    ))
+                } else {
+                    None
+                };
+                if let Some(m) = refuse {
                     out.discard_if_empty();
-                    return Err(err!(Protocol, "more than {MAX_REDIRECTS} redirects (last to {to})"));
-                }
-                if url.scheme() == http::Scheme::Https && to.scheme() == http::Scheme::Http {
-                    out.discard_if_empty();
-                    return Err(err!(Protocol, "refusing redirect from https to http: {to}"));
+                    return Err(err!(Protocol, "{m}"));
                 }
                 if opts.verbose > 0 {
                     eprintln!("ringdl: redirected to {to}");
                 }
                 url = to;
+                continue;
             }
             Err(e) => {
                 progress.clear();
                 out.discard_if_empty();
                 return Err(e);
             }
+        };
+        if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
+            && want.expected != got.as_ref()
+        {
+            let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+            return Err(err!(
+                Checksum,
+                "{} mismatch: expected {}, got {} (data kept in {})",
+                want.name,
+                hex(&want.expected),
+                hex(got.as_ref()),
+                out.describe()
+            ));
+        }
+        if let (Some(name), OutputTarget::Default) = (&s.disposition, &opts.output) {
+            let p = std::path::PathBuf::from(name);
+            Output::check_free(&p, opts.force)?;
+            out.final_path = Some(p);
+        }
+        out.commit()?;
+        if let Some(c) = &control {
+            resume::remove(c);
+        }
+        if !opts.quiet {
+            let secs = s.elapsed.as_secs_f64();
+            let rate = if secs > 0.0 { s.bytes as f64 / secs } else { 0.0 };
+            eprintln!(
+                "ringdl: done: {} bytes in {secs:.2} s, {}/s, engine {}, {} connection{}, {}{}{}, {}",
+                s.bytes,
+                progress::human(rate as u64),
+                engine.name(),
+                s.connections,
+                if s.connections == 1 { "" } else { "s" },
+                s.tls,
+                if s.registered { "" } else { ", unregistered buffers" },
+                opts.checksum
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(", {} verified", c.name)),
+                out.final_path
+                    .as_ref()
+                    .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string()),
+            );
+        }
+        return Ok(());
+    }
+}
+
+/// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.
+fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
+    match resume::load(control) {
+        Ok(Some(st)) if st.url == url => Some(st),
+        Ok(Some(st)) => {
+            eprintln!(
+                "ringdl: {} belongs to {}: starting from zero",
+                control.display(),
+                st.url
+            );
+            None
+        }
+        Ok(None) => {
+            let part = control.with_extension("");
+            if part.exists() {
+                eprintln!("ringdl: no control file {}: starting from zero", control.display());
+            }
+            None
+        }
+        Err(m) => {
+            eprintln!("ringdl: {m}: starting from zero");
+            None
         }
     }
 }
@@ -130,10 +201,9 @@ fn real_main() -> Result<()> {
 fn fetch(
     url: &http::Url,
     opts: &Options,
-    out: &Output,
+    target: download::Target<'_>,
     tls_config: &mut Option<std::sync::Arc<rustls::ClientConfig>>,
     progress: &mut Progress,
-    signals: std::os::fd::RawFd,
 ) -> Result<Outcome> {
     let addrs: Vec<_> = (url.host(), url.port())
         .to_socket_addrs()
@@ -154,5 +224,5 @@ fn fetch(
     } else {
         None
     };
-    download::run(url, opts, tls, addrs, out, progress, Some(signals))
+    download::run(url, opts, tls, addrs, target, progress)
 }

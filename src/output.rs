@@ -28,6 +28,13 @@ pub struct Output {
     force: bool,
 }
 
+/// `FILE` → `FILE.part`, where the bytes land until the download is complete.
+pub fn part_path(final_path: &Path) -> PathBuf {
+    let mut part = final_path.as_os_str().to_owned();
+    part.push(".part");
+    PathBuf::from(part)
+}
+
 /// The path the download ends at: `-o FILE`, or the URL's sanitized last path segment.
 pub fn final_path(target: &OutputTarget, url: &http::Url) -> Option<PathBuf> {
     match target {
@@ -62,9 +69,13 @@ impl Output {
         path: Option<PathBuf>,
         choice: EngineChoice,
         force: bool,
+        keep: bool,
     ) -> Result<(Output, EngineKind)> {
         let Some(final_path) = path else {
             debug_assert_eq!(*target, OutputTarget::Stdout);
+            if choice == EngineChoice::Direct {
+                return Err(err!(LocalIo, "--engine direct cannot write to standard output"));
+            }
             let fd = std::io::stdout()
                 .as_fd()
                 .try_clone_to_owned()
@@ -80,11 +91,44 @@ impl Output {
             };
             return Ok((out, EngineKind::Buffered));
         };
+        if let Ok(md) = std::fs::metadata(&final_path) {
+            use std::os::unix::fs::FileTypeExt;
+            let ft = md.file_type();
+            if ft.is_dir() {
+                return Err(err!(LocalIo, "{} is a directory", final_path.display()));
+            }
+            if ft.is_char_device() || ft.is_fifo() || ft.is_socket() || ft.is_block_device() {
+                // /dev/null, a FIFO, a terminal: write through, in order, never replace it.
+                if choice == EngineChoice::Direct {
+                    return Err(err!(
+                        LocalIo,
+                        "--engine direct needs a regular file, not {}",
+                        final_path.display()
+                    ));
+                }
+                let fd = rustix::fs::open(&final_path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
+                    .map_err(|e| err!(LocalIo, "cannot open {}: {e}", final_path.display()))?;
+                let out = Output {
+                    fd,
+                    direct: false,
+                    align: 4096,
+                    sequential: true,
+                    part: None,
+                    final_path: Some(final_path),
+                    force,
+                };
+                return Ok((out, EngineKind::Buffered));
+            }
+        }
         Output::check_free(&final_path, force)?;
-        let mut part = final_path.clone().into_os_string();
-        part.push(".part");
-        let part = PathBuf::from(part);
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC;
+        let part = part_path(&final_path);
+        if !keep && std::fs::symlink_metadata(&part).is_ok() {
+            eprintln!("ringdl: {} exists: starting over (-c resumes it)", part.display());
+        }
+        let mut flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC;
+        if !keep {
+            flags |= OFlags::TRUNC;
+        }
         let mode = Mode::from_raw_mode(0o644);
         if choice != EngineChoice::Buffered {
             match rustix::fs::open(&part, flags | OFlags::DIRECT, mode) {
@@ -161,12 +205,22 @@ impl Output {
         })
     }
 
-    /// Removes an empty `.part` left by a download that wrote nothing (a 404, say).
+    /// Removes an empty `.part` (and its control file) left by a download that wrote
+    /// nothing (a 404, say).
     pub fn discard_if_empty(&self) {
         if let Some(part) = &self.part
             && rustix::fs::fstat(&self.fd).is_ok_and(|st| st.st_size == 0)
         {
             let _ = std::fs::remove_file(part);
+            crate::resume::remove(&crate::resume::path_for(part));
+        }
+    }
+
+    /// Removes the `.part` and its control file: nothing of value landed.
+    pub fn remove_part(&self) {
+        if let Some(part) = &self.part {
+            let _ = std::fs::remove_file(part);
+            crate::resume::remove(&crate::resume::path_for(part));
         }
     }
 

@@ -25,11 +25,6 @@ impl Progress {
         }
     }
 
-    /// Whether a progress line is drawn.
-    pub fn visible(&self) -> bool {
-        self.visible
-    }
-
     /// Redraws: bytes so far, of `total` when known, rate (smoothed), ETA, live connections.
     pub fn update(&mut self, bytes: u64, total: Option<u64>, live: usize, elapsed: Duration) {
         let dt = (elapsed - self.last_t).as_secs_f64();

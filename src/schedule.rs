@@ -47,6 +47,44 @@ pub fn plan(start: u64, total: u64, connections: usize, align: u64) -> VecDeque<
     q
 }
 
+/// Plans the ranges of `[start, total)` that `landed` does not cover, with gap edges widened
+/// to `align` (re-fetching a few bytes is cheaper than an unaligned O_DIRECT write).
+pub fn plan_missing(landed: &Landed, start: u64, total: u64, connections: usize, align: u64) -> VecDeque<Segment> {
+    let mut gaps = Vec::new();
+    let mut at = start;
+    for &(a, b) in &landed.ranges {
+        if b <= at {
+            continue;
+        }
+        if a > at {
+            gaps.push((at, a.min(total)));
+        }
+        at = at.max(b);
+    }
+    if at < total {
+        gaps.push((at, total));
+    }
+    let missing: u64 = gaps.iter().map(|g| g.1 - g.0).sum();
+    let mut q = VecDeque::new();
+    let per = missing.div_ceil(connections as u64 * 4).clamp(MIN_SEGMENT, MAX_SEGMENT);
+    let size = align_up(per, align);
+    for (a, b) in gaps {
+        let a = crate::engine::blocks::align_down(a, align);
+        let b = align_up(b, align).min(total);
+        let mut s = a;
+        while s < b {
+            let e = s.saturating_add(size).min(b);
+            q.push_back(Segment {
+                start: s,
+                end: e,
+                tries: 0,
+            });
+            s = e;
+        }
+    }
+    q
+}
+
 /// Ranges that have been written, merged; tells whether the file is complete.
 #[derive(Default, Debug)]
 pub struct Landed {
@@ -77,6 +115,20 @@ impl Landed {
         total == 0 || self.ranges == [(0, total)]
     }
 
+    /// Starts from ranges read back from a control file.
+    pub fn from_ranges(ranges: &[(u64, u64)]) -> Landed {
+        let mut l = Landed::default();
+        for &(a, b) in ranges {
+            l.add(a, b);
+        }
+        l
+    }
+
+    /// The merged ranges, sorted.
+    pub fn ranges(&self) -> &[(u64, u64)] {
+        &self.ranges
+    }
+
     /// Total bytes covered.
     pub fn bytes(&self) -> u64 {
         self.ranges.iter().map(|r| r.1 - r.0).sum()
@@ -104,6 +156,20 @@ mod tests {
             }
         }
         assert!(plan(10, 10, 4, 4096).is_empty());
+    }
+
+    #[test]
+    fn plan_missing_fills_only_the_gaps() {
+        let l = Landed::from_ranges(&[(0, 8192), (1 << 20, 3 << 20)]);
+        let q = plan_missing(&l, 4096, 4 << 20, 1, 4096);
+        let covered: Vec<(u64, u64)> = q.iter().map(|s| (s.start, s.end)).collect();
+        assert_eq!(covered.first().unwrap().0, 8192);
+        let mut all = Landed::from_ranges(&covered);
+        all.add(0, 8192);
+        all.add(1 << 20, 3 << 20);
+        assert!(all.is_complete(4 << 20));
+        assert!(q.iter().all(|s| s.end <= 1 << 20 || s.start >= 3 << 20));
+        assert!(plan_missing(&Landed::from_ranges(&[(0, 100)]), 0, 100, 4, 4096).is_empty());
     }
 
     #[test]

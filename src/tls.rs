@@ -45,6 +45,7 @@ pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Res
             }
         }
     }
+    let mut pinned = Vec::new();
     if let Some(f) = ca_file {
         let certs: Vec<_> = CertificateDer::pem_file_iter(f)
             .map_err(|e| err!(LocalIo, "--ca-certificate {}: {e}", f.display()))?
@@ -57,8 +58,9 @@ pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Res
                 f.display()
             ));
         }
+        pinned = certs.clone();
         let (added, _) = roots.add_parsable_certificates(certs);
-        if added == 0 {
+        if added == 0 && pinned.is_empty() {
             return Err(err!(LocalIo, "--ca-certificate {}: no usable certificate", f.display()));
         }
     }
@@ -71,7 +73,13 @@ pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Res
             .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
             .with_no_client_auth()
     } else {
-        builder.with_root_certificates(roots).with_no_client_auth()
+        let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| err!(LocalIo, "trust anchors: {e}"))?;
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Verifier { inner, pinned }))
+            .with_no_client_auth()
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     // The kTLS hand-off needs the traffic secrets; they never leave the process otherwise.
@@ -93,6 +101,80 @@ fn add_pem_file(roots: &mut RootCertStore, path: &Path) -> usize {
 /// [`crate::error::Kind::Usage`] when `host` is neither.
 pub fn server_name(host: &str) -> Result<ServerName<'static>> {
     ServerName::try_from(host.to_owned()).map_err(|e| err!(Usage, "{host:?} is not a valid TLS server name: {e}"))
+}
+
+/// WebPKI verification, plus: a server certificate identical to one given with
+/// `--ca-certificate` is trusted as is (curl's `--cacert` accepts a self-signed
+/// certificate with CA:TRUE that webpki refuses as an end entity).
+#[derive(Debug)]
+struct Verifier {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    pinned: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        match self
+            .inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(_) if self.pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) => {
+                Ok(ServerCertVerified::assertion())
+            }
+            r => r,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// A TLS failure in words a user can act on (rustls' Display for the rest).
+pub fn explain(e: &rustls::Error) -> String {
+    use rustls::{CertificateError as C, Error as E};
+    match e {
+        E::InvalidCertificate(C::UnknownIssuer) => {
+            "the server certificate is not trusted (unknown issuer): add its CA with --ca-certificate FILE, or -k".into()
+        }
+        E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+            "the server certificate is not valid for this host name".into()
+        }
+        E::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => "the server certificate has expired".into(),
+        E::InvalidCertificate(C::NotValidYet | C::NotValidYetContext { .. }) => {
+            "the server certificate is not valid yet (check the clock)".into()
+        }
+        E::InvalidCertificate(C::Other(o)) if format!("{o:?}").contains("CaUsedAsEndEntity") => {
+            "the server certificate is a CA certificate (CA:TRUE) used as a server certificate: give that exact certificate with --ca-certificate, or -k".into()
+        }
+        E::AlertReceived(a) => format!("the server sent TLS alert {a:?}"),
+        e => e.to_string(),
+    }
 }
 
 /// `-k`: accepts any certificate, still checks that the handshake was signed by its key.

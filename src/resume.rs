@@ -1,0 +1,158 @@
+//! The control file `FILE.part.ringdl`: what a later `-c` needs to resume `FILE.part`
+//! without trusting a single byte it cannot account for.
+//!
+//! Text, one field per line: `ringdl-control 1`, `url URL`, `total BYTES`,
+//! `validator HEX` (optional: ETag or Last-Modified bytes), then `range START END` for each
+//! written `[START, END)`. Written atomically: a temporary file, fsync(2), rename(2), so a
+//! kill -9 at any moment leaves either the old or the new file, never a torn one. Ranges
+//! are recorded only after their writes completed (and, for periodic saves, after an
+//! fdatasync of the `.part`), so every range it names is on disk.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const MAGIC: &str = "ringdl-control 1";
+
+/// What a control file records.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    /// The URL as given (redirects are followed again on resume).
+    pub url: String,
+    /// Size of the file in bytes.
+    pub total: u64,
+    /// ETag or Last-Modified value of the file when the download started.
+    pub validator: Option<Vec<u8>>,
+    /// Written ranges `[start, end)`, sorted and disjoint.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+/// `FILE.part` → `FILE.part.ringdl`.
+pub fn path_for(part: &Path) -> PathBuf {
+    let mut p = part.as_os_str().to_owned();
+    p.push(".ringdl");
+    PathBuf::from(p)
+}
+
+/// Reads a control file: `Ok(None)` when there is none.
+///
+/// # Errors
+/// A message when the file exists but cannot be read or parsed.
+pub fn load(path: &Path) -> Result<Option<State>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    parse(&text).map(Some).map_err(|m| format!("{}: {m}", path.display()))
+}
+
+fn parse(text: &str) -> Result<State, String> {
+    let mut lines = text.lines();
+    if lines.next() != Some(MAGIC) {
+        return Err("not a ringdl control file".into());
+    }
+    let mut st = State::default();
+    let mut total = None;
+    for line in lines {
+        let (key, val) = line.split_once(' ').ok_or_else(|| format!("bad line {line:?}"))?;
+        let num = |s: &str| s.parse::<u64>().map_err(|_| format!("bad number in {line:?}"));
+        match key {
+            "url" => st.url = val.to_owned(),
+            "total" => total = Some(num(val)?),
+            "validator" => st.validator = Some(unhex(val).ok_or_else(|| format!("bad validator {val:?}"))?),
+            "range" => {
+                let (a, b) = val.split_once(' ').ok_or_else(|| format!("bad range {line:?}"))?;
+                let (a, b) = (num(a)?, num(b)?);
+                if a >= b || st.ranges.last().is_some_and(|r| r.1 > a) {
+                    return Err(format!("ranges out of order at {line:?}"));
+                }
+                st.ranges.push((a, b));
+            }
+            _ => return Err(format!("unknown field {key:?}")),
+        }
+    }
+    st.total = total.ok_or("no total")?;
+    if st.ranges.last().is_some_and(|r| r.1 > st.total) {
+        return Err("a range past the end of the file".into());
+    }
+    Ok(st)
+}
+
+/// Writes `st` atomically to `path` (temporary file, fsync, rename).
+///
+/// # Errors
+/// The I/O error, with the path.
+pub fn save(path: &Path, st: &State) -> Result<(), String> {
+    let mut text = format!("{MAGIC}\nurl {}\ntotal {}\n", st.url, st.total);
+    if let Some(v) = &st.validator {
+        text += &format!("validator {}\n", hex(v));
+    }
+    for (a, b) in &st.ranges {
+        text += &format!("range {a} {b}\n");
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| format!("control file {}: {e}", path.display()))
+}
+
+/// Removes the control file (after a complete download).
+pub fn remove(path: &Path) {
+    let _ = std::fs::remove_file(path);
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.part.ringdl");
+        let st = State {
+            url: "https://h/f?x=1 2".into(),
+            total: 1 << 33,
+            validator: Some(b"\"abc\"".to_vec()),
+            ranges: vec![(0, 4096), (8192, 1 << 33)],
+        };
+        save(&p, &st).unwrap();
+        assert_eq!(load(&p).unwrap(), Some(st));
+        assert_eq!(load(&dir.path().join("none")).unwrap(), None);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_resume() {
+        for bad in [
+            "",
+            "ringdl-control 2\ntotal 1\n",
+            "ringdl-control 1\nurl x\n",
+            "ringdl-control 1\ntotal 10\nrange 5 3\n",
+            "ringdl-control 1\ntotal 10\nrange 0 4\nrange 2 6\n",
+            "ringdl-control 1\ntotal 10\nrange 0 11\n",
+            "ringdl-control 1\ntotal 10\nvalidator 0g\n",
+            "ringdl-control 1\ntotal x\n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}
