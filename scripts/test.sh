@@ -24,7 +24,10 @@ ensure_tools \
     setpriv:util-linux \
     prlimit:util-linux \
     mount:mount \
-    openssl:openssl
+    openssl:openssl \
+    qemu-system-x86_64:qemu-system-x86 \
+    cpio:cpio \
+    /var/lib/dpkg/info/busybox-static.list:busybox-static
 stop_system_nginx
 
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
@@ -43,6 +46,16 @@ cargo clippy --workspace --all-targets -- -D warnings
 RINGDL_STATIC_BIN="$(build_static)"
 export RINGDL_STATIC_BIN
 log "static binary: $RINGDL_STATIC_BIN"
+
+# The kTLS VM tests (tests/vm.rs -> tests/vm/run.sh): qemu TCG booting Debian's 6.1 kernel
+# with tls.ko, the static ringdl and a static rustls test server inside.
+log "building the VM test server (example vm_server, $MUSL_TARGET)"
+CC_x86_64_unknown_linux_musl=musl-gcc \
+    cargo build --release --target "$MUSL_TARGET" -p ringdl --example vm_server >&2
+RINGDL_VM_SERVER_BIN="$(target_dir)/$MUSL_TARGET/release/examples/vm_server"
+export RINGDL_VM_SERVER_BIN
+: "${RINGDL_VM_TESTS:=1}"
+export RINGDL_VM_TESTS
 
 log "cargo test (release)"
 cargo test --workspace --release --no-fail-fast "$@"

@@ -14,6 +14,8 @@ pub enum EngineChoice {
     Direct,
     /// Plain writes through the page cache.
     Buffered,
+    /// SPLICE socket → pipe → file; needs plaintext on the socket (plain HTTP, or kTLS).
+    Splice,
 }
 
 /// Where the body goes.
@@ -66,6 +68,10 @@ pub struct Options {
     pub checksum: Option<Checksum>,
     /// `--content-disposition`: name the file from the Content-Disposition header.
     pub content_disposition: bool,
+    /// `--buf-size BYTES`: most bytes one socket → pipe SPLICE moves (engine splice).
+    pub splice_chunk: usize,
+    /// `--write-threshold BYTES`: bytes held in the pipe before a pipe → file SPLICE.
+    pub write_threshold: usize,
 }
 
 /// An expected digest, `--checksum sha-256=HEX` or `sha-512=HEX`.
@@ -133,7 +139,9 @@ Options:
   -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
                             last path segment in the current directory
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
-      --engine NAME         auto | direct | buffered (default auto)
+      --engine NAME         auto | direct | buffered | splice (default auto)
+      --buf-size BYTES      splice: most bytes per socket->pipe SPLICE (default 1048576)
+      --write-threshold B   splice: bytes held in the pipe before writing (default 1048576)
   -k, --insecure            do not verify the server certificate (prints a warning)
       --ca-certificate FILE trust the PEM certificates in FILE as well
       --force               replace FILE if it exists
@@ -185,6 +193,8 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         retry_wait_s: 0.5,
         checksum: None,
         content_disposition: false,
+        splice_chunk: 1 << 20,
+        write_threshold: 1 << 20,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -215,10 +225,11 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                     Some("auto") => EngineChoice::Auto,
                     Some("direct") => EngineChoice::Direct,
                     Some("buffered") => EngineChoice::Buffered,
+                    Some("splice") => EngineChoice::Splice,
                     _ => {
                         return Err(err!(
                             Usage,
-                            "--engine must be auto, direct or buffered, not {}",
+                            "--engine must be auto, direct, buffered or splice, not {}",
                             v.to_string_lossy()
                         ));
                     }
@@ -256,6 +267,10 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 o.checksum = Some(Checksum::parse(&v.to_string_lossy())?);
             }
             Long("content-disposition") => o.content_disposition = true,
+            Long("buf-size") => o.splice_chunk = size(number(&mut p, "--buf-size")?, "--buf-size")?,
+            Long("write-threshold") => {
+                o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
+            }
             Value(v) if url.is_none() => {
                 url = Some(
                     v.into_string()
@@ -275,6 +290,13 @@ fn number<T: std::str::FromStr>(p: &mut lexopt::Parser, name: &str) -> Result<T>
     let s = v.to_string_lossy();
     s.parse()
         .map_err(|_| err!(Usage, "{name}: {s:?} is not a valid number"))
+}
+
+fn size(v: usize, name: &str) -> Result<usize> {
+    if !(4096..=1 << 30).contains(&v) {
+        return Err(err!(Usage, "{name} must be 4096 to 1073741824 bytes"));
+    }
+    Ok(v)
 }
 
 fn positive(v: u64, name: &str) -> Result<u64> {

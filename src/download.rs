@@ -21,7 +21,9 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedS
 use uring::{Buf, BufPool, Completion, Op, Ring, RingBuilder};
 
 use crate::cli::Options;
+use crate::engine::EngineKind;
 use crate::engine::blocks::{WriteBlock, align_down, align_up};
+use crate::engine::splice::Pipe;
 use crate::err;
 use crate::error::{Error, Kind, Result};
 use crate::output::Output;
@@ -44,6 +46,9 @@ const TAG_FSYNC: u64 = 5 << 32;
 const TAG_IGNORE: u64 = 6 << 32;
 const TAG_SIGNAL: u64 = 7 << 32;
 const TAG_CONTROL: u64 = 8 << 32;
+const TAG_DRAIN: u64 = 10 << 32;
+/// SPLICE_F_MOVE (splice(2)): move pages instead of copying when the kernel can.
+const SPLICE_F_MOVE: u32 = 1;
 const TAG_KIND: u64 = 0xffff_ffff << 32;
 
 /// How a finished download went.
@@ -166,6 +171,16 @@ struct Conn {
     busy: bool,
     /// The in-flight RECV targets the write block (plain fast path).
     recv_direct: bool,
+    /// Parked in `Loop::waiting` until a write block is free.
+    waiting: bool,
+    /// Consecutive failures without a response head (handshake, connect, early close).
+    failures: u32,
+    /// Open with nothing to do since this instant.
+    idle_since: Option<Instant>,
+    /// The in-flight operation is a socket → pipe SPLICE.
+    splicing: bool,
+    /// Engine `splice`: this connection's pipe.
+    pipe: Option<Pipe>,
     cancel_sent: bool,
     eof: bool,
     /// The current request is not the first on this connection (keep-alive reuse).
@@ -196,6 +211,11 @@ impl Conn {
             pending_request: Vec::new(),
             busy: false,
             recv_direct: false,
+            waiting: false,
+            failures: 0,
+            idle_since: None,
+            splicing: false,
+            pipe: None,
             cancel_sent: false,
             eof: false,
             reused: false,
@@ -233,6 +253,8 @@ struct Shared<'a> {
     probe_assigned: bool,
     /// Failed attempts of the first request.
     probe_tries: u32,
+    /// Where the first request starts: 0, or the first byte a resumed `.part` lacks.
+    probe_start: u64,
     planned: bool,
     ranges: bool,
     total: Option<u64>,
@@ -244,6 +266,8 @@ struct Shared<'a> {
     fatal: Option<Error>,
     redirect: Option<Url>,
     need_fallocate: bool,
+    /// Engine `splice`: bodies go socket → pipe → file.
+    splice: bool,
     used: Vec<bool>,
     /// Control-file state to validate against the first 206.
     resume: Option<State>,
@@ -262,6 +286,8 @@ pub struct Target<'a> {
     pub control: Option<PathBuf>,
     /// signalfd for SIGINT/SIGTERM.
     pub signals: Option<RawFd>,
+    /// The engine that moves body bytes.
+    pub engine: EngineKind,
 }
 
 /// Runs one download of `url` into `out`.
@@ -281,8 +307,24 @@ pub fn run(
         resume,
         control,
         signals,
+        engine,
     } = target;
     let resuming = resume.is_some();
+    // A resumed download asks first for the first block it lacks, not for byte 0 again.
+    let resume_start = resume.as_ref().map_or(0, |st| {
+        let first_gap = match st.ranges.first() {
+            Some(&(0, e)) => e,
+            _ => 0,
+        };
+        align_down(first_gap.min(st.total.saturating_sub(1)), out.align)
+    });
+    let splice = engine == EngineKind::Splice;
+    if splice && tls.is_some() {
+        return Err(err!(
+            LocalIo,
+            "--engine splice over https needs kernel TLS, which this kernel does not offer (TCP_ULP \"tls\": ENOENT)"
+        ));
+    }
     let n = opts.connections;
     let server_name = match &tls {
         Some(_) => Some(crate::tls::server_name(url.host())?),
@@ -329,6 +371,7 @@ pub fn run(
         queue: VecDeque::new(),
         probe_assigned: false,
         probe_tries: 0,
+        probe_start: resume_start,
         planned: false,
         ranges: false,
         total: None,
@@ -339,6 +382,7 @@ pub fn run(
         fatal: None,
         redirect: None,
         need_fallocate: false,
+        splice,
         used: vec![false; n],
         resume,
         hold_until: None,
@@ -362,6 +406,7 @@ pub fn run(
         saved_bytes: 0,
         sync_snapshot: None,
         last_sync: Instant::now(),
+        emitted: 0,
         stream_digest: opts
             .checksum
             .as_ref()
@@ -468,6 +513,8 @@ struct Loop<'a> {
     sync_snapshot: Option<Vec<(u64, u64)>>,
     /// When the last periodic fdatasync for the control file was pushed.
     last_sync: Instant,
+    /// Bytes queued to a sequential output (standard output, a FIFO) so far.
+    emitted: u64,
     /// In-order digest of what goes to standard output (`--checksum` with `-o -`).
     stream_digest: Option<ring::digest::Context>,
 }
@@ -556,7 +603,10 @@ impl Loop<'_> {
     fn finished(&self) -> bool {
         self.sh.planned
             && self.sh.queue.is_empty()
-            && self.conns.iter().all(|c| c.rx.job.is_none())
+            && self
+                .conns
+                .iter()
+                .all(|c| c.rx.job.is_none() && c.pipe.as_ref().is_none_or(Pipe::is_idle))
             && self.sh.to_write.is_empty()
             && self.writes_in_flight == 0
     }
@@ -604,6 +654,7 @@ impl Loop<'_> {
                 self.after(i, r)?;
             }
             TAG_WRITE => self.write_completion(c)?,
+            TAG_DRAIN => self.drain_completion((c.tag & 0xffff_ffff) as usize, c.result)?,
             TAG_TICK => {
                 self.on_tick(progress)?;
                 self.push(Op::Timeout { after: self.tick }, TAG_TICK)?;
@@ -699,12 +750,37 @@ impl Loop<'_> {
             if res < 0 {
                 return Err(self.io_fail(i, "recv", res));
             }
+            if res > 0 {
+                c.failures = 0;
+            }
             if res == 0 {
                 c.eof = true;
             } else {
                 c.rhi += res as usize;
             }
             return Ok(());
+        }
+        if c.splicing {
+            c.splicing = false;
+            if res < 0 {
+                return Err(self.io_fail(i, "splice", res));
+            }
+            if res == 0 {
+                c.eof = true;
+                return Ok(());
+            }
+            let n = res as usize;
+            let pipe = c.pipe.as_mut().expect("a splicing connection has a pipe");
+            pipe.held += n;
+            self.sh.received += n as u64;
+            let job = c.rx.job.as_mut().expect("splice has a job");
+            job.pos += n as u64;
+            job.got_bytes = true;
+            if let Some(Body::Length(rem)) = job.body.as_mut() {
+                *rem -= n as u64;
+            }
+            self.drain(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+            return place_done(&mut self.conns[i].rx, &mut self.sh);
         }
         // CONNECT
         if c.st == St::Connecting {
@@ -781,7 +857,7 @@ impl Loop<'_> {
                 c.rx.spill = spill;
                 c.rx.spill.drain(..taken);
                 if !c.rx.spill.is_empty() {
-                    self.waiting.push_back(i);
+                    self.wait_for_block(i);
                     return Ok(());
                 }
                 place_done(&mut c.rx, &mut self.sh)?;
@@ -791,7 +867,7 @@ impl Loop<'_> {
                 match pump_tls(c, &mut self.sh, &mut self.tls_info)? {
                     Pumped::Again => continue,
                     Pumped::Blocked => {
-                        self.waiting.push_back(i);
+                        self.wait_for_block(i);
                         return Ok(());
                     }
                     Pumped::NeedData => {}
@@ -821,13 +897,16 @@ impl Loop<'_> {
                 if c.rx.extra {
                     return self.recycle(i);
                 }
+                if c.idle_since.is_none() {
+                    c.idle_since = Some(Instant::now());
+                }
                 if self.assign(i)? {
                     continue;
                 }
                 return Ok(());
             }
             if !c.rx.spill.is_empty() {
-                self.waiting.push_back(i);
+                self.wait_for_block(i);
                 return Ok(());
             }
             return self.post_recv(i);
@@ -864,13 +943,47 @@ impl Loop<'_> {
     fn post_recv(&mut self, i: usize) -> std::result::Result<(), Fail> {
         let c = &mut self.conns[i];
         let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
+        // Engine splice: socket → pipe while the pipe has room; `drain` empties it to the file.
+        if self.sh.splice
+            && c.tls.is_none()
+            && let Some(Body::Length(rem)) = c.rx.job.as_ref().and_then(|j| j.body.as_ref())
+        {
+            let rem = *rem;
+            if c.pipe.is_none() {
+                c.pipe = Some(Pipe::new().map_err(|e| Fail::fatal(Kind::LocalIo, format!("pipe: {e}")))?);
+            }
+            let pipe = c.pipe.as_mut().expect("pipe just ensured");
+            if pipe.held == 0 && !pipe.draining {
+                pipe.file_pos = c.rx.job.as_ref().expect("job").pos;
+            }
+            if pipe.room() == 0 {
+                // Full: the pipe → file completion drives this connection again.
+                return Ok(());
+            }
+            let len = (pipe.room() as u64).min(rem).min(self.sh.opts.splice_chunk as u64) as u32;
+            let op = Op::Splice {
+                fd_in: fd,
+                off_in: None,
+                fd_out: pipe.wr(),
+                off_out: None,
+                len,
+                flags: SPLICE_F_MOVE,
+            };
+            c.busy = true;
+            c.last_io = Instant::now();
+            c.splicing = true;
+            return self
+                .ring
+                .push(op, TAG_CONN | i as u64)
+                .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
+        }
         // Plain HTTP with a known length: receive straight into the write block.
         if c.tls.is_none()
             && let Some(Body::Length(rem)) = c.rx.job.as_ref().and_then(|j| j.body.as_ref())
         {
             let rem = *rem;
             if c.rx.wb.as_ref().is_none_or(|wb| wb.is_full()) && !next_block(&mut c.rx, &mut self.sh) {
-                self.waiting.push_back(i);
+                self.wait_for_block(i);
                 return Ok(());
             }
             let wb = c.rx.wb.as_mut().expect("block just ensured");
@@ -878,6 +991,7 @@ impl Loop<'_> {
             let buf = wb.buf.take().expect("write block present");
             let range = wb.fill..wb.fill + len;
             c.busy = true;
+            c.last_io = Instant::now();
             c.recv_direct = true;
             return self
                 .ring
@@ -907,6 +1021,7 @@ impl Loop<'_> {
         }
         let range = c.rhi..rbuf.len();
         c.busy = true;
+        c.last_io = Instant::now();
         self.ring
             .push(
                 Op::Recv {
@@ -920,16 +1035,80 @@ impl Loop<'_> {
             .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
     }
 
+    /// Parks connection `i` until a write block is free (once, however often it asks).
+    fn wait_for_block(&mut self, i: usize) {
+        if !self.conns[i].waiting {
+            self.conns[i].waiting = true;
+            self.waiting.push_back(i);
+        }
+    }
+
+    /// Engine splice: SPLICE pipe → file at the held bytes' offset once the pipe holds
+    /// `--write-threshold` bytes, is full, or holds the end of the response.
+    fn drain(&mut self, i: usize) -> Result<()> {
+        let c = &mut self.conns[i];
+        let body_done =
+            c.rx.job
+                .as_ref()
+                .is_none_or(|j| matches!(j.body, Some(Body::Length(0))));
+        let Some(pipe) = c.pipe.as_mut() else { return Ok(()) };
+        if pipe.draining || pipe.held == 0 {
+            return Ok(());
+        }
+        // A pipe fills by slots (pages), not bytes: spliced socket data may use a page per
+        // MSS-sized fragment, so wait for at most an eighth of the byte capacity, or a socket
+        // SPLICE could block on a pipe that is "full" while we wait for the threshold.
+        let threshold = self.sh.opts.write_threshold.min(pipe.cap / 8);
+        if pipe.held < threshold && pipe.room() > 0 && !body_done && !c.eof {
+            return Ok(());
+        }
+        pipe.draining = true;
+        let op = Op::Splice {
+            fd_in: pipe.rd(),
+            off_in: None,
+            fd_out: self.out_fd,
+            off_out: Some(pipe.file_pos),
+            len: pipe.held.min(u32::MAX as usize) as u32,
+            flags: SPLICE_F_MOVE,
+        };
+        self.push(op, TAG_DRAIN | i as u64)
+    }
+
+    fn drain_completion(&mut self, i: usize, res: i32) -> Result<()> {
+        let pipe = self.conns[i].pipe.as_mut().expect("drain of a pipe");
+        pipe.draining = false;
+        if res <= 0 {
+            let at = pipe.file_pos;
+            let e = if res == 0 {
+                "nothing written".to_owned()
+            } else {
+                errno(res).to_string()
+            };
+            self.sh.fatal = Some(err!(LocalIo, "splice to {} at offset {at}: {e}", self.sh.url));
+            return Ok(());
+        }
+        let n = res as usize;
+        self.sh.landed.add(pipe.file_pos, pipe.file_pos + n as u64);
+        pipe.file_pos += n as u64;
+        pipe.held -= n;
+        self.drain(i)?;
+        self.after(i, Ok(()))
+    }
+
     /// Gives an idle open connection its next request; true when it got one.
     fn assign(&mut self, i: usize) -> std::result::Result<bool, Fail> {
-        if self.sh.hold_until.is_some_and(|t| t > Instant::now()) {
+        // A pipe still holding the previous range must empty first: its bytes are contiguous.
+        if self.sh.hold_until.is_some_and(|t| t > Instant::now())
+            || self.conns[i].pipe.as_ref().is_some_and(|p| !p.is_idle())
+        {
             return Ok(false);
         }
         let seg = if !self.sh.probe_assigned {
             self.sh.probe_assigned = true;
+            let start = self.sh.probe_start;
             Segment {
-                start: 0,
-                end: FIRST_SEGMENT,
+                start,
+                end: start + FIRST_SEGMENT,
                 tries: self.sh.probe_tries,
             }
         } else if let Some(s) = self.sh.queue.pop_front() {
@@ -944,10 +1123,13 @@ impl Loop<'_> {
     fn start_job(&mut self, i: usize, seg: Segment, probe: bool) {
         let c = &mut self.conns[i];
         self.sh.used[i] = true;
-        c.reused = c.requests > 0;
+        // A request on a connection that sat idle may meet the server's keep-alive close: a
+        // failure before any byte then does not count as a try.
+        c.reused = c.requests > 0 || c.idle_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1));
+        c.idle_since = None;
         c.requests += 1;
         let range = if probe {
-            Some(ByteRange::FromTo(0, FIRST_SEGMENT - 1))
+            Some(ByteRange::FromTo(seg.start, seg.end - 1))
         } else if self.sh.ranges {
             Some(ByteRange::FromTo(seg.start, seg.end - 1))
         } else {
@@ -1013,8 +1195,7 @@ impl Loop<'_> {
             match c.st {
                 St::Open if single && self.sh.queue.is_empty() => self.close(i),
                 St::Open if self.wants_connection() => {
-                    let r = self.drive(i);
-                    self.after(i, r)?;
+                    self.after(i, Ok(()))?;
                 }
                 St::Closed if self.wants_connection() && !(single && self.conns.iter().any(|c| c.st != St::Closed)) => {
                     self.conns[i].not_before = None;
@@ -1046,6 +1227,10 @@ impl Loop<'_> {
     /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
     /// segment, close it, and reconnect when work is left.
     fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
+        if !f.retry {
+            self.sh.fatal = Some(Error::new(f.kind, f.msg));
+            return Ok(());
+        }
         if self.conns[i].busy {
             // Wait for the in-flight operation: its buffer comes back with the completion.
             if !self.conns[i].cancel_sent {
@@ -1063,7 +1248,7 @@ impl Loop<'_> {
         let c = &mut self.conns[i];
         let job = c.rx.job.take();
         let reused = c.reused;
-        let mut tries_seen = 1;
+        let tries_seen;
         if let Some(job) = job {
             let mut from = job.pos;
             if let Some(mut wb) = c.rx.wb.take() {
@@ -1075,13 +1260,22 @@ impl Loop<'_> {
                 }
             }
             c.rx.spill.clear();
-            if !f.retry || job.probe && matches!(f.kind, Kind::Protocol | Kind::Tls) {
+            if job.probe && !self.sh.planned && matches!(f.kind, Kind::Protocol | Kind::Tls) {
                 self.sh.fatal = Some(Error::new(f.kind, f.msg));
                 return Ok(());
             }
             let mut seg = job.seg;
             // Without Range support a stream can only start again from zero.
             seg.start = if self.sh.ranges { from } else { 0 };
+            if self.sh.sequential && seg.start < self.emitted {
+                self.sh.fatal = Some(err!(
+                    Network,
+                    "{}; cannot start over: {} bytes already went to standard output",
+                    f.msg,
+                    self.emitted
+                ));
+                return Ok(());
+            }
             let counts = job.got_bytes || !reused;
             if counts {
                 seg.tries += 1;
@@ -1103,27 +1297,35 @@ impl Loop<'_> {
                     seg.tries + 1
                 );
             }
-            if job.probe {
+            if job.probe && !self.sh.planned {
                 self.sh.probe_assigned = false;
                 self.sh.probe_tries = seg.tries;
             } else if seg.start < seg.end {
                 self.sh.queue.push_front(seg);
             }
-        } else if !f.retry {
-            self.sh.fatal = Some(Error::new(f.kind, f.msg));
-            return Ok(());
-        } else if verbose > 0 {
-            eprintln!("ringdl: connection {i}: {}", f.msg);
+        } else {
+            // No request was lost, but a server that accepts and then fails every connection
+            // must not keep us busy forever: count these too.
+            self.conns[i].failures += 1;
+            tries_seen = self.conns[i].failures;
+            if verbose > 0 {
+                eprintln!("ringdl: connection {i}: {}", f.msg);
+            }
         }
         let connect_failed = self.conns[i].st == St::Connecting;
         self.close(i);
         let c = &mut self.conns[i];
-        if connect_failed && c.addr_i >= self.addrs.len() * self.sh.opts.max_tries as usize {
+        if (connect_failed && c.addr_i >= self.addrs.len() * self.sh.opts.max_tries as usize)
+            || c.failures >= self.sh.opts.max_tries
+        {
             // Every address had its chances: this slot stops; the download fails when no
             // connection is left.
             c.dead = true;
             if self.conns.iter().all(|c| c.dead) {
-                self.sh.fatal = Some(Error::new(f.kind, f.msg));
+                self.sh.fatal = Some(Error::new(
+                    f.kind,
+                    format!("{} (gave up after {} tries)", f.msg, self.sh.opts.max_tries),
+                ));
             }
             return Ok(());
         }
@@ -1190,8 +1392,8 @@ impl Loop<'_> {
         // A block is free again: wake connections that waited for one.
         let waiting: Vec<usize> = self.waiting.drain(..).collect();
         for i in waiting {
-            let r = self.drive(i);
-            self.after(i, r)?;
+            self.conns[i].waiting = false;
+            self.after(i, Ok(()))?;
         }
         Ok(())
     }
@@ -1233,6 +1435,9 @@ impl Loop<'_> {
             }
             if let Some(d) = self.stream_digest.as_mut() {
                 d.update(&buf[..wb.fill]);
+            }
+            if self.sh.sequential {
+                self.emitted += wb.fill as u64;
             }
             let offset = if self.sh.sequential { u64::MAX } else { wb.off };
             self.slots[s] = Some(WriteSlot {
@@ -1288,6 +1493,27 @@ impl Loop<'_> {
                 },
                 TAG_CONTROL,
             )?;
+        }
+        if self.sh.opts.verbose > 2 {
+            for (i, c) in self.conns.iter().enumerate() {
+                eprintln!(
+                    "ringdl: [{i}] {:?} busy={} job={:?} wb={:?} spill={} pipe={:?} waiting={}",
+                    c.st,
+                    c.busy,
+                    c.rx.job.as_ref().map(|j| (j.seg.start, j.seg.end, j.pos, j.resp_end)),
+                    c.rx.wb.as_ref().map(|w| (w.off, w.fill)),
+                    c.rx.spill.len(),
+                    c.pipe.as_ref().map(|p| (p.held, p.draining, p.file_pos)),
+                    c.waiting
+                );
+            }
+            eprintln!(
+                "ringdl: queue={} to_write={} writes={} landed={}",
+                self.sh.queue.len(),
+                self.sh.to_write.len(),
+                self.writes_in_flight,
+                self.sh.landed.bytes()
+            );
         }
         let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
         progress.update(self.sh.received, self.sh.total, live, self.started.elapsed());
@@ -1543,16 +1769,26 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                 return Err(proto("206 with an unknown complete length (bytes a-b/*)".into()));
             };
             if job.probe {
-                if first != 0 {
+                if first != job.seg.start {
                     return Err(proto(format!(
-                        "asked for bytes from 0, got Content-Range {first}-{last}"
+                        "asked for bytes from {}, got Content-Range {first}-{last}",
+                        job.seg.start
                     )));
                 }
                 sh.total = Some(complete);
                 sh.ranges = true;
                 sh.planned = true;
                 sh.need_fallocate = true;
-                job.seg.end = (last + 1).min(complete);
+                // The rest is planned from an aligned offset: a server that caps range replies
+                // at an odd size must not make later O_DIRECT writes unaligned.
+                let first_end = if last + 1 >= complete {
+                    complete
+                } else if sh.direct {
+                    align_down(last + 1, sh.align)
+                } else {
+                    last + 1
+                };
+                job.seg.end = first_end;
                 take_disposition(sh, resp);
                 sh.queue = match sh.resume.take() {
                     Some(st) if st.total == complete && st.validator == validator => {
@@ -1563,16 +1799,18 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                                 sh.landed.bytes()
                             );
                         }
-                        schedule::plan_missing(&sh.landed, last + 1, complete, sh.opts.connections, sh.align)
+                        schedule::plan_missing(&sh.landed, first_end, complete, sh.opts.connections, sh.align)
                     }
                     Some(st) => {
                         eprintln!(
                             "ringdl: the file on the server changed (size {} -> {complete}, or validator): starting from zero",
                             st.total
                         );
-                        schedule::plan(last + 1, complete, sh.opts.connections, sh.align)
+                        // Everything but what this first reply carries.
+                        let got = Landed::from_ranges(&[(job.seg.start, first_end)]);
+                        schedule::plan_missing(&got, 0, complete, sh.opts.connections, sh.align)
                     }
-                    None => schedule::plan(last + 1, complete, sh.opts.connections, sh.align),
+                    None => schedule::plan(first_end, complete, sh.opts.connections, sh.align),
                 };
                 sh.validator = validator;
                 if sh.opts.verbose > 0 {
@@ -1667,6 +1905,16 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
             }
             Ok(HeadAction::Body)
         }
+        416 if job.probe && job.seg.start > 0 => {
+            // The resume point lies past the end: the file shrank. Start over from zero.
+            sh.resume = None;
+            sh.probe_start = 0;
+            eprintln!("ringdl: the file on the server is shorter than the resumed part: starting from zero");
+            Err(Fail::retry(
+                Kind::HttpStatus,
+                format!("{host}: 416 for the resume point"),
+            ))
+        }
         416 if job.probe => match resp.content_range() {
             Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
                 sh.total = Some(0);
@@ -1700,7 +1948,13 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
             // Transient: wait (Retry-After, capped at 5 minutes) and try again.
             let wait = match resp.retry_after() {
                 Some(http::RetryAfter::Seconds(s)) => Some(Duration::from_secs(s.min(300))),
-                _ => None,
+                Some(http::RetryAfter::Date(d)) => http::parse_http_date(d).map(|at| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    Duration::from_secs(at.saturating_sub(now).min(300))
+                }),
+                None => None,
             };
             if let Some(w) = wait {
                 sh.hold_until = Some(Instant::now() + w);
@@ -1769,7 +2023,18 @@ fn place(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<u
                 let step = dec
                     .step(&input[..lim])
                     .map_err(|e| Fail::retry(Kind::Protocol, format!("bad chunked body: {e}")))?;
-                let n = step.data.map_or(0, |r| wb.compact(&input[r]));
+                let mut n = 0;
+                if let Some(r) = step.data {
+                    // Never place a byte past what Content-Range promised: it would land on
+                    // another segment's offsets.
+                    if r.len() as u64 > job.resp_end - job.pos {
+                        return Err(Fail::retry(
+                            Kind::Protocol,
+                            "chunked body longer than its Content-Range",
+                        ));
+                    }
+                    n = wb.compact(&input[r]);
+                }
                 taken += step.consumed;
                 if step.done {
                     if taken < data.len() {
@@ -1806,8 +2071,20 @@ fn place_done(rx: &mut Rx, sh: &mut Shared<'_>) -> std::result::Result<(), Fail>
     if done {
         let job = rx.job.as_mut().expect("job");
         if matches!(job.body, Some(Body::Chunked(_))) {
-            job.resp_end = job.pos;
-            sh.total = Some(job.pos);
+            if sh.ranges {
+                if job.pos != job.resp_end {
+                    return Err(Fail::retry(
+                        Kind::Protocol,
+                        format!(
+                            "chunked body ends at byte {}, Content-Range said {}",
+                            job.pos, job.resp_end
+                        ),
+                    ));
+                }
+            } else {
+                job.resp_end = job.pos;
+                sh.total = Some(job.pos);
+            }
         }
         finish_job(rx, sh);
     }
@@ -1851,11 +2128,21 @@ fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
         sh.total.unwrap_or(end)
     };
     if requeue_from < seg_end && !file_end {
-        let tries = if end > job.seg.start {
+        // A short reply that moved nothing (aligned) forward counts as a failed try.
+        let tries = if requeue_from > job.seg.start {
             job.seg.tries
         } else {
             job.seg.tries + 1
         };
+        if tries >= sh.opts.max_tries {
+            sh.fatal = Some(err!(
+                Protocol,
+                "{}: replies to bytes {}-{} stop short at {end} (gave up after {tries} tries)",
+                sh.url.host(),
+                job.seg.start,
+                seg_end - 1
+            ));
+        }
         sh.queue.push_front(Segment {
             start: requeue_from,
             end: seg_end,

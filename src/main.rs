@@ -92,6 +92,7 @@ fn real_main() -> Result<()> {
             resume: resume_state.clone(),
             control: control.clone(),
             signals: Some(signals.as_raw_fd()),
+            engine,
         };
         let s = match fetch(&url, &opts, target, &mut tls_config, &mut progress) {
             Ok(Outcome::Done(s)) => s,
@@ -175,9 +176,19 @@ fn real_main() -> Result<()> {
 fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
     match resume::load(control) {
         Ok(Some(st)) if st.url == url => Some(st),
+        // Another URL (a mirror, say) may resume only when the server's validator will
+        // prove it is the same file; without one, size alone proves nothing.
+        Ok(Some(st)) if st.validator.is_some() => {
+            eprintln!(
+                "ringdl: {} was written for {}; resuming only if this server's validator matches",
+                control.display(),
+                st.url
+            );
+            Some(st)
+        }
         Ok(Some(st)) => {
             eprintln!(
-                "ringdl: {} belongs to {}: starting from zero",
+                "ringdl: {} belongs to {} and has no validator: starting from zero",
                 control.display(),
                 st.url
             );

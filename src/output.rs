@@ -73,8 +73,11 @@ impl Output {
     ) -> Result<(Output, EngineKind)> {
         let Some(final_path) = path else {
             debug_assert_eq!(*target, OutputTarget::Stdout);
-            if choice == EngineChoice::Direct {
-                return Err(err!(LocalIo, "--engine direct cannot write to standard output"));
+            if matches!(choice, EngineChoice::Direct | EngineChoice::Splice) {
+                return Err(err!(
+                    LocalIo,
+                    "--engine direct and splice need a regular file, not standard output"
+                ));
             }
             let fd = std::io::stdout()
                 .as_fd()
@@ -125,11 +128,25 @@ impl Output {
         if !keep && std::fs::symlink_metadata(&part).is_ok() {
             eprintln!("ringdl: {} exists: starting over (-c resumes it)", part.display());
         }
-        let mut flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC;
+        let mut flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         if !keep {
             flags |= OFlags::TRUNC;
         }
         let mode = Mode::from_raw_mode(0o644);
+        if choice == EngineChoice::Splice {
+            let fd = rustix::fs::open(&part, flags, mode)
+                .map_err(|e| err!(LocalIo, "cannot create {}: {e}", part.display()))?;
+            let out = Output {
+                fd,
+                direct: false,
+                align: 4096,
+                sequential: false,
+                part: Some(part),
+                final_path: Some(final_path),
+                force,
+            };
+            return Ok((out, EngineKind::Splice));
+        }
         if choice != EngineChoice::Buffered {
             match rustix::fs::open(&part, flags | OFlags::DIRECT, mode) {
                 Ok(fd) => {
@@ -194,7 +211,18 @@ impl Output {
         } else {
             rustix::fs::RenameFlags::NOREPLACE
         };
-        rustix::fs::renameat_with(CWD, part, CWD, fin, flags).map_err(|e| match e {
+        let r = rustix::fs::renameat_with(CWD, part, CWD, fin, flags);
+        if r.is_ok() {
+            // Make the rename itself durable: fsync the directory that holds the entry.
+            let dir = fin
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if let Ok(d) = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+                let _ = rustix::fs::fsync(&d);
+            }
+        }
+        r.map_err(|e| match e {
             rustix::io::Errno::EXIST => err!(
                 LocalIo,
                 "{} appeared during the download (use --force); data kept in {}",

@@ -44,6 +44,7 @@
 #![deny(missing_docs, clippy::undocumented_unsafe_blocks)]
 
 mod chunked;
+mod date;
 mod disposition;
 mod fields;
 mod request;
@@ -51,6 +52,7 @@ mod response;
 mod url;
 
 pub use crate::chunked::{ChunkedDecoder, ChunkedError, MAX_CHUNK_LINE, MAX_CHUNK_SIZE_DIGITS, MAX_TRAILER, Step};
+pub use crate::date::parse_http_date;
 pub use crate::disposition::{content_disposition_filename, sanitize_file_name};
 pub use crate::fields::{
     ContentRange, FieldError, Framing, MAX_DECIMAL_DIGITS, RetryAfter, Validator, parse_content_range,

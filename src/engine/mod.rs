@@ -7,6 +7,7 @@
 //! O_DIRECT (ramfs, tmpfs before 6.6) and for standard output.
 
 pub mod blocks;
+pub mod splice;
 
 /// The engine that ran; named in the summary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +16,8 @@ pub enum EngineKind {
     Direct,
     /// Writes through the page cache (or to a pipe).
     Buffered,
+    /// SPLICE socket → pipe → file (plain HTTP, or kTLS).
+    Splice,
 }
 
 impl EngineKind {
@@ -23,6 +26,7 @@ impl EngineKind {
         match self {
             EngineKind::Direct => "direct",
             EngineKind::Buffered => "buffered",
+            EngineKind::Splice => "splice",
         }
     }
 }

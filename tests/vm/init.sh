@@ -1,0 +1,145 @@
+#!/bin/sh
+# /init of the ringdl VM test initramfs (busybox ash; PID 1). tests/vm/run.sh copies it
+# in with:
+#   /modules.order   kernel module file names (no .ko), dependency order, one a line
+#   /cases           NAME|SERVER OPTIONS|RINGDL OPTIONS|EXPECT (ERE on `ringdl -v` output)
+#   /bin/ringdl, /bin/vm_server, /bin/busybox and its applet links
+# and reads /payload_size. Prints one `RINGDL-VM <case> PASS|FAIL <detail>` line per case
+# on the console (ttyS0), then `RINGDL-VM-END`, then powers off.
+
+export PATH=/bin
+mkdir -p /proc /sys /dev /tmp /srv /mnt
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+exec </dev/console >/dev/console 2>&1
+
+say() { echo "vm: $*"; }
+result() { echo "RINGDL-VM $1 $2 $3"; }
+# Seconds since boot with centiseconds, for timings.
+now() { cut -d' ' -f1 /proc/uptime; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+die() {
+    echo "RINGDL-VM init FAIL $*"
+    echo "RINGDL-VM-END"
+    poweroff -f
+}
+
+say "kernel $(uname -r), $(nproc) cpu, $(awk '/MemTotal/ { print $2 / 1024 " MiB" }' /proc/meminfo)"
+
+# Modules, in dependency order. "File exists" means built in or already loaded.
+modfail=""
+while read -r m; do
+    [ -n "$m" ] || continue
+    if ! out=$(insmod "/lib/modules/$m.ko" 2>&1); then
+        case "$out" in
+            *"File exists"*) ;;
+            *) modfail="$modfail $m"; say "insmod $m: $out" ;;
+        esac
+    fi
+done </modules.order
+ip link set lo up || die "ip link set lo up"
+
+# Output filesystem: ext2 (mounted by the ext4 driver) on a loop device over a tmpfs
+# file. tmpfs before 6.6 and ramfs refuse O_DIRECT; ext4 takes it.
+truncate -s 256M /tmp/disk.img
+mke2fs -F -b 4096 -m 0 /tmp/disk.img >/dev/null 2>&1 || die "mke2fs"
+losetup /dev/loop0 /tmp/disk.img || die "losetup (loop.ko loaded?)"
+mount -t ext4 /dev/loop0 /mnt || die "mount ext4 on /dev/loop0"
+
+# The payload: random, a few MiB (TCG is slow), not a multiple of 4096 (the last
+# O_DIRECT block is padded then truncated).
+size=$(cat /payload_size)
+head -c "$size" /dev/urandom >/srv/payload.bin
+want=$(sha256sum /srv/payload.bin | cut -d' ' -f1)
+say "payload $size bytes sha256 $want"
+
+port=8440
+spid=""
+
+start_server() { # OPTIONS...: starts vm_server on a new port, waits for its CA file
+    port=$((port + 1))
+    rm -f /tmp/ca.pem
+    # shellcheck disable=SC2068
+    vm_server --listen "127.0.0.1:$port" --root /srv --ca-out /tmp/ca.pem -v $@ </dev/null >/tmp/server.log 2>&1 &
+    spid=$!
+    i=0
+    while [ ! -e /tmp/ca.pem ]; do
+        kill -0 "$spid" 2>/dev/null || return 1
+        i=$((i + 1))
+        [ "$i" -lt 300 ] || return 1
+        usleep 100000
+    done
+}
+
+stop_server() {
+    [ -n "$spid" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null
+    spid=""
+}
+
+tail_log() { # FILE PREFIX: the last lines of FILE on the console
+    tail -n 8 "$1" | while IFS= read -r l; do say "$2: $l"; done
+}
+
+case_tls_module() {
+    if [ -d /sys/module/tls ]; then
+        result "$1" PASS "/sys/module/tls present${modfail:+; failed:$modfail}"
+    else
+        result "$1" FAIL "no /sys/module/tls; failed modules:${modfail:- none}"
+    fi
+}
+
+case_download() { # NAME SERVER_OPTS RINGDL_OPTS EXPECT
+    name=$1 sopts=$2 ropts=$3 expect=$4
+    # shellcheck disable=SC2086
+    if ! start_server $sopts; then
+        tail_log /tmp/server.log server
+        result "$name" FAIL "server did not start ($sopts)"
+        stop_server
+        return
+    fi
+    out=/mnt/$name.bin
+    rm -f "$out" "$out.part"
+    t0=$(now)
+    # shellcheck disable=SC2086
+    timeout 120 ringdl "https://127.0.0.1:$port/payload.bin" -o "$out" \
+        --ca-certificate /tmp/ca.pem -v $ropts </dev/null >/tmp/ringdl.log 2>&1
+    rc=$?
+    secs=$(elapsed "$t0")
+    stop_server
+    got=$( [ -f "$out" ] && sha256sum "$out" | cut -d' ' -f1)
+    detail="rc=$rc ${secs}s"
+    ok=1
+    [ "$rc" -eq 0 ] || ok=0
+    if [ "$got" = "$want" ]; then
+        detail="$detail sha256 ok"
+    else
+        ok=0
+        detail="$detail sha256 ${got:-missing}"
+    fi
+    if [ -n "$expect" ] && ! grep -Eq "$expect" /tmp/ringdl.log; then
+        ok=0
+        detail="$detail; ringdl -v output lacks /$expect/"
+    fi
+    if [ "$ok" -eq 1 ]; then
+        result "$name" PASS "$detail"
+    else
+        tail_log /tmp/ringdl.log ringdl
+        tail_log /tmp/server.log server
+        result "$name" FAIL "$detail"
+    fi
+    rm -f "$out" "$out.part"
+}
+
+while IFS='|' read -r name sopts ropts expect; do
+    case "$name" in
+        "" | "#"*) continue ;;
+        tls-module) case_tls_module "$name" ;;
+        *) case_download "$name" "$sopts" "$ropts" "$expect" ;;
+    esac
+done </cases
+
+echo "RINGDL-VM-END"
+sync
+umount /mnt 2>/dev/null
+poweroff -f
