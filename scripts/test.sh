@@ -57,5 +57,15 @@ export RINGDL_VM_SERVER_BIN
 : "${RINGDL_VM_TESTS:=1}"
 export RINGDL_VM_TESTS
 
+# Fuzzing, short pass (issue 5): every target for a few seconds on nightly; the corpus is
+# also replayed on stable by tests/fuzz_corpus.rs. The long run: fuzz/run.sh 1800.
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
+    log "fuzz: short pass (${RINGDL_FUZZ_SECONDS:-10} s per target)"
+    sh fuzz/run.sh "${RINGDL_FUZZ_SECONDS:-10}"
+else
+    log "fuzz: no nightly toolchain here; short pass skipped (the corpus replay still runs)"
+fi
+
 log "cargo test (release)"
 cargo test --workspace --release --no-fail-fast "$@"

@@ -16,6 +16,21 @@ pub enum EngineChoice {
     Buffered,
     /// SPLICE socket → pipe → file; needs plaintext on the socket (plain HTTP, or kTLS).
     Splice,
+    /// kTLS RX straight into aligned blocks, O_DIRECT writes (HTTPS with kernel TLS).
+    KtlsDirect,
+}
+
+impl EngineChoice {
+    /// The name `--engine` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineChoice::Auto => "auto",
+            EngineChoice::Direct => "direct",
+            EngineChoice::Buffered => "buffered",
+            EngineChoice::Splice => "splice",
+            EngineChoice::KtlsDirect => "ktls-direct",
+        }
+    }
 }
 
 /// Where the body goes.
@@ -139,7 +154,8 @@ Options:
   -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
                             last path segment in the current directory
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
-      --engine NAME         auto | direct | buffered | splice (default auto)
+      --engine NAME         auto | direct | buffered | splice | ktls-direct (default auto:
+                            ktls-direct when the kernel has kTLS, else direct)
       --buf-size BYTES      splice: most bytes per socket->pipe SPLICE (default 1048576)
       --write-threshold B   splice: bytes held in the pipe before writing (default 1048576)
   -k, --insecure            do not verify the server certificate (prints a warning)
@@ -226,10 +242,11 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                     Some("direct") => EngineChoice::Direct,
                     Some("buffered") => EngineChoice::Buffered,
                     Some("splice") => EngineChoice::Splice,
+                    Some("ktls-direct") => EngineChoice::KtlsDirect,
                     _ => {
                         return Err(err!(
                             Usage,
-                            "--engine must be auto, direct, buffered or splice, not {}",
+                            "--engine must be auto, direct, buffered, splice or ktls-direct, not {}",
                             v.to_string_lossy()
                         ));
                     }

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use http::{ByteRange, ChunkedDecoder, ContentRange, Framing, Header, Request, Status, Url};
 use rustls::ClientConfig;
-use rustls::client::UnbufferedClientConnection;
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::kernel::KernelConnection;
 use rustls::pki_types::ServerName;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
 use uring::{Buf, BufPool, Completion, Op, Ring, RingBuilder};
@@ -75,6 +76,10 @@ pub struct Summary {
     pub digest: Option<ring::digest::Digest>,
     /// A sanitized file name from Content-Disposition (`--content-disposition`).
     pub disposition: Option<String>,
+    /// Connections whose TLS was handed to the kernel.
+    pub ktls_conns: usize,
+    /// Why a kTLS hand-off was refused, if one was.
+    pub ktls_refused: Option<String>,
 }
 
 /// Why a connection's work stopped.
@@ -181,6 +186,13 @@ struct Conn {
     splicing: bool,
     /// Engine `splice`: this connection's pipe.
     pipe: Option<Pipe>,
+    /// kTLS is installed: the socket yields plaintext; rustls keeps only what post-handshake
+    /// messages need (session tickets).
+    kconn: Option<KernelConnection<ClientConnectionData>>,
+    /// The in-flight operation is a RECVMSG reading a non-data TLS record (kTLS).
+    recvmsg: bool,
+    /// This connection stays in user-space TLS (its hand-off was refused).
+    no_ktls: bool,
     cancel_sent: bool,
     eof: bool,
     /// The current request is not the first on this connection (keep-alive reuse).
@@ -216,6 +228,9 @@ impl Conn {
             idle_since: None,
             splicing: false,
             pipe: None,
+            kconn: None,
+            recvmsg: false,
+            no_ktls: false,
             cancel_sent: false,
             eof: false,
             reused: false,
@@ -268,6 +283,12 @@ struct Shared<'a> {
     need_fallocate: bool,
     /// Engine `splice`: bodies go socket → pipe → file.
     splice: bool,
+    /// Hand finished TLS handshakes to the kernel.
+    ktls: bool,
+    /// Connections handed to kTLS.
+    ktls_conns: usize,
+    /// Why a hand-off was refused (the connection went on in user space).
+    ktls_refused: Option<String>,
     used: Vec<bool>,
     /// Control-file state to validate against the first 206.
     resume: Option<State>,
@@ -288,6 +309,8 @@ pub struct Target<'a> {
     pub signals: Option<RawFd>,
     /// The engine that moves body bytes.
     pub engine: EngineKind,
+    /// Hand TLS connections to the kernel (kTLS) once their handshake is done.
+    pub ktls: bool,
 }
 
 /// Runs one download of `url` into `out`.
@@ -308,6 +331,7 @@ pub fn run(
         control,
         signals,
         engine,
+        ktls,
     } = target;
     let resuming = resume.is_some();
     // A resumed download asks first for the first block it lacks, not for byte 0 again.
@@ -319,12 +343,7 @@ pub fn run(
         align_down(first_gap.min(st.total.saturating_sub(1)), out.align)
     });
     let splice = engine == EngineKind::Splice;
-    if splice && tls.is_some() {
-        return Err(err!(
-            LocalIo,
-            "--engine splice over https needs kernel TLS, which this kernel does not offer (TCP_ULP \"tls\": ENOENT)"
-        ));
-    }
+
     let n = opts.connections;
     let server_name = match &tls {
         Some(_) => Some(crate::tls::server_name(url.host())?),
@@ -383,6 +402,9 @@ pub fn run(
         redirect: None,
         need_fallocate: false,
         splice,
+        ktls,
+        ktls_conns: 0,
+        ktls_refused: None,
         used: vec![false; n],
         resume,
         hold_until: None,
@@ -487,6 +509,8 @@ pub fn run(
         registered,
         digest,
         disposition: dl.sh.disposition.take(),
+        ktls_conns: dl.sh.ktls_conns,
+        ktls_refused: dl.sh.ktls_refused.take(),
     }))
 }
 
@@ -724,10 +748,20 @@ impl Loop<'_> {
             return Ok(());
         }
         if let Some(buf) = cq.buf {
+            if c.recvmsg {
+                c.recvmsg = false;
+                c.rbuf = Some(buf);
+                return self.record_completion(i, res, cq.control.unwrap_or_default());
+            }
+            // kTLS: a non-data record (alert, NewSessionTicket, KeyUpdate) is at the head.
+            let non_data = c.kconn.is_some() && res == -rustix::io::Errno::IO.raw_os_error();
             if c.recv_direct {
                 c.recv_direct = false;
                 let wb = c.rx.wb.as_mut().expect("direct RECV has a write block");
                 wb.buf = Some(buf);
+                if non_data {
+                    return self.read_record(i);
+                }
                 if res < 0 {
                     return Err(self.io_fail(i, "recv", res));
                 }
@@ -747,6 +781,9 @@ impl Loop<'_> {
                 return place_done(&mut c.rx, &mut self.sh);
             }
             c.rbuf = Some(buf);
+            if non_data {
+                return self.read_record(i);
+            }
             if res < 0 {
                 return Err(self.io_fail(i, "recv", res));
             }
@@ -762,6 +799,10 @@ impl Loop<'_> {
         }
         if c.splicing {
             c.splicing = false;
+            if c.kconn.is_some() && res == -rustix::io::Errno::INVAL.raw_os_error() {
+                // SPLICE stops with EINVAL at a non-data record under kTLS RX.
+                return self.read_record(i);
+            }
             if res < 0 {
                 return Err(self.io_fail(i, "splice", res));
             }
@@ -872,6 +913,10 @@ impl Loop<'_> {
                     }
                     Pumped::NeedData => {}
                     Pumped::PeerClosed => c.eof = true,
+                    Pumped::HandOff => {
+                        self.hand_off(i)?;
+                        continue;
+                    }
                 }
             } else if c.rlo < c.rhi {
                 let rbuf = c.rbuf.take().expect("idle connection holds its read block");
@@ -1035,6 +1080,148 @@ impl Loop<'_> {
             .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
     }
 
+    /// Installs kernel TLS on connection `i` (TX and RX) from rustls' secrets; from here on
+    /// the socket carries plaintext. A refusal before the secrets are taken keeps the
+    /// connection in user-space TLS (same bytes, engine direct for it).
+    fn hand_off(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        use std::os::fd::AsFd;
+        let c = &mut self.conns[i];
+        let tls = c.tls.take().expect("hand-off of a TLS connection");
+        let fd = c.fd.as_ref().expect("open connection has a socket");
+        let refuse = |why: String| why;
+        let refused = match tls.negotiated_cipher_suite() {
+            Some(suite) if !ktls::offloadable(suite) => {
+                Some(refuse(format!("cipher suite {:?} is not offloadable", suite.suite())))
+            }
+            None => Some(refuse("no cipher suite".into())),
+            Some(_) => ktls::install_ulp(fd.as_fd()).err().map(|e| format!("{e}")),
+        };
+        if let Some(why) = refused {
+            if self.sh.opts.verbose > 0 {
+                eprintln!("ringdl: connection {i}: kTLS refused ({why}): staying in user-space TLS");
+            }
+            self.sh.ktls_refused.get_or_insert(why);
+            c.tls = Some(tls);
+            c.no_ktls = true;
+            return Ok(());
+        }
+        let version = tls.protocol_version().expect("a finished handshake has a version");
+        let (secrets, kconn) = (*tls)
+            .dangerous_into_kernel_connection()
+            .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS hand-off: {e}")))?;
+        let (tx_seq, tx) = secrets.tx;
+        let (rx_seq, rx) = secrets.rx;
+        ktls::install_tx(fd.as_fd(), version, tx_seq, tx)
+            .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS TX: {e}")))?;
+        ktls::install_rx(fd.as_fd(), version, rx_seq, rx)
+            .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS RX: {e}")))?;
+        if version == rustls::ProtocolVersion::TLSv1_3 {
+            // Linux 6.0+: decrypt whole records straight into our buffer; older kernels say no.
+            let _ = ktls::set_rx_expect_no_pad(fd.as_fd());
+        }
+        c.kconn = Some(kconn);
+        c.out = std::mem::take(&mut c.pending_request);
+        self.sh.ktls_conns += 1;
+        if self.sh.opts.verbose > 0 {
+            eprintln!("ringdl: connection {i}: TLS handed to the kernel (kTLS TX+RX)");
+        }
+        Ok(())
+    }
+
+    /// Reads the non-data TLS record at the head of a kTLS socket (RECV said EIO, SPLICE
+    /// said EINVAL): RECVMSG with room for the TLS_GET_RECORD_TYPE control message.
+    fn read_record(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
+        let mut rbuf = c.rbuf.take().expect("idle connection holds its read block");
+        if c.rlo == c.rhi {
+            c.rlo = 0;
+            c.rhi = 0;
+        } else if c.rlo > 0 {
+            rbuf.copy_within(c.rlo..c.rhi, 0);
+            c.rhi -= c.rlo;
+            c.rlo = 0;
+        }
+        let range = c.rhi..rbuf.len();
+        c.busy = true;
+        c.recvmsg = true;
+        c.last_io = Instant::now();
+        let op = Op::RecvMsg {
+            fd,
+            buf: rbuf,
+            range,
+            control_len: ktls::CMSG_SPACE_RECORD_TYPE,
+            flags: 0,
+        };
+        self.ring
+            .push(op, TAG_CONN | i as u64)
+            .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
+    }
+
+    /// A RECVMSG under kTLS completed: application data joins the read block; an alert or
+    /// handshake record is handled here.
+    fn record_completion(&mut self, i: usize, res: i32, control: Vec<u8>) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        if res < 0 {
+            return Err(self.io_fail(i, "recvmsg", res));
+        }
+        if res == 0 {
+            c.eof = true;
+            return Ok(());
+        }
+        let n = res as usize;
+        let typ = ktls::record_type(&control).unwrap_or(ktls::content_type::APPLICATION_DATA);
+        if typ == ktls::content_type::APPLICATION_DATA {
+            c.rhi += n;
+            return Ok(());
+        }
+        let rbuf = c.rbuf.as_ref().expect("read block back");
+        let payload = rbuf[c.rhi..c.rhi + n].to_vec();
+        match ktls::NonData::decode(typ, &payload) {
+            Ok(rec) if rec.is_close_notify() => {
+                c.eof = true;
+                c.clean_close = true;
+                Ok(())
+            }
+            Ok(ktls::NonData::Alert { level, description }) => Err(Fail::retry(
+                Kind::Tls,
+                format!("TLS alert from the server (level {level}, description {description})"),
+            )),
+            Ok(ktls::NonData::Handshake(bytes)) => {
+                for m in ktls::handshake_messages(&bytes) {
+                    let m =
+                        m.map_err(|_| Fail::retry(Kind::Tls, "a handshake message split across records under kTLS"))?;
+                    match m.typ {
+                        ktls::handshake_type::NEW_SESSION_TICKET => {
+                            if let Some(k) = c.kconn.as_mut()
+                                && let Err(e) = k.handle_new_session_ticket(m.body)
+                                && self.sh.opts.verbose > 0
+                            {
+                                eprintln!("ringdl: connection {i}: session ticket ignored: {e}");
+                            }
+                        }
+                        // Rekeying kTLS RX needs Linux 6.14 (TLS_RX again after EKEYEXPIRED);
+                        // on every kernel the safe answer is a new connection for the rest.
+                        ktls::handshake_type::KEY_UPDATE => {
+                            return Err(Fail::retry(
+                                Kind::Network,
+                                "the server updated its TLS keys (KeyUpdate): continuing on a new connection",
+                            ));
+                        }
+                        t => {
+                            return Err(Fail::retry(
+                                Kind::Tls,
+                                format!("unexpected TLS handshake message {t} after the handshake"),
+                            ));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(Fail::retry(Kind::Tls, format!("kTLS record: {e}"))),
+        }
+    }
+
     /// Parks connection `i` until a write block is free (once, however often it asks).
     fn wait_for_block(&mut self, i: usize) {
         if !self.conns[i].waiting {
@@ -1128,13 +1315,9 @@ impl Loop<'_> {
         c.reused = c.requests > 0 || c.idle_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1));
         c.idle_since = None;
         c.requests += 1;
-        let range = if probe {
-            Some(ByteRange::FromTo(seg.start, seg.end - 1))
-        } else if self.sh.ranges {
-            Some(ByteRange::FromTo(seg.start, seg.end - 1))
-        } else {
-            None
-        };
+        // The first request, and every request once ranges are known to work, asks for its
+        // segment; a server without ranges gets a plain GET.
+        let range = (probe || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
         let mut req = Vec::with_capacity(256);
         Request {
             url: self.sh.url,
@@ -1213,6 +1396,8 @@ impl Loop<'_> {
         c.st = St::Closed;
         c.busy = false;
         c.tls = None;
+        c.kconn = None;
+        c.no_ktls = false;
         c.eof = false;
         c.rx.extra = false;
         c.rlo = 0;
@@ -1530,6 +1715,8 @@ enum Pumped {
     Blocked,
     /// close_notify received.
     PeerClosed,
+    /// The handshake is done on a record boundary: install kTLS now.
+    HandOff,
 }
 
 /// Runs rustls over the buffered ciphertext: handshake messages out, application data to
@@ -1544,8 +1731,10 @@ fn pump_tls(c: &mut Conn, sh: &mut Shared<'_>, tls_info: &mut Option<String>) ->
         pending_request,
         rx,
         clean_close,
+        no_ktls,
         ..
     } = c;
+    let want_ktls = sh.ktls && !*no_ktls;
     let tls = tls.as_mut().expect("pump_tls on a TLS connection");
     let rbuf = rbuf.as_mut().expect("idle connection holds its read block");
     let handshaking = tls.is_handshaking();
@@ -1583,7 +1772,9 @@ fn pump_tls(c: &mut Conn, sh: &mut Shared<'_>, tls_info: &mut Option<String>) ->
                 None
             }
             ConnectionState::TransmitTlsData(mut t) => {
+                // With kTLS the request waits for the hand-off: the kernel encrypts it.
                 if !pending_request.is_empty()
+                    && !want_ktls
                     && let Some(mut w) = t.may_encrypt_app_data()
                 {
                     encrypt(&mut w, pending_request, out)?;
@@ -1594,7 +1785,16 @@ fn pump_tls(c: &mut Conn, sh: &mut Shared<'_>, tls_info: &mut Option<String>) ->
             ConnectionState::BlockedHandshake => Some(Pumped::NeedData),
             ConnectionState::WriteTraffic(mut w) => {
                 handshake_done = true;
-                if pending_request.is_empty() {
+                if want_ktls {
+                    // Hand off on a record boundary, with nothing of ours still to send.
+                    if *rlo + discard == *rhi && out.is_empty() {
+                        Some(Pumped::HandOff)
+                    } else if !out.is_empty() {
+                        Some(Pumped::Again)
+                    } else {
+                        Some(Pumped::NeedData)
+                    }
+                } else if pending_request.is_empty() {
                     Some(Pumped::NeedData)
                 } else {
                     encrypt(&mut w, pending_request, out)?;

@@ -20,8 +20,9 @@ use std::net::ToSocketAddrs;
 use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 
-use cli::{Command, Options, OutputTarget};
+use cli::{Command, EngineChoice, Options, OutputTarget};
 use download::Outcome;
+use engine::EngineKind;
 use error::Result;
 use output::Output;
 use progress::Progress;
@@ -68,13 +69,14 @@ fn real_main() -> Result<()> {
         (Some(c), true) => load_resume(c, &opts.url),
         _ => None,
     };
-    let (mut out, engine) = Output::open(
+    let (mut out, mut engine) = Output::open(
         &opts.output,
         final_path,
         opts.engine,
         opts.force,
         resume_state.is_some(),
     )?;
+    let (engine_note, ktls_on) = choose_ktls(&url, &opts, &mut engine)?;
     if opts.verbose > 0 {
         let how = if out.direct {
             format!("O_DIRECT, {}-byte alignment", out.align)
@@ -93,6 +95,7 @@ fn real_main() -> Result<()> {
             control: control.clone(),
             signals: Some(signals.as_raw_fd()),
             engine,
+            ktls: ktls_on,
         };
         let s = match fetch(&url, &opts, target, &mut tls_config, &mut progress) {
             Ok(Outcome::Done(s)) => s,
@@ -155,7 +158,7 @@ fn real_main() -> Result<()> {
                 "ringdl: done: {} bytes in {secs:.2} s, {}/s, engine {}, {} connection{}, {}{}{}, {}",
                 s.bytes,
                 progress::human(rate as u64),
-                engine.name(),
+                engine_label(engine, &s, &engine_note),
                 s.connections,
                 if s.connections == 1 { "" } else { "s" },
                 s.tls,
@@ -170,6 +173,71 @@ fn real_main() -> Result<()> {
         }
         return Ok(());
     }
+}
+
+/// The engine as the summary names it: what ran, with why kTLS did not, when it did not.
+fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String {
+    match engine {
+        EngineKind::KtlsDirect | EngineKind::Splice if s.ktls_conns == 0 && s.tls != "plain" => {
+            let why = s.ktls_refused.as_deref().unwrap_or("no connection handed off");
+            let ran = if engine == EngineKind::KtlsDirect {
+                "direct"
+            } else {
+                "splice"
+            };
+            format!("{ran} (kTLS refused: {why}; user-space TLS)")
+        }
+        EngineKind::KtlsDirect | EngineKind::Splice if s.tls != "plain" => {
+            format!(
+                "{} (kTLS on {} of {} connections)",
+                engine.name(),
+                s.ktls_conns,
+                s.connections
+            )
+        }
+        _ => format!("{}{note}", engine.name()),
+    }
+}
+
+/// Decides whether TLS goes to the kernel: `--engine ktls-direct` and `splice` over https
+/// need kTLS (probed with one throwaway socket), `auto` takes it when it is there. Returns a
+/// note for the summary and whether to hand connections off.
+///
+/// # Errors
+/// [`error::Kind::LocalIo`] when a forced kTLS engine cannot run here.
+fn choose_ktls(url: &http::Url, opts: &Options, engine: &mut EngineKind) -> Result<(String, bool)> {
+    let https = url.scheme() == http::Scheme::Https;
+    let choice = opts.engine;
+    if choice == EngineChoice::KtlsDirect && !https {
+        return Err(err!(
+            Usage,
+            "--engine ktls-direct is for https URLs (plain HTTP: --engine direct)"
+        ));
+    }
+    if !https
+        || !matches!(
+            choice,
+            EngineChoice::Auto | EngineChoice::KtlsDirect | EngineChoice::Splice
+        )
+    {
+        return Ok((String::new(), false));
+    }
+    let support = ktls::probe();
+    let available = !matches!(support, ktls::Support::Absent);
+    if !available {
+        if choice != EngineChoice::Auto {
+            return Err(err!(
+                LocalIo,
+                "--engine {} over https needs kernel TLS, and this kernel has none (TCP_ULP \"tls\": ENOENT; try modprobe tls)",
+                choice.name()
+            ));
+        }
+        return Ok((" (no kTLS on this kernel: user-space TLS)".to_owned(), false));
+    }
+    if *engine == EngineKind::Direct {
+        *engine = EngineKind::KtlsDirect;
+    }
+    Ok((String::new(), true))
 }
 
 /// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.

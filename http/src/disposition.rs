@@ -122,7 +122,10 @@ fn trim_start(mut s: &[u8]) -> &[u8] {
 pub fn sanitize_file_name(name: &str) -> Option<String> {
     let base = name.rsplit(['/', '\\']).next().unwrap_or("");
     let cleaned: String = base.chars().map(|c| if c.is_control() { '_' } else { c }).collect();
-    let trimmed = cleaned.trim().trim_start_matches('.').trim_start();
+    // Dots and spaces in any mix (". ..") must all go, or ".." and hidden names survive.
+    let trimmed = cleaned
+        .trim()
+        .trim_start_matches(|c: char| c == '.' || c.is_whitespace());
     if trimmed.is_empty() {
         return None;
     }
@@ -138,7 +141,7 @@ pub fn sanitize_file_name(name: &str) -> Option<String> {
         cut -= 1;
     }
     let mut out = String::with_capacity(MAX_NAME);
-    out.push_str(&trimmed[..cut]);
+    out.push_str(trimmed[..cut].trim_end());
     out.push_str(ext);
     Some(out)
 }
@@ -146,6 +149,20 @@ pub fn sanitize_file_name(name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by fuzzing (fuzz/corpus/disposition/finding_dotdot): dots and spaces mixed at
+    /// the front left "..", "." or a hidden name; a cut long name kept a trailing space.
+    #[test]
+    fn regression_dots_and_spaces_never_make_dot_names() {
+        for bad in [". ..", ". .", "a/. ..", ". .x", ".\u{3000}.."] {
+            let got = sanitize_file_name(bad);
+            assert!(got.as_deref().is_none_or(|n| !n.starts_with('.')), "{bad:?} -> {got:?}");
+        }
+        let long = format!("{} b", "a".repeat(254));
+        let once = sanitize_file_name(&long).unwrap();
+        assert_eq!(sanitize_file_name(&once).as_deref(), Some(once.as_str()));
+        assert!(!once.ends_with(' '));
+    }
 
     fn cd(v: &str) -> Option<String> {
         content_disposition_filename(v.as_bytes())

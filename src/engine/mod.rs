@@ -18,6 +18,9 @@ pub enum EngineKind {
     Buffered,
     /// SPLICE socket → pipe → file (plain HTTP, or kTLS).
     Splice,
+    /// kTLS RX: RECV of plaintext straight into aligned write blocks, O_DIRECT writes; no
+    /// user-space decryption, no compaction copy.
+    KtlsDirect,
 }
 
 impl EngineKind {
@@ -27,6 +30,7 @@ impl EngineKind {
             EngineKind::Direct => "direct",
             EngineKind::Buffered => "buffered",
             EngineKind::Splice => "splice",
+            EngineKind::KtlsDirect => "ktls-direct",
         }
     }
 }
