@@ -1461,8 +1461,12 @@ impl Loop<'_> {
                 ));
                 return Ok(());
             }
-            let counts = job.got_bytes || !reused;
-            if counts {
+            // A try counts when the attempt moved nothing forward: a connection that dies
+            // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
+            // the file size bounds how often that can happen. A reused keep-alive connection
+            // that fails before any byte is the server's idle close, not a failed try.
+            let progressed = seg.start > job.seg.start && self.sh.ranges;
+            if !progressed && (job.got_bytes || !reused) {
                 seg.tries += 1;
             }
             tries_seen = seg.tries;
@@ -1497,6 +1501,8 @@ impl Loop<'_> {
                 eprintln!("ringdl: connection {i}: {}", f.msg);
             }
         }
+        // Bytes already spliced into this slot's pipe are good: let them reach the file.
+        self.drain(i)?;
         let connect_failed = self.conns[i].st == St::Connecting;
         self.close(i);
         let c = &mut self.conns[i];

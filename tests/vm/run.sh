@@ -6,7 +6,7 @@
 # fails unless every enabled case prints `RINGDL-VM <case> PASS`.
 #
 #   tests/vm/run.sh                 # the enabled cases
-#   RINGDL_VM_PENDING=1 tests/vm/run.sh    # also the pending kTLS-engine cases
+#   RINGDL_VM_KTLS=0 tests/vm/run.sh       # only the user-space TLS cases
 #   RINGDL_VM_ONLY='ktls-splice' tests/vm/run.sh   # only cases matching this ERE
 #
 # Environment:
@@ -42,33 +42,36 @@ CASES=(
     "https13-direct-x1-chacha20|--tls 1.3 --suite chacha20|--engine direct -x 1|"
 )
 
-# PENDING: the kTLS engines (not built yet). Enable a case by moving its line into CASES
-# (or run them all with RINGDL_VM_PENDING=1). The EXPECT column guesses that `ringdl -v`
-# names the engine that ran; fix it to the real wording so a silent fallback to user-space
-# TLS fails the case. Server knobs are documented at the top of tests/vm/server.rs.
+# KTLS_CASES: the kTLS engines. EXPECT requires the summary to say kTLS really ran
+# ("engine splice (kTLS on N of M connections)"), so a silent fallback to user-space TLS
+# fails the case. RINGDL_VM_KTLS=0 skips them. Server knobs: top of tests/vm/server.rs.
 # Kernel 6.1: a TLS 1.3 KeyUpdate kills a kTLS RX connection (rekey needs 6.14), so the
 # keyupdate cases pass only if ringdl retries the rest of the segment on a new connection
 # (each connection gets one KeyUpdate after 512 KiB of body).
-PENDING=()
+KTLS_CASES=(
+    # auto must pick a kTLS engine on a kernel that has kTLS.
+    "ktls-auto-tls13|--tls 1.3|-x 4|engine ktls-direct \\(kTLS on [1-9]"
+    "ktls-auto-tls12|--tls 1.2|-x 2|engine ktls-direct \\(kTLS on [1-9]"
+)
 for engine in splice ktls-direct; do
     for tls in 1.3 1.2; do
         for suite in aes128gcm aes256gcm chacha20; do
-            PENDING+=("ktls-$engine-tls${tls/./}-$suite|--tls $tls --suite $suite|--engine $engine -x 4|$engine")
+            KTLS_CASES+=("ktls-$engine-tls${tls/./}-$suite|--tls $tls --suite $suite|--engine $engine -x 4|engine $engine \(kTLS on [1-9]")
         done
     done
-    PENDING+=(
+    KTLS_CASES+=(
         # NewSessionTickets (TLS 1.3 handshake records) after the handshake, before the body.
-        "ktls-$engine-tickets0|--tls 1.3 --tickets 0|--engine $engine -x 4|$engine"
-        "ktls-$engine-tickets4|--tls 1.3 --tickets 4|--engine $engine -x 4|$engine"
+        "ktls-$engine-tickets0|--tls 1.3 --tickets 0|--engine $engine -x 4|engine $engine \(kTLS on [1-9]"
+        "ktls-$engine-tickets4|--tls 1.3 --tickets 4|--engine $engine -x 4|engine $engine \(kTLS on [1-9]"
         # KeyUpdate mid-body.
-        "ktls-$engine-keyupdate|--tls 1.3 --key-update-after 524288|--engine $engine -x 4|$engine"
+        "ktls-$engine-keyupdate|--tls 1.3 --key-update-after 524288|--engine $engine -x 4|engine $engine \(kTLS on [1-9]"
         # One response per connection, then close_notify / bare FIN / RST.
-        "ktls-$engine-tls13-close-notify|--tls 1.3 --conn-close --close notify|--engine $engine -x 4|$engine"
-        "ktls-$engine-tls13-close-fin|--tls 1.3 --conn-close --close fin|--engine $engine -x 4|$engine"
-        "ktls-$engine-tls12-close-notify|--tls 1.2 --conn-close --close notify|--engine $engine -x 4|$engine"
-        "ktls-$engine-tls12-close-fin|--tls 1.2 --conn-close --close fin|--engine $engine -x 4|$engine"
+        "ktls-$engine-tls13-close-notify|--tls 1.3 --conn-close --close notify|--engine $engine -x 4|engine $engine \(kTLS on [1-9]"
+        "ktls-$engine-tls13-close-fin|--tls 1.3 --conn-close --close fin|--engine $engine -x 4|engine $engine \(kTLS on [1-9]"
+        "ktls-$engine-tls12-close-notify|--tls 1.2 --conn-close --close notify|--engine $engine -x 4|engine $engine \(kTLS on [1-9]"
+        "ktls-$engine-tls12-close-fin|--tls 1.2 --conn-close --close fin|--engine $engine -x 4|engine $engine \(kTLS on [1-9]"
         # Odd record sizes: 1000-byte writes make many small records.
-        "ktls-$engine-small-records|--tls 1.3 --chunk 1000|--engine $engine -x 2|$engine"
+        "ktls-$engine-small-records|--tls 1.3 --chunk 1000|--engine $engine -x 2|engine $engine \(kTLS on [1-9]"
     )
 done
 # ---------------------------------------------------------------------------------------
@@ -85,7 +88,7 @@ MODULES=(
 )
 
 cases=("${CASES[@]}")
-[ "${RINGDL_VM_PENDING:-0}" = 1 ] && cases+=("${PENDING[@]}")
+[ "${RINGDL_VM_KTLS:-1}" = 1 ] && cases+=("${KTLS_CASES[@]}")
 if [ -n "${RINGDL_VM_ONLY:-}" ]; then
     sel=()
     for c in "${cases[@]}"; do [[ ${c%%|*} =~ $RINGDL_VM_ONLY ]] && sel+=("$c"); done
