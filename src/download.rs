@@ -48,6 +48,12 @@ const TAG_IGNORE: u64 = 6 << 32;
 const TAG_SIGNAL: u64 = 7 << 32;
 const TAG_CONTROL: u64 = 8 << 32;
 const TAG_DRAIN: u64 = 10 << 32;
+/// Bytes an attempt must move forward for its failure not to count as a try: a server
+/// that cuts every reply after a few KiB must still run out of tries.
+const MIN_PROGRESS: u64 = 64 << 10;
+/// How often the control file is brought up to date (after an fdatasync of the `.part`):
+/// at most this much work is fetched again after a kill -9.
+const CONTROL_INTERVAL: Duration = Duration::from_millis(250);
 /// SPLICE_F_MOVE (splice(2)): move pages instead of copying when the kernel can.
 const SPLICE_F_MOVE: u32 = 1;
 const TAG_KIND: u64 = 0xffff_ffff << 32;
@@ -963,7 +969,7 @@ impl Loop<'_> {
         let c = &mut self.conns[i];
         let job = c.rx.job.as_ref().expect("on_eof with a job");
         match &job.body {
-            Some(Body::Close) if c.tls.is_some() && !c.clean_close => Err(Fail::retry(
+            Some(Body::Close) if (c.tls.is_some() || c.kconn.is_some()) && !c.clean_close => Err(Fail::retry(
                 Kind::Protocol,
                 "connection closed without TLS close_notify: the body may be truncated",
             )),
@@ -1170,7 +1176,9 @@ impl Loop<'_> {
             return Ok(());
         }
         let n = res as usize;
-        let typ = ktls::record_type(&control).unwrap_or(ktls::content_type::APPLICATION_DATA);
+        let Some(typ) = ktls::record_type(&control) else {
+            return Err(Fail::retry(Kind::Tls, "kTLS RECVMSG returned no record type"));
+        };
         if typ == ktls::content_type::APPLICATION_DATA {
             c.rhi += n;
             return Ok(());
@@ -1437,10 +1445,16 @@ impl Loop<'_> {
         if let Some(job) = job {
             let mut from = job.pos;
             if let Some(mut wb) = c.rx.wb.take() {
-                let keep = align_down(wb.fill as u64, self.sh.align) as usize;
-                from = wb.off + keep as u64;
-                if keep > 0 {
+                if self.sh.direct {
+                    // O_DIRECT: keep the aligned part, fetch the partial block again.
+                    let keep = align_down(wb.fill as u64, self.sh.align) as usize;
+                    from = wb.off + keep as u64;
                     wb.fill = keep;
+                }
+                // Buffered and splice keep every byte: under splice the block holds only
+                // what came with the head, and the pipe (drained below) holds the rest,
+                // so the retry starts at `job.pos`.
+                if wb.fill > 0 {
                     self.sh.to_write.push_back(wb);
                 }
             }
@@ -1465,7 +1479,7 @@ impl Loop<'_> {
             // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
             // the file size bounds how often that can happen. A reused keep-alive connection
             // that fails before any byte is the server's idle close, not a failed try.
-            let progressed = seg.start > job.seg.start && self.sh.ranges;
+            let progressed = seg.start >= job.seg.start + MIN_PROGRESS && self.sh.ranges;
             if !progressed && (job.got_bytes || !reused) {
                 seg.tries += 1;
             }
@@ -1665,14 +1679,14 @@ impl Loop<'_> {
                 )?;
             }
         }
-        // Every second: make what landed durable (fdatasync on the ring), then record it.
+        // Every CONTROL_INTERVAL: make what landed durable (fdatasync on the ring), then record it.
         let landed = self.sh.landed.bytes();
         if self.control.is_some()
             && self.sync_snapshot.is_none()
             && landed != self.saved_bytes
             && self.sh.planned
             && self.sh.ranges
-            && self.last_sync.elapsed() >= Duration::from_secs(1)
+            && self.last_sync.elapsed() >= CONTROL_INTERVAL
         {
             self.last_sync = Instant::now();
             self.saved_bytes = landed;

@@ -242,7 +242,19 @@ fn choose_ktls(url: &http::Url, opts: &Options, engine: &mut EngineKind) -> Resu
 
 /// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.
 fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
+    let part = control.with_extension("");
+    let part_len = std::fs::metadata(&part).map(|m| m.len()).ok();
     match resume::load(control) {
+        // The ranges are only as good as the file they describe: it must still be there,
+        // at least as long as the last range.
+        Ok(Some(st)) if part_len.is_none_or(|l| st.ranges.last().is_some_and(|r| r.1 > l)) => {
+            eprintln!(
+                "ringdl: {} is missing or shorter than {} says: starting from zero",
+                part.display(),
+                control.display()
+            );
+            None
+        }
         Ok(Some(st)) if st.url == url => Some(st),
         // Another URL (a mirror, say) may resume only when the server's validator will
         // prove it is the same file; without one, size alone proves nothing.
@@ -263,7 +275,6 @@ fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
             None
         }
         Ok(None) => {
-            let part = control.with_extension("");
             if part.exists() {
                 eprintln!("ringdl: no control file {}: starting from zero", control.display());
             }

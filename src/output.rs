@@ -125,8 +125,13 @@ impl Output {
         }
         Output::check_free(&final_path, force)?;
         let part = part_path(&final_path);
-        if !keep && std::fs::symlink_metadata(&part).is_ok() {
-            eprintln!("ringdl: {} exists: starting over (-c resumes it)", part.display());
+        if !keep {
+            if std::fs::symlink_metadata(&part).is_ok() {
+                eprintln!("ringdl: {} exists: starting over (-c resumes it)", part.display());
+            }
+            // A control file must never outlive the bytes it describes: gone before the
+            // truncate, so a crash in between leaves nothing a later -c could trust.
+            crate::resume::remove(&crate::resume::path_for(&part));
         }
         let mut flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         if !keep {
@@ -206,6 +211,9 @@ impl Output {
         let (Some(part), Some(fin)) = (&self.part, &self.final_path) else {
             return Ok(());
         };
+        // The data is complete and synced: the control file goes first, so no crash can
+        // leave one beside a finished file.
+        crate::resume::remove(&crate::resume::path_for(part));
         let flags = if self.force {
             rustix::fs::RenameFlags::empty()
         } else {

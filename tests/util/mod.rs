@@ -747,6 +747,11 @@ impl Nginx {
         format!("http://127.0.0.1:{}/{path}", self.norange_port)
     }
 
+    /// `http://127.0.0.1:<http_port>/paced/<path>`: the same files at 4 MiB/s per connection.
+    pub fn paced_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}/paced/{path}", self.http_port)
+    }
+
     /// `http://127.0.0.1:<http_port>/slow/<path>`: the same files at 256 KiB/s.
     pub fn slow_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}/slow/{path}", self.http_port)
@@ -848,6 +853,7 @@ http {{
     server {{
         {http_listen}
         location /slow/ {{ alias "{www}/"; limit_rate 256k; }}
+        location /paced/ {{ alias "{www}/"; limit_rate 4m; }}
     }}
     server {{
         {https_listen}
