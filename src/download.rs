@@ -462,8 +462,10 @@ pub fn run(
         Ok(Some(u)) => return Ok(Outcome::Redirect(u)),
         Ok(None) => {}
         Err(e) => {
-            // Keep what landed: a later `-c` resumes from the control file. A `.part` that
-            // holds nothing (only preallocated zeros) is removed.
+            // Let the writes in flight land first, then keep what landed: a later `-c`
+            // resumes from the control file. A `.part` that holds nothing (only
+            // preallocated zeros) is removed.
+            dl.settle();
             if dl.sh.landed.bytes() == 0 && !resuming {
                 out.remove_part();
             } else {
@@ -585,6 +587,43 @@ impl Loop<'_> {
                 .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
             while let Some(c) = self.ring.next_completion() {
                 self.complete(c, progress)?;
+            }
+        }
+    }
+
+    /// After a fatal error: submits the blocks already filled and waits (≤ 10 s) for every
+    /// write and pipe drain in flight, recording what lands, so the control file covers
+    /// all the bytes that reached the file. Connections are not driven any more.
+    fn settle(&mut self) {
+        let _ = self.flush_writes();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let busy =
+            |l: &Self| l.writes_in_flight > 0 || l.conns.iter().any(|c| c.pipe.as_ref().is_some_and(|p| p.draining));
+        while busy(self) && Instant::now() < deadline {
+            if self.ring.submit_and_wait(1).is_err() {
+                return;
+            }
+            while let Some(c) = self.ring.next_completion() {
+                let idx = (c.tag & 0xffff_ffff) as usize;
+                match c.tag & TAG_KIND {
+                    TAG_WRITE => {
+                        if let Some(slot) = self.slots[idx].take() {
+                            self.writes_in_flight -= 1;
+                            if c.result >= 0 && slot.done + c.result as usize >= slot.len {
+                                self.sh.landed.add(slot.off, slot.off + slot.fill as u64);
+                            }
+                        }
+                    }
+                    TAG_DRAIN => {
+                        if let Some(p) = self.conns[idx].pipe.as_mut() {
+                            p.draining = false;
+                            if c.result > 0 {
+                                self.sh.landed.add(p.file_pos, p.file_pos + c.result as u64);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
             }
         }
     }

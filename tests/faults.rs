@@ -1211,10 +1211,10 @@ fn failed_download_leaves_a_partial_that_resume_completes() {
 
 #[test]
 fn soak_random_connection_kills_seeded() {
-    // 30 iterations; each kills 1–3 random responses at random offsets with FIN or
+    // 100 iterations; each kills 1–3 random responses at random offsets with FIN or
     // RST, over HTTP or HTTPS, with 1–8 connections. Every download must be exact.
     let mut rng = util::XorShift::new(0x50A4);
-    for iter in 0..30u64 {
+    for iter in 0..100u64 {
         let size = 256 * KIB + rng.next_u64() % (2 * MIB);
         let tls = rng.next_u64().is_multiple_of(2);
         let conns = 1 + rng.next_u64() % 8;
