@@ -5,7 +5,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
@@ -67,20 +66,18 @@ pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Res
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| err!(Internal, "TLS configuration: {e}"))?;
-    let mut config = if insecure {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-            .with_no_client_auth()
-    } else {
-        let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .build()
-            .map_err(|e| err!(LocalIo, "trust anchors: {e}"))?;
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Verifier { inner, pinned }))
-            .with_no_client_auth()
+    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| err!(LocalIo, "trust anchors: {e}"))?;
+    let verifier = Verifier {
+        inner,
+        pinned,
+        insecure,
     };
+    let mut config = builder
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     // The kTLS hand-off needs the traffic secrets; they never leave the process otherwise.
     config.enable_secret_extraction = true;
@@ -105,11 +102,14 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>> {
 
 /// WebPKI verification, plus: a server certificate identical to one given with
 /// `--ca-certificate` is trusted as is (curl's `--cacert` accepts a self-signed
-/// certificate with CA:TRUE that webpki refuses as an end entity).
+/// certificate with CA:TRUE that webpki refuses as an end entity); with `-k` any
+/// certificate is accepted. Handshake signatures are always checked against the
+/// certificate's key.
 #[derive(Debug)]
 struct Verifier {
     inner: Arc<rustls::client::WebPkiServerVerifier>,
     pinned: Vec<CertificateDer<'static>>,
+    insecure: bool,
 }
 
 impl ServerCertVerifier for Verifier {
@@ -121,6 +121,9 @@ impl ServerCertVerifier for Verifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        if self.insecure {
+            return Ok(ServerCertVerified::assertion());
+        }
         match self
             .inner
             .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
@@ -174,44 +177,5 @@ pub fn explain(e: &rustls::Error) -> String {
         }
         E::AlertReceived(a) => format!("the server sent TLS alert {a:?}"),
         e => e.to_string(),
-    }
-}
-
-/// `-k`: accepts any certificate, still checks that the handshake was signed by its key.
-#[derive(Debug)]
-struct NoVerify(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
