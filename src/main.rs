@@ -5,6 +5,34 @@
 
 #![forbid(unsafe_code)]
 
+// std's print macros panic when the stream is gone (`ringdl ... 2>&1 | head`), and with
+// panic = abort that is a SIGABRT in the middle of a download. Messages are best effort:
+// these shadow std's for the whole crate (textual macro scope: defined before the modules).
+macro_rules! eprintln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+macro_rules! eprint {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
+macro_rules! println {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! print {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod cli;
 mod download;
 mod engine;
@@ -76,7 +104,13 @@ fn real_main() -> Result<()> {
         opts.force,
         resume_state.is_some(),
     )?;
-    let (engine_note, ktls_on) = choose_ktls(&url, &opts, &mut engine)?;
+    let (engine_note, ktls_on) = match choose_ktls(&url, &opts, &mut engine) {
+        Ok(v) => v,
+        Err(e) => {
+            out.discard_if_empty();
+            return Err(e);
+        }
+    };
     if opts.verbose > 0 {
         let how = if out.direct {
             format!("O_DIRECT, {}-byte alignment", out.align)

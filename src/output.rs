@@ -127,7 +127,7 @@ impl Output {
         let part = part_path(&final_path);
         if !keep {
             if std::fs::symlink_metadata(&part).is_ok() {
-                eprintln!("ringdl: {} exists: starting over (-c resumes it)", part.display());
+                eprintln!("ringdl: {} exists: starting over", part.display());
             }
             // A control file must never outlive the bytes it describes: gone before the
             // truncate, so a crash in between leaves nothing a later -c could trust.
