@@ -762,7 +762,7 @@ impl Nginx {
 /// P-256) into `dir`: `ca.pem`, `server.pem` (leaf + CA), `server.key`. Returns the
 /// CA path. A separate CA (rather than a self-signed leaf) keeps webpki happy: it
 /// refuses a CA certificate used as an end entity.
-fn make_tls(dir: &Path) -> PathBuf {
+pub fn make_tls(dir: &Path) -> PathBuf {
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
         KeyUsagePurpose,
