@@ -816,13 +816,7 @@ impl Loop<'_> {
                 }
                 let n = res as usize;
                 wb.fill += n;
-                self.sh.received += n as u64;
-                let job = c.rx.job.as_mut().expect("direct RECV has a job");
-                job.pos += n as u64;
-                job.got_bytes = true;
-                if let Some(Body::Length(rem)) = job.body.as_mut() {
-                    *rem -= n as u64;
-                }
+                received(c.rx.job.as_mut().expect("direct RECV has a job"), &mut self.sh, n);
                 return place_done(&mut c.rx, &mut self.sh);
             }
             c.rbuf = Some(buf);
@@ -858,13 +852,7 @@ impl Loop<'_> {
             let n = res as usize;
             let pipe = c.pipe.as_mut().expect("a splicing connection has a pipe");
             pipe.held += n;
-            self.sh.received += n as u64;
-            let job = c.rx.job.as_mut().expect("splice has a job");
-            job.pos += n as u64;
-            job.got_bytes = true;
-            if let Some(Body::Length(rem)) = job.body.as_mut() {
-                *rem -= n as u64;
-            }
+            received(c.rx.job.as_mut().expect("splice has a job"), &mut self.sh, n);
             self.drain(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
             return place_done(&mut self.conns[i].rx, &mut self.sh);
         }
@@ -2313,6 +2301,17 @@ fn place(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<u
         }
     }
     Ok(taken)
+}
+
+/// `n` body bytes went straight from the socket to their destination (a write block
+/// or a pipe) without passing through [`place`]: advance the job and its framing.
+fn received(job: &mut Job, sh: &mut Shared<'_>, n: usize) {
+    sh.received += n as u64;
+    job.pos += n as u64;
+    job.got_bytes = true;
+    if let Some(Body::Length(rem)) = job.body.as_mut() {
+        *rem -= n as u64;
+    }
 }
 
 /// Whether the job's body is complete; if so, finish it.
