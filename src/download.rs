@@ -24,6 +24,7 @@ use uring::{Buf, BufPool, Completion, Op, Ring, RingBuilder};
 use crate::cli::Options;
 use crate::engine::EngineKind;
 use crate::engine::blocks::{WriteBlock, align_down, align_up};
+use crate::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer};
 use crate::engine::splice::Pipe;
 use crate::err;
 use crate::error::{Error, Kind, Result};
@@ -127,40 +128,24 @@ enum St {
     Open,
 }
 
-/// How the response body is delimited (RFC 9112 §6.3).
-enum Body {
-    /// Bytes still to come.
-    Length(u64),
-    Chunked(ChunkedDecoder),
-    /// Until the connection closes.
-    Close,
-}
-
 /// A request on a connection: the segment it asked for and the response state.
 struct Job {
     seg: Segment,
     /// The first request of the download (learns size, validator, range support).
     probe: bool,
-    /// File offset of the next body byte to place.
-    pos: u64,
-    /// End of the bytes this response carries (≤ `seg.end`), known once the head is parsed.
-    resp_end: u64,
-    /// None until the head is parsed.
-    body: Option<Body>,
+    /// The body's way to the file: position, framing (once the head is parsed), the
+    /// write block being filled, input held while the pool is empty.
+    placer: Placer,
     keep_alive: bool,
     /// A body byte arrived for this job (retries on reused connections do not count otherwise).
     got_bytes: bool,
 }
 
-/// Receive side of a connection: head accumulation, body framing, write block.
+/// Receive side of a connection: head accumulation, then the job's body.
 #[derive(Default)]
 struct Rx {
     job: Option<Job>,
     head: Vec<u8>,
-    /// Plaintext received but not yet placed (head remainder, or input held while the
-    /// write pool is empty).
-    spill: Vec<u8>,
-    wb: Option<WriteBlock>,
     /// More bytes came than the response carries: the connection cannot be reused.
     extra: bool,
 }
@@ -802,8 +787,11 @@ impl Loop<'_> {
             let non_data = c.kconn.is_some() && res == -rustix::io::Errno::IO.raw_os_error();
             if c.recv_direct {
                 c.recv_direct = false;
-                let wb = c.rx.wb.as_mut().expect("direct RECV has a write block");
-                wb.buf = Some(buf);
+                let n = if res > 0 { res as usize } else { 0 };
+                with_placer(&mut c.rx, &mut self.sh, |p, blocks| {
+                    p.recv_done(buf, n);
+                    if n > 0 { p.settle(blocks) } else { Ok(Fed::More) }
+                })?;
                 if non_data {
                     return self.read_record(i);
                 }
@@ -812,12 +800,8 @@ impl Loop<'_> {
                 }
                 if res == 0 {
                     c.eof = true;
-                    return Ok(());
                 }
-                let n = res as usize;
-                wb.fill += n;
-                received(c.rx.job.as_mut().expect("direct RECV has a job"), &mut self.sh, n);
-                return place_done(&mut c.rx, &mut self.sh);
+                return Ok(());
             }
             c.rbuf = Some(buf);
             if non_data {
@@ -852,9 +836,13 @@ impl Loop<'_> {
             let n = res as usize;
             let pipe = c.pipe.as_mut().expect("a splicing connection has a pipe");
             pipe.held += n;
-            received(c.rx.job.as_mut().expect("splice has a job"), &mut self.sh, n);
+            with_placer(&mut c.rx, &mut self.sh, |p, _| {
+                p.advance(n);
+                Ok(Fed::More)
+            })?;
             self.drain(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
-            return place_done(&mut self.conns[i].rx, &mut self.sh);
+            with_placer(&mut self.conns[i].rx, &mut self.sh, Placer::settle)?;
+            return Ok(());
         }
         // CONNECT
         if c.st == St::Connecting {
@@ -925,16 +913,11 @@ impl Loop<'_> {
                 return Ok(());
             }
             // Input held back by an empty write pool goes first.
-            if !c.rx.spill.is_empty() && c.rx.job.as_ref().is_some_and(|j| j.body.is_some()) {
-                let spill = std::mem::take(&mut c.rx.spill);
-                let taken = place(&mut c.rx, &mut self.sh, &spill)?;
-                c.rx.spill = spill;
-                c.rx.spill.drain(..taken);
-                if !c.rx.spill.is_empty() {
+            if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
+                if with_placer(&mut c.rx, &mut self.sh, Placer::retry_spill)? == Fed::Blocked {
                     self.wait_for_block(i);
                     return Ok(());
                 }
-                place_done(&mut c.rx, &mut self.sh)?;
                 continue;
             }
             if c.tls.is_some() {
@@ -983,7 +966,7 @@ impl Loop<'_> {
                 }
                 return Ok(());
             }
-            if !c.rx.spill.is_empty() {
+            if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
                 self.wait_for_block(i);
                 return Ok(());
             }
@@ -995,24 +978,21 @@ impl Loop<'_> {
     fn on_eof(&mut self, i: usize) -> std::result::Result<(), Fail> {
         let c = &mut self.conns[i];
         let job = c.rx.job.as_ref().expect("on_eof with a job");
-        match &job.body {
-            Some(Body::Close) if (c.tls.is_some() || c.kconn.is_some()) && !c.clean_close => Err(Fail::retry(
+        match job.placer.delimiter() {
+            Some(Delimiter::Close) if (c.tls.is_some() || c.kconn.is_some()) && !c.clean_close => Err(Fail::retry(
                 Kind::Protocol,
                 "connection closed without TLS close_notify: the body may be truncated",
             )),
-            Some(Body::Close) => {
-                let done_at = job.pos;
-                let job = c.rx.job.as_mut().expect("job");
-                job.resp_end = done_at;
-                self.sh.total = Some(done_at);
+            Some(Delimiter::Close) => {
+                self.sh.total = Some(job.placer.pos());
                 finish_job(&mut c.rx, &mut self.sh);
                 self.recycle(i)
             }
-            Some(Body::Length(rem)) => Err(Fail::retry(
+            Some(Delimiter::Length(rem)) => Err(Fail::retry(
                 Kind::Network,
                 format!("connection closed with {rem} bytes of the response still to come"),
             )),
-            Some(Body::Chunked(_)) => Err(Fail::retry(Kind::Network, "connection closed inside a chunked body")),
+            Some(Delimiter::Chunked(_)) => Err(Fail::retry(Kind::Network, "connection closed inside a chunked body")),
             None => Err(Fail::retry(Kind::Network, "connection closed before the response head")),
         }
     }
@@ -1024,7 +1004,7 @@ impl Loop<'_> {
         // Engine splice: socket → pipe while the pipe has room; `drain` empties it to the file.
         if self.sh.splice
             && c.tls.is_none()
-            && let Some(Body::Length(rem)) = c.rx.job.as_ref().and_then(|j| j.body.as_ref())
+            && let Some(Delimiter::Length(rem)) = c.rx.job.as_ref().and_then(|j| j.placer.delimiter())
         {
             let rem = *rem;
             if c.pipe.is_none() {
@@ -1032,7 +1012,7 @@ impl Loop<'_> {
             }
             let pipe = c.pipe.as_mut().expect("pipe just ensured");
             if pipe.held == 0 && !pipe.draining {
-                pipe.file_pos = c.rx.job.as_ref().expect("job").pos;
+                pipe.file_pos = c.rx.job.as_ref().expect("job").placer.pos();
             }
             if pipe.room() == 0 {
                 // Full: the pipe → file completion drives this connection again.
@@ -1057,17 +1037,17 @@ impl Loop<'_> {
         }
         // Plain HTTP with a known length: receive straight into the write block.
         if c.tls.is_none()
-            && let Some(Body::Length(rem)) = c.rx.job.as_ref().and_then(|j| j.body.as_ref())
+            && let Some(job) = c.rx.job.as_mut()
+            && let Some(Delimiter::Length(_)) = job.placer.delimiter()
         {
-            let rem = *rem;
-            if c.rx.wb.as_ref().is_none_or(|wb| wb.is_full()) && !next_block(&mut c.rx, &mut self.sh) {
+            let mut blocks = Blocks {
+                pool: &self.sh.pool,
+                queue: &mut self.sh.to_write,
+            };
+            let Some((buf, range)) = job.placer.recv_target(&mut blocks) else {
                 self.wait_for_block(i);
                 return Ok(());
-            }
-            let wb = c.rx.wb.as_mut().expect("block just ensured");
-            let len = (wb.room() as u64).min(rem) as usize;
-            let buf = wb.buf.take().expect("write block present");
-            let range = wb.fill..wb.fill + len;
+            };
             c.busy = true;
             c.last_io = Instant::now();
             c.recv_direct = true;
@@ -1272,7 +1252,7 @@ impl Loop<'_> {
         let body_done =
             c.rx.job
                 .as_ref()
-                .is_none_or(|j| matches!(j.body, Some(Body::Length(0))));
+                .is_none_or(|j| matches!(j.placer.delimiter(), Some(Delimiter::Length(0))));
         let Some(pipe) = c.pipe.as_mut() else { return Ok(()) };
         if pipe.draining || pipe.held == 0 {
             return Ok(());
@@ -1371,14 +1351,11 @@ impl Loop<'_> {
         c.rx.job = Some(Job {
             seg,
             probe,
-            pos: seg.start,
-            resp_end: seg.end,
-            body: None,
+            placer: Placer::new(seg.start, seg.end),
             keep_alive: true,
             got_bytes: false,
         });
         c.rx.head.clear();
-        c.rx.spill.clear();
         c.rx.extra = false;
         if c.tls.is_some() {
             c.pending_request = req;
@@ -1469,23 +1446,13 @@ impl Loop<'_> {
         let job = c.rx.job.take();
         let reused = c.reused;
         let tries_seen;
-        if let Some(job) = job {
-            let mut from = job.pos;
-            if let Some(mut wb) = c.rx.wb.take() {
-                if self.sh.direct {
-                    // O_DIRECT: keep the aligned part, fetch the partial block again.
-                    let keep = align_down(wb.fill as u64, self.sh.align) as usize;
-                    from = wb.off + keep as u64;
-                    wb.fill = keep;
-                }
-                // Buffered and splice keep every byte: under splice the block holds only
-                // what came with the head, and the pipe (drained below) holds the rest,
-                // so the retry starts at `job.pos`.
-                if wb.fill > 0 {
-                    self.sh.to_write.push_back(wb);
-                }
-            }
-            c.rx.spill.clear();
+        if let Some(mut job) = job {
+            // O_DIRECT keeps the aligned part of the block and fetches the rest again.
+            // Buffered and splice keep every byte: under splice the block holds only what
+            // came with the head, and the pipe (drained below) holds the rest, so the
+            // retry starts at the body's position.
+            let trim = self.sh.direct.then_some(self.sh.align);
+            let from = job.placer.release(trim, &mut self.sh.to_write);
             if job.probe && !self.sh.planned && matches!(f.kind, Kind::Protocol | Kind::Tls) {
                 self.sh.fatal = Some(Error::new(f.kind, f.msg));
                 return Ok(());
@@ -1732,9 +1699,11 @@ impl Loop<'_> {
                     "ringdl: [{i}] {:?} busy={} job={:?} wb={:?} spill={} pipe={:?} waiting={}",
                     c.st,
                     c.busy,
-                    c.rx.job.as_ref().map(|j| (j.seg.start, j.seg.end, j.pos, j.resp_end)),
-                    c.rx.wb.as_ref().map(|w| (w.off, w.fill)),
-                    c.rx.spill.len(),
+                    c.rx.job
+                        .as_ref()
+                        .map(|j| (j.seg.start, j.seg.end, j.placer.pos(), j.placer.end())),
+                    c.rx.job.as_ref().and_then(|j| j.placer.block()),
+                    c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()),
                     c.pipe.as_ref().map(|p| (p.held, p.draining, p.file_pos)),
                     c.waiting
                 );
@@ -1854,7 +1823,7 @@ fn pump_tls(c: &mut Conn, sh: &mut Shared<'_>, tls_info: &mut Option<String>) ->
                     let rec = rec.map_err(tls_fail)?;
                     discard += rec.discard;
                     feed(rx, sh, rec.payload)?;
-                    if !rx.spill.is_empty() && rx.job.as_ref().is_some_and(|j| j.body.is_some()) {
+                    if rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
                         blocked = true;
                         break;
                     }
@@ -1915,17 +1884,9 @@ fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<()
         rx.extra = true;
         return Ok(());
     };
-    if job.body.is_some() {
-        if !rx.spill.is_empty() {
-            rx.spill.extend_from_slice(data);
-            return Ok(());
-        }
-        let taken = place(rx, sh, data)?;
-        if taken < data.len() {
-            rx.spill.extend_from_slice(&data[taken..]);
-            return Ok(());
-        }
-        return place_done(rx, sh);
+    if job.placer.delimiter().is_some() {
+        with_placer(rx, sh, |p, blocks| p.feed(data, blocks))?;
+        return Ok(());
     }
     rx.head.extend_from_slice(data);
     loop {
@@ -1956,11 +1917,8 @@ fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<()
             HeadAction::Body => {
                 let rest = rx.head.split_off(len);
                 rx.head.clear();
-                let taken = place(rx, sh, &rest)?;
-                rx.spill.extend_from_slice(&rest[taken..]);
-                if rx.spill.is_empty() {
-                    place_done(rx, sh)?;
-                }
+                // Also with no bytes yet: an empty body is complete right away.
+                with_placer(rx, sh, |p, blocks| p.feed(&rest, blocks))?;
                 return Ok(());
             }
             HeadAction::Complete => {
@@ -2082,25 +2040,25 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                         format!("{host}: the file changed during the download (validator differs)"),
                     ));
                 }
-                if first != job.pos || last >= job.seg.end {
+                if first != job.placer.pos() || last >= job.seg.end {
                     return Err(proto(format!(
                         "asked for bytes {}-{}, got Content-Range {first}-{last}",
-                        job.pos,
+                        job.placer.pos(),
                         job.seg.end - 1
                     )));
                 }
             }
             let n = last - first + 1;
-            job.resp_end = last + 1;
-            job.body = Some(match framing {
-                Framing::Chunked => Body::Chunked(ChunkedDecoder::new()),
+            let delim = match framing {
+                Framing::Chunked => Delimiter::Chunked(ChunkedDecoder::new()),
                 Framing::Length(l) if l != n => {
                     return Err(proto(format!(
                         "Content-Length {l} does not match Content-Range {first}-{last}"
                     )));
                 }
-                _ => Body::Length(n),
-            });
+                _ => Delimiter::Length(n),
+            };
+            job.placer.begin(delim, last + 1);
             Ok(HeadAction::Body)
         }
         200 => {
@@ -2121,32 +2079,22 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
             sh.validator = validator;
             job.probe = false;
             job.seg.start = 0;
-            job.pos = 0;
-            job.body = Some(match framing {
+            let (delim, end) = match framing {
                 Framing::Length(l) => {
                     sh.total = Some(l);
                     sh.need_fallocate = true;
-                    job.seg.end = l;
-                    job.resp_end = l;
-                    Body::Length(l)
+                    (Delimiter::Length(l), l)
                 }
-                Framing::Chunked => {
-                    job.seg.end = u64::MAX;
-                    job.resp_end = u64::MAX;
-                    Body::Chunked(ChunkedDecoder::new())
-                }
-                Framing::Close => {
-                    job.seg.end = u64::MAX;
-                    job.resp_end = u64::MAX;
-                    Body::Close
-                }
+                Framing::Chunked => (Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX),
+                Framing::Close => (Delimiter::Close, u64::MAX),
                 Framing::NoBody => {
                     sh.total = Some(0);
-                    job.seg.end = 0;
-                    job.resp_end = 0;
-                    Body::Length(0)
+                    (Delimiter::Length(0), 0)
                 }
-            });
+            };
+            job.seg.end = end;
+            job.placer = Placer::new(0, end);
+            job.placer.begin(delim, end);
             if sh.opts.verbose > 0 {
                 eprintln!("ringdl: the server does not serve ranges: one connection");
             }
@@ -2166,7 +2114,7 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
             Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
                 sh.total = Some(0);
                 sh.planned = true;
-                job.resp_end = 0;
+                job.placer = Placer::new(0, 0);
                 job.seg.end = 0;
                 Ok(HeadAction::Complete)
             }
@@ -2233,153 +2181,54 @@ fn take_disposition(sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) {
     }
 }
 
-/// Places body bytes into write blocks (the compaction copy); returns how many of `data`
-/// were taken (fewer when the write pool is empty).
-fn place(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<usize, Fail> {
-    let mut taken = 0;
-    while taken < data.len() {
-        let job = rx.job.as_mut().expect("place with a job");
-        if matches!(job.body, Some(Body::Length(0))) {
-            rx.extra = true;
-            return Ok(data.len());
-        }
-        if rx.wb.as_ref().is_none_or(|wb| wb.is_full()) && !next_block(rx, sh) {
-            return Ok(taken);
-        }
-        let job = rx.job.as_mut().expect("place with a job");
-        let wb = rx.wb.as_mut().expect("block just ensured");
-        let input = &data[taken..];
-        let room = wb.room();
-        let placed = match job.body.as_mut().expect("place after the head") {
-            Body::Length(rem) => {
-                let n = (input.len() as u64).min(*rem).min(room as u64) as usize;
-                wb.compact(&input[..n]);
-                *rem -= n as u64;
-                taken += n;
-                n
-            }
-            Body::Close => {
-                let n = input.len().min(room);
-                wb.compact(&input[..n]);
-                taken += n;
-                n
-            }
-            Body::Chunked(dec) => {
-                // Offer at most `room` bytes so any data range fits the block.
-                let lim = input.len().min(room);
-                let step = dec
-                    .step(&input[..lim])
-                    .map_err(|e| Fail::retry(Kind::Protocol, format!("bad chunked body: {e}")))?;
-                let mut n = 0;
-                if let Some(r) = step.data {
-                    // Never place a byte past what Content-Range promised: it would land on
-                    // another segment's offsets.
-                    if r.len() as u64 > job.resp_end - job.pos {
-                        return Err(Fail::retry(
-                            Kind::Protocol,
-                            "chunked body longer than its Content-Range",
-                        ));
-                    }
-                    n = wb.compact(&input[r]);
-                }
-                taken += step.consumed;
-                if step.done {
-                    if taken < data.len() {
-                        rx.extra = true;
-                    }
-                    taken = data.len();
-                } else if step.consumed == 0 {
-                    return Err(Fail::retry(Kind::Internal, "chunked decoder made no progress"));
-                }
-                n
-            }
-        };
-        job.pos += placed as u64;
-        sh.received += placed as u64;
-        if placed > 0 {
-            job.got_bytes = true;
-        }
-    }
-    Ok(taken)
-}
-
-/// `n` body bytes went straight from the socket to their destination (a write block
-/// or a pipe) without passing through [`place`]: advance the job and its framing.
-fn received(job: &mut Job, sh: &mut Shared<'_>, n: usize) {
-    sh.received += n as u64;
-    job.pos += n as u64;
-    job.got_bytes = true;
-    if let Some(Body::Length(rem)) = job.body.as_mut() {
-        *rem -= n as u64;
-    }
-}
-
-/// Whether the job's body is complete; if so, finish it.
-fn place_done(rx: &mut Rx, sh: &mut Shared<'_>) -> std::result::Result<(), Fail> {
-    let job = rx.job.as_ref().expect("place_done with a job");
-    let done = match job.body.as_ref() {
-        Some(Body::Length(0)) => true,
-        Some(Body::Chunked(d)) => d.is_done(),
-        _ => false,
+/// Runs `f` on the job's body with the shared write pool, counts what it placed, and
+/// finishes the job when the body is complete. Returns what `f` said.
+fn with_placer(
+    rx: &mut Rx,
+    sh: &mut Shared<'_>,
+    f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
+) -> std::result::Result<Fed, Fail> {
+    let job = rx.job.as_mut().expect("body bytes for a job");
+    let before = job.placer.pos();
+    let mut blocks = Blocks {
+        pool: &sh.pool,
+        queue: &mut sh.to_write,
     };
-    if rx.wb.as_ref().is_some_and(|wb| wb.is_full()) && !done {
-        let wb = rx.wb.take().expect("full block");
-        sh.to_write.push_back(wb);
-    }
-    if done {
-        let job = rx.job.as_mut().expect("job");
-        if matches!(job.body, Some(Body::Chunked(_))) {
-            if sh.ranges {
-                if job.pos != job.resp_end {
-                    return Err(Fail::retry(
-                        Kind::Protocol,
-                        format!(
-                            "chunked body ends at byte {}, Content-Range said {}",
-                            job.pos, job.resp_end
-                        ),
-                    ));
-                }
-            } else {
-                job.resp_end = job.pos;
-                sh.total = Some(job.pos);
-            }
+    let r = f(&mut job.placer, &mut blocks);
+    let moved = job.placer.pos() - before;
+    sh.received += moved;
+    job.got_bytes |= moved > 0;
+    let fed = r.map_err(|e| {
+        let kind = if e == PlaceError::NoProgress {
+            Kind::Internal
+        } else {
+            Kind::Protocol
+        };
+        Fail::retry(kind, e.to_string())
+    })?;
+    if fed == Fed::Done {
+        if matches!(job.placer.delimiter(), Some(Delimiter::Chunked(_))) && !sh.ranges {
+            // A chunked 200 tells the file size only at its end.
+            sh.total = Some(job.placer.pos());
         }
         finish_job(rx, sh);
     }
-    Ok(())
-}
-
-/// Queues the current block for writing and takes a fresh one at the job's position.
-fn next_block(rx: &mut Rx, sh: &mut Shared<'_>) -> bool {
-    if let Some(wb) = rx.wb.take()
-        && wb.fill > 0
-    {
-        sh.to_write.push_back(wb);
-    }
-    let Some(buf) = sh.pool.alloc() else { return false };
-    let pos = rx.job.as_ref().expect("block for a job").pos;
-    rx.wb = Some(WriteBlock::new(buf, pos));
-    true
+    Ok(fed)
 }
 
 /// The response body is complete: queue the last block and requeue what the response did
 /// not cover.
 fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
-    let job = rx.job.take().expect("finish_job with a job");
-    let end = job.pos;
+    let mut job = rx.job.take().expect("finish_job with a job");
+    let end = job.placer.pos();
     let file_end = sh.total.is_some_and(|t| end >= t);
-    let mut requeue_from = end;
-    if let Some(mut wb) = rx.wb.take() {
-        if !file_end && sh.direct && !end.is_multiple_of(sh.align) {
-            // A short response ended inside a block: keep the aligned part, fetch the rest again.
-            let keep = align_down(wb.fill as u64, sh.align) as usize;
-            requeue_from = wb.off + keep as u64;
-            wb.fill = keep;
-        }
-        if wb.fill > 0 {
-            sh.to_write.push_back(wb);
-        }
+    if job.placer.overrun() {
+        rx.extra = true;
     }
+    // A short response that ended inside a block (O_DIRECT): keep the aligned part, fetch
+    // the rest again. The file's last block is kept whole (padded when written).
+    let trim = (sh.direct && !file_end).then_some(sh.align);
+    let requeue_from = job.placer.release(trim, &mut sh.to_write);
     let seg_end = if sh.ranges {
         job.seg.end
     } else {

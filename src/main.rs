@@ -35,7 +35,6 @@ macro_rules! print {
 
 mod cli;
 mod download;
-mod engine;
 mod error;
 mod output;
 mod progress;
@@ -50,10 +49,10 @@ use std::process::ExitCode;
 
 use cli::{Command, EngineChoice, Options, OutputTarget};
 use download::Outcome;
-use engine::EngineKind;
 use error::Result;
 use output::Output;
 use progress::Progress;
+use ringdl::engine::{self, EngineKind};
 
 /// Sent as User-Agent.
 pub const USER_AGENT: &str = concat!("ringdl/", env!("CARGO_PKG_VERSION"));

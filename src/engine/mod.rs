@@ -7,6 +7,7 @@
 //! O_DIRECT (ramfs, tmpfs before 6.6) and for standard output.
 
 pub mod blocks;
+pub mod place;
 pub mod splice;
 
 /// The engine that ran; named in the summary.

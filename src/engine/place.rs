@@ -1,0 +1,477 @@
+//! The receive side of the block engines: a response body placed at its file offsets in
+//! write blocks (the compaction copy of engine `direct`), the framing that says where the
+//! body ends (RFC 9112 §6.3), and what a response that ends short leaves to write.
+//!
+//! Pure state over a [`BufPool`]: no socket, no ring. The event loop feeds it plaintext
+//! (decrypted TLS records, or plain reads), lets a RECV fill its block directly, and
+//! submits the blocks it queues. `fuzz/` drives the same code with random record sizes
+//! and read splits (target `compaction`).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::ops::Range;
+
+use http::{ChunkedDecoder, ChunkedError};
+use uring::{Buf, BufPool};
+
+use super::blocks::{WriteBlock, align_down};
+
+/// How the response body is delimited (RFC 9112 §6.3).
+pub enum Delimiter {
+    /// Content-Length (or a 206's Content-Range): bytes still to come.
+    Length(u64),
+    /// Transfer-Encoding: chunked.
+    Chunked(ChunkedDecoder),
+    /// Until the connection closes (HTTP/1.0 style; over TLS only with close_notify).
+    Close,
+}
+
+/// Where the body's blocks come from and go to: the shared write pool and the queue of
+/// blocks waiting for a write SQE (full blocks, in the order they filled).
+pub struct Blocks<'a> {
+    /// The write pool; an empty pool is backpressure ([`Fed::Blocked`]).
+    pub pool: &'a BufPool,
+    /// Blocks ready to write. Every block's `off` is the file offset of its first byte.
+    pub queue: &'a mut VecDeque<WriteBlock>,
+}
+
+/// What feeding the body left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fed {
+    /// All input placed; the body goes on.
+    More,
+    /// The write pool is empty: input is held ([`Placer::has_spill`]) until a block is
+    /// free, then [`Placer::retry_spill`] places it.
+    Blocked,
+    /// The body is complete: [`Placer::release`] queues its last block.
+    Done,
+}
+
+/// A body that does not fit its framing or its range. Retrying the request is the cure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlaceError {
+    /// The chunked framing is malformed.
+    Chunked(ChunkedError),
+    /// A chunk carries bytes past the end the response promised (a 206's Content-Range):
+    /// they would land on another segment's offsets.
+    PastRange {
+        /// The response's end (exclusive file offset).
+        end: u64,
+    },
+    /// The chunked body ended before its Content-Range did.
+    ShortChunked {
+        /// File offset where the body ended.
+        at: u64,
+        /// Where Content-Range said it ends.
+        end: u64,
+    },
+    /// The chunked decoder consumed nothing from non-empty input (a decoder bug).
+    NoProgress,
+}
+
+impl fmt::Display for PlaceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlaceError::Chunked(e) => write!(f, "bad chunked body: {e}"),
+            PlaceError::PastRange { .. } => f.write_str("chunked body longer than its Content-Range"),
+            PlaceError::ShortChunked { at, end } => {
+                write!(f, "chunked body ends at byte {at}, Content-Range said {end}")
+            }
+            PlaceError::NoProgress => f.write_str("chunked decoder made no progress"),
+        }
+    }
+}
+
+impl std::error::Error for PlaceError {}
+
+/// One response body on its way to the file.
+///
+/// INVARIANT: while a block is held, `block.off + block.fill == pos` (the block ends where
+/// the next body byte goes) and `pos <= end`; a block is taken only at `pos`, so when the
+/// response starts on an aligned offset every block starts aligned (blocks are multiples
+/// of the alignment).
+pub struct Placer {
+    pos: u64,
+    end: u64,
+    delim: Option<Delimiter>,
+    wb: Option<WriteBlock>,
+    /// Body bytes received while the pool was empty, not yet placed.
+    spill: Vec<u8>,
+    /// Bytes came after the body's end: the connection cannot carry another request.
+    overrun: bool,
+}
+
+impl Placer {
+    /// A response expected to carry file bytes `start..end`; its framing comes with the
+    /// head ([`Placer::begin`]).
+    pub fn new(start: u64, end: u64) -> Placer {
+        Placer {
+            pos: start,
+            end,
+            delim: None,
+            wb: None,
+            spill: Vec::new(),
+            overrun: false,
+        }
+    }
+
+    /// The head is parsed: the body is framed by `delim` and carries bytes up to `end`
+    /// (exclusive; `u64::MAX` when unknown: a chunked or close-delimited 200).
+    pub fn begin(&mut self, delim: Delimiter, end: u64) {
+        self.delim = Some(delim);
+        self.end = end;
+    }
+
+    /// File offset of the next body byte.
+    pub fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    /// End of the bytes this response may carry (exclusive file offset).
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// The framing, once the head is parsed.
+    pub fn delimiter(&self) -> Option<&Delimiter> {
+        self.delim.as_ref()
+    }
+
+    /// Input is held back by an empty pool.
+    pub fn has_spill(&self) -> bool {
+        !self.spill.is_empty()
+    }
+
+    /// Bytes came after the body's end.
+    pub fn overrun(&self) -> bool {
+        self.overrun
+    }
+
+    /// The block being filled: (file offset, bytes filled).
+    pub fn block(&self) -> Option<(u64, usize)> {
+        self.wb.as_ref().map(|w| (w.off, w.fill))
+    }
+
+    /// The body is complete (its length reached, or the last chunk read).
+    pub fn is_done(&self) -> bool {
+        match &self.delim {
+            Some(Delimiter::Length(0)) => true,
+            Some(Delimiter::Chunked(d)) => d.is_done(),
+            _ => false,
+        }
+    }
+
+    /// Places received body bytes (plaintext). Input after held input is held too, so
+    /// bytes land in order.
+    ///
+    /// # Errors
+    /// [`PlaceError`]: the framing is malformed or overruns `end`.
+    pub fn feed(&mut self, data: &[u8], blocks: &mut Blocks<'_>) -> Result<Fed, PlaceError> {
+        if !self.spill.is_empty() {
+            self.spill.extend_from_slice(data);
+            return Ok(Fed::Blocked);
+        }
+        let taken = self.place(data, blocks)?;
+        if taken < data.len() {
+            self.spill.extend_from_slice(&data[taken..]);
+            return Ok(Fed::Blocked);
+        }
+        self.settle(blocks)
+    }
+
+    /// Places held input after a block was freed.
+    ///
+    /// # Errors
+    /// As [`Placer::feed`].
+    pub fn retry_spill(&mut self, blocks: &mut Blocks<'_>) -> Result<Fed, PlaceError> {
+        let spill = std::mem::take(&mut self.spill);
+        let r = self.place(&spill, blocks);
+        self.spill = spill;
+        let taken = r?;
+        self.spill.drain(..taken);
+        if !self.spill.is_empty() {
+            return Ok(Fed::Blocked);
+        }
+        self.settle(blocks)
+    }
+
+    /// The plain path of a Content-Length body: the block and byte range a RECV may fill
+    /// straight from the socket (at most the bytes the body still owes). The buffer is
+    /// taken out of the block until [`Placer::recv_done`] gives it back. `None`: the pool
+    /// is empty (wait for a write to complete), or the body is not length-delimited.
+    pub fn recv_target(&mut self, blocks: &mut Blocks<'_>) -> Option<(Buf, Range<usize>)> {
+        let Some(Delimiter::Length(rem)) = self.delim else {
+            return None;
+        };
+        if self.wb.as_ref().is_none_or(|wb| wb.is_full()) && !self.next_block(blocks) {
+            return None;
+        }
+        let wb = self.wb.as_mut().expect("block just ensured");
+        let len = (wb.room() as u64).min(rem) as usize;
+        let buf = wb.buf.take()?;
+        Some((buf, wb.fill..wb.fill + len))
+    }
+
+    /// A RECV from [`Placer::recv_target`] completed with `n` bytes (0 on EOF or error):
+    /// the buffer goes back into the block and the body advances. Call [`Placer::settle`]
+    /// next when `n > 0`.
+    ///
+    /// # Panics
+    /// Without a block waiting for its buffer, or when `n` exceeds the target range.
+    pub fn recv_done(&mut self, buf: Buf, n: usize) {
+        let wb = self.wb.as_mut().expect("a RECV target was handed out");
+        assert!(wb.buf.is_none(), "recv_done without recv_target");
+        assert!(wb.fill + n <= buf.len(), "RECV past its block");
+        wb.buf = Some(buf);
+        wb.fill += n;
+        self.advance(n);
+    }
+
+    /// `n` body bytes went straight to their destination (a RECV into the block, or a
+    /// SPLICE into a pipe) without a copy here.
+    pub fn advance(&mut self, n: usize) {
+        self.pos += n as u64;
+        if let Some(Delimiter::Length(rem)) = self.delim.as_mut() {
+            *rem -= n as u64;
+        }
+    }
+
+    /// After bytes arrived: queues the block if it is full and the body goes on, and says
+    /// whether the body is complete.
+    ///
+    /// # Errors
+    /// [`PlaceError::ShortChunked`]: the last chunk came before `end`.
+    pub fn settle(&mut self, blocks: &mut Blocks<'_>) -> Result<Fed, PlaceError> {
+        let done = self.is_done();
+        if !done {
+            if self.wb.as_ref().is_some_and(|wb| wb.is_full()) {
+                let wb = self.wb.take().expect("full block");
+                blocks.queue.push_back(wb);
+            }
+            return Ok(Fed::More);
+        }
+        if matches!(self.delim, Some(Delimiter::Chunked(_))) {
+            if self.end == u64::MAX {
+                self.end = self.pos;
+            } else if self.pos != self.end {
+                return Err(PlaceError::ShortChunked {
+                    at: self.pos,
+                    end: self.end,
+                });
+            }
+        }
+        Ok(Fed::Done)
+    }
+
+    /// The response ended, complete or not: queues what the block holds and drops held
+    /// input. With `trim = Some(align)` (O_DIRECT, not the file's end) only the aligned
+    /// part of the block is kept. Returns the file offset from which the rest must be
+    /// fetched again (`pos`, or the trimmed block's end).
+    pub fn release(&mut self, trim: Option<u64>, queue: &mut VecDeque<WriteBlock>) -> u64 {
+        let mut from = self.pos;
+        if let Some(mut wb) = self.wb.take() {
+            if let Some(align) = trim {
+                let keep = align_down(wb.fill as u64, align) as usize;
+                from = wb.off + keep as u64;
+                wb.fill = keep;
+            }
+            if wb.fill > 0 {
+                queue.push_back(wb);
+            }
+        }
+        self.spill.clear();
+        from
+    }
+
+    /// Queues the current block and takes a fresh one at `pos`.
+    fn next_block(&mut self, blocks: &mut Blocks<'_>) -> bool {
+        if let Some(wb) = self.wb.take()
+            && wb.fill > 0
+        {
+            blocks.queue.push_back(wb);
+        }
+        let Some(buf) = blocks.pool.alloc() else { return false };
+        self.wb = Some(WriteBlock::new(buf, self.pos));
+        true
+    }
+
+    /// The compaction copy: body bytes of `data` into blocks; returns how many bytes of
+    /// `data` were taken (fewer when the pool runs empty; all of it past the body's end).
+    fn place(&mut self, data: &[u8], blocks: &mut Blocks<'_>) -> Result<usize, PlaceError> {
+        let mut taken = 0;
+        while taken < data.len() {
+            if matches!(self.delim, Some(Delimiter::Length(0))) {
+                self.overrun = true;
+                return Ok(data.len());
+            }
+            if self.wb.as_ref().is_none_or(|wb| wb.is_full()) && !self.next_block(blocks) {
+                return Ok(taken);
+            }
+            let wb = self.wb.as_mut().expect("block just ensured");
+            let input = &data[taken..];
+            let room = wb.room();
+            let placed = match self.delim.as_mut().expect("place after the head") {
+                Delimiter::Length(rem) => {
+                    let n = (input.len() as u64).min(*rem).min(room as u64) as usize;
+                    wb.compact(&input[..n]);
+                    *rem -= n as u64;
+                    taken += n;
+                    n
+                }
+                Delimiter::Close => {
+                    let n = input.len().min(room);
+                    wb.compact(&input[..n]);
+                    taken += n;
+                    n
+                }
+                Delimiter::Chunked(dec) => {
+                    // Offer at most `room` bytes so any data range fits the block.
+                    let lim = input.len().min(room);
+                    let step = dec.step(&input[..lim]).map_err(PlaceError::Chunked)?;
+                    let mut n = 0;
+                    if let Some(r) = step.data {
+                        // Never place a byte past what Content-Range promised: it would
+                        // land on another segment's offsets.
+                        if r.len() as u64 > self.end - self.pos {
+                            return Err(PlaceError::PastRange { end: self.end });
+                        }
+                        n = wb.compact(&input[r]);
+                    }
+                    taken += step.consumed;
+                    if step.done {
+                        if taken < data.len() {
+                            self.overrun = true;
+                        }
+                        taken = data.len();
+                    } else if step.consumed == 0 {
+                        return Err(PlaceError::NoProgress);
+                    }
+                    n
+                }
+            };
+            self.pos += placed as u64;
+        }
+        Ok(taken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(queue: &mut VecDeque<WriteBlock>, file: &mut [u8], base: u64) {
+        while let Some(mut wb) = queue.pop_front() {
+            let buf = wb.buf.take().unwrap();
+            let at = (wb.off - base) as usize;
+            file[at..at + wb.fill].copy_from_slice(&buf[..wb.fill]);
+        }
+    }
+
+    #[test]
+    fn length_body_lands_in_order_through_a_one_block_pool() {
+        let pool = BufPool::new(4096, 1).unwrap();
+        let mut queue = VecDeque::new();
+        let body: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        let base = 1 << 33; // past 4 GiB
+        let mut p = Placer::new(base, base + body.len() as u64);
+        p.begin(Delimiter::Length(body.len() as u64), base + body.len() as u64);
+        let mut file = vec![0u8; body.len()];
+        let mut fed = p
+            .feed(
+                &body,
+                &mut Blocks {
+                    pool: &pool,
+                    queue: &mut queue,
+                },
+            )
+            .unwrap();
+        while fed == Fed::Blocked {
+            collect(&mut queue, &mut file, base);
+            fed = p
+                .retry_spill(&mut Blocks {
+                    pool: &pool,
+                    queue: &mut queue,
+                })
+                .unwrap();
+        }
+        assert_eq!(fed, Fed::Done);
+        assert_eq!(p.release(None, &mut queue), base + body.len() as u64);
+        collect(&mut queue, &mut file, base);
+        assert_eq!(file, body);
+    }
+
+    #[test]
+    fn short_response_keeps_only_the_aligned_part() {
+        let pool = BufPool::new(8192, 2).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(4096, 4096 + 100_000);
+        p.begin(Delimiter::Length(100_000), 4096 + 100_000);
+        let fed = p
+            .feed(
+                &[1; 5000],
+                &mut Blocks {
+                    pool: &pool,
+                    queue: &mut queue,
+                },
+            )
+            .unwrap();
+        assert_eq!(fed, Fed::More);
+        assert_eq!(p.release(Some(4096), &mut queue), 8192);
+        assert_eq!(queue.len(), 1);
+        assert_eq!((queue[0].off, queue[0].fill), (4096, 4096));
+    }
+
+    #[test]
+    fn chunked_206_past_its_range_is_refused_before_a_byte_lands() {
+        let pool = BufPool::new(4096, 2).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(0, 4);
+        p.begin(Delimiter::Chunked(ChunkedDecoder::new()), 4);
+        let r = p.feed(
+            b"5\r\nabcde\r\n0\r\n\r\n",
+            &mut Blocks {
+                pool: &pool,
+                queue: &mut queue,
+            },
+        );
+        assert_eq!(r, Err(PlaceError::PastRange { end: 4 }));
+        assert_eq!(p.pos(), 0);
+    }
+
+    #[test]
+    fn chunked_200_learns_its_end_and_flags_trailing_bytes() {
+        let pool = BufPool::new(4096, 2).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(0, u64::MAX);
+        p.begin(Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX);
+        let r = p.feed(
+            b"3\r\nabc\r\n0\r\n\r\nHTTP",
+            &mut Blocks {
+                pool: &pool,
+                queue: &mut queue,
+            },
+        );
+        assert_eq!(r, Ok(Fed::Done));
+        assert_eq!(p.end(), 3);
+        assert!(p.overrun());
+    }
+
+    #[test]
+    fn recv_target_never_asks_past_the_body() {
+        let pool = BufPool::new(4096, 2).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(0, 100);
+        p.begin(Delimiter::Length(100), 100);
+        let mut blocks = Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        };
+        let (mut buf, range) = p.recv_target(&mut blocks).unwrap();
+        assert_eq!(range, 0..100);
+        buf[..60].fill(9);
+        p.recv_done(buf, 60);
+        assert_eq!(p.settle(&mut blocks), Ok(Fed::More));
+        let (_, range) = p.recv_target(&mut blocks).unwrap();
+        assert_eq!(range, 60..100);
+    }
+}
