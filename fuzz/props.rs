@@ -3,10 +3,14 @@
 //! (`tests/fuzz_corpus.rs`, stable). A property failure is a panic naming it.
 #![allow(dead_code)]
 
+use std::collections::VecDeque;
+
 use http::{
     ByteRange, ChunkedDecoder, ChunkedError, ContentRange, Framing, Header, MAX_FIELDS, Request, Status, Url,
     content_disposition_filename, parse_content_range, parse_head, sanitize_file_name,
 };
+use ringdl::engine::blocks::WriteBlock;
+use ringdl::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer};
 
 /// A property check over one fuzz input.
 pub type Check = fn(&[u8]);
@@ -22,6 +26,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("ktls_record_type", ktls_record_type),
     ("ktls_records", ktls_records),
     ("request_write", request_write),
+    ("compaction", compaction),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -562,4 +567,345 @@ pub fn request_write(data: &[u8]) {
         );
         assert_eq!(r.header("range"), Some(want.as_bytes()));
     }
+}
+
+/// The plaintext of file bytes `start..start + len` (`start` a multiple of 8): each 8-byte
+/// word is a hash of its offset, so a byte placed at the wrong offset (even 4 GiB away)
+/// is seen. Built a word at a time: per-byte loops dominate an instrumented fuzz run.
+fn pattern(start: u64, len: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len as usize + 8);
+    let mut off = start;
+    while off < start + len {
+        out.extend_from_slice(&(off.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (off >> 29)).to_le_bytes());
+        off += 8;
+    }
+    out.truncate(len as usize);
+    out
+}
+
+/// A valid chunked encoding of `payload` with chunk sizes up to 1, 300 or 20000 bytes.
+fn encode_sized(rng: &mut Rng, payload: &[u8]) -> Vec<u8> {
+    let cap = [1, 300, 20_000][rng.below(3)];
+    let mut out = Vec::with_capacity(payload.len() + payload.len() / cap.min(300) * 8 + 16);
+    let mut rest = payload;
+    while !rest.is_empty() {
+        let n = 1 + rng.below(rest.len().min(cap));
+        out.extend_from_slice(format!("{n:x}").as_bytes());
+        if rng.below(8) == 0 {
+            out.extend_from_slice(b";ext=1");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&rest[..n]);
+        out.extend_from_slice(b"\r\n");
+        rest = &rest[n..];
+    }
+    out.extend_from_slice(b"0\r\n");
+    if rng.below(4) == 0 {
+        out.extend_from_slice(b"X-Trailer: v\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// The file as the writes left it: what `direct` would have submitted, checked write by
+/// write (O_DIRECT rules: aligned offset, whole alignment units except the file's last
+/// block), inside the response's range, each byte once.
+struct Disk {
+    start: u64,
+    /// End of the bytes the response may carry.
+    limit: u64,
+    align: u64,
+    block: usize,
+    /// The response ends at the file's end: its last block may be short (padded on write).
+    file_end: bool,
+    bytes: Vec<u8>,
+    /// Byte ranges written so far.
+    written: Vec<(u64, u64)>,
+}
+
+impl Disk {
+    /// Completes the oldest `n` queued writes; their blocks go back to the pool.
+    fn complete(&mut self, queue: &mut VecDeque<WriteBlock>, n: usize) {
+        for _ in 0..n {
+            let Some(mut wb) = queue.pop_front() else { return };
+            let buf = wb.buf.take().expect("a queued block holds its buffer");
+            let (off, fill) = (wb.off, wb.fill as u64);
+            assert!(fill > 0, "empty write queued at {off}");
+            assert!(
+                wb.fill <= self.block && buf.len() == self.block,
+                "write larger than its block"
+            );
+            assert_eq!(
+                off % self.align,
+                0,
+                "unaligned write offset {off} (align {})",
+                self.align
+            );
+            assert!(
+                off >= self.start && off + fill <= self.limit,
+                "write {off}+{fill} outside the response {}..{}",
+                self.start,
+                self.limit
+            );
+            assert!(
+                fill % self.align == 0 || (self.file_end && off + fill == self.limit),
+                "short write {off}+{fill} that is not the file's last block"
+            );
+            if let Some(&(a, b)) = self.written.iter().find(|&&(a, b)| off < b && a < off + fill) {
+                panic!("write {off}+{fill} overlaps the earlier write {a}..{b}");
+            }
+            self.written.push((off, off + fill));
+            let at = (off - self.start) as usize;
+            self.bytes[at..at + wb.fill].copy_from_slice(&buf[..wb.fill]);
+        }
+    }
+
+    /// The writes cover exactly `start..upto`, and hold `plain` (the plaintext from `start`).
+    fn check(&mut self, upto: u64, plain: &[u8]) {
+        self.written.sort_unstable();
+        let mut at = self.start;
+        for &(a, b) in &self.written {
+            assert_eq!(a, at, "bytes {at}..{a} never written");
+            at = b;
+        }
+        assert_eq!(at, upto, "writes end at {at}, expected {upto}");
+        let n = (upto - self.start) as usize;
+        if self.bytes[..n] != plain[..n] {
+            let i = (0..n).find(|&i| self.bytes[i] != plain[i]).unwrap_or(0);
+            panic!("wrong byte at file offset {}", self.start + i as u64);
+        }
+    }
+}
+
+/// `compaction`: the `direct` engine's receive side (`ringdl::engine::place`) over a real
+/// write pool. Bytes 0..13 choose the shape — alignment (512/4096), block size (4–32 KiB),
+/// pool size (1–4 blocks: backpressure), the response's file offset (up to 16 TiB),
+/// length, framing (Content-Length, chunked 206, chunked 200, close-delimited), how bytes
+/// arrive (TLS record payloads of 1..16384 bytes, plain reads, or RECV straight into the
+/// block with short reads), a cut connection, a chunked body longer or shorter than its
+/// Content-Range, bytes after the body — and the rest seeds the sizes. Every write is
+/// aligned and inside the response; no byte is written twice; the written bytes equal the
+/// plaintext at their offsets; a complete body lands whole; one that ends early leaves an
+/// aligned resume point with every byte before it written; a lying chunked body is refused
+/// before a byte lands past its range; input held under backpressure never gets stuck.
+pub fn compaction(data: &[u8]) {
+    let b = |i: usize| data.get(i).copied().unwrap_or(0);
+    let mut rng = Rng::from(data);
+    let align: u64 = if b(0) & 1 == 0 { 4096 } else { 512 };
+    let block = 4096 << ((b(0) >> 1) & 3);
+    let count = 1 + usize::from(b(0) >> 4) % 4;
+    // 0 Content-Length, 1 chunked 206, 2 chunked 200, 3 close-delimited 200.
+    let framing = b(9) % 4;
+    // 0 TLS record payloads, 1 plain reads, 2 RECV into the block (Content-Length only).
+    let mode = match b(10) % 3 {
+        2 if framing != 0 => 0,
+        m => m,
+    };
+    let whole_file = framing >= 2 || b(8) & 1 == 1;
+    let start = if framing >= 2 {
+        0
+    } else {
+        align * u64::from(u32::from_le_bytes([b(1), b(2), b(3), b(4)]))
+    };
+    // Up to 64 KiB, 4 KiB or 256 bytes: small bodies keep executions fast, large ones
+    // cross several blocks and run the pool dry.
+    let mut len = u64::from(u16::from_le_bytes([b(5), b(6)])) >> (4 * (b(7) % 3));
+    if !whole_file {
+        // A segment that is not the file's tail ends aligned and is never empty.
+        len = (len & !(align - 1)).max(align);
+    }
+    let cut = b(11) & 3 == 0;
+    // Chunked 206 only: 1 = more bytes than Content-Range, 2 = fewer.
+    let lie = if framing == 1 { b(12) % 4 } else { 0 };
+    let trailing = b(13) & 1 == 1 && framing != 3;
+
+    let payload_len = match lie {
+        1 => len + 1 + rng.below(3000) as u64,
+        2 if len > 0 => rng.below(len as usize) as u64,
+        _ => len,
+    };
+    let payload = pattern(start, payload_len);
+    let mut stream = if framing == 1 || framing == 2 {
+        encode_sized(&mut rng, &payload)
+    } else {
+        payload.clone()
+    };
+    if trailing {
+        stream.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    }
+    let stream_end = if cut { rng.below(stream.len() + 1) } else { stream.len() };
+
+    let end = start + len;
+    let (delim, resp_end) = match framing {
+        0 => (Delimiter::Length(len), end),
+        1 => (Delimiter::Chunked(ChunkedDecoder::new()), end),
+        2 => (Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX),
+        _ => (Delimiter::Close, u64::MAX),
+    };
+    let pool = uring::BufPool::new(block, count).expect("write pool");
+    let mut queue = VecDeque::new();
+    // Room for a lying chunked body's extra bytes, so a write past `end` is caught by the
+    // range check rather than by indexing.
+    let room = payload_len.max(len) as usize + block;
+    let mut disk = Disk {
+        start,
+        limit: if framing >= 2 { payload_len } else { end },
+        align,
+        block,
+        file_end: whole_file,
+        bytes: vec![0; room],
+        written: Vec::new(),
+    };
+    let mut p = Placer::new(start, if framing >= 2 { u64::MAX } else { end });
+    p.begin(delim, resp_end);
+
+    let max_unit = match mode {
+        0 => [16, 1500, 16384][rng.below(3)],
+        _ => [7, 4096, 65536][rng.below(3)],
+    };
+    let mut at = 0;
+    // The head's read may end right at the body: the event loop feeds the (empty) rest,
+    // which completes an empty body.
+    let mut outcome = p.feed(
+        &[],
+        &mut Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        },
+    );
+    // Mode 2: the head's read carried the first body bytes; they go through `feed`.
+    let mut prefix = if mode == 2 {
+        rng.below(stream_end.min(4096) + 1)
+    } else {
+        0
+    };
+    while at < stream_end && outcome == Ok(Fed::More) {
+        if rng.below(3) == 0 {
+            let n = rng.below(queue.len() + 1);
+            disk.complete(&mut queue, n);
+        }
+        if mode == 2 && prefix == 0 {
+            let Some((mut buf, range)) = p.recv_target(&mut Blocks {
+                pool: &pool,
+                queue: &mut queue,
+            }) else {
+                assert!(!queue.is_empty(), "no block to RECV into and nothing to write: stuck");
+                let n = 1 + rng.below(queue.len());
+                disk.complete(&mut queue, n);
+                continue;
+            };
+            let (off, fill) = p.block().expect("a RECV target is a block");
+            assert_eq!(
+                off + range.start as u64,
+                p.pos(),
+                "RECV range not at the body's position"
+            );
+            assert_eq!(range.start, fill);
+            assert!(!range.is_empty(), "empty RECV range");
+            assert!(
+                range.end as u64 - range.start as u64 <= end - p.pos(),
+                "RECV asks past the body"
+            );
+            let n = (1 + rng.below(range.len())).min(stream_end - at);
+            buf[range.start..range.start + n].copy_from_slice(&stream[at..at + n]);
+            at += n;
+            p.recv_done(buf, n);
+            outcome = p.settle(&mut Blocks {
+                pool: &pool,
+                queue: &mut queue,
+            });
+        } else {
+            let lim = if prefix > 0 { prefix } else { max_unit };
+            let n = (1 + rng.below(lim)).min(stream_end - at);
+            prefix = prefix.saturating_sub(n);
+            outcome = p.feed(
+                &stream[at..at + n],
+                &mut Blocks {
+                    pool: &pool,
+                    queue: &mut queue,
+                },
+            );
+            at += n;
+            while outcome == Ok(Fed::Blocked) {
+                assert!(!queue.is_empty(), "input held with nothing to write: stuck");
+                let n = 1 + rng.below(queue.len());
+                disk.complete(&mut queue, n);
+                outcome = p.retry_spill(&mut Blocks {
+                    pool: &pool,
+                    queue: &mut queue,
+                });
+            }
+        }
+        if let Some((off, fill)) = p.block() {
+            assert_eq!(
+                off + fill as u64,
+                p.pos(),
+                "the block does not end at the body's position"
+            );
+        }
+        assert!(p.pos() <= end.max(payload_len), "position past the response");
+    }
+
+    // How the response ended decides what is kept, as the event loop does: a complete
+    // body (or a close-delimited one at EOF) keeps everything; a failure keeps the
+    // aligned part and names the resume point.
+    let complete = match &outcome {
+        Ok(Fed::Done) => true,
+        Ok(Fed::More) if framing == 3 => true,
+        Ok(_) => {
+            assert!(cut || lie == 2, "an honest, uncut body did not complete ({outcome:?})");
+            false
+        }
+        Err(PlaceError::PastRange { end: e }) => {
+            assert!(lie == 1 && *e == end, "PastRange without a longer body");
+            assert!(p.pos() <= end, "bytes placed past the range");
+            false
+        }
+        Err(PlaceError::ShortChunked { at, end: e }) => {
+            assert!(
+                lie == 2 && *at == start + payload_len && *e == end,
+                "ShortChunked: {outcome:?}"
+            );
+            false
+        }
+        Err(e) => panic!("unexpected {e:?} for a valid encoding"),
+    };
+    if p.overrun() {
+        assert!(trailing || lie == 1, "overrun without bytes after the body");
+    }
+    if complete {
+        let got = p.pos();
+        match framing {
+            0 | 1 => assert_eq!(got, end, "complete body of the wrong length"),
+            _ if !cut => assert_eq!(got, payload_len, "chunked/close 200 of the wrong length"),
+            _ => {}
+        }
+        if framing == 2 {
+            assert_eq!(p.end(), got, "a chunked 200 did not learn its end");
+        }
+        if framing >= 2 {
+            // A chunked or close-delimited 200 ends the file where its body ended.
+            disk.limit = got;
+        }
+        let trim = (!whole_file).then_some(align);
+        assert_eq!(p.release(trim, &mut queue), got, "complete body with a resume point");
+        let n = queue.len();
+        disk.complete(&mut queue, n);
+        disk.check(got, &payload);
+    } else {
+        let from = p.release(Some(align), &mut queue);
+        assert_eq!(from % align, 0, "unaligned resume point {from}");
+        assert!(
+            from >= start && from <= p.pos(),
+            "resume point {from} outside {start}..{}",
+            p.pos()
+        );
+        assert!(p.pos() - from < align, "more than the unaligned tail fetched again");
+        let n = queue.len();
+        disk.complete(&mut queue, n);
+        disk.check(from, &payload);
+    }
+    assert!(p.block().is_none() && !p.has_spill(), "release left state behind");
+    drop(p);
+    assert_eq!(pool.available(), count, "a write block leaked");
 }

@@ -1,9 +1,9 @@
 #!/bin/sh
-# Fuzzes every target in turn for SECONDS each (default 20: the short CI pass, ~9 × 20 s
+# Fuzzes every target in turn for SECONDS each (default 20: the short CI pass, ~10 × 20 s
 # plus one ~2 min build) and prints libFuzzer's execution count per target.
 #
 #   fuzz/run.sh            # CI: 20 s per target
-#   fuzz/run.sh 1800       # long run: 30 min per target, one at a time (~4.5 h)
+#   fuzz/run.sh 1800       # long run: 30 min per target, one at a time (~5 h)
 #
 # Needs `cargo install cargo-fuzz` and a nightly toolchain. Targets are safe Rust, so no
 # sanitizer (twice the speed); debug assertions on, so integer overflow panics. New
