@@ -607,17 +607,19 @@ fn encode_sized(rng: &mut Rng, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The file as the writes left it: what `direct` would have submitted, checked write by
-/// write (O_DIRECT rules: aligned offset, whole alignment units except the file's last
-/// block), inside the response's range, each byte once.
+/// The file as the writes left it: what the engine would have submitted, checked write by
+/// write (O_DIRECT rules when `align > 1`: aligned offset, whole alignment units except
+/// the file's last block), inside the response's range, each byte once.
 struct Disk {
     start: u64,
-    /// End of the bytes the response may carry.
+    /// End of the bytes the response may carry (exclusive file offset).
     limit: u64,
+    /// 1 for the buffered engine (no alignment rules).
     align: u64,
     block: usize,
-    /// The response ends at the file's end: its last block may be short (padded on write).
-    file_end: bool,
+    /// The file's end when this response reaches it (its last block may be short,
+    /// padded when written).
+    file_end: Option<u64>,
     bytes: Vec<u8>,
     /// Byte ranges written so far.
     written: Vec<(u64, u64)>,
@@ -648,7 +650,7 @@ impl Disk {
                 self.limit
             );
             assert!(
-                fill % self.align == 0 || (self.file_end && off + fill == self.limit),
+                fill % self.align == 0 || self.file_end == Some(off + fill),
                 "short write {off}+{fill} that is not the file's last block"
             );
             if let Some(&(a, b)) = self.written.iter().find(|&&(a, b)| off < b && a < off + fill) {
@@ -677,20 +679,25 @@ impl Disk {
     }
 }
 
-/// `compaction`: the `direct` engine's receive side (`ringdl::engine::place`) over a real
-/// write pool. Bytes 0..13 choose the shape — alignment (512/4096), block size (4–32 KiB),
-/// pool size (1–4 blocks: backpressure), the response's file offset (up to 16 TiB),
-/// length, framing (Content-Length, chunked 206, chunked 200, close-delimited), how bytes
-/// arrive (TLS record payloads of 1..16384 bytes, plain reads, or RECV straight into the
-/// block with short reads), a cut connection, a chunked body longer or shorter than its
-/// Content-Range, bytes after the body — and the rest seeds the sizes. Every write is
-/// aligned and inside the response; no byte is written twice; the written bytes equal the
-/// plaintext at their offsets; a complete body lands whole; one that ends early leaves an
-/// aligned resume point with every byte before it written; a lying chunked body is refused
-/// before a byte lands past its range; input held under backpressure never gets stuck.
+/// `compaction`: the receive side of the block engines (`ringdl::engine::place`) over a
+/// real write pool, driven the way `src/download.rs` drives it. Bytes 0..14 choose the
+/// shape — alignment (512/4096) or the buffered engine (no alignment), block size
+/// (4–32 KiB), pool size (1–4 blocks: backpressure), the response's file offset (up to
+/// 16 TiB), segment length, a 206 that stops short of its segment at an odd offset,
+/// framing (Content-Length, chunked 206, chunked 200, close-delimited), how bytes arrive
+/// (TLS record payloads of up to 16 KiB, plain reads, or RECVs straight into the block with
+/// short reads and EOF), a cut connection, a chunked body longer or shorter than its
+/// Content-Range, bytes after the body, work stealing (the body shrunk mid-way, also
+/// with a RECV in flight) — and all bytes seed the sizes. Every write is aligned and
+/// inside the response; no byte is written twice; the written bytes equal the plaintext at
+/// their offsets; a complete body lands whole; one that ends early leaves an aligned
+/// resume point with every byte before it written; a lying chunked body is refused before
+/// a byte lands past its range; bytes after the body are flagged exactly; input held under
+/// backpressure never gets stuck; no write block leaks.
 pub fn compaction(data: &[u8]) {
     let b = |i: usize| data.get(i).copied().unwrap_or(0);
     let mut rng = Rng::from(data);
+    let direct = b(8) & 4 == 0;
     let align: u64 = if b(0) & 1 == 0 { 4096 } else { 512 };
     let block = 4096 << ((b(0) >> 1) & 3);
     let count = 1 + usize::from(b(0) >> 4) % 4;
@@ -714,50 +721,88 @@ pub fn compaction(data: &[u8]) {
         // A segment that is not the file's tail ends aligned and is never empty.
         len = (len & !(align - 1)).max(align);
     }
+    // A 206 that carries less than its segment (a server capping its replies): 1 byte to
+    // the whole segment minus one.
+    let resp_len = if !whole_file && b(8) & 2 != 0 && len > 1 {
+        1 + rng.below(len as usize - 1) as u64
+    } else {
+        len
+    };
     let cut = b(11) & 3 == 0;
     // Chunked 206 only: 1 = more bytes than Content-Range, 2 = fewer.
     let lie = if framing == 1 { b(12) % 4 } else { 0 };
     let trailing = b(13) & 1 == 1 && framing != 3;
+    let steal = b(13) & 2 != 0;
+    let feed_while_blocked = b(13) & 4 != 0;
 
     let payload_len = match lie {
-        1 => len + 1 + rng.below(3000) as u64,
-        2 if len > 0 => rng.below(len as usize) as u64,
-        _ => len,
+        1 => resp_len + 1 + rng.below(3000) as u64,
+        2 if resp_len > 0 => rng.below(resp_len as usize) as u64,
+        _ => resp_len,
     };
+    // Whether the chunked 206 lies (an empty range cannot be shorter).
+    let (longer, shorter) = (payload_len > resp_len, payload_len < resp_len);
     let payload = pattern(start, payload_len);
     let mut stream = if framing == 1 || framing == 2 {
         encode_sized(&mut rng, &payload)
     } else {
         payload.clone()
     };
+    let body_stream = stream.len();
     if trailing {
         stream.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     }
     let stream_end = if cut { rng.below(stream.len() + 1) } else { stream.len() };
 
-    let end = start + len;
-    let (delim, resp_end) = match framing {
-        0 => (Delimiter::Length(len), end),
-        1 => (Delimiter::Chunked(ChunkedDecoder::new()), end),
+    let seg_end = start + len;
+    let resp_end = start + resp_len;
+    let (delim, delim_end) = match framing {
+        0 => (Delimiter::Length(resp_len), resp_end),
+        1 => (Delimiter::Chunked(ChunkedDecoder::new()), resp_end),
         2 => (Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX),
         _ => (Delimiter::Close, u64::MAX),
     };
     let pool = uring::BufPool::new(block, count).expect("write pool");
     let mut queue = VecDeque::new();
-    // Room for a lying chunked body's extra bytes, so a write past `end` is caught by the
-    // range check rather than by indexing.
+    let unit = if direct { align } else { 1 };
+    // Room for a lying chunked body's extra bytes, so a write past the range is caught by
+    // the range check rather than by indexing.
     let room = payload_len.max(len) as usize + block;
     let mut disk = Disk {
         start,
-        limit: if framing >= 2 { payload_len } else { end },
-        align,
+        limit: if framing >= 2 { payload_len } else { resp_end },
+        align: unit,
         block,
-        file_end: whole_file,
+        file_end: if framing >= 2 {
+            None // learnt at the end
+        } else {
+            (whole_file).then_some(seg_end)
+        },
         bytes: vec![0; room],
         written: Vec::new(),
     };
-    let mut p = Placer::new(start, if framing >= 2 { u64::MAX } else { end });
-    p.begin(delim, resp_end);
+    let mut p = Placer::new(start, if framing >= 2 { u64::MAX } else { seg_end });
+    p.begin(delim, delim_end);
+    // Where the body must end: the response's end, or where a steal cut it.
+    let mut body_end = resp_end;
+    let mut stolen = false;
+    let mut try_steal = |p: &mut Placer, rng: &mut Rng, disk: &mut Disk, body_end: &mut u64| {
+        if stolen || !steal || rng.below(4) != 0 {
+            return;
+        }
+        stolen = true;
+        // As `download.rs` does: the second half, from an aligned offset.
+        let (pos, end) = (p.pos(), p.end());
+        let at = (pos + p.remaining() / 2).div_ceil(unit) * unit;
+        let can = framing == 0 && at > pos && at < end;
+        assert_eq!(p.shrink(at), can, "shrink({at}) at {pos}..{end}, framing {framing}");
+        if can {
+            assert!(p.overrun() && p.end() == at && p.remaining() == at - pos);
+            *body_end = at;
+            disk.limit = at;
+            disk.file_end = None;
+        }
+    };
 
     let max_unit = match mode {
         0 => [16, 1500, 16384][rng.below(3)],
@@ -784,6 +829,7 @@ pub fn compaction(data: &[u8]) {
             let n = rng.below(queue.len() + 1);
             disk.complete(&mut queue, n);
         }
+        try_steal(&mut p, &mut rng, &mut disk, &mut body_end);
         if mode == 2 && prefix == 0 {
             let Some((mut buf, range)) = p.recv_target(&mut Blocks {
                 pool: &pool,
@@ -802,13 +848,12 @@ pub fn compaction(data: &[u8]) {
             );
             assert_eq!(range.start, fill);
             assert!(!range.is_empty(), "empty RECV range");
-            assert!(
-                range.end as u64 - range.start as u64 <= end - p.pos(),
-                "RECV asks past the body"
-            );
+            assert!(range.len() as u64 <= p.remaining(), "RECV asks past the body");
             let n = (1 + rng.below(range.len())).min(stream_end - at);
             buf[range.start..range.start + n].copy_from_slice(&stream[at..at + n]);
             at += n;
+            // The body may be shrunk while the RECV is in flight.
+            try_steal(&mut p, &mut rng, &mut disk, &mut body_end);
             p.recv_done(buf, n);
             outcome = p.settle(&mut Blocks {
                 pool: &pool,
@@ -827,6 +872,20 @@ pub fn compaction(data: &[u8]) {
             );
             at += n;
             while outcome == Ok(Fed::Blocked) {
+                if feed_while_blocked && at < stream_end && rng.below(2) == 0 {
+                    // More input while some is held: it queues behind, in order.
+                    let n = (1 + rng.below(max_unit)).min(stream_end - at);
+                    outcome = p.feed(
+                        &stream[at..at + n],
+                        &mut Blocks {
+                            pool: &pool,
+                            queue: &mut queue,
+                        },
+                    );
+                    at += n;
+                    assert_eq!(outcome, Ok(Fed::Blocked), "input behind held input was not held");
+                    continue;
+                }
                 assert!(!queue.is_empty(), "input held with nothing to write: stuck");
                 let n = 1 + rng.below(queue.len());
                 disk.complete(&mut queue, n);
@@ -843,7 +902,17 @@ pub fn compaction(data: &[u8]) {
                 "the block does not end at the body's position"
             );
         }
-        assert!(p.pos() <= end.max(payload_len), "position past the response");
+        let bound = if framing >= 2 { payload_len } else { body_end };
+        assert!(p.pos() <= bound, "position {} past the response's end {bound}", p.pos());
+    }
+    if mode == 2 && cut && outcome == Ok(Fed::More) && !p.has_spill() {
+        // The connection closed: the last RECV returns 0 and hands its buffer back.
+        if let Some((buf, _)) = p.recv_target(&mut Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        }) {
+            p.recv_done(buf, 0);
+        }
     }
 
     // How the response ended decides what is kept, as the event loop does: a complete
@@ -853,30 +922,49 @@ pub fn compaction(data: &[u8]) {
         Ok(Fed::Done) => true,
         Ok(Fed::More) if framing == 3 => true,
         Ok(_) => {
-            assert!(cut || lie == 2, "an honest, uncut body did not complete ({outcome:?})");
+            assert!(
+                stream_end < stream.len(),
+                "an uncut body did not complete ({outcome:?})"
+            );
             false
         }
         Err(PlaceError::PastRange { end: e }) => {
-            assert!(lie == 1 && *e == end, "PastRange without a longer body");
-            assert!(p.pos() <= end, "bytes placed past the range");
+            assert!(longer && *e == resp_end, "PastRange without a longer body");
             false
         }
         Err(PlaceError::ShortChunked { at, end: e }) => {
             assert!(
-                lie == 2 && *at == start + payload_len && *e == end,
+                shorter && *at == start + payload_len && *e == resp_end,
                 "ShortChunked: {outcome:?}"
             );
             false
         }
         Err(e) => panic!("unexpected {e:?} for a valid encoding"),
     };
-    if p.overrun() {
-        assert!(trailing || lie == 1, "overrun without bytes after the body");
+    if stream_end == stream.len() {
+        assert!(
+            !longer || matches!(outcome, Err(PlaceError::PastRange { .. })),
+            "a chunked body longer than its Content-Range was not refused: {outcome:?}"
+        );
+        assert!(
+            !shorter || matches!(outcome, Err(PlaceError::ShortChunked { .. })),
+            "a chunked body shorter than its Content-Range was not refused: {outcome:?}"
+        );
+    }
+    if outcome == Ok(Fed::Done) {
+        // The connection is reused only when nothing after the body arrived, and the body
+        // was not cut short by a steal.
+        assert_eq!(
+            p.overrun(),
+            body_end < resp_end || at > body_stream,
+            "overrun flag wrong: {at} of {body_stream} body bytes, steal {}",
+            body_end < resp_end
+        );
     }
     if complete {
         let got = p.pos();
         match framing {
-            0 | 1 => assert_eq!(got, end, "complete body of the wrong length"),
+            0 | 1 => assert_eq!(got, body_end, "complete body of the wrong length"),
             _ if !cut => assert_eq!(got, payload_len, "chunked/close 200 of the wrong length"),
             _ => {}
         }
@@ -886,21 +974,33 @@ pub fn compaction(data: &[u8]) {
         if framing >= 2 {
             // A chunked or close-delimited 200 ends the file where its body ended.
             disk.limit = got;
+            disk.file_end = Some(got);
         }
-        let trim = (!whole_file).then_some(align);
-        assert_eq!(p.release(trim, &mut queue), got, "complete body with a resume point");
+        // As `finish_job`: O_DIRECT trims unless the response reached the file's end.
+        let file_end = disk.file_end == Some(got);
+        let trim = (direct && !file_end).then_some(align);
+        let expect = if trim.is_some() { got / align * align } else { got };
+        assert_eq!(
+            p.release(trim, &mut queue),
+            expect,
+            "wrong resume point after a complete body"
+        );
         let n = queue.len();
         disk.complete(&mut queue, n);
-        disk.check(got, &payload);
+        disk.check(expect, &payload);
     } else {
-        let from = p.release(Some(align), &mut queue);
-        assert_eq!(from % align, 0, "unaligned resume point {from}");
+        // As `fail`: O_DIRECT keeps the aligned part, buffered keeps every byte.
+        let from = p.release(direct.then_some(align), &mut queue);
+        assert_eq!(from % unit, 0, "unaligned resume point {from}");
         assert!(
             from >= start && from <= p.pos(),
             "resume point {from} outside {start}..{}",
             p.pos()
         );
-        assert!(p.pos() - from < align, "more than the unaligned tail fetched again");
+        assert!(
+            p.pos() - from < unit.max(1),
+            "more than the unaligned tail fetched again"
+        );
         let n = queue.len();
         disk.complete(&mut queue, n);
         disk.check(from, &payload);

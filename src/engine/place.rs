@@ -26,8 +26,9 @@ pub enum Delimiter {
     Close,
 }
 
-/// Where the body's blocks come from and go to: the shared write pool and the queue of
-/// blocks waiting for a write SQE (full blocks, in the order they filled).
+/// Where the body's blocks come from and go to: the write pool and the queue of blocks
+/// waiting for a write SQE (shared by every connection: full blocks as they fill, and the
+/// last, possibly partial, block of a response from [`Placer::release`]).
 pub struct Blocks<'a> {
     /// The write pool; an empty pool is backpressure ([`Fed::Blocked`]).
     pub pool: &'a BufPool,
@@ -86,10 +87,13 @@ impl std::error::Error for PlaceError {}
 
 /// One response body on its way to the file.
 ///
-/// INVARIANT: while a block is held, `block.off + block.fill == pos` (the block ends where
-/// the next body byte goes) and `pos <= end`; a block is taken only at `pos`, so when the
+/// INVARIANT: `pos <= end`; while a block is held, `block.off + block.fill == pos` (the
+/// block ends where the next body byte goes) unless bytes went elsewhere
+/// ([`Placer::advance`], engine splice). A block is taken only at `pos`, so when the
 /// response starts on an aligned offset every block starts aligned (blocks are multiples
 /// of the alignment).
+///
+/// After an error the placer is only good for [`Placer::release`].
 pub struct Placer {
     pos: u64,
     end: u64,
@@ -127,7 +131,8 @@ impl Placer {
         self.pos
     }
 
-    /// End of the bytes this response may carry (exclusive file offset).
+    /// End of the bytes this response may carry (exclusive file offset); `u64::MAX` while
+    /// unknown (a chunked 200 learns it at its last chunk, a close-delimited body never).
     pub fn end(&self) -> u64 {
         self.end
     }
@@ -140,6 +145,11 @@ impl Placer {
     /// Input is held back by an empty pool.
     pub fn has_spill(&self) -> bool {
         !self.spill.is_empty()
+    }
+
+    /// Bytes of input held back by an empty pool.
+    pub fn spill_len(&self) -> usize {
+        self.spill.len()
     }
 
     /// Bytes came after the body's end.
@@ -162,10 +172,16 @@ impl Placer {
     }
 
     /// Places received body bytes (plaintext). Input after held input is held too, so
-    /// bytes land in order.
+    /// bytes land in order. Bytes after the body's end are dropped and flag
+    /// [`Placer::overrun`].
     ///
     /// # Errors
-    /// [`PlaceError`]: the framing is malformed or overruns `end`.
+    /// [`PlaceError`]: the chunked framing is malformed ([`PlaceError::Chunked`]), carries
+    /// bytes past `end` ([`PlaceError::PastRange`]) or ends before it
+    /// ([`PlaceError::ShortChunked`]).
+    ///
+    /// # Panics
+    /// With non-empty `data` before [`Placer::begin`].
     pub fn feed(&mut self, data: &[u8], blocks: &mut Blocks<'_>) -> Result<Fed, PlaceError> {
         if !self.spill.is_empty() {
             self.spill.extend_from_slice(data);
@@ -195,49 +211,92 @@ impl Placer {
         self.settle(blocks)
     }
 
-    /// The plain path of a Content-Length body: the block and byte range a RECV may fill
-    /// straight from the socket (at most the bytes the body still owes). The buffer is
-    /// taken out of the block until [`Placer::recv_done`] gives it back. `None`: the pool
-    /// is empty (wait for a write to complete), or the body is not length-delimited.
+    /// The plain path of a Content-Length body: the block's buffer and the byte range of
+    /// it a RECV may fill straight from the socket (`range.start` is the block's fill,
+    /// i.e. file offset `pos`; at most the bytes the body still owes). The buffer is out
+    /// of the block until [`Placer::recv_done`] gives it back. `None`: the pool is empty
+    /// (a full block may have been queued; wait for a write to complete), or the body is
+    /// not length-delimited.
+    ///
+    /// # Panics
+    /// While an earlier target is still out.
     pub fn recv_target(&mut self, blocks: &mut Blocks<'_>) -> Option<(Buf, Range<usize>)> {
         let Some(Delimiter::Length(rem)) = self.delim else {
             return None;
         };
+        assert!(
+            self.wb.as_ref().is_none_or(|wb| wb.buf.is_some()),
+            "recv_target while a RECV target is out"
+        );
         if self.wb.as_ref().is_none_or(|wb| wb.is_full()) && !self.next_block(blocks) {
             return None;
         }
         let wb = self.wb.as_mut().expect("block just ensured");
         let len = (wb.room() as u64).min(rem) as usize;
-        let buf = wb.buf.take()?;
+        let buf = wb.buf.take().expect("a held block has its buffer");
         Some((buf, wb.fill..wb.fill + len))
     }
 
     /// A RECV from [`Placer::recv_target`] completed with `n` bytes (0 on EOF or error):
-    /// the buffer goes back into the block and the body advances. Call [`Placer::settle`]
-    /// next when `n > 0`.
+    /// the buffer goes back into the block and the body advances. Bytes past the body's
+    /// end (it was [shrunk](Placer::shrink) while the RECV was in flight) are not kept.
+    /// Call [`Placer::settle`] next when `n > 0`.
     ///
     /// # Panics
-    /// Without a block waiting for its buffer, or when `n` exceeds the target range.
+    /// Without a block waiting for its buffer, or when `n` exceeds the buffer's room.
     pub fn recv_done(&mut self, buf: Buf, n: usize) {
         let wb = self.wb.as_mut().expect("a RECV target was handed out");
         assert!(wb.buf.is_none(), "recv_done without recv_target");
         assert!(wb.fill + n <= buf.len(), "RECV past its block");
+        let keep = match self.delim {
+            Some(Delimiter::Length(rem)) => (n as u64).min(rem) as usize,
+            _ => n,
+        };
+        if keep < n {
+            self.overrun = true;
+        }
         wb.buf = Some(buf);
-        wb.fill += n;
-        self.advance(n);
+        wb.fill += keep;
+        self.advance(keep);
     }
 
-    /// `n` body bytes went straight to their destination (a RECV into the block, or a
-    /// SPLICE into a pipe) without a copy here.
+    /// Work stealing: the body stops at `at` (an aligned offset inside what is still to
+    /// come) and another request fetches the rest. Only a Content-Length body in
+    /// progress can shrink; the response's bytes past `at` are not kept, so the connection
+    /// cannot carry another request ([`Placer::overrun`]). Returns whether it shrank.
+    pub fn shrink(&mut self, at: u64) -> bool {
+        let Some(Delimiter::Length(rem)) = self.delim.as_mut() else {
+            return false;
+        };
+        if at <= self.pos || at >= self.end {
+            return false;
+        }
+        *rem -= self.end - at;
+        self.end = at;
+        self.overrun = true;
+        true
+    }
+
+    /// Bytes the body still owes before its end.
+    pub fn remaining(&self) -> u64 {
+        self.end.saturating_sub(self.pos)
+    }
+
+    /// `n` body bytes of a Content-Length body went past the block (engine splice:
+    /// socket → pipe); the block keeps what it holds. (A RECV into the block reports
+    /// through [`Placer::recv_done`], which advances.)
+    ///
+    /// # Panics
+    /// When `n` exceeds the bytes the body still owes.
     pub fn advance(&mut self, n: usize) {
         self.pos += n as u64;
         if let Some(Delimiter::Length(rem)) = self.delim.as_mut() {
-            *rem -= n as u64;
+            *rem = rem.checked_sub(n as u64).expect("advance past the body's end");
         }
     }
 
     /// After bytes arrived: queues the block if it is full and the body goes on, and says
-    /// whether the body is complete.
+    /// whether the body is complete (a chunked 200 learns its `end` here).
     ///
     /// # Errors
     /// [`PlaceError::ShortChunked`]: the last chunk came before `end`.
@@ -266,11 +325,14 @@ impl Placer {
     /// The response ended, complete or not: queues what the block holds and drops held
     /// input. With `trim = Some(align)` (O_DIRECT, not the file's end) only the aligned
     /// part of the block is kept. Returns the file offset from which the rest must be
-    /// fetched again (`pos`, or the trimmed block's end).
+    /// fetched again (`pos`, or the trimmed block's end: aligned, since blocks start
+    /// aligned). Call it with no RECV target out.
     pub fn release(&mut self, trim: Option<u64>, queue: &mut VecDeque<WriteBlock>) -> u64 {
         let mut from = self.pos;
         if let Some(mut wb) = self.wb.take() {
+            debug_assert!(wb.buf.is_some(), "release while a RECV target is out");
             if let Some(align) = trim {
+                debug_assert!(wb.off.is_multiple_of(align), "unaligned block at {}", wb.off);
                 let keep = align_down(wb.fill as u64, align) as usize;
                 from = wb.off + keep as u64;
                 wb.fill = keep;
@@ -473,5 +535,40 @@ mod tests {
         assert_eq!(p.settle(&mut blocks), Ok(Fed::More));
         let (_, range) = p.recv_target(&mut blocks).unwrap();
         assert_eq!(range, 60..100);
+    }
+
+    #[test]
+    fn shrink_stops_the_body_at_the_split_point_even_with_a_recv_in_flight() {
+        let pool = BufPool::new(65536, 2).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(0, 100_000);
+        p.begin(Delimiter::Length(100_000), 100_000);
+        let mut blocks = Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        };
+        assert_eq!(p.feed(&[7; 1000], &mut blocks), Ok(Fed::More));
+        let (buf, range) = p.recv_target(&mut blocks).unwrap();
+        assert_eq!(range, 1000..65536);
+        // Stolen while the RECV is in flight: the RECV brings bytes past the split.
+        assert!(!p.shrink(1000), "nothing left before the split");
+        assert!(!p.shrink(100_000), "split at the end");
+        assert!(p.shrink(4096));
+        assert_eq!((p.end(), p.remaining()), (4096, 3096));
+        p.recv_done(buf, 10_000);
+        assert_eq!(p.pos(), 4096);
+        assert_eq!(p.settle(&mut blocks), Ok(Fed::Done));
+        assert!(p.overrun(), "the rest of the response is not read: no reuse");
+        assert_eq!(p.release(Some(4096), &mut queue), 4096);
+        assert_eq!((queue[0].off, queue[0].fill), (0, 4096));
+    }
+
+    #[test]
+    fn only_a_length_body_shrinks() {
+        let mut p = Placer::new(0, u64::MAX);
+        p.begin(Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX);
+        assert!(!p.shrink(4096));
+        let mut p = Placer::new(0, 8192);
+        assert!(!p.shrink(4096), "no framing yet");
     }
 }
