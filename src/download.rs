@@ -49,6 +49,9 @@ const TAG_IGNORE: u64 = 6 << 32;
 const TAG_SIGNAL: u64 = 7 << 32;
 const TAG_CONTROL: u64 = 8 << 32;
 const TAG_DRAIN: u64 = 10 << 32;
+/// Smallest remainder of a running body that an idle connection splits (work stealing):
+/// each half is at least 1 MiB, worth a request (and the victim's reconnect).
+const STEAL_MIN: u64 = 2 << 20;
 /// Bytes an attempt must move forward for its failure not to count as a try: a server
 /// that cuts every reply after a few KiB must still run out of tries.
 const MIN_PROGRESS: u64 = 64 << 10;
@@ -261,6 +264,8 @@ struct Shared<'a> {
     probe_tries: u32,
     /// Where the first request starts: 0, or the first byte a resumed `.part` lacks.
     probe_start: u64,
+    /// Where it ends: [`FIRST_SEGMENT`] later, or where a resumed `.part` has bytes again.
+    probe_end: u64,
     planned: bool,
     ranges: bool,
     total: Option<u64>,
@@ -333,6 +338,13 @@ pub fn run(
         };
         align_down(first_gap.min(st.total.saturating_sub(1)), out.align)
     });
+    // ... and only up to where the `.part` has bytes again.
+    let resume_end = resume
+        .as_ref()
+        .and_then(|st| st.ranges.iter().map(|r| r.0).find(|&s| s > resume_start))
+        .map_or(resume_start + FIRST_SEGMENT, |next| {
+            next.min(resume_start + FIRST_SEGMENT)
+        });
     let splice = engine == EngineKind::Splice;
 
     let n = opts.connections;
@@ -382,6 +394,7 @@ pub fn run(
         probe_assigned: false,
         probe_tries: 0,
         probe_start: resume_start,
+        probe_end: resume_end,
         planned: false,
         ranges: false,
         total: None,
@@ -580,11 +593,28 @@ impl Loop<'_> {
     /// write and pipe drain in flight, recording what lands, so the control file covers
     /// all the bytes that reached the file. Connections are not driven any more.
     fn settle(&mut self) {
-        let _ = self.flush_writes();
+        // What connections hold in their blocks is good too: queue it (the aligned part,
+        // under O_DIRECT), except where a RECV into the block is in flight, and except
+        // for standard output, which only takes bytes in order.
+        if !self.sh.sequential {
+            let trim = self.sh.direct.then_some(self.sh.align);
+            for c in &mut self.conns {
+                if !c.recv_direct
+                    && let Some(job) = c.rx.job.as_mut()
+                {
+                    job.placer.release(trim, &mut self.sh.to_write);
+                }
+            }
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         let busy =
             |l: &Self| l.writes_in_flight > 0 || l.conns.iter().any(|c| c.pipe.as_ref().is_some_and(|p| p.draining));
-        while busy(self) && Instant::now() < deadline {
+        loop {
+            // Every write slot may be taken: submit the rest of the queue as slots free up.
+            let _ = self.flush_writes();
+            if !busy(self) || Instant::now() >= deadline {
+                break;
+            }
             if self.ring.submit_and_wait(1).is_err() {
                 return;
             }
@@ -1307,19 +1337,66 @@ impl Loop<'_> {
         }
         let seg = if !self.sh.probe_assigned {
             self.sh.probe_assigned = true;
-            let start = self.sh.probe_start;
             Segment {
-                start,
-                end: start + FIRST_SEGMENT,
+                start: self.sh.probe_start,
+                end: self.sh.probe_end,
                 tries: self.sh.probe_tries,
             }
         } else if let Some(s) = self.sh.queue.pop_front() {
+            s
+        } else if let Some(s) = self.steal(i) {
             s
         } else {
             return Ok(false);
         };
         self.start_job(i, seg, !self.sh.planned);
         Ok(true)
+    }
+
+    /// The running body with the most bytes still to come, if splitting it is worth a
+    /// request: (connection, bytes remaining).
+    fn steal_victim(&self, thief: Option<usize>) -> Option<(usize, u64)> {
+        if !self.sh.planned || !self.sh.ranges || self.sh.splice || self.sh.sequential {
+            return None;
+        }
+        self.conns
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| Some(j) != thief)
+            .filter_map(|(j, c)| {
+                let job = c.rx.job.as_ref()?;
+                matches!(job.placer.delimiter(), Some(Delimiter::Length(_))).then(|| (j, job.placer.remaining()))
+            })
+            .filter(|&(_, rem)| rem >= STEAL_MIN)
+            .max_by_key(|&(_, rem)| rem)
+    }
+
+    /// Work stealing: with the queue empty, connection `thief` takes the second half of
+    /// the largest running body (from an aligned offset); the victim stops there and its
+    /// connection is not reused (the rest of its response is not read). Without this the
+    /// last segments keep one connection busy while the others idle.
+    fn steal(&mut self, thief: usize) -> Option<Segment> {
+        let (v, rem) = self.steal_victim(Some(thief))?;
+        let align = self.sh.align;
+        let job = self.conns[v].rx.job.as_mut()?;
+        let at = align_up(job.placer.pos() + rem / 2, align);
+        if !job.placer.shrink(at) {
+            return None;
+        }
+        let seg = Segment {
+            start: at,
+            end: job.seg.end,
+            tries: 0,
+        };
+        job.seg.end = at;
+        if self.sh.opts.verbose > 0 {
+            eprintln!(
+                "ringdl: connection {thief}: takes bytes {}-{} from connection {v}",
+                seg.start,
+                seg.end - 1
+            );
+        }
+        Some(seg)
     }
 
     fn start_job(&mut self, i: usize, seg: Segment, probe: bool) {
@@ -1376,7 +1453,7 @@ impl Loop<'_> {
 
     /// Work exists that an idle connection could take.
     fn wants_connection(&self) -> bool {
-        !self.sh.probe_assigned || !self.sh.queue.is_empty()
+        !self.sh.probe_assigned || !self.sh.queue.is_empty() || self.steal_victim(None).is_some()
     }
 
     /// Hands queued segments to idle connections and reopens closed ones while work is left.
@@ -1703,7 +1780,7 @@ impl Loop<'_> {
                         .as_ref()
                         .map(|j| (j.seg.start, j.seg.end, j.placer.pos(), j.placer.end())),
                     c.rx.job.as_ref().and_then(|j| j.placer.block()),
-                    c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()),
+                    c.rx.job.as_ref().map_or(0, |j| j.placer.spill_len()),
                     c.pipe.as_ref().map(|p| (p.held, p.draining, p.file_pos)),
                     c.waiting
                 );
@@ -2104,6 +2181,7 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
             // The resume point lies past the end: the file shrank. Start over from zero.
             sh.resume = None;
             sh.probe_start = 0;
+            sh.probe_end = FIRST_SEGMENT;
             eprintln!("ringdl: the file on the server is shorter than the resumed part: starting from zero");
             Err(Fail::retry(
                 Kind::HttpStatus,

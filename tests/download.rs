@@ -606,6 +606,42 @@ fn unresolvable_host_exits_3() {
         .assert_code(exit::NETWORK);
 }
 
+/// Work stealing: 40 MiB at 4 MiB/s per connection with -x 4 plans 2.25 MiB segments;
+/// when the queue runs dry, idle connections split the largest running body. Exact bytes,
+/// and the verbose log shows a split happened.
+fn idle_connections_split_running_segments(scheme: Scheme) {
+    let n = nginx();
+    let file = n.file(40 * MIB);
+    let dir = TestDir::new(&format!("steal-{scheme:?}"));
+    let out = dir.join("out.bin");
+    let url = match scheme {
+        Scheme::Http => n.paced_url(&file.name),
+        Scheme::Https => n.paced_https_url(&file.name),
+    };
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "-v", "--ca-certificate"])
+        .arg(n.ca_pem())
+        .arg("-o")
+        .arg(&out)
+        .arg(url)
+        .run();
+    o.assert_code(0);
+    assert_same_bytes(&out, file);
+    let log = o.stderr_text();
+    assert!(log.contains(" takes bytes "), "no running segment was split:\n{log}");
+}
+
+#[test]
+fn idle_connections_split_running_segments_http() {
+    idle_connections_split_running_segments(Scheme::Http);
+}
+
+#[test]
+fn idle_connections_split_running_segments_https() {
+    idle_connections_split_running_segments(Scheme::Https);
+}
+
 #[test]
 fn sigint_exits_8_and_leaves_no_file() {
     let n = nginx();

@@ -34,7 +34,7 @@ pub const MIB: u64 = 1024 * 1024;
 
 /// Sizes (bytes) of the files the nginx fixture serves, each generated once per
 /// process as `size-<bytes>.bin`.
-pub const SERVED_SIZES: &[u64] = &[0, 1, 4095, 4096, 4097, MIB + 1, 4 * MIB, 100 * MIB];
+pub const SERVED_SIZES: &[u64] = &[0, 1, 4095, 4096, 4097, MIB + 1, 4 * MIB, 40 * MIB, 100 * MIB];
 
 /// How long a single command may run before the harness kills it (ms).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);
@@ -752,6 +752,11 @@ impl Nginx {
         format!("http://127.0.0.1:{}/paced/{path}", self.http_port)
     }
 
+    /// `https://127.0.0.1:<https_port>/paced/<path>`: the same files at 4 MiB/s per connection.
+    pub fn paced_https_url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}/paced/{path}", self.https_port)
+    }
+
     /// `http://127.0.0.1:<http_port>/slow/<path>`: the same files at 256 KiB/s.
     pub fn slow_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}/slow/{path}", self.http_port)
@@ -858,6 +863,7 @@ http {{
     server {{
         {https_listen}
         ssl_protocols TLSv1.2 TLSv1.3;
+        location /paced/ {{ alias "{www}/"; limit_rate 4m; }}
     }}
     server {{
         {tls12_listen}
