@@ -466,8 +466,19 @@ pub fn run(
             dl.settle();
             if dl.sh.landed.bytes() == 0 && !resuming {
                 out.remove_part();
-            } else {
-                dl.save_control(None);
+            } else if dl.control.is_some() && dl.sh.file {
+                // The control file may only name bytes that are on disk: fdatasync first.
+                // If that fails, the control file keeps its last (synced) state.
+                match dl.wait_for(
+                    Op::Fsync {
+                        fd: dl.out_fd,
+                        datasync: true,
+                    },
+                    TAG_FSYNC | 1,
+                ) {
+                    Ok(r) if r >= 0 => dl.save_control(None),
+                    _ => eprintln!("ringdl: warning: fdatasync of the partial file failed: the resume state is older"),
+                }
             }
             progress.clear();
             return Err(e);
@@ -606,7 +617,10 @@ impl Loop<'_> {
                 }
             }
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let limit = Duration::from_secs(10);
+        let deadline = Instant::now() + limit;
+        // Wakes the wait below at the deadline even if no write ever completes.
+        let _ = self.push(Op::Timeout { after: limit }, TAG_IGNORE);
         let busy =
             |l: &Self| l.writes_in_flight > 0 || l.conns.iter().any(|c| c.pipe.as_ref().is_some_and(|p| p.draining));
         loop {
@@ -1354,12 +1368,14 @@ impl Loop<'_> {
     }
 
     /// The running body with the most bytes still to come, if splitting it is worth a
-    /// request: (connection, bytes remaining).
+    /// request: (connection, split point: aligned, inside what is still to come).
     fn steal_victim(&self, thief: Option<usize>) -> Option<(usize, u64)> {
         if !self.sh.planned || !self.sh.ranges || self.sh.splice || self.sh.sequential {
             return None;
         }
-        self.conns
+        let align = self.sh.align;
+        let (v, rem) = self
+            .conns
             .iter()
             .enumerate()
             .filter(|&(j, _)| Some(j) != thief)
@@ -1368,7 +1384,11 @@ impl Loop<'_> {
                 matches!(job.placer.delimiter(), Some(Delimiter::Length(_))).then(|| (j, job.placer.remaining()))
             })
             .filter(|&(_, rem)| rem >= STEAL_MIN)
-            .max_by_key(|&(_, rem)| rem)
+            .max_by_key(|&(_, rem)| rem)?;
+        let job = self.conns[v].rx.job.as_ref()?;
+        let (pos, end) = (job.placer.pos(), job.placer.end());
+        let at = align_up(pos + rem / 2, align);
+        (pos < at && at < end && at <= job.seg.end).then_some((v, at))
     }
 
     /// Work stealing: with the queue empty, connection `thief` takes the second half of
@@ -1376,17 +1396,16 @@ impl Loop<'_> {
     /// connection is not reused (the rest of its response is not read). Without this the
     /// last segments keep one connection busy while the others idle.
     fn steal(&mut self, thief: usize) -> Option<Segment> {
-        let (v, rem) = self.steal_victim(Some(thief))?;
-        let align = self.sh.align;
+        let (v, at) = self.steal_victim(Some(thief))?;
         let job = self.conns[v].rx.job.as_mut()?;
-        let at = align_up(job.placer.pos() + rem / 2, align);
         if !job.placer.shrink(at) {
             return None;
         }
+        // The stolen half keeps the segment's tries: a split is not a fresh budget.
         let seg = Segment {
             start: at,
             end: job.seg.end,
-            tries: 0,
+            tries: job.seg.tries,
         };
         job.seg.end = at;
         if self.sh.opts.verbose > 0 {

@@ -202,6 +202,11 @@ impl Request {
     pub fn range_start(&self) -> Option<u64> {
         parse_range_spec(self.range.as_deref()?).and_then(|(a, _)| a)
     }
+
+    /// End offset (inclusive) of a `bytes=a-b` Range, if any.
+    pub fn range_end(&self) -> Option<u64> {
+        parse_range_spec(self.range.as_deref()?).and_then(|(_, b)| b)
+    }
 }
 
 /// Builder: `FaultServer::builder().size(..).tls().fault(..).start()`.
