@@ -49,9 +49,15 @@ const TAG_IGNORE: u64 = 6 << 32;
 const TAG_SIGNAL: u64 = 7 << 32;
 const TAG_CONTROL: u64 = 8 << 32;
 const TAG_DRAIN: u64 = 10 << 32;
-/// Smallest remainder of a running body that an idle connection splits (work stealing):
-/// each half is at least 1 MiB, worth a request (and the victim's reconnect).
+/// Work stealing: an idle connection splits a running body when the body would take at
+/// least [`STEAL_TIME`] more at the rate it has run so far (its bytes since the request,
+/// once it has run [`STEAL_RATE_AFTER`]); before that, when at least [`STEAL_MIN`] are
+/// left. Never below [`STEAL_FLOOR`]: each half must be worth a request (and the victim's
+/// reconnect).
+const STEAL_TIME: Duration = Duration::from_millis(400);
+const STEAL_RATE_AFTER: Duration = Duration::from_millis(200);
 const STEAL_MIN: u64 = 2 << 20;
+const STEAL_FLOOR: u64 = 512 << 10;
 /// Bytes an attempt must move forward for its failure not to count as a try: a server
 /// that cuts every reply after a few KiB must still run out of tries.
 const MIN_PROGRESS: u64 = 64 << 10;
@@ -142,6 +148,8 @@ struct Job {
     keep_alive: bool,
     /// A body byte arrived for this job (retries on reused connections do not count otherwise).
     got_bytes: bool,
+    /// When the request was started (the body's rate, for work stealing).
+    started: Instant,
 }
 
 /// Receive side of a connection: head accumulation, then the job's body.
@@ -459,11 +467,12 @@ pub fn run(
     match dl.event_loop(progress) {
         Ok(Some(u)) => return Ok(Outcome::Redirect(u)),
         Ok(None) => {}
-        Err(e) => {
+        Err(mut e) => {
             // Let the writes in flight land first, then keep what landed: a later `-c`
             // resumes from the control file. A `.part` that holds nothing (only
             // preallocated zeros) is removed.
             dl.settle();
+            let mut saved = false;
             if dl.sh.landed.bytes() == 0 && !resuming {
                 out.remove_part();
             } else if dl.control.is_some() && dl.sh.file {
@@ -476,9 +485,20 @@ pub fn run(
                     },
                     TAG_FSYNC | 1,
                 ) {
-                    Ok(r) if r >= 0 => dl.save_control(None),
+                    Ok(r) if r >= 0 => {
+                        dl.save_control(None);
+                        saved = dl.sh.planned && dl.sh.ranges && dl.sh.landed.bytes() > 0;
+                    }
                     _ => eprintln!("ringdl: warning: fdatasync of the partial file failed: the resume state is older"),
                 }
+            }
+            if saved && let Some(part) = &out.part {
+                e.msg.push_str(&format!(
+                    "; {} of {} bytes kept in {}: run again with -c to fetch only the rest",
+                    dl.sh.landed.bytes(),
+                    dl.sh.total.unwrap_or(0),
+                    part.display()
+                ));
             }
             progress.clear();
             return Err(e);
@@ -562,6 +582,29 @@ struct Loop<'a> {
 
 /// Wait before retry number `attempt` (1-based): `base * 2^(attempt-1)`, capped at 30 s,
 /// times a jitter factor in [0.5, 1.5) so connections do not retry in lockstep.
+/// Whether `rem` bytes left of `job` are worth a second connection (see [`STEAL_TIME`]).
+fn worth_stealing(job: &Job, rem: u64) -> bool {
+    if rem < STEAL_FLOOR {
+        return false;
+    }
+    let ran = job.started.elapsed();
+    let moved = job.placer.pos().saturating_sub(job.seg.start);
+    if ran < STEAL_RATE_AFTER || moved == 0 {
+        return rem >= STEAL_MIN;
+    }
+    // Time left at this rate = rem / (moved / ran) >= STEAL_TIME.
+    rem as f64 * ran.as_secs_f64() >= STEAL_TIME.as_secs_f64() * moved as f64
+}
+
+/// "1 try", "3 tries".
+fn n_tries(n: u32) -> String {
+    if n == 1 {
+        "1 try".to_owned()
+    } else {
+        format!("{n} tries")
+    }
+}
+
 fn backoff(base_s: f64, attempt: u32) -> Duration {
     let exp = base_s * f64::from(1u32 << attempt.saturating_sub(1).min(16));
     let nanos = std::time::SystemTime::now()
@@ -780,12 +823,7 @@ impl Loop<'_> {
                     Some(15) => "SIGTERM",
                     _ => "SIGINT",
                 };
-                let kept = if self.sh.landed.bytes() > 0 {
-                    " (partial data kept in the .part file)"
-                } else {
-                    ""
-                };
-                self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}{kept}"));
+                self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
             }
             _ => {}
         }
@@ -1381,9 +1419,10 @@ impl Loop<'_> {
             .filter(|&(j, _)| Some(j) != thief)
             .filter_map(|(j, c)| {
                 let job = c.rx.job.as_ref()?;
-                matches!(job.placer.delimiter(), Some(Delimiter::Length(_))).then(|| (j, job.placer.remaining()))
+                let rem = job.placer.remaining();
+                (matches!(job.placer.delimiter(), Some(Delimiter::Length(_))) && worth_stealing(job, rem))
+                    .then_some((j, rem))
             })
-            .filter(|&(_, rem)| rem >= STEAL_MIN)
             .max_by_key(|&(_, rem)| rem)?;
         let job = self.conns[v].rx.job.as_ref()?;
         let (pos, end) = (job.placer.pos(), job.placer.end());
@@ -1450,6 +1489,7 @@ impl Loop<'_> {
             placer: Placer::new(seg.start, seg.end),
             keep_alive: true,
             got_bytes: false,
+            started: Instant::now(),
         });
         c.rx.head.clear();
         c.rx.extra = false;
@@ -1577,7 +1617,7 @@ impl Loop<'_> {
             if seg.tries >= self.sh.opts.max_tries {
                 self.sh.fatal = Some(Error::new(
                     f.kind,
-                    format!("{} (gave up after {} tries)", f.msg, seg.tries),
+                    format!("{} (gave up after {})", f.msg, n_tries(seg.tries)),
                 ));
                 return Ok(());
             }
@@ -1619,7 +1659,7 @@ impl Loop<'_> {
             if self.conns.iter().all(|c| c.dead) {
                 self.sh.fatal = Some(Error::new(
                     f.kind,
-                    format!("{} (gave up after {} tries)", f.msg, self.sh.opts.max_tries),
+                    format!("{} (gave up after {})", f.msg, n_tries(self.sh.opts.max_tries)),
                 ));
             }
             return Ok(());
@@ -2103,10 +2143,12 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                         schedule::plan_missing(&sh.landed, first_end, complete, sh.opts.connections, sh.align)
                     }
                     Some(st) => {
-                        eprintln!(
-                            "ringdl: the file on the server changed (size {} -> {complete}, or validator): starting from zero",
-                            st.total
-                        );
+                        let what = if st.total != complete {
+                            format!("size {} -> {complete}", st.total)
+                        } else {
+                            "validator differs".to_owned()
+                        };
+                        eprintln!("ringdl: the file on the server changed ({what}): starting from zero");
                         // Everything but what this first reply carries.
                         let got = Landed::from_ranges(&[(job.seg.start, first_end)]);
                         schedule::plan_missing(&got, 0, complete, sh.opts.connections, sh.align)
@@ -2116,8 +2158,9 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                 sh.validator = validator;
                 if sh.opts.verbose > 0 {
                     eprintln!(
-                        "ringdl: {complete} bytes, ranges supported, {} segments after the first",
-                        sh.queue.len()
+                        "ringdl: {complete} bytes, ranges supported, {} segment{} after the first",
+                        sh.queue.len(),
+                        if sh.queue.len() == 1 { "" } else { "s" }
                     );
                 }
             } else {
@@ -2341,10 +2384,11 @@ fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
         if tries >= sh.opts.max_tries {
             sh.fatal = Some(err!(
                 Protocol,
-                "{}: replies to bytes {}-{} stop short at {end} (gave up after {tries} tries)",
+                "{}: replies to bytes {}-{} stop short at {end} (gave up after {})",
                 sh.url.host(),
                 job.seg.start,
-                seg_end - 1
+                seg_end - 1,
+                n_tries(tries)
             ));
         }
         sh.queue.push_front(Segment {

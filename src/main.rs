@@ -91,18 +91,28 @@ fn real_main() -> Result<()> {
         eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
     }
     let final_path = output::final_path(&opts.output, &url);
+    // Held until exit: nothing below may read the control file or touch the `.part` of
+    // another ringdl's download.
+    let _lock = output::lock_part(final_path.as_deref(), opts.force)?;
     let control = final_path.as_deref().map(|p| resume::path_for(&output::part_path(p)));
     let resume_state = match (&control, opts.resume) {
         (Some(c), true) => load_resume(c, &opts.url),
         _ => None,
     };
+    let part = final_path.as_deref().map(output::part_path);
     let (mut out, mut engine) = Output::open(
         &opts.output,
         final_path,
         opts.engine,
         opts.force,
         resume_state.is_some(),
-    )?;
+    )
+    .inspect_err(|_| {
+        // lock_part may have created it: an output that cannot be opened leaves nothing.
+        if let Some(p) = &part {
+            output::remove_if_empty(p);
+        }
+    })?;
     let (engine_note, ktls_on) = match choose_ktls(&url, &opts, &mut engine) {
         Ok(v) => v,
         Err(e) => {
@@ -228,6 +238,8 @@ fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String
                 s.connections
             )
         }
+        // (The note is about TLS: a redirect may have ended on plain http.)
+        _ if s.tls == "plain" => engine.name().to_owned(),
         _ => format!("{}{note}", engine.name()),
     }
 }

@@ -46,6 +46,55 @@ pub fn final_path(target: &OutputTarget, url: &http::Url) -> Option<PathBuf> {
     }
 }
 
+/// An exclusive flock(2) on `FILE.part`, held for the whole run: a second ringdl on the
+/// same output stops at once instead of truncating the bytes the first is writing (and
+/// the first would then rename a file full of zeros).
+pub struct PartLock {
+    _fd: OwnedFd,
+}
+
+/// Takes the lock on `FILE.part` (created empty if absent) before anything reads the
+/// control file or touches the `.part`. `None` for outputs that have no `.part`: standard
+/// output, an existing device, FIFO or socket, a directory (refused later by
+/// [`Output::open`]).
+///
+/// # Errors
+/// [`crate::error::Kind::LocalIo`]: `FILE` exists (without `force`), the `.part` cannot
+/// be created, or another process holds the lock (EWOULDBLOCK).
+pub fn lock_part(final_path: Option<&Path>, force: bool) -> Result<Option<PartLock>> {
+    let Some(path) = final_path else { return Ok(None) };
+    if let Ok(md) = std::fs::metadata(path)
+        && !md.file_type().is_file()
+    {
+        return Ok(None);
+    }
+    Output::check_free(path, force)?;
+    let part = part_path(path);
+    let fd = rustix::fs::open(
+        &part,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(|e| err!(LocalIo, "cannot create {}: {e}", part.display()))?;
+    match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(PartLock { _fd: fd })),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(err!(
+            LocalIo,
+            "{} is being written by another ringdl (it holds a lock on it)",
+            part.display()
+        )),
+        Err(e) => Err(err!(LocalIo, "flock {}: {e}", part.display())),
+    }
+}
+
+/// Removes `part` if it is an empty regular file (what [`lock_part`] leaves when the run
+/// stops before any byte).
+pub fn remove_if_empty(part: &Path) {
+    if std::fs::symlink_metadata(part).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        let _ = std::fs::remove_file(part);
+    }
+}
+
 impl Output {
     /// Checks that the final name is free (unless `force`) before any network traffic.
     ///
@@ -126,7 +175,8 @@ impl Output {
         Output::check_free(&final_path, force)?;
         let part = part_path(&final_path);
         if !keep {
-            if std::fs::symlink_metadata(&part).is_ok() {
+            // (lock_part may have just created it empty.)
+            if std::fs::symlink_metadata(&part).is_ok_and(|m| m.len() > 0) {
                 eprintln!("ringdl: {} exists: starting over", part.display());
             }
             // A control file must never outlive the bytes it describes: gone before the

@@ -643,6 +643,41 @@ fn idle_connections_split_running_segments_https() {
 }
 
 #[test]
+fn a_second_run_on_the_same_output_stops_and_the_first_lands_exact_bytes() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let dir = TestDir::new("lock");
+    let out = dir.join("out.bin");
+    let second = std::cell::RefCell::new(None);
+    // 4 MiB at 256 KiB/s per connection: ~4 s with -x 4; the second run starts after 0.5 s.
+    let first = dir
+        .ringdl()
+        .args(["-x", "4", "-o"])
+        .arg(&out)
+        .arg(n.slow_url(&file.name))
+        .run_with(|_| {
+            thread::sleep(Duration::from_millis(500));
+            *second.borrow_mut() = Some(
+                dir.ringdl()
+                    .args(["-x", "4", "-o"])
+                    .arg(&out)
+                    .arg(n.http_url(&file.name))
+                    .run(),
+            );
+        });
+    let second = second.into_inner().expect("second run");
+    second.assert_code(exit::LOCAL_IO);
+    let err = second.stderr_text();
+    assert!(err.contains("being written by another ringdl"), "{err}");
+    assert!(
+        !err.contains("starting over"),
+        "the second run touched the .part: {err}"
+    );
+    first.assert_code(0);
+    assert_same_bytes(&out, file);
+}
+
+#[test]
 fn sigint_exits_8_and_leaves_no_file() {
     let n = nginx();
     let file = n.file(4 * MIB);
