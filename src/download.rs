@@ -50,14 +50,13 @@ const TAG_SIGNAL: u64 = 7 << 32;
 const TAG_CONTROL: u64 = 8 << 32;
 const TAG_DRAIN: u64 = 10 << 32;
 /// Work stealing: an idle connection splits a running body when the body would take at
-/// least [`STEAL_TIME`] more at the rate it has run so far (its bytes since the request,
-/// once it has run [`STEAL_RATE_AFTER`]); before that, when at least [`STEAL_MIN`] are
-/// left. Never below [`STEAL_FLOOR`]: each half must be worth a request (and the victim's
+/// least [`STEAL_TIME`] more at its rate (its bytes since the request, once it has run
+/// [`STEAL_RATE_AFTER`]; before that, the download's rate per busy connection). Never
+/// below [`STEAL_FLOOR`] left: each half must be worth a request (and the victim's
 /// reconnect).
-const STEAL_TIME: Duration = Duration::from_millis(400);
+const STEAL_TIME: Duration = Duration::from_millis(300);
 const STEAL_RATE_AFTER: Duration = Duration::from_millis(200);
-const STEAL_MIN: u64 = 2 << 20;
-const STEAL_FLOOR: u64 = 512 << 10;
+const STEAL_FLOOR: u64 = 256 << 10;
 /// Bytes an attempt must move forward for its failure not to count as a try: a server
 /// that cuts every reply after a few KiB must still run out of tries.
 const MIN_PROGRESS: u64 = 64 << 10;
@@ -582,18 +581,24 @@ struct Loop<'a> {
 
 /// Wait before retry number `attempt` (1-based): `base * 2^(attempt-1)`, capped at 30 s,
 /// times a jitter factor in [0.5, 1.5) so connections do not retry in lockstep.
-/// Whether `rem` bytes left of `job` are worth a second connection (see [`STEAL_TIME`]).
-fn worth_stealing(job: &Job, rem: u64) -> bool {
+/// Whether `rem` bytes left of `job` are worth a second connection (see [`STEAL_TIME`]);
+/// `fallback` is the download's rate per busy connection, bytes/s.
+fn worth_stealing(job: &Job, rem: u64, fallback: f64) -> bool {
     if rem < STEAL_FLOOR {
         return false;
     }
     let ran = job.started.elapsed();
     let moved = job.placer.pos().saturating_sub(job.seg.start);
-    if ran < STEAL_RATE_AFTER || moved == 0 {
-        return rem >= STEAL_MIN;
+    let rate = if ran >= STEAL_RATE_AFTER && moved > 0 {
+        moved as f64 / ran.as_secs_f64()
+    } else {
+        fallback
+    };
+    // No rate known yet: nothing to go by but the bytes.
+    if rate <= 0.0 {
+        return rem >= 8 * STEAL_FLOOR;
     }
-    // Time left at this rate = rem / (moved / ran) >= STEAL_TIME.
-    rem as f64 * ran.as_secs_f64() >= STEAL_TIME.as_secs_f64() * moved as f64
+    rem as f64 >= STEAL_TIME.as_secs_f64() * rate
 }
 
 /// "1 try", "3 tries".
@@ -1412,6 +1417,13 @@ impl Loop<'_> {
             return None;
         }
         let align = self.sh.align;
+        let busy = self.conns.iter().filter(|c| c.rx.job.is_some()).count().max(1);
+        let ran = self.started.elapsed().as_secs_f64();
+        let fallback = if ran > 0.0 {
+            self.sh.received as f64 / ran / busy as f64
+        } else {
+            0.0
+        };
         let (v, rem) = self
             .conns
             .iter()
@@ -1420,7 +1432,7 @@ impl Loop<'_> {
             .filter_map(|(j, c)| {
                 let job = c.rx.job.as_ref()?;
                 let rem = job.placer.remaining();
-                (matches!(job.placer.delimiter(), Some(Delimiter::Length(_))) && worth_stealing(job, rem))
+                (matches!(job.placer.delimiter(), Some(Delimiter::Length(_))) && worth_stealing(job, rem, fallback))
                     .then_some((j, rem))
             })
             .max_by_key(|&(_, rem)| rem)?;
