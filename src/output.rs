@@ -68,8 +68,16 @@ pub fn lock_part(final_path: Option<&Path>, force: bool) -> Result<Option<PartLo
     {
         return Ok(None);
     }
-    Output::check_free(path, force)?;
     let part = part_path(path);
+    if !force && std::fs::symlink_metadata(path).is_ok() && std::fs::symlink_metadata(&part).is_err() {
+        // What a -c user meets when the download already finished.
+        return Err(err!(
+            LocalIo,
+            "{} exists and there is no .part to resume: it looks complete (use --force to download it again)",
+            path.display()
+        ));
+    }
+    Output::check_free(path, force)?;
     let fd = rustix::fs::open(
         &part,
         OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,

@@ -389,6 +389,16 @@ fn existing_output_without_force_exits_7_and_is_untouched() {
     let o = dir.ringdl().arg("-o").arg(&out).arg(n.http_url(&file.name)).run();
     o.assert_code(exit::LOCAL_IO);
     assert_eq!(fs::read(&out).unwrap(), b"keep me\n", "FILE changed without --force");
+    assert!(!exists(&part_path(&out)), "a .part was created for an existing FILE");
+    // -c on a finished download says so.
+    let o = dir
+        .ringdl()
+        .args(["-c", "-o"])
+        .arg(&out)
+        .arg(n.http_url(&file.name))
+        .run();
+    o.assert_code(exit::LOCAL_IO);
+    assert!(o.stderr_text().contains("it looks complete"), "{}", o.stderr_text());
 }
 
 #[test]
