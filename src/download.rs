@@ -147,8 +147,9 @@ struct Job {
     keep_alive: bool,
     /// A body byte arrived for this job (retries on reused connections do not count otherwise).
     got_bytes: bool,
-    /// When the request was started (the body's rate, for work stealing).
+    /// When the request was started, and when its first body byte came (work stealing).
     started: Instant,
+    first_byte: Option<Instant>,
 }
 
 /// Receive side of a connection: head accumulation, then the job's body.
@@ -438,6 +439,8 @@ pub fn run(
         control,
         saved_bytes: 0,
         sync_snapshot: None,
+        recent_rate: 0.0,
+        rate_mark: (Instant::now(), 0),
         last_sync: Instant::now(),
         emitted: 0,
         stream_digest: opts
@@ -474,6 +477,10 @@ pub fn run(
             let mut saved = false;
             if dl.sh.landed.bytes() == 0 && !resuming {
                 out.remove_part();
+            } else if dl.writes_in_flight > 0 {
+                // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
+                // as long. The control file keeps its last (synced) state.
+                eprintln!("ringdl: warning: writes still pending: the resume state is older");
             } else if dl.control.is_some() && dl.sh.file {
                 // The control file may only name bytes that are on disk: fdatasync first.
                 // If that fails, the control file keeps its last (synced) state.
@@ -484,20 +491,25 @@ pub fn run(
                     },
                     TAG_FSYNC | 1,
                 ) {
-                    Ok(r) if r >= 0 => {
-                        dl.save_control(None);
-                        saved = dl.sh.planned && dl.sh.ranges && dl.sh.landed.bytes() > 0;
-                    }
+                    Ok(r) if r >= 0 => saved = dl.save_control(None) && dl.sh.landed.bytes() > 0,
                     _ => eprintln!("ringdl: warning: fdatasync of the partial file failed: the resume state is older"),
                 }
             }
-            if saved && let Some(part) = &out.part {
-                e.msg.push_str(&format!(
-                    "; {} of {} bytes kept in {}: run again with -c to fetch only the rest",
-                    dl.sh.landed.bytes(),
-                    dl.sh.total.unwrap_or(0),
-                    part.display()
-                ));
+            if let Some(part) = &out.part {
+                if saved {
+                    e.msg.push_str(&format!(
+                        "; {} of {} bytes kept in {}: run again with -c to fetch only the rest",
+                        dl.sh.landed.bytes(),
+                        dl.sh.total.unwrap_or(0),
+                        part.display()
+                    ));
+                } else if dl.sh.landed.bytes() > 0 && dl.sh.planned && !dl.sh.ranges {
+                    e.msg.push_str(&format!(
+                        "; {} bytes kept in {}, but the server does not serve ranges: a new run starts over",
+                        dl.sh.landed.bytes(),
+                        part.display()
+                    ));
+                }
             }
             progress.clear();
             return Err(e);
@@ -571,6 +583,10 @@ struct Loop<'a> {
     saved_bytes: u64,
     /// Ranges that an fdatasync in flight will make durable; saved when it completes.
     sync_snapshot: Option<Vec<(u64, u64)>>,
+    /// The download's rate over the last half second or so, bytes/s (work stealing), and
+    /// where that window started.
+    recent_rate: f64,
+    rate_mark: (Instant, u64),
     /// When the last periodic fdatasync for the control file was pushed.
     last_sync: Instant,
     /// Bytes queued to a sequential output (standard output, a FIFO) so far.
@@ -579,26 +595,32 @@ struct Loop<'a> {
     stream_digest: Option<ring::digest::Context>,
 }
 
-/// Wait before retry number `attempt` (1-based): `base * 2^(attempt-1)`, capped at 30 s,
-/// times a jitter factor in [0.5, 1.5) so connections do not retry in lockstep.
-/// Whether `rem` bytes left of `job` are worth a second connection (see [`STEAL_TIME`]);
-/// `fallback` is the download's rate per busy connection, bytes/s.
+/// Whether `rem` bytes left of `job` are worth a second connection: they would take at
+/// least [`STEAL_TIME`], and at least twice the time the job waited for its first body
+/// byte (the thief waits about as long before its first byte). The rate is the job's own
+/// since its first body byte, once it has run [`STEAL_RATE_AFTER`]; before that
+/// `fallback`, the download's recent rate per busy connection (bytes/s).
 fn worth_stealing(job: &Job, rem: u64, fallback: f64) -> bool {
     if rem < STEAL_FLOOR {
         return false;
     }
-    let ran = job.started.elapsed();
+    let Some(first) = job.first_byte else {
+        // No byte yet (a slow first byte): nothing to go by but the bytes.
+        return rem >= 8 * STEAL_FLOOR;
+    };
+    let ttfb = first.saturating_duration_since(job.started);
+    let ran = first.elapsed();
     let moved = job.placer.pos().saturating_sub(job.seg.start);
     let rate = if ran >= STEAL_RATE_AFTER && moved > 0 {
         moved as f64 / ran.as_secs_f64()
     } else {
         fallback
     };
-    // No rate known yet: nothing to go by but the bytes.
     if rate <= 0.0 {
         return rem >= 8 * STEAL_FLOOR;
     }
-    rem as f64 >= STEAL_TIME.as_secs_f64() * rate
+    let need = STEAL_TIME.max(2 * ttfb);
+    rem as f64 >= need.as_secs_f64() * rate
 }
 
 /// "1 try", "3 tries".
@@ -610,6 +632,8 @@ fn n_tries(n: u32) -> String {
     }
 }
 
+/// Wait before retry number `attempt` (1-based): `base * 2^(attempt-1)`, capped at 30 s,
+/// times a jitter factor in [0.5, 1.5) so connections do not retry in lockstep.
 fn backoff(base_s: f64, attempt: u32) -> Duration {
     let exp = base_s * f64::from(1u32 << attempt.saturating_sub(1).min(16));
     let nanos = std::time::SystemTime::now()
@@ -723,9 +747,10 @@ impl Loop<'_> {
 
     /// Writes the control file: `ranges` (made durable by an fdatasync), or everything that
     /// has landed (at exit, after the writes in flight were reaped or abandoned).
-    fn save_control(&mut self, ranges: Option<Vec<(u64, u64)>>) {
+    /// Returns whether the control file was written.
+    fn save_control(&mut self, ranges: Option<Vec<(u64, u64)>>) -> bool {
         let (Some(path), Some(total), true) = (&self.control, self.sh.total, self.sh.planned && self.sh.ranges) else {
-            return;
+            return false;
         };
         let ranges = ranges.unwrap_or_else(|| self.sh.landed.ranges().to_vec());
         let st = State {
@@ -734,8 +759,12 @@ impl Loop<'_> {
             validator: self.sh.validator.clone(),
             ranges,
         };
-        if let Err(m) = crate::resume::save(path, &st) {
-            eprintln!("ringdl: warning: {m}");
+        match crate::resume::save(path, &st) {
+            Ok(()) => true,
+            Err(m) => {
+                eprintln!("ringdl: warning: {m}");
+                false
+            }
         }
     }
 
@@ -1419,11 +1448,14 @@ impl Loop<'_> {
         let align = self.sh.align;
         let busy = self.conns.iter().filter(|c| c.rx.job.is_some()).count().max(1);
         let ran = self.started.elapsed().as_secs_f64();
-        let fallback = if ran > 0.0 {
-            self.sh.received as f64 / ran / busy as f64
+        let rate = if self.recent_rate > 0.0 {
+            self.recent_rate
+        } else if ran > 0.0 {
+            self.sh.received as f64 / ran
         } else {
             0.0
         };
+        let fallback = rate / busy as f64;
         let (v, rem) = self
             .conns
             .iter()
@@ -1502,6 +1534,7 @@ impl Loop<'_> {
             keep_alive: true,
             got_bytes: false,
             started: Instant::now(),
+            first_byte: None,
         });
         c.rx.head.clear();
         c.rx.extra = false;
@@ -1808,6 +1841,11 @@ impl Loop<'_> {
     }
 
     fn on_tick(&mut self, progress: &mut Progress) -> Result<()> {
+        let window = self.rate_mark.0.elapsed();
+        if window >= Duration::from_millis(500) {
+            self.recent_rate = (self.sh.received - self.rate_mark.1) as f64 / window.as_secs_f64();
+            self.rate_mark = (Instant::now(), self.sh.received);
+        }
         let stall = Duration::from_secs(self.sh.opts.stall_timeout_s);
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
@@ -2350,6 +2388,9 @@ fn with_placer(
     let moved = job.placer.pos() - before;
     sh.received += moved;
     job.got_bytes |= moved > 0;
+    if moved > 0 && job.first_byte.is_none() {
+        job.first_byte = Some(Instant::now());
+    }
     let fed = r.map_err(|e| {
         let kind = if e == PlaceError::NoProgress {
             Kind::Internal

@@ -93,13 +93,15 @@ fn real_main() -> Result<()> {
     let final_path = output::final_path(&opts.output, &url);
     // Held until exit: nothing below may read the control file or touch the `.part` of
     // another ringdl's download.
-    let _lock = output::lock_part(final_path.as_deref(), opts.force)?;
+    // A forced kTLS engine that cannot run here fails before the output is touched (an
+    // existing .part and its control file stay).
+    choose_ktls(&url, &opts, &mut EngineKind::Buffered)?;
+    let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;
     let control = final_path.as_deref().map(|p| resume::path_for(&output::part_path(p)));
     let resume_state = match (&control, opts.resume) {
         (Some(c), true) => load_resume(c, &opts.url),
         _ => None,
     };
-    let part = final_path.as_deref().map(output::part_path);
     let (mut out, mut engine) = Output::open(
         &opts.output,
         final_path,
@@ -108,9 +110,9 @@ fn real_main() -> Result<()> {
         resume_state.is_some(),
     )
     .inspect_err(|_| {
-        // lock_part may have created it: an output that cannot be opened leaves nothing.
-        if let Some(p) = &part {
-            output::remove_if_empty(p);
+        // An output that cannot be opened leaves nothing behind.
+        if let Some(l) = &lock {
+            l.remove_if_unused();
         }
     })?;
     let (engine_note, ktls_on) = match choose_ktls(&url, &opts, &mut engine) {
@@ -320,7 +322,8 @@ fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
             None
         }
         Ok(None) => {
-            if part.exists() {
+            // (An empty `.part` is the one this run's lock just created.)
+            if std::fs::metadata(&part).is_ok_and(|m| m.len() > 0) {
                 eprintln!("ringdl: no control file {}: starting from zero", control.display());
             }
             None

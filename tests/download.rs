@@ -616,12 +616,12 @@ fn unresolvable_host_exits_3() {
         .assert_code(exit::NETWORK);
 }
 
-/// Work stealing: 40 MiB at 4 MiB/s per connection with -x 4 plans 2.25 MiB segments;
-/// when the queue runs dry, idle connections split the largest running body. Exact bytes,
-/// and the verbose log shows a split happened.
+/// Work stealing: a 4 MiB file at 4 MiB/s per connection with -x 4 is all in the first
+/// request (`bytes=0-4194303`); the three other connections have nothing planned and must
+/// split it. Exact bytes, and the verbose log shows a split happened.
 fn idle_connections_split_running_segments(scheme: Scheme) {
     let n = nginx();
-    let file = n.file(40 * MIB);
+    let file = n.file(4 * MIB);
     let dir = TestDir::new(&format!("steal-{scheme:?}"));
     let out = dir.join("out.bin");
     let url = match scheme {
@@ -685,6 +685,28 @@ fn a_second_run_on_the_same_output_stops_and_the_first_lands_exact_bytes() {
     );
     first.assert_code(0);
     assert_same_bytes(&out, file);
+}
+
+#[test]
+fn a_refused_engine_leaves_an_existing_partial_download_alone() {
+    let n = nginx();
+    let file = n.file(4097);
+    let dir = TestDir::new("refused-engine");
+    let out = dir.join("out.bin");
+    let part = part_path(&out);
+    let control = format!("{}.ringdl", part.display());
+    fs::write(&part, b"partial bytes").unwrap();
+    fs::write(&control, b"not parsed: the run stops first").unwrap();
+    // ktls-direct is for https: a usage error, before the output is touched.
+    let o = dir
+        .ringdl()
+        .args(["--engine", "ktls-direct", "-o"])
+        .arg(&out)
+        .arg(n.http_url(&file.name))
+        .run();
+    o.assert_code(exit::USAGE);
+    assert_eq!(fs::read(&part).unwrap(), b"partial bytes", ".part changed");
+    assert!(exists(Path::new(&control)), "control file removed");
 }
 
 #[test]
