@@ -77,8 +77,10 @@ pub enum Outcome {
 
 /// What the summary line reports.
 pub struct Summary {
-    /// Body bytes written.
+    /// The file's size, bytes.
     pub bytes: u64,
+    /// Body bytes this run received (less than `bytes` after a resume).
+    pub fetched: u64,
     /// Connections that carried a request.
     pub connections: usize,
     /// `TLSv1_3 TLS13_AES_256_GCM_SHA384`, or `plain`.
@@ -299,6 +301,8 @@ struct Shared<'a> {
     /// No new request before this instant (Retry-After of a 503/429).
     hold_until: Option<Instant>,
     disposition: Option<String>,
+    /// The file on the server changed under the download: what is kept is of the old one.
+    changed: bool,
 }
 
 /// Where a download goes and what it resumes.
@@ -421,6 +425,7 @@ pub fn run(
         resume,
         hold_until: None,
         disposition: None,
+        changed: false,
     };
     let mut dl = Loop {
         ring,
@@ -495,7 +500,9 @@ pub fn run(
                     _ => eprintln!("ringdl: warning: fdatasync of the partial file failed: the resume state is older"),
                 }
             }
-            if let Some(part) = &out.part {
+            if let Some(part) = &out.part
+                && !dl.sh.changed
+            {
                 if saved {
                     e.msg.push_str(&format!(
                         "; {} of {} bytes kept in {}: run again with -c to fetch only the rest",
@@ -551,6 +558,7 @@ pub fn run(
     };
     Ok(Outcome::Done(Summary {
         bytes: total,
+        fetched: dl.sh.received,
         connections: dl.sh.used.iter().filter(|u| **u).count().max(1),
         tls: dl.tls_info.unwrap_or_else(|| "plain".to_owned()),
         elapsed: dl.started.elapsed(),
@@ -2215,6 +2223,7 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                 }
             } else {
                 if Some(complete) != sh.total {
+                    sh.changed = true;
                     return Err(Fail::fatal(
                         Kind::Protocol,
                         format!(
@@ -2224,6 +2233,7 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                     ));
                 }
                 if validator.is_some() && sh.validator.is_some() && validator != sh.validator {
+                    sh.changed = true;
                     return Err(Fail::fatal(
                         Kind::Protocol,
                         format!("{host}: the file changed during the download (validator differs)"),

@@ -108,6 +108,7 @@ fn real_main() -> Result<()> {
         opts.engine,
         opts.force,
         resume_state.is_some(),
+        opts.resume,
     )
     .inspect_err(|_| {
         // An output that cannot be opened leaves nothing behind.
@@ -198,10 +199,16 @@ fn real_main() -> Result<()> {
         }
         if !opts.quiet {
             let secs = s.elapsed.as_secs_f64();
-            let rate = if secs > 0.0 { s.bytes as f64 / secs } else { 0.0 };
+            // The rate of what this run fetched (a resume fetched only the rest).
+            let rate = if secs > 0.0 { s.fetched as f64 / secs } else { 0.0 };
             eprintln!(
-                "ringdl: done: {} bytes in {secs:.2} s, {}/s, engine {}, {} connection{}, {}{}{}, {}",
+                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, {} connection{}, {}{}{}, {}",
                 s.bytes,
+                if s.fetched < s.bytes {
+                    format!(" ({} fetched now, the rest resumed)", s.fetched)
+                } else {
+                    String::new()
+                },
                 progress::human(rate as u64),
                 engine_label(engine, &s, &engine_note),
                 s.connections,

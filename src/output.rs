@@ -176,6 +176,7 @@ impl Output {
         choice: EngineChoice,
         force: bool,
         keep: bool,
+        resume_asked: bool,
     ) -> Result<(Output, EngineKind)> {
         let Some(final_path) = path else {
             debug_assert_eq!(*target, OutputTarget::Stdout);
@@ -232,8 +233,9 @@ impl Output {
         Output::check_free(&final_path, force)?;
         let part = part_path(&final_path);
         if !keep {
-            // (lock_part may have just created it empty.)
-            if std::fs::symlink_metadata(&part).is_ok_and(|m| m.len() > 0) {
+            // (lock_part may have just created it empty; with -c the refusal to resume
+            // was already said.)
+            if !resume_asked && std::fs::symlink_metadata(&part).is_ok_and(|m| m.len() > 0) {
                 eprintln!("ringdl: {} exists: starting over", part.display());
             }
             // A control file must never outlive the bytes it describes: gone before the
