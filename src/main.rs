@@ -86,6 +86,9 @@ fn real_main() -> Result<()> {
     let mut url = http::Url::parse(&opts.url).map_err(|e| err!(Usage, "bad URL {:?}: {e}", opts.url))?;
     if opts.output == OutputTarget::Stdout {
         opts.connections = 1;
+        if opts.resume {
+            eprintln!("ringdl: warning: -c has no effect with -o - (standard output cannot be resumed)");
+        }
     }
     if opts.insecure {
         eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
