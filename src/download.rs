@@ -54,7 +54,7 @@ const TAG_DRAIN: u64 = 10 << 32;
 /// [`STEAL_RATE_AFTER`]; before that, the download's rate per busy connection). Never
 /// below [`STEAL_FLOOR`] left: each half must be worth a request (and the victim's
 /// reconnect).
-const STEAL_TIME: Duration = Duration::from_millis(300);
+const STEAL_TIME: Duration = Duration::from_millis(200);
 const STEAL_RATE_AFTER: Duration = Duration::from_millis(200);
 const STEAL_FLOOR: u64 = 256 << 10;
 /// Bytes an attempt must move forward for its failure not to count as a try: a server
