@@ -60,6 +60,9 @@ const STEAL_FLOOR: u64 = 256 << 10;
 /// Bytes an attempt must move forward for its failure not to count as a try: a server
 /// that cuts every reply after a few KiB must still run out of tries.
 const MIN_PROGRESS: u64 = 64 << 10;
+/// First retry wait after a refused connect, seconds (then doubled per try, with jitter):
+/// nothing listens there, and a long wait only delays the error.
+const REFUSED_WAIT: f64 = 0.05;
 /// How often the control file is brought up to date (after an fdatasync of the `.part`):
 /// at most this much work is fetched again after a kill -9.
 const CONTROL_INTERVAL: Duration = Duration::from_millis(250);
@@ -97,6 +100,9 @@ pub struct Summary {
     pub ktls_conns: usize,
     /// Why a kTLS hand-off was refused, if one was.
     pub ktls_refused: Option<String>,
+    /// The server turned extra connections away (503/429, refused connects): how many it
+    /// allowed.
+    pub capped_at: Option<usize>,
 }
 
 /// Why a connection's work stopped.
@@ -107,6 +113,13 @@ struct Fail {
     retry: bool,
     /// Wait at least this long first (Retry-After).
     delay: Option<Duration>,
+    /// The connection moved no byte for `--stall-timeout`: always a counted try (a
+    /// server that accepts and never answers must run out of tries).
+    stalled: bool,
+    /// The server turned this connection away (a 503/429 status, a refused or reset
+    /// connect): while other connections make progress this lowers the concurrency
+    /// instead of spending the segment's tries.
+    busy: bool,
 }
 
 impl Fail {
@@ -116,6 +129,8 @@ impl Fail {
             msg: msg.into(),
             retry: true,
             delay: None,
+            stalled: false,
+            busy: false,
         }
     }
     fn fatal(kind: Kind, msg: impl Into<String>) -> Fail {
@@ -124,7 +139,13 @@ impl Fail {
             msg: msg.into(),
             retry: false,
             delay: None,
+            stalled: false,
+            busy: false,
         }
+    }
+    fn busy(mut self) -> Fail {
+        self.busy = true;
+        self
     }
 }
 
@@ -207,6 +228,9 @@ struct Conn {
     clean_close: bool,
     /// Gave up on this slot: every address failed `--max-tries` times.
     dead: bool,
+    /// The server turned this slot away while others made progress (a per-client
+    /// connection cap): it stays closed while any other slot is alive.
+    capped: bool,
     /// Backoff: do not reconnect before this instant.
     not_before: Option<Instant>,
     last_io: Instant,
@@ -241,6 +265,7 @@ impl Conn {
             requests: 0,
             clean_close: false,
             dead: false,
+            capped: false,
             not_before: None,
             last_io: Instant::now(),
             rx: Rx::default(),
@@ -270,8 +295,10 @@ struct Shared<'a> {
     file: bool,
     queue: VecDeque<Segment>,
     probe_assigned: bool,
-    /// Failed attempts of the first request.
+    /// Failed attempts of the first request, and whether its free retry after an idle
+    /// close is used (see [`Segment::grace`]).
     probe_tries: u32,
+    probe_grace: bool,
     /// Where the first request starts: 0, or the first byte a resumed `.part` lacks.
     probe_start: u64,
     /// Where it ends: [`FIRST_SEGMENT`] later, or where a resumed `.part` has bytes again.
@@ -303,6 +330,10 @@ struct Shared<'a> {
     disposition: Option<String>,
     /// The file on the server changed under the download: what is kept is of the old one.
     changed: bool,
+    /// The server turned extra connections away: the number it allows (for the summary).
+    capped_at: Option<usize>,
+    /// The output in messages ("standard output", "the FIFO out.bin").
+    out_name: String,
 }
 
 /// Where a download goes and what it resumes.
@@ -405,6 +436,7 @@ pub fn run(
         queue: VecDeque::new(),
         probe_assigned: false,
         probe_tries: 0,
+        probe_grace: false,
         probe_start: resume_start,
         probe_end: resume_end,
         planned: false,
@@ -426,6 +458,8 @@ pub fn run(
         hold_until: None,
         disposition: None,
         changed: false,
+        capped_at: None,
+        out_name: out.describe(),
     };
     let mut dl = Loop {
         ring,
@@ -473,7 +507,16 @@ pub fn run(
     }
     match dl.event_loop(progress) {
         Ok(Some(u)) => return Ok(Outcome::Redirect(u)),
-        Ok(None) => {}
+        Ok(None) => {
+            if let Some(n) = dl.sh.capped_at
+                && opts.verbose > 0
+            {
+                eprintln!(
+                    "ringdl: server allows {n} connection{}: using {n}",
+                    if n == 1 { "" } else { "s" }
+                );
+            }
+        }
         Err(mut e) => {
             // Let the writes in flight land first, then keep what landed: a later `-c`
             // resumes from the control file. A `.part` that holds nothing (only
@@ -567,6 +610,7 @@ pub fn run(
         disposition: dl.sh.disposition.take(),
         ktls_conns: dl.sh.ktls_conns,
         ktls_refused: dl.sh.ktls_refused.take(),
+        capped_at: dl.sh.capped_at,
     }))
 }
 
@@ -983,7 +1027,14 @@ impl Loop<'_> {
                 } else {
                     format!("connect to {addr}: {e}")
                 };
-                return Err(Fail::retry(kind, msg));
+                let f = Fail::retry(kind, msg);
+                return Err(
+                    if matches!(e, rustix::io::Errno::CONNREFUSED | rustix::io::Errno::CONNRESET) {
+                        f.busy()
+                    } else {
+                        f
+                    },
+                );
             }
             c.st = St::Open;
             if let (Some(cfg), Some(name)) = (&self.tls, &self.server_name) {
@@ -1000,12 +1051,22 @@ impl Loop<'_> {
         let c = &self.conns[i];
         let e = errno(res);
         if e == rustix::io::Errno::CANCELED && c.cancel_sent {
-            return Fail::retry(
+            let mut f = Fail::retry(
                 Kind::Network,
                 format!("no data for {} s: connection reset", self.sh.opts.stall_timeout_s),
             );
+            f.stalled = true;
+            return f;
         }
-        Fail::retry(Kind::Network, format!("{what} from {}: {e}", self.sh.url.host()))
+        let f = Fail::retry(Kind::Network, format!("{what} from {}: {e}", self.sh.url.host()));
+        // A reset before any byte of the response is how some servers turn away a
+        // connection beyond their per-client limit.
+        let before_response = c.rx.job.as_ref().is_some_and(|j| !j.got_bytes) && c.rx.head.is_empty();
+        if e == rustix::io::Errno::CONNRESET && before_response {
+            f.busy()
+        } else {
+            f
+        }
     }
 
     /// Advances connection `i` until it has an operation in flight or nothing to do.
@@ -1435,6 +1496,7 @@ impl Loop<'_> {
                 start: self.sh.probe_start,
                 end: self.sh.probe_end,
                 tries: self.sh.probe_tries,
+                grace: self.sh.probe_grace,
             }
         } else if let Some(s) = self.sh.queue.pop_front() {
             s
@@ -1497,6 +1559,7 @@ impl Loop<'_> {
             start: at,
             end: job.seg.end,
             tries: job.seg.tries,
+            grace: job.seg.grace,
         };
         job.seg.end = at;
         if self.sh.opts.verbose > 0 {
@@ -1570,9 +1633,16 @@ impl Loop<'_> {
 
     /// Hands queued segments to idle connections and reopens closed ones while work is left.
     fn kick(&mut self) -> Result<()> {
+        // Slots the server turned away stay closed while any other slot is alive; when none
+        // is, they get their chance again (with normal try accounting).
+        if !self.conns.iter().any(|c| !c.capped && !c.dead) {
+            for c in &mut self.conns {
+                c.capped = false;
+            }
+        }
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
-            if c.busy || c.dead || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
+            if c.busy || c.dead || c.capped || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
                 continue;
             }
             let single = self.sh.planned && !self.sh.ranges;
@@ -1631,9 +1701,19 @@ impl Loop<'_> {
             return Ok(());
         }
         let verbose = self.sh.opts.verbose;
+        // A server that caps connections per client turns the extra ones away (503/429, a
+        // refused or reset connect) while the others run: that lowers the concurrency, it
+        // is no failed try, and the download goes on with the connections it has.
+        let others_progress = self
+            .conns
+            .iter()
+            .enumerate()
+            .any(|(j, o)| j != i && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes));
+        let capped = f.busy && self.sh.planned && others_progress;
         let c = &mut self.conns[i];
         let job = c.rx.job.take();
         let reused = c.reused;
+        let head_empty = c.rx.head.is_empty();
         let tries_seen;
         if let Some(mut job) = job {
             // O_DIRECT keeps the aligned part of the block and fetches the rest again.
@@ -1641,6 +1721,7 @@ impl Loop<'_> {
             // came with the head, and the pipe (drained below) holds the rest, so the
             // retry starts at the body's position.
             let trim = self.sh.direct.then_some(self.sh.align);
+            let silent = !job.got_bytes && job.placer.delimiter().is_none() && head_empty;
             let from = job.placer.release(trim, &mut self.sh.to_write);
             if job.probe && !self.sh.planned && matches!(f.kind, Kind::Protocol | Kind::Tls) {
                 self.sh.fatal = Some(Error::new(f.kind, f.msg));
@@ -1652,18 +1733,25 @@ impl Loop<'_> {
             if self.sh.sequential && seg.start < self.emitted {
                 self.sh.fatal = Some(err!(
                     Network,
-                    "{}; cannot start over: {} bytes already went to standard output",
+                    "{}; cannot start over: {} bytes already went to {}",
                     f.msg,
-                    self.emitted
+                    self.emitted,
+                    self.sh.out_name
                 ));
                 return Ok(());
             }
             // A try counts when the attempt moved nothing forward: a connection that dies
             // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
-            // the file size bounds how often that can happen. A reused keep-alive connection
-            // that fails before any byte is the server's idle close, not a failed try.
+            // the file size bounds how often that can happen. A kept-alive connection that
+            // the server closed while it was idle fails before the first byte of the reply:
+            // that is one free retry per segment, never for a stall (a server that accepts
+            // and never answers must run out of tries whatever connection it is on).
             let progressed = seg.start >= job.seg.start + MIN_PROGRESS && self.sh.ranges;
-            if !progressed && (job.got_bytes || !reused) {
+            let idle_close = reused && silent && !f.stalled && !f.busy && !seg.grace;
+            if capped || progressed {
+            } else if idle_close {
+                seg.grace = true;
+            } else {
                 seg.tries += 1;
             }
             tries_seen = seg.tries;
@@ -1674,7 +1762,7 @@ impl Loop<'_> {
                 ));
                 return Ok(());
             }
-            if verbose > 0 {
+            if verbose > 0 && !capped {
                 eprintln!(
                     "ringdl: connection {i}: {}; retrying bytes {}-{} (try {})",
                     f.msg,
@@ -1686,9 +1774,12 @@ impl Loop<'_> {
             if job.probe && !self.sh.planned {
                 self.sh.probe_assigned = false;
                 self.sh.probe_tries = seg.tries;
+                self.sh.probe_grace = seg.grace;
             } else if seg.start < seg.end {
                 self.sh.queue.push_front(seg);
             }
+        } else if capped {
+            tries_seen = 0;
         } else {
             // No request was lost, but a server that accepts and then fails every connection
             // must not keep us busy forever: count these too.
@@ -1702,6 +1793,18 @@ impl Loop<'_> {
         self.drain(i)?;
         let connect_failed = self.conns[i].st == St::Connecting;
         self.close(i);
+        if capped {
+            self.conns[i].capped = true;
+            let using = self.conns.iter().filter(|c| !c.capped && !c.dead).count();
+            if verbose > 0 {
+                eprintln!(
+                    "ringdl: connection {i}: {}: the server turns extra connections away; going on with {using}",
+                    f.msg,
+                );
+            }
+            self.sh.capped_at = Some(using);
+            return Ok(());
+        }
         let c = &mut self.conns[i];
         if (connect_failed && c.addr_i >= self.addrs.len() * self.sh.opts.max_tries as usize)
             || c.failures >= self.sh.opts.max_tries
@@ -1717,9 +1820,20 @@ impl Loop<'_> {
             }
             return Ok(());
         }
-        // Exponential backoff with jitter before this slot reconnects; `kick` reopens it.
-        let attempt = if connect_failed { c.addr_i as u32 } else { tries_seen };
-        let wait = backoff(self.sh.opts.retry_wait_s, attempt).max(f.delay.unwrap_or_default());
+        // Exponential backoff with jitter before this slot reconnects; `kick` reopens it. A
+        // refused connect (nothing listening) is answered at once, and waiting long for it
+        // only delays the error: its waits start short (a wrong port fails in about a second).
+        let (base, attempt) = if connect_failed {
+            let base = if f.busy {
+                self.sh.opts.retry_wait_s.min(REFUSED_WAIT)
+            } else {
+                self.sh.opts.retry_wait_s
+            };
+            (base, c.addr_i as u32)
+        } else {
+            (self.sh.opts.retry_wait_s, tries_seen)
+        };
+        let wait = backoff(base, attempt).max(f.delay.unwrap_or_default());
         c.not_before = Some(Instant::now() + wait);
         Ok(())
     }
@@ -2354,12 +2468,14 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
             if let Some(w) = wait {
                 sh.hold_until = Some(Instant::now() + w);
             }
-            Err(Fail {
-                kind: Kind::HttpStatus,
-                msg: format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
-                retry: true,
+            let f = Fail {
                 delay: wait,
-            })
+                ..Fail::retry(
+                    Kind::HttpStatus,
+                    format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
+                )
+            };
+            Err(if matches!(code, 429 | 503) { f.busy() } else { f })
         }
         400..=599 => Err(Fail::fatal(
             Kind::HttpStatus,
@@ -2458,6 +2574,7 @@ fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
             start: requeue_from,
             end: seg_end,
             tries,
+            grace: job.seg.grace,
         });
     }
     if !job.keep_alive {

@@ -205,7 +205,7 @@ fn real_main() -> Result<()> {
             // The rate of what this run fetched (a resume fetched only the rest).
             let rate = if secs > 0.0 { s.fetched as f64 / secs } else { 0.0 };
             eprintln!(
-                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, {} connection{}, {}{}{}, {}",
+                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, {} connection{}{}, {}{}{}, {}",
                 s.bytes,
                 if s.fetched < s.bytes {
                     format!(" ({} fetched now, the rest resumed)", s.fetched)
@@ -216,6 +216,8 @@ fn real_main() -> Result<()> {
                 engine_label(engine, &s, &engine_note),
                 s.connections,
                 if s.connections == 1 { "" } else { "s" },
+                s.capped_at
+                    .map_or(String::new(), |n| format!(" (the server allows {n})")),
                 s.tls,
                 if s.registered { "" } else { ", unregistered buffers" },
                 opts.checksum

@@ -22,6 +22,10 @@ pub struct Segment {
     pub end: u64,
     /// Failed attempts so far.
     pub tries: u32,
+    /// The free retry is used: a kept-alive connection that the server had closed while
+    /// it was idle fails before the first byte of the reply, which is no failed try once
+    /// per segment.
+    pub grace: bool,
 }
 
 /// Splits `[start, total)` into segments for `connections` connections: about four per
@@ -41,6 +45,7 @@ pub fn plan(start: u64, total: u64, connections: usize, align: u64) -> VecDeque<
             start: s,
             end: e,
             tries: 0,
+            grace: false,
         });
         s = e;
     }
@@ -78,6 +83,7 @@ pub fn plan_missing(landed: &Landed, start: u64, total: u64, connections: usize,
                 start: s,
                 end: e,
                 tries: 0,
+                grace: false,
             });
             s = e;
         }

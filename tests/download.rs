@@ -782,3 +782,37 @@ fn ordinary_user_with_64k_memlock_downloads_over_https() {
     assert_same_bytes(&out, file);
     o.summary();
 }
+
+/// Issue 10, kind 4: nginx with `limit_conn 2` answers a third concurrent request from
+/// this client with 503. `-x 4` must not spend the segments' tries on that: it goes on
+/// with the two connections the server allows, says so, and lands exact bytes.
+fn capped_server(https: bool) {
+    let ng = nginx();
+    // 4 MiB at 512 KiB/s: the first request covers the file, the idle connections split
+    // it (work stealing), and the third and fourth concurrent requests meet the cap.
+    let f = ng.file(4 * MIB);
+    let dir = TestDir::new(if https { "capped-https" } else { "capped-http" });
+    let out = dir.join("out.bin");
+    let mut cmd = dir.ringdl();
+    cmd.args(["-v", "-x", "4", "--max-tries", "2", "-o"]).arg(&out);
+    if https {
+        cmd.arg("--ca-certificate").arg(ng.ca_pem());
+    }
+    let o = cmd.arg(ng.capped_url(&f.name, https)).run();
+    o.assert_success();
+    assert_same_bytes(&out, f);
+    let err = o.stderr_text();
+    assert!(err.contains("503"), "the cap never fired (no 503 seen):\n{err}");
+    assert!(err.contains("server allows 2 connections: using 2"), "{err}");
+    assert!(o.summary().contains("(the server allows 2)"), "{}", o.summary());
+}
+
+#[test]
+fn a_server_capping_connections_per_client_lowers_concurrency_http() {
+    capped_server(false);
+}
+
+#[test]
+fn a_server_capping_connections_per_client_lowers_concurrency_https() {
+    capped_server(true);
+}

@@ -1335,3 +1335,135 @@ fn soak_random_connection_kills_seeded() {
         assert!(!exists(&part_path(&out)));
     }
 }
+
+// ---------------------------------------------------------------------------
+// Try accounting that cannot run away (issue 10, kind 3)
+
+/// A server that accepts every connection, reads the request and never answers: each
+/// request stalls, each stall is a counted try, so the download fails (exit 3) after
+/// `--max-tries` requests in all, whatever `-x`, on fresh and pre-opened connections.
+fn never_answers(test: &str, tls: bool, connections: u32) {
+    let srv = FaultServer::builder()
+        .size(6 * MIB)
+        .tls_if(tls)
+        .fault_on(When::Always, Fault::NoResponse)
+        .start();
+    let x = connections.to_string();
+    let r = get(
+        test,
+        &srv,
+        &[
+            "-x",
+            &x,
+            "--stall-timeout",
+            "1",
+            "--max-tries",
+            "3",
+            "--retry-wait",
+            "0.1",
+        ],
+    );
+    r.o.assert_code(exit::NETWORK);
+    let requests = srv.requests().len();
+    let accepted = srv.connections();
+    assert!(
+        (1..=3).contains(&requests),
+        "-x {connections}: {requests} requests for --max-tries 3\n{}",
+        srv.describe()
+    );
+    assert!(
+        accepted <= u64::from(connections) + 3,
+        "-x {connections}: {accepted} connections accepted for --max-tries 3\n{}",
+        srv.describe()
+    );
+    assert!(
+        r.o.stderr_text().contains("gave up after 3 tries"),
+        "{}",
+        r.o.stderr_text()
+    );
+    assert!(!exists(&r.out));
+}
+
+#[test]
+fn a_server_that_never_answers_gets_max_tries_requests_x1() {
+    never_answers("never-answers-1", false, 1);
+}
+
+#[test]
+fn a_server_that_never_answers_gets_max_tries_requests_x4() {
+    never_answers("never-answers-4", false, 4);
+}
+
+#[test]
+fn a_server_that_never_answers_gets_max_tries_requests_x16_https() {
+    never_answers("never-answers-16", true, 16);
+}
+
+#[test]
+fn a_server_that_never_answers_gets_max_tries_requests_x64() {
+    never_answers("never-answers-64", false, 64);
+}
+
+/// After the first reply, every segment request stalls: the segments' tries run out
+/// (exit 3) and no segment is asked for more than `--max-tries` times.
+#[test]
+fn segments_that_never_answer_are_asked_at_most_max_tries_times() {
+    let srv = FaultServer::builder()
+        .size(24 * MIB)
+        .fault_on(When::From(2), Fault::NoResponse)
+        .start();
+    let r = get(
+        "segments-never-answer",
+        &srv,
+        &[
+            "-x",
+            "16",
+            "--stall-timeout",
+            "1",
+            "--max-tries",
+            "3",
+            "--retry-wait",
+            "0.1",
+        ],
+    );
+    r.o.assert_code(exit::NETWORK);
+    let reqs = srv.requests();
+    let mut per_start = std::collections::HashMap::new();
+    for q in reqs.iter().skip(1) {
+        *per_start.entry(q.range_start()).or_insert(0u32) += 1;
+    }
+    assert!(!per_start.is_empty(), "no segment was requested\n{}", srv.describe());
+    let worst = per_start.values().copied().max().unwrap_or(0);
+    assert!(worst <= 3, "a segment was asked {worst} times\n{}", srv.describe());
+    assert!(reqs.len() <= 1 + 16 * 3, "{} requests\n{}", reqs.len(), srv.describe());
+}
+
+/// Nothing listens on the port: every connect is refused at once, and the short waits
+/// for refusals end the download in about a second (not ~10 s of backoff), still after
+/// `--max-tries` connects per connection.
+#[test]
+fn a_refused_connection_fails_in_about_a_second() {
+    let port = util::free_port(false);
+    let dir = TestDir::new("refused");
+    let t = Instant::now();
+    let o = dir
+        .ringdl()
+        .timeout(HANG)
+        .args(["-v", "-x", "4", "-o"])
+        .arg(dir.join("out.bin"))
+        .arg(format!("http://127.0.0.1:{port}/file.bin"))
+        .run();
+    let took = t.elapsed();
+    o.assert_code(exit::NETWORK);
+    let err = o.stderr_text();
+    assert!(err.contains("Connection refused") || err.contains("refused"), "{err}");
+    let attempts = err
+        .lines()
+        .filter(|l| l.starts_with("ringdl: connection") && l.contains("connect to"))
+        .count();
+    assert!(attempts <= 4 * 5, "{attempts} connects for -x 4 --max-tries 5:\n{err}");
+    assert!(
+        took < Duration::from_secs(4),
+        "a refused port took {took:?} to fail:\n{err}"
+    );
+}

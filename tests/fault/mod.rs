@@ -118,6 +118,9 @@ pub enum Fault {
     CloseRandom { how: Option<Close> },
     /// Send the head, then nothing for `secs` seconds, then the body.
     StallAfterHead { secs: u64 },
+    /// Read the request and never answer: the connection stays open, silent, until the
+    /// client closes it.
+    NoResponse,
     /// Send `after` body bytes, then nothing for `secs` seconds, then the rest.
     StallMidBody { after: u64, secs: u64 },
     /// Answer with this status (no body but a short text), optionally Retry-After.
@@ -716,6 +719,7 @@ struct Plan {
     close_notify: bool,
     cut: Option<(u64, Close)>,
     stall_after_head: Option<Duration>,
+    silent: bool,
     stall_mid: Option<(u64, Duration)>,
     /// A short text body instead of file bytes (errors, redirects).
     text: Option<String>,
@@ -775,6 +779,7 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
         close_notify: true,
         cut: None,
         stall_after_head: None,
+        silent: false,
         stall_mid: None,
         text: None,
     };
@@ -881,6 +886,7 @@ fn apply(sh: &Shared, req: &Request, p: &mut Plan, fault: &Fault) {
             p.cut = Some((at, how));
         }
         Fault::StallAfterHead { secs } => p.stall_after_head = Some(Duration::from_secs(*secs)),
+        Fault::NoResponse => p.silent = true,
         Fault::StallMidBody { after, secs } => p.stall_mid = Some((*after, Duration::from_secs(*secs))),
         Fault::Status { code, retry_after } => {
             p.status = *code;
@@ -974,6 +980,12 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
         };
         sh.log.lock().unwrap().push(req.clone());
         let p = plan(sh, &req);
+        if p.silent {
+            // Hold the connection open without a byte until the client gives up.
+            let mut sink = [0u8; 4096];
+            while matches!(r.read(&mut sink), Ok(n) if n > 0) {}
+            return Ok(());
+        }
         let head_only = req.method == "HEAD";
         let conn = r.get_mut();
         if let Some(how) = respond(conn, sh, &p, head_only)? {

@@ -757,6 +757,17 @@ impl Nginx {
         format!("https://127.0.0.1:{}/paced/{path}", self.https_port)
     }
 
+    /// `http://127.0.0.1:<http_port>/capped/<path>` (or https): the same files at 512 KiB/s
+    /// per connection, and `limit_conn 2`: a third concurrent request from this client
+    /// gets 503 (a server that caps connections per client).
+    pub fn capped_url(&self, path: &str, https: bool) -> String {
+        if https {
+            format!("https://127.0.0.1:{}/capped/{path}", self.https_port)
+        } else {
+            format!("http://127.0.0.1:{}/capped/{path}", self.http_port)
+        }
+    }
+
     /// `http://127.0.0.1:<http_port>/slow/<path>`: the same files at 256 KiB/s.
     pub fn slow_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}/slow/{path}", self.http_port)
@@ -852,6 +863,8 @@ http {{
     server_tokens off;
     keepalive_timeout 60s;
     keepalive_requests 100000;
+    limit_conn_zone $binary_remote_addr zone=cap_http:1m;
+    limit_conn_zone $binary_remote_addr zone=cap_https:1m;
     root "{www}";
     ssl_certificate "{tls}/server.pem";
     ssl_certificate_key "{tls}/server.key";
@@ -859,11 +872,13 @@ http {{
         {http_listen}
         location /slow/ {{ alias "{www}/"; limit_rate 256k; }}
         location /paced/ {{ alias "{www}/"; limit_rate 4m; }}
+        location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_http 2; }}
     }}
     server {{
         {https_listen}
         ssl_protocols TLSv1.2 TLSv1.3;
         location /paced/ {{ alias "{www}/"; limit_rate 4m; }}
+        location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_https 2; }}
     }}
     server {{
         {tls12_listen}
