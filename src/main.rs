@@ -84,16 +84,35 @@ fn real_main() -> Result<()> {
     let signals = uring::signal::block_signals(&[uring::signal::SIGINT, uring::signal::SIGTERM])
         .map_err(|e| err!(LocalIo, "signalfd: {e}"))?;
     let mut url = http::Url::parse(&opts.url).map_err(|e| err!(Usage, "bad URL {:?}: {e}", opts.url))?;
-    if opts.output == OutputTarget::Stdout {
-        opts.connections = 1;
-        if opts.resume {
-            eprintln!("ringdl: warning: -c has no effect with -o - (standard output cannot be resumed)");
-        }
-    }
     if opts.insecure {
         eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
     }
     let final_path = output::final_path(&opts.output, &url);
+    // Standard output, a FIFO, a terminal, a socket, a device: bytes go in order, on one
+    // connection (several would deliver blocks out of order). A sink (/dev/null) takes any.
+    let special = match &final_path {
+        None => Some(output::Special {
+            what: "standard output".to_owned(),
+            sink: false,
+            fd: Some(1),
+        }),
+        Some(p) => output::special(p),
+    };
+    if let Some(sp) = special.as_ref().filter(|sp| !sp.sink) {
+        if opts.connections > 1 && opts.verbose > 0 {
+            eprintln!(
+                "ringdl: {} takes bytes only in order: one connection (not {})",
+                sp.what, opts.connections
+            );
+        }
+        opts.connections = 1;
+        if opts.resume {
+            eprintln!(
+                "ringdl: warning: -c has no effect with {} (it cannot be resumed)",
+                sp.what
+            );
+        }
+    }
     // Held until exit: nothing below may read the control file or touch the `.part` of
     // another ringdl's download.
     // A forced kTLS engine that cannot run here fails before the output is touched (an
@@ -109,6 +128,7 @@ fn real_main() -> Result<()> {
         &opts.output,
         final_path,
         opts.engine,
+        special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
         opts.force,
         resume_state.is_some(),
         opts.resume,
@@ -216,8 +236,11 @@ fn real_main() -> Result<()> {
                 engine_label(engine, &s, &engine_note),
                 s.connections,
                 if s.connections == 1 { "" } else { "s" },
-                s.capped_at
-                    .map_or(String::new(), |n| format!(" (the server allows {n})")),
+                match (&special, s.capped_at) {
+                    (Some(sp), _) if !sp.sink => format!(" (in order to {})", sp.what),
+                    (_, Some(n)) => format!(" (the server allows {n})"),
+                    _ => String::new(),
+                },
                 s.tls,
                 if s.registered { "" } else { ", unregistered buffers" },
                 opts.checksum

@@ -26,6 +26,8 @@ pub struct Output {
     /// The name the user asked for (None for stdout).
     pub final_path: Option<PathBuf>,
     force: bool,
+    /// Not a regular file: what it is, for messages ("the FIFO out", "standard output").
+    what: Option<String>,
 }
 
 /// `FILE` → `FILE.part`, where the bytes land until the download is complete.
@@ -44,6 +46,86 @@ pub fn final_path(target: &OutputTarget, url: &http::Url) -> Option<PathBuf> {
             url.file_name_decoded().unwrap_or_else(|| "index.html".to_owned()),
         )),
     }
+}
+
+/// An output that is not a regular file: it takes bytes only in order (or discards them),
+/// has no `.part`, and is never replaced, not even with `--force`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Special {
+    /// What it is, for messages: "standard output", "the FIFO out", "the character
+    /// device /dev/tty".
+    pub what: String,
+    /// Discards what it is given (`/dev/null`, `/dev/zero`): any order will do, so every
+    /// connection may write at its own offset.
+    pub sink: bool,
+    /// A descriptor this process already has open (`/dev/stdout`, `/proc/self/fd/1`,
+    /// `/dev/fd/2`): written through a duplicate, so its position and `O_APPEND` are
+    /// kept, as the shell set them.
+    pub fd: Option<i32>,
+}
+
+/// Classifies `-o PATH` (or the default name) when it names something other than a
+/// regular file or nothing: a FIFO, a character or block device, a socket, or an open
+/// descriptor reached through `/dev/stdout`, `/dev/fd/N` or `/proc/self/fd/N` (whatever
+/// that descriptor is — `-o /dev/stdout > file` must not replace /dev/stdout).
+/// `None`: a regular file, a directory (refused later) or a path that does not exist.
+pub fn special(path: &Path) -> Option<Special> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    // Follow the symbolic links one by one: a link into /proc/<pid>/fd is a descriptor.
+    let own_fds = PathBuf::from(format!("/proc/{}/fd", std::process::id()));
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        if let (Some(parent), Some(name)) = (p.parent(), p.file_name())
+            && let Ok(n) = name.to_string_lossy().parse::<i32>()
+            && std::fs::canonicalize(if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            })
+            .is_ok_and(|d| d == own_fds)
+        {
+            let what = match n {
+                1 => "standard output".to_owned(),
+                2 => "standard error".to_owned(),
+                n => format!("descriptor {n} ({})", path.display()),
+            };
+            let sink = std::fs::metadata(&p).is_ok_and(|m| m.file_type().is_char_device() && is_sink(m.rdev()));
+            return Some(Special {
+                what,
+                sink,
+                fd: Some(n),
+            });
+        }
+        match std::fs::read_link(&p) {
+            Ok(t) if t.is_absolute() => p = t,
+            Ok(t) => p = p.parent().unwrap_or(Path::new("")).join(t),
+            Err(_) => break,
+        }
+    }
+    let md = std::fs::metadata(path).ok()?;
+    let ft = md.file_type();
+    let kind = if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_socket() {
+        "socket"
+    } else {
+        return None;
+    };
+    Some(Special {
+        what: format!("the {kind} {}", path.display()),
+        sink: ft.is_char_device() && is_sink(md.rdev()),
+        fd: None,
+    })
+}
+
+/// `/dev/null` (1:3) and `/dev/zero` (1:5) discard what is written (devices(7)).
+fn is_sink(rdev: u64) -> bool {
+    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    major == 1 && (minor == 3 || minor == 5)
 }
 
 /// An exclusive flock(2) on `FILE.part`, held for the whole run: a second ringdl on the
@@ -91,9 +173,7 @@ fn same_inode(fd: &OwnedFd, path: &Path) -> bool {
 /// another process holds the lock (EWOULDBLOCK).
 pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result<Option<PartLock>> {
     let Some(path) = final_path else { return Ok(None) };
-    if let Ok(md) = std::fs::metadata(path)
-        && !md.file_type().is_file()
-    {
+    if special(path).is_some() || std::fs::metadata(path).is_ok_and(|md| md.file_type().is_dir()) {
         return Ok(None);
     }
     let part = part_path(path);
@@ -158,6 +238,14 @@ impl Output {
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when the file exists and `force` is off.
     pub fn check_free(path: &Path, force: bool) -> Result<()> {
+        if let Some(sp) = special(path) {
+            return Err(err!(
+                LocalIo,
+                "{} is not a regular file ({}): ringdl writes through it but never replaces it, not even with --force",
+                path.display(),
+                sp.what
+            ));
+        }
         if !force && std::fs::symlink_metadata(path).is_ok() {
             return Err(err!(LocalIo, "{} exists (use --force to replace it)", path.display()));
         }
@@ -174,62 +262,66 @@ impl Output {
         target: &OutputTarget,
         path: Option<PathBuf>,
         choice: EngineChoice,
+        special: Option<&Special>,
         force: bool,
         keep: bool,
         resume_asked: bool,
     ) -> Result<(Output, EngineKind)> {
-        let Some(final_path) = path else {
-            debug_assert_eq!(*target, OutputTarget::Stdout);
-            if matches!(choice, EngineChoice::Direct | EngineChoice::Splice) {
+        let stream = match (&path, special) {
+            (None, _) => Some(Special {
+                what: "standard output".to_owned(),
+                sink: false,
+                fd: Some(1),
+            }),
+            (Some(_), Some(sp)) => Some(sp.clone()),
+            (Some(_), None) => None,
+        };
+        if let Some(sp) = stream {
+            debug_assert!(path.is_some() || *target == OutputTarget::Stdout);
+            // Every forced engine that needs a regular file answers the same way.
+            if matches!(
+                choice,
+                EngineChoice::Direct | EngineChoice::Splice | EngineChoice::KtlsDirect
+            ) {
                 return Err(err!(
                     LocalIo,
-                    "--engine direct and splice need a regular file, not standard output"
+                    "--engine {} needs a regular file, not {} (use --engine auto or buffered)",
+                    choice.name(),
+                    sp.what
                 ));
             }
-            let fd = std::io::stdout()
-                .as_fd()
-                .try_clone_to_owned()
-                .map_err(|e| err!(LocalIo, "standard output: {e}"))?;
+            let dup = |fd: std::os::fd::BorrowedFd<'_>| {
+                fd.try_clone_to_owned().map_err(|e| err!(LocalIo, "{}: {e}", sp.what))
+            };
+            let fd = match (sp.fd, &path) {
+                (Some(1), _) => dup(std::io::stdout().as_fd())?,
+                (Some(2), _) => dup(std::io::stderr().as_fd())?,
+                (_, Some(p)) => {
+                    // Another descriptor is opened anew through its link; a regular file
+                    // behind it is appended to, never overwritten from its start.
+                    let mut flags = OFlags::WRONLY | OFlags::CLOEXEC;
+                    if sp.fd.is_some() && std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
+                        flags |= OFlags::APPEND;
+                    }
+                    rustix::fs::open(p, flags, Mode::empty())
+                        .map_err(|e| err!(LocalIo, "cannot open {}: {e}", p.display()))?
+                }
+                (_, None) => unreachable!("only standard output has no path"),
+            };
             let out = Output {
                 fd,
                 direct: false,
                 align: 4096,
-                sequential: true,
+                // A sink takes writes at any offset; everything else only in order.
+                sequential: !sp.sink,
                 part: None,
-                final_path: None,
+                final_path: path,
                 force,
+                what: Some(sp.what),
             };
             return Ok((out, EngineKind::Buffered));
-        };
-        if let Ok(md) = std::fs::metadata(&final_path) {
-            use std::os::unix::fs::FileTypeExt;
-            let ft = md.file_type();
-            if ft.is_dir() {
-                return Err(err!(LocalIo, "{} is a directory", final_path.display()));
-            }
-            if ft.is_char_device() || ft.is_fifo() || ft.is_socket() || ft.is_block_device() {
-                // /dev/null, a FIFO, a terminal: write through, in order, never replace it.
-                if choice == EngineChoice::Direct {
-                    return Err(err!(
-                        LocalIo,
-                        "--engine direct needs a regular file, not {}",
-                        final_path.display()
-                    ));
-                }
-                let fd = rustix::fs::open(&final_path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
-                    .map_err(|e| err!(LocalIo, "cannot open {}: {e}", final_path.display()))?;
-                let out = Output {
-                    fd,
-                    direct: false,
-                    align: 4096,
-                    sequential: true,
-                    part: None,
-                    final_path: Some(final_path),
-                    force,
-                };
-                return Ok((out, EngineKind::Buffered));
-            }
         }
+        let final_path = path.expect("a regular file has a path");
         Output::check_free(&final_path, force)?;
         let part = part_path(&final_path);
         if !keep {
@@ -258,6 +350,7 @@ impl Output {
                 part: Some(part),
                 final_path: Some(final_path),
                 force,
+                what: None,
             };
             return Ok((out, EngineKind::Splice));
         }
@@ -273,6 +366,7 @@ impl Output {
                             part: Some(part),
                             final_path: Some(final_path),
                             force,
+                            what: None,
                         };
                         return Ok((out, EngineKind::Direct));
                     }
@@ -298,6 +392,7 @@ impl Output {
             part: Some(part),
             final_path: Some(final_path),
             force,
+            what: None,
         };
         Ok((out, EngineKind::Buffered))
     }
@@ -373,9 +468,11 @@ impl Output {
 
     /// The output for messages: the `.part` path or "standard output".
     pub fn describe(&self) -> String {
-        self.part
-            .as_ref()
-            .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string())
+        match (&self.part, &self.what) {
+            (Some(p), _) => p.display().to_string(),
+            (None, Some(w)) => w.clone(),
+            (None, None) => "standard output".to_owned(),
+        }
     }
 }
 

@@ -816,3 +816,108 @@ fn a_server_capping_connections_per_client_lowers_concurrency_http() {
 fn a_server_capping_connections_per_client_lowers_concurrency_https() {
     capped_server(true);
 }
+
+// Issue 10, kind 1: outputs that cannot take writes at offsets get bytes only in order.
+
+/// `-x 4 -o FIFO`: the reader sees the exact file (several connections wrote blocks in
+/// arrival order before), one connection, and the summary says why.
+#[test]
+fn a_fifo_output_gets_exact_bytes_in_order() {
+    let ng = nginx();
+    let f = ng.file(100 * MIB);
+    let dir = TestDir::new("fifo-out");
+    let fifo = dir.join("out.fifo");
+    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(st.success());
+    let reader = {
+        let fifo = fifo.clone();
+        thread::spawn(move || {
+            let bytes = fs::read(&fifo).expect("read the FIFO");
+            (bytes.len() as u64, sha256_bytes(&bytes))
+        })
+    };
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "-o"])
+        .arg(&fifo)
+        .arg(ng.http_url(&f.name))
+        .run();
+    o.assert_success();
+    let (len, sha) = reader.join().expect("reader");
+    assert_eq!(len, f.size);
+    assert_eq!(sha, f.sha256, "the FIFO got the file's bytes out of order");
+    assert!(
+        o.summary().contains("1 connection (in order to the FIFO"),
+        "{}",
+        o.summary()
+    );
+    let md = fs::symlink_metadata(&fifo).expect("the FIFO is still there");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(md.file_type().is_fifo());
+    assert!(!exists(&part_path(&fifo)), "no .part beside a FIFO");
+}
+
+/// `-o /dev/stdout > file` and `-o /proc/self/fd/1 > file`, with `--force` too: the
+/// bytes land through standard output, in order; /dev/stdout is never replaced (as root,
+/// following the old "exists (use --force)" hint renamed the .part over it).
+#[test]
+fn dev_stdout_redirected_to_a_file_is_written_through_never_replaced() {
+    let ng = nginx();
+    let f = ng.file(100 * MIB);
+    let dir = TestDir::new("dev-stdout");
+    let before = fs::read_link("/dev/stdout").ok();
+    for (i, (path, force)) in [("/dev/stdout", false), ("/dev/stdout", true), ("/proc/self/fd/1", true)]
+        .into_iter()
+        .enumerate()
+    {
+        let file = dir.join(format!("redirected-{i}.bin"));
+        let mut cmd = Command::new(util::ringdl_bin());
+        cmd.current_dir(dir.path()).args(["-x", "4", "-o", path]);
+        if force {
+            cmd.arg("--force");
+        }
+        let out = cmd
+            .arg(ng.http_url(&f.name))
+            .stdout(fs::File::create(&file).unwrap())
+            .output()
+            .expect("run ringdl");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{path} force={force}: {err}");
+        assert_same_bytes(&file, f);
+        assert!(err.contains("1 connection (in order to standard output)"), "{err}");
+    }
+    assert_eq!(fs::read_link("/dev/stdout").ok(), before, "/dev/stdout was replaced");
+    assert!(!exists(Path::new("/dev/stdout.part")));
+}
+
+/// `-o /dev/null` stays a write-through sink for every connection; forced engines that
+/// need a regular file answer the same way (exit 7) for splice, direct and ktls-direct.
+#[test]
+fn dev_null_is_a_sink_and_forced_file_engines_refuse_it_alike() {
+    let ng = nginx();
+    let f = ng.file(4 * MIB);
+    let dir = TestDir::new("dev-null");
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "-o", "/dev/null"])
+        .arg(ng.http_url(&f.name))
+        .run();
+    o.assert_success();
+    assert!(o.summary().contains("/dev/null"), "{}", o.summary());
+    for engine in ["direct", "splice"] {
+        let o = dir
+            .ringdl()
+            .args(["--engine", engine, "-o", "/dev/null"])
+            .arg(ng.http_url(&f.name))
+            .run();
+        o.assert_code(exit::LOCAL_IO);
+        let err = o.stderr_text();
+        assert!(
+            err.contains(&format!(
+                "--engine {engine} needs a regular file, not the character device /dev/null"
+            )),
+            "{err}"
+        );
+    }
+    assert!(!exists(Path::new("/dev/null.part")));
+}
