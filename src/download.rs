@@ -2302,7 +2302,7 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                     last + 1
                 };
                 job.seg.end = first_end;
-                take_disposition(sh, resp);
+                take_disposition(sh, resp)?;
                 sh.queue = match sh.resume.take() {
                     Some(st) if st.total == complete && st.validator == validator => {
                         sh.landed = Landed::from_ranges(&st.ranges);
@@ -2385,7 +2385,7 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
             if sh.resume.take().is_some() {
                 eprintln!("ringdl: the server does not serve ranges: cannot resume, starting from zero");
             }
-            take_disposition(sh, resp);
+            take_disposition(sh, resp)?;
             sh.ranges = false;
             sh.planned = true;
             sh.queue.clear();
@@ -2488,13 +2488,24 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
     }
 }
 
-/// `--content-disposition`: remember a sanitized base name from the first response.
-fn take_disposition(sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) {
+/// `--content-disposition`: takes a sanitized base name (shortened to fit, see
+/// [`crate::output::fit_name`]) from the first response, and checks it is free before
+/// a byte of the body is fetched.
+///
+/// # Errors
+/// [`Kind::LocalIo`] (fatal) when the name exists (without `--force`) or is a device,
+/// FIFO or socket.
+fn take_disposition(sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) -> std::result::Result<(), Fail> {
     if sh.opts.content_disposition
         && let Some(v) = resp.header("content-disposition")
     {
-        sh.disposition = http::content_disposition_filename(v);
+        sh.disposition = http::content_disposition_filename(v).map(crate::output::fit_name);
+        if let Some(name) = &sh.disposition {
+            Output::check_free(std::path::Path::new(name), sh.opts.force)
+                .map_err(|e| Fail::fatal(e.kind, format!("Content-Disposition names {name:?}: {}", e.msg)))?;
+        }
     }
+    Ok(())
 }
 
 /// Runs `f` on the job's body with the shared write pool, counts what it placed, and

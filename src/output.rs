@@ -42,10 +42,32 @@ pub fn final_path(target: &OutputTarget, url: &http::Url) -> Option<PathBuf> {
     match target {
         OutputTarget::Stdout => None,
         OutputTarget::File(p) => Some(p.clone()),
-        OutputTarget::Default => Some(PathBuf::from(
+        OutputTarget::Default => Some(PathBuf::from(fit_name(
             url.file_name_decoded().unwrap_or_else(|| "index.html".to_owned()),
-        )),
+        ))),
     }
+}
+
+/// Longest file name ringdl makes from a URL or Content-Disposition, bytes: NAME_MAX (255)
+/// less the longest suffix it adds (`.part.ringdl.tmp`, 16 bytes).
+pub const MAX_NAME: usize = 255 - ".part.ringdl.tmp".len();
+
+/// Shortens a file name to at most [`MAX_NAME`] bytes, keeping its extension (up to 16
+/// bytes after the last dot) and cutting on a character boundary. Shorter names come
+/// back unchanged.
+pub fn fit_name(name: String) -> String {
+    if name.len() <= MAX_NAME {
+        return name;
+    }
+    let ext = name
+        .rfind('.')
+        .filter(|&i| i > 0 && name.len() - i <= 16)
+        .map_or("", |i| &name[i..]);
+    let mut keep = MAX_NAME - ext.len();
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}{ext}", &name[..keep])
 }
 
 /// An output that is not a regular file: it takes bytes only in order (or discards them),
@@ -489,5 +511,24 @@ fn dio_align(fd: &OwnedFd) -> Option<u64> {
             a.is_power_of_two().then_some(a)
         }
         _ => Some(4096),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_name_keeps_short_names_and_the_extension_on_a_char_boundary() {
+        assert_eq!(fit_name("a.iso".into()), "a.iso");
+        let n = fit_name(format!("{}.tar.gz", "x".repeat(400)));
+        assert_eq!(n.len(), MAX_NAME);
+        assert!(n.ends_with(".gz") && n.starts_with("xxx"));
+        // 'é' is two bytes: the cut never splits it.
+        let n = fit_name(format!("{}.bin", "é".repeat(200)));
+        assert!(n.len() <= MAX_NAME && n.ends_with(".bin"), "{n}");
+        // No extension worth keeping (the "extension" is longer than 16 bytes).
+        let n = fit_name(format!("a.{}", "y".repeat(300)));
+        assert_eq!(n.len(), MAX_NAME);
     }
 }

@@ -99,7 +99,11 @@ pub fn save(path: &Path, st: &State) -> Result<(), String> {
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     };
-    write().map_err(|e| format!("control file {}: {e}", path.display()))
+    write().map_err(|e| {
+        // A full disk (or any failure) must not leave a temporary control file behind.
+        let _ = std::fs::remove_file(&tmp);
+        format!("control file {}: {e}", path.display())
+    })
 }
 
 /// Removes the control file (after a complete download).

@@ -1467,3 +1467,62 @@ fn a_refused_connection_fails_in_about_a_second() {
         "a refused port took {took:?} to fail:\n{err}"
     );
 }
+
+/// Issue 10, kind 5: with `--content-disposition`, the final name is decided and checked
+/// when the first head arrives: a name that exists stops the download (exit 7) before
+/// the body is fetched, leaving no `.part` or control file, and the existing file as it was.
+#[test]
+fn content_disposition_naming_an_existing_file_fails_before_the_body() {
+    let srv = FaultServer::builder()
+        .size(32 * MIB)
+        .fault(Fault::Header(
+            "Content-Disposition".into(),
+            "attachment; filename=\"taken.bin\"".into(),
+        ))
+        .start();
+    let dir = TestDir::new("cd-exists");
+    fs::write(dir.join("taken.bin"), b"mine").unwrap();
+    let o = util::TestCommand::ringdl()
+        .current_dir(dir.path())
+        .timeout(HANG)
+        .args(["-x", "4", "--content-disposition"])
+        .arg(srv.url("dl/file.bin"))
+        .run();
+    o.assert_code(7);
+    let err = o.stderr_text();
+    assert!(err.contains("taken.bin") && err.contains("exists"), "{err}");
+    assert_eq!(fs::read(dir.join("taken.bin")).unwrap(), b"mine");
+    let left: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["taken.bin"], "left behind: {left:?}");
+    assert!(
+        srv.requests().len() <= 4,
+        "segments were requested after the name was refused\n{}",
+        srv.describe()
+    );
+}
+
+/// Issue 10, kind 5: a URL whose last segment is 300 characters gives a file name cut
+/// to fit NAME_MAX with its extension kept (it was exit 7 "File name too long").
+#[test]
+fn a_300_character_url_name_is_shortened_keeping_the_extension() {
+    let srv = FaultServer::builder().size(MIB + 3).start();
+    let dir = TestDir::new("long-name");
+    let name = format!("{}.iso", "a".repeat(300));
+    let o = util::TestCommand::ringdl()
+        .current_dir(dir.path())
+        .timeout(HANG)
+        .arg(srv.url(&name))
+        .run();
+    o.assert_success();
+    let files: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let got = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        got.len() <= 239 && got.ends_with(".iso") && got.starts_with("aaaa"),
+        "{got}"
+    );
+    assert_eq!(sha256_file(&files[0]), srv.sha256());
+}

@@ -101,6 +101,10 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
     );
     assert!(!out.exists(), "no file at the final name after a full disk");
     assert!(
+        !mnt.join("out.bin.part.ringdl.tmp").exists(),
+        "a temporary control file was left after the full disk"
+    );
+    assert!(
         Command::new("mount")
             .args(["-o", "remount,size=200m"])
             .arg(&mnt)
