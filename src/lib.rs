@@ -1,8 +1,49 @@
-//! ringdl's engines as a library: the byte-moving state the event loop of the `ringdl`
-//! binary drives (write blocks, the compaction copy, body framing, splice pipes). It is a
-//! library so that `fuzz/` and the corpus replay (`tests/fuzz_corpus.rs`) run the very
-//! code that places body bytes at file offsets.
+//! ringdl as a library: every room of the downloader — the event loop, the control
+//! plane, the scheduler, the engines, the output — behind one entry point, [`main`]. The
+//! `ringdl` binary is that call; `fuzz/` and the corpus replay (`tests/fuzz_corpus.rs`)
+//! drive [`engine`] directly, the very code that places body bytes at file offsets.
+//!
+//! Arrows point down only: `app` (CLI → config, report) → `event` (the loop) → `control`,
+//! `schedule`, `engine` → `output` → `uring`; `http` does no I/O; `schedule` is pure.
 
 #![forbid(unsafe_code)]
 
+// std's print macros panic when the stream is gone (`ringdl ... 2>&1 | head`), and with
+// panic = abort that is a SIGABRT in the middle of a download. Messages are best effort:
+// these shadow std's for the whole crate (textual macro scope: defined before the modules).
+macro_rules! eprintln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+macro_rules! eprint {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
+macro_rules! println {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! print {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
+mod app;
+mod cli;
+mod control;
 pub mod engine;
+mod error;
+mod event;
+mod output;
+mod report;
+mod schedule;
+
+pub use app::main;

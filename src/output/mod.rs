@@ -8,6 +8,9 @@ use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
 use crate::cli::{EngineChoice, OutputTarget};
 use crate::engine::EngineKind;
 use crate::err;
+
+pub(crate) mod resume;
+pub(crate) mod verify;
 use crate::error::Result;
 
 /// Where body bytes land, and how they must be written.
@@ -354,7 +357,7 @@ impl Output {
             }
             // A control file must never outlive the bytes it describes: gone before the
             // truncate, so a crash in between leaves nothing a later -c could trust.
-            crate::resume::remove(&crate::resume::path_for(&part));
+            crate::output::resume::remove(&crate::output::resume::path_for(&part));
         }
         let mut flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         if !keep {
@@ -439,7 +442,7 @@ impl Output {
         };
         // The data is complete and synced: the control file goes first, so no crash can
         // leave one beside a finished file.
-        crate::resume::remove(&crate::resume::path_for(part));
+        crate::output::resume::remove(&crate::output::resume::path_for(part));
         let flags = if self.force {
             rustix::fs::RenameFlags::empty()
         } else {
@@ -483,7 +486,7 @@ impl Output {
         if let Some(part) = &self.part
             && same_inode(&self.fd, part)
         {
-            crate::resume::remove(&crate::resume::path_for(part));
+            crate::output::resume::remove(&crate::output::resume::path_for(part));
             let _ = std::fs::remove_file(part);
         }
     }

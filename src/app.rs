@@ -1,0 +1,359 @@
+//! The command: options → download → summary, and the exit code. Arrows point down:
+//! app → event loop (control, schedule, engines) → output → `uring`.
+
+use std::net::ToSocketAddrs;
+use std::os::fd::AsRawFd;
+use std::process::ExitCode;
+
+use crate::cli::{self, Command, EngineChoice, Options, OutputTarget};
+use crate::engine::EngineKind;
+use crate::error::Result;
+use crate::event::{self as download, Outcome};
+use crate::output::resume;
+use crate::output::{self, Output};
+use crate::report::{self as progress, Progress};
+use crate::{control::tls, err};
+
+/// Runs ringdl with the process arguments; the exit code is documented in README.md.
+pub fn main() -> ExitCode {
+    match real_main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ringdl: {e}");
+            ExitCode::from(e.kind.exit_code())
+        }
+    }
+}
+
+fn real_main() -> Result<()> {
+    let mut opts = match cli::parse(std::env::args_os().skip(1))? {
+        Command::Help => {
+            print!("{}", cli::HELP);
+            return Ok(());
+        }
+        Command::Version => {
+            println!("ringdl {}", env!("CARGO_PKG_VERSION"));
+            return Ok(());
+        }
+        Command::Download(o) => o,
+    };
+    // Before anything else: SIGINT/SIGTERM become a completion on the ring, so an interrupt
+    // stops the download between two operations and keeps the `.part` consistent.
+    let signals = uring::signal::block_signals(&[uring::signal::SIGINT, uring::signal::SIGTERM])
+        .map_err(|e| err!(LocalIo, "signalfd: {e}"))?;
+    let mut url = http::Url::parse(&opts.url).map_err(|e| err!(Usage, "bad URL {:?}: {e}", opts.url))?;
+    if opts.insecure {
+        eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
+    }
+    let final_path = output::final_path(&opts.output, &url);
+    // Standard output, a FIFO, a terminal, a socket, a device: bytes go in order, on one
+    // connection (several would deliver blocks out of order). A sink (/dev/null) takes any.
+    let special = match &final_path {
+        None => Some(output::Special {
+            what: "standard output".to_owned(),
+            sink: false,
+            fd: Some(1),
+        }),
+        Some(p) => output::special(p),
+    };
+    if let Some(sp) = special.as_ref().filter(|sp| !sp.sink) {
+        if opts.connections > 1 && opts.verbose > 0 {
+            eprintln!(
+                "ringdl: {} takes bytes only in order: one connection (not {})",
+                sp.what, opts.connections
+            );
+        }
+        opts.connections = 1;
+        if opts.resume {
+            eprintln!(
+                "ringdl: warning: -c has no effect with {} (it cannot be resumed)",
+                sp.what
+            );
+        }
+    }
+    // Held until exit: nothing below may read the control file or touch the `.part` of
+    // another ringdl's download.
+    // A forced kTLS engine that cannot run here fails before the output is touched (an
+    // existing .part and its control file stay).
+    choose_ktls(&url, &opts, &mut EngineKind::Buffered)?;
+    let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;
+    let control = final_path.as_deref().map(|p| resume::path_for(&output::part_path(p)));
+    let resume_state = match (&control, opts.resume) {
+        (Some(c), true) => load_resume(c, &opts.url),
+        _ => None,
+    };
+    let (mut out, mut engine) = Output::open(
+        &opts.output,
+        final_path,
+        opts.engine,
+        special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
+        opts.force,
+        resume_state.is_some(),
+        opts.resume,
+    )
+    .inspect_err(|_| {
+        // An output that cannot be opened leaves nothing behind.
+        if let Some(l) = &lock {
+            l.remove_if_unused();
+        }
+    })?;
+    let (engine_note, ktls_on) = match choose_ktls(&url, &opts, &mut engine) {
+        Ok(v) => v,
+        Err(e) => {
+            out.discard_if_empty();
+            return Err(e);
+        }
+    };
+    if opts.verbose > 0 {
+        let how = if out.direct {
+            format!("O_DIRECT, {}-byte alignment", out.align)
+        } else {
+            "page cache".to_owned()
+        };
+        eprintln!("ringdl: engine {} ({how})", engine.name());
+    }
+    let mut progress = Progress::new(opts.quiet);
+    let mut tls_config = None;
+    let mut hops = 0;
+    loop {
+        let target = download::Target {
+            out: &out,
+            resume: resume_state.clone(),
+            control: control.clone(),
+            signals: Some(signals.as_raw_fd()),
+            engine,
+            ktls: ktls_on,
+        };
+        let s = match fetch(&url, &opts, target, &mut tls_config, &mut progress) {
+            Ok(Outcome::Done(s)) => s,
+            Ok(Outcome::Redirect(to)) => {
+                hops += 1;
+                let refuse = if hops > opts.max_redirects {
+                    Some(format!("more than {} redirects (last to {to})", opts.max_redirects))
+                } else if url.scheme() == http::Scheme::Https
+                    && to.scheme() == http::Scheme::Http
+                    && !opts.allow_downgrade
+                {
+                    Some(format!(
+                        "refusing redirect from https to http: {to} (--allow-downgrade follows it)"
+                    ))
+                } else {
+                    None
+                };
+                if let Some(m) = refuse {
+                    out.discard_if_empty();
+                    return Err(err!(Protocol, "{m}"));
+                }
+                if opts.verbose > 0 {
+                    eprintln!("ringdl: redirected to {to}");
+                }
+                url = to;
+                continue;
+            }
+            Err(e) => {
+                progress.clear();
+                out.discard_if_empty();
+                return Err(e);
+            }
+        };
+        if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
+            && want.expected != got.as_ref()
+        {
+            let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+            return Err(err!(
+                Checksum,
+                "{} mismatch: expected {}, got {} (data kept in {})",
+                want.name,
+                hex(&want.expected),
+                hex(got.as_ref()),
+                out.describe()
+            ));
+        }
+        if let (Some(name), OutputTarget::Default) = (&s.disposition, &opts.output) {
+            let p = std::path::PathBuf::from(name);
+            Output::check_free(&p, opts.force)?;
+            out.final_path = Some(p);
+        }
+        out.commit()?;
+        if let Some(c) = &control {
+            resume::remove(c);
+        }
+        if !opts.quiet {
+            let secs = s.elapsed.as_secs_f64();
+            // The rate of what this run fetched (a resume fetched only the rest).
+            let rate = if secs > 0.0 { s.fetched as f64 / secs } else { 0.0 };
+            eprintln!(
+                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, {} connection{}{}, {}{}{}, {}",
+                s.bytes,
+                if s.fetched < s.bytes {
+                    format!(" ({} fetched now, the rest resumed)", s.fetched)
+                } else {
+                    String::new()
+                },
+                progress::human(rate as u64),
+                engine_label(engine, &s, &engine_note),
+                s.connections,
+                if s.connections == 1 { "" } else { "s" },
+                match (&special, s.capped_at) {
+                    (Some(sp), _) if !sp.sink => format!(" (in order to {})", sp.what),
+                    (_, Some(n)) => format!(" (the server allows {n})"),
+                    _ => String::new(),
+                },
+                s.tls,
+                if s.registered { "" } else { ", unregistered buffers" },
+                opts.checksum
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(", {} verified", c.name)),
+                out.final_path
+                    .as_ref()
+                    .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string()),
+            );
+        }
+        return Ok(());
+    }
+}
+
+/// The engine as the summary names it: what ran, with why kTLS did not, when it did not.
+fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String {
+    match engine {
+        EngineKind::KtlsDirect | EngineKind::Splice if s.ktls_conns == 0 && s.tls != "plain" => {
+            let why = s.ktls_refused.as_deref().unwrap_or("no connection handed off");
+            let ran = if engine == EngineKind::KtlsDirect {
+                "direct"
+            } else {
+                "splice"
+            };
+            format!("{ran} (kTLS refused: {why}; user-space TLS)")
+        }
+        EngineKind::KtlsDirect | EngineKind::Splice if s.tls != "plain" => {
+            format!(
+                "{} (kTLS on {} of {} connections)",
+                engine.name(),
+                s.ktls_conns,
+                s.connections
+            )
+        }
+        // (The note is about TLS: a redirect may have ended on plain http.)
+        _ if s.tls == "plain" => engine.name().to_owned(),
+        _ => format!("{}{note}", engine.name()),
+    }
+}
+
+/// Decides whether TLS goes to the kernel: `--engine ktls-direct` and `splice` over https
+/// need kTLS (probed with one throwaway socket), `auto` takes it when it is there. Returns a
+/// note for the summary and whether to hand connections off.
+///
+/// # Errors
+/// [`error::Kind::LocalIo`] when a forced kTLS engine cannot run here.
+fn choose_ktls(url: &http::Url, opts: &Options, engine: &mut EngineKind) -> Result<(String, bool)> {
+    let https = url.scheme() == http::Scheme::Https;
+    let choice = opts.engine;
+    if choice == EngineChoice::KtlsDirect && !https {
+        return Err(err!(
+            Usage,
+            "--engine ktls-direct is for https URLs (plain HTTP: --engine direct)"
+        ));
+    }
+    if !https
+        || !matches!(
+            choice,
+            EngineChoice::Auto | EngineChoice::KtlsDirect | EngineChoice::Splice
+        )
+    {
+        return Ok((String::new(), false));
+    }
+    let support = ktls::probe();
+    let available = !matches!(support, ktls::Support::Absent);
+    if !available {
+        if choice != EngineChoice::Auto {
+            return Err(err!(
+                LocalIo,
+                "--engine {} over https needs kernel TLS, and this kernel has none (TCP_ULP \"tls\": ENOENT; try modprobe tls)",
+                choice.name()
+            ));
+        }
+        return Ok((" (no kTLS on this kernel: user-space TLS)".to_owned(), false));
+    }
+    if *engine == EngineKind::Direct {
+        *engine = EngineKind::KtlsDirect;
+    }
+    Ok((String::new(), true))
+}
+
+/// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.
+fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
+    let part = control.with_extension("");
+    let part_len = std::fs::metadata(&part).map(|m| m.len()).ok();
+    match resume::load(control) {
+        // The ranges are only as good as the file they describe: it must still be there,
+        // at least as long as the last range.
+        Ok(Some(st)) if part_len.is_none_or(|l| st.ranges.last().is_some_and(|r| r.1 > l)) => {
+            eprintln!(
+                "ringdl: {} is missing or shorter than {} says: starting from zero",
+                part.display(),
+                control.display()
+            );
+            None
+        }
+        Ok(Some(st)) if st.url == url => Some(st),
+        // Another URL (a mirror, say) may resume only when the server's validator will
+        // prove it is the same file; without one, size alone proves nothing.
+        Ok(Some(st)) if st.validator.is_some() => {
+            eprintln!(
+                "ringdl: {} was written for {}; resuming only if this server's validator matches",
+                control.display(),
+                st.url
+            );
+            Some(st)
+        }
+        Ok(Some(st)) => {
+            eprintln!(
+                "ringdl: {} belongs to {} and has no validator: starting from zero",
+                control.display(),
+                st.url
+            );
+            None
+        }
+        Ok(None) => {
+            // (An empty `.part` is the one this run's lock just created.)
+            if std::fs::metadata(&part).is_ok_and(|m| m.len() > 0) {
+                eprintln!("ringdl: no control file {}: starting from zero", control.display());
+            }
+            None
+        }
+        Err(m) => {
+            eprintln!("ringdl: {m}: starting from zero");
+            None
+        }
+    }
+}
+
+/// One attempt at `url`: resolve, then the download loop.
+fn fetch(
+    url: &http::Url,
+    opts: &Options,
+    target: download::Target<'_>,
+    tls_config: &mut Option<std::sync::Arc<rustls::ClientConfig>>,
+    progress: &mut Progress,
+) -> Result<Outcome> {
+    let addrs: Vec<_> = (url.host(), url.port())
+        .to_socket_addrs()
+        .map_err(|e| err!(Network, "cannot resolve {}: {e}", url.host()))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(err!(Network, "{} has no address", url.host()));
+    }
+    let tls = if url.scheme() == http::Scheme::Https {
+        if tls_config.is_none() {
+            *tls_config = Some(tls::client_config(
+                opts.ca_certificate.as_deref(),
+                opts.insecure,
+                opts.verbose,
+            )?);
+        }
+        tls_config.clone()
+    } else {
+        None
+    };
+    download::run(url, opts, tls, addrs, target, progress)
+}

@@ -1,0 +1,337 @@
+//! A connection's life on the ring: CONNECT, SEND/RECV completions, driving it on, close.
+
+use crate::control::response::*;
+use crate::control::session::*;
+use crate::control::*;
+use crate::engine::place::{Delimiter, Fed, Placer};
+use crate::engine::recv::*;
+use crate::err;
+use crate::error::{Kind, Result};
+use crate::event::*;
+use rustls::client::UnbufferedClientConnection;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+use uring::{Completion, Op};
+
+impl Loop<'_> {
+    pub(crate) fn connect(&mut self, i: usize) -> Result<()> {
+        let c = &mut self.conns[i];
+        let addr = self.addrs[c.addr_i % self.addrs.len()];
+        let domain = if addr.is_ipv4() {
+            rustix::net::AddressFamily::INET
+        } else {
+            rustix::net::AddressFamily::INET6
+        };
+        let fd = rustix::net::socket_with(
+            domain,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| err!(LocalIo, "socket: {e}"))?;
+        let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
+        let raw = fd.as_raw_fd();
+        c.fd = Some(fd);
+        c.st = St::Connecting;
+        c.busy = true;
+        c.eof = false;
+        c.reused = false;
+        c.requests = 0;
+        c.clean_close = false;
+        c.cancel_sent = false;
+        c.rlo = 0;
+        c.rhi = 0;
+        c.out.clear();
+        c.last_io = Instant::now();
+        let timeout = Duration::from_secs(self.sh.opts.connect_timeout_s);
+        self.ring
+            .push_with_timeout(Op::Connect { fd: raw, addr }, TAG_CONN | i as u64, timeout)
+            .map_err(|_| err!(Internal, "submission queue full"))
+    }
+
+    pub(crate) fn conn_completion(&mut self, i: usize, cq: Completion) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        c.busy = false;
+        c.last_io = Instant::now();
+        let res = cq.result;
+        if let Some(data) = cq.data {
+            // A SEND came back: its Vec is the connection's out buffer.
+            let mut data = data;
+            if res >= 0 && (res as usize) < data.len() {
+                data.drain(..res as usize);
+                c.out = data;
+            } else {
+                data.clear();
+                c.out = data;
+            }
+            if res < 0 {
+                return Err(self.io_fail(i, "send", res));
+            }
+            return Ok(());
+        }
+        if let Some(buf) = cq.buf {
+            if c.recvmsg {
+                c.recvmsg = false;
+                c.rbuf = Some(buf);
+                return self.record_completion(i, res, cq.control.unwrap_or_default());
+            }
+            // kTLS: a non-data record (alert, NewSessionTicket, KeyUpdate) is at the head.
+            let non_data = c.kconn.is_some() && res == -rustix::io::Errno::IO.raw_os_error();
+            if c.recv_direct {
+                c.recv_direct = false;
+                let n = if res > 0 { res as usize } else { 0 };
+                with_placer(&mut c.rx, &mut self.sh, |p, blocks| {
+                    p.recv_done(buf, n);
+                    if n > 0 { p.settle(blocks) } else { Ok(Fed::More) }
+                })?;
+                if non_data {
+                    return self.read_record(i);
+                }
+                if res < 0 {
+                    return Err(self.io_fail(i, "recv", res));
+                }
+                if res == 0 {
+                    c.eof = true;
+                }
+                return Ok(());
+            }
+            c.rbuf = Some(buf);
+            if non_data {
+                return self.read_record(i);
+            }
+            if res < 0 {
+                return Err(self.io_fail(i, "recv", res));
+            }
+            if res > 0 {
+                c.failures = 0;
+            }
+            if res == 0 {
+                c.eof = true;
+            } else {
+                c.rhi += res as usize;
+            }
+            return Ok(());
+        }
+        if c.splicing {
+            c.splicing = false;
+            if c.kconn.is_some() && res == -rustix::io::Errno::INVAL.raw_os_error() {
+                // SPLICE stops with EINVAL at a non-data record under kTLS RX.
+                return self.read_record(i);
+            }
+            if res < 0 {
+                return Err(self.io_fail(i, "splice", res));
+            }
+            if res == 0 {
+                c.eof = true;
+                return Ok(());
+            }
+            let n = res as usize;
+            let pipe = c.pipe.as_mut().expect("a splicing connection has a pipe");
+            pipe.held += n;
+            with_placer(&mut c.rx, &mut self.sh, |p, _| {
+                p.advance(n);
+                Ok(Fed::More)
+            })?;
+            self.drain(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+            with_placer(&mut self.conns[i].rx, &mut self.sh, Placer::settle)?;
+            return Ok(());
+        }
+        // CONNECT
+        if c.st == St::Connecting {
+            if res < 0 {
+                let e = errno(res);
+                let addr = self.addrs[c.addr_i % self.addrs.len()];
+                c.addr_i += 1;
+                let kind = Kind::Network;
+                let msg = if e == rustix::io::Errno::CANCELED {
+                    format!(
+                        "connect to {addr}: timed out after {} s",
+                        self.sh.opts.connect_timeout_s
+                    )
+                } else {
+                    format!("connect to {addr}: {e}")
+                };
+                let f = Fail::retry(kind, msg);
+                return Err(
+                    if matches!(e, rustix::io::Errno::CONNREFUSED | rustix::io::Errno::CONNRESET) {
+                        f.busy()
+                    } else {
+                        f
+                    },
+                );
+            }
+            c.st = St::Open;
+            if let (Some(cfg), Some(name)) = (&self.tls, &self.server_name) {
+                let conn = UnbufferedClientConnection::new(cfg.clone(), name.clone())
+                    .map_err(|e| Fail::fatal(Kind::Tls, format!("TLS: {e}")))?;
+                c.tls = Some(Box::new(conn));
+            }
+            return Ok(());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn io_fail(&self, i: usize, what: &str, res: i32) -> Fail {
+        let c = &self.conns[i];
+        let e = errno(res);
+        if e == rustix::io::Errno::CANCELED && c.cancel_sent {
+            let mut f = Fail::retry(
+                Kind::Network,
+                format!("no data for {} s: connection reset", self.sh.opts.stall_timeout_s),
+            );
+            f.stalled = true;
+            return f;
+        }
+        let f = Fail::retry(Kind::Network, format!("{what} from {}: {e}", self.sh.url.host()));
+        // A reset before any byte of the response is how some servers turn away a
+        // connection beyond their per-client limit.
+        let before_response = c.rx.job.as_ref().is_some_and(|j| !j.got_bytes) && c.rx.head.is_empty();
+        if e == rustix::io::Errno::CONNRESET && before_response {
+            f.busy()
+        } else {
+            f
+        }
+    }
+
+    /// Advances connection `i` until it has an operation in flight or nothing to do.
+    pub(crate) fn drive(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        loop {
+            if self.sh.fatal.is_some() || self.sh.redirect.is_some() {
+                return Ok(());
+            }
+            let c = &mut self.conns[i];
+            if c.busy || c.st != St::Open {
+                return Ok(());
+            }
+            if !c.out.is_empty() {
+                let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
+                let data = std::mem::take(&mut c.out);
+                let len = data.len();
+                c.busy = true;
+                self.ring
+                    .push(
+                        Op::Send {
+                            fd,
+                            data,
+                            range: 0..len,
+                            flags: rustix::net::SendFlags::NOSIGNAL.bits(),
+                        },
+                        TAG_CONN | i as u64,
+                    )
+                    .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))?;
+                return Ok(());
+            }
+            // Input held back by an empty write pool goes first.
+            if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
+                if with_placer(&mut c.rx, &mut self.sh, Placer::retry_spill)? == Fed::Blocked {
+                    self.wait_for_block(i);
+                    return Ok(());
+                }
+                continue;
+            }
+            if c.tls.is_some() {
+                match pump_tls(c, &mut self.sh, &mut self.tls_info)? {
+                    Pumped::Again => continue,
+                    Pumped::Blocked => {
+                        self.wait_for_block(i);
+                        return Ok(());
+                    }
+                    Pumped::NeedData => {}
+                    Pumped::PeerClosed => c.eof = true,
+                    Pumped::HandOff => {
+                        self.hand_off(i)?;
+                        continue;
+                    }
+                }
+            } else if c.rlo < c.rhi {
+                let rbuf = c.rbuf.take().expect("idle connection holds its read block");
+                let r = feed(&mut c.rx, &mut self.sh, &rbuf[c.rlo..c.rhi]);
+                c.rbuf = Some(rbuf);
+                c.rlo = c.rhi;
+                r?;
+                continue;
+            }
+            let c = &mut self.conns[i];
+            let handshaking = c.tls.as_ref().is_some_and(|t| t.is_handshaking());
+            if c.eof {
+                if c.rx.job.is_some() {
+                    return self.on_eof(i);
+                }
+                if handshaking {
+                    return Err(Fail::retry(Kind::Network, "connection closed during the TLS handshake"));
+                }
+                // An idle keep-alive connection the server closed.
+                return self.recycle(i);
+            }
+            if c.rx.job.is_none() && !handshaking {
+                if c.rx.extra {
+                    return self.recycle(i);
+                }
+                if c.idle_since.is_none() {
+                    c.idle_since = Some(Instant::now());
+                }
+                if self.assign(i)? {
+                    continue;
+                }
+                return Ok(());
+            }
+            if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
+                self.wait_for_block(i);
+                return Ok(());
+            }
+            return self.post_recv(i);
+        }
+    }
+
+    /// The peer closed (FIN or TLS close_notify) while a job was open.
+    pub(crate) fn on_eof(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        let job = c.rx.job.as_ref().expect("on_eof with a job");
+        match job.placer.delimiter() {
+            Some(Delimiter::Close) if (c.tls.is_some() || c.kconn.is_some()) && !c.clean_close => Err(Fail::retry(
+                Kind::Protocol,
+                "connection closed without TLS close_notify: the body may be truncated",
+            )),
+            Some(Delimiter::Close) => {
+                self.sh.total = Some(job.placer.pos());
+                finish_job(&mut c.rx, &mut self.sh);
+                self.recycle(i)
+            }
+            Some(Delimiter::Length(rem)) => Err(Fail::retry(
+                Kind::Network,
+                format!("connection closed with {rem} bytes of the response still to come"),
+            )),
+            Some(Delimiter::Chunked(_)) => Err(Fail::retry(Kind::Network, "connection closed inside a chunked body")),
+            None => Err(Fail::retry(Kind::Network, "connection closed before the response head")),
+        }
+    }
+
+    /// Closes a connection's socket (the CLOSE is an SQE too).
+    pub(crate) fn close(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        c.st = St::Closed;
+        c.busy = false;
+        c.tls = None;
+        c.kconn = None;
+        c.no_ktls = false;
+        c.eof = false;
+        c.rx.extra = false;
+        c.rlo = 0;
+        c.rhi = 0;
+        c.out.clear();
+        c.pending_request.clear();
+        if let Some(fd) = c.fd.take() {
+            let _ = self.ring.push(Op::Close { fd }, TAG_IGNORE);
+        }
+    }
+
+    /// Closes a connection that cannot carry another request, and opens a new one when
+    /// work is left.
+    pub(crate) fn recycle(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        self.close(i);
+        if self.wants_connection() {
+            self.connect(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+        }
+        Ok(())
+    }
+}

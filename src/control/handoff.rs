@@ -1,0 +1,155 @@
+//! The kTLS hand-off (TLS_TX/TLS_RX from rustls' secrets) and non-data records read with
+//! RECVMSG (alerts, NewSessionTicket, KeyUpdate).
+
+use crate::control::*;
+use crate::error::Kind;
+use crate::event::*;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+use uring::Op;
+
+impl Loop<'_> {
+    /// Installs kernel TLS on connection `i` (TX and RX) from rustls' secrets; from here on
+    /// the socket carries plaintext. A refusal before the secrets are taken keeps the
+    /// connection in user-space TLS (same bytes, engine direct for it).
+    pub(crate) fn hand_off(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        use std::os::fd::AsFd;
+        let c = &mut self.conns[i];
+        let tls = c.tls.take().expect("hand-off of a TLS connection");
+        let fd = c.fd.as_ref().expect("open connection has a socket");
+        let refuse = |why: String| why;
+        let refused = match tls.negotiated_cipher_suite() {
+            Some(suite) if !ktls::offloadable(suite) => {
+                Some(refuse(format!("cipher suite {:?} is not offloadable", suite.suite())))
+            }
+            None => Some(refuse("no cipher suite".into())),
+            Some(_) => ktls::install_ulp(fd.as_fd()).err().map(|e| format!("{e}")),
+        };
+        if let Some(why) = refused {
+            if self.sh.opts.verbose > 0 {
+                eprintln!("ringdl: connection {i}: kTLS refused ({why}): staying in user-space TLS");
+            }
+            self.sh.ktls_refused.get_or_insert(why);
+            c.tls = Some(tls);
+            c.no_ktls = true;
+            return Ok(());
+        }
+        let version = tls.protocol_version().expect("a finished handshake has a version");
+        let (secrets, kconn) = (*tls)
+            .dangerous_into_kernel_connection()
+            .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS hand-off: {e}")))?;
+        let (tx_seq, tx) = secrets.tx;
+        let (rx_seq, rx) = secrets.rx;
+        ktls::install_tx(fd.as_fd(), version, tx_seq, tx)
+            .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS TX: {e}")))?;
+        ktls::install_rx(fd.as_fd(), version, rx_seq, rx)
+            .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS RX: {e}")))?;
+        if version == rustls::ProtocolVersion::TLSv1_3 {
+            // Linux 6.0+: decrypt whole records straight into our buffer; older kernels say no.
+            let _ = ktls::set_rx_expect_no_pad(fd.as_fd());
+        }
+        c.kconn = Some(kconn);
+        c.out = std::mem::take(&mut c.pending_request);
+        self.sh.ktls_conns += 1;
+        if self.sh.opts.verbose > 0 {
+            eprintln!("ringdl: connection {i}: TLS handed to the kernel (kTLS TX+RX)");
+        }
+        Ok(())
+    }
+
+    /// Reads the non-data TLS record at the head of a kTLS socket (RECV said EIO, SPLICE
+    /// said EINVAL): RECVMSG with room for the TLS_GET_RECORD_TYPE control message.
+    pub(crate) fn read_record(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
+        let mut rbuf = c.rbuf.take().expect("idle connection holds its read block");
+        if c.rlo == c.rhi {
+            c.rlo = 0;
+            c.rhi = 0;
+        } else if c.rlo > 0 {
+            rbuf.copy_within(c.rlo..c.rhi, 0);
+            c.rhi -= c.rlo;
+            c.rlo = 0;
+        }
+        let range = c.rhi..rbuf.len();
+        c.busy = true;
+        c.recvmsg = true;
+        c.last_io = Instant::now();
+        let op = Op::RecvMsg {
+            fd,
+            buf: rbuf,
+            range,
+            control_len: ktls::CMSG_SPACE_RECORD_TYPE,
+            flags: 0,
+        };
+        self.ring
+            .push(op, TAG_CONN | i as u64)
+            .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
+    }
+
+    /// A RECVMSG under kTLS completed: application data joins the read block; an alert or
+    /// handshake record is handled here.
+    pub(crate) fn record_completion(&mut self, i: usize, res: i32, control: Vec<u8>) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        if res < 0 {
+            return Err(self.io_fail(i, "recvmsg", res));
+        }
+        if res == 0 {
+            c.eof = true;
+            return Ok(());
+        }
+        let n = res as usize;
+        let Some(typ) = ktls::record_type(&control) else {
+            return Err(Fail::retry(Kind::Tls, "kTLS RECVMSG returned no record type"));
+        };
+        if typ == ktls::content_type::APPLICATION_DATA {
+            c.rhi += n;
+            return Ok(());
+        }
+        let rbuf = c.rbuf.as_ref().expect("read block back");
+        let payload = rbuf[c.rhi..c.rhi + n].to_vec();
+        match ktls::NonData::decode(typ, &payload) {
+            Ok(rec) if rec.is_close_notify() => {
+                c.eof = true;
+                c.clean_close = true;
+                Ok(())
+            }
+            Ok(ktls::NonData::Alert { level, description }) => Err(Fail::retry(
+                Kind::Tls,
+                format!("TLS alert from the server (level {level}, description {description})"),
+            )),
+            Ok(ktls::NonData::Handshake(bytes)) => {
+                for m in ktls::handshake_messages(&bytes) {
+                    let m =
+                        m.map_err(|_| Fail::retry(Kind::Tls, "a handshake message split across records under kTLS"))?;
+                    match m.typ {
+                        ktls::handshake_type::NEW_SESSION_TICKET => {
+                            if let Some(k) = c.kconn.as_mut()
+                                && let Err(e) = k.handle_new_session_ticket(m.body)
+                                && self.sh.opts.verbose > 0
+                            {
+                                eprintln!("ringdl: connection {i}: session ticket ignored: {e}");
+                            }
+                        }
+                        // Rekeying kTLS RX needs Linux 6.14 (TLS_RX again after EKEYEXPIRED);
+                        // on every kernel the safe answer is a new connection for the rest.
+                        ktls::handshake_type::KEY_UPDATE => {
+                            return Err(Fail::retry(
+                                Kind::Network,
+                                "the server updated its TLS keys (KeyUpdate): continuing on a new connection",
+                            ));
+                        }
+                        t => {
+                            return Err(Fail::retry(
+                                Kind::Tls,
+                                format!("unexpected TLS handshake message {t} after the handshake"),
+                            ));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(Fail::retry(Kind::Tls, format!("kTLS record: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Control plane, per connection: connect, the TLS session over the ring, the kTLS
+//! hand-off and its non-data records, the request, the response head and its validation.
+
+mod conn;
+mod handoff;
+pub(crate) mod response;
+pub(crate) mod session;
+pub(crate) mod tls;
+
+use crate::engine::place::Placer;
+use crate::engine::splice::Pipe;
+use crate::error::Kind;
+use crate::schedule::Segment;
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::kernel::KernelConnection;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+use uring::Buf;
+
+/// Sent as User-Agent.
+pub(crate) const USER_AGENT: &str = concat!("ringdl/", env!("CARGO_PKG_VERSION"));
+
+/// Why a connection's work stopped.
+pub(crate) struct Fail {
+    pub(crate) kind: Kind,
+    pub(crate) msg: String,
+    /// Worth trying the segment again on a new connection.
+    pub(crate) retry: bool,
+    /// Wait at least this long first (Retry-After).
+    pub(crate) delay: Option<Duration>,
+    /// The connection moved no byte for `--stall-timeout`: always a counted try (a
+    /// server that accepts and never answers must run out of tries).
+    pub(crate) stalled: bool,
+    /// The server turned this connection away (a 503/429 status, a refused or reset
+    /// connect): while other connections make progress this lowers the concurrency
+    /// instead of spending the segment's tries.
+    pub(crate) busy: bool,
+}
+
+impl Fail {
+    pub(crate) fn retry(kind: Kind, msg: impl Into<String>) -> Fail {
+        Fail {
+            kind,
+            msg: msg.into(),
+            retry: true,
+            delay: None,
+            stalled: false,
+            busy: false,
+        }
+    }
+    pub(crate) fn fatal(kind: Kind, msg: impl Into<String>) -> Fail {
+        Fail {
+            kind,
+            msg: msg.into(),
+            retry: false,
+            delay: None,
+            stalled: false,
+            busy: false,
+        }
+    }
+    pub(crate) fn busy(mut self) -> Fail {
+        self.busy = true;
+        self
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum St {
+    /// No socket.
+    Closed,
+    /// CONNECT in flight.
+    Connecting,
+    /// Connected (TLS may still be handshaking).
+    Open,
+}
+
+/// A request on a connection: the segment it asked for and the response state.
+pub(crate) struct Job {
+    pub(crate) seg: Segment,
+    /// The first request of the download (learns size, validator, range support).
+    pub(crate) probe: bool,
+    /// The body's way to the file: position, framing (once the head is parsed), the
+    /// write block being filled, input held while the pool is empty.
+    pub(crate) placer: Placer,
+    pub(crate) keep_alive: bool,
+    /// A body byte arrived for this job (retries on reused connections do not count otherwise).
+    pub(crate) got_bytes: bool,
+    /// When the request was started, and when its first body byte came (work stealing).
+    pub(crate) started: Instant,
+    pub(crate) first_byte: Option<Instant>,
+}
+
+/// Receive side of a connection: head accumulation, then the job's body.
+#[derive(Default)]
+pub(crate) struct Rx {
+    pub(crate) job: Option<Job>,
+    pub(crate) head: Vec<u8>,
+    /// More bytes came than the response carries: the connection cannot be reused.
+    pub(crate) extra: bool,
+}
+
+pub(crate) struct Conn {
+    pub(crate) st: St,
+    pub(crate) fd: Option<OwnedFd>,
+    pub(crate) addr_i: usize,
+    pub(crate) tls: Option<Box<UnbufferedClientConnection>>,
+    pub(crate) rbuf: Option<Buf>,
+    /// Unprocessed input is `rbuf[rlo..rhi]`.
+    pub(crate) rlo: usize,
+    pub(crate) rhi: usize,
+    /// Bytes to send (TLS records or a plain request).
+    pub(crate) out: Vec<u8>,
+    /// A plaintext request waiting for the TLS connection to accept application data.
+    pub(crate) pending_request: Vec<u8>,
+    /// An operation is in flight.
+    pub(crate) busy: bool,
+    /// The in-flight RECV targets the write block (plain fast path).
+    pub(crate) recv_direct: bool,
+    /// Parked in `Loop::waiting` until a write block is free.
+    pub(crate) waiting: bool,
+    /// Consecutive failures without a response head (handshake, connect, early close).
+    pub(crate) failures: u32,
+    /// Open with nothing to do since this instant.
+    pub(crate) idle_since: Option<Instant>,
+    /// The in-flight operation is a socket → pipe SPLICE.
+    pub(crate) splicing: bool,
+    /// Engine `splice`: this connection's pipe.
+    pub(crate) pipe: Option<Pipe>,
+    /// kTLS is installed: the socket yields plaintext; rustls keeps only what post-handshake
+    /// messages need (session tickets).
+    pub(crate) kconn: Option<KernelConnection<ClientConnectionData>>,
+    /// The in-flight operation is a RECVMSG reading a non-data TLS record (kTLS).
+    pub(crate) recvmsg: bool,
+    /// This connection stays in user-space TLS (its hand-off was refused).
+    pub(crate) no_ktls: bool,
+    pub(crate) cancel_sent: bool,
+    pub(crate) eof: bool,
+    /// The current request is not the first on this connection (keep-alive reuse).
+    pub(crate) reused: bool,
+    /// Requests started on this connection.
+    pub(crate) requests: u32,
+    /// close_notify was received.
+    pub(crate) clean_close: bool,
+    /// Gave up on this slot: every address failed `--max-tries` times.
+    pub(crate) dead: bool,
+    /// The server turned this slot away while others made progress (a per-client
+    /// connection cap): it stays closed while any other slot is alive.
+    pub(crate) capped: bool,
+    /// Backoff: do not reconnect before this instant.
+    pub(crate) not_before: Option<Instant>,
+    pub(crate) last_io: Instant,
+    pub(crate) rx: Rx,
+}
+
+impl Conn {
+    pub(crate) fn new(rbuf: Buf) -> Conn {
+        Conn {
+            st: St::Closed,
+            fd: None,
+            addr_i: 0,
+            tls: None,
+            rbuf: Some(rbuf),
+            rlo: 0,
+            rhi: 0,
+            out: Vec::new(),
+            pending_request: Vec::new(),
+            busy: false,
+            recv_direct: false,
+            waiting: false,
+            failures: 0,
+            idle_since: None,
+            splicing: false,
+            pipe: None,
+            kconn: None,
+            recvmsg: false,
+            no_ktls: false,
+            cancel_sent: false,
+            eof: false,
+            reused: false,
+            requests: 0,
+            clean_close: false,
+            dead: false,
+            capped: false,
+            not_before: None,
+            last_io: Instant::now(),
+            rx: Rx::default(),
+        }
+    }
+}

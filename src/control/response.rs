@@ -1,0 +1,342 @@
+//! Response heads: parsing, status and Content-Range validation, the plan after the first
+//! reply, redirects, Retry-After, Content-Disposition.
+
+use crate::control::*;
+use crate::engine::blocks::align_down;
+use crate::engine::place::{Delimiter, Placer};
+use crate::engine::recv::*;
+use crate::error::Kind;
+use crate::event::*;
+use crate::output::Output;
+use crate::schedule::{self, FIRST_SEGMENT, Landed};
+use http::{ChunkedDecoder, ContentRange, Framing, Header, Status};
+use std::time::{Duration, Instant};
+
+/// Feeds received plaintext to the receive side: head first, then the body.
+pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<(), Fail> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let Some(job) = rx.job.as_mut() else {
+        rx.extra = true;
+        return Ok(());
+    };
+    if job.placer.delimiter().is_some() {
+        with_placer(rx, sh, |p, blocks| p.feed(data, blocks))?;
+        return Ok(());
+    }
+    rx.head.extend_from_slice(data);
+    loop {
+        let mut headers = [Header { name: "", value: &[] }; http::MAX_FIELDS];
+        let (len, action) = match http::parse_head(&rx.head, &mut headers) {
+            Ok(Status::Partial) => {
+                if rx.head.len() > MAX_HEAD {
+                    return Err(Fail::fatal(
+                        Kind::Protocol,
+                        format!("response head from {} is larger than {MAX_HEAD} bytes", sh.url.host()),
+                    ));
+                }
+                return Ok(());
+            }
+            Ok(Status::Complete((len, resp))) => (len, on_head(job, sh, &resp)?),
+            Err(e) => {
+                return Err(Fail::retry(
+                    Kind::Protocol,
+                    format!("malformed response head from {}: {e}", sh.url.host()),
+                ));
+            }
+        };
+        match action {
+            HeadAction::Interim => {
+                rx.head.drain(..len);
+                continue;
+            }
+            HeadAction::Body => {
+                let rest = rx.head.split_off(len);
+                rx.head.clear();
+                // Also with no bytes yet: an empty body is complete right away.
+                with_placer(rx, sh, |p, blocks| p.feed(&rest, blocks))?;
+                return Ok(());
+            }
+            HeadAction::Complete => {
+                rx.head.clear();
+                rx.extra = true;
+                finish_job(rx, sh);
+                return Ok(());
+            }
+        }
+    }
+}
+
+pub(crate) enum HeadAction {
+    /// 1xx: another head follows.
+    Interim,
+    /// Body bytes follow.
+    Body,
+    /// Nothing to write (empty file); the connection is not reused.
+    Complete,
+}
+
+/// Validates a response head against the request (RFC 9110 §14.4, §15) and sets up the body.
+pub(crate) fn on_head(
+    job: &mut Job,
+    sh: &mut Shared<'_>,
+    resp: &http::Response<'_, '_>,
+) -> std::result::Result<HeadAction, Fail> {
+    let host = sh.url.host();
+    let proto = |m: String| Fail::retry(Kind::Protocol, format!("{host}: {m}"));
+    let code = resp.code;
+    if (100..200).contains(&code) {
+        return Ok(HeadAction::Interim);
+    }
+    if resp.version == 0
+        || resp
+            .header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"close"))
+    {
+        job.keep_alive = false;
+    }
+    let framing = resp
+        .body_framing(false)
+        .map_err(|e| proto(format!("bad body framing: {e}")))?;
+    let validator = resp.validator().map(|v| match v {
+        http::Validator::ETag { value, .. } => value.to_vec(),
+        http::Validator::LastModified(v) => v.to_vec(),
+    });
+    match code {
+        206 => {
+            let cr = resp
+                .content_range()
+                .map_err(|e| proto(format!("bad Content-Range: {e}")))?;
+            let Some(ContentRange::Bytes { first, last, complete }) = cr else {
+                return Err(proto("206 without a byte Content-Range".into()));
+            };
+            let Some(complete) = complete else {
+                return Err(proto("206 with an unknown complete length (bytes a-b/*)".into()));
+            };
+            if job.probe {
+                if first != job.seg.start {
+                    return Err(proto(format!(
+                        "asked for bytes from {}, got Content-Range {first}-{last}",
+                        job.seg.start
+                    )));
+                }
+                sh.total = Some(complete);
+                sh.ranges = true;
+                sh.planned = true;
+                sh.need_fallocate = true;
+                // The rest is planned from an aligned offset: a server that caps range replies
+                // at an odd size must not make later O_DIRECT writes unaligned.
+                let first_end = if last + 1 >= complete {
+                    complete
+                } else if sh.direct {
+                    align_down(last + 1, sh.align)
+                } else {
+                    last + 1
+                };
+                job.seg.end = first_end;
+                take_disposition(sh, resp)?;
+                sh.queue = match sh.resume.take() {
+                    Some(st) if st.total == complete && st.validator == validator => {
+                        sh.landed = Landed::from_ranges(&st.ranges);
+                        if sh.opts.verbose > 0 || !sh.opts.quiet {
+                            eprintln!(
+                                "ringdl: resuming: {} of {complete} bytes already in place",
+                                sh.landed.bytes()
+                            );
+                        }
+                        schedule::plan_missing(&sh.landed, first_end, complete, sh.opts.connections, sh.align)
+                    }
+                    Some(st) => {
+                        let what = if st.total != complete {
+                            format!("size {} -> {complete}", st.total)
+                        } else {
+                            "validator differs".to_owned()
+                        };
+                        eprintln!("ringdl: the file on the server changed ({what}): starting from zero");
+                        // Everything but what this first reply carries.
+                        let got = Landed::from_ranges(&[(job.seg.start, first_end)]);
+                        schedule::plan_missing(&got, 0, complete, sh.opts.connections, sh.align)
+                    }
+                    None => schedule::plan(first_end, complete, sh.opts.connections, sh.align),
+                };
+                sh.validator = validator;
+                if sh.opts.verbose > 0 {
+                    eprintln!(
+                        "ringdl: {complete} bytes, ranges supported, {} segment{} after the first",
+                        sh.queue.len(),
+                        if sh.queue.len() == 1 { "" } else { "s" }
+                    );
+                }
+            } else {
+                if Some(complete) != sh.total {
+                    sh.changed = true;
+                    return Err(Fail::fatal(
+                        Kind::Protocol,
+                        format!(
+                            "{host}: the file size changed from {} to {complete} during the download",
+                            sh.total.unwrap_or(0)
+                        ),
+                    ));
+                }
+                if validator.is_some() && sh.validator.is_some() && validator != sh.validator {
+                    sh.changed = true;
+                    return Err(Fail::fatal(
+                        Kind::Protocol,
+                        format!("{host}: the file changed during the download (validator differs)"),
+                    ));
+                }
+                if first != job.placer.pos() || last >= job.seg.end {
+                    return Err(proto(format!(
+                        "asked for bytes {}-{}, got Content-Range {first}-{last}",
+                        job.placer.pos(),
+                        job.seg.end - 1
+                    )));
+                }
+            }
+            let n = last - first + 1;
+            let delim = match framing {
+                Framing::Chunked => Delimiter::Chunked(ChunkedDecoder::new()),
+                Framing::Length(l) if l != n => {
+                    return Err(proto(format!(
+                        "Content-Length {l} does not match Content-Range {first}-{last}"
+                    )));
+                }
+                _ => Delimiter::Length(n),
+            };
+            job.placer.begin(delim, last + 1);
+            Ok(HeadAction::Body)
+        }
+        200 => {
+            if !job.probe && sh.ranges {
+                return Err(proto(format!(
+                    "answered 200 (whole file) to a Range request for bytes {}-{}",
+                    job.seg.start,
+                    job.seg.end - 1
+                )));
+            }
+            if sh.resume.take().is_some() {
+                eprintln!("ringdl: the server does not serve ranges: cannot resume, starting from zero");
+            }
+            take_disposition(sh, resp)?;
+            sh.ranges = false;
+            sh.planned = true;
+            sh.queue.clear();
+            sh.validator = validator;
+            job.probe = false;
+            job.seg.start = 0;
+            let (delim, end) = match framing {
+                Framing::Length(l) => {
+                    sh.total = Some(l);
+                    sh.need_fallocate = true;
+                    (Delimiter::Length(l), l)
+                }
+                Framing::Chunked => (Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX),
+                Framing::Close => (Delimiter::Close, u64::MAX),
+                Framing::NoBody => {
+                    sh.total = Some(0);
+                    (Delimiter::Length(0), 0)
+                }
+            };
+            job.seg.end = end;
+            job.placer = Placer::new(0, end);
+            job.placer.begin(delim, end);
+            if sh.opts.verbose > 0 {
+                eprintln!("ringdl: the server does not serve ranges: one connection");
+            }
+            Ok(HeadAction::Body)
+        }
+        416 if job.probe && job.seg.start > 0 => {
+            // The resume point lies past the end: the file shrank. Start over from zero.
+            sh.resume = None;
+            sh.probe_start = 0;
+            sh.probe_end = FIRST_SEGMENT;
+            eprintln!("ringdl: the file on the server is shorter than the resumed part: starting from zero");
+            Err(Fail::retry(
+                Kind::HttpStatus,
+                format!("{host}: 416 for the resume point"),
+            ))
+        }
+        416 if job.probe => match resp.content_range() {
+            Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
+                sh.total = Some(0);
+                sh.planned = true;
+                job.placer = Placer::new(0, 0);
+                job.seg.end = 0;
+                Ok(HeadAction::Complete)
+            }
+            _ => Err(Fail::fatal(
+                Kind::Protocol,
+                format!("{host}: 416 Range Not Satisfiable for bytes=0-"),
+            )),
+        },
+        301 | 302 | 303 | 307 | 308 if job.probe => {
+            let Some(loc) = resp.header("location") else {
+                return Err(Fail::fatal(
+                    Kind::Protocol,
+                    format!("{host}: {code} redirect without Location"),
+                ));
+            };
+            let to = sh.url.join(loc).map_err(|e| {
+                Fail::fatal(
+                    Kind::Protocol,
+                    format!("{host}: bad Location {:?}: {e}", String::from_utf8_lossy(loc)),
+                )
+            })?;
+            sh.redirect = Some(to);
+            Ok(HeadAction::Complete)
+        }
+        408 | 429 | 500 | 502 | 503 | 504 => {
+            // Transient: wait (Retry-After, capped at 5 minutes) and try again.
+            let wait = match resp.retry_after() {
+                Some(http::RetryAfter::Seconds(s)) => Some(Duration::from_secs(s.min(300))),
+                Some(http::RetryAfter::Date(d)) => http::parse_http_date(d).map(|at| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    Duration::from_secs(at.saturating_sub(now).min(300))
+                }),
+                None => None,
+            };
+            if let Some(w) = wait {
+                sh.hold_until = Some(Instant::now() + w);
+            }
+            let f = Fail {
+                delay: wait,
+                ..Fail::retry(
+                    Kind::HttpStatus,
+                    format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
+                )
+            };
+            Err(if matches!(code, 429 | 503) { f.busy() } else { f })
+        }
+        400..=599 => Err(Fail::fatal(
+            Kind::HttpStatus,
+            format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
+        )),
+        _ => Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: unexpected status {code} for a download"),
+        )),
+    }
+}
+
+/// `--content-disposition`: takes a sanitized base name (shortened to fit, see
+/// [`crate::output::fit_name`]) from the first response, and checks it is free before
+/// a byte of the body is fetched.
+///
+/// # Errors
+/// [`Kind::LocalIo`] (fatal) when the name exists (without `--force`) or is a device,
+/// FIFO or socket.
+pub(crate) fn take_disposition(sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) -> std::result::Result<(), Fail> {
+    if sh.opts.content_disposition
+        && let Some(v) = resp.header("content-disposition")
+    {
+        sh.disposition = http::content_disposition_filename(v).map(crate::output::fit_name);
+        if let Some(name) = &sh.disposition {
+            Output::check_free(std::path::Path::new(name), sh.opts.force)
+                .map_err(|e| Fail::fatal(e.kind, format!("Content-Disposition names {name:?}: {}", e.msg)))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! The rustls unbuffered client driven over the ring: handshake, records in, the request out.
+
+use crate::control::response::*;
+use crate::control::*;
+use crate::error::Kind;
+use crate::event::*;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
+
+pub(crate) enum Pumped {
+    /// State changed (bytes to send, a job finished): drive again.
+    Again,
+    /// Everything buffered is processed; more input is needed.
+    NeedData,
+    /// The write pool is empty; plaintext is held in the spill.
+    Blocked,
+    /// close_notify received.
+    PeerClosed,
+    /// The handshake is done on a record boundary: install kTLS now.
+    HandOff,
+}
+
+/// Runs rustls over the buffered ciphertext: handshake messages out, application data to
+/// the receive side. Stops when input runs out, bytes must be sent, or the pool is empty.
+pub(crate) fn pump_tls(
+    c: &mut Conn,
+    sh: &mut Shared<'_>,
+    tls_info: &mut Option<String>,
+) -> std::result::Result<Pumped, Fail> {
+    let Conn {
+        tls,
+        rbuf,
+        rlo,
+        rhi,
+        out,
+        pending_request,
+        rx,
+        clean_close,
+        no_ktls,
+        ..
+    } = c;
+    let want_ktls = sh.ktls && !*no_ktls;
+    let tls = tls.as_mut().expect("pump_tls on a TLS connection");
+    let rbuf = rbuf.as_mut().expect("idle connection holds its read block");
+    let handshaking = tls.is_handshaking();
+    let tls_fail = |e: rustls::Error| {
+        if handshaking {
+            Fail::fatal(
+                Kind::Tls,
+                format!(
+                    "TLS handshake with {}: {}",
+                    sh.url.host(),
+                    crate::control::tls::explain(&e)
+                ),
+            )
+        } else {
+            Fail::retry(Kind::Tls, format!("TLS: {e}"))
+        }
+    };
+    loop {
+        let mut handshake_done = false;
+        let UnbufferedStatus { mut discard, state } = tls.process_tls_records(&mut rbuf[*rlo..*rhi]);
+        let state = match state {
+            Ok(s) => s,
+            Err(e) => return Err(tls_fail(e)),
+        };
+        let next = match state {
+            ConnectionState::EncodeTlsData(mut enc) => {
+                let at = out.len();
+                out.resize(at + 4096, 0);
+                loop {
+                    match enc.encode(&mut out[at..]) {
+                        Ok(n) => {
+                            out.truncate(at + n);
+                            break;
+                        }
+                        Err(EncodeError::InsufficientSize(s)) => out.resize(at + s.required_size, 0),
+                        Err(e) => return Err(Fail::fatal(Kind::Internal, format!("TLS encode: {e}"))),
+                    }
+                }
+                None
+            }
+            ConnectionState::TransmitTlsData(mut t) => {
+                // With kTLS the request waits for the hand-off: the kernel encrypts it.
+                if !pending_request.is_empty()
+                    && !want_ktls
+                    && let Some(mut w) = t.may_encrypt_app_data()
+                {
+                    encrypt(&mut w, pending_request, out)?;
+                }
+                t.done();
+                Some(Pumped::Again)
+            }
+            ConnectionState::BlockedHandshake => Some(Pumped::NeedData),
+            ConnectionState::WriteTraffic(mut w) => {
+                handshake_done = true;
+                if want_ktls {
+                    // Hand off on a record boundary, with nothing of ours still to send.
+                    if *rlo + discard == *rhi && out.is_empty() {
+                        Some(Pumped::HandOff)
+                    } else if !out.is_empty() {
+                        Some(Pumped::Again)
+                    } else {
+                        Some(Pumped::NeedData)
+                    }
+                } else if pending_request.is_empty() {
+                    Some(Pumped::NeedData)
+                } else {
+                    encrypt(&mut w, pending_request, out)?;
+                    Some(Pumped::Again)
+                }
+            }
+            ConnectionState::ReadTraffic(mut r) => {
+                let mut blocked = false;
+                while let Some(rec) = r.next_record() {
+                    let rec = rec.map_err(tls_fail)?;
+                    discard += rec.discard;
+                    feed(rx, sh, rec.payload)?;
+                    if rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
+                        blocked = true;
+                        break;
+                    }
+                }
+                if blocked {
+                    Some(Pumped::Blocked)
+                } else {
+                    Some(Pumped::Again)
+                }
+            }
+            ConnectionState::PeerClosed | ConnectionState::Closed => Some(Pumped::PeerClosed),
+            _ => Some(Pumped::NeedData),
+        };
+        *rlo += discard;
+        if handshake_done && tls_info.is_none() {
+            let v = tls.protocol_version().map(|v| format!("{v:?}")).unwrap_or_default();
+            let s = tls
+                .negotiated_cipher_suite()
+                .map(|s| format!("{:?}", s.suite()))
+                .unwrap_or_default();
+            *tls_info = Some(format!("{v} {s}"));
+        }
+        if let Some(p) = next {
+            if matches!(p, Pumped::PeerClosed) {
+                *clean_close = true;
+            }
+            return Ok(p);
+        }
+    }
+}
+
+pub(crate) fn encrypt(
+    w: &mut rustls::unbuffered::WriteTraffic<'_, rustls::client::ClientConnectionData>,
+    plain: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> std::result::Result<(), Fail> {
+    let at = out.len();
+    out.resize(at + plain.len() + 256, 0);
+    loop {
+        match w.encrypt(plain, &mut out[at..]) {
+            Ok(n) => {
+                out.truncate(at + n);
+                plain.clear();
+                return Ok(());
+            }
+            Err(EncryptError::InsufficientSize(s)) => out.resize(at + s.required_size, 0),
+            Err(e) => return Err(Fail::retry(Kind::Tls, format!("TLS encrypt: {e}"))),
+        }
+    }
+}

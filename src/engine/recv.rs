@@ -1,0 +1,206 @@
+//! Receive paths into the write blocks: `direct` (read block, compaction), plain HTTP and
+//! `ktls-direct` (RECV straight into the block), and the body's end.
+
+use crate::control::*;
+use crate::engine::pipe::*;
+use crate::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer};
+use crate::engine::splice::Pipe;
+use crate::err;
+use crate::error::Kind;
+use crate::event::retry::*;
+use crate::event::*;
+use crate::schedule::Segment;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+use uring::Op;
+
+/// Runs `f` on the job's body with the shared write pool, counts what it placed, and
+/// finishes the job when the body is complete. Returns what `f` said.
+pub(crate) fn with_placer(
+    rx: &mut Rx,
+    sh: &mut Shared<'_>,
+    f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
+) -> std::result::Result<Fed, Fail> {
+    let job = rx.job.as_mut().expect("body bytes for a job");
+    let before = job.placer.pos();
+    let mut blocks = Blocks {
+        pool: &sh.pool,
+        queue: &mut sh.to_write,
+    };
+    let r = f(&mut job.placer, &mut blocks);
+    let moved = job.placer.pos() - before;
+    sh.received += moved;
+    job.got_bytes |= moved > 0;
+    if moved > 0 && job.first_byte.is_none() {
+        job.first_byte = Some(Instant::now());
+    }
+    let fed = r.map_err(|e| {
+        let kind = if e == PlaceError::NoProgress {
+            Kind::Internal
+        } else {
+            Kind::Protocol
+        };
+        Fail::retry(kind, e.to_string())
+    })?;
+    if fed == Fed::Done {
+        if matches!(job.placer.delimiter(), Some(Delimiter::Chunked(_))) && !sh.ranges {
+            // A chunked 200 tells the file size only at its end.
+            sh.total = Some(job.placer.pos());
+        }
+        finish_job(rx, sh);
+    }
+    Ok(fed)
+}
+
+/// The response body is complete: queue the last block and requeue what the response did
+/// not cover.
+pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
+    let mut job = rx.job.take().expect("finish_job with a job");
+    let end = job.placer.pos();
+    let file_end = sh.total.is_some_and(|t| end >= t);
+    if job.placer.overrun() {
+        rx.extra = true;
+    }
+    // A short response that ended inside a block (O_DIRECT): keep the aligned part, fetch
+    // the rest again. The file's last block is kept whole (padded when written).
+    let trim = (sh.direct && !file_end).then_some(sh.align);
+    let requeue_from = job.placer.release(trim, &mut sh.to_write);
+    let seg_end = if sh.ranges {
+        job.seg.end
+    } else {
+        sh.total.unwrap_or(end)
+    };
+    if requeue_from < seg_end && !file_end {
+        // A short reply that moved nothing (aligned) forward counts as a failed try.
+        let tries = if requeue_from > job.seg.start {
+            job.seg.tries
+        } else {
+            job.seg.tries + 1
+        };
+        if tries >= sh.opts.max_tries {
+            sh.fatal = Some(err!(
+                Protocol,
+                "{}: replies to bytes {}-{} stop short at {end} (gave up after {})",
+                sh.url.host(),
+                job.seg.start,
+                seg_end - 1,
+                n_tries(tries)
+            ));
+        }
+        sh.queue.push_front(Segment {
+            start: requeue_from,
+            end: seg_end,
+            tries,
+            grace: job.seg.grace,
+        });
+    }
+    if !job.keep_alive {
+        rx.extra = true;
+    }
+}
+
+impl Loop<'_> {
+    /// Posts the RECV that the connection's state asks for.
+    pub(crate) fn post_recv(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
+        // Engine splice: socket → pipe while the pipe has room; `drain` empties it to the file.
+        if self.sh.splice
+            && c.tls.is_none()
+            && let Some(Delimiter::Length(rem)) = c.rx.job.as_ref().and_then(|j| j.placer.delimiter())
+        {
+            let rem = *rem;
+            if c.pipe.is_none() {
+                c.pipe = Some(Pipe::new().map_err(|e| Fail::fatal(Kind::LocalIo, format!("pipe: {e}")))?);
+            }
+            let pipe = c.pipe.as_mut().expect("pipe just ensured");
+            if pipe.held == 0 && !pipe.draining {
+                pipe.file_pos = c.rx.job.as_ref().expect("job").placer.pos();
+            }
+            if pipe.room() == 0 {
+                // Full: the pipe → file completion drives this connection again.
+                return Ok(());
+            }
+            let len = (pipe.room() as u64).min(rem).min(self.sh.opts.splice_chunk as u64) as u32;
+            let op = Op::Splice {
+                fd_in: fd,
+                off_in: None,
+                fd_out: pipe.wr(),
+                off_out: None,
+                len,
+                flags: SPLICE_F_MOVE,
+            };
+            c.busy = true;
+            c.last_io = Instant::now();
+            c.splicing = true;
+            return self
+                .ring
+                .push(op, TAG_CONN | i as u64)
+                .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
+        }
+        // Plain HTTP with a known length: receive straight into the write block.
+        if c.tls.is_none()
+            && let Some(job) = c.rx.job.as_mut()
+            && let Some(Delimiter::Length(_)) = job.placer.delimiter()
+        {
+            let mut blocks = Blocks {
+                pool: &self.sh.pool,
+                queue: &mut self.sh.to_write,
+            };
+            let Some((buf, range)) = job.placer.recv_target(&mut blocks) else {
+                self.wait_for_block(i);
+                return Ok(());
+            };
+            c.busy = true;
+            c.last_io = Instant::now();
+            c.recv_direct = true;
+            return self
+                .ring
+                .push(
+                    Op::Recv {
+                        fd,
+                        buf,
+                        range,
+                        flags: 0,
+                    },
+                    TAG_CONN | i as u64,
+                )
+                .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
+        }
+        let mut rbuf = c.rbuf.take().expect("idle connection holds its read block");
+        if c.rlo == c.rhi {
+            c.rlo = 0;
+            c.rhi = 0;
+        } else if c.rhi == rbuf.len() {
+            rbuf.copy_within(c.rlo..c.rhi, 0);
+            c.rhi -= c.rlo;
+            c.rlo = 0;
+        }
+        if c.rhi == rbuf.len() {
+            c.rbuf = Some(rbuf);
+            return Err(Fail::retry(Kind::Protocol, "a TLS record larger than the read block"));
+        }
+        let range = c.rhi..rbuf.len();
+        c.busy = true;
+        c.last_io = Instant::now();
+        self.ring
+            .push(
+                Op::Recv {
+                    fd,
+                    buf: rbuf,
+                    range,
+                    flags: 0,
+                },
+                TAG_CONN | i as u64,
+            )
+            .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
+    }
+
+    /// Parks connection `i` until a write block is free (once, however often it asks).
+    pub(crate) fn wait_for_block(&mut self, i: usize) {
+        if !self.conns[i].waiting {
+            self.conns[i].waiting = true;
+            self.waiting.push_back(i);
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The writer: write blocks queued in order, WRITE(_FIXED) at their offsets (or in order for
+//! a stream), short writes, and settling what is in flight after a fatal error.
+
+use crate::engine::blocks::align_up;
+use crate::err;
+use crate::error::Result;
+use crate::event::*;
+use std::time::{Duration, Instant};
+use uring::{Completion, Op};
+
+/// One write in flight.
+pub(crate) struct WriteSlot {
+    pub(crate) off: u64,
+    /// Bytes submitted (padded to the alignment for the last O_DIRECT block).
+    pub(crate) len: usize,
+    /// Real body bytes in the block.
+    pub(crate) fill: usize,
+    /// Bytes the kernel has written so far.
+    pub(crate) done: usize,
+}
+
+impl Loop<'_> {
+    /// After a fatal error: submits the blocks already filled and waits (≤ 10 s) for every
+    /// write and pipe drain in flight, recording what lands, so the control file covers
+    /// all the bytes that reached the file. Connections are not driven any more.
+    pub(crate) fn settle(&mut self) {
+        // What connections hold in their blocks is good too: queue it (the aligned part,
+        // under O_DIRECT), except where a RECV into the block is in flight, and except
+        // for standard output, which only takes bytes in order.
+        if !self.sh.sequential {
+            let trim = self.sh.direct.then_some(self.sh.align);
+            for c in &mut self.conns {
+                if !c.recv_direct
+                    && let Some(job) = c.rx.job.as_mut()
+                {
+                    job.placer.release(trim, &mut self.sh.to_write);
+                }
+            }
+        }
+        let limit = Duration::from_secs(10);
+        let deadline = Instant::now() + limit;
+        // Wakes the wait below at the deadline even if no write ever completes.
+        let _ = self.push(Op::Timeout { after: limit }, TAG_IGNORE);
+        let busy =
+            |l: &Self| l.writes_in_flight > 0 || l.conns.iter().any(|c| c.pipe.as_ref().is_some_and(|p| p.draining));
+        loop {
+            // Every write slot may be taken: submit the rest of the queue as slots free up.
+            let _ = self.flush_writes();
+            if !busy(self) || Instant::now() >= deadline {
+                break;
+            }
+            if self.ring.submit_and_wait(1).is_err() {
+                return;
+            }
+            while let Some(c) = self.ring.next_completion() {
+                let idx = (c.tag & 0xffff_ffff) as usize;
+                match c.tag & TAG_KIND {
+                    TAG_WRITE => {
+                        if let Some(slot) = self.slots[idx].take() {
+                            self.writes_in_flight -= 1;
+                            if c.result >= 0 && slot.done + c.result as usize >= slot.len {
+                                self.sh.landed.add(slot.off, slot.off + slot.fill as u64);
+                            }
+                        }
+                    }
+                    TAG_DRAIN => {
+                        if let Some(p) = self.conns[idx].pipe.as_mut() {
+                            p.draining = false;
+                            if c.result > 0 {
+                                self.sh.landed.add(p.file_pos, p.file_pos + c.result as u64);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    pub(crate) fn write_completion(&mut self, c: Completion) -> Result<()> {
+        let s = (c.tag & 0xffff_ffff) as usize;
+        let buf = c.buf.expect("a write carries its block");
+        let slot = self.slots[s].as_mut().expect("write slot in use");
+        if c.result < 0 {
+            self.writes_in_flight -= 1;
+            let e = errno(c.result);
+            let what = if e == rustix::io::Errno::NOSPC {
+                "disk full"
+            } else {
+                "write failed"
+            };
+            self.sh.fatal = Some(err!(
+                LocalIo,
+                "{what} at offset {} ({} bytes): {e}",
+                slot.off + slot.done as u64,
+                slot.len - slot.done
+            ));
+            return Ok(());
+        }
+        slot.done += c.result as usize;
+        if c.result == 0 || slot.done < slot.len {
+            if c.result == 0 || (self.sh.direct && !(slot.done as u64).is_multiple_of(self.sh.align)) {
+                self.writes_in_flight -= 1;
+                self.sh.fatal = Some(err!(
+                    LocalIo,
+                    "short write at offset {}: {} of {} bytes",
+                    slot.off,
+                    slot.done,
+                    slot.len
+                ));
+                return Ok(());
+            }
+            let off = if self.sh.sequential {
+                u64::MAX
+            } else {
+                slot.off + slot.done as u64
+            };
+            let range = slot.done..slot.len;
+            return self.push(
+                Op::Write {
+                    fd: self.out_fd,
+                    buf,
+                    range,
+                    offset: off,
+                },
+                c.tag,
+            );
+        }
+        let slot = self.slots[s].take().expect("write slot in use");
+        self.writes_in_flight -= 1;
+        self.sh.landed.add(slot.off, slot.off + slot.fill as u64);
+        drop(buf);
+        // A block is free again: wake connections that waited for one.
+        let waiting: Vec<usize> = self.waiting.drain(..).collect();
+        for i in waiting {
+            self.conns[i].waiting = false;
+            self.after(i, Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// Submits queued blocks (in order, one at a time, for standard output).
+    pub(crate) fn flush_writes(&mut self) -> Result<()> {
+        if self.sh.need_fallocate {
+            self.sh.need_fallocate = false;
+            if let Some(total) = self.sh.total.filter(|t| *t > 0 && self.sh.file) {
+                self.push(
+                    Op::Fallocate {
+                        fd: self.out_fd,
+                        mode: 0,
+                        offset: 0,
+                        len: total,
+                    },
+                    TAG_FALLOCATE,
+                )?;
+            }
+        }
+        while !self.sh.to_write.is_empty() {
+            if self.sh.sequential && self.writes_in_flight > 0 {
+                break;
+            }
+            let Some(s) = self.slots.iter().position(Option::is_none) else {
+                break;
+            };
+            let mut wb = self.sh.to_write.pop_front().expect("non-empty");
+            let mut buf = wb.buf.take().expect("queued block has its buffer");
+            let mut len = wb.fill;
+            if self.sh.direct && !(len as u64).is_multiple_of(self.sh.align) {
+                // Only the file's last block may be short: pad it, ftruncate fixes the size.
+                let padded = align_up(len as u64, self.sh.align) as usize;
+                buf[len..padded].fill(0);
+                len = padded;
+            }
+            if wb.fill == 0 {
+                continue;
+            }
+            if let Some(d) = self.stream_digest.as_mut() {
+                d.update(&buf[..wb.fill]);
+            }
+            if self.sh.sequential {
+                self.emitted += wb.fill as u64;
+            }
+            let offset = if self.sh.sequential { u64::MAX } else { wb.off };
+            self.slots[s] = Some(WriteSlot {
+                off: wb.off,
+                len,
+                fill: wb.fill,
+                done: 0,
+            });
+            self.writes_in_flight += 1;
+            self.push(
+                Op::Write {
+                    fd: self.out_fd,
+                    buf,
+                    range: 0..len,
+                    offset,
+                },
+                TAG_WRITE | s as u64,
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,221 @@
+//! Handing segments to connections: the first request, the queue, work stealing, and
+//! reopening connections while work is left.
+
+use crate::control::*;
+use crate::engine::blocks::align_up;
+use crate::engine::place::{Delimiter, Placer};
+use crate::error::Result;
+use crate::event::*;
+use crate::schedule::Segment;
+use http::{ByteRange, Request};
+use std::time::{Duration, Instant};
+
+/// Work stealing: an idle connection splits a running body when the body would take at
+/// least [`STEAL_TIME`] more at its rate (its bytes since the request, once it has run
+/// [`STEAL_RATE_AFTER`]; before that, the download's rate per busy connection). Never
+/// below [`STEAL_FLOOR`] left: each half must be worth a request (and the victim's
+/// reconnect).
+pub(crate) const STEAL_TIME: Duration = Duration::from_millis(200);
+
+pub(crate) const STEAL_RATE_AFTER: Duration = Duration::from_millis(200);
+
+pub(crate) const STEAL_FLOOR: u64 = 256 << 10;
+
+/// Whether `rem` bytes left of `job` are worth a second connection: they would take at
+/// least [`STEAL_TIME`], and at least twice the time the job waited for its first body
+/// byte (the thief waits about as long before its first byte). The rate is the job's own
+/// since its first body byte, once it has run [`STEAL_RATE_AFTER`]; before that
+/// `fallback`, the download's recent rate per busy connection (bytes/s).
+pub(crate) fn worth_stealing(job: &Job, rem: u64, fallback: f64) -> bool {
+    if rem < STEAL_FLOOR {
+        return false;
+    }
+    let Some(first) = job.first_byte else {
+        // No byte yet (a slow first byte): nothing to go by but the bytes.
+        return rem >= 8 * STEAL_FLOOR;
+    };
+    let ttfb = first.saturating_duration_since(job.started);
+    let ran = first.elapsed();
+    let moved = job.placer.pos().saturating_sub(job.seg.start);
+    let rate = if ran >= STEAL_RATE_AFTER && moved > 0 {
+        moved as f64 / ran.as_secs_f64()
+    } else {
+        fallback
+    };
+    if rate <= 0.0 {
+        return rem >= 8 * STEAL_FLOOR;
+    }
+    let need = STEAL_TIME.max(2 * ttfb);
+    rem as f64 >= need.as_secs_f64() * rate
+}
+
+impl Loop<'_> {
+    /// Gives an idle open connection its next request; true when it got one.
+    pub(crate) fn assign(&mut self, i: usize) -> std::result::Result<bool, Fail> {
+        // A pipe still holding the previous range must empty first: its bytes are contiguous.
+        if self.sh.hold_until.is_some_and(|t| t > Instant::now())
+            || self.conns[i].pipe.as_ref().is_some_and(|p| !p.is_idle())
+        {
+            return Ok(false);
+        }
+        let seg = if !self.sh.probe_assigned {
+            self.sh.probe_assigned = true;
+            Segment {
+                start: self.sh.probe_start,
+                end: self.sh.probe_end,
+                tries: self.sh.probe_tries,
+                grace: self.sh.probe_grace,
+            }
+        } else if let Some(s) = self.sh.queue.pop_front() {
+            s
+        } else if let Some(s) = self.steal(i) {
+            s
+        } else {
+            return Ok(false);
+        };
+        self.start_job(i, seg, !self.sh.planned);
+        Ok(true)
+    }
+
+    /// The running body with the most bytes still to come, if splitting it is worth a
+    /// request: (connection, split point: aligned, inside what is still to come).
+    pub(crate) fn steal_victim(&self, thief: Option<usize>) -> Option<(usize, u64)> {
+        if !self.sh.planned || !self.sh.ranges || self.sh.splice || self.sh.sequential {
+            return None;
+        }
+        let align = self.sh.align;
+        let busy = self.conns.iter().filter(|c| c.rx.job.is_some()).count().max(1);
+        let ran = self.started.elapsed().as_secs_f64();
+        let rate = if self.recent_rate > 0.0 {
+            self.recent_rate
+        } else if ran > 0.0 {
+            self.sh.received as f64 / ran
+        } else {
+            0.0
+        };
+        let fallback = rate / busy as f64;
+        let (v, rem) = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| Some(j) != thief)
+            .filter_map(|(j, c)| {
+                let job = c.rx.job.as_ref()?;
+                let rem = job.placer.remaining();
+                (matches!(job.placer.delimiter(), Some(Delimiter::Length(_))) && worth_stealing(job, rem, fallback))
+                    .then_some((j, rem))
+            })
+            .max_by_key(|&(_, rem)| rem)?;
+        let job = self.conns[v].rx.job.as_ref()?;
+        let (pos, end) = (job.placer.pos(), job.placer.end());
+        let at = align_up(pos + rem / 2, align);
+        (pos < at && at < end && at <= job.seg.end).then_some((v, at))
+    }
+
+    /// Work stealing: with the queue empty, connection `thief` takes the second half of
+    /// the largest running body (from an aligned offset); the victim stops there and its
+    /// connection is not reused (the rest of its response is not read). Without this the
+    /// last segments keep one connection busy while the others idle.
+    pub(crate) fn steal(&mut self, thief: usize) -> Option<Segment> {
+        let (v, at) = self.steal_victim(Some(thief))?;
+        let job = self.conns[v].rx.job.as_mut()?;
+        if !job.placer.shrink(at) {
+            return None;
+        }
+        // The stolen half keeps the segment's tries: a split is not a fresh budget.
+        let seg = Segment {
+            start: at,
+            end: job.seg.end,
+            tries: job.seg.tries,
+            grace: job.seg.grace,
+        };
+        job.seg.end = at;
+        if self.sh.opts.verbose > 0 {
+            eprintln!(
+                "ringdl: connection {thief}: takes bytes {}-{} from connection {v}",
+                seg.start,
+                seg.end - 1
+            );
+        }
+        Some(seg)
+    }
+
+    pub(crate) fn start_job(&mut self, i: usize, seg: Segment, probe: bool) {
+        let c = &mut self.conns[i];
+        self.sh.used[i] = true;
+        // A request on a connection that sat idle may meet the server's keep-alive close: a
+        // failure before any byte then does not count as a try.
+        c.reused = c.requests > 0 || c.idle_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1));
+        c.idle_since = None;
+        c.requests += 1;
+        // The first request, and every request once ranges are known to work, asks for its
+        // segment; a server without ranges gets a plain GET.
+        let range = (probe || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
+        let mut req = Vec::with_capacity(256);
+        Request {
+            url: self.sh.url,
+            range,
+            user_agent: crate::control::USER_AGENT,
+            extra_headers: &[],
+        }
+        .write_to(&mut req);
+        if self.sh.opts.verbose > 1 {
+            eprintln!(
+                "ringdl: connection {i}: GET bytes {}-{}",
+                seg.start,
+                seg.end.saturating_sub(1)
+            );
+        }
+        c.rx.job = Some(Job {
+            seg,
+            probe,
+            placer: Placer::new(seg.start, seg.end),
+            keep_alive: true,
+            got_bytes: false,
+            started: Instant::now(),
+            first_byte: None,
+        });
+        c.rx.head.clear();
+        c.rx.extra = false;
+        if c.tls.is_some() {
+            c.pending_request = req;
+        } else {
+            c.out = req;
+        }
+    }
+
+    /// Work exists that an idle connection could take.
+    pub(crate) fn wants_connection(&self) -> bool {
+        !self.sh.probe_assigned || !self.sh.queue.is_empty() || self.steal_victim(None).is_some()
+    }
+
+    /// Hands queued segments to idle connections and reopens closed ones while work is left.
+    pub(crate) fn kick(&mut self) -> Result<()> {
+        // Slots the server turned away stay closed while any other slot is alive; when none
+        // is, they get their chance again (with normal try accounting).
+        if !self.conns.iter().any(|c| !c.capped && !c.dead) {
+            for c in &mut self.conns {
+                c.capped = false;
+            }
+        }
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.busy || c.dead || c.capped || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
+                continue;
+            }
+            let single = self.sh.planned && !self.sh.ranges;
+            match c.st {
+                St::Open if single && self.sh.queue.is_empty() => self.close(i),
+                St::Open if self.wants_connection() => {
+                    self.after(i, Ok(()))?;
+                }
+                St::Closed if self.wants_connection() && !(single && self.conns.iter().any(|c| c.st != St::Closed)) => {
+                    self.conns[i].not_before = None;
+                    self.connect(i)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}

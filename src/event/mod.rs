@@ -1,0 +1,583 @@
+//! One download: the event loop over one io_uring, the connections (control plane:
+//! connect → TLS handshake → request → response head → validation) and the body path
+//! (data plane: compaction into aligned write blocks, writes at segment offsets).
+//!
+//! Every socket and file operation is an SQE on the ring; the loop makes one
+//! `io_uring_enter` per turn that submits and waits. Each connection has at most one
+//! operation (CONNECT, SEND or RECV) in flight; write blocks have their own.
+
+pub(crate) mod assign;
+pub(crate) mod retry;
+mod tick;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::Url;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use uring::{BufPool, Completion, Op, Ring, RingBuilder};
+
+use crate::cli::Options;
+use crate::control::*;
+use crate::engine::EngineKind;
+use crate::engine::blocks::{WriteBlock, align_down};
+use crate::engine::splice::Pipe;
+use crate::engine::writer::*;
+use crate::err;
+use crate::error::{Error, Result};
+use crate::output::Output;
+use crate::output::resume::State;
+use crate::report::Progress;
+use crate::schedule::{FIRST_SEGMENT, Landed, Segment};
+
+/// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
+pub(crate) const READ_BLOCK: usize = 64 << 10;
+
+/// Write block, bytes: one O_DIRECT write.
+pub(crate) const WRITE_BLOCK: usize = 256 << 10;
+
+/// Largest response head we accept (RFC 9112 leaves it to us).
+pub(crate) const MAX_HEAD: usize = http::MAX_HEAD;
+
+pub(crate) const TAG_CONN: u64 = 1 << 32;
+
+pub(crate) const TAG_WRITE: u64 = 2 << 32;
+
+pub(crate) const TAG_TICK: u64 = 3 << 32;
+
+pub(crate) const TAG_FALLOCATE: u64 = 4 << 32;
+
+pub(crate) const TAG_FSYNC: u64 = 5 << 32;
+
+pub(crate) const TAG_IGNORE: u64 = 6 << 32;
+
+pub(crate) const TAG_SIGNAL: u64 = 7 << 32;
+
+pub(crate) const TAG_CONTROL: u64 = 8 << 32;
+
+pub(crate) const TAG_DRAIN: u64 = 10 << 32;
+
+/// How often the control file is brought up to date (after an fdatasync of the `.part`):
+/// at most this much work is fetched again after a kill -9.
+pub(crate) const CONTROL_INTERVAL: Duration = Duration::from_millis(250);
+
+pub(crate) const TAG_KIND: u64 = 0xffff_ffff << 32;
+
+/// How a finished download went.
+pub enum Outcome {
+    /// Every byte landed; the file is complete and synced.
+    Done(Summary),
+    /// The first response redirected here (3xx with Location).
+    Redirect(Url),
+}
+
+/// What the summary line reports.
+pub struct Summary {
+    /// The file's size, bytes.
+    pub bytes: u64,
+    /// Body bytes this run received (less than `bytes` after a resume).
+    pub fetched: u64,
+    /// Connections that carried a request.
+    pub connections: usize,
+    /// `TLSv1_3 TLS13_AES_256_GCM_SHA384`, or `plain`.
+    pub tls: String,
+    /// Wall time of the transfer.
+    pub elapsed: Duration,
+    /// Registered buffers (READ_FIXED/WRITE_FIXED) were used.
+    pub registered: bool,
+    /// Digest of the whole file when `--checksum` asked for one.
+    pub digest: Option<ring::digest::Digest>,
+    /// A sanitized file name from Content-Disposition (`--content-disposition`).
+    pub disposition: Option<String>,
+    /// Connections whose TLS was handed to the kernel.
+    pub ktls_conns: usize,
+    /// Why a kTLS hand-off was refused, if one was.
+    pub ktls_refused: Option<String>,
+    /// The server turned extra connections away (503/429, refused connects): how many it
+    /// allowed.
+    pub capped_at: Option<usize>,
+}
+
+/// Download-wide state the connections share.
+pub(crate) struct Shared<'a> {
+    pub(crate) url: &'a Url,
+    pub(crate) opts: &'a Options,
+    pub(crate) pool: BufPool,
+    pub(crate) align: u64,
+    pub(crate) direct: bool,
+    pub(crate) sequential: bool,
+    pub(crate) file: bool,
+    pub(crate) queue: VecDeque<Segment>,
+    pub(crate) probe_assigned: bool,
+    /// Failed attempts of the first request, and whether its free retry after an idle
+    /// close is used (see [`Segment::grace`]).
+    pub(crate) probe_tries: u32,
+    pub(crate) probe_grace: bool,
+    /// Where the first request starts: 0, or the first byte a resumed `.part` lacks.
+    pub(crate) probe_start: u64,
+    /// Where it ends: [`FIRST_SEGMENT`] later, or where a resumed `.part` has bytes again.
+    pub(crate) probe_end: u64,
+    pub(crate) planned: bool,
+    pub(crate) ranges: bool,
+    pub(crate) total: Option<u64>,
+    pub(crate) validator: Option<Vec<u8>>,
+    /// Full or final blocks waiting for a write SQE.
+    pub(crate) to_write: VecDeque<WriteBlock>,
+    pub(crate) landed: Landed,
+    pub(crate) received: u64,
+    pub(crate) fatal: Option<Error>,
+    pub(crate) redirect: Option<Url>,
+    pub(crate) need_fallocate: bool,
+    /// Engine `splice`: bodies go socket → pipe → file.
+    pub(crate) splice: bool,
+    /// Hand finished TLS handshakes to the kernel.
+    pub(crate) ktls: bool,
+    /// Connections handed to kTLS.
+    pub(crate) ktls_conns: usize,
+    /// Why a hand-off was refused (the connection went on in user space).
+    pub(crate) ktls_refused: Option<String>,
+    pub(crate) used: Vec<bool>,
+    /// Control-file state to validate against the first 206.
+    pub(crate) resume: Option<State>,
+    /// No new request before this instant (Retry-After of a 503/429).
+    pub(crate) hold_until: Option<Instant>,
+    pub(crate) disposition: Option<String>,
+    /// The file on the server changed under the download: what is kept is of the old one.
+    pub(crate) changed: bool,
+    /// The server turned extra connections away: the number it allows (for the summary).
+    pub(crate) capped_at: Option<usize>,
+    /// The output in messages ("standard output", "the FIFO out.bin").
+    pub(crate) out_name: String,
+}
+
+/// Where a download goes and what it resumes.
+pub struct Target<'a> {
+    /// The open output.
+    pub out: &'a Output,
+    /// State read from the control file (`-c`), validated against the server's answer.
+    pub resume: Option<State>,
+    /// The control file to keep current (None for standard output).
+    pub control: Option<PathBuf>,
+    /// signalfd for SIGINT/SIGTERM.
+    pub signals: Option<RawFd>,
+    /// The engine that moves body bytes.
+    pub engine: EngineKind,
+    /// Hand TLS connections to the kernel (kTLS) once their handshake is done.
+    pub ktls: bool,
+}
+
+/// Runs one download of `url` into `out`.
+///
+/// # Errors
+/// Any [`Kind`]: the first fatal failure of a connection, a refused ring, a failed write.
+pub fn run(
+    url: &Url,
+    opts: &Options,
+    tls: Option<Arc<ClientConfig>>,
+    addrs: Vec<SocketAddr>,
+    target: Target<'_>,
+    progress: &mut Progress,
+) -> Result<Outcome> {
+    let Target {
+        out,
+        resume,
+        control,
+        signals,
+        engine,
+        ktls,
+    } = target;
+    let resuming = resume.is_some();
+    // A resumed download asks first for the first block it lacks, not for byte 0 again.
+    let resume_start = resume.as_ref().map_or(0, |st| {
+        let first_gap = match st.ranges.first() {
+            Some(&(0, e)) => e,
+            _ => 0,
+        };
+        align_down(first_gap.min(st.total.saturating_sub(1)), out.align)
+    });
+    // ... and only up to where the `.part` has bytes again.
+    let resume_end = resume
+        .as_ref()
+        .and_then(|st| st.ranges.iter().map(|r| r.0).find(|&s| s > resume_start))
+        .map_or(resume_start + FIRST_SEGMENT, |next| {
+            next.min(resume_start + FIRST_SEGMENT)
+        });
+    let splice = engine == EngineKind::Splice;
+
+    let n = opts.connections;
+    let server_name = match &tls {
+        Some(_) => Some(crate::control::tls::server_name(url.host())?),
+        None => None,
+    };
+    let block = WRITE_BLOCK.max(out.align as usize);
+    let wcount = (2 * n + 2).clamp(6, 64);
+    let entries = (2 * n + wcount + 8).next_power_of_two() as u32;
+    let mut ring = RingBuilder::new(entries)
+        .single_issuer(true)
+        .defer_taskrun(true)
+        .coop_taskrun(true)
+        .build()
+        .map_err(|e| {
+            err!(
+                LocalIo,
+                "io_uring setup: {e} (io_uring disabled by kernel.io_uring_disabled or seccomp?)"
+            )
+        })?;
+    let rpool =
+        BufPool::new(READ_BLOCK, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {READ_BLOCK} bytes): {e}"))?;
+    let wpool =
+        BufPool::new(block, wcount).map_err(|e| err!(LocalIo, "write blocks ({wcount} x {block} bytes): {e}"))?;
+    let registered = match ring.register_pools(&[&rpool, &wpool]) {
+        Ok(()) => true,
+        Err(e) => {
+            if opts.verbose > 0 {
+                eprintln!("ringdl: registering buffers failed ({e}; RLIMIT_MEMLOCK?): using plain READ/WRITE/RECV");
+            }
+            false
+        }
+    };
+    let conns = (0..n)
+        .map(|_| Conn::new(rpool.alloc().expect("one read block per connection")))
+        .collect();
+    let sh = Shared {
+        url,
+        opts,
+        pool: wpool,
+        align: out.align,
+        direct: out.direct,
+        sequential: out.sequential,
+        file: out.part.is_some(),
+        queue: VecDeque::new(),
+        probe_assigned: false,
+        probe_tries: 0,
+        probe_grace: false,
+        probe_start: resume_start,
+        probe_end: resume_end,
+        planned: false,
+        ranges: false,
+        total: None,
+        validator: None,
+        to_write: VecDeque::new(),
+        landed: Landed::default(),
+        received: 0,
+        fatal: None,
+        redirect: None,
+        need_fallocate: false,
+        splice,
+        ktls,
+        ktls_conns: 0,
+        ktls_refused: None,
+        used: vec![false; n],
+        resume,
+        hold_until: None,
+        disposition: None,
+        changed: false,
+        capped_at: None,
+        out_name: out.describe(),
+    };
+    let mut dl = Loop {
+        ring,
+        conns,
+        sh,
+        tls,
+        server_name,
+        addrs,
+        out_fd: out.fd.as_raw_fd(),
+        slots: (0..wcount).map(|_| None).collect(),
+        writes_in_flight: 0,
+        waiting: VecDeque::new(),
+        started: Instant::now(),
+        tls_info: None,
+        tick: Duration::from_millis(250),
+        control,
+        saved_bytes: 0,
+        sync_snapshot: None,
+        recent_rate: 0.0,
+        rate_mark: (Instant::now(), 0),
+        last_sync: Instant::now(),
+        emitted: 0,
+        stream_digest: opts
+            .checksum
+            .as_ref()
+            .filter(|_| out.sequential)
+            .map(|c| ring::digest::Context::new(c.algorithm)),
+    };
+    dl.push(Op::Timeout { after: dl.tick }, TAG_TICK)?;
+    // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
+    let sigpool = BufPool::new(4096, 1).map_err(|e| err!(LocalIo, "signal buffer: {e}"))?;
+    if let (Some(fd), Some(buf)) = (signals, sigpool.alloc()) {
+        dl.push(
+            Op::Read {
+                fd,
+                buf,
+                range: 0..uring::signal::SIGINFO_SIZE,
+                offset: u64::MAX,
+            },
+            TAG_SIGNAL,
+        )?;
+    }
+    for i in 0..n {
+        dl.connect(i)?;
+    }
+    match dl.event_loop(progress) {
+        Ok(Some(u)) => return Ok(Outcome::Redirect(u)),
+        Ok(None) => {
+            if let Some(n) = dl.sh.capped_at
+                && opts.verbose > 0
+            {
+                eprintln!(
+                    "ringdl: server allows {n} connection{}: using {n}",
+                    if n == 1 { "" } else { "s" }
+                );
+            }
+        }
+        Err(mut e) => {
+            // Let the writes in flight land first, then keep what landed: a later `-c`
+            // resumes from the control file. A `.part` that holds nothing (only
+            // preallocated zeros) is removed.
+            dl.settle();
+            let mut saved = false;
+            if dl.sh.landed.bytes() == 0 && !resuming {
+                out.remove_part();
+            } else if dl.writes_in_flight > 0 {
+                // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
+                // as long. The control file keeps its last (synced) state.
+                eprintln!("ringdl: warning: writes still pending: the resume state is older");
+            } else if dl.control.is_some() && dl.sh.file {
+                // The control file may only name bytes that are on disk: fdatasync first.
+                // If that fails, the control file keeps its last (synced) state.
+                match dl.wait_for(
+                    Op::Fsync {
+                        fd: dl.out_fd,
+                        datasync: true,
+                    },
+                    TAG_FSYNC | 1,
+                ) {
+                    Ok(r) if r >= 0 => saved = dl.save_control(None) && dl.sh.landed.bytes() > 0,
+                    _ => eprintln!("ringdl: warning: fdatasync of the partial file failed: the resume state is older"),
+                }
+            }
+            if let Some(part) = &out.part
+                && !dl.sh.changed
+            {
+                if saved {
+                    e.msg.push_str(&format!(
+                        "; {} of {} bytes kept in {}: run again with -c to fetch only the rest",
+                        dl.sh.landed.bytes(),
+                        dl.sh.total.unwrap_or(0),
+                        part.display()
+                    ));
+                } else if dl.sh.landed.bytes() > 0 && dl.sh.planned && !dl.sh.ranges {
+                    e.msg.push_str(&format!(
+                        "; {} bytes kept in {}, but the server does not serve ranges: a new run starts over",
+                        dl.sh.landed.bytes(),
+                        part.display()
+                    ));
+                }
+            }
+            progress.clear();
+            return Err(e);
+        }
+    }
+    let total = dl.sh.total.unwrap_or(dl.sh.received);
+    if !dl.sh.landed.is_complete(total) {
+        return Err(err!(
+            Internal,
+            "download ended with {} of {total} bytes on disk",
+            dl.sh.landed.bytes()
+        ));
+    }
+    if dl.sh.file {
+        out.truncate(total)?;
+        let r = dl.wait_for(
+            Op::Fsync {
+                fd: dl.out_fd,
+                datasync: false,
+            },
+            TAG_FSYNC,
+        )?;
+        if r < 0 {
+            return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
+        }
+    }
+    progress.clear();
+    let digest = match (&opts.checksum, &out.part) {
+        (Some(c), Some(part)) => Some(crate::output::verify::file_digest(
+            &mut dl.ring,
+            &dl.sh.pool,
+            part,
+            out.direct,
+            total,
+            c.algorithm,
+        )?),
+        (Some(_), None) => dl.stream_digest.take().map(|d| d.finish()),
+        _ => None,
+    };
+    Ok(Outcome::Done(Summary {
+        bytes: total,
+        fetched: dl.sh.received,
+        connections: dl.sh.used.iter().filter(|u| **u).count().max(1),
+        tls: dl.tls_info.unwrap_or_else(|| "plain".to_owned()),
+        elapsed: dl.started.elapsed(),
+        registered,
+        digest,
+        disposition: dl.sh.disposition.take(),
+        ktls_conns: dl.sh.ktls_conns,
+        ktls_refused: dl.sh.ktls_refused.take(),
+        capped_at: dl.sh.capped_at,
+    }))
+}
+
+pub(crate) struct Loop<'a> {
+    pub(crate) ring: Ring,
+    pub(crate) conns: Vec<Conn>,
+    pub(crate) sh: Shared<'a>,
+    pub(crate) tls: Option<Arc<ClientConfig>>,
+    pub(crate) server_name: Option<ServerName<'static>>,
+    pub(crate) addrs: Vec<SocketAddr>,
+    pub(crate) out_fd: RawFd,
+    pub(crate) slots: Vec<Option<WriteSlot>>,
+    pub(crate) writes_in_flight: usize,
+    /// Connections stopped because the write pool was empty.
+    pub(crate) waiting: VecDeque<usize>,
+    pub(crate) started: Instant,
+    pub(crate) tls_info: Option<String>,
+    pub(crate) tick: Duration,
+    /// The control file, kept current while the download runs.
+    pub(crate) control: Option<PathBuf>,
+    /// Bytes covered by the last saved control file.
+    pub(crate) saved_bytes: u64,
+    /// Ranges that an fdatasync in flight will make durable; saved when it completes.
+    pub(crate) sync_snapshot: Option<Vec<(u64, u64)>>,
+    /// The download's rate over the last half second or so, bytes/s (work stealing), and
+    /// where that window started.
+    pub(crate) recent_rate: f64,
+    pub(crate) rate_mark: (Instant, u64),
+    /// When the last periodic fdatasync for the control file was pushed.
+    pub(crate) last_sync: Instant,
+    /// Bytes queued to a sequential output (standard output, a FIFO) so far.
+    pub(crate) emitted: u64,
+    /// In-order digest of what goes to standard output (`--checksum` with `-o -`).
+    pub(crate) stream_digest: Option<ring::digest::Context>,
+}
+
+pub(crate) fn errno(res: i32) -> rustix::io::Errno {
+    rustix::io::Errno::from_raw_os_error(-res)
+}
+
+impl Loop<'_> {
+    /// Runs until every segment has landed (`Ok(None)`), the first response redirects
+    /// (`Ok(Some(url))`), or a fatal failure.
+    pub(crate) fn event_loop(&mut self, progress: &mut Progress) -> Result<Option<Url>> {
+        loop {
+            self.kick()?;
+            self.flush_writes()?;
+            if let Some(e) = self.sh.fatal.take() {
+                return Err(e);
+            }
+            if let Some(u) = self.sh.redirect.take() {
+                return Ok(Some(u));
+            }
+            if self.finished() {
+                return Ok(None);
+            }
+            self.ring
+                .submit_and_wait(1)
+                .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+            while let Some(c) = self.ring.next_completion() {
+                self.complete(c, progress)?;
+            }
+        }
+    }
+
+    /// Submits one operation and waits for its completion (end of the download only:
+    /// other completions that arrive meanwhile are dropped).
+    pub(crate) fn wait_for(&mut self, op: Op, tag: u64) -> Result<i32> {
+        self.push(op, tag)?;
+        loop {
+            self.ring
+                .submit_and_wait(1)
+                .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+            while let Some(c) = self.ring.next_completion() {
+                if c.tag == tag {
+                    return Ok(c.result);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn push(&mut self, op: Op, tag: u64) -> Result<()> {
+        self.ring
+            .push(op, tag)
+            .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
+    }
+
+    /// All segments fetched and written.
+    pub(crate) fn finished(&self) -> bool {
+        self.sh.planned
+            && self.sh.queue.is_empty()
+            && self
+                .conns
+                .iter()
+                .all(|c| c.rx.job.is_none() && c.pipe.as_ref().is_none_or(Pipe::is_idle))
+            && self.sh.to_write.is_empty()
+            && self.writes_in_flight == 0
+    }
+
+    pub(crate) fn complete(&mut self, c: Completion, progress: &mut Progress) -> Result<()> {
+        match c.tag & TAG_KIND {
+            TAG_CONN => {
+                let i = (c.tag & 0xffff_ffff) as usize;
+                let r = self.conn_completion(i, c);
+                self.after(i, r)?;
+            }
+            TAG_WRITE => self.write_completion(c)?,
+            TAG_DRAIN => self.drain_completion((c.tag & 0xffff_ffff) as usize, c.result)?,
+            TAG_TICK => {
+                self.on_tick(progress)?;
+                self.push(Op::Timeout { after: self.tick }, TAG_TICK)?;
+            }
+            TAG_FALLOCATE if c.result < 0 => {
+                let e = errno(c.result);
+                if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
+                    self.sh.fatal = Some(err!(
+                        LocalIo,
+                        "not enough space for {} bytes: {e}",
+                        self.sh.total.unwrap_or(0)
+                    ));
+                } else if self.sh.opts.verbose > 0 {
+                    eprintln!("ringdl: fallocate: {e} (continuing without preallocation)");
+                }
+            }
+            TAG_CONTROL => {
+                let snap = self.sync_snapshot.take();
+                if c.result >= 0 {
+                    self.save_control(snap);
+                }
+            }
+            TAG_SIGNAL => {
+                let name = match c.buf.as_deref().and_then(uring::signal::signo) {
+                    Some(15) => "SIGTERM",
+                    _ => "SIGINT",
+                };
+                self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Handles a connection's failure, or drives it on.
+    pub(crate) fn after(&mut self, i: usize, r: std::result::Result<(), Fail>) -> Result<()> {
+        let r = r.and_then(|()| self.drive(i));
+        if let Err(f) = r {
+            self.fail(i, f)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,197 @@
+//! A connection's failure: what landed is kept, the rest of its segment requeued, the try
+//! counted (or not), the slot backed off, parked (a server's connection cap) or given up.
+
+use crate::control::*;
+use crate::err;
+use crate::error::{Error, Kind, Result};
+use crate::event::*;
+use std::time::{Duration, Instant};
+use uring::Op;
+
+/// Bytes an attempt must move forward for its failure not to count as a try: a server
+/// that cuts every reply after a few KiB must still run out of tries.
+pub(crate) const MIN_PROGRESS: u64 = 64 << 10;
+
+/// First retry wait after a refused connect, seconds (then doubled per try, with jitter):
+/// nothing listens there, and a long wait only delays the error.
+pub(crate) const REFUSED_WAIT: f64 = 0.05;
+
+/// "1 try", "3 tries".
+pub(crate) fn n_tries(n: u32) -> String {
+    if n == 1 {
+        "1 try".to_owned()
+    } else {
+        format!("{n} tries")
+    }
+}
+
+/// Wait before retry number `attempt` (1-based): `base * 2^(attempt-1)`, capped at 30 s,
+/// times a jitter factor in [0.5, 1.5) so connections do not retry in lockstep.
+pub(crate) fn backoff(base_s: f64, attempt: u32) -> Duration {
+    let exp = base_s * f64::from(1u32 << attempt.saturating_sub(1).min(16));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let jitter = 0.5 + f64::from(nanos % 1000) / 1000.0;
+    Duration::from_secs_f64((exp.min(30.0) * jitter).max(0.0))
+}
+
+impl Loop<'_> {
+    /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
+    /// segment, close it, and reconnect when work is left.
+    pub(crate) fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
+        if !f.retry {
+            self.sh.fatal = Some(Error::new(f.kind, f.msg));
+            return Ok(());
+        }
+        if self.conns[i].busy {
+            // Wait for the in-flight operation: its buffer comes back with the completion.
+            if !self.conns[i].cancel_sent {
+                self.conns[i].cancel_sent = true;
+                self.push(
+                    Op::Cancel {
+                        target_tag: TAG_CONN | i as u64,
+                    },
+                    TAG_IGNORE,
+                )?;
+            }
+            return Ok(());
+        }
+        let verbose = self.sh.opts.verbose;
+        // A server that caps connections per client turns the extra ones away (503/429, a
+        // refused or reset connect) while the others run: that lowers the concurrency, it
+        // is no failed try, and the download goes on with the connections it has.
+        let others_progress = self
+            .conns
+            .iter()
+            .enumerate()
+            .any(|(j, o)| j != i && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes));
+        let capped = f.busy && self.sh.planned && others_progress;
+        let c = &mut self.conns[i];
+        let job = c.rx.job.take();
+        let reused = c.reused;
+        let head_empty = c.rx.head.is_empty();
+        let tries_seen;
+        if let Some(mut job) = job {
+            // O_DIRECT keeps the aligned part of the block and fetches the rest again.
+            // Buffered and splice keep every byte: under splice the block holds only what
+            // came with the head, and the pipe (drained below) holds the rest, so the
+            // retry starts at the body's position.
+            let trim = self.sh.direct.then_some(self.sh.align);
+            let silent = !job.got_bytes && job.placer.delimiter().is_none() && head_empty;
+            let from = job.placer.release(trim, &mut self.sh.to_write);
+            if job.probe && !self.sh.planned && matches!(f.kind, Kind::Protocol | Kind::Tls) {
+                self.sh.fatal = Some(Error::new(f.kind, f.msg));
+                return Ok(());
+            }
+            let mut seg = job.seg;
+            // Without Range support a stream can only start again from zero.
+            seg.start = if self.sh.ranges { from } else { 0 };
+            if self.sh.sequential && seg.start < self.emitted {
+                self.sh.fatal = Some(err!(
+                    Network,
+                    "{}; cannot start over: {} bytes already went to {}",
+                    f.msg,
+                    self.emitted,
+                    self.sh.out_name
+                ));
+                return Ok(());
+            }
+            // A try counts when the attempt moved nothing forward: a connection that dies
+            // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
+            // the file size bounds how often that can happen. A kept-alive connection that
+            // the server closed while it was idle fails before the first byte of the reply:
+            // that is one free retry per segment, never for a stall (a server that accepts
+            // and never answers must run out of tries whatever connection it is on).
+            let progressed = seg.start >= job.seg.start + MIN_PROGRESS && self.sh.ranges;
+            let idle_close = reused && silent && !f.stalled && !f.busy && !seg.grace;
+            if capped || progressed {
+            } else if idle_close {
+                seg.grace = true;
+            } else {
+                seg.tries += 1;
+            }
+            tries_seen = seg.tries;
+            if seg.tries >= self.sh.opts.max_tries {
+                self.sh.fatal = Some(Error::new(
+                    f.kind,
+                    format!("{} (gave up after {})", f.msg, n_tries(seg.tries)),
+                ));
+                return Ok(());
+            }
+            if verbose > 0 && !capped {
+                eprintln!(
+                    "ringdl: connection {i}: {}; retrying bytes {}-{} (try {})",
+                    f.msg,
+                    seg.start,
+                    seg.end - 1,
+                    seg.tries + 1
+                );
+            }
+            if job.probe && !self.sh.planned {
+                self.sh.probe_assigned = false;
+                self.sh.probe_tries = seg.tries;
+                self.sh.probe_grace = seg.grace;
+            } else if seg.start < seg.end {
+                self.sh.queue.push_front(seg);
+            }
+        } else if capped {
+            tries_seen = 0;
+        } else {
+            // No request was lost, but a server that accepts and then fails every connection
+            // must not keep us busy forever: count these too.
+            self.conns[i].failures += 1;
+            tries_seen = self.conns[i].failures;
+            if verbose > 0 {
+                eprintln!("ringdl: connection {i}: {}", f.msg);
+            }
+        }
+        // Bytes already spliced into this slot's pipe are good: let them reach the file.
+        self.drain(i)?;
+        let connect_failed = self.conns[i].st == St::Connecting;
+        self.close(i);
+        if capped {
+            self.conns[i].capped = true;
+            let using = self.conns.iter().filter(|c| !c.capped && !c.dead).count();
+            if verbose > 0 {
+                eprintln!(
+                    "ringdl: connection {i}: {}: the server turns extra connections away; going on with {using}",
+                    f.msg,
+                );
+            }
+            self.sh.capped_at = Some(using);
+            return Ok(());
+        }
+        let c = &mut self.conns[i];
+        if (connect_failed && c.addr_i >= self.addrs.len() * self.sh.opts.max_tries as usize)
+            || c.failures >= self.sh.opts.max_tries
+        {
+            // Every address had its chances: this slot stops; the download fails when no
+            // connection is left.
+            c.dead = true;
+            if self.conns.iter().all(|c| c.dead) {
+                self.sh.fatal = Some(Error::new(
+                    f.kind,
+                    format!("{} (gave up after {})", f.msg, n_tries(self.sh.opts.max_tries)),
+                ));
+            }
+            return Ok(());
+        }
+        // Exponential backoff with jitter before this slot reconnects; `kick` reopens it. A
+        // refused connect (nothing listening) is answered at once, and waiting long for it
+        // only delays the error: its waits start short (a wrong port fails in about a second).
+        let (base, attempt) = if connect_failed {
+            let base = if f.busy {
+                self.sh.opts.retry_wait_s.min(REFUSED_WAIT)
+            } else {
+                self.sh.opts.retry_wait_s
+            };
+            (base, c.addr_i as u32)
+        } else {
+            (self.sh.opts.retry_wait_s, tries_seen)
+        };
+        let wait = backoff(base, attempt).max(f.delay.unwrap_or_default());
+        c.not_before = Some(Instant::now() + wait);
+        Ok(())
+    }
+}

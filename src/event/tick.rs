@@ -1,0 +1,101 @@
+//! The tick: stall detection, the periodic fdatasync and control-file save, progress.
+
+use crate::control::*;
+use crate::error::Result;
+use crate::event::*;
+use crate::output::resume::State;
+use crate::report::Progress;
+use std::time::{Duration, Instant};
+use uring::Op;
+
+impl Loop<'_> {
+    pub(crate) fn on_tick(&mut self, progress: &mut Progress) -> Result<()> {
+        let window = self.rate_mark.0.elapsed();
+        if window >= Duration::from_millis(500) {
+            self.recent_rate = (self.sh.received - self.rate_mark.1) as f64 / window.as_secs_f64();
+            self.rate_mark = (Instant::now(), self.sh.received);
+        }
+        let stall = Duration::from_secs(self.sh.opts.stall_timeout_s);
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.busy && c.st == St::Open && !c.cancel_sent && c.last_io.elapsed() > stall {
+                self.conns[i].cancel_sent = true;
+                self.push(
+                    Op::Cancel {
+                        target_tag: TAG_CONN | i as u64,
+                    },
+                    TAG_IGNORE,
+                )?;
+            }
+        }
+        // Every CONTROL_INTERVAL: make what landed durable (fdatasync on the ring), then record it.
+        let landed = self.sh.landed.bytes();
+        if self.control.is_some()
+            && self.sync_snapshot.is_none()
+            && landed != self.saved_bytes
+            && self.sh.planned
+            && self.sh.ranges
+            && self.last_sync.elapsed() >= CONTROL_INTERVAL
+        {
+            self.last_sync = Instant::now();
+            self.saved_bytes = landed;
+            self.sync_snapshot = Some(self.sh.landed.ranges().to_vec());
+            self.push(
+                Op::Fsync {
+                    fd: self.out_fd,
+                    datasync: true,
+                },
+                TAG_CONTROL,
+            )?;
+        }
+        if self.sh.opts.verbose > 2 {
+            for (i, c) in self.conns.iter().enumerate() {
+                eprintln!(
+                    "ringdl: [{i}] {:?} busy={} job={:?} wb={:?} spill={} pipe={:?} waiting={}",
+                    c.st,
+                    c.busy,
+                    c.rx.job
+                        .as_ref()
+                        .map(|j| (j.seg.start, j.seg.end, j.placer.pos(), j.placer.end())),
+                    c.rx.job.as_ref().and_then(|j| j.placer.block()),
+                    c.rx.job.as_ref().map_or(0, |j| j.placer.spill_len()),
+                    c.pipe.as_ref().map(|p| (p.held, p.draining, p.file_pos)),
+                    c.waiting
+                );
+            }
+            eprintln!(
+                "ringdl: queue={} to_write={} writes={} landed={}",
+                self.sh.queue.len(),
+                self.sh.to_write.len(),
+                self.writes_in_flight,
+                self.sh.landed.bytes()
+            );
+        }
+        let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
+        progress.update(self.sh.received, self.sh.total, live, self.started.elapsed());
+        Ok(())
+    }
+
+    /// Writes the control file: `ranges` (made durable by an fdatasync), or everything that
+    /// has landed (at exit, after the writes in flight were reaped or abandoned).
+    /// Returns whether the control file was written.
+    pub(crate) fn save_control(&mut self, ranges: Option<Vec<(u64, u64)>>) -> bool {
+        let (Some(path), Some(total), true) = (&self.control, self.sh.total, self.sh.planned && self.sh.ranges) else {
+            return false;
+        };
+        let ranges = ranges.unwrap_or_else(|| self.sh.landed.ranges().to_vec());
+        let st = State {
+            url: self.sh.opts.url.clone(),
+            total,
+            validator: self.sh.validator.clone(),
+            ranges,
+        };
+        match crate::output::resume::save(path, &st) {
+            Ok(()) => true,
+            Err(m) => {
+                eprintln!("ringdl: warning: {m}");
+                false
+            }
+        }
+    }
+}
