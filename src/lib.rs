@@ -45,5 +45,6 @@ mod event;
 mod output;
 mod report;
 mod schedule;
+mod tag;
 
 pub use app::main;

@@ -8,6 +8,7 @@ use crate::engine::recv::*;
 use crate::err;
 use crate::error::{Kind, Result};
 use crate::event::*;
+use crate::tag::Tag;
 use rustls::client::UnbufferedClientConnection;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -45,7 +46,7 @@ impl Loop<'_> {
         c.last_io = Instant::now();
         let timeout = Duration::from_secs(self.sh.opts.connect_timeout_s);
         self.ring
-            .push_with_timeout(Op::Connect { fd: raw, addr }, TAG_CONN | i as u64, timeout)
+            .push_with_timeout(Op::Connect { fd: raw, addr }, Tag::Conn(i).encode(), timeout)
             .map_err(|_| err!(Internal, "submission queue full"))
     }
 
@@ -216,7 +217,7 @@ impl Loop<'_> {
                             range: 0..len,
                             flags: rustix::net::SendFlags::NOSIGNAL.bits(),
                         },
-                        TAG_CONN | i as u64,
+                        Tag::Conn(i).encode(),
                     )
                     .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))?;
                 return Ok(());
@@ -321,7 +322,7 @@ impl Loop<'_> {
         c.out.clear();
         c.pending_request.clear();
         if let Some(fd) = c.fd.take() {
-            let _ = self.ring.push(Op::Close { fd }, TAG_IGNORE);
+            let _ = self.ring.push(Op::Close { fd }, Tag::Ignore.encode());
         }
     }
 

@@ -4,6 +4,7 @@
 use crate::control::*;
 use crate::error::Kind;
 use crate::event::*;
+use crate::tag::Tag;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 use uring::Op;
@@ -83,7 +84,7 @@ impl Loop<'_> {
             flags: 0,
         };
         self.ring
-            .push(op, TAG_CONN | i as u64)
+            .push(op, Tag::Conn(i).encode())
             .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
     }
 

@@ -4,6 +4,7 @@ use crate::engine::place::Delimiter;
 use crate::err;
 use crate::error::Result;
 use crate::event::*;
+use crate::tag::Tag;
 use uring::Op;
 
 /// SPLICE_F_MOVE (splice(2)): move pages instead of copying when the kernel can.
@@ -38,7 +39,7 @@ impl Loop<'_> {
             len: pipe.held.min(u32::MAX as usize) as u32,
             flags: SPLICE_F_MOVE,
         };
-        self.push(op, TAG_DRAIN | i as u64)
+        self.push(op, Tag::Drain(i).encode())
     }
 
     pub(crate) fn drain_completion(&mut self, i: usize, res: i32) -> Result<()> {

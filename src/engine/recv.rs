@@ -10,6 +10,7 @@ use crate::error::Kind;
 use crate::event::retry::*;
 use crate::event::*;
 use crate::schedule::Segment;
+use crate::tag::Tag;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 use uring::Op;
@@ -135,7 +136,7 @@ impl Loop<'_> {
             c.splicing = true;
             return self
                 .ring
-                .push(op, TAG_CONN | i as u64)
+                .push(op, Tag::Conn(i).encode())
                 .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
         }
         // Plain HTTP with a known length: receive straight into the write block.
@@ -163,7 +164,7 @@ impl Loop<'_> {
                         range,
                         flags: 0,
                     },
-                    TAG_CONN | i as u64,
+                    Tag::Conn(i).encode(),
                 )
                 .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
         }
@@ -191,7 +192,7 @@ impl Loop<'_> {
                     range,
                     flags: 0,
                 },
-                TAG_CONN | i as u64,
+                Tag::Conn(i).encode(),
             )
             .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
     }

@@ -5,6 +5,7 @@ use crate::engine::blocks::align_up;
 use crate::err;
 use crate::error::Result;
 use crate::event::*;
+use crate::tag::Tag;
 use std::time::{Duration, Instant};
 use uring::{Completion, Op};
 
@@ -40,7 +41,7 @@ impl Loop<'_> {
         let limit = Duration::from_secs(10);
         let deadline = Instant::now() + limit;
         // Wakes the wait below at the deadline even if no write ever completes.
-        let _ = self.push(Op::Timeout { after: limit }, TAG_IGNORE);
+        let _ = self.push(Op::Timeout { after: limit }, Tag::Ignore.encode());
         let busy =
             |l: &Self| l.writes_in_flight > 0 || l.conns.iter().any(|c| c.pipe.as_ref().is_some_and(|p| p.draining));
         loop {
@@ -53,9 +54,8 @@ impl Loop<'_> {
                 return;
             }
             while let Some(c) = self.ring.next_completion() {
-                let idx = (c.tag & 0xffff_ffff) as usize;
-                match c.tag & TAG_KIND {
-                    TAG_WRITE => {
+                match Tag::decode(c.tag) {
+                    Some(Tag::Write(idx)) => {
                         if let Some(slot) = self.slots[idx].take() {
                             self.writes_in_flight -= 1;
                             if c.result >= 0 && slot.done + c.result as usize >= slot.len {
@@ -63,7 +63,7 @@ impl Loop<'_> {
                             }
                         }
                     }
-                    TAG_DRAIN => {
+                    Some(Tag::Drain(idx)) => {
                         if let Some(p) = self.conns[idx].pipe.as_mut() {
                             p.draining = false;
                             if c.result > 0 {
@@ -77,8 +77,7 @@ impl Loop<'_> {
         }
     }
 
-    pub(crate) fn write_completion(&mut self, c: Completion) -> Result<()> {
-        let s = (c.tag & 0xffff_ffff) as usize;
+    pub(crate) fn write_completion(&mut self, s: usize, c: Completion) -> Result<()> {
         let buf = c.buf.expect("a write carries its block");
         let slot = self.slots[s].as_mut().expect("write slot in use");
         if c.result < 0 {
@@ -151,7 +150,7 @@ impl Loop<'_> {
                         offset: 0,
                         len: total,
                     },
-                    TAG_FALLOCATE,
+                    Tag::Fallocate.encode(),
                 )?;
             }
         }
@@ -195,7 +194,7 @@ impl Loop<'_> {
                     range: 0..len,
                     offset,
                 },
-                TAG_WRITE | s as u64,
+                Tag::Write(s).encode(),
             )?;
         }
         Ok(())

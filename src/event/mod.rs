@@ -34,6 +34,7 @@ use crate::output::Output;
 use crate::output::resume::State;
 use crate::report::Progress;
 use crate::schedule::{FIRST_SEGMENT, Landed, Segment};
+use crate::tag::Tag;
 
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
@@ -44,29 +45,9 @@ pub(crate) const WRITE_BLOCK: usize = 256 << 10;
 /// Largest response head we accept (RFC 9112 leaves it to us).
 pub(crate) const MAX_HEAD: usize = http::MAX_HEAD;
 
-pub(crate) const TAG_CONN: u64 = 1 << 32;
-
-pub(crate) const TAG_WRITE: u64 = 2 << 32;
-
-pub(crate) const TAG_TICK: u64 = 3 << 32;
-
-pub(crate) const TAG_FALLOCATE: u64 = 4 << 32;
-
-pub(crate) const TAG_FSYNC: u64 = 5 << 32;
-
-pub(crate) const TAG_IGNORE: u64 = 6 << 32;
-
-pub(crate) const TAG_SIGNAL: u64 = 7 << 32;
-
-pub(crate) const TAG_CONTROL: u64 = 8 << 32;
-
-pub(crate) const TAG_DRAIN: u64 = 10 << 32;
-
 /// How often the control file is brought up to date (after an fdatasync of the `.part`):
 /// at most this much work is fetched again after a kill -9.
 pub(crate) const CONTROL_INTERVAL: Duration = Duration::from_millis(250);
-
-pub(crate) const TAG_KIND: u64 = 0xffff_ffff << 32;
 
 /// How a finished download went.
 pub enum Outcome {
@@ -307,7 +288,7 @@ pub fn run(
             .filter(|_| out.sequential)
             .map(|c| ring::digest::Context::new(c.algorithm)),
     };
-    dl.push(Op::Timeout { after: dl.tick }, TAG_TICK)?;
+    dl.push(Op::Timeout { after: dl.tick }, Tag::Tick.encode())?;
     // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
     let sigpool = BufPool::new(4096, 1).map_err(|e| err!(LocalIo, "signal buffer: {e}"))?;
     if let (Some(fd), Some(buf)) = (signals, sigpool.alloc()) {
@@ -318,7 +299,7 @@ pub fn run(
                 range: 0..uring::signal::SIGINFO_SIZE,
                 offset: u64::MAX,
             },
-            TAG_SIGNAL,
+            Tag::Signal.encode(),
         )?;
     }
     for i in 0..n {
@@ -356,7 +337,7 @@ pub fn run(
                         fd: dl.out_fd,
                         datasync: true,
                     },
-                    TAG_FSYNC | 1,
+                    Tag::Fsync(1).encode(),
                 ) {
                     Ok(r) if r >= 0 => saved = dl.save_control(None) && dl.sh.landed.bytes() > 0,
                     _ => eprintln!("ringdl: warning: fdatasync of the partial file failed: the resume state is older"),
@@ -399,7 +380,7 @@ pub fn run(
                 fd: dl.out_fd,
                 datasync: false,
             },
-            TAG_FSYNC,
+            Tag::Fsync(0).encode(),
         )?;
         if r < 0 {
             return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
@@ -530,19 +511,18 @@ impl Loop<'_> {
     }
 
     pub(crate) fn complete(&mut self, c: Completion, progress: &mut Progress) -> Result<()> {
-        match c.tag & TAG_KIND {
-            TAG_CONN => {
-                let i = (c.tag & 0xffff_ffff) as usize;
+        match Tag::decode(c.tag) {
+            Some(Tag::Conn(i)) => {
                 let r = self.conn_completion(i, c);
                 self.after(i, r)?;
             }
-            TAG_WRITE => self.write_completion(c)?,
-            TAG_DRAIN => self.drain_completion((c.tag & 0xffff_ffff) as usize, c.result)?,
-            TAG_TICK => {
+            Some(Tag::Write(s)) => self.write_completion(s, c)?,
+            Some(Tag::Drain(i)) => self.drain_completion(i, c.result)?,
+            Some(Tag::Tick) => {
                 self.on_tick(progress)?;
-                self.push(Op::Timeout { after: self.tick }, TAG_TICK)?;
+                self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;
             }
-            TAG_FALLOCATE if c.result < 0 => {
+            Some(Tag::Fallocate) if c.result < 0 => {
                 let e = errno(c.result);
                 if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
                     self.sh.fatal = Some(err!(
@@ -554,13 +534,13 @@ impl Loop<'_> {
                     eprintln!("ringdl: fallocate: {e} (continuing without preallocation)");
                 }
             }
-            TAG_CONTROL => {
+            Some(Tag::Control) => {
                 let snap = self.sync_snapshot.take();
                 if c.result >= 0 {
                     self.save_control(snap);
                 }
             }
-            TAG_SIGNAL => {
+            Some(Tag::Signal) => {
                 let name = match c.buf.as_deref().and_then(uring::signal::signo) {
                     Some(15) => "SIGTERM",
                     _ => "SIGINT",

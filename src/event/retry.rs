@@ -5,6 +5,7 @@ use crate::control::*;
 use crate::err;
 use crate::error::{Error, Kind, Result};
 use crate::event::*;
+use crate::tag::Tag;
 use std::time::{Duration, Instant};
 use uring::Op;
 
@@ -50,9 +51,9 @@ impl Loop<'_> {
                 self.conns[i].cancel_sent = true;
                 self.push(
                     Op::Cancel {
-                        target_tag: TAG_CONN | i as u64,
+                        target_tag: Tag::Conn(i).encode(),
                     },
-                    TAG_IGNORE,
+                    Tag::Ignore.encode(),
                 )?;
             }
             return Ok(());

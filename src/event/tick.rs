@@ -5,6 +5,7 @@ use crate::error::Result;
 use crate::event::*;
 use crate::output::resume::State;
 use crate::report::Progress;
+use crate::tag::Tag;
 use std::time::{Duration, Instant};
 use uring::Op;
 
@@ -22,9 +23,9 @@ impl Loop<'_> {
                 self.conns[i].cancel_sent = true;
                 self.push(
                     Op::Cancel {
-                        target_tag: TAG_CONN | i as u64,
+                        target_tag: Tag::Conn(i).encode(),
                     },
-                    TAG_IGNORE,
+                    Tag::Ignore.encode(),
                 )?;
             }
         }
@@ -45,7 +46,7 @@ impl Loop<'_> {
                     fd: self.out_fd,
                     datasync: true,
                 },
-                TAG_CONTROL,
+                Tag::Control.encode(),
             )?;
         }
         if self.sh.opts.verbose > 2 {

@@ -11,9 +11,8 @@ use uring::{BufPool, Op, Ring};
 use crate::engine::blocks::align_up;
 use crate::err;
 use crate::error::Result;
+use crate::tag::Tag;
 
-/// Tag space of verification reads (see the tags in `download.rs`).
-const TAG_VERIFY: u64 = 9 << 32;
 /// Reads in flight while hashing.
 const DEPTH: usize = 4;
 
@@ -57,7 +56,7 @@ pub fn file_digest(
                     range: 0..len,
                     offset: off,
                 },
-                TAG_VERIFY | next_read,
+                Tag::Verify(next_read as usize).encode(),
             )
             .map_err(|_| err!(Internal, "submission queue full while verifying"))?;
             next_read += 1;
@@ -66,11 +65,11 @@ pub fn file_digest(
         ring.submit_and_wait(1)
             .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
         while let Some(c) = ring.next_completion() {
-            if c.tag & !0xffff_ffff != TAG_VERIFY {
+            let Some(Tag::Verify(idx)) = Tag::decode(c.tag) else {
                 continue;
-            }
+            };
             in_flight -= 1;
-            let idx = c.tag & 0xffff_ffff;
+            let idx = idx as u64;
             let want = (total - idx * bs).min(bs);
             if c.result < 0 {
                 let e = rustix::io::Errno::from_raw_os_error(-c.result);
