@@ -1963,7 +1963,16 @@ fn pump_tls(c: &mut Conn, sh: &mut Shared<'_>, tls_info: &mut Option<String>) ->
         let UnbufferedStatus { mut discard, state } = tls.process_tls_records(&mut rbuf[*rlo..*rhi]);
         let state = match state {
             Ok(s) => s,
-            Err(e) => return Err(tls_fail(e)),
+            Err(e) => {
+                if handshaking && crate::tls::is_plain_http_answer(&e, &rbuf[*rlo..*rhi]) {
+                    let why = crate::tls::plain_http_message(sh.url);
+                    return Err(Fail::fatal(
+                        Kind::Tls,
+                        format!("TLS handshake with {}: {why}", sh.url.host()),
+                    ));
+                }
+                return Err(tls_fail(e));
+            }
         };
         let next = match state {
             ConnectionState::EncodeTlsData(mut enc) => {
