@@ -67,10 +67,12 @@ pub struct Options {
     pub verbose: u8,
     /// `--max-tries N`: attempts per segment before the download fails.
     pub max_tries: u32,
-    /// `--connect-timeout SECONDS`.
-    pub connect_timeout_s: u64,
-    /// `--stall-timeout SECONDS`: a connection that moves no byte this long is reset.
-    pub stall_timeout_s: u64,
+    /// `--connect-timeout SECONDS`: finite, more than 0, at most [`MAX_TIMEOUT_S`];
+    /// fractions allowed (`1.5`).
+    pub connect_timeout_s: f64,
+    /// `--stall-timeout SECONDS`: a connection that moves no byte this long is reset;
+    /// finite, more than 0, at most [`MAX_TIMEOUT_S`]; fractions allowed (`0.5`).
+    pub stall_timeout_s: f64,
     /// `-c/--continue`: resume `FILE.part` from its control file.
     pub resume: bool,
     /// `--max-redirects N`.
@@ -162,8 +164,9 @@ Options:
       --ca-certificate FILE trust the PEM certificates in FILE as well
       --force               replace FILE if it exists
       --max-tries N         attempts per segment before giving up (default 5)
-      --connect-timeout S   seconds to wait for a TCP connect (default 30)
-      --stall-timeout S     reset a connection that moves no byte for S seconds (default 60)
+      --connect-timeout S   seconds to wait for a TCP connect, fractions allowed (default 30)
+      --stall-timeout S     reset a connection that moves no byte for S seconds, fractions
+                            allowed (default 60)
   -c, --continue            resume FILE.part from its control file (FILE.part.ringdl)
       --max-redirects N     redirects to follow (default 10)
       --allow-downgrade     follow a redirect from https to http
@@ -201,8 +204,8 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         quiet: false,
         verbose: 0,
         max_tries: 5,
-        connect_timeout_s: 30,
-        stall_timeout_s: 60,
+        connect_timeout_s: 30.0,
+        stall_timeout_s: 60.0,
         resume: false,
         max_redirects: 10,
         allow_downgrade: false,
@@ -263,12 +266,8 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                     return Err(err!(Usage, "--max-tries must be at least 1"));
                 }
             }
-            Long("connect-timeout") => {
-                o.connect_timeout_s = positive(number(&mut p, "--connect-timeout")?, "--connect-timeout")?;
-            }
-            Long("stall-timeout") => {
-                o.stall_timeout_s = positive(number(&mut p, "--stall-timeout")?, "--stall-timeout")?;
-            }
+            Long("connect-timeout") => o.connect_timeout_s = timeout(&mut p, "--connect-timeout")?,
+            Long("stall-timeout") => o.stall_timeout_s = timeout(&mut p, "--stall-timeout")?,
             Short('c') | Long("continue") => o.resume = true,
             Long("max-redirects") => o.max_redirects = number(&mut p, "--max-redirects")?,
             Long("allow-downgrade") => o.allow_downgrade = true,
@@ -316,9 +315,24 @@ fn size(v: usize, name: &str) -> Result<usize> {
     Ok(v)
 }
 
-fn positive(v: u64, name: &str) -> Result<u64> {
-    if v == 0 {
-        return Err(err!(Usage, "{name} must be at least 1 second"));
+/// Largest `--connect-timeout` / `--stall-timeout` (seconds, about 11.6 days): far
+/// beyond any use, and small enough for `Duration::from_secs_f64`.
+pub const MAX_TIMEOUT_S: f64 = 1_000_000.0;
+
+/// The value of timeout option `name` in seconds: a decimal number (`30`, `1.5`,
+/// `0.25`), more than 0 and at most [`MAX_TIMEOUT_S`].
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for a value that is not a number, zero, negative, NaN,
+/// infinite or too large.
+fn timeout(p: &mut lexopt::Parser, name: &str) -> Result<f64> {
+    let v: f64 = number(p, name)?;
+    // Written so that NaN fails too.
+    if !(v > 0.0 && v <= MAX_TIMEOUT_S) {
+        return Err(err!(
+            Usage,
+            "{name} must be more than 0 and at most {MAX_TIMEOUT_S} seconds, not {v}"
+        ));
     }
     Ok(v)
 }
@@ -362,6 +376,28 @@ mod tests {
             assert_eq!(e.kind, crate::error::Kind::Usage, "{args:?}");
         }
         assert!(matches!(p(&["-h"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn timeouts_take_fractional_seconds() {
+        let Command::Download(o) = p(&["--connect-timeout", "1.5", "--stall-timeout", "0.5", "u"]).unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!((o.connect_timeout_s, o.stall_timeout_s), (1.5, 0.5));
+        let Command::Download(o) = p(&["--connect-timeout", "7", "--stall-timeout", "1e3", "u"]).unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!((o.connect_timeout_s, o.stall_timeout_s), (7.0, 1000.0));
+        for opt in ["--connect-timeout", "--stall-timeout"] {
+            for bad in [
+                "0", "-1", "-0.5", "NaN", "nan", "inf", "-inf", "infinity", "1e300", "1000001", "", "1,5", "x",
+            ] {
+                let e = p(&[opt, bad, "u"])
+                    .err()
+                    .unwrap_or_else(|| panic!("{opt} {bad:?} accepted"));
+                assert_eq!(e.kind, crate::error::Kind::Usage, "{opt} {bad:?}");
+            }
+        }
         assert!(matches!(p(&["-V"]), Ok(Command::Version)));
     }
 }
