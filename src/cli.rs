@@ -179,7 +179,8 @@ Options:
   -V, --version             print the version
 
 Trust: bundled Mozilla roots (webpki-roots), plus SSL_CERT_FILE and SSL_CERT_DIR,
-plus --ca-certificate.
+plus --ca-certificate (CAs, or the server's own certificate). The host name is checked
+against the certificate's names whatever the anchor; only -k skips it.
 
 Exit status: 0 ok, 1 internal error, 2 usage, 3 network, 4 TLS, 5 HTTP status,
 6 protocol violation, 7 local I/O, 8 interrupted, 9 checksum mismatch.
