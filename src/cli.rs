@@ -59,6 +59,9 @@ pub struct Options {
     pub insecure: bool,
     /// `--ca-certificate FILE`: extra trust anchors (PEM).
     pub ca_certificate: Option<PathBuf>,
+    /// `--pinnedpubkey sha256//BASE64[;…]`: SHA-256 digests of SubjectPublicKeyInfo DER;
+    /// the server key must be one of them (empty: no pinning).
+    pub pinned_public_keys: Vec<[u8; 32]>,
     /// `--force`: replace an existing output file.
     pub force: bool,
     /// `-q/--quiet`: no progress, no summary.
@@ -162,6 +165,9 @@ Options:
       --write-threshold B   splice: bytes held in the pipe before writing (default 1048576)
   -k, --insecure            do not verify the server certificate (prints a warning)
       --ca-certificate FILE trust the PEM certificates in FILE as well
+      --pinnedpubkey sha256//BASE64[;sha256//BASE64...]
+                            the server key must have one of these SHA-256 hashes
+                            (SubjectPublicKeyInfo); checked with -k too
       --force               replace FILE if it exists
       --max-tries N         attempts per segment before giving up (default 5)
       --connect-timeout S   seconds to wait for a TCP connect, fractions allowed (default 30)
@@ -201,6 +207,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         engine: EngineChoice::Auto,
         insecure: false,
         ca_certificate: None,
+        pinned_public_keys: Vec::new(),
         force: false,
         quiet: false,
         verbose: 0,
@@ -258,6 +265,10 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             }
             Short('k') | Long("insecure") => o.insecure = true,
             Long("ca-certificate") => o.ca_certificate = Some(p.value().map_err(usage)?.into()),
+            Long("pinnedpubkey") => {
+                let v = p.value().map_err(usage)?;
+                o.pinned_public_keys = crate::tls::parse_pins(&v.to_string_lossy())?;
+            }
             Long("force") => o.force = true,
             Short('q') | Long("quiet") => o.quiet = true,
             Short('v') | Long("verbose") => o.verbose = o.verbose.saturating_add(1),

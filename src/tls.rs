@@ -22,11 +22,17 @@ use crate::error::Result;
 /// that cannot be read is reported once on stderr and skipped), then `ca_file`. The
 /// server's host name is checked whatever the anchor (see [`Verifier`]). With
 /// `insecure`, the certificate chain and name are not checked (handshake signatures
-/// still are).
+/// still are). `pins` (`--pinnedpubkey`, see [`parse_pins`]), when not empty: the server
+/// key must be one of them, with or without `insecure`.
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] when `ca_file` cannot be read or holds no certificate.
-pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Result<Arc<ClientConfig>> {
+pub fn client_config(
+    ca_file: Option<&Path>,
+    pins: &[[u8; 32]],
+    insecure: bool,
+    verbose: u8,
+) -> Result<Arc<ClientConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -89,9 +95,11 @@ pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Res
     let verifier = Verifier {
         inner,
         own_anchors,
+        pins: pins.to_vec(),
         insecure,
         verbose,
         said_own_anchor: AtomicBool::new(false),
+        said_pin: AtomicBool::new(false),
     };
     let mut config = builder
         .dangerous()
@@ -132,21 +140,27 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>> {
 /// now, its key usage / extended key usage allow a TLS server (see [`check_own_anchor`];
 /// the key usage is checked for every certificate, as OpenSSL does) and it names the
 /// host (DNS names against dNSName SANs, IP literals against iPAddress SANs; RFC 6125,
-/// via webpki). With `-k` any certificate is accepted.
-/// Handshake signatures are always checked against the certificate's key.
+/// via webpki). With `-k` any certificate is accepted. With `--pinnedpubkey` the
+/// server key must also be a pinned one (with `-k` too: then the pin is all that is
+/// checked). Handshake signatures are always checked against the certificate's key.
 #[derive(Debug)]
 struct Verifier {
     inner: Arc<rustls::client::WebPkiServerVerifier>,
     /// The certificates of `--ca-certificate`, DER.
     own_anchors: Vec<CertificateDer<'static>>,
+    /// `--pinnedpubkey`: SHA-256 of SubjectPublicKeyInfo DER.
+    pins: Vec<[u8; 32]>,
     insecure: bool,
     verbose: u8,
     /// Set once `-v` said that a certificate was trusted as its own anchor.
     said_own_anchor: AtomicBool,
+    /// Set once `-v` said that the pinned key matched.
+    said_pin: AtomicBool,
 }
 
-impl ServerCertVerifier for Verifier {
-    fn verify_server_cert(
+impl Verifier {
+    /// WebPKI, or the own-anchor case; see [`Verifier`].
+    fn verify_anchored(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
@@ -154,9 +168,6 @@ impl ServerCertVerifier for Verifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        if self.insecure {
-            return Ok(ServerCertVerified::assertion());
-        }
         match self
             .inner
             .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
@@ -182,6 +193,48 @@ impl ServerCertVerifier for Verifier {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// `--pinnedpubkey`: the SHA-256 of the certificate's SubjectPublicKeyInfo must be
+    /// pinned (curl's `sha256//` pins, RFC 7469 §2.4's hash input).
+    fn check_pin(&self, end_entity: &CertificateDer<'_>) -> std::result::Result<(), rustls::Error> {
+        if self.pins.is_empty() {
+            return Ok(());
+        }
+        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        let digest = ring::digest::digest(&ring::digest::SHA256, parsed.subject_public_key_info().as_ref());
+        let pin = format!("sha256//{}", base64_encode(digest.as_ref()));
+        if !self.pins.iter().any(|p| p[..] == *digest.as_ref()) {
+            return Err(rustls::CertificateError::Other(rustls::OtherError(Arc::new(PinMismatch(pin)))).into());
+        }
+        if self.verbose > 0 && !self.said_pin.swap(true, Ordering::Relaxed) {
+            let also = if self.insecure {
+                "certificate chain, validity and host name NOT checked (-k)"
+            } else {
+                "certificate chain, validity and host name checked as well"
+            };
+            eprintln!("ringdl: --pinnedpubkey: the server key {pin} is pinned; {also}");
+        }
+        Ok(())
+    }
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        let verified = if self.insecure {
+            ServerCertVerified::assertion()
+        } else {
+            self.verify_anchored(end_entity, intermediates, server_name, ocsp_response, now)?
+        };
+        self.check_pin(end_entity)?;
+        Ok(verified)
     }
 
     fn verify_tls12_signature(
@@ -286,6 +339,87 @@ impl std::fmt::Display for KeyUsageRefused {
 
 impl std::error::Error for KeyUsageRefused {}
 
+/// The server key is not one `--pinnedpubkey` names; holds the key's own `sha256//` pin.
+#[derive(Debug)]
+pub struct PinMismatch(String);
+
+impl std::fmt::Display for PinMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server key is not one --pinnedpubkey names (the server key is {})",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for PinMismatch {}
+
+/// Parses `--pinnedpubkey` as curl spells it: `sha256//BASE64[;sha256//BASE64…]`, each
+/// the base64 (RFC 4648 §4, padding optional) of the SHA-256 of a SubjectPublicKeyInfo
+/// DER (`openssl pkey -pubout -outform der | openssl dgst -sha256 -binary | base64`).
+/// Key files (curl's other form) are not read.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for an empty list or an item that is not such a hash.
+pub fn parse_pins(v: &str) -> Result<Vec<[u8; 32]>> {
+    v.split(';')
+        .map(|item| {
+            item.trim()
+                .strip_prefix("sha256//")
+                .and_then(base64_decode)
+                .and_then(|d| <[u8; 32]>::try_from(d).ok())
+                .ok_or_else(|| {
+                    err!(
+                        Usage,
+                        "--pinnedpubkey: {item:?} is not sha256//BASE64 (the base64 SHA-256 of a public key; \
+                         several joined with ';')"
+                    )
+                })
+        })
+        .collect()
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Base64 with padding (RFC 4648 §4).
+fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(BASE64[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Decodes base64 (RFC 4648 §4); the `=` padding may be left out. `None` for any other
+/// character, a lone sixth-bit group, or non-zero bits after the last byte.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim_end_matches('=');
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes() {
+        let v = BASE64.iter().position(|&b| b == c)? as u32;
+        acc = acc << 6 | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    (bits < 6 && acc == 0).then_some(out)
+}
+
 /// True when a handshake failed because the server answered in plain HTTP: rustls saw
 /// a record of no TLS content type and the bytes received start with `HTTP/`.
 pub fn is_plain_http_answer(e: &rustls::Error, received: &[u8]) -> bool {
@@ -363,6 +497,7 @@ pub fn explain(e: &rustls::Error) -> String {
         E::InvalidCertificate(C::InvalidPurpose) => {
             "the server certificate is not for TLS servers (extended key usage)".into()
         }
+        E::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<PinMismatch>().is_some() => o.0.to_string(),
         E::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<KeyUsageRefused>().is_some() => {
             format!("the server certificate is not for TLS servers: {}", o.0)
         }
@@ -418,6 +553,41 @@ mod tests {
         assert!(check(&no_sign, "localhost").contains("digitalSignature"));
         let sign = cert(|p| p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature]);
         assert_eq!(check(&sign, "localhost"), "ok");
+    }
+
+    #[test]
+    fn pins_parse_like_curl_and_base64_round_trips() {
+        let d = [7u8; 32];
+        let b = base64_encode(&d);
+        assert_eq!(b.len(), 44);
+        assert_eq!(parse_pins(&format!("sha256//{b}")).unwrap(), [d]);
+        assert_eq!(
+            parse_pins(&format!("sha256//{b}; sha256//{}", b.trim_end_matches('='))).unwrap(),
+            [d, d]
+        );
+        for bad in [
+            "",
+            "sha256//",
+            "sha1//AAAA",
+            &b,
+            "sha256//AAAA",
+            &format!("sha256//{b}A"),
+            "sha256//!!",
+        ] {
+            assert!(parse_pins(bad).is_err(), "{bad:?} accepted");
+        }
+        for (plain, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64_encode(plain.as_bytes()), enc);
+            assert_eq!(base64_decode(enc).as_deref(), Some(plain.as_bytes()));
+        }
+        assert_eq!(base64_decode("Zh=="), None, "non-zero trailing bits");
+        assert_eq!(base64_decode("Z"), None, "a lone 6-bit group");
     }
 
     #[test]

@@ -711,6 +711,113 @@ mod own_certificates {
         }
     }
 
+    /// curl's `sha256//` pin of the key of server `label`, computed as curl's manual
+    /// says (openssl pkey | openssl dgst | base64): an independent check of ringdl's.
+    fn pin_of(label: &str) -> String {
+        let key = servers().dir().join(format!("{label}.key"));
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("openssl pkey -in \"$1\" -pubout -outform der | openssl dgst -sha256 -binary | base64")
+            .arg("sh")
+            .arg(&key)
+            .output()
+            .expect("running openssl");
+        let b64 = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        assert!(
+            out.status.success() && b64.len() == 44,
+            "openssl gave no pin ({}): {}",
+            crate::util::INSTALL_HINT,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        format!("sha256//{b64}")
+    }
+
+    /// Downloads the 4097-byte file from server `label` at localhost with `args` before
+    /// the URL.
+    fn fetch_with(test: &str, label: &str, args: &[&str]) -> (Output, TestDir, PathBuf) {
+        let s = servers();
+        let file = nginx().file(4097);
+        let dir = TestDir::new(test);
+        let out = dir.join("out.bin");
+        let o = dir
+            .ringdl()
+            .args(args)
+            .arg("-o")
+            .arg(&out)
+            .arg(s.url(label, "localhost", &file.name))
+            .run();
+        (o, dir, out)
+    }
+
+    #[test]
+    fn pinned_public_key_is_checked_besides_the_certificate_and_alone_with_k() {
+        let s = servers();
+        let right = pin_of("right-name-ee");
+        let other = pin_of("other-name-ee");
+        let anchor = s.dir().join("right-name-ee.pem");
+        let anchor = anchor.to_str().unwrap();
+        let file = nginx().file(4097);
+
+        // The right key, alone or in a list: exact bytes; -v says what was checked.
+        for pins in [right.clone(), format!("{other};{right}")] {
+            let (o, _dir, out) = fetch_with(
+                "pin-right",
+                "right-name-ee",
+                &["-v", "--ca-certificate", anchor, "--pinnedpubkey", &pins],
+            );
+            o.assert_success();
+            assert_same_bytes(&out, file);
+            let said = format!(
+                "--pinnedpubkey: the server key {right} is pinned; certificate chain, validity and host name checked as well"
+            );
+            assert!(o.stderr_text().contains(&said), "no {said:?} in:\n{}", o.stderr_text());
+        }
+        // Another key: refused, and the message gives the server's pin.
+        let (o, _dir, out) = fetch_with(
+            "pin-wrong",
+            "right-name-ee",
+            &["--ca-certificate", anchor, "--pinnedpubkey", &other],
+        );
+        o.assert_code(exit::TLS);
+        let said = format!("the server key is not one --pinnedpubkey names (the server key is {right})");
+        assert!(o.stderr_text().contains(&said), "no {said:?} in:\n{}", o.stderr_text());
+        assert!(!exists(&out));
+        // The right key does not stand in for the host name.
+        let other_anchor = s.dir().join("other-name-ee.pem");
+        let (o, _dir, out) = fetch_with(
+            "pin-other-name",
+            "other-name-ee",
+            &[
+                "--ca-certificate",
+                other_anchor.to_str().unwrap(),
+                "--pinnedpubkey",
+                &other,
+            ],
+        );
+        o.assert_code(exit::TLS);
+        assert!(
+            o.stderr_text().contains("not valid for the host name localhost"),
+            "{}",
+            o.stderr_text()
+        );
+        assert!(!exists(&out));
+        // With -k the pin is all that is checked, and -v says so.
+        let (o, _dir, out) = fetch_with("pin-k", "other-name-ee", &["-k", "-v", "--pinnedpubkey", &other]);
+        o.assert_success();
+        assert_same_bytes(&out, file);
+        assert!(
+            o.stderr_text().contains("host name NOT checked (-k)"),
+            "{}",
+            o.stderr_text()
+        );
+        let (o, _dir, out) = fetch_with("pin-k-wrong", "other-name-ee", &["-k", "--pinnedpubkey", &right]);
+        o.assert_code(exit::TLS);
+        assert!(!exists(&out));
+        // Not a sha256// pin: a usage error.
+        let (o, _dir, _out) = fetch_with("pin-bad", "right-name-ee", &["--pinnedpubkey", "sha256//abc"]);
+        o.assert_code(exit::USAGE);
+    }
+
     #[test]
     fn issued_certificate_is_checked_for_the_host_name_under_its_ca_or_alone() {
         // The issuing CA given: the usual chain.
