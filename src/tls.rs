@@ -293,16 +293,16 @@ fn check_own_anchor(
     rustls::client::verify_server_name(&parsed, server_name)
 }
 
-/// keyUsage (when present: digitalSignature, RFC 8446 §4.4.2.2, RFC 5280 §4.2.1.3) and
-/// extKeyUsage (when present: serverAuth or anyExtendedKeyUsage,
-/// §4.2.1.12) allow a TLS server key.
+/// keyUsage (when present: digitalSignature, keyEncipherment or keyAgreement — OpenSSL's
+/// rule, RFC 5280 §4.2.1.3) and extKeyUsage (when present: serverAuth or
+/// anyExtendedKeyUsage, §4.2.1.12) allow a TLS server key.
 ///
 /// # Errors
 /// `Other(`[`KeyUsageRefused`]`)` or `InvalidPurposeContext`.
 fn check_usage(facts: &x509::Facts<'_>) -> std::result::Result<(), rustls::Error> {
     use rustls::CertificateError as C;
     if let Some(bits) = facts.key_usage
-        && bits & x509::KU_DIGITAL_SIGNATURE == 0
+        && bits & x509::KU_TLS == 0
     {
         return Err(C::Other(rustls::OtherError(Arc::new(KeyUsageRefused))).into());
     }
@@ -326,14 +326,14 @@ fn check_usage(facts: &x509::Facts<'_>) -> std::result::Result<(), rustls::Error
     Ok(())
 }
 
-/// A keyUsage extension without digitalSignature: the key may not sign a TLS handshake
-/// (RFC 8446 §4.4.2.2, RFC 5280 §4.2.1.3).
+/// A keyUsage extension with none of digitalSignature, keyEncipherment, keyAgreement:
+/// the key may not serve TLS (RFC 5280 §4.2.1.3).
 #[derive(Debug)]
 pub struct KeyUsageRefused;
 
 impl std::fmt::Display for KeyUsageRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("its key usage does not allow digitalSignature, which a TLS server key needs")
+        f.write_str("its key usage allows none of digitalSignature, keyEncipherment, keyAgreement")
     }
 }
 
@@ -553,6 +553,9 @@ mod tests {
         assert!(check(&no_sign, "localhost").contains("digitalSignature"));
         let sign = cert(|p| p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature]);
         assert_eq!(check(&sign, "localhost"), "ok");
+        // OpenSSL's rule, as curl and wget: keyEncipherment alone (old RSA certificates) passes.
+        let encipher = cert(|p| p.key_usages = vec![KeyUsagePurpose::KeyEncipherment]);
+        assert_eq!(check(&encipher, "localhost"), "ok");
     }
 
     #[test]

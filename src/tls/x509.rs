@@ -17,10 +17,11 @@ pub struct Facts<'a> {
     pub ext_key_usage: Option<Vec<&'a [u8]>>,
 }
 
-/// keyUsage digitalSignature (bit 0): every server authentication rustls speaks is a
-/// signature (TLS 1.3 CertificateVerify, TLS 1.2 ECDHE ServerKeyExchange), and RFC 8446
-/// §4.4.2.2 requires this bit when the extension is present.
-pub const KU_DIGITAL_SIGNATURE: u16 = 0x8000;
+/// keyUsage bits of which a TLS server key needs one: digitalSignature (bit 0),
+/// keyEncipherment (bit 2), keyAgreement (bit 4) — OpenSSL's `KU_TLS`, which curl and
+/// wget apply. (RFC 8446 §4.4.2.2 asks digitalSignature of a signing key, but RSA
+/// certificates with only keyEncipherment are still served and OpenSSL accepts them.)
+pub const KU_TLS: u16 = 0x8000 | 0x2000 | 0x0800;
 /// id-kp-serverAuth, 1.3.6.1.5.5.7.3.1 (RFC 5280 §4.2.1.12).
 pub const OID_SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
 /// id-kp-clientAuth, 1.3.6.1.5.5.7.3.2.
