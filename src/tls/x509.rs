@@ -255,6 +255,28 @@ mod tests {
     }
 
     #[test]
+    fn any_prefix_or_byte_change_never_panics() {
+        let der = cert(|p| {
+            p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        });
+        for cut in 0..der.len() {
+            let _ = facts(&der[..cut]);
+        }
+        let mut bytes = der.clone();
+        for i in 0..bytes.len() {
+            for x in [0x01, 0x80, 0xff] {
+                bytes[i] ^= x;
+                if let Some(f) = facts(&bytes) {
+                    let _ = (utc(f.not_before), utc(f.not_after));
+                    f.ext_key_usage.iter().flatten().for_each(|o| drop(oid_arcs(o)));
+                }
+                bytes[i] ^= x;
+            }
+        }
+    }
+
+    #[test]
     fn truncated_or_garbage_is_refused() {
         let der = cert(|_| {});
         for cut in [0, 1, 10, der.len() / 2, der.len() - 1] {
