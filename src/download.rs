@@ -867,7 +867,7 @@ impl Loop<'_> {
         c.rhi = 0;
         c.out.clear();
         c.last_io = Instant::now();
-        let timeout = Duration::from_secs(self.sh.opts.connect_timeout_s);
+        let timeout = Duration::from_secs_f64(self.sh.opts.connect_timeout_s);
         self.ring
             .push_with_timeout(Op::Connect { fd: raw, addr }, TAG_CONN | i as u64, timeout)
             .map_err(|_| err!(Internal, "submission queue full"))
@@ -1968,7 +1968,7 @@ impl Loop<'_> {
             self.recent_rate = (self.sh.received - self.rate_mark.1) as f64 / window.as_secs_f64();
             self.rate_mark = (Instant::now(), self.sh.received);
         }
-        let stall = Duration::from_secs(self.sh.opts.stall_timeout_s);
+        let stall = Duration::from_secs_f64(self.sh.opts.stall_timeout_s);
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
             if c.busy && c.st == St::Open && !c.cancel_sent && c.last_io.elapsed() > stall {
@@ -2077,7 +2077,16 @@ fn pump_tls(c: &mut Conn, sh: &mut Shared<'_>, tls_info: &mut Option<String>) ->
         let UnbufferedStatus { mut discard, state } = tls.process_tls_records(&mut rbuf[*rlo..*rhi]);
         let state = match state {
             Ok(s) => s,
-            Err(e) => return Err(tls_fail(e)),
+            Err(e) => {
+                if handshaking && crate::tls::is_plain_http_answer(&e, &rbuf[*rlo..*rhi]) {
+                    let why = crate::tls::plain_http_message(sh.url);
+                    return Err(Fail::fatal(
+                        Kind::Tls,
+                        format!("TLS handshake with {}: {why}", sh.url.host()),
+                    ));
+                }
+                return Err(tls_fail(e));
+            }
         };
         let next = match state {
             ConnectionState::EncodeTlsData(mut enc) => {

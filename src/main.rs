@@ -389,6 +389,7 @@ fn fetch(
         if tls_config.is_none() {
             *tls_config = Some(tls::client_config(
                 opts.ca_certificate.as_deref(),
+                &opts.pinned_public_keys,
                 opts.insecure,
                 opts.verbose,
             )?);
