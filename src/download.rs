@@ -19,7 +19,7 @@ use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::kernel::KernelConnection;
 use rustls::pki_types::ServerName;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
-use uring::{Buf, BufPool, Completion, Op, Ring, RingBuilder};
+use uring::{Buf, BufPool, Completion, Op, Ring};
 
 use crate::cli::Options;
 use crate::engine::EngineKind;
@@ -97,6 +97,8 @@ pub struct Summary {
     pub ktls_conns: usize,
     /// Why a kTLS hand-off was refused, if one was.
     pub ktls_refused: Option<String>,
+    /// The I/O backend: `io_uring`, `epoll (io_uring refused: EPERM)`.
+    pub io: String,
 }
 
 /// Why a connection's work stopped.
@@ -367,17 +369,7 @@ pub fn run(
     let block = WRITE_BLOCK.max(out.align as usize);
     let wcount = (2 * n + 2).clamp(6, 64);
     let entries = (2 * n + wcount + 8).next_power_of_two() as u32;
-    let mut ring = RingBuilder::new(entries)
-        .single_issuer(true)
-        .defer_taskrun(true)
-        .coop_taskrun(true)
-        .build()
-        .map_err(|e| {
-            err!(
-                LocalIo,
-                "io_uring setup: {e} (io_uring disabled by kernel.io_uring_disabled or seccomp?)"
-            )
-        })?;
+    let crate::io::Chosen { mut ring, label: io } = crate::io::build_ring(opts.io, entries, splice, opts.verbose)?;
     let rpool =
         BufPool::new(READ_BLOCK, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {READ_BLOCK} bytes): {e}"))?;
     let wpool =
@@ -567,6 +559,7 @@ pub fn run(
         disposition: dl.sh.disposition.take(),
         ktls_conns: dl.sh.ktls_conns,
         ktls_refused: dl.sh.ktls_refused.take(),
+        io,
     }))
 }
 

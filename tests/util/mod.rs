@@ -102,6 +102,21 @@ const SCRUBBED_ENV: &[&str] = &[
     "NO_PROXY",
 ];
 
+/// The I/O backend every `ringdl` run of the tests is forced to: `RINGDL_TEST_IO`
+/// (`uring` or `epoll`); unset or empty = ringdl's own choice (`auto`).
+pub fn test_io() -> Option<&'static str> {
+    static IO: OnceLock<Option<String>> = OnceLock::new();
+    IO.get_or_init(|| {
+        let v = std::env::var("RINGDL_TEST_IO").ok().filter(|v| !v.is_empty())?;
+        assert!(
+            v == "uring" || v == "epoll",
+            "RINGDL_TEST_IO must be uring or epoll, not {v:?}"
+        );
+        Some(v)
+    })
+    .as_deref()
+}
+
 /// A command with a timeout whose output is captured.
 pub struct TestCommand {
     cmd: Command,
@@ -119,10 +134,14 @@ impl TestCommand {
         }
     }
 
-    /// The `ringdl` binary with a scrubbed environment (see [`SCRUBBED_ENV`]).
+    /// The `ringdl` binary with a scrubbed environment (see [`SCRUBBED_ENV`]), on the I/O
+    /// backend [`test_io`] names (`--io epoll` when `RINGDL_TEST_IO=epoll`).
     pub fn ringdl() -> TestCommand {
         let mut cmd = TestCommand::new(ringdl_bin());
         cmd.scrub_env();
+        if let Some(io) = test_io() {
+            cmd.arg("--io").arg(io);
+        }
         cmd
     }
 
@@ -308,6 +327,12 @@ impl Output {
             line.contains("engine direct") || line.contains("engine buffered"),
             "summary names no engine (`engine direct` / `engine buffered`): {line}"
         );
+        let io = match test_io() {
+            Some("epoll") => "I/O epoll",
+            Some(_) => "I/O io_uring",
+            None => "I/O ",
+        };
+        assert!(line.contains(io), "summary does not name `{io}`: {line}");
         line
     }
 }
