@@ -80,7 +80,9 @@ pub fn build_ring(choice: IoChoice, entries: u32, splice: bool, verbose: u8) -> 
 
 /// `EPERM`, `ENOMEM`, ...: the errno's name, else the error's text.
 fn errno_name(e: &std::io::Error) -> String {
-    let Some(n) = Errno::from_io_error(e) else { return e.to_string() };
+    let Some(n) = Errno::from_io_error(e) else {
+        return e.to_string();
+    };
     let name = match n {
         Errno::PERM => "EPERM",
         Errno::NOSYS => "ENOSYS",

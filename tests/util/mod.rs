@@ -117,6 +117,12 @@ pub fn test_io() -> Option<&'static str> {
     .as_deref()
 }
 
+/// `["--io", backend]` when [`test_io`] forces one, else nothing: for tests that run a
+/// copy of the binary through another program (prlimit, setpriv, the seccomp helper).
+pub fn io_args() -> Vec<&'static str> {
+    test_io().map_or_else(Vec::new, |io| vec!["--io", io])
+}
+
 /// A command with a timeout whose output is captured.
 pub struct TestCommand {
     cmd: Command,
@@ -139,9 +145,7 @@ impl TestCommand {
     pub fn ringdl() -> TestCommand {
         let mut cmd = TestCommand::new(ringdl_bin());
         cmd.scrub_env();
-        if let Some(io) = test_io() {
-            cmd.arg("--io").arg(io);
-        }
+        cmd.args(io_args());
         cmd
     }
 
@@ -151,6 +155,12 @@ impl TestCommand {
             self.cmd.env_remove(var);
         }
         self
+    }
+
+    /// The underlying [`Command`] (for what this wrapper does not cover, e.g. a
+    /// `pre_exec` hook).
+    pub fn command_mut(&mut self) -> &mut Command {
+        &mut self.cmd
     }
 
     /// Appends one argument.
