@@ -138,3 +138,27 @@ fn sigint_then_continue_resumes_exact_bytes_on_epoll() {
         );
     }
 }
+
+#[test]
+fn engines_splice_and_buffered_run_on_epoll() {
+    let n = nginx();
+    let file = n.file(100 * MIB);
+    for engine in ["splice", "buffered"] {
+        let dir = TestDir::new("seccomp-engine");
+        let out = dir.join("out.bin");
+        let o = under_filter(&dir)
+            .args(["--engine", engine, "-x", "4", "-o"])
+            .arg(&out)
+            .arg(n.http_url(&file.name))
+            .run();
+        o.assert_success();
+        assert_same_bytes(&out, file);
+        let lines = o.summary_lines();
+        assert_eq!(lines.len(), 1, "{}", o.stderr_text());
+        assert!(
+            lines[0].contains(&format!("engine {engine}")) && lines[0].contains(FELL_BACK),
+            "{}",
+            lines[0]
+        );
+    }
+}
