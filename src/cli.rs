@@ -33,6 +33,17 @@ impl EngineChoice {
     }
 }
 
+/// Which I/O backend runs the ring (`--io`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoChoice {
+    /// io_uring, and epoll where the kernel refuses io_uring or lacks an op.
+    Auto,
+    /// io_uring only; refused = exit 7.
+    Uring,
+    /// epoll(7) with plain syscalls.
+    Epoll,
+}
+
 /// Where the body goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OutputTarget {
@@ -55,6 +66,8 @@ pub struct Options {
     pub connections: usize,
     /// `--engine`.
     pub engine: EngineChoice,
+    /// `--io`.
+    pub io: IoChoice,
     /// `-k/--insecure`: skip certificate verification.
     pub insecure: bool,
     /// `--ca-certificate FILE`: extra trust anchors (PEM).
@@ -161,6 +174,8 @@ Options:
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
       --engine NAME         auto | direct | buffered | splice | ktls-direct (default auto:
                             ktls-direct when the kernel has kTLS, else direct)
+      --io NAME             auto | uring | epoll (default auto: io_uring, epoll where
+                            io_uring is refused, e.g. by a container's seccomp profile)
       --buf-size BYTES      splice: most bytes per socket->pipe SPLICE (default 1048576)
       --write-threshold B   splice: bytes held in the pipe before writing (default 1048576)
   -k, --insecure            do not verify the server certificate (prints a warning)
@@ -205,6 +220,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         output: OutputTarget::Default,
         connections: 4,
         engine: EngineChoice::Auto,
+        io: IoChoice::Auto,
         insecure: false,
         ca_certificate: None,
         pinned_public_keys: Vec::new(),
@@ -258,6 +274,21 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                         return Err(err!(
                             Usage,
                             "--engine must be auto, direct, buffered, splice or ktls-direct, not {}",
+                            v.to_string_lossy()
+                        ));
+                    }
+                };
+            }
+            Long("io") => {
+                let v = p.value().map_err(usage)?;
+                o.io = match v.to_str() {
+                    Some("auto") => IoChoice::Auto,
+                    Some("uring" | "io_uring") => IoChoice::Uring,
+                    Some("epoll") => IoChoice::Epoll,
+                    _ => {
+                        return Err(err!(
+                            Usage,
+                            "--io must be auto, uring or epoll, not {}",
                             v.to_string_lossy()
                         ));
                     }
@@ -366,6 +397,11 @@ mod tests {
         assert_eq!(o.connections, 16);
         assert_eq!(o.output, OutputTarget::File("out.bin".into()));
         assert_eq!(o.engine, EngineChoice::Buffered);
+        assert_eq!(o.io, IoChoice::Auto);
+        let Command::Download(o) = p(&["--io", "epoll", "http://h/f"]).unwrap() else {
+            panic!("download")
+        };
+        assert_eq!(o.io, IoChoice::Epoll);
         assert_eq!(o.url, "http://h/f");
         let Command::Download(o) = p(&["http://h/f", "-o", "-"]).unwrap() else {
             panic!("not a download");
@@ -382,6 +418,7 @@ mod tests {
             &["-x", "65", "u"],
             &["--bogus", "u"],
             &["--engine", "x", "u"],
+            &["--io", "poll", "u"],
             &["a", "b"],
         ] {
             let e = p(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));

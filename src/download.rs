@@ -19,7 +19,7 @@ use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::kernel::KernelConnection;
 use rustls::pki_types::ServerName;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
-use uring::{Buf, BufPool, Completion, Op, Ring, RingBuilder};
+use uring::{Buf, BufPool, Completion, Op, Ring};
 
 use crate::cli::Options;
 use crate::engine::EngineKind;
@@ -103,6 +103,8 @@ pub struct Summary {
     /// The server turned extra connections away (503/429, refused connects): how many it
     /// allowed.
     pub capped_at: Option<usize>,
+    /// The I/O backend: `io_uring`, `epoll (io_uring refused: EPERM)`.
+    pub io: String,
 }
 
 /// Why a connection's work stopped.
@@ -398,17 +400,7 @@ pub fn run(
     let block = WRITE_BLOCK.max(out.align as usize);
     let wcount = (2 * n + 2).clamp(6, 64);
     let entries = (2 * n + wcount + 8).next_power_of_two() as u32;
-    let mut ring = RingBuilder::new(entries)
-        .single_issuer(true)
-        .defer_taskrun(true)
-        .coop_taskrun(true)
-        .build()
-        .map_err(|e| {
-            err!(
-                LocalIo,
-                "io_uring setup: {e} (io_uring disabled by kernel.io_uring_disabled or seccomp?)"
-            )
-        })?;
+    let crate::io::Chosen { mut ring, label: io } = crate::io::build_ring(opts.io, entries, splice, opts.verbose)?;
     let rpool =
         BufPool::new(READ_BLOCK, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {READ_BLOCK} bytes): {e}"))?;
     let wpool =
@@ -611,6 +603,7 @@ pub fn run(
         ktls_conns: dl.sh.ktls_conns,
         ktls_refused: dl.sh.ktls_refused.take(),
         capped_at: dl.sh.capped_at,
+        io,
     }))
 }
 

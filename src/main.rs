@@ -36,6 +36,7 @@ macro_rules! print {
 mod cli;
 mod download;
 mod error;
+mod io;
 mod output;
 mod progress;
 mod resume;
@@ -225,7 +226,7 @@ fn real_main() -> Result<()> {
             // The rate of what this run fetched (a resume fetched only the rest).
             let rate = if secs > 0.0 { s.fetched as f64 / secs } else { 0.0 };
             eprintln!(
-                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, {} connection{}{}, {}{}{}, {}",
+                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, I/O {}, {} connection{}{}, {}{}{}, {}",
                 s.bytes,
                 if s.fetched < s.bytes {
                     format!(" ({} fetched now, the rest resumed)", s.fetched)
@@ -234,6 +235,7 @@ fn real_main() -> Result<()> {
                 },
                 progress::human(rate as u64),
                 engine_label(engine, &s, &engine_note),
+                s.io,
                 s.connections,
                 if s.connections == 1 { "" } else { "s" },
                 match (&special, s.capped_at) {

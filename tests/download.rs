@@ -1332,6 +1332,7 @@ fn ordinary_user_with_64k_memlock_downloads_over_https() {
     }
     let o = cmd
         .arg(&bin)
+        .args(util::io_args())
         .args(["-x", "4", "--ca-certificate"])
         .arg(&ca)
         .arg("-o")

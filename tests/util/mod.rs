@@ -102,6 +102,27 @@ const SCRUBBED_ENV: &[&str] = &[
     "NO_PROXY",
 ];
 
+/// The I/O backend every `ringdl` run of the tests is forced to: `RINGDL_TEST_IO`
+/// (`uring` or `epoll`); unset or empty = ringdl's own choice (`auto`).
+pub fn test_io() -> Option<&'static str> {
+    static IO: OnceLock<Option<String>> = OnceLock::new();
+    IO.get_or_init(|| {
+        let v = std::env::var("RINGDL_TEST_IO").ok().filter(|v| !v.is_empty())?;
+        assert!(
+            v == "uring" || v == "epoll",
+            "RINGDL_TEST_IO must be uring or epoll, not {v:?}"
+        );
+        Some(v)
+    })
+    .as_deref()
+}
+
+/// `["--io", backend]` when [`test_io`] forces one, else nothing: for tests that run a
+/// copy of the binary through another program (prlimit, setpriv, the seccomp helper).
+pub fn io_args() -> Vec<&'static str> {
+    test_io().map_or_else(Vec::new, |io| vec!["--io", io])
+}
+
 /// A command with a timeout whose output is captured.
 pub struct TestCommand {
     cmd: Command,
@@ -119,10 +140,12 @@ impl TestCommand {
         }
     }
 
-    /// The `ringdl` binary with a scrubbed environment (see [`SCRUBBED_ENV`]).
+    /// The `ringdl` binary with a scrubbed environment (see [`SCRUBBED_ENV`]), on the I/O
+    /// backend [`test_io`] names (`--io epoll` when `RINGDL_TEST_IO=epoll`).
     pub fn ringdl() -> TestCommand {
         let mut cmd = TestCommand::new(ringdl_bin());
         cmd.scrub_env();
+        cmd.args(io_args());
         cmd
     }
 
@@ -132,6 +155,12 @@ impl TestCommand {
             self.cmd.env_remove(var);
         }
         self
+    }
+
+    /// The underlying [`Command`] (for what this wrapper does not cover, e.g. a
+    /// `pre_exec` hook).
+    pub fn command_mut(&mut self) -> &mut Command {
+        &mut self.cmd
     }
 
     /// Appends one argument.
@@ -308,6 +337,12 @@ impl Output {
             line.contains("engine direct") || line.contains("engine buffered"),
             "summary names no engine (`engine direct` / `engine buffered`): {line}"
         );
+        let io = match test_io() {
+            Some("epoll") => "I/O epoll",
+            Some(_) => "I/O io_uring",
+            None => "I/O ",
+        };
+        assert!(line.contains(io), "summary does not name `{io}`: {line}");
         line
     }
 }
