@@ -362,14 +362,17 @@ def build_variants(args, ca: Path, conns: int, proto: str) -> list[Variant]:
     for tool in args.tools:
         if tool == "ringdl":
             for eng in args.engine:
-                def argv(url, out, eng=eng):
-                    a = [args.ringdl, "-x", str(conns), "--engine", eng, "--force", "-o", str(out)]
-                    if https:
-                        a += ["--ca-certificate", str(ca)]
-                    return a + [url]
+                for io in args.io:
+                    def argv(url, out, eng=eng, io=io):
+                        a = [args.ringdl, "-x", str(conns), "--engine", eng, "--io", io, "--force",
+                             "-o", str(out)]
+                        if https:
+                            a += ["--ca-certificate", str(ca)]
+                        return a + [url]
 
-                v.append(Variant(f"ringdl -x {conns} --engine {eng}", "ringdl", "ringdl", argv,
-                                 [args.ringdl, "--version"]))
+                    io_name = "" if args.io == ["auto"] else f" --io {io}"
+                    v.append(Variant(f"ringdl -x {conns} --engine {eng}{io_name}", "ringdl", "ringdl",
+                                     argv, [args.ringdl, "--version"]))
         elif tool == "aria2c":
             n = min(conns, ARIA2_MAX_CONN)
 
@@ -667,6 +670,8 @@ def main() -> int:
                     help="http, https or both: https,http (default https)")
     ap.add_argument("--engine", type=csv_list(str), default=["direct"],
                     help="ringdl engine(s), e.g. direct,buffered, passed to --engine (default direct)")
+    ap.add_argument("--io", type=csv_list(str), default=["auto"],
+                    help="ringdl I/O backend(s), e.g. uring,epoll, passed to --io (default auto)")
     ap.add_argument("--tools", type=csv_list(str), default=list(ALL_TOOLS),
                     help="tools to run (default all): " + ",".join(ALL_TOOLS))
     ap.add_argument("--runs", type=int, default=5, help="runs per tool and configuration (default 5)")

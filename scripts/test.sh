@@ -69,3 +69,8 @@ fi
 
 log "cargo test (release)"
 cargo test --workspace --release --no-fail-fast "$@"
+
+# The same download and fault suites on the epoll backend (issue 12): every ringdl run
+# gets --io epoll, and the summary check asserts it ran there.
+log "cargo test (release) on the epoll backend: download and fault suites"
+RINGDL_TEST_IO=epoll cargo test --release --no-fail-fast --test download --test faults "$@"

@@ -183,7 +183,7 @@ fn real_main() -> Result<()> {
             // The rate of what this run fetched (a resume fetched only the rest).
             let rate = if secs > 0.0 { s.fetched as f64 / secs } else { 0.0 };
             eprintln!(
-                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, {} connection{}{}, {}{}{}, {}",
+                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, I/O {}, {} connection{}{}, {}{}{}, {}",
                 s.bytes,
                 if s.fetched < s.bytes {
                     format!(" ({} fetched now, the rest resumed)", s.fetched)
@@ -192,6 +192,7 @@ fn real_main() -> Result<()> {
                 },
                 progress::human(rate as u64),
                 engine_label(engine, &s, &engine_note),
+                s.io,
                 s.connections,
                 if s.connections == 1 { "" } else { "s" },
                 match (&special, s.capped_at) {
@@ -347,6 +348,7 @@ fn fetch(
         if tls_config.is_none() {
             *tls_config = Some(tls::client_config(
                 opts.ca_certificate.as_deref(),
+                &opts.pinned_public_keys,
                 opts.insecure,
                 opts.verbose,
             )?);

@@ -33,6 +33,17 @@ impl EngineChoice {
     }
 }
 
+/// Which I/O backend runs the ring (`--io`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoChoice {
+    /// io_uring, and epoll where the kernel refuses io_uring or lacks an op.
+    Auto,
+    /// io_uring only; refused = exit 7.
+    Uring,
+    /// epoll(7) with plain syscalls.
+    Epoll,
+}
+
 /// Where the body goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OutputTarget {
@@ -55,10 +66,15 @@ pub struct Options {
     pub connections: usize,
     /// `--engine`.
     pub engine: EngineChoice,
+    /// `--io`.
+    pub io: IoChoice,
     /// `-k/--insecure`: skip certificate verification.
     pub insecure: bool,
     /// `--ca-certificate FILE`: extra trust anchors (PEM).
     pub ca_certificate: Option<PathBuf>,
+    /// `--pinnedpubkey sha256//BASE64[;…]`: SHA-256 digests of SubjectPublicKeyInfo DER;
+    /// the server key must be one of them (empty: no pinning).
+    pub pinned_public_keys: Vec<[u8; 32]>,
     /// `--force`: replace an existing output file.
     pub force: bool,
     /// `-q/--quiet`: no progress, no summary.
@@ -67,10 +83,12 @@ pub struct Options {
     pub verbose: u8,
     /// `--max-tries N`: attempts per segment before the download fails.
     pub max_tries: u32,
-    /// `--connect-timeout SECONDS`.
-    pub connect_timeout_s: u64,
-    /// `--stall-timeout SECONDS`: a connection that moves no byte this long is reset.
-    pub stall_timeout_s: u64,
+    /// `--connect-timeout SECONDS`: finite, more than 0, at most [`MAX_TIMEOUT_S`];
+    /// fractions allowed (`1.5`).
+    pub connect_timeout_s: f64,
+    /// `--stall-timeout SECONDS`: a connection that moves no byte this long is reset;
+    /// finite, more than 0, at most [`MAX_TIMEOUT_S`]; fractions allowed (`0.5`).
+    pub stall_timeout_s: f64,
     /// `-c/--continue`: resume `FILE.part` from its control file.
     pub resume: bool,
     /// `--max-redirects N`.
@@ -156,14 +174,20 @@ Options:
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
       --engine NAME         auto | direct | buffered | splice | ktls-direct (default auto:
                             ktls-direct when the kernel has kTLS, else direct)
+      --io NAME             auto | uring | epoll (default auto: io_uring, epoll where
+                            io_uring is refused, e.g. by a container's seccomp profile)
       --buf-size BYTES      splice: most bytes per socket->pipe SPLICE (default 1048576)
       --write-threshold B   splice: bytes held in the pipe before writing (default 1048576)
   -k, --insecure            do not verify the server certificate (prints a warning)
       --ca-certificate FILE trust the PEM certificates in FILE as well
+      --pinnedpubkey sha256//BASE64[;sha256//BASE64...]
+                            the server key must have one of these SHA-256 hashes
+                            (SubjectPublicKeyInfo); checked with -k too
       --force               replace FILE if it exists
       --max-tries N         attempts per segment before giving up (default 5)
-      --connect-timeout S   seconds to wait for a TCP connect (default 30)
-      --stall-timeout S     reset a connection that moves no byte for S seconds (default 60)
+      --connect-timeout S   seconds to wait for a TCP connect, fractions allowed (default 30)
+      --stall-timeout S     reset a connection that moves no byte for S seconds, fractions
+                            allowed (default 60)
   -c, --continue            resume FILE.part from its control file (FILE.part.ringdl)
       --max-redirects N     redirects to follow (default 10)
       --allow-downgrade     follow a redirect from https to http
@@ -176,7 +200,8 @@ Options:
   -V, --version             print the version
 
 Trust: bundled Mozilla roots (webpki-roots), plus SSL_CERT_FILE and SSL_CERT_DIR,
-plus --ca-certificate.
+plus --ca-certificate (CAs, or the server's own certificate). The host name is checked
+against the certificate's names whatever the anchor; only -k skips it.
 
 Exit status: 0 ok, 1 internal error, 2 usage, 3 network, 4 TLS, 5 HTTP status,
 6 protocol violation, 7 local I/O, 8 interrupted, 9 checksum mismatch.
@@ -195,14 +220,16 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         output: OutputTarget::Default,
         connections: 4,
         engine: EngineChoice::Auto,
+        io: IoChoice::Auto,
         insecure: false,
         ca_certificate: None,
+        pinned_public_keys: Vec::new(),
         force: false,
         quiet: false,
         verbose: 0,
         max_tries: 5,
-        connect_timeout_s: 30,
-        stall_timeout_s: 60,
+        connect_timeout_s: 30.0,
+        stall_timeout_s: 60.0,
         resume: false,
         max_redirects: 10,
         allow_downgrade: false,
@@ -252,8 +279,27 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                     }
                 };
             }
+            Long("io") => {
+                let v = p.value().map_err(usage)?;
+                o.io = match v.to_str() {
+                    Some("auto") => IoChoice::Auto,
+                    Some("uring" | "io_uring") => IoChoice::Uring,
+                    Some("epoll") => IoChoice::Epoll,
+                    _ => {
+                        return Err(err!(
+                            Usage,
+                            "--io must be auto, uring or epoll, not {}",
+                            v.to_string_lossy()
+                        ));
+                    }
+                };
+            }
             Short('k') | Long("insecure") => o.insecure = true,
             Long("ca-certificate") => o.ca_certificate = Some(p.value().map_err(usage)?.into()),
+            Long("pinnedpubkey") => {
+                let v = p.value().map_err(usage)?;
+                o.pinned_public_keys = crate::control::tls::parse_pins(&v.to_string_lossy())?;
+            }
             Long("force") => o.force = true,
             Short('q') | Long("quiet") => o.quiet = true,
             Short('v') | Long("verbose") => o.verbose = o.verbose.saturating_add(1),
@@ -263,12 +309,8 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                     return Err(err!(Usage, "--max-tries must be at least 1"));
                 }
             }
-            Long("connect-timeout") => {
-                o.connect_timeout_s = positive(number(&mut p, "--connect-timeout")?, "--connect-timeout")?;
-            }
-            Long("stall-timeout") => {
-                o.stall_timeout_s = positive(number(&mut p, "--stall-timeout")?, "--stall-timeout")?;
-            }
+            Long("connect-timeout") => o.connect_timeout_s = timeout(&mut p, "--connect-timeout")?,
+            Long("stall-timeout") => o.stall_timeout_s = timeout(&mut p, "--stall-timeout")?,
             Short('c') | Long("continue") => o.resume = true,
             Long("max-redirects") => o.max_redirects = number(&mut p, "--max-redirects")?,
             Long("allow-downgrade") => o.allow_downgrade = true,
@@ -316,9 +358,24 @@ fn size(v: usize, name: &str) -> Result<usize> {
     Ok(v)
 }
 
-fn positive(v: u64, name: &str) -> Result<u64> {
-    if v == 0 {
-        return Err(err!(Usage, "{name} must be at least 1 second"));
+/// Largest `--connect-timeout` / `--stall-timeout` (seconds, about 11.6 days): far
+/// beyond any use, and small enough for `Duration::from_secs_f64`.
+pub const MAX_TIMEOUT_S: f64 = 1_000_000.0;
+
+/// The value of timeout option `name` in seconds: a decimal number (`30`, `1.5`,
+/// `0.25`), more than 0 and at most [`MAX_TIMEOUT_S`].
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for a value that is not a number, zero, negative, NaN,
+/// infinite or too large.
+fn timeout(p: &mut lexopt::Parser, name: &str) -> Result<f64> {
+    let v: f64 = number(p, name)?;
+    // Written so that NaN fails too.
+    if !(v > 0.0 && v <= MAX_TIMEOUT_S) {
+        return Err(err!(
+            Usage,
+            "{name} must be more than 0 and at most {MAX_TIMEOUT_S} seconds, not {v}"
+        ));
     }
     Ok(v)
 }
@@ -340,6 +397,11 @@ mod tests {
         assert_eq!(o.connections, 16);
         assert_eq!(o.output, OutputTarget::File("out.bin".into()));
         assert_eq!(o.engine, EngineChoice::Buffered);
+        assert_eq!(o.io, IoChoice::Auto);
+        let Command::Download(o) = p(&["--io", "epoll", "http://h/f"]).unwrap() else {
+            panic!("download")
+        };
+        assert_eq!(o.io, IoChoice::Epoll);
         assert_eq!(o.url, "http://h/f");
         let Command::Download(o) = p(&["http://h/f", "-o", "-"]).unwrap() else {
             panic!("not a download");
@@ -356,12 +418,35 @@ mod tests {
             &["-x", "65", "u"],
             &["--bogus", "u"],
             &["--engine", "x", "u"],
+            &["--io", "poll", "u"],
             &["a", "b"],
         ] {
             let e = p(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
             assert_eq!(e.kind, crate::error::Kind::Usage, "{args:?}");
         }
         assert!(matches!(p(&["-h"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn timeouts_take_fractional_seconds() {
+        let Command::Download(o) = p(&["--connect-timeout", "1.5", "--stall-timeout", "0.5", "u"]).unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!((o.connect_timeout_s, o.stall_timeout_s), (1.5, 0.5));
+        let Command::Download(o) = p(&["--connect-timeout", "7", "--stall-timeout", "1e3", "u"]).unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!((o.connect_timeout_s, o.stall_timeout_s), (7.0, 1000.0));
+        for opt in ["--connect-timeout", "--stall-timeout"] {
+            for bad in [
+                "0", "-1", "-0.5", "NaN", "nan", "inf", "-inf", "infinity", "1e300", "1000001", "", "1,5", "x",
+            ] {
+                let e = p(&[opt, bad, "u"])
+                    .err()
+                    .unwrap_or_else(|| panic!("{opt} {bad:?} accepted"));
+                assert_eq!(e.kind, crate::error::Kind::Usage, "{opt} {bad:?}");
+            }
+        }
         assert!(matches!(p(&["-V"]), Ok(Command::Version)));
     }
 }

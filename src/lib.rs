@@ -42,6 +42,7 @@ mod control;
 pub mod engine;
 mod error;
 mod event;
+mod io;
 mod output;
 mod report;
 mod schedule;

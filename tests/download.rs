@@ -355,6 +355,568 @@ fn ssl_cert_dir_env_is_trusted() {
 }
 
 // ---------------------------------------------------------------------------
+// Host names and certificates given with --ca-certificate (issue 10, kind 2)
+//
+// Each server certificate below is given itself with --ca-certificate, in two forms:
+// `-ca` is self-signed with CA:TRUE (what `openssl req -x509` makes; webpki refuses it
+// as an end entity, so ringdl trusts it as its own anchor) and `-ee` is self-signed
+// with CA:FALSE (webpki verifies it against itself). Both must check the host name,
+// the validity period and the key usage, as curl --cacert does.
+
+mod own_certificates {
+    use std::net::TcpListener;
+    use std::path::PathBuf;
+    use std::sync::{Arc, OnceLock};
+    use std::thread;
+    use std::time::Duration;
+
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        KeyUsagePurpose, SanType, date_time_ymd,
+    };
+
+    use super::exit;
+    use crate::util::{CertServer, CertServers, MIB, Output, TestDir, assert_same_bytes, exists, nginx};
+
+    /// The two forms of a self-signed server certificate.
+    const FORMS: [&str; 2] = ["ca", "ee"];
+
+    /// How each case's certificate differs from a valid one for localhost and 127.0.0.1.
+    fn case(name: &str, p: &mut CertificateParams) {
+        let dns = |n: &str| SanType::DnsName(n.try_into().unwrap());
+        let ip = |a: [u8; 4]| SanType::IpAddress(std::net::IpAddr::from(a));
+        match name {
+            "right-name" => {}
+            "other-name" => p.subject_alt_names = vec![dns("other.example")],
+            "dns-only" => p.subject_alt_names = vec![dns("localhost")],
+            "ip-only" => p.subject_alt_names = vec![ip([127, 0, 0, 1])],
+            // A dNSName that spells an address is not an iPAddress SAN (RFC 6125 §6.2.1).
+            "dns-spelling-ip" => p.subject_alt_names = vec![dns("127.0.0.1")],
+            "expired" => {
+                p.not_before = date_time_ymd(2000, 1, 1);
+                p.not_after = date_time_ymd(2001, 1, 1);
+            }
+            "not-yet-valid" => {
+                p.not_before = date_time_ymd(2090, 1, 1);
+                p.not_after = date_time_ymd(2091, 1, 1);
+            }
+            "client-auth-only" => p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth],
+            "key-usage-with-digital-signature" => {
+                p.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyCertSign];
+            }
+            _ => unreachable!("{name}"),
+        }
+    }
+
+    const CASES: &[&str] = &[
+        "right-name",
+        "other-name",
+        "dns-only",
+        "ip-only",
+        "dns-spelling-ip",
+        "expired",
+        "not-yet-valid",
+        "client-auth-only",
+        "key-usage-with-digital-signature",
+    ];
+
+    /// The servers: `<case>-<form>` for every case and form, plus `issued-right` and
+    /// `issued-other` (leaves for localhost/127.0.0.1 and for other.example, issued by a
+    /// CA whose certificate is `ca.pem` in [`CertServers::dir`]).
+    fn servers() -> &'static CertServers {
+        static SERVERS: OnceLock<CertServers> = OnceLock::new();
+        SERVERS.get_or_init(|| {
+            let mut servers = Vec::new();
+            for &name in CASES {
+                for form in FORMS {
+                    let mut p = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+                    p.distinguished_name.push(DnType::CommonName, name);
+                    p.is_ca = if form == "ca" {
+                        IsCa::Ca(BasicConstraints::Unconstrained)
+                    } else {
+                        IsCa::ExplicitNoCa
+                    };
+                    case(name, &mut p);
+                    let key = KeyPair::generate().unwrap();
+                    let cert = p.self_signed(&key).unwrap();
+                    servers.push(CertServer {
+                        label: format!("{name}-{form}"),
+                        chain_pem: cert.pem(),
+                        key_pem: key.serialize_pem(),
+                    });
+                }
+            }
+            let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            ca_params
+                .distinguished_name
+                .push(DnType::CommonName, "ringdl host-name test CA");
+            ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+            let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+            for (label, names) in [
+                ("issued-right", vec!["localhost", "127.0.0.1"]),
+                ("issued-other", vec!["other.example"]),
+            ] {
+                let mut p = CertificateParams::new(names.into_iter().map(str::to_owned).collect::<Vec<_>>()).unwrap();
+                p.is_ca = IsCa::ExplicitNoCa;
+                p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+                let key = KeyPair::generate().unwrap();
+                let leaf = p.signed_by(&key, &ca).unwrap();
+                servers.push(CertServer {
+                    label: label.to_owned(),
+                    chain_pem: leaf.pem() + &ca.pem(),
+                    key_pem: key.serialize_pem(),
+                });
+            }
+            let s = CertServers::start(&nginx().www(), &servers);
+            std::fs::write(s.dir().join("ca.pem"), ca.pem()).unwrap();
+            // Each issued leaf alone, to be given as its own anchor (no chain to a given CA).
+            for label in ["issued-right", "issued-other"] {
+                let chain = std::fs::read_to_string(s.dir().join(format!("{label}.pem"))).unwrap();
+                let end = chain.find("-----END CERTIFICATE-----").unwrap() + "-----END CERTIFICATE-----\n".len();
+                std::fs::write(s.dir().join(format!("{label}-leaf.pem")), &chain[..end]).unwrap();
+            }
+            s
+        })
+    }
+
+    /// Downloads the 4097-byte file from server `label` at `host`, giving `anchor`
+    /// (a file in [`CertServers::dir`]) with --ca-certificate.
+    fn fetch(test: &str, label: &str, host: &str, anchor: &str) -> (Output, TestDir, PathBuf) {
+        let s = servers();
+        let file = nginx().file(4097);
+        let dir = TestDir::new(test);
+        let out = dir.join("out.bin");
+        let o = dir
+            .ringdl()
+            .arg("--ca-certificate")
+            .arg(s.dir().join(anchor))
+            .arg("-o")
+            .arg(&out)
+            .arg(s.url(label, host, &file.name))
+            .run();
+        (o, dir, out)
+    }
+
+    /// Server `<case>-<form>` at `host`, its own certificate given: exact bytes.
+    #[track_caller]
+    fn accepted(case: &str, form: &str, host: &str) {
+        let label = format!("{case}-{form}");
+        let (o, _dir, out) = fetch(&label, &label, host, &format!("{label}.pem"));
+        o.assert_success();
+        assert_same_bytes(&out, nginx().file(4097));
+    }
+
+    /// Server `label` at `host` with `anchor` given: exit 4, no file, and a message
+    /// holding every string of `says`.
+    #[track_caller]
+    fn refused(label: &str, host: &str, anchor: &str, says: &[&str]) {
+        let (o, _dir, out) = fetch(label, label, host, anchor);
+        o.assert_code(exit::TLS);
+        let err = o.stderr_text();
+        for s in says {
+            assert!(
+                err.contains(s),
+                "{label} at {host}: the message does not say {s:?}:\n{err}"
+            );
+        }
+        assert!(
+            !exists(&out),
+            "{label} at {host}: FILE created although the certificate was refused"
+        );
+    }
+
+    /// Server `<case>-<form>` at `host`, its own certificate given: refused.
+    #[track_caller]
+    fn refused_own(case: &str, form: &str, host: &str, says: &[&str]) {
+        let label = format!("{case}-{form}");
+        refused(&label, host, &format!("{label}.pem"), says);
+    }
+
+    #[test]
+    fn own_certificate_for_another_name_is_refused() {
+        for form in FORMS {
+            refused_own(
+                "other-name",
+                form,
+                "127.0.0.1",
+                &["not valid for the IP address 127.0.0.1: it names DNS:other.example"],
+            );
+            refused_own(
+                "other-name",
+                form,
+                "localhost",
+                &["not valid for the host name localhost: it names DNS:other.example"],
+            );
+        }
+    }
+
+    #[test]
+    fn own_certificate_with_matching_names_downloads_exact_bytes() {
+        let file = nginx().file(MIB + 1);
+        for form in FORMS {
+            for host in ["127.0.0.1", "localhost"] {
+                accepted("right-name", form, host);
+            }
+            // Several connections, each verifying the certificate.
+            let label = format!("right-name-{form}");
+            let s = servers();
+            let dir = TestDir::new(&label);
+            let out = dir.join("out.bin");
+            let o = dir
+                .ringdl()
+                .args(["-x", "4", "-v", "--ca-certificate"])
+                .arg(s.dir().join(format!("{label}.pem")))
+                .arg("-o")
+                .arg(&out)
+                .arg(s.url(&label, "localhost", &file.name))
+                .run();
+            o.assert_success();
+            assert_same_bytes(&out, file);
+            if form == "ca" {
+                assert_eq!(
+                    o.stderr_text().matches("trusted as its own anchor").count(),
+                    1,
+                    "-v says once that the certificate is its own anchor:\n{}",
+                    o.stderr_text()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ip_literal_is_checked_against_ip_sans_and_dns_names_against_dns_sans() {
+        for form in FORMS {
+            refused_own(
+                "dns-only",
+                form,
+                "127.0.0.1",
+                &["IP address 127.0.0.1: it names DNS:localhost"],
+            );
+            accepted("dns-only", form, "localhost");
+            accepted("ip-only", form, "127.0.0.1");
+            refused_own(
+                "ip-only",
+                form,
+                "localhost",
+                &["host name localhost: it names IP:127.0.0.1"],
+            );
+            refused_own(
+                "dns-spelling-ip",
+                form,
+                "127.0.0.1",
+                &["IP address 127.0.0.1: it names DNS:127.0.0.1"],
+            );
+        }
+    }
+
+    #[test]
+    fn own_certificate_expired_is_refused() {
+        for form in FORMS {
+            refused_own("expired", form, "localhost", &["has expired", "2001-01-01"]);
+        }
+    }
+
+    #[test]
+    fn own_certificate_not_yet_valid_is_refused() {
+        for form in FORMS {
+            refused_own("not-yet-valid", form, "localhost", &["not valid yet", "2090-01-01"]);
+        }
+    }
+
+    #[test]
+    fn own_certificate_for_client_auth_only_is_refused() {
+        for form in FORMS {
+            refused_own(
+                "client-auth-only",
+                form,
+                "localhost",
+                &["not for TLS servers", "client authentication"],
+            );
+        }
+    }
+
+    /// A rustls server on 127.0.0.1 that presents `cert_pem` and only shakes hands;
+    /// returns its port. nginx cannot serve this case: OpenSSL will not sign with a
+    /// key whose keyUsage lacks digitalSignature. Its threads end with the test process.
+    fn handshake_only_server(cert_pem: &str, key_pem: &str) -> u16 {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let cert = CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(vec![cert], key)
+                .unwrap(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let config = config.clone();
+                thread::spawn(move || {
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+                    let mut conn = rustls::ServerConnection::new(config).unwrap();
+                    while conn.is_handshaking() && conn.complete_io(&mut stream).is_ok() {}
+                });
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn own_certificate_whose_key_usage_forbids_signing_is_refused() {
+        for form in FORMS {
+            let mut p = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+            p.is_ca = if form == "ca" {
+                IsCa::Ca(BasicConstraints::Unconstrained)
+            } else {
+                IsCa::ExplicitNoCa
+            };
+            p.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+            let key = KeyPair::generate().unwrap();
+            let cert = p.self_signed(&key).unwrap();
+            let port = handshake_only_server(&cert.pem(), &key.serialize_pem());
+            let dir = TestDir::new(&format!("key-cert-sign-only-{form}"));
+            let anchor = dir.join("anchor.pem");
+            std::fs::write(&anchor, cert.pem()).unwrap();
+            let out = dir.join("out.bin");
+            let o = dir
+                .ringdl()
+                .arg("--ca-certificate")
+                .arg(&anchor)
+                .arg("-o")
+                .arg(&out)
+                .arg(format!("https://127.0.0.1:{port}/size-4097.bin"))
+                .run();
+            o.assert_code(exit::TLS);
+            let err = o.stderr_text();
+            for s in ["not for TLS servers", "digitalSignature"] {
+                assert!(err.contains(s), "{form}: the message does not say {s:?}:\n{err}");
+            }
+            assert!(
+                !exists(&out),
+                "{form}: FILE created although the certificate was refused"
+            );
+        }
+    }
+
+    #[test]
+    fn own_certificate_whose_key_usage_allows_signing_is_accepted() {
+        for form in FORMS {
+            accepted("key-usage-with-digital-signature", form, "localhost");
+        }
+    }
+
+    /// curl's `sha256//` pin of the key of server `label`, computed as curl's manual
+    /// says (openssl pkey | openssl dgst | base64): an independent check of ringdl's.
+    fn pin_of(label: &str) -> String {
+        let key = servers().dir().join(format!("{label}.key"));
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("openssl pkey -in \"$1\" -pubout -outform der | openssl dgst -sha256 -binary | base64")
+            .arg("sh")
+            .arg(&key)
+            .output()
+            .expect("running openssl");
+        let b64 = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        assert!(
+            out.status.success() && b64.len() == 44,
+            "openssl gave no pin ({}): {}",
+            crate::util::INSTALL_HINT,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        format!("sha256//{b64}")
+    }
+
+    /// Downloads the 4097-byte file from server `label` at localhost with `args` before
+    /// the URL.
+    fn fetch_with(test: &str, label: &str, args: &[&str]) -> (Output, TestDir, PathBuf) {
+        let s = servers();
+        let file = nginx().file(4097);
+        let dir = TestDir::new(test);
+        let out = dir.join("out.bin");
+        let o = dir
+            .ringdl()
+            .args(args)
+            .arg("-o")
+            .arg(&out)
+            .arg(s.url(label, "localhost", &file.name))
+            .run();
+        (o, dir, out)
+    }
+
+    #[test]
+    fn pinned_public_key_is_checked_besides_the_certificate_and_alone_with_k() {
+        let s = servers();
+        let right = pin_of("right-name-ee");
+        let other = pin_of("other-name-ee");
+        let anchor = s.dir().join("right-name-ee.pem");
+        let anchor = anchor.to_str().unwrap();
+        let file = nginx().file(4097);
+
+        // The right key, alone or in a list: exact bytes; -v says what was checked.
+        for pins in [right.clone(), format!("{other};{right}")] {
+            let (o, _dir, out) = fetch_with(
+                "pin-right",
+                "right-name-ee",
+                &["-v", "--ca-certificate", anchor, "--pinnedpubkey", &pins],
+            );
+            o.assert_success();
+            assert_same_bytes(&out, file);
+            let said = format!(
+                "--pinnedpubkey: the server key {right} is pinned; certificate chain, validity and host name checked as well"
+            );
+            assert!(o.stderr_text().contains(&said), "no {said:?} in:\n{}", o.stderr_text());
+        }
+        // Another key: refused, and the message gives the server's pin.
+        let (o, _dir, out) = fetch_with(
+            "pin-wrong",
+            "right-name-ee",
+            &["--ca-certificate", anchor, "--pinnedpubkey", &other],
+        );
+        o.assert_code(exit::TLS);
+        let said = format!("the server key is not one --pinnedpubkey names (the server key is {right})");
+        assert!(o.stderr_text().contains(&said), "no {said:?} in:\n{}", o.stderr_text());
+        assert!(!exists(&out));
+        // The right key does not stand in for the host name.
+        let other_anchor = s.dir().join("other-name-ee.pem");
+        let (o, _dir, out) = fetch_with(
+            "pin-other-name",
+            "other-name-ee",
+            &[
+                "--ca-certificate",
+                other_anchor.to_str().unwrap(),
+                "--pinnedpubkey",
+                &other,
+            ],
+        );
+        o.assert_code(exit::TLS);
+        assert!(
+            o.stderr_text().contains("not valid for the host name localhost"),
+            "{}",
+            o.stderr_text()
+        );
+        assert!(!exists(&out));
+        // With -k the pin is all that is checked, and -v says so.
+        let (o, _dir, out) = fetch_with("pin-k", "other-name-ee", &["-k", "-v", "--pinnedpubkey", &other]);
+        o.assert_success();
+        assert_same_bytes(&out, file);
+        assert!(
+            o.stderr_text().contains("host name NOT checked (-k)"),
+            "{}",
+            o.stderr_text()
+        );
+        let (o, _dir, out) = fetch_with("pin-k-wrong", "other-name-ee", &["-k", "--pinnedpubkey", &right]);
+        o.assert_code(exit::TLS);
+        assert!(!exists(&out));
+        // Not a sha256// pin: a usage error.
+        let (o, _dir, _out) = fetch_with("pin-bad", "right-name-ee", &["--pinnedpubkey", "sha256//abc"]);
+        o.assert_code(exit::USAGE);
+    }
+
+    #[test]
+    fn issued_certificate_is_checked_for_the_host_name_under_its_ca_or_alone() {
+        // The issuing CA given: the usual chain.
+        for host in ["127.0.0.1", "localhost"] {
+            let (o, _dir, out) = fetch("issued-right", "issued-right", host, "ca.pem");
+            o.assert_success();
+            assert_same_bytes(&out, nginx().file(4097));
+            refused(
+                "issued-other",
+                host,
+                "ca.pem",
+                &["not valid for", "it names DNS:other.example"],
+            );
+        }
+        // The leaf alone given (no chain to a given CA: its own anchor, as curl's partial chains).
+        let (o, _dir, out) = fetch("issued-leaf", "issued-right", "localhost", "issued-right-leaf.pem");
+        o.assert_success();
+        assert_same_bytes(&out, nginx().file(4097));
+        refused(
+            "issued-other",
+            "localhost",
+            "issued-other-leaf.pem",
+            &["not valid for the host name localhost: it names DNS:other.example"],
+        );
+    }
+}
+
+#[test]
+fn https_to_a_plain_http_port_says_so_and_exits_4() {
+    let n = nginx();
+    let file = n.file(4097);
+    let dir = TestDir::new("https-to-http");
+    let out = dir.join("out.bin");
+    let url = format!("https://127.0.0.1:{}/{}", n.http_port, file.name);
+    let o = dir.ringdl().arg("-o").arg(&out).arg(&url).run();
+    o.assert_code(exit::TLS);
+    let err = o.stderr_text();
+    let hint = format!(
+        "the server answered in plain HTTP, not TLS (try http://127.0.0.1:{}/{})",
+        n.http_port, file.name
+    );
+    assert!(err.contains(&hint), "no {hint:?} in:\n{err}");
+    assert!(!err.contains("InvalidContentType"), "rustls' words leak:\n{err}");
+    assert!(!exists(&out), "FILE created");
+}
+
+#[test]
+fn missing_ssl_cert_file_and_dir_warn_once_and_the_other_anchors_serve() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("ssl-cert-missing");
+    let missing_file = dir.join("no-such-bundle.pem");
+    let missing_dir = dir.join("no-such-dir");
+    // Missing SSL_CERT_FILE and one missing SSL_CERT_DIR entry; the CA in --ca-certificate.
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .env("SSL_CERT_FILE", &missing_file)
+        .env("SSL_CERT_DIR", &missing_dir)
+        .args(["-x", "4", "--ca-certificate"])
+        .arg(n.ca_pem())
+        .arg("-o")
+        .arg(&out)
+        .arg(n.https_url(&file.name))
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    let err = o.stderr_text();
+    for name in [
+        format!("warning: SSL_CERT_FILE={}", missing_file.display()),
+        format!("warning: SSL_CERT_DIR {}", missing_dir.display()),
+    ] {
+        assert_eq!(err.matches(&name).count(), 1, "expected one {name:?} warning:\n{err}");
+    }
+    // Missing SSL_CERT_FILE; the CA in an SSL_CERT_DIR directory after a missing one.
+    let certs = dir.join("certs");
+    fs::create_dir(&certs).unwrap();
+    fs::copy(n.ca_pem(), certs.join("ringdl-test-ca.pem")).unwrap();
+    let out = dir.join("out2.bin");
+    let dirs = std::env::join_paths([&missing_dir, &certs]).unwrap();
+    let o = dir
+        .ringdl()
+        .env("SSL_CERT_FILE", &missing_file)
+        .env("SSL_CERT_DIR", &dirs)
+        .arg("-o")
+        .arg(&out)
+        .arg(n.https_url(&file.name))
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    assert_eq!(
+        o.stderr_text().matches("warning: SSL_CERT").count(),
+        2,
+        "{}",
+        o.stderr_text()
+    );
+}
+
+// ---------------------------------------------------------------------------
 // Output handling
 
 #[test]
@@ -770,6 +1332,7 @@ fn ordinary_user_with_64k_memlock_downloads_over_https() {
     }
     let o = cmd
         .arg(&bin)
+        .args(util::io_args())
         .args(["-x", "4", "--ca-certificate"])
         .arg(&ca)
         .arg("-o")

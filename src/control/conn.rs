@@ -44,7 +44,7 @@ impl Loop<'_> {
         c.rhi = 0;
         c.out.clear();
         c.last_io = Instant::now();
-        let timeout = Duration::from_secs(self.sh.opts.connect_timeout_s);
+        let timeout = Duration::from_secs_f64(self.sh.opts.connect_timeout_s);
         self.ring
             .push_with_timeout(Op::Connect { fd: raw, addr }, Tag::Conn(i).encode(), timeout)
             .map_err(|_| err!(Internal, "submission queue full"))

@@ -61,7 +61,16 @@ pub(crate) fn pump_tls(
         let UnbufferedStatus { mut discard, state } = tls.process_tls_records(&mut rbuf[*rlo..*rhi]);
         let state = match state {
             Ok(s) => s,
-            Err(e) => return Err(tls_fail(e)),
+            Err(e) => {
+                if handshaking && crate::control::tls::is_plain_http_answer(&e, &rbuf[*rlo..*rhi]) {
+                    let why = crate::control::tls::plain_http_message(sh.url);
+                    return Err(Fail::fatal(
+                        Kind::Tls,
+                        format!("TLS handshake with {}: {why}", sh.url.host()),
+                    ));
+                }
+                return Err(tls_fail(e));
+            }
         };
         let next = match state {
             ConnectionState::EncodeTlsData(mut enc) => {

@@ -1,50 +1,74 @@
 //! TLS client configuration: rustls with the ring provider, trust anchors from
 //! webpki-roots, `SSL_CERT_FILE`, `SSL_CERT_DIR` and `--ca-certificate`.
 
+mod x509;
+
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{ClientConfig, DigitallySignedStruct, ExtendedKeyPurpose, RootCertStore, SignatureScheme};
 
 use crate::err;
 use crate::error::Result;
 
 /// Builds the client configuration shared by every connection of a download.
 ///
-/// TLS 1.2 and 1.3, ALPN `http/1.1`. With `insecure`, the certificate chain and name are
-/// not checked (handshake signatures still are).
+/// TLS 1.2 and 1.3, ALPN `http/1.1`. Trust anchors: webpki-roots, then the PEM file
+/// `SSL_CERT_FILE` names and the PEM files in each directory of `SSL_CERT_DIR` (a path
+/// that cannot be read is reported once on stderr and skipped), then `ca_file`. The
+/// server's host name is checked whatever the anchor (see [`Verifier`]). With
+/// `insecure`, the certificate chain and name are not checked (handshake signatures
+/// still are). `pins` (`--pinnedpubkey`, see [`parse_pins`]), when not empty: the server
+/// key must be one of them, with or without `insecure`.
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] when `ca_file` cannot be read or holds no certificate.
-pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Result<Arc<ClientConfig>> {
+pub fn client_config(
+    ca_file: Option<&Path>,
+    pins: &[[u8; 32]],
+    insecure: bool,
+    verbose: u8,
+) -> Result<Arc<ClientConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(p) = std::env::var_os("SSL_CERT_FILE") {
-        let n = add_pem_file(&mut roots, Path::new(&p));
-        if verbose > 0 {
-            eprintln!(
-                "ringdl: {n} trust anchors from SSL_CERT_FILE={}",
-                Path::new(&p).display()
-            );
+        let p = Path::new(&p);
+        match add_pem_file(&mut roots, p) {
+            Ok(n) if verbose > 0 => eprintln!("ringdl: {n} trust anchors from SSL_CERT_FILE={}", p.display()),
+            Ok(_) => {}
+            Err(e) => eprintln!(
+                "ringdl: warning: SSL_CERT_FILE={}: {e}; going on with the other trust anchors",
+                p.display()
+            ),
         }
     }
     if let Some(d) = std::env::var_os("SSL_CERT_DIR") {
-        for dir in std::env::split_paths(&d) {
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for dir in std::env::split_paths(&d).filter(|d| !d.as_os_str().is_empty()) {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) => {
+                    eprintln!(
+                        "ringdl: warning: SSL_CERT_DIR {}: {e}; going on with the other trust anchors",
+                        dir.display()
+                    );
+                    continue;
+                }
+            };
             let mut n = 0;
             for e in entries.flatten() {
-                n += add_pem_file(&mut roots, &e.path());
+                n += add_pem_file(&mut roots, &e.path()).unwrap_or(0);
             }
             if verbose > 0 {
                 eprintln!("ringdl: {n} trust anchors from SSL_CERT_DIR {}", dir.display());
             }
         }
     }
-    let mut pinned = Vec::new();
+    let mut own_anchors = Vec::new();
     if let Some(f) = ca_file {
         let certs: Vec<_> = CertificateDer::pem_file_iter(f)
             .map_err(|e| err!(LocalIo, "--ca-certificate {}: {e}", f.display()))?
@@ -57,11 +81,10 @@ pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Res
                 f.display()
             ));
         }
-        pinned = certs.clone();
-        let (added, _) = roots.add_parsable_certificates(certs);
-        if added == 0 && pinned.is_empty() {
-            return Err(err!(LocalIo, "--ca-certificate {}: no usable certificate", f.display()));
-        }
+        // webpki may refuse some as anchors (a v1 certificate, say); they still serve as
+        // their own anchor when the server presents them exactly.
+        roots.add_parsable_certificates(certs.iter().cloned());
+        own_anchors = certs;
     }
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -71,8 +94,12 @@ pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Res
         .map_err(|e| err!(LocalIo, "trust anchors: {e}"))?;
     let verifier = Verifier {
         inner,
-        pinned,
+        own_anchors,
+        pins: pins.to_vec(),
         insecure,
+        verbose,
+        said_own_anchor: AtomicBool::new(false),
+        said_pin: AtomicBool::new(false),
     };
     let mut config = builder
         .dangerous()
@@ -84,12 +111,15 @@ pub fn client_config(ca_file: Option<&Path>, insecure: bool, verbose: u8) -> Res
     Ok(Arc::new(config))
 }
 
-/// Parses every certificate of a PEM file into `roots`; unreadable files count zero.
-fn add_pem_file(roots: &mut RootCertStore, path: &Path) -> usize {
-    let Ok(iter) = CertificateDer::pem_file_iter(path) else {
-        return 0;
-    };
-    roots.add_parsable_certificates(iter.flatten()).0
+/// Parses every certificate of a PEM file into `roots`; returns how many webpki took.
+///
+/// # Errors
+/// The file cannot be opened or read.
+fn add_pem_file(roots: &mut RootCertStore, path: &Path) -> std::io::Result<usize> {
+    let file = std::fs::File::open(path)?;
+    Ok(roots
+        .add_parsable_certificates(CertificateDer::pem_reader_iter(file).flatten())
+        .0)
 }
 
 /// The TLS server name for `host`: an IP address (no SNI is sent) or a DNS name.
@@ -100,16 +130,93 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>> {
     ServerName::try_from(host.to_owned()).map_err(|e| err!(Usage, "{host:?} is not a valid TLS server name: {e}"))
 }
 
-/// WebPKI verification, plus: a server certificate identical to one given with
-/// `--ca-certificate` is trusted as is (curl's `--cacert` accepts a self-signed
-/// certificate with CA:TRUE that webpki refuses as an end entity); with `-k` any
-/// certificate is accepted. Handshake signatures are always checked against the
-/// certificate's key.
+/// The server certificate check: WebPKI (chain to an anchor, validity period,
+/// extended key usage, host name), plus one case of its own.
+///
+/// A server certificate byte-identical to one given with `--ca-certificate` is its own
+/// trust anchor, as with curl `--cacert` (OpenSSL's partial chains): webpki refuses a
+/// self-signed CA:TRUE certificate as an end entity, and a leaf whose issuer is not
+/// given has no chain. Such a certificate passes only when its validity period covers
+/// now, its key usage / extended key usage allow a TLS server (see [`check_own_anchor`];
+/// the key usage is checked for every certificate, as OpenSSL does) and it names the
+/// host (DNS names against dNSName SANs, IP literals against iPAddress SANs; RFC 6125,
+/// via webpki). With `-k` any certificate is accepted. With `--pinnedpubkey` the
+/// server key must also be a pinned one (with `-k` too: then the pin is all that is
+/// checked). Handshake signatures are always checked against the certificate's key.
 #[derive(Debug)]
 struct Verifier {
     inner: Arc<rustls::client::WebPkiServerVerifier>,
-    pinned: Vec<CertificateDer<'static>>,
+    /// The certificates of `--ca-certificate`, DER.
+    own_anchors: Vec<CertificateDer<'static>>,
+    /// `--pinnedpubkey`: SHA-256 of SubjectPublicKeyInfo DER.
+    pins: Vec<[u8; 32]>,
     insecure: bool,
+    verbose: u8,
+    /// Set once `-v` said that a certificate was trusted as its own anchor.
+    said_own_anchor: AtomicBool,
+    /// Set once `-v` said that the pinned key matched.
+    said_pin: AtomicBool,
+}
+
+impl Verifier {
+    /// WebPKI, or the own-anchor case; see [`Verifier`].
+    fn verify_anchored(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        match self
+            .inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(_) if self.own_anchors.iter().any(|a| a.as_ref() == end_entity.as_ref()) => {
+                check_own_anchor(end_entity, server_name, now)?;
+                if self.verbose > 0 && !self.said_own_anchor.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "ringdl: the server certificate is one given in --ca-certificate: trusted as its own \
+                         anchor (validity period, key usage and host name {} checked)",
+                        server_name.to_str()
+                    );
+                }
+                Ok(ServerCertVerified::assertion())
+            }
+            Ok(verified) => {
+                // webpki ignores keyUsage; OpenSSL (curl, wget) checks it, and so does
+                // the own-anchor case: the same rule for every certificate.
+                if let Some(facts) = x509::facts(end_entity.as_ref()) {
+                    check_usage(&facts)?;
+                }
+                Ok(verified)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `--pinnedpubkey`: the SHA-256 of the certificate's SubjectPublicKeyInfo must be
+    /// pinned (curl's `sha256//` pins, RFC 7469 §2.4's hash input).
+    fn check_pin(&self, end_entity: &CertificateDer<'_>) -> std::result::Result<(), rustls::Error> {
+        if self.pins.is_empty() {
+            return Ok(());
+        }
+        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        let digest = ring::digest::digest(&ring::digest::SHA256, parsed.subject_public_key_info().as_ref());
+        let pin = format!("sha256//{}", base64_encode(digest.as_ref()));
+        if !self.pins.iter().any(|p| p[..] == *digest.as_ref()) {
+            return Err(rustls::CertificateError::Other(rustls::OtherError(Arc::new(PinMismatch(pin)))).into());
+        }
+        if self.verbose > 0 && !self.said_pin.swap(true, Ordering::Relaxed) {
+            let also = if self.insecure {
+                "certificate chain, validity and host name NOT checked (-k)"
+            } else {
+                "certificate chain, validity and host name checked as well"
+            };
+            eprintln!("ringdl: --pinnedpubkey: the server key {pin} is pinned; {also}");
+        }
+        Ok(())
+    }
 }
 
 impl ServerCertVerifier for Verifier {
@@ -121,18 +228,13 @@ impl ServerCertVerifier for Verifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        if self.insecure {
-            return Ok(ServerCertVerified::assertion());
-        }
-        match self
-            .inner
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(_) if self.pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) => {
-                Ok(ServerCertVerified::assertion())
-            }
-            r => r,
-        }
+        let verified = if self.insecure {
+            ServerCertVerified::assertion()
+        } else {
+            self.verify_anchored(end_entity, intermediates, server_name, ocsp_response, now)?
+        };
+        self.check_pin(end_entity)?;
+        Ok(verified)
     }
 
     fn verify_tls12_signature(
@@ -158,6 +260,199 @@ impl ServerCertVerifier for Verifier {
     }
 }
 
+/// Checks a certificate trusted as its own anchor (see [`Verifier`]): validity period
+/// (RFC 5280 §4.1.2.5), key usage ([`check_usage`]), then the host name.
+///
+/// # Errors
+/// The [`rustls::CertificateError`] of the first check that fails; a key usage without a
+/// TLS server bit is `Other(`[`KeyUsageRefused`]`)`.
+fn check_own_anchor(
+    cert: &CertificateDer<'_>,
+    server_name: &ServerName<'_>,
+    now: UnixTime,
+) -> std::result::Result<(), rustls::Error> {
+    use rustls::CertificateError as C;
+    let at = |secs| UnixTime::since_unix_epoch(std::time::Duration::from_secs(secs));
+    let facts = x509::facts(cert.as_ref()).ok_or(C::BadEncoding)?;
+    if now.as_secs() < facts.not_before {
+        return Err(C::NotValidYetContext {
+            time: now,
+            not_before: at(facts.not_before),
+        }
+        .into());
+    }
+    if now.as_secs() > facts.not_after {
+        return Err(C::ExpiredContext {
+            time: now,
+            not_after: at(facts.not_after),
+        }
+        .into());
+    }
+    check_usage(&facts)?;
+    let parsed = rustls::server::ParsedCertificate::try_from(cert)?;
+    rustls::client::verify_server_name(&parsed, server_name)
+}
+
+/// keyUsage (when present: digitalSignature, keyEncipherment or keyAgreement — OpenSSL's
+/// rule, RFC 5280 §4.2.1.3) and extKeyUsage (when present: serverAuth or
+/// anyExtendedKeyUsage, §4.2.1.12) allow a TLS server key.
+///
+/// # Errors
+/// `Other(`[`KeyUsageRefused`]`)` or `InvalidPurposeContext`.
+fn check_usage(facts: &x509::Facts<'_>) -> std::result::Result<(), rustls::Error> {
+    use rustls::CertificateError as C;
+    if let Some(bits) = facts.key_usage
+        && bits & x509::KU_TLS == 0
+    {
+        return Err(C::Other(rustls::OtherError(Arc::new(KeyUsageRefused))).into());
+    }
+    if let Some(purposes) = &facts.ext_key_usage
+        && !purposes
+            .iter()
+            .any(|&p| p == x509::OID_SERVER_AUTH || p == x509::OID_ANY_EKU)
+    {
+        return Err(C::InvalidPurposeContext {
+            required: ExtendedKeyPurpose::ServerAuth,
+            presented: purposes
+                .iter()
+                .map(|&p| match p {
+                    x509::OID_CLIENT_AUTH => ExtendedKeyPurpose::ClientAuth,
+                    p => ExtendedKeyPurpose::Other(x509::oid_arcs(p)),
+                })
+                .collect(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// A keyUsage extension with none of digitalSignature, keyEncipherment, keyAgreement:
+/// the key may not serve TLS (RFC 5280 §4.2.1.3).
+#[derive(Debug)]
+pub struct KeyUsageRefused;
+
+impl std::fmt::Display for KeyUsageRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("its key usage allows none of digitalSignature, keyEncipherment, keyAgreement")
+    }
+}
+
+impl std::error::Error for KeyUsageRefused {}
+
+/// The server key is not one `--pinnedpubkey` names; holds the key's own `sha256//` pin.
+#[derive(Debug)]
+pub struct PinMismatch(String);
+
+impl std::fmt::Display for PinMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server key is not one --pinnedpubkey names (the server key is {})",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for PinMismatch {}
+
+/// Parses `--pinnedpubkey` as curl spells it: `sha256//BASE64[;sha256//BASE64…]`, each
+/// the base64 (RFC 4648 §4, padding optional) of the SHA-256 of a SubjectPublicKeyInfo
+/// DER (`openssl pkey -pubout -outform der | openssl dgst -sha256 -binary | base64`).
+/// Key files (curl's other form) are not read.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for an empty list or an item that is not such a hash.
+pub fn parse_pins(v: &str) -> Result<Vec<[u8; 32]>> {
+    v.split(';')
+        .map(|item| {
+            item.trim()
+                .strip_prefix("sha256//")
+                .and_then(base64_decode)
+                .and_then(|d| <[u8; 32]>::try_from(d).ok())
+                .ok_or_else(|| {
+                    err!(
+                        Usage,
+                        "--pinnedpubkey: {item:?} is not sha256//BASE64 (the base64 SHA-256 of a public key; \
+                         several joined with ';')"
+                    )
+                })
+        })
+        .collect()
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Base64 with padding (RFC 4648 §4).
+fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(BASE64[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Decodes base64 (RFC 4648 §4); the `=` padding may be left out. `None` for any other
+/// character, a lone sixth-bit group, or non-zero bits after the last byte.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim_end_matches('=');
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes() {
+        let v = BASE64.iter().position(|&b| b == c)? as u32;
+        acc = acc << 6 | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    (bits < 6 && acc == 0).then_some(out)
+}
+
+/// True when a handshake failed because the server answered in plain HTTP: rustls saw
+/// a record of no TLS content type and the bytes received start with `HTTP/`.
+pub fn is_plain_http_answer(e: &rustls::Error, received: &[u8]) -> bool {
+    matches!(
+        e,
+        rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)
+    ) && received.starts_with(b"HTTP/")
+}
+
+/// The message for [`is_plain_http_answer`]: the same URL over `http://`, port kept.
+pub fn plain_http_message(url: &http::Url) -> String {
+    let mut authority = url.host_header();
+    if !authority.ends_with(&format!(":{}", url.port())) {
+        authority = format!("{authority}:{}", url.port());
+    }
+    format!(
+        "the server answered in plain HTTP, not TLS (try http://{authority}{})",
+        url.path_and_query()
+    )
+}
+
+/// A subject alternative name as webpki's Debug spells it (`DnsName("a.example")`,
+/// `IpAddress(127.0.0.1)`), in the `DNS:` / `IP:` form of `openssl x509 -text`.
+fn san(debug: &str) -> String {
+    if let Some(name) = debug.strip_prefix("DnsName(\"").and_then(|n| n.strip_suffix("\")")) {
+        format!("DNS:{name}")
+    } else if let Some(ip) = debug.strip_prefix("IpAddress(").and_then(|n| n.strip_suffix(')')) {
+        format!("IP:{ip}")
+    } else {
+        debug.to_owned()
+    }
+}
+
 /// A TLS failure in words a user can act on (rustls' Display for the rest).
 pub fn explain(e: &rustls::Error) -> String {
     use rustls::{CertificateError as C, Error as E};
@@ -165,17 +460,147 @@ pub fn explain(e: &rustls::Error) -> String {
         E::InvalidCertificate(C::UnknownIssuer) => {
             "the server certificate is not trusted (unknown issuer): add its CA with --ca-certificate FILE, or -k".into()
         }
-        E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
-            "the server certificate is not valid for this host name".into()
+        E::InvalidCertificate(C::NotValidForNameContext { expected, presented }) => {
+            let names = if presented.is_empty() {
+                "no subject alternative name".to_owned()
+            } else {
+                presented.iter().map(|n| san(n)).collect::<Vec<_>>().join(", ")
+            };
+            let what = match expected {
+                ServerName::IpAddress(_) => "IP address",
+                _ => "host name",
+            };
+            format!(
+                "the server certificate is not valid for the {what} {}: it names {names} \
+                 (host names are checked whatever the trust anchor)",
+                expected.to_str()
+            )
         }
-        E::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => "the server certificate has expired".into(),
-        E::InvalidCertificate(C::NotValidYet | C::NotValidYetContext { .. }) => {
-            "the server certificate is not valid yet (check the clock)".into()
+        E::InvalidCertificate(C::NotValidForName) => "the server certificate is not valid for this host name".into(),
+        E::InvalidCertificate(C::ExpiredContext { not_after, .. }) => format!(
+            "the server certificate has expired (notAfter {})",
+            x509::utc(not_after.as_secs())
+        ),
+        E::InvalidCertificate(C::Expired) => "the server certificate has expired".into(),
+        E::InvalidCertificate(C::NotValidYetContext { not_before, .. }) => format!(
+            "the server certificate is not valid yet (notBefore {}; check the clock)",
+            x509::utc(not_before.as_secs())
+        ),
+        E::InvalidCertificate(C::NotValidYet) => "the server certificate is not valid yet (check the clock)".into(),
+        E::InvalidCertificate(C::InvalidPurposeContext { presented, .. }) => {
+            let list: Vec<_> = presented.iter().map(|p| p.to_string()).collect();
+            format!(
+                "the server certificate is not for TLS servers: its extended key usage allows only {}",
+                list.join("; ")
+            )
+        }
+        E::InvalidCertificate(C::InvalidPurpose) => {
+            "the server certificate is not for TLS servers (extended key usage)".into()
+        }
+        E::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<PinMismatch>().is_some() => o.0.to_string(),
+        E::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<KeyUsageRefused>().is_some() => {
+            format!("the server certificate is not for TLS servers: {}", o.0)
         }
         E::InvalidCertificate(C::Other(o)) if format!("{o:?}").contains("CaUsedAsEndEntity") => {
             "the server certificate is a CA certificate (CA:TRUE) used as a server certificate: give that exact certificate with --ca-certificate, or -k".into()
         }
+        E::InvalidMessage(rustls::InvalidMessage::InvalidContentType) => {
+            "the server did not answer in TLS (is this port plain HTTP?)".into()
+        }
         E::AlertReceived(a) => format!("the server sent TLS alert {a:?}"),
         e => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, date_time_ymd};
+
+    /// A self-signed certificate for localhost and 127.0.0.1, edited by `edit`.
+    fn cert(edit: impl FnOnce(&mut CertificateParams)) -> CertificateDer<'static> {
+        let mut p = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+        p.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        edit(&mut p);
+        p.self_signed(&KeyPair::generate().unwrap()).unwrap().der().clone()
+    }
+
+    fn check(c: &CertificateDer<'_>, host: &str) -> String {
+        let now = UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_800_000_000)); // 2027
+        match check_own_anchor(c, &ServerName::try_from(host).unwrap(), now) {
+            Ok(()) => "ok".into(),
+            Err(e) => explain(&e),
+        }
+    }
+
+    #[test]
+    fn own_anchor_checks_name_validity_and_usage() {
+        let good = cert(|_| {});
+        assert_eq!(check(&good, "localhost"), "ok");
+        assert_eq!(check(&good, "127.0.0.1"), "ok");
+        assert!(
+            check(&good, "other.example").contains("host name other.example: it names DNS:localhost, IP:127.0.0.1")
+        );
+        let expired = cert(|p| p.not_after = date_time_ymd(2026, 1, 1));
+        assert!(check(&expired, "localhost").contains("expired (notAfter 2026-01-01 00:00:00 UTC)"));
+        let early = cert(|p| p.not_before = date_time_ymd(2028, 1, 1));
+        assert!(check(&early, "localhost").contains("not valid yet (notBefore 2028-01-01"));
+        let client = cert(|p| p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth]);
+        assert!(check(&client, "localhost").contains("allows only client authentication"));
+        let any = cert(|p| p.extended_key_usages = vec![ExtendedKeyUsagePurpose::Any]);
+        assert_eq!(check(&any, "localhost"), "ok");
+        let no_sign = cert(|p| p.key_usages = vec![KeyUsagePurpose::KeyCertSign]);
+        assert!(check(&no_sign, "localhost").contains("digitalSignature"));
+        let sign = cert(|p| p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature]);
+        assert_eq!(check(&sign, "localhost"), "ok");
+        // OpenSSL's rule, as curl and wget: keyEncipherment alone (old RSA certificates) passes.
+        let encipher = cert(|p| p.key_usages = vec![KeyUsagePurpose::KeyEncipherment]);
+        assert_eq!(check(&encipher, "localhost"), "ok");
+    }
+
+    #[test]
+    fn pins_parse_like_curl_and_base64_round_trips() {
+        let d = [7u8; 32];
+        let b = base64_encode(&d);
+        assert_eq!(b.len(), 44);
+        assert_eq!(parse_pins(&format!("sha256//{b}")).unwrap(), [d]);
+        assert_eq!(
+            parse_pins(&format!("sha256//{b}; sha256//{}", b.trim_end_matches('='))).unwrap(),
+            [d, d]
+        );
+        for bad in [
+            "",
+            "sha256//",
+            "sha1//AAAA",
+            &b,
+            "sha256//AAAA",
+            &format!("sha256//{b}A"),
+            "sha256//!!",
+        ] {
+            assert!(parse_pins(bad).is_err(), "{bad:?} accepted");
+        }
+        for (plain, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64_encode(plain.as_bytes()), enc);
+            assert_eq!(base64_decode(enc).as_deref(), Some(plain.as_bytes()));
+        }
+        assert_eq!(base64_decode("Zh=="), None, "non-zero trailing bits");
+        assert_eq!(base64_decode("Z"), None, "a lone 6-bit group");
+    }
+
+    #[test]
+    fn plain_http_answer_names_the_http_url() {
+        let e = rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType);
+        assert!(is_plain_http_answer(&e, b"HTTP/1.1 400 Bad Request\r\n"));
+        assert!(!is_plain_http_answer(&e, b"\x15\x03\x03"));
+        let url = http::Url::parse("https://h.example:8080/a/b?c=d").unwrap();
+        assert!(plain_http_message(&url).ends_with("(try http://h.example:8080/a/b?c=d)"));
+        let url = http::Url::parse("https://[::1]/f").unwrap();
+        assert!(plain_http_message(&url).ends_with("(try http://[::1]:443/f)"));
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use http::Url;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use uring::{BufPool, Completion, Op, Ring, RingBuilder};
+use uring::{BufPool, Completion, Op, Ring};
 
 use crate::cli::Options;
 use crate::control::*;
@@ -82,6 +82,8 @@ pub struct Summary {
     /// The server turned extra connections away (503/429, refused connects): how many it
     /// allowed.
     pub capped_at: Option<usize>,
+    /// The I/O backend: `io_uring`, `epoll (io_uring refused: EPERM)`.
+    pub io: String,
 }
 
 /// Download-wide state the connections share.
@@ -198,17 +200,7 @@ pub fn run(
     let block = WRITE_BLOCK.max(out.align as usize);
     let wcount = (2 * n + 2).clamp(6, 64);
     let entries = (2 * n + wcount + 8).next_power_of_two() as u32;
-    let mut ring = RingBuilder::new(entries)
-        .single_issuer(true)
-        .defer_taskrun(true)
-        .coop_taskrun(true)
-        .build()
-        .map_err(|e| {
-            err!(
-                LocalIo,
-                "io_uring setup: {e} (io_uring disabled by kernel.io_uring_disabled or seccomp?)"
-            )
-        })?;
+    let crate::io::Chosen { mut ring, label: io } = crate::io::build_ring(opts.io, entries, splice, opts.verbose)?;
     let rpool =
         BufPool::new(READ_BLOCK, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {READ_BLOCK} bytes): {e}"))?;
     let wpool =
@@ -411,6 +403,7 @@ pub fn run(
         ktls_conns: dl.sh.ktls_conns,
         ktls_refused: dl.sh.ktls_refused.take(),
         capped_at: dl.sh.capped_at,
+        io,
     }))
 }
 

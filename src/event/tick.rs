@@ -16,7 +16,7 @@ impl Loop<'_> {
             self.recent_rate = (self.sh.received - self.rate_mark.1) as f64 / window.as_secs_f64();
             self.rate_mark = (Instant::now(), self.sh.received);
         }
-        let stall = Duration::from_secs(self.sh.opts.stall_timeout_s);
+        let stall = Duration::from_secs_f64(self.sh.opts.stall_timeout_s);
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
             if c.busy && c.st == St::Open && !c.cancel_sent && c.last_io.elapsed() > stall {

@@ -102,6 +102,27 @@ const SCRUBBED_ENV: &[&str] = &[
     "NO_PROXY",
 ];
 
+/// The I/O backend every `ringdl` run of the tests is forced to: `RINGDL_TEST_IO`
+/// (`uring` or `epoll`); unset or empty = ringdl's own choice (`auto`).
+pub fn test_io() -> Option<&'static str> {
+    static IO: OnceLock<Option<String>> = OnceLock::new();
+    IO.get_or_init(|| {
+        let v = std::env::var("RINGDL_TEST_IO").ok().filter(|v| !v.is_empty())?;
+        assert!(
+            v == "uring" || v == "epoll",
+            "RINGDL_TEST_IO must be uring or epoll, not {v:?}"
+        );
+        Some(v)
+    })
+    .as_deref()
+}
+
+/// `["--io", backend]` when [`test_io`] forces one, else nothing: for tests that run a
+/// copy of the binary through another program (prlimit, setpriv, the seccomp helper).
+pub fn io_args() -> Vec<&'static str> {
+    test_io().map_or_else(Vec::new, |io| vec!["--io", io])
+}
+
 /// A command with a timeout whose output is captured.
 pub struct TestCommand {
     cmd: Command,
@@ -119,10 +140,12 @@ impl TestCommand {
         }
     }
 
-    /// The `ringdl` binary with a scrubbed environment (see [`SCRUBBED_ENV`]).
+    /// The `ringdl` binary with a scrubbed environment (see [`SCRUBBED_ENV`]), on the I/O
+    /// backend [`test_io`] names (`--io epoll` when `RINGDL_TEST_IO=epoll`).
     pub fn ringdl() -> TestCommand {
         let mut cmd = TestCommand::new(ringdl_bin());
         cmd.scrub_env();
+        cmd.args(io_args());
         cmd
     }
 
@@ -132,6 +155,12 @@ impl TestCommand {
             self.cmd.env_remove(var);
         }
         self
+    }
+
+    /// The underlying [`Command`] (for what this wrapper does not cover, e.g. a
+    /// `pre_exec` hook).
+    pub fn command_mut(&mut self) -> &mut Command {
+        &mut self.cmd
     }
 
     /// Appends one argument.
@@ -308,6 +337,12 @@ impl Output {
             line.contains("engine direct") || line.contains("engine buffered"),
             "summary names no engine (`engine direct` / `engine buffered`): {line}"
         );
+        let io = match test_io() {
+            Some("epoll") => "I/O epoll",
+            Some(_) => "I/O io_uring",
+            None => "I/O ",
+        };
+        assert!(line.contains(io), "summary does not name `{io}`: {line}");
         line
     }
 }
@@ -925,6 +960,146 @@ fn wait_ready(child: &mut Child, run: &Path, ports: &[u16]) -> Result<(), StartE
             return Err(StartError::Fatal(format!("not ready after 30 s:\n{}", log())));
         }
         thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTPS servers with certificates of the test's choosing
+
+/// One HTTPS server of a [`CertServers`]: a name for the test, the PEM chain nginx
+/// presents (leaf first) and the PEM private key of the leaf.
+pub struct CertServer {
+    /// The test's name for this server (`other-name`, `expired`, …).
+    pub label: String,
+    /// `ssl_certificate`: leaf first, then any intermediates.
+    pub chain_pem: String,
+    /// `ssl_certificate_key`.
+    pub key_pem: String,
+}
+
+/// A second nginx serving the fixture's document root over HTTPS, one port per
+/// certificate (an IP literal sends no SNI, so each certificate needs its own port).
+/// Its lifetime works as the [`Nginx`] fixture's: it stops when the test process exits.
+pub struct CertServers {
+    /// True when the servers also listen on `[::1]`.
+    pub ipv6: bool,
+    base: PathBuf,
+    ports: Vec<(String, u16)>,
+    /// Keeps the wrapper alive: dropping the stdin (only at process exit) stops nginx.
+    _lifeline: Mutex<(Child, ChildStdin)>,
+}
+
+impl CertServers {
+    /// Starts nginx with one `listen … ssl` server per entry of `servers`, serving
+    /// `www` (usually [`Nginx::www`]).
+    ///
+    /// # Panics
+    /// When nginx does not start (the message holds its log).
+    pub fn start(www: &Path, servers: &[CertServer]) -> CertServers {
+        let base = tempfile::Builder::new()
+            .prefix("ringdl-nginx-certs-")
+            .tempdir()
+            .expect("creating the cert servers dir")
+            .keep();
+        for s in servers {
+            fs::write(base.join(format!("{}.pem", s.label)), &s.chain_pem).unwrap();
+            fs::write(base.join(format!("{}.key", s.label)), &s.key_pem).unwrap();
+        }
+        let bin = nginx_bin();
+        let ipv6 = TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, 0))).is_ok();
+        let modules = nginx_modules(&bin);
+        for attempt in 1..=8 {
+            let run = base.join(format!("run-{attempt}"));
+            fs::create_dir_all(run.join("tmp")).unwrap();
+            let ports: Vec<u16> = servers.iter().map(|_| free_port(ipv6)).collect();
+            if ports.iter().collect::<std::collections::HashSet<_>>().len() != ports.len() {
+                continue;
+            }
+            let temp_paths: String = modules
+                .iter()
+                .map(|m| format!("    {m}_temp_path \"{}/tmp/{m}\";\n", run.display()))
+                .collect();
+            let user = if is_root() { "user root;" } else { "" };
+            let mut conf = format!(
+                "{user}\nworker_processes 1;\npid \"{run}/nginx.pid\";\nerror_log \"{run}/error.log\" warn;\n\
+                 events {{ worker_connections 256; }}\nhttp {{\n    access_log off;\n    \
+                 client_body_temp_path \"{run}/tmp/client_body\";\n{temp_paths}    \
+                 default_type application/octet-stream;\n    server_tokens off;\n    root \"{www}\";\n",
+                run = run.display(),
+                www = www.display(),
+            );
+            for (s, port) in servers.iter().zip(&ports) {
+                let mut listen = format!("listen 127.0.0.1:{port} ssl;");
+                if ipv6 {
+                    listen.push_str(&format!(" listen [::1]:{port} ssl;"));
+                }
+                conf.push_str(&format!(
+                    "    server {{ {listen} ssl_certificate \"{b}/{l}.pem\"; ssl_certificate_key \"{b}/{l}.key\"; }}\n",
+                    b = base.display(),
+                    l = s.label
+                ));
+            }
+            conf.push_str("}\n");
+            fs::write(run.join("nginx.conf"), conf).unwrap();
+            let log = File::create(run.join("wrapper.log")).unwrap();
+            let mut child = Command::new("sh")
+                .arg("-c")
+                .arg(WRAPPER)
+                .arg("ringdl-test-nginx-certs")
+                .arg(&bin)
+                .arg(&run)
+                .arg(&base)
+                .stdin(Stdio::piped())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting sh for nginx: {e}"));
+            let stdin = child.stdin.take().unwrap();
+            match wait_ready(&mut child, &run, &ports) {
+                Ok(()) => {
+                    return CertServers {
+                        ipv6,
+                        base,
+                        ports: servers.iter().map(|s| s.label.clone()).zip(ports).collect(),
+                        _lifeline: Mutex::new((child, stdin)),
+                    };
+                }
+                Err(e) => {
+                    drop(stdin);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    if let StartError::Fatal(msg) = e {
+                        let _ = fs::remove_dir_all(&base);
+                        panic!("nginx (cert servers) did not start: {msg}\n({INSTALL_HINT})");
+                    }
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&base);
+        panic!("nginx (cert servers): ports kept being taken, gave up after 8 attempts");
+    }
+
+    /// A directory for the test's own files (anchors to give with `--ca-certificate`),
+    /// removed with the servers at process exit. It also holds `<label>.pem`, each
+    /// server's chain.
+    pub fn dir(&self) -> &Path {
+        &self.base
+    }
+
+    /// The port of the server labelled `label`.
+    #[track_caller]
+    pub fn port(&self, label: &str) -> u16 {
+        self.ports
+            .iter()
+            .find(|(l, _)| l == label)
+            .unwrap_or_else(|| panic!("no cert server labelled {label:?}"))
+            .1
+    }
+
+    /// `https://<host>:<port of label>/<path>` (`host`: `127.0.0.1`, `localhost`, `[::1]`).
+    #[track_caller]
+    pub fn url(&self, label: &str, host: &str, path: &str) -> String {
+        format!("https://{host}:{}/{path}", self.port(label))
     }
 }
 

@@ -9,7 +9,9 @@
 //!   io_uring_enter(2) per submit-and-wait, CQEs reaped without a syscall.
 //! - [`RingBuilder`]: setup flags with clean fallback, [`Ring::granted`].
 //! - [`BufPool`] / [`Buf`] / [`Ring`] / [`Op`]: ops own their memory until
-//!   their [`Completion`] gives it back. This is what the binary uses.
+//!   their [`Completion`] gives it back. This is what the binary uses. A
+//!   [`Ring`] runs on io_uring or, where io_uring is refused, on epoll(7)
+//!   with each op as its plain syscall ([`Backend`]); the API is the same.
 //!
 //! Sources: io_uring_setup(2), io_uring_enter(2), io_uring_register(2) and
 //! the kernel's `io_uring/` directory; minimum kernel versions are on each item.
@@ -17,6 +19,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod buf;
+mod epoll;
 mod mmap;
 pub mod opcode;
 mod raw;
@@ -25,6 +28,6 @@ pub mod signal;
 mod sys;
 
 pub use buf::{Buf, BufPool};
-pub use raw::{Probe, RawRing, RingBuilder, SqFull, iovec, is_refused};
+pub use raw::{Backend, Probe, RawRing, RingBuilder, SqFull, falls_back, iovec, is_refused};
 pub use ring::{Completion, Op, PushError, Ring};
 pub use sys::{Cqe, Features, SetupFlags, Sqe, SqeFlags, Timespec};

@@ -39,15 +39,53 @@ pub fn is_refused(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(e) if e == Errno::NOSYS.raw_os_error() || e == Errno::PERM.raw_os_error())
 }
 
-/// Setup parameters for a ring: entries, optional setup flags.
+/// Which kernel interface runs a [`crate::Ring`]'s ops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// io_uring (5.6+ for every op of the owned layer; SPLICE 5.7).
+    #[default]
+    Uring,
+    /// Readiness: each op as its plain syscall, non-blocking sockets and pipes
+    /// waited on with epoll(7). Runs where io_uring is refused (seccomp,
+    /// `kernel.io_uring_disabled`).
+    Epoll,
+}
+
+impl Backend {
+    /// `"io_uring"` or `"epoll"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Uring => "io_uring",
+            Backend::Epoll => "epoll",
+        }
+    }
+}
+
+/// True when `err` (from [`RingBuilder::build`] with [`Backend::Uring`]) is
+/// a reason to run on [`Backend::Epoll`] instead: ENOSYS (not built in),
+/// EPERM (`kernel.io_uring_disabled`, seccomp), EINVAL (a kernel too old for
+/// the setup asked for) or ENOMEM (RLIMIT_MEMLOCK charged for the rings
+/// before 5.12, or no memory). Returns the errno.
+///
+/// Source: io_uring_setup(2) ERRORS.
+pub fn falls_back(err: &io::Error) -> Option<Errno> {
+    let e = Errno::from_io_error(err)?;
+    [Errno::NOSYS, Errno::PERM, Errno::INVAL, Errno::NOMEM]
+        .contains(&e)
+        .then_some(e)
+}
+
+/// Setup parameters for a ring: backend, entries, optional setup flags.
 ///
 /// Each optional flag falls back when the kernel refuses it (EINVAL, EPERM):
 /// first DEFER_TASKRUN is dropped, then SINGLE_ISSUER and COOP_TASKRUN, then
-/// SQPOLL. [`Ring::granted`](crate::Ring::granted) says what was kept.
+/// SQPOLL. [`Ring::granted`](crate::Ring::granted) says what was kept. The
+/// setup flags mean nothing to [`Backend::Epoll`].
 #[derive(Debug, Clone)]
 pub struct RingBuilder {
-    entries: u32,
-    cq_entries: Option<u32>,
+    pub(crate) backend: Backend,
+    pub(crate) entries: u32,
+    pub(crate) cq_entries: Option<u32>,
     sqpoll_idle_ms: Option<u32>,
     single_issuer: bool,
     defer_taskrun: bool,
@@ -60,6 +98,7 @@ impl RingBuilder {
     /// CQ entries.
     pub fn new(entries: u32) -> RingBuilder {
         RingBuilder {
+            backend: Backend::Uring,
             entries,
             cq_entries: None,
             sqpoll_idle_ms: None,
@@ -67,6 +106,12 @@ impl RingBuilder {
             defer_taskrun: false,
             coop_taskrun: false,
         }
+    }
+
+    /// Chooses the backend (default [`Backend::Uring`]).
+    pub fn backend(mut self, backend: Backend) -> RingBuilder {
+        self.backend = backend;
+        self
     }
 
     /// Asks for `IORING_SETUP_SQPOLL` (5.1; unprivileged since 5.13): a kernel
@@ -586,6 +631,47 @@ impl Probe {
     /// The highest opcode the kernel knows (`last_op`).
     pub fn last_op(&self) -> u8 {
         self.last_op
+    }
+
+    /// A probe that supports exactly `codes` (what the epoll backend runs).
+    pub(crate) fn from_codes(codes: &[u8]) -> Probe {
+        let mut p = Probe {
+            last_op: 0,
+            supported: [0; 4],
+        };
+        for &c in codes {
+            p.supported[usize::from(c / 64)] |= 1 << (c % 64);
+            p.last_op = p.last_op.max(c);
+        }
+        p
+    }
+
+    /// The first opcode [`crate::Ring`]'s ops need that this kernel lacks, by
+    /// name (`"IORING_OP_RECV"`); SPLICE only when `splice`. `None` = all there.
+    pub fn lacks_owned_ops(&self, splice: bool) -> Option<&'static str> {
+        use crate::opcode::*;
+        let need: [(u8, &'static str); 16] = [
+            (Nop::CODE, "IORING_OP_NOP"),
+            (Read::CODE, "IORING_OP_READ"),
+            (Write::CODE, "IORING_OP_WRITE"),
+            (ReadFixed::CODE, "IORING_OP_READ_FIXED"),
+            (WriteFixed::CODE, "IORING_OP_WRITE_FIXED"),
+            (Recv::CODE, "IORING_OP_RECV"),
+            (Send::CODE, "IORING_OP_SEND"),
+            (RecvMsg::CODE, "IORING_OP_RECVMSG"),
+            (Connect::CODE, "IORING_OP_CONNECT"),
+            (Close::CODE, "IORING_OP_CLOSE"),
+            (Fallocate::CODE, "IORING_OP_FALLOCATE"),
+            (Fsync::CODE, "IORING_OP_FSYNC"),
+            (Timeout::CODE, "IORING_OP_TIMEOUT"),
+            (LinkTimeout::CODE, "IORING_OP_LINK_TIMEOUT"),
+            (AsyncCancel::CODE, "IORING_OP_ASYNC_CANCEL"),
+            (Splice::CODE, "IORING_OP_SPLICE"),
+        ];
+        need.iter()
+            .filter(|(c, _)| splice || *c != Splice::CODE)
+            .find(|(c, _)| !self.supports(*c))
+            .map(|(_, n)| *n)
     }
 }
 

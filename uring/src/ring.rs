@@ -16,8 +16,9 @@ use linux_raw_sys::net::msghdr;
 use rustix::io::Errno;
 
 use crate::buf::{Buf, BufPool, PoolInner, Registration};
+use crate::epoll::EpollRing;
 use crate::opcode;
-use crate::raw::{Probe, RawRing, RingBuilder};
+use crate::raw::{Backend, Probe, RawRing, RingBuilder};
 use crate::sys::{Features, SetupFlags, Sqe, SqeFlags, Timespec};
 
 /// `user_data` bit marking the CQE of an internal LINK_TIMEOUT (slot in the low bits).
@@ -307,11 +308,11 @@ impl Slot {
     }
 }
 
-/// An io_uring with owned-buffer ops: the safe layer the binary uses.
+/// The io_uring backend of [`Ring`].
 ///
 /// One thread (`!Send`). In-flight ops are bounded by a slot table of
 /// CQ-entries size allocated at build, so the CQ never overflows.
-pub struct Ring {
+pub(crate) struct UringRing {
     /// Bookkeeping per in-flight op; index = low 32 bits of `user_data`.
     slots: Box<[Slot]>,
     /// Memory the kernel reads (and for RECVMSG writes) per slot, kept apart
@@ -332,9 +333,9 @@ pub struct Ring {
     raw: RawRing,
 }
 
-impl core::fmt::Debug for Ring {
+impl core::fmt::Debug for UringRing {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Ring")
+        f.debug_struct("UringRing")
             .field("raw", &self.raw)
             .field("in_flight", &self.in_flight)
             .field("cqes_outstanding", &self.cqes_outstanding)
@@ -343,18 +344,30 @@ impl core::fmt::Debug for Ring {
 }
 
 impl RingBuilder {
-    /// Creates the ring and its slot table (capacity = CQ entries).
+    /// Creates the ring of the chosen [`Backend`] and its slot table
+    /// (capacity = CQ entries: twice the entries rounded up to a power of two
+    /// unless [`RingBuilder::cq_entries`] says otherwise).
     ///
     /// # Errors
-    /// As [`RingBuilder::build_raw`]; check [`crate::is_refused`] to tell
-    /// "io_uring refused by the kernel" apart.
+    /// [`Backend::Uring`]: as [`RingBuilder::build_raw`]; check
+    /// [`crate::is_refused`] / [`crate::falls_back`] to tell "io_uring refused
+    /// by the kernel" apart. [`Backend::Epoll`]: epoll_create1(2) errors
+    /// (EMFILE, ENFILE, ENOMEM); InvalidInput when CQ entries < entries.
     pub fn build(&self) -> io::Result<Ring> {
+        let inner = match self.backend {
+            Backend::Uring => Inner::Uring(self.build_uring()?),
+            Backend::Epoll => Inner::Epoll(EpollRing::new(self.entries, self.cq_entries)?),
+        };
+        Ok(Ring { inner })
+    }
+
+    fn build_uring(&self) -> io::Result<UringRing> {
         let raw = self.build_raw()?;
         let cap = raw.cq_entries() as usize;
         let slots: Box<[Slot]> = (0..cap).map(|_| Slot::new()).collect();
         let args: Box<[UnsafeCell<Args>]> = (0..cap).map(|_| Args::new()).collect();
         let free: Vec<u32> = (0..cap as u32).rev().collect();
-        Ok(Ring {
+        Ok(UringRing {
             slots,
             args,
             free,
@@ -368,7 +381,7 @@ impl RingBuilder {
     }
 }
 
-fn range_ok(range: &Range<usize>, len: usize) -> bool {
+pub(crate) fn range_ok(range: &Range<usize>, len: usize) -> bool {
     range.start <= range.end && range.end <= len && range.end - range.start <= u32::MAX as usize
 }
 
@@ -394,7 +407,7 @@ fn encode_sockaddr(addr: &SocketAddr, out: &mut SockAddrBuf) -> u32 {
     }
 }
 
-impl Ring {
+impl UringRing {
     /// The setup flags the kernel granted (a subset of those asked for).
     pub fn granted(&self) -> SetupFlags {
         self.raw.granted()
@@ -493,28 +506,8 @@ impl Ring {
             .map(|r| r.index)
     }
 
-    /// Queues `op` with `tag`; it is submitted by the next
-    /// [`Ring::submit`] / [`Ring::submit_and_wait`].
-    ///
-    /// # Errors
-    /// [`PushError::Full`] (SQ ring, slot table or CQ budget exhausted) and
-    /// [`PushError::BadRange`]; both give the op back.
-    pub fn push(&mut self, op: Op, tag: u64) -> Result<(), PushError> {
-        self.push_inner(op, tag, None)
-    }
-
-    /// Pushes `op` linked (IOSQE_IO_LINK) to an IORING_OP_LINK_TIMEOUT (5.5)
-    /// of `timeout`. The timeout's own CQE is consumed inside the ring; when
-    /// it fires, the op completes with `-ECANCELED` (or the error the op
-    /// itself reached first). Needs 2 SQ entries and 2 CQEs of budget.
-    ///
-    /// # Errors
-    /// As [`Ring::push`].
-    pub fn push_with_timeout(&mut self, op: Op, tag: u64, timeout: Duration) -> Result<(), PushError> {
-        self.push_inner(op, tag, Some(timeout))
-    }
-
-    fn push_inner(&mut self, op: Op, tag: u64, timeout: Option<Duration>) -> Result<(), PushError> {
+    /// [`Ring::push`] (`timeout` = None) and [`Ring::push_with_timeout`].
+    pub(crate) fn push_inner(&mut self, op: Op, tag: u64, timeout: Option<Duration>) -> Result<(), PushError> {
         let ok = match &op {
             Op::Read { buf, range, .. }
             | Op::Write { buf, range, .. }
@@ -602,7 +595,7 @@ impl Ring {
                 // stays inside the block.
                 let p = unsafe { buf.as_mut_ptr_inner().add(range.start) };
                 // SAFETY: the slot is free (popped from `free`), so by the
-                // INVARIANT of `Ring::args` the kernel does not touch `args` and we may write it.
+                // INVARIANT of `UringRing::args` the kernel does not touch `args` and we may write it.
                 unsafe {
                     (*args).iov = iovec {
                         iov_base: p.cast(),
@@ -623,13 +616,13 @@ impl Ring {
                     };
                 }
                 slot.payload = Payload::RecvMsg { buf, control };
-                // SAFETY: `args` points into `Ring::args`, valid for the ring's life;
+                // SAFETY: `args` points into `UringRing::args`, valid for the ring's life;
                 // `&raw mut` only computes the field address, no reference is made.
                 let msg = unsafe { &raw mut (*args).msg };
                 opcode::RecvMsg::new(fd, msg).flags(flags).build()
             }
             Op::Connect { fd, addr } => {
-                // SAFETY: slot is free (INVARIANT of `Ring::args`): we may write `args`.
+                // SAFETY: slot is free (INVARIANT of `UringRing::args`): we may write `args`.
                 let (p, len) = unsafe {
                     let len = encode_sockaddr(&addr, &mut (*args).addr);
                     ((&raw const (*args).addr).cast::<u8>(), len)
@@ -642,7 +635,7 @@ impl Ring {
             }
             Op::Fsync { fd, datasync } => opcode::Fsync::new(fd).datasync(datasync).build(),
             Op::Timeout { after } => {
-                // SAFETY: slot is free (INVARIANT of `Ring::args`): we may write `args`.
+                // SAFETY: slot is free (INVARIANT of `UringRing::args`): we may write `args`.
                 let ts = unsafe {
                     (*args).ts = Timespec::from(after);
                     &raw const (*args).ts
@@ -664,7 +657,7 @@ impl Ring {
         let mut sqes = [sqe.user_data(ud), Sqe::default()];
         let n = if let Some(t) = timeout {
             sqes[0] = sqes[0].flags(sqes[0].get_flags() | SqeFlags::IO_LINK);
-            // SAFETY: slot is free (INVARIANT of `Ring::args`): we may write `args`.
+            // SAFETY: slot is free (INVARIANT of `UringRing::args`): we may write `args`.
             let ts = unsafe {
                 (*args).link_ts = Timespec::from(t);
                 &raw const (*args).link_ts
@@ -722,14 +715,6 @@ impl Ring {
         }
     }
 
-    /// Submits pending SQEs without waiting (see [`Ring::submit_and_wait`]).
-    ///
-    /// # Errors
-    /// As [`Ring::submit_and_wait`].
-    pub fn submit(&mut self) -> io::Result<usize> {
-        self.submit_and_wait(0)
-    }
-
     /// Reaps one completion, no syscall; `None` when none is ready.
     pub fn next_completion(&mut self) -> Option<Completion> {
         if let Some(c) = self.ready.pop_front() {
@@ -777,7 +762,7 @@ impl Ring {
                 Payload::Data(d) => c.data = Some(d),
                 Payload::RecvMsg { buf, mut control } => {
                     // SAFETY: the RECVMSG CQE was reaped, so the kernel is done
-                    // writing `msg` (INVARIANT of `Ring::args`); read by value, no reference kept.
+                    // writing `msg` (INVARIANT of `UringRing::args`); read by value, no reference kept.
                     let (clen, mflags) = unsafe {
                         let msg = &raw const (*self.args[idx].get()).msg;
                         ((*msg).msg_controllen, (*msg).msg_flags)
@@ -857,7 +842,7 @@ impl Ring {
     }
 }
 
-impl Drop for Ring {
+impl Drop for UringRing {
     fn drop(&mut self) {
         self.forget_registrations();
         if self.cqes_outstanding == 0 && self.raw.sq_pending() == 0 {
@@ -874,6 +859,191 @@ impl Drop for Ring {
         }
         // Fields drop next: the slot table (if not leaked), then `raw`, which
         // unmaps its rings before closing the fd.
+    }
+}
+
+/// Ops with owned buffers over one of two backends: the safe layer the binary uses.
+///
+/// [`Backend::Uring`] submits SQEs to an io_uring; [`Backend::Epoll`] runs
+/// each op as its plain syscall and waits for sockets and pipes with
+/// epoll(7). Both give the same [`Completion`]s (result = bytes or
+/// `-errno`, buffers given back) and the same guarantees:
+///
+/// - every pushed op completes exactly once, also when cancelled
+///   ([`Op::Cancel`]: the target completes with `-ECANCELED`) or timed out
+///   ([`Ring::push_with_timeout`]: `-ECANCELED`; [`Op::Timeout`]: `-ETIME`);
+/// - nothing runs before the next [`Ring::submit`] / [`Ring::submit_and_wait`],
+///   and completions are handed out by [`Ring::next_completion`] only;
+/// - no order among completions is promised beyond that (io_uring posts
+///   them as they finish; epoll completes file ops at submit, in push order,
+///   and socket/pipe ops when they become ready).
+///
+/// One thread (`!Send`). In-flight ops are bounded by [`Ring::capacity`].
+pub struct Ring {
+    inner: Inner,
+}
+
+enum Inner {
+    Uring(UringRing),
+    Epoll(EpollRing),
+}
+
+impl core::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match &self.inner {
+            Inner::Uring(r) => r.fmt(f),
+            Inner::Epoll(r) => r.fmt(f),
+        }
+    }
+}
+
+/// Calls the same method on whichever backend runs.
+macro_rules! both {
+    ($self:ident, $r:ident => $e:expr) => {
+        match &$self.inner {
+            Inner::Uring($r) => $e,
+            Inner::Epoll($r) => $e,
+        }
+    };
+    (mut $self:ident, $r:ident => $e:expr) => {
+        match &mut $self.inner {
+            Inner::Uring($r) => $e,
+            Inner::Epoll($r) => $e,
+        }
+    };
+}
+
+impl Ring {
+    /// Which backend runs this ring's ops.
+    pub fn backend(&self) -> Backend {
+        match self.inner {
+            Inner::Uring(_) => Backend::Uring,
+            Inner::Epoll(_) => Backend::Epoll,
+        }
+    }
+
+    /// The setup flags the kernel granted (a subset of those asked for;
+    /// empty on [`Backend::Epoll`]).
+    pub fn granted(&self) -> SetupFlags {
+        match &self.inner {
+            Inner::Uring(r) => r.granted(),
+            Inner::Epoll(_) => SetupFlags::empty(),
+        }
+    }
+
+    /// The `IORING_FEAT_*` bits of the running kernel (empty on [`Backend::Epoll`]).
+    pub fn features(&self) -> Features {
+        match &self.inner {
+            Inner::Uring(r) => r.features(),
+            Inner::Epoll(_) => Features::empty(),
+        }
+    }
+
+    /// SQ size in entries: ops (a linked timeout counts as one more) that
+    /// can be pushed between two submits.
+    pub fn sq_entries(&self) -> usize {
+        both!(self, r => r.sq_entries())
+    }
+
+    /// Most ops in flight at once (the slot table, = CQ entries).
+    pub fn capacity(&self) -> usize {
+        both!(self, r => r.capacity())
+    }
+
+    /// Ops pushed whose completion has not been reaped yet (internal link
+    /// timeouts not counted).
+    pub fn in_flight(&self) -> usize {
+        both!(self, r => r.in_flight())
+    }
+
+    /// Which opcodes the backend runs: IORING_REGISTER_PROBE (5.6) on
+    /// io_uring; on epoll, the opcodes of every [`Op`] (plus LINK_TIMEOUT).
+    ///
+    /// # Errors
+    /// EINVAL before 5.6 (io_uring).
+    pub fn probe(&self) -> io::Result<Probe> {
+        match &self.inner {
+            Inner::Uring(r) => r.probe(),
+            Inner::Epoll(_) => Ok(EpollRing::probe()),
+        }
+    }
+
+    /// Registers each pool's whole region as one fixed buffer
+    /// (IORING_REGISTER_BUFFERS, one call, index = position in `pools`).
+    ///
+    /// Registering again replaces the previous set (IORING_UNREGISTER_BUFFERS
+    /// first). A pool is registered with at most one ring at a time. The ring
+    /// keeps the pools mapped while registered. On [`Backend::Epoll`] this is
+    /// a no-op that succeeds: pread(2)/pwrite(2) need no registration, and
+    /// the pools stay unregistered ([`BufPool::is_registered`] is false).
+    ///
+    /// # Errors
+    /// ENOMEM (RLIMIT_MEMLOCK), EPERM, EFAULT, EINVAL (a pool over 1 GiB),
+    /// InvalidInput (more than 65536 pools); the pools then stay unregistered
+    /// and ops use plain READ/WRITE.
+    pub fn register_pools(&mut self, pools: &[&BufPool]) -> io::Result<()> {
+        match &mut self.inner {
+            Inner::Uring(r) => r.register_pools(pools),
+            Inner::Epoll(_) => Ok(()),
+        }
+    }
+
+    /// Queues `op` with `tag`; it runs at the next [`Ring::submit`] /
+    /// [`Ring::submit_and_wait`].
+    ///
+    /// The fds an op names must stay open until its completion is reaped.
+    /// On [`Backend::Epoll`], [`Op::Connect`] sets O_NONBLOCK on its socket,
+    /// and [`Op::Splice`] on its sides that have no offset (sockets, pipes).
+    ///
+    /// # Errors
+    /// [`PushError::Full`] (SQ, slot table or CQ budget exhausted) and
+    /// [`PushError::BadRange`]; both give the op back.
+    pub fn push(&mut self, op: Op, tag: u64) -> Result<(), PushError> {
+        both!(mut self, r => r.push_inner(op, tag, None))
+    }
+
+    /// Pushes `op` linked to a timeout of `timeout` (io_uring: IOSQE_IO_LINK +
+    /// IORING_OP_LINK_TIMEOUT, 5.5; epoll: a deadline folded into
+    /// epoll_wait's timeout). The timeout's own completion is consumed inside
+    /// the ring; when it fires first, the op completes with `-ECANCELED` (or
+    /// the error the op itself reached first). Needs 2 SQ entries and 2 CQEs
+    /// of budget.
+    ///
+    /// # Errors
+    /// As [`Ring::push`].
+    pub fn push_with_timeout(&mut self, op: Op, tag: u64, timeout: Duration) -> Result<(), PushError> {
+        both!(mut self, r => r.push_inner(op, tag, Some(timeout)))
+    }
+
+    /// Submits what was pushed and waits until at least `want` completions
+    /// are ready (io_uring: one io_uring_enter(2) with GETEVENTS; epoll: the
+    /// queued ops run, then epoll_wait(2) until enough complete or a
+    /// deadline passes).
+    ///
+    /// `want` is capped at the completions still owed, so it never waits
+    /// forever; some of those may be internal (link timeouts), so
+    /// [`Ring::next_completion`] may then yield fewer than `want`. Returns the
+    /// number of entries submitted.
+    ///
+    /// # Errors
+    /// EINTR is `Ok(0)` on io_uring (call again). EBUSY / EAGAIN (CQ
+    /// overflow) are handled by reaping into an internal queue and retrying.
+    /// Other io_uring_enter(2) / epoll_wait(2) errors are returned.
+    pub fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
+        both!(mut self, r => r.submit_and_wait(want))
+    }
+
+    /// Submits what was pushed without waiting (see [`Ring::submit_and_wait`]).
+    ///
+    /// # Errors
+    /// As [`Ring::submit_and_wait`].
+    pub fn submit(&mut self) -> io::Result<usize> {
+        self.submit_and_wait(0)
+    }
+
+    /// Reaps one completion, no syscall; `None` when none is ready.
+    pub fn next_completion(&mut self) -> Option<Completion> {
+        both!(mut self, r => r.next_completion())
     }
 }
 
@@ -919,17 +1089,17 @@ mod tests {
             .open(&path)
             .unwrap();
         let _ = std::fs::remove_file(&path);
-        let mut r = RingBuilder::new(8).build().unwrap();
+        let mut r = RingBuilder::new(8).build_uring().unwrap();
         let pool = BufPool::new(4096, 2).unwrap();
         r.register_pools(&[&pool]).unwrap();
         let fd = f.as_raw_fd();
-        let wait = |r: &mut Ring| loop {
+        let wait = |r: &mut UringRing| loop {
             if let Some(c) = r.next_completion() {
                 return c;
             }
             r.submit_and_wait(1).unwrap();
         };
-        r.push(
+        r.push_inner(
             Op::Write {
                 fd,
                 buf: pool.alloc().unwrap(),
@@ -937,11 +1107,12 @@ mod tests {
                 offset: 0,
             },
             1,
+            None,
         )
         .unwrap();
         assert_eq!(wait(&mut r).result, 4096);
         r.raw.unregister_buffers().unwrap();
-        r.push(
+        r.push_inner(
             Op::Write {
                 fd,
                 buf: pool.alloc().unwrap(),
@@ -949,10 +1120,11 @@ mod tests {
                 offset: 0,
             },
             2,
+            None,
         )
         .unwrap();
         assert!(wait(&mut r).result < 0, "WRITE_FIXED without registration fails");
-        r.push(
+        r.push_inner(
             Op::Read {
                 fd,
                 buf: pool.alloc().unwrap(),
@@ -960,12 +1132,13 @@ mod tests {
                 offset: 0,
             },
             3,
+            None,
         )
         .unwrap();
         assert!(wait(&mut r).result < 0, "READ_FIXED without registration fails");
         // An unregistered pool on the same ring takes plain READ.
         let plain = BufPool::new(4096, 1).unwrap();
-        r.push(
+        r.push_inner(
             Op::Read {
                 fd,
                 buf: plain.alloc().unwrap(),
@@ -973,6 +1146,7 @@ mod tests {
                 offset: 0,
             },
             4,
+            None,
         )
         .unwrap();
         assert_eq!(wait(&mut r).result, 4096);

@@ -1,4 +1,7 @@
-//! Every op against the real kernel, through the safe owned-buffer layer.
+//! Every op against the real kernel, through the safe owned-buffer layer,
+//! on both backends: each test body below runs once on io_uring (`on_uring::`)
+//! and once on epoll (`on_epoll::`); the few that are about io_uring itself
+//! (setup flags, SQPOLL, fixed buffers) run there only.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Write as _};
@@ -11,14 +14,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use uring::{BufPool, Completion, Op, PushError, Ring, RingBuilder, SetupFlags, opcode};
+use uring::{Backend, BufPool, Completion, Op, PushError, Ring, RingBuilder, SetupFlags, opcode};
 
 const ETIME: i32 = 62;
 const ECANCELED: i32 = 125;
 const ENOENT: i32 = 2;
 
-fn ring() -> Ring {
-    RingBuilder::new(32).build().expect("io_uring_setup")
+fn ring(b: Backend) -> Ring {
+    let r = RingBuilder::new(32).backend(b).build().expect("ring setup");
+    assert_eq!(r.backend(), b);
+    r
 }
 
 /// Waits (at most 10 s) for the next completion.
@@ -92,9 +97,8 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn nop() {
-    let mut r = ring();
+fn nop(b: Backend) {
+    let mut r = ring(b);
     r.push(Op::Nop, 7).unwrap();
     assert_eq!(r.in_flight(), 1);
     let c = wait_one(&mut r);
@@ -103,9 +107,8 @@ fn nop() {
     assert_eq!(r.in_flight(), 0);
 }
 
-#[test]
-fn probe_supports_read_fixed() {
-    let p = ring().probe().unwrap();
+fn probe_supports_read_fixed(b: Backend) {
+    let p = ring(b).probe().unwrap();
     assert!(p.supports(opcode::ReadFixed::CODE));
     assert!(p.supports(opcode::WriteFixed::CODE));
 }
@@ -164,11 +167,10 @@ fn write_read_round_trip(r: &mut Ring, pool: &BufPool, fd: i32) {
     assert_eq!(pool.available(), pool.count());
 }
 
-#[test]
-fn read_write_buffered_unregistered() {
+fn read_write_buffered_unregistered(b: Backend) {
     let t = TempPath::new("rw");
     let f = t.create();
-    let mut r = ring();
+    let mut r = ring(b);
     let pool = BufPool::new(8192, 4).unwrap();
     assert!(!pool.is_registered());
     write_read_round_trip(&mut r, &pool, f.as_raw_fd());
@@ -176,9 +178,10 @@ fn read_write_buffered_unregistered() {
 
 #[test]
 fn read_write_fixed_registered_buffered() {
+    let b = Backend::Uring;
     let t = TempPath::new("rwf");
     let f = t.create();
-    let mut r = ring();
+    let mut r = ring(b);
     let other = BufPool::new(4096, 2).unwrap();
     let pool = BufPool::new(8192, 4).unwrap();
     r.register_pools(&[&other, &pool]).unwrap();
@@ -188,12 +191,11 @@ fn read_write_fixed_registered_buffered() {
     assert!(!pool.is_registered(), "registration ends with the ring");
 }
 
-#[test]
-fn read_write_o_direct_registered_and_not() {
+fn read_write_o_direct_registered_and_not(b: Backend) {
     for register in [false, true] {
         let t = TempPath::new("direct");
         let Some(f) = t.open_direct() else { return };
-        let mut r = ring();
+        let mut r = ring(b);
         let pool = BufPool::new(16384, 4).unwrap();
         if register {
             r.register_pools(&[&pool]).unwrap();
@@ -217,24 +219,22 @@ fn read_write_o_direct_registered_and_not() {
     }
 }
 
-#[test]
-fn registered_pool_used_on_another_ring_falls_back() {
+fn registered_pool_used_on_another_ring_falls_back(b: Backend) {
     let t = TempPath::new("other");
     let f = t.create();
-    let mut r1 = ring();
-    let mut r2 = ring();
+    let mut r1 = ring(b);
+    let mut r2 = ring(b);
     let pool = BufPool::new(8192, 4).unwrap();
     r1.register_pools(&[&pool]).unwrap();
     write_read_round_trip(&mut r2, &pool, f.as_raw_fd());
 }
 
-#[test]
-fn connect_send_recv_tcp() {
+fn connect_send_recv_tcp(b: Backend) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let sock = rustix::net::socket(rustix::net::AddressFamily::INET, rustix::net::SocketType::STREAM, None).unwrap();
     let fd = sock.as_raw_fd();
-    let mut r = ring();
+    let mut r = ring(b);
     r.push(Op::Connect { fd, addr }, 1).unwrap();
     let c = wait_one(&mut r);
     assert_eq!((c.tag, c.result), (1, 0));
@@ -289,8 +289,7 @@ fn connect_send_recv_tcp() {
     assert_eq!(wait_one(&mut r).result, -111);
 }
 
-#[test]
-fn recvmsg_scm_rights_on_unix_pair() {
+fn recvmsg_scm_rights_on_unix_pair(backend: Backend) {
     let (a, b) = UnixStream::pair().unwrap();
     let t = TempPath::new("passed");
     let passed = t.create();
@@ -306,7 +305,7 @@ fn recvmsg_scm_rights_on_unix_pair() {
     )
     .unwrap();
 
-    let mut r = ring();
+    let mut r = ring(backend);
     let pool = BufPool::new(4096, 1).unwrap();
     let op = Op::RecvMsg {
         fd: b.as_raw_fd(),
@@ -358,11 +357,10 @@ fn recvmsg_scm_rights_on_unix_pair() {
     assert_ne!(c.msg_flags & 8, 0, "MSG_CTRUNC");
 }
 
-#[test]
-fn recvmsg_on_tcp_has_empty_control() {
+fn recvmsg_on_tcp_has_empty_control(backend: Backend) {
     let (mut a, b) = tcp_pair();
     a.write_all(b"abc").unwrap();
-    let mut r = ring();
+    let mut r = ring(backend);
     let pool = BufPool::new(4096, 1).unwrap();
     let op = Op::RecvMsg {
         fd: b.as_raw_fd(),
@@ -378,10 +376,9 @@ fn recvmsg_on_tcp_has_empty_control() {
     assert_eq!(c.msg_flags, 0);
 }
 
-#[test]
-fn close_takes_the_fd() {
+fn close_takes_the_fd(b: Backend) {
     let (rd, wr) = rustix::pipe::pipe().unwrap();
-    let mut r = ring();
+    let mut r = ring(b);
     r.push(Op::Close { fd: wr }, 1).unwrap();
     assert_eq!(wait_one(&mut r).result, 0);
     // The only write end is closed: the read end sees EOF.
@@ -389,11 +386,10 @@ fn close_takes_the_fd() {
     assert_eq!(rustix::io::read(&rd, &mut buf).unwrap(), 0);
 }
 
-#[test]
-fn fallocate_then_fstat() {
+fn fallocate_then_fstat(b: Backend) {
     let t = TempPath::new("falloc");
     let f = t.create();
-    let mut r = ring();
+    let mut r = ring(b);
     r.push(
         Op::Fallocate {
             fd: f.as_raw_fd(),
@@ -413,12 +409,11 @@ fn fallocate_then_fstat() {
     assert_eq!(f.metadata().unwrap().len(), 4096 + (1 << 20));
 }
 
-#[test]
-fn fsync_and_datasync() {
+fn fsync_and_datasync(b: Backend) {
     let t = TempPath::new("fsync");
     let mut f = t.create();
     f.write_all(b"data").unwrap();
-    let mut r = ring();
+    let mut r = ring(b);
     r.push(
         Op::Fsync {
             fd: f.as_raw_fd(),
@@ -440,9 +435,8 @@ fn fsync_and_datasync() {
     assert_eq!(res, [(1, 0), (2, 0)]);
 }
 
-#[test]
-fn timeout_fires_with_etime() {
-    let mut r = ring();
+fn timeout_fires_with_etime(b: Backend) {
+    let mut r = ring(b);
     let start = Instant::now();
     r.push(
         Op::Timeout {
@@ -456,10 +450,9 @@ fn timeout_fires_with_etime() {
     assert!(start.elapsed() >= Duration::from_millis(45), "{:?}", start.elapsed());
 }
 
-#[test]
-fn link_timeout_cancels_idle_recv() {
+fn link_timeout_cancels_idle_recv(b: Backend) {
     let (_peer, s) = tcp_pair();
-    let mut r = ring();
+    let mut r = ring(b);
     let pool = BufPool::new(4096, 1).unwrap();
     let start = Instant::now();
     let op = Op::Recv {
@@ -490,10 +483,9 @@ fn link_timeout_cancels_idle_recv() {
     assert!(r.next_completion().is_none());
 }
 
-#[test]
-fn cancel_pending_recv() {
+fn cancel_pending_recv(b: Backend) {
     let (_peer, s) = tcp_pair();
-    let mut r = ring();
+    let mut r = ring(b);
     let pool = BufPool::new(4096, 1).unwrap();
     r.push(
         Op::Recv {
@@ -519,9 +511,8 @@ fn cancel_pending_recv() {
     assert_eq!(wait_one(&mut r).result, -ENOENT);
 }
 
-#[test]
-fn splice_socket_pipe_file() {
-    let mut r = ring();
+fn splice_socket_pipe_file(b: Backend) {
+    let mut r = ring(b);
     if !r.probe().unwrap().supports(opcode::Splice::CODE) {
         eprintln!("skipping: IORING_OP_SPLICE not supported");
         return;
@@ -569,10 +560,10 @@ fn splice_socket_pipe_file() {
     assert_eq!(std::fs::read(&t.0).unwrap(), data);
 }
 
-#[test]
-fn builder_fallback_keeps_a_working_ring() {
+fn builder_fallback_keeps_a_working_ring(b: Backend) {
     let want = SetupFlags::SQPOLL | SetupFlags::SINGLE_ISSUER | SetupFlags::DEFER_TASKRUN;
     let mut r = RingBuilder::new(8)
+        .backend(b)
         .sqpoll(10)
         .single_issuer(true)
         .defer_taskrun(true)
@@ -594,9 +585,8 @@ fn builder_fallback_keeps_a_working_ring() {
     write_read_round_trip(&mut r, &pool, f.as_raw_fd());
 }
 
-#[test]
-fn each_flag_alone() {
-    for (name, b, flag) in [
+fn each_flag_alone(b: Backend) {
+    for (name, builder, flag) in [
         ("sqpoll", RingBuilder::new(8).sqpoll(5), SetupFlags::SQPOLL),
         (
             "single_issuer",
@@ -614,7 +604,7 @@ fn each_flag_alone() {
             SetupFlags::COOP_TASKRUN,
         ),
     ] {
-        let mut r = b.build().unwrap();
+        let mut r = builder.backend(b).build().unwrap();
         eprintln!("{name}: granted {:?}", r.granted());
         if !r.granted().contains(flag) {
             eprintln!("{name}: refused by this kernel, fell back");
@@ -645,16 +635,14 @@ fn each_flag_alone() {
     }
 }
 
-#[test]
-fn cq_entries_setter() {
-    let r = RingBuilder::new(4).cq_entries(64).build().unwrap();
+fn cq_entries_setter(b: Backend) {
+    let r = RingBuilder::new(4).backend(b).cq_entries(64).build().unwrap();
     assert_eq!(r.capacity(), 64);
     assert_eq!(r.sq_entries(), 4);
 }
 
-#[test]
-fn push_full_gives_the_op_back() {
-    let mut r = RingBuilder::new(4).build().unwrap();
+fn push_full_gives_the_op_back(b: Backend) {
+    let mut r = RingBuilder::new(4).backend(b).build().unwrap();
     for i in 0..4 {
         r.push(Op::Nop, i).unwrap();
     }
@@ -695,9 +683,8 @@ fn push_full_gives_the_op_back() {
     ));
 }
 
-#[test]
-fn bad_range_gives_the_op_back() {
-    let mut r = ring();
+fn bad_range_gives_the_op_back(b: Backend) {
+    let mut r = ring(b);
     let pool = BufPool::new(4096, 1).unwrap();
     let op = Op::Recv {
         fd: 0,
@@ -723,12 +710,11 @@ fn bad_range_gives_the_op_back() {
     assert_eq!(r.in_flight(), 0);
 }
 
-#[test]
-fn drop_ring_with_recv_in_flight() {
+fn drop_ring_with_recv_in_flight(b: Backend) {
     let (_peer, s) = tcp_pair();
     let pool = BufPool::new(4096, 4).unwrap();
     for submit in [true, false] {
-        let mut r = ring();
+        let mut r = ring(b);
         r.register_pools(&[&pool]).unwrap();
         for i in 0..3 {
             let op = Op::Recv {
@@ -785,16 +771,16 @@ fn sqpoll_batch_if_granted() {
     }
 }
 
-#[test]
-fn register_failure_leaves_pools_usable() {
+fn register_failure_leaves_pools_usable(b: Backend) {
     // 32 MiB exceeds the usual unprivileged RLIMIT_MEMLOCK (8 MiB): as an
     // ordinary user registration fails with ENOMEM; as root it succeeds.
     let t = TempPath::new("memlock");
     let f = t.create();
-    let mut r = ring();
+    let mut r = ring(b);
     let big = BufPool::new(1 << 20, 32).unwrap();
     match r.register_pools(&[&big]) {
-        Ok(()) => assert!(big.is_registered()),
+        // epoll: registration is a no-op that succeeds, pools stay plain.
+        Ok(()) => assert_eq!(big.is_registered(), b == Backend::Uring),
         Err(e) => {
             eprintln!("registration refused ({e}); pools stay plain");
             assert!(!big.is_registered());
@@ -802,3 +788,302 @@ fn register_failure_leaves_pools_usable() {
     }
     write_read_round_trip(&mut r, &big, f.as_raw_fd());
 }
+
+/// The signalfd READ the download loop keeps in flight (offset `u64::MAX`:
+/// the fd's position) completes when the signal arrives, not before.
+fn signalfd_read_waits_for_the_signal(b: Backend) {
+    unsafe extern "C" {
+        fn pthread_kill(thread: usize, sig: i32) -> i32;
+        fn pthread_self() -> usize;
+    }
+    // SIGUSR1 (10), blocked in this test's thread only (signal.rs' own test uses SIGUSR2).
+    let sfd = uring::signal::block_signals(&[10]).unwrap();
+    let mut r = ring(b);
+    let pool = BufPool::new(4096, 1).unwrap();
+    r.push(
+        Op::Read {
+            fd: sfd.as_raw_fd(),
+            buf: pool.alloc().unwrap(),
+            range: 0..uring::signal::SIGINFO_SIZE,
+            offset: u64::MAX,
+        },
+        1,
+    )
+    .unwrap();
+    r.push(
+        Op::Timeout {
+            after: Duration::from_millis(50),
+        },
+        2,
+    )
+    .unwrap();
+    let c = wait_one(&mut r);
+    assert_eq!((c.tag, c.result), (2, -ETIME), "the READ waits: no signal yet");
+    // SAFETY: pthread_kill(3) to this thread, which blocks SIGUSR1 (above), so the signal
+    // stays pending for the signalfd instead of running the default action.
+    assert_eq!(unsafe { pthread_kill(pthread_self(), 10) }, 0);
+    let c = wait_one(&mut r);
+    assert_eq!((c.tag, c.result), (1, uring::signal::SIGINFO_SIZE as i32));
+    assert_eq!(uring::signal::signo(&c.buf.unwrap()), Some(10));
+}
+
+/// A READ of a pipe at its position waits for a writer instead of blocking the thread.
+fn pipe_read_waits_for_data(b: Backend) {
+    let (rd, wr) = rustix::pipe::pipe().unwrap();
+    let mut r = ring(b);
+    let pool = BufPool::new(4096, 1).unwrap();
+    r.push(
+        Op::Read {
+            fd: rd.as_raw_fd(),
+            buf: pool.alloc().unwrap(),
+            range: 0..4096,
+            offset: u64::MAX,
+        },
+        1,
+    )
+    .unwrap();
+    r.submit().unwrap();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        rustix::io::write(&wr, b"late").unwrap();
+        wr
+    });
+    let c = wait_one(&mut r);
+    assert_eq!(c.result, 4);
+    assert_eq!(&c.buf.unwrap()[..4], b"late");
+    drop(writer.join().unwrap());
+}
+
+/// socket → pipe SPLICE into a full pipe waits for room (data is ready on the
+/// socket): the reader frees the pipe, then it moves the bytes.
+fn splice_into_a_full_pipe_waits_for_room(b: Backend) {
+    let mut r = ring(b);
+    let (mut peer, s) = tcp_pair();
+    let (pr, pw) = rustix::pipe::pipe().unwrap();
+    let cap = rustix::pipe::fcntl_setpipe_size(&pw, 4096).unwrap();
+    // Fill the pipe: its one page is taken.
+    let fill = vec![7u8; cap];
+    let mut n = 0;
+    rustix::io::ioctl_fionbio(&pw, true).unwrap();
+    while n < cap {
+        match rustix::io::write(&pw, &fill[n..]) {
+            Ok(k) => n += k,
+            Err(rustix::io::Errno::AGAIN) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    rustix::io::ioctl_fionbio(&pw, false).unwrap();
+    peer.write_all(b"spliced").unwrap();
+    r.push(
+        Op::Splice {
+            fd_in: s.as_raw_fd(),
+            off_in: None,
+            fd_out: pw.as_raw_fd(),
+            off_out: None,
+            len: 7,
+            flags: 0,
+        },
+        1,
+    )
+    .unwrap();
+    r.push(
+        Op::Timeout {
+            after: Duration::from_millis(50),
+        },
+        2,
+    )
+    .unwrap();
+    let c = wait_one(&mut r);
+    assert_eq!((c.tag, c.result), (2, -ETIME), "the SPLICE waits for room in the pipe");
+    let mut got = vec![0u8; n];
+    let mut k = 0;
+    while k < n {
+        k += rustix::io::read(&pr, &mut got[k..]).unwrap();
+    }
+    let c = wait_one(&mut r);
+    assert_eq!((c.tag, c.result), (1, 7));
+    let mut out = [0u8; 7];
+    assert_eq!(rustix::io::read(&pr, &mut out).unwrap(), 7);
+    assert_eq!(&out, b"spliced");
+}
+
+/// An fd closed behind the ring's back (dropped, not [`Op::Close`]) whose number a new
+/// socket takes: a RECV on the new socket still completes (epoll: the stale registration
+/// is gone with the old file, so the ring registers the number again).
+fn fd_number_reused_after_drop(b: Backend) {
+    let mut r = ring(b);
+    let pool = BufPool::new(4096, 1).unwrap();
+    let (_p1, s1) = tcp_pair();
+    let raw = s1.as_raw_fd();
+    r.push(
+        Op::Recv {
+            fd: raw,
+            buf: pool.alloc().unwrap(),
+            range: 0..4096,
+            flags: 0,
+        },
+        1,
+    )
+    .unwrap();
+    r.submit().unwrap();
+    r.push(Op::Cancel { target_tag: 1 }, 2).unwrap();
+    let mut got = [wait_one(&mut r), wait_one(&mut r)];
+    got.sort_by_key(|c| c.tag);
+    assert_eq!(got.each_ref().map(|c| (c.tag, c.result)), [(1, -ECANCELED), (2, 0)]);
+    drop(got);
+    // A new socket takes s1's number: dup2(2) closes s1's file there and installs the new one
+    // (exactly the number, whatever other test threads open meanwhile).
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let fresh = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut p2, _) = l.accept().unwrap();
+    let mut s2 = OwnedFd::from(s1);
+    rustix::io::dup2(&fresh, &mut s2).unwrap();
+    drop(fresh);
+    let raw2 = s2.as_raw_fd();
+    assert_eq!(raw2, raw);
+    r.push(
+        Op::Recv {
+            fd: raw2,
+            buf: pool.alloc().unwrap(),
+            range: 0..4096,
+            flags: 0,
+        },
+        3,
+    )
+    .unwrap();
+    r.submit().unwrap();
+    p2.write_all(b"again").unwrap();
+    let c = wait_one(&mut r);
+    assert_eq!((c.tag, c.result), (3, 5));
+}
+
+/// CLOSE of a socket through the ring, then a new socket on the same number: the new one's
+/// CONNECT and RECV complete (epoll: CLOSE took the fd out of the epoll set first).
+fn close_then_reuse_the_number(b: Backend) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let mut r = ring(b);
+    let pool = BufPool::new(4096, 1).unwrap();
+    let mut last = None;
+    for round in 0..3u8 {
+        let sock =
+            rustix::net::socket(rustix::net::AddressFamily::INET, rustix::net::SocketType::STREAM, None).unwrap();
+        let raw = sock.as_raw_fd();
+        if let Some(prev) = last
+            && raw != prev
+        {
+            // Other test threads open fds too: the point is made only when the number comes back.
+            eprintln!("fd {raw} instead of {prev}: another thread took the number");
+        }
+        last = Some(raw);
+        r.push_with_timeout(Op::Connect { fd: raw, addr }, 1, Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(wait_one(&mut r).result, 0);
+        let (mut peer, _) = l.accept().unwrap();
+        r.push(
+            Op::Recv {
+                fd: raw,
+                buf: pool.alloc().unwrap(),
+                range: 0..4096,
+                flags: 0,
+            },
+            2,
+        )
+        .unwrap();
+        r.submit().unwrap();
+        peer.write_all(&[round]).unwrap();
+        let c = wait_one(&mut r);
+        assert_eq!((c.tag, c.result), (2, 1));
+        assert_eq!(c.buf.unwrap()[0], round);
+        r.push(Op::Close { fd: sock }, 3).unwrap();
+        assert_eq!(wait_one(&mut r).result, 0);
+    }
+}
+
+/// A CONNECT that cannot finish (a listener whose accept queue is full drops the SYN)
+/// ends with -ECANCELED at its link timeout, as the download's connect timeout expects.
+fn connect_link_timeout(b: Backend) {
+    // backlog 0 still admits one connection; fill it, then the next SYN is dropped.
+    let l = rustix::net::socket(rustix::net::AddressFamily::INET, rustix::net::SocketType::STREAM, None).unwrap();
+    rustix::net::bind(&l, &"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap()).unwrap();
+    rustix::net::listen(&l, 0).unwrap();
+    let addr = match rustix::net::getsockname(&l).unwrap().try_into() {
+        Ok(std::net::SocketAddr::V4(a)) => std::net::SocketAddr::V4(a),
+        _ => panic!("not v4"),
+    };
+    let mut keep = Vec::new();
+    let mut r = ring(b);
+    let start = Instant::now();
+    loop {
+        let sock =
+            rustix::net::socket(rustix::net::AddressFamily::INET, rustix::net::SocketType::STREAM, None).unwrap();
+        r.push_with_timeout(
+            Op::Connect {
+                fd: sock.as_raw_fd(),
+                addr,
+            },
+            1,
+            Duration::from_millis(200),
+        )
+        .unwrap();
+        let c = wait_one(&mut r);
+        keep.push(sock);
+        if c.result == -ECANCELED {
+            break;
+        }
+        assert_eq!(c.result, 0, "connect");
+        assert!(
+            keep.len() < 64 && start.elapsed() < Duration::from_secs(10),
+            "the SYN queue never filled"
+        );
+    }
+}
+
+/// Runs each named test body on both backends.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod on_uring {
+            $(#[test]
+            fn $name() {
+                super::$name(uring::Backend::Uring)
+            })*
+        }
+        mod on_epoll {
+            $(#[test]
+            fn $name() {
+                super::$name(uring::Backend::Epoll)
+            })*
+        }
+    };
+}
+
+on_both!(
+    nop,
+    probe_supports_read_fixed,
+    read_write_buffered_unregistered,
+    read_write_o_direct_registered_and_not,
+    registered_pool_used_on_another_ring_falls_back,
+    connect_send_recv_tcp,
+    recvmsg_scm_rights_on_unix_pair,
+    recvmsg_on_tcp_has_empty_control,
+    close_takes_the_fd,
+    fallocate_then_fstat,
+    fsync_and_datasync,
+    timeout_fires_with_etime,
+    link_timeout_cancels_idle_recv,
+    cancel_pending_recv,
+    splice_socket_pipe_file,
+    builder_fallback_keeps_a_working_ring,
+    each_flag_alone,
+    cq_entries_setter,
+    push_full_gives_the_op_back,
+    bad_range_gives_the_op_back,
+    drop_ring_with_recv_in_flight,
+    register_failure_leaves_pools_usable,
+    signalfd_read_waits_for_the_signal,
+    pipe_read_waits_for_data,
+    splice_into_a_full_pipe_waits_for_room,
+    fd_number_reused_after_drop,
+    close_then_reuse_the_number,
+    connect_link_timeout
+);
