@@ -5,7 +5,8 @@ use std::net::ToSocketAddrs;
 use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 
-use crate::cli::{self, Command, EngineChoice, Options, OutputTarget};
+use crate::cli::{self, Command};
+use crate::config::{Config, EngineChoice, OutputTarget};
 use crate::engine::EngineKind;
 use crate::error::Result;
 use crate::event::{self as download, Outcome};
@@ -246,7 +247,7 @@ fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String
 ///
 /// # Errors
 /// [`error::Kind::LocalIo`] when a forced kTLS engine cannot run here.
-fn choose_ktls(url: &http::Url, opts: &Options, engine: &mut EngineKind) -> Result<(String, bool)> {
+fn choose_ktls(url: &http::Url, opts: &Config, engine: &mut EngineKind) -> Result<(String, bool)> {
     let https = url.scheme() == http::Scheme::Https;
     let choice = opts.engine;
     if choice == EngineChoice::KtlsDirect && !https {
@@ -332,7 +333,7 @@ fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
 /// One attempt at `url`: resolve, then the download loop.
 fn fetch(
     url: &http::Url,
-    opts: &Options,
+    opts: &Config,
     target: download::Target<'_>,
     tls_config: &mut Option<std::sync::Arc<rustls::ClientConfig>>,
     progress: &mut Progress,

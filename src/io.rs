@@ -5,7 +5,7 @@
 use rustix::io::Errno;
 use uring::{Backend, Ring, RingBuilder};
 
-use crate::cli::IoChoice;
+use crate::config::IoChoice;
 use crate::err;
 use crate::error::Result;
 

@@ -38,6 +38,7 @@ macro_rules! print {
 
 mod app;
 mod cli;
+mod config;
 mod control;
 pub mod engine;
 mod error;

@@ -22,7 +22,7 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use uring::{BufPool, Completion, Op, Ring};
 
-use crate::cli::Options;
+use crate::config::Config;
 use crate::control::*;
 use crate::engine::EngineKind;
 use crate::engine::blocks::{WriteBlock, align_down};
@@ -89,7 +89,7 @@ pub struct Summary {
 /// Download-wide state the connections share.
 pub(crate) struct Shared<'a> {
     pub(crate) url: &'a Url,
-    pub(crate) opts: &'a Options,
+    pub(crate) opts: &'a Config,
     pub(crate) pool: BufPool,
     pub(crate) align: u64,
     pub(crate) direct: bool,
@@ -160,7 +160,7 @@ pub struct Target<'a> {
 /// Any [`Kind`]: the first fatal failure of a connection, a refused ring, a failed write.
 pub fn run(
     url: &Url,
-    opts: &Options,
+    opts: &Config,
     tls: Option<Arc<ClientConfig>>,
     addrs: Vec<SocketAddr>,
     target: Target<'_>,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
 
-use crate::cli::{EngineChoice, OutputTarget};
+use crate::config::{EngineChoice, OutputTarget};
 use crate::engine::EngineKind;
 use crate::err;
 

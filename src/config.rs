@@ -1,0 +1,155 @@
+//! What one run is asked to do, as the layers below the command line see it: the
+//! download's [`Config`] (built by `cli` from the arguments), engine, I/O backend and
+//! output choices, and the expected checksum. Nothing below `app` reads the command line.
+
+use std::path::PathBuf;
+
+use crate::err;
+use crate::error::Result;
+
+/// Which data-plane engine moves body bytes to disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineChoice {
+    /// Probe and pick: `direct` when the output accepts O_DIRECT, else `buffered`.
+    Auto,
+    /// User-space TLS (or plain), aligned write blocks, O_DIRECT writes.
+    Direct,
+    /// Plain writes through the page cache.
+    Buffered,
+    /// SPLICE socket → pipe → file; needs plaintext on the socket (plain HTTP, or kTLS).
+    Splice,
+    /// kTLS RX straight into aligned blocks, O_DIRECT writes (HTTPS with kernel TLS).
+    KtlsDirect,
+}
+
+impl EngineChoice {
+    /// The name `--engine` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineChoice::Auto => "auto",
+            EngineChoice::Direct => "direct",
+            EngineChoice::Buffered => "buffered",
+            EngineChoice::Splice => "splice",
+            EngineChoice::KtlsDirect => "ktls-direct",
+        }
+    }
+}
+
+/// Which I/O backend runs the ring (`--io`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoChoice {
+    /// io_uring, and epoll where the kernel refuses io_uring or lacks an op.
+    Auto,
+    /// io_uring only; refused = exit 7.
+    Uring,
+    /// epoll(7) with plain syscalls.
+    Epoll,
+}
+
+/// Where the body goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutputTarget {
+    /// Standard output (`-o -`): one connection, written in order.
+    Stdout,
+    /// A file path; written as `PATH.part`, renamed when complete.
+    File(PathBuf),
+    /// Not given: the URL's last path segment in the current directory.
+    Default,
+}
+
+/// Everything one download is asked to do (from the command line).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The URL to fetch (http or https).
+    pub url: String,
+    /// `-o/--output`.
+    pub output: OutputTarget,
+    /// `-x/--connections`: concurrent Range connections, 1..=64.
+    pub connections: usize,
+    /// `--engine`.
+    pub engine: EngineChoice,
+    /// `--io`.
+    pub io: IoChoice,
+    /// `-k/--insecure`: skip certificate verification.
+    pub insecure: bool,
+    /// `--ca-certificate FILE`: extra trust anchors (PEM).
+    pub ca_certificate: Option<PathBuf>,
+    /// `--pinnedpubkey sha256//BASE64[;…]`: SHA-256 digests of SubjectPublicKeyInfo DER;
+    /// the server key must be one of them (empty: no pinning).
+    pub pinned_public_keys: Vec<[u8; 32]>,
+    /// `--force`: replace an existing output file.
+    pub force: bool,
+    /// `-q/--quiet`: no progress, no summary.
+    pub quiet: bool,
+    /// `-v/--verbose`: one level per flag.
+    pub verbose: u8,
+    /// `--max-tries N`: attempts per segment before the download fails.
+    pub max_tries: u32,
+    /// `--connect-timeout SECONDS`: finite, more than 0, at most [`MAX_TIMEOUT_S`];
+    /// fractions allowed (`1.5`).
+    pub connect_timeout_s: f64,
+    /// `--stall-timeout SECONDS`: a connection that moves no byte this long is reset;
+    /// finite, more than 0, at most [`MAX_TIMEOUT_S`]; fractions allowed (`0.5`).
+    pub stall_timeout_s: f64,
+    /// `-c/--continue`: resume `FILE.part` from its control file.
+    pub resume: bool,
+    /// `--max-redirects N`.
+    pub max_redirects: u32,
+    /// `--allow-downgrade`: follow a redirect from https to http.
+    pub allow_downgrade: bool,
+    /// `--retry-wait SECONDS`: first backoff before a retry; doubles per try, with jitter.
+    pub retry_wait_s: f64,
+    /// `--checksum ALG=HEX`: verified before the rename.
+    pub checksum: Option<Checksum>,
+    /// `--content-disposition`: name the file from the Content-Disposition header.
+    pub content_disposition: bool,
+    /// `--buf-size BYTES`: most bytes one socket → pipe SPLICE moves (engine splice).
+    pub splice_chunk: usize,
+    /// `--write-threshold BYTES`: bytes held in the pipe before a pipe → file SPLICE.
+    pub write_threshold: usize,
+}
+
+/// An expected digest, `--checksum sha-256=HEX` or `sha-512=HEX`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checksum {
+    /// `sha-256` or `sha-512`.
+    pub algorithm: &'static ring::digest::Algorithm,
+    /// The name as given on the command line, lowercased.
+    pub name: &'static str,
+    /// Expected digest bytes.
+    pub expected: Vec<u8>,
+}
+
+impl Checksum {
+    /// Parses `sha-256=HEX` / `sha-512=HEX` (also `sha256`, `sha512`; hex in either case).
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::Usage`] for an unknown algorithm or a digest of the wrong length.
+    pub fn parse(v: &str) -> Result<Checksum> {
+        let (alg, hex) = v
+            .split_once('=')
+            .ok_or_else(|| err!(Usage, "--checksum wants ALG=HEX, e.g. sha-256=9f86d0..."))?;
+        let (algorithm, name) = match alg.to_ascii_lowercase().as_str() {
+            "sha-256" | "sha256" => (&ring::digest::SHA256, "sha-256"),
+            "sha-512" | "sha512" => (&ring::digest::SHA512, "sha-512"),
+            a => return Err(err!(Usage, "--checksum: unknown algorithm {a:?} (sha-256 or sha-512)")),
+        };
+        let hex = hex.trim();
+        if hex.len() != 2 * algorithm.output_len() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(err!(
+                Usage,
+                "--checksum: a {name} digest is {} hex digits",
+                2 * algorithm.output_len()
+            ));
+        }
+        let expected = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex checked"))
+            .collect();
+        Ok(Checksum {
+            algorithm,
+            name,
+            expected,
+        })
+    }
+}
