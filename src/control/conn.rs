@@ -34,7 +34,7 @@ impl Loop<'_> {
         let raw = fd.as_raw_fd();
         c.fd = Some(fd);
         c.st = St::Connecting;
-        c.busy = true;
+        c.op = InFlight::Connect;
         c.eof = false;
         c.reused = false;
         c.requests = 0;
@@ -52,7 +52,7 @@ impl Loop<'_> {
 
     pub(crate) fn conn_completion(&mut self, i: usize, cq: Completion) -> std::result::Result<(), Fail> {
         let c = &mut self.conns[i];
-        c.busy = false;
+        let op = std::mem::replace(&mut c.op, InFlight::Idle);
         c.last_io = Instant::now();
         let res = cq.result;
         if let Some(data) = cq.data {
@@ -71,15 +71,13 @@ impl Loop<'_> {
             return Ok(());
         }
         if let Some(buf) = cq.buf {
-            if c.recvmsg {
-                c.recvmsg = false;
+            if op == InFlight::RecvMsg {
                 c.rbuf = Some(buf);
                 return self.record_completion(i, res, cq.control.unwrap_or_default());
             }
             // kTLS: a non-data record (alert, NewSessionTicket, KeyUpdate) is at the head.
             let non_data = c.kconn.is_some() && res == -rustix::io::Errno::IO.raw_os_error();
-            if c.recv_direct {
-                c.recv_direct = false;
+            if op == InFlight::RecvDirect {
                 let n = if res > 0 { res as usize } else { 0 };
                 with_placer(&mut c.rx, &mut self.sh, |p, blocks| {
                     p.recv_done(buf, n);
@@ -113,8 +111,7 @@ impl Loop<'_> {
             }
             return Ok(());
         }
-        if c.splicing {
-            c.splicing = false;
+        if op == InFlight::Splice {
             if c.kconn.is_some() && res == -rustix::io::Errno::INVAL.raw_os_error() {
                 // SPLICE stops with EINVAL at a non-data record under kTLS RX.
                 return self.read_record(i);
@@ -201,14 +198,14 @@ impl Loop<'_> {
                 return Ok(());
             }
             let c = &mut self.conns[i];
-            if c.busy || c.st != St::Open {
+            if c.busy() || c.st != St::Open {
                 return Ok(());
             }
             if !c.out.is_empty() {
                 let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
                 let data = std::mem::take(&mut c.out);
                 let len = data.len();
-                c.busy = true;
+                c.op = InFlight::Send;
                 self.ring
                     .push(
                         Op::Send {
@@ -311,7 +308,7 @@ impl Loop<'_> {
     pub(crate) fn close(&mut self, i: usize) {
         let c = &mut self.conns[i];
         c.st = St::Closed;
-        c.busy = false;
+        c.op = InFlight::Idle;
         c.tls = None;
         c.kconn = None;
         c.no_ktls = false;

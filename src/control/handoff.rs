@@ -73,8 +73,7 @@ impl Loop<'_> {
             c.rlo = 0;
         }
         let range = c.rhi..rbuf.len();
-        c.busy = true;
-        c.recvmsg = true;
+        c.op = InFlight::RecvMsg;
         c.last_io = Instant::now();
         let op = Op::RecvMsg {
             fd,

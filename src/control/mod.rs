@@ -99,6 +99,33 @@ pub(crate) struct Rx {
     pub(crate) extra: bool,
 }
 
+/// The operation a connection has in flight (each has at most one), which says what its
+/// completion means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InFlight {
+    /// None: the connection may be driven.
+    Idle,
+    /// CONNECT (with its LINK_TIMEOUT).
+    Connect,
+    /// SEND of the connection's `out` bytes.
+    Send,
+    /// RECV into the read block (TLS records, or a response head).
+    Recv,
+    /// RECV straight into the job's write block (plain HTTP, kTLS RX): no compaction copy.
+    RecvDirect,
+    /// Engine `splice`: socket → pipe SPLICE.
+    Splice,
+    /// kTLS: RECVMSG of a non-data record (alert, NewSessionTicket, KeyUpdate).
+    RecvMsg,
+}
+
+impl Conn {
+    /// An operation is in flight: its completion comes before anything else is pushed.
+    pub(crate) fn busy(&self) -> bool {
+        self.op != InFlight::Idle
+    }
+}
+
 pub(crate) struct Conn {
     pub(crate) st: St,
     pub(crate) fd: Option<OwnedFd>,
@@ -112,25 +139,19 @@ pub(crate) struct Conn {
     pub(crate) out: Vec<u8>,
     /// A plaintext request waiting for the TLS connection to accept application data.
     pub(crate) pending_request: Vec<u8>,
-    /// An operation is in flight.
-    pub(crate) busy: bool,
-    /// The in-flight RECV targets the write block (plain fast path).
-    pub(crate) recv_direct: bool,
+    /// The one operation in flight on this connection, if any.
+    pub(crate) op: InFlight,
     /// Parked in `Loop::waiting` until a write block is free.
     pub(crate) waiting: bool,
     /// Consecutive failures without a response head (handshake, connect, early close).
     pub(crate) failures: u32,
     /// Open with nothing to do since this instant.
     pub(crate) idle_since: Option<Instant>,
-    /// The in-flight operation is a socket → pipe SPLICE.
-    pub(crate) splicing: bool,
     /// Engine `splice`: this connection's pipe.
     pub(crate) pipe: Option<Pipe>,
     /// kTLS is installed: the socket yields plaintext; rustls keeps only what post-handshake
     /// messages need (session tickets).
     pub(crate) kconn: Option<KernelConnection<ClientConnectionData>>,
-    /// The in-flight operation is a RECVMSG reading a non-data TLS record (kTLS).
-    pub(crate) recvmsg: bool,
     /// This connection stays in user-space TLS (its hand-off was refused).
     pub(crate) no_ktls: bool,
     pub(crate) cancel_sent: bool,
@@ -164,15 +185,12 @@ impl Conn {
             rhi: 0,
             out: Vec::new(),
             pending_request: Vec::new(),
-            busy: false,
-            recv_direct: false,
+            op: InFlight::Idle,
             waiting: false,
             failures: 0,
             idle_since: None,
-            splicing: false,
             pipe: None,
             kconn: None,
-            recvmsg: false,
             no_ktls: false,
             cancel_sent: false,
             eof: false,

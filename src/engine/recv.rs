@@ -131,9 +131,8 @@ impl Loop<'_> {
                 len,
                 flags: SPLICE_F_MOVE,
             };
-            c.busy = true;
+            c.op = InFlight::Splice;
             c.last_io = Instant::now();
-            c.splicing = true;
             return self
                 .ring
                 .push(op, Tag::Conn(i).encode())
@@ -152,9 +151,8 @@ impl Loop<'_> {
                 self.wait_for_block(i);
                 return Ok(());
             };
-            c.busy = true;
+            c.op = InFlight::RecvDirect;
             c.last_io = Instant::now();
-            c.recv_direct = true;
             return self
                 .ring
                 .push(
@@ -182,7 +180,7 @@ impl Loop<'_> {
             return Err(Fail::retry(Kind::Protocol, "a TLS record larger than the read block"));
         }
         let range = c.rhi..rbuf.len();
-        c.busy = true;
+        c.op = InFlight::Recv;
         c.last_io = Instant::now();
         self.ring
             .push(

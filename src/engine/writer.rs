@@ -1,6 +1,7 @@
 //! The writer: write blocks queued in order, WRITE(_FIXED) at their offsets (or in order for
 //! a stream), short writes, and settling what is in flight after a fatal error.
 
+use crate::control::InFlight;
 use crate::engine::blocks::align_up;
 use crate::err;
 use crate::error::Result;
@@ -31,7 +32,7 @@ impl Loop<'_> {
         if !self.sh.sequential {
             let trim = self.sh.direct.then_some(self.sh.align);
             for c in &mut self.conns {
-                if !c.recv_direct
+                if c.op != InFlight::RecvDirect
                     && let Some(job) = c.rx.job.as_mut()
                 {
                     job.placer.release(trim, &mut self.sh.to_write);

@@ -200,7 +200,8 @@ impl Loop<'_> {
         }
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
-            if c.busy || c.dead || c.capped || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
+            if c.busy() || c.dead || c.capped || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now())
+            {
                 continue;
             }
             let single = self.sh.planned && !self.sh.ranges;

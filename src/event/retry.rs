@@ -45,7 +45,7 @@ impl Loop<'_> {
             self.sh.fatal = Some(Error::new(f.kind, f.msg));
             return Ok(());
         }
-        if self.conns[i].busy {
+        if self.conns[i].busy() {
             // Wait for the in-flight operation: its buffer comes back with the completion.
             if !self.conns[i].cancel_sent {
                 self.conns[i].cancel_sent = true;

@@ -19,7 +19,7 @@ impl Loop<'_> {
         let stall = Duration::from_secs_f64(self.sh.opts.stall_timeout_s);
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
-            if c.busy && c.st == St::Open && !c.cancel_sent && c.last_io.elapsed() > stall {
+            if c.busy() && c.st == St::Open && !c.cancel_sent && c.last_io.elapsed() > stall {
                 self.conns[i].cancel_sent = true;
                 self.push(
                     Op::Cancel {
@@ -52,9 +52,9 @@ impl Loop<'_> {
         if self.sh.opts.verbose > 2 {
             for (i, c) in self.conns.iter().enumerate() {
                 eprintln!(
-                    "ringdl: [{i}] {:?} busy={} job={:?} wb={:?} spill={} pipe={:?} waiting={}",
+                    "ringdl: [{i}] {:?} op={:?} job={:?} wb={:?} spill={} pipe={:?} waiting={}",
                     c.st,
-                    c.busy,
+                    c.op,
                     c.rx.job
                         .as_ref()
                         .map(|j| (j.seg.start, j.seg.end, j.placer.pos(), j.placer.end())),
