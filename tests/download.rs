@@ -1366,8 +1366,18 @@ fn capped_server(https: bool) {
     assert_same_bytes(&out, f);
     let err = o.stderr_text();
     assert!(err.contains("503"), "the cap never fired (no 503 seen):\n{err}");
-    assert!(err.contains("server allows 2 connections: using 2"), "{err}");
-    assert!(o.summary().contains("(the server allows 2)"), "{}", o.summary());
+    // nginx may still count a request ringdl abandoned (a work-stealing victim), so the
+    // cap it shows can read 1 for a while: never more than 2.
+    let allowed = ["1 connection: using 1", "2 connections: using 2"];
+    assert!(
+        allowed.iter().any(|a| err.contains(&format!("server allows {a}"))),
+        "{err}"
+    );
+    let summary = o.summary();
+    assert!(
+        summary.contains("(the server allows 1)") || summary.contains("(the server allows 2)"),
+        "{summary}"
+    );
 }
 
 #[test]

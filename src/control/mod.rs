@@ -164,8 +164,8 @@ pub(crate) struct Conn {
     pub(crate) clean_close: bool,
     /// Gave up on this slot: every address failed `--max-tries` times.
     pub(crate) dead: bool,
-    /// The server turned this slot away while others made progress (a per-client
-    /// connection cap): it stays closed while any other slot is alive.
+    /// The server turned this slot's last request away while others made progress (a
+    /// per-client connection cap): it asks again after [`crate::event::retry::CAP_RETRY`].
     pub(crate) capped: bool,
     /// Backoff: do not reconnect before this instant.
     pub(crate) not_before: Option<Instant>,

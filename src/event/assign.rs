@@ -148,6 +148,7 @@ impl Loop<'_> {
         c.reused = c.requests > 0 || c.idle_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1));
         c.idle_since = None;
         c.requests += 1;
+        c.capped = false;
         // The first request, and every request once ranges are known to work, asks for its
         // segment; a server without ranges gets a plain GET.
         let range = (probe || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
@@ -191,17 +192,9 @@ impl Loop<'_> {
 
     /// Hands queued segments to idle connections and reopens closed ones while work is left.
     pub(crate) fn kick(&mut self) -> Result<()> {
-        // Slots the server turned away stay closed while any other slot is alive; when none
-        // is, they get their chance again (with normal try accounting).
-        if !self.conns.iter().any(|c| !c.capped && !c.dead) {
-            for c in &mut self.conns {
-                c.capped = false;
-            }
-        }
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
-            if c.busy() || c.dead || c.capped || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now())
-            {
+            if c.busy() || c.dead || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
                 continue;
             }
             let single = self.sh.planned && !self.sh.ranges;

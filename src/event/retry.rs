@@ -13,6 +13,9 @@ use uring::Op;
 /// that cuts every reply after a few KiB must still run out of tries.
 pub(crate) const MIN_PROGRESS: u64 = 64 << 10;
 
+/// A slot the server turned away (a per-client connection cap) asks again after this.
+pub(crate) const CAP_RETRY: Duration = Duration::from_secs(2);
+
 /// First retry wait after a refused connect, seconds (then doubled per try, with jitter):
 /// nothing listens there, and a long wait only delays the error.
 pub(crate) const REFUSED_WAIT: f64 = 0.05;
@@ -38,6 +41,14 @@ pub(crate) fn backoff(base_s: f64, attempt: u32) -> Duration {
 }
 
 impl Loop<'_> {
+    /// Connections receiving a body right now.
+    pub(crate) fn receiving(&self) -> usize {
+        self.conns
+            .iter()
+            .filter(|c| c.rx.job.as_ref().is_some_and(|j| j.got_bytes))
+            .count()
+    }
+
     /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
     /// segment, close it, and reconnect when work is left.
     pub(crate) fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
@@ -152,15 +163,19 @@ impl Loop<'_> {
         let connect_failed = self.conns[i].st == St::Connecting;
         self.close(i);
         if capped {
-            self.conns[i].capped = true;
-            let using = self.conns.iter().filter(|c| !c.capped && !c.dead).count();
+            // The slot asks again later (a cap can be brief: the server may still count a
+            // request we abandoned); meanwhile the others carry the download.
+            let c = &mut self.conns[i];
+            c.capped = true;
+            c.not_before = Some(Instant::now() + CAP_RETRY);
+            let using = self.receiving();
             if verbose > 0 {
                 eprintln!(
                     "ringdl: connection {i}: {}: the server turns extra connections away; going on with {using}",
                     f.msg,
                 );
             }
-            self.sh.capped_at = Some(using);
+            self.sh.capped_at = Some(self.sh.capped_at.unwrap_or(0).max(using));
             return Ok(());
         }
         let c = &mut self.conns[i];
