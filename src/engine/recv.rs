@@ -7,7 +7,6 @@ use crate::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer};
 use crate::engine::splice::Pipe;
 use crate::err;
 use crate::error::Kind;
-use crate::event::retry::*;
 use crate::event::*;
 use crate::schedule::Segment;
 use crate::tag::Tag;
@@ -85,7 +84,7 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
                 sh.url.host(),
                 job.seg.start,
                 seg_end - 1,
-                n_tries(tries)
+                crate::schedule::retry::n_tries(tries)
             ));
         }
         sh.queue.push_front(Segment {

@@ -5,13 +5,10 @@ use crate::control::*;
 use crate::err;
 use crate::error::{Error, Kind, Result};
 use crate::event::*;
+use crate::schedule::retry::{self, Attempt, n_tries};
 use crate::tag::Tag;
 use std::time::{Duration, Instant};
 use uring::Op;
-
-/// Bytes an attempt must move forward for its failure not to count as a try: a server
-/// that cuts every reply after a few KiB must still run out of tries.
-pub(crate) const MIN_PROGRESS: u64 = 64 << 10;
 
 /// A slot the server turned away (a per-client connection cap) asks again after this.
 pub(crate) const CAP_RETRY: Duration = Duration::from_secs(2);
@@ -20,24 +17,12 @@ pub(crate) const CAP_RETRY: Duration = Duration::from_secs(2);
 /// nothing listens there, and a long wait only delays the error.
 pub(crate) const REFUSED_WAIT: f64 = 0.05;
 
-/// "1 try", "3 tries".
-pub(crate) fn n_tries(n: u32) -> String {
-    if n == 1 {
-        "1 try".to_owned()
-    } else {
-        format!("{n} tries")
-    }
-}
-
-/// Wait before retry number `attempt` (1-based): `base * 2^(attempt-1)`, capped at 30 s,
-/// times a jitter factor in [0.5, 1.5) so connections do not retry in lockstep.
-pub(crate) fn backoff(base_s: f64, attempt: u32) -> Duration {
-    let exp = base_s * f64::from(1u32 << attempt.saturating_sub(1).min(16));
+/// A jitter in `[0, 1)` for [`retry::backoff`], from the clock's nanoseconds.
+fn jitter() -> f64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let jitter = 0.5 + f64::from(nanos % 1000) / 1000.0;
-    Duration::from_secs_f64((exp.min(30.0) * jitter).max(0.0))
+    f64::from(nanos % 1000) / 1000.0
 }
 
 impl Loop<'_> {
@@ -78,10 +63,18 @@ impl Loop<'_> {
             .iter()
             .enumerate()
             .any(|(j, o)| j != i && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes));
-        let capped = f.busy && self.sh.planned && others_progress;
+        let attempt = Attempt {
+            busy: f.busy,
+            stalled: f.stalled,
+            others_progress,
+            planned: self.sh.planned,
+            ranges: self.sh.ranges,
+            reused: self.conns[i].reused,
+            ..Attempt::default()
+        };
+        let capped = retry::parked(&attempt);
         let c = &mut self.conns[i];
         let job = c.rx.job.take();
-        let reused = c.reused;
         let head_empty = c.rx.head.is_empty();
         let tries_seen;
         if let Some(mut job) = job {
@@ -111,18 +104,16 @@ impl Loop<'_> {
             }
             // A try counts when the attempt moved nothing forward: a connection that dies
             // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
-            // the file size bounds how often that can happen. A kept-alive connection that
-            // the server closed while it was idle fails before the first byte of the reply:
-            // that is one free retry per segment, never for a stall (a server that accepts
-            // and never answers must run out of tries whatever connection it is on).
-            let progressed = seg.start >= job.seg.start + MIN_PROGRESS && self.sh.ranges;
-            let idle_close = reused && silent && !f.stalled && !f.busy && !seg.grace;
-            if capped || progressed {
-            } else if idle_close {
-                seg.grace = true;
-            } else {
-                seg.tries += 1;
-            }
+            // the file size bounds how often that can happen (see retry::judge).
+            let advanced = seg.start.saturating_sub(job.seg.start);
+            retry::judge(
+                &mut seg,
+                &Attempt {
+                    advanced,
+                    silent,
+                    ..attempt
+                },
+            );
             tries_seen = seg.tries;
             if seg.tries >= self.sh.opts.max_tries {
                 self.sh.fatal = Some(Error::new(
@@ -206,7 +197,7 @@ impl Loop<'_> {
         } else {
             (self.sh.opts.retry_wait_s, tries_seen)
         };
-        let wait = backoff(base, attempt).max(f.delay.unwrap_or_default());
+        let wait = retry::backoff(base, attempt, jitter()).max(f.delay.unwrap_or_default());
         c.not_before = Some(Instant::now() + wait);
         Ok(())
     }

@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 
 use crate::engine::blocks::align_up;
 
+pub mod retry;
+
 /// Bytes the first request asks for (`Range: bytes=0-4194303`): enough to learn the total
 /// size and validator and to keep connection 1 busy while the others start.
 pub const FIRST_SEGMENT: u64 = 4 << 20;
