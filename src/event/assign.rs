@@ -2,52 +2,12 @@
 //! reopening connections while work is left.
 
 use crate::control::*;
-use crate::engine::blocks::align_up;
 use crate::engine::place::{Delimiter, Placer};
 use crate::error::Result;
 use crate::event::*;
-use crate::schedule::Segment;
+use crate::schedule::{Segment, steal};
 use http::{ByteRange, Request};
 use std::time::{Duration, Instant};
-
-/// Work stealing: an idle connection splits a running body when the body would take at
-/// least [`STEAL_TIME`] more at its rate (its bytes since the request, once it has run
-/// [`STEAL_RATE_AFTER`]; before that, the download's rate per busy connection). Never
-/// below [`STEAL_FLOOR`] left: each half must be worth a request (and the victim's
-/// reconnect).
-pub(crate) const STEAL_TIME: Duration = Duration::from_millis(200);
-
-pub(crate) const STEAL_RATE_AFTER: Duration = Duration::from_millis(200);
-
-pub(crate) const STEAL_FLOOR: u64 = 256 << 10;
-
-/// Whether `rem` bytes left of `job` are worth a second connection: they would take at
-/// least [`STEAL_TIME`], and at least twice the time the job waited for its first body
-/// byte (the thief waits about as long before its first byte). The rate is the job's own
-/// since its first body byte, once it has run [`STEAL_RATE_AFTER`]; before that
-/// `fallback`, the download's recent rate per busy connection (bytes/s).
-pub(crate) fn worth_stealing(job: &Job, rem: u64, fallback: f64) -> bool {
-    if rem < STEAL_FLOOR {
-        return false;
-    }
-    let Some(first) = job.first_byte else {
-        // No byte yet (a slow first byte): nothing to go by but the bytes.
-        return rem >= 8 * STEAL_FLOOR;
-    };
-    let ttfb = first.saturating_duration_since(job.started);
-    let ran = first.elapsed();
-    let moved = job.placer.pos().saturating_sub(job.seg.start);
-    let rate = if ran >= STEAL_RATE_AFTER && moved > 0 {
-        moved as f64 / ran.as_secs_f64()
-    } else {
-        fallback
-    };
-    if rate <= 0.0 {
-        return rem >= 8 * STEAL_FLOOR;
-    }
-    let need = STEAL_TIME.max(2 * ttfb);
-    rem as f64 >= need.as_secs_f64() * rate
-}
 
 impl Loop<'_> {
     /// Gives an idle open connection its next request; true when it got one.
@@ -101,15 +61,18 @@ impl Loop<'_> {
             .filter(|&(j, _)| Some(j) != thief)
             .filter_map(|(j, c)| {
                 let job = c.rx.job.as_ref()?;
-                let rem = job.placer.remaining();
-                (matches!(job.placer.delimiter(), Some(Delimiter::Length(_))) && worth_stealing(job, rem, fallback))
-                    .then_some((j, rem))
+                let body = steal::Body {
+                    remaining: job.placer.remaining(),
+                    moved: job.placer.pos().saturating_sub(job.seg.start),
+                    ttfb: job.first_byte.map(|f| f.saturating_duration_since(job.started)),
+                    ran: job.first_byte.map_or(Duration::ZERO, |f| f.elapsed()),
+                };
+                (matches!(job.placer.delimiter(), Some(Delimiter::Length(_))) && steal::worth_stealing(&body, fallback))
+                    .then_some((j, body.remaining))
             })
             .max_by_key(|&(_, rem)| rem)?;
         let job = self.conns[v].rx.job.as_ref()?;
-        let (pos, end) = (job.placer.pos(), job.placer.end());
-        let at = align_up(pos + rem / 2, align);
-        (pos < at && at < end && at <= job.seg.end).then_some((v, at))
+        steal::split_point(job.placer.pos(), job.placer.end(), rem, job.seg.end, align).map(|at| (v, at))
     }
 
     /// Work stealing: with the queue empty, connection `thief` takes the second half of

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use crate::engine::blocks::align_up;
 
 pub mod retry;
+pub mod steal;
 
 /// Bytes the first request asks for (`Range: bytes=0-4194303`): enough to learn the total
 /// size and validator and to keep connection 1 busy while the others start.
