@@ -1,4 +1,12 @@
 //! Page-aligned pools of equal blocks, handed out as owned [`Buf`]s.
+//!
+//! # Safety
+//!
+//! A [`Buf`] is the only handle to its block (the pool's free mask hands each index out
+//! once), and its index is below the pool's count, so the pointer `map + index ·
+//! block_size` and the slices made from it stay inside the mapping and never alias another
+//! live [`Buf`].
+#![allow(unsafe_code)]
 
 use core::cell::Cell;
 use core::ops::{Deref, DerefMut};

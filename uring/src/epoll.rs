@@ -19,6 +19,14 @@
 //!
 //! Sources: epoll(7), epoll_ctl(2), recv(2), recvmsg(2), send(2), connect(2)
 //! (EINPROGRESS, then SO_ERROR), splice(2), preadv2(2) (RWF_NOWAIT, 4.14).
+//!
+//! # Safety
+//!
+//! `recvmsg(2)` is called with a `msghdr` whose iovec and control pointers point into the
+//! op's own buffer and control `Vec`, which the parked op owns until its completion;
+//! `BorrowedFd::borrow_raw` is used only on descriptors an op was pushed with, which the
+//! caller keeps open until that op completes (the [`crate::Ring`] contract).
+#![allow(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
 use std::io;

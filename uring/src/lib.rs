@@ -17,6 +17,9 @@
 //! the kernel's `io_uring/` directory; minimum kernel versions are on each item.
 #![deny(missing_docs, clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
+// Unsafe code only in the modules that say `#![allow(unsafe_code)]`, each with a
+// `# Safety` note naming its invariant: buf, epoll, mmap, raw, ring, signal.
+#![deny(unsafe_code)]
 
 mod buf;
 mod epoll;

@@ -1,4 +1,10 @@
 //! An owned memory mapping: `NonNull + len`, unmapped in `Drop`.
+//!
+//! # Safety
+//!
+//! The mapping is created by mmap(2) with the length it records and unmapped once in
+//! `Drop`; pointers handed out are `ptr + offset` with `offset` checked below that length.
+#![allow(unsafe_code)]
 
 use core::ffi::c_void;
 use core::ptr::NonNull;

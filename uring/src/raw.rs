@@ -1,5 +1,13 @@
 //! The raw ring: io_uring_setup(2), the mmapped SQ/CQ rings and SQE array,
 //! io_uring_enter(2) and io_uring_register(2).
+//!
+//! # Safety
+//!
+//! The SQ/CQ ring memory is shared with the kernel: every offset comes from the
+//! `io_uring_params` that io_uring_setup(2) filled in, and head/tail are read and written
+//! with the acquire/release orderings the kernel's barriers pair with. An SQE's pointers
+//! are the caller's to keep valid (`unsafe fn push_raw`).
+#![allow(unsafe_code)]
 
 use core::sync::atomic::{AtomicU32, Ordering, fence};
 use std::io;

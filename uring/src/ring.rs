@@ -1,4 +1,11 @@
 //! The safe owned-buffer layer: ops own their memory until their completion.
+//!
+//! # Safety
+//!
+//! Each pushed SQE points only into memory its slot owns (the op's [`crate::Buf`], `Vec` or
+//! sockaddr) from push until its CQE is reaped; a ring dropped with ops in flight cancels
+//! them and leaks, rather than frees, memory the kernel might still write.
+#![allow(unsafe_code)]
 
 use core::cell::UnsafeCell;
 use core::ops::Range;

@@ -3,6 +3,11 @@
 //! bytes, `struct signalfd_siginfo`) instead of a handler running at an arbitrary point.
 //!
 //! Source: signalfd(2), sigprocmask(2). Linux 2.6.27+ for `SFD_CLOEXEC`.
+//!
+//! # Safety
+//!
+//! `sigprocmask(2)` is given a pointer to a signal set on this function's stack, valid
+//! for the call.
 #![allow(unsafe_code)]
 
 use std::io;
