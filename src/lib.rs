@@ -46,7 +46,7 @@ mod event;
 mod io;
 mod output;
 mod report;
-mod schedule;
+pub mod schedule;
 mod tag;
 
 pub use app::main;

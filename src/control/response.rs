@@ -10,7 +10,8 @@ use crate::event::*;
 use crate::output::Output;
 use crate::schedule::{self, FIRST_SEGMENT, Landed};
 use http::{ChunkedDecoder, ContentRange, Framing, Header, Status};
-use std::time::{Duration, Instant};
+use std::collections::VecDeque;
+use std::time::Duration;
 
 /// Feeds received plaintext to the receive side: head first, then the body.
 pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<(), Fail> {
@@ -123,7 +124,6 @@ pub(crate) fn on_head(
                 }
                 sh.total = Some(complete);
                 sh.ranges = true;
-                sh.planned = true;
                 sh.need_fallocate = true;
                 // The rest is planned from an aligned offset: a server that caps range replies
                 // at an odd size must not make later O_DIRECT writes unaligned.
@@ -136,7 +136,7 @@ pub(crate) fn on_head(
                 };
                 job.seg.end = first_end;
                 take_disposition(sh, resp)?;
-                sh.queue = match sh.resume.take() {
+                let queue = match sh.resume.take() {
                     Some(st) if st.total == complete && st.validator == validator => {
                         sh.landed = Landed::from_ranges(&st.ranges);
                         if sh.opts.verbose > 0 || !sh.opts.quiet {
@@ -160,12 +160,13 @@ pub(crate) fn on_head(
                     }
                     None => schedule::plan(first_end, complete, sh.opts.connections, sh.align),
                 };
+                sh.plan.set_queue(queue);
                 sh.validator = validator;
                 if sh.opts.verbose > 0 {
                     eprintln!(
                         "ringdl: {complete} bytes, ranges supported, {} segment{} after the first",
-                        sh.queue.len(),
-                        if sh.queue.len() == 1 { "" } else { "s" }
+                        sh.plan.queued(),
+                        if sh.plan.queued() == 1 { "" } else { "s" }
                     );
                 }
             } else {
@@ -220,8 +221,7 @@ pub(crate) fn on_head(
             }
             take_disposition(sh, resp)?;
             sh.ranges = false;
-            sh.planned = true;
-            sh.queue.clear();
+            sh.plan.set_queue(VecDeque::new());
             sh.validator = validator;
             job.probe = false;
             job.seg.start = 0;
@@ -249,8 +249,7 @@ pub(crate) fn on_head(
         416 if job.probe && job.seg.start > 0 => {
             // The resume point lies past the end: the file shrank. Start over from zero.
             sh.resume = None;
-            sh.probe_start = 0;
-            sh.probe_end = FIRST_SEGMENT;
+            sh.plan.restart_probe(0, FIRST_SEGMENT);
             eprintln!("ringdl: the file on the server is shorter than the resumed part: starting from zero");
             Err(Fail::retry(
                 Kind::HttpStatus,
@@ -260,7 +259,7 @@ pub(crate) fn on_head(
         416 if job.probe => match resp.content_range() {
             Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
                 sh.total = Some(0);
-                sh.planned = true;
+                sh.plan.set_queue(VecDeque::new());
                 job.placer = Placer::new(0, 0);
                 job.seg.end = 0;
                 Ok(HeadAction::Complete)
@@ -299,7 +298,7 @@ pub(crate) fn on_head(
                 None => None,
             };
             if let Some(w) = wait {
-                sh.hold_until = Some(Instant::now() + w);
+                sh.plan.hold(sh.started.elapsed() + w);
             }
             let f = Fail {
                 delay: wait,

@@ -87,12 +87,15 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
                 crate::schedule::retry::n_tries(tries)
             ));
         }
-        sh.queue.push_front(Segment {
-            start: requeue_from,
-            end: seg_end,
-            tries,
-            grace: job.seg.grace,
-        });
+        sh.plan.requeue(
+            Segment {
+                start: requeue_from,
+                end: seg_end,
+                tries,
+                grace: job.seg.grace,
+            },
+            false,
+        );
     }
     if !job.keep_alive {
         rx.extra = true;

@@ -13,34 +13,27 @@ impl Loop<'_> {
     /// Gives an idle open connection its next request; true when it got one.
     pub(crate) fn assign(&mut self, i: usize) -> std::result::Result<bool, Fail> {
         // A pipe still holding the previous range must empty first: its bytes are contiguous.
-        if self.sh.hold_until.is_some_and(|t| t > Instant::now())
-            || self.conns[i].pipe.as_ref().is_some_and(|p| !p.is_idle())
-        {
+        if self.conns[i].pipe.as_ref().is_some_and(|p| !p.is_idle()) {
             return Ok(false);
         }
-        let seg = if !self.sh.probe_assigned {
-            self.sh.probe_assigned = true;
-            Segment {
-                start: self.sh.probe_start,
-                end: self.sh.probe_end,
-                tries: self.sh.probe_tries,
-                grace: self.sh.probe_grace,
-            }
-        } else if let Some(s) = self.sh.queue.pop_front() {
-            s
-        } else if let Some(s) = self.steal(i) {
-            s
+        let now = self.sh.started.elapsed();
+        let (seg, probe) = if let Some(next) = self.sh.plan.next(now) {
+            next
+        } else if !self.sh.plan.held(now)
+            && let Some(s) = self.steal(i)
+        {
+            (s, false)
         } else {
             return Ok(false);
         };
-        self.start_job(i, seg, !self.sh.planned);
+        self.start_job(i, seg, probe);
         Ok(true)
     }
 
     /// The running body with the most bytes still to come, if splitting it is worth a
     /// request: (connection, split point: aligned, inside what is still to come).
     pub(crate) fn steal_victim(&self, thief: Option<usize>) -> Option<(usize, u64)> {
-        if !self.sh.planned || !self.sh.ranges || self.sh.splice || self.sh.sequential {
+        if !self.sh.plan.is_planned() || !self.sh.ranges || self.sh.splice || self.sh.sequential {
             return None;
         }
         let align = self.sh.align;
@@ -150,7 +143,7 @@ impl Loop<'_> {
 
     /// Work exists that an idle connection could take.
     pub(crate) fn wants_connection(&self) -> bool {
-        !self.sh.probe_assigned || !self.sh.queue.is_empty() || self.steal_victim(None).is_some()
+        self.sh.plan.has_work() || self.steal_victim(None).is_some()
     }
 
     /// Hands queued segments to idle connections and reopens closed ones while work is left.
@@ -160,9 +153,9 @@ impl Loop<'_> {
             if c.busy() || c.dead || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
                 continue;
             }
-            let single = self.sh.planned && !self.sh.ranges;
+            let single = self.sh.plan.is_planned() && !self.sh.ranges;
             match c.st {
-                St::Open if single && self.sh.queue.is_empty() => self.close(i),
+                St::Open if single && self.sh.plan.queued() == 0 => self.close(i),
                 St::Open if self.wants_connection() => {
                     self.after(i, Ok(()))?;
                 }

@@ -33,7 +33,8 @@ use crate::error::{Error, Result};
 use crate::output::Output;
 use crate::output::resume::State;
 use crate::report::Progress;
-use crate::schedule::{FIRST_SEGMENT, Landed, Segment};
+use crate::schedule::queue::Plan;
+use crate::schedule::{FIRST_SEGMENT, Landed};
 use crate::tag::Tag;
 
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
@@ -95,17 +96,12 @@ pub(crate) struct Shared<'a> {
     pub(crate) direct: bool,
     pub(crate) sequential: bool,
     pub(crate) file: bool,
-    pub(crate) queue: VecDeque<Segment>,
-    pub(crate) probe_assigned: bool,
-    /// Failed attempts of the first request, and whether its free retry after an idle
-    /// close is used (see [`Segment::grace`]).
-    pub(crate) probe_tries: u32,
-    pub(crate) probe_grace: bool,
-    /// Where the first request starts: 0, or the first byte a resumed `.part` lacks.
-    pub(crate) probe_start: u64,
-    /// Where it ends: [`FIRST_SEGMENT`] later, or where a resumed `.part` has bytes again.
-    pub(crate) probe_end: u64,
-    pub(crate) planned: bool,
+    /// Which range goes out next: the first request (from 0, or the first byte a resumed
+    /// `.part` lacks, to [`FIRST_SEGMENT`] later or where the `.part` has bytes again), then
+    /// the planned segments; Retry-After holds.
+    pub(crate) plan: Plan,
+    /// When the download started (the plan's clock).
+    pub(crate) started: Instant,
     pub(crate) ranges: bool,
     pub(crate) total: Option<u64>,
     pub(crate) validator: Option<Vec<u8>>,
@@ -127,8 +123,6 @@ pub(crate) struct Shared<'a> {
     pub(crate) used: Vec<bool>,
     /// Control-file state to validate against the first 206.
     pub(crate) resume: Option<State>,
-    /// No new request before this instant (Retry-After of a 503/429).
-    pub(crate) hold_until: Option<Instant>,
     pub(crate) disposition: Option<String>,
     /// The file on the server changed under the download: what is kept is of the old one.
     pub(crate) changed: bool,
@@ -225,13 +219,8 @@ pub fn run(
         direct: out.direct,
         sequential: out.sequential,
         file: out.part.is_some(),
-        queue: VecDeque::new(),
-        probe_assigned: false,
-        probe_tries: 0,
-        probe_grace: false,
-        probe_start: resume_start,
-        probe_end: resume_end,
-        planned: false,
+        plan: Plan::new(resume_start, resume_end),
+        started: Instant::now(),
         ranges: false,
         total: None,
         validator: None,
@@ -247,7 +236,6 @@ pub fn run(
         ktls_refused: None,
         used: vec![false; n],
         resume,
-        hold_until: None,
         disposition: None,
         changed: false,
         capped_at: None,
@@ -345,7 +333,7 @@ pub fn run(
                         dl.sh.total.unwrap_or(0),
                         part.display()
                     ));
-                } else if dl.sh.landed.bytes() > 0 && dl.sh.planned && !dl.sh.ranges {
+                } else if dl.sh.landed.bytes() > 0 && dl.sh.plan.is_planned() && !dl.sh.ranges {
                     e.msg.push_str(&format!(
                         "; {} bytes kept in {}, but the server does not serve ranges: a new run starts over",
                         dl.sh.landed.bytes(),
@@ -493,8 +481,7 @@ impl Loop<'_> {
 
     /// All segments fetched and written.
     pub(crate) fn finished(&self) -> bool {
-        self.sh.planned
-            && self.sh.queue.is_empty()
+        self.sh.plan.is_drained()
             && self
                 .conns
                 .iter()

@@ -67,7 +67,7 @@ impl Loop<'_> {
             busy: f.busy,
             stalled: f.stalled,
             others_progress,
-            planned: self.sh.planned,
+            planned: self.sh.plan.is_planned(),
             ranges: self.sh.ranges,
             reused: self.conns[i].reused,
             ..Attempt::default()
@@ -85,7 +85,7 @@ impl Loop<'_> {
             let trim = self.sh.direct.then_some(self.sh.align);
             let silent = !job.got_bytes && job.placer.delimiter().is_none() && head_empty;
             let from = job.placer.release(trim, &mut self.sh.to_write);
-            if job.probe && !self.sh.planned && matches!(f.kind, Kind::Protocol | Kind::Tls) {
+            if job.probe && !self.sh.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
                 self.sh.fatal = Some(Error::new(f.kind, f.msg));
                 return Ok(());
             }
@@ -131,13 +131,7 @@ impl Loop<'_> {
                     seg.tries + 1
                 );
             }
-            if job.probe && !self.sh.planned {
-                self.sh.probe_assigned = false;
-                self.sh.probe_tries = seg.tries;
-                self.sh.probe_grace = seg.grace;
-            } else if seg.start < seg.end {
-                self.sh.queue.push_front(seg);
-            }
+            self.sh.plan.requeue(seg, job.probe);
         } else if capped {
             tries_seen = 0;
         } else {

@@ -38,7 +38,7 @@ impl Loop<'_> {
         if self.control.is_some()
             && self.sync_snapshot.is_none()
             && landed != self.saved_bytes
-            && self.sh.planned
+            && self.sh.plan.is_planned()
             && self.sh.ranges
             && self.last_sync.elapsed() >= CONTROL_INTERVAL
         {
@@ -70,7 +70,7 @@ impl Loop<'_> {
             }
             eprintln!(
                 "ringdl: queue={} to_write={} writes={} landed={}",
-                self.sh.queue.len(),
+                self.sh.plan.queued(),
                 self.sh.to_write.len(),
                 self.writes_in_flight,
                 self.sh.landed.bytes()
@@ -85,7 +85,11 @@ impl Loop<'_> {
     /// has landed (at exit, after the writes in flight were reaped or abandoned).
     /// Returns whether the control file was written.
     pub(crate) fn save_control(&mut self, ranges: Option<Vec<(u64, u64)>>) -> bool {
-        let (Some(path), Some(total), true) = (&self.control, self.sh.total, self.sh.planned && self.sh.ranges) else {
+        let (Some(path), Some(total), true) = (
+            &self.control,
+            self.sh.total,
+            self.sh.plan.is_planned() && self.sh.ranges,
+        ) else {
             return false;
         };
         let ranges = ranges.unwrap_or_else(|| self.sh.landed.ranges().to_vec());

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 
 use crate::engine::blocks::align_up;
 
+pub mod queue;
 pub mod retry;
 pub mod steal;
 
