@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("ktls_records", ktls_records),
     ("request_write", request_write),
     ("compaction", compaction),
+    ("scheduler", scheduler),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -1012,4 +1013,273 @@ pub fn compaction(data: &[u8]) {
     assert!(p.block().is_none() && !p.has_spill(), "release left state behind");
     drop(p);
     assert_eq!(pool.available(), count, "a write block leaked");
+}
+
+/// The scheduler (`ringdl::schedule`: `Plan`, `retry`, `steal`, `plan`/`plan_missing`)
+/// driven the way the event loop drives it, by a model of N connections fetching a file.
+/// Fuzz bytes choose the file size, `-x`, `--max-tries`, an optional resumed part, and a
+/// sequence of events: a connection asks for work, a body moves forward (the first one
+/// plans the rest), a request fails in a random way (stall, idle close, cap, cut after
+/// some bytes, short reply), an idle connection steals, the clock moves, Retry-After holds.
+/// Then every connection behaves until the end.
+///
+/// Properties: every range handed out is non-empty, aligned at its start, inside the file
+/// and overlaps no other running request; it re-asks at most one alignment unit of landed
+/// bytes at each edge; every byte not landed is always covered by the first request, a
+/// queued segment or a running body (nothing is lost); tries never pass `--max-tries`
+/// (the download gives up exactly there); a steal splits inside a body; and with no more
+/// faults the download ends with every byte landed, in a bounded number of steps.
+pub fn scheduler(data: &[u8]) {
+    use ringdl::schedule::queue::Plan;
+    use ringdl::schedule::retry::{self, Attempt, Verdict};
+    use ringdl::schedule::{FIRST_SEGMENT, Landed, Segment, plan, plan_missing, steal};
+    use std::time::Duration;
+
+    const ALIGN: u64 = 4096;
+    #[derive(Clone, Copy, Debug)]
+    struct Job {
+        seg: Segment,
+        pos: u64,
+        probe: bool,
+    }
+    let b = |i: usize| data.get(i).copied().unwrap_or(0);
+    let total = (1 + u64::from(u16::from_le_bytes([b(0), b(1)])) % 4096) * ALIGN - u64::from(b(2)) * 16;
+    let n = 1 + usize::from(b(3)) % 8;
+    let max_tries = 1 + u32::from(b(4)) % 5;
+    // A resumed part: some aligned ranges already landed.
+    let mut landed = Landed::default();
+    if b(5) & 1 == 1 {
+        let mut at = 0;
+        for k in 0..usize::from(b(5) >> 1) % 6 {
+            let s = at + ALIGN * u64::from(b(6 + k) % 64);
+            let e = (s + ALIGN * (1 + u64::from(b(6 + k) >> 6) * 16)).min(total);
+            if s < e {
+                landed.add(s, e);
+            }
+            at = e;
+        }
+    }
+    let first_gap = match landed.ranges().first() {
+        Some(&(0, e)) => e,
+        _ => 0,
+    };
+    let probe_start = (first_gap.min(total.saturating_sub(1)) / ALIGN) * ALIGN;
+    let probe_end = landed
+        .ranges()
+        .iter()
+        .map(|r| r.0)
+        .find(|&s| s > probe_start)
+        .map_or(probe_start + FIRST_SEGMENT, |s| s.min(probe_start + FIRST_SEGMENT));
+    let mut plan_ = Plan::new(probe_start, probe_end);
+    let mut jobs: Vec<Option<Job>> = vec![None; n];
+    let mut now = Duration::ZERO;
+    let mut gave_up = false;
+    let mut handed = 0u64;
+    // Counted failures of the first request before the first reply: the plan must hand it
+    // out again with exactly these tries.
+    let mut probe_counted = 0u32;
+
+    // Every byte not landed is covered by something that will fetch it.
+    let check_nothing_lost = |plan_: &Plan, jobs: &[Option<Job>], landed: &Landed| {
+        if !plan_.is_planned() {
+            return; // the first reply has not told the size yet
+        }
+        let mut cover: Vec<(u64, u64)> = landed.ranges().to_vec();
+        cover.extend(plan_.segments().map(|s| (s.start, s.end)));
+        cover.extend(jobs.iter().flatten().map(|j| (j.pos, j.seg.end)));
+        cover.sort_unstable();
+        let mut at = 0;
+        for (s, e) in cover {
+            assert!(s <= at, "bytes {at}-{s} are neither landed, queued nor being fetched");
+            at = at.max(e);
+        }
+        assert!(
+            at >= total,
+            "bytes {at}-{total} are neither landed, queued nor being fetched"
+        );
+    };
+    let check_handout = |seg: &Segment, probe: bool, jobs: &[Option<Job>], landed: &Landed| {
+        assert!(seg.start < seg.end, "empty range handed out: {seg:?}");
+        assert_eq!(seg.start % ALIGN, 0, "unaligned start: {seg:?}");
+        assert!(seg.tries < max_tries, "a segment past --max-tries went out: {seg:?}");
+        if !probe {
+            assert!(seg.end <= total, "range past the file: {seg:?} of {total}");
+        }
+        for j in jobs.iter().flatten() {
+            assert!(
+                seg.end <= j.pos || seg.start >= j.seg.end,
+                "{seg:?} overlaps the running body {j:?}"
+            );
+        }
+        // Landed bytes asked again: only the aligned edges of a gap.
+        let again: u64 = landed
+            .ranges()
+            .iter()
+            .map(|&(a, b)| b.min(seg.end).saturating_sub(a.max(seg.start)))
+            .sum();
+        assert!(again <= 2 * ALIGN, "{again} landed bytes asked again by {seg:?}");
+    };
+    // The first reply: the size is known, the rest is planned (as control::response does).
+    let first_reply = |plan_: &mut Plan, job: &mut Job, landed: &Landed| {
+        let first_end = job.seg.end.min(total);
+        job.seg.end = first_end;
+        let q = if landed.bytes() > 0 {
+            plan_missing(landed, first_end, total, n, ALIGN)
+        } else {
+            plan(first_end, total, n, ALIGN)
+        };
+        plan_.set_queue(q);
+    };
+
+    let events = data.get(16..).unwrap_or(&[]);
+    let mut i = 0;
+    while i + 1 < events.len() && !gave_up {
+        let (op, arg) = (events[i], events[i + 1]);
+        i += 2;
+        let c = usize::from(arg) % n;
+        match op % 8 {
+            // An idle connection asks for work (then, with the queue empty, steals).
+            0 | 1 => {
+                if jobs[c].is_some() {
+                    continue;
+                }
+                if let Some((seg, probe)) = plan_.next(now) {
+                    check_handout(&seg, probe, &jobs, &landed);
+                    if probe {
+                        assert_eq!(seg.tries, probe_counted, "the first request lost its tries");
+                    }
+                    handed += 1;
+                    jobs[c] = Some(Job {
+                        seg,
+                        pos: seg.start,
+                        probe,
+                    });
+                } else if plan_.is_planned() && !plan_.held(now) && op % 8 == 1 {
+                    // Steal the body with the most left, at its aligned middle.
+                    let Some(v) = (0..n)
+                        .filter(|&v| jobs[v].is_some_and(|j| j.seg.end > j.pos))
+                        .max_by_key(|&v| jobs[v].map_or(0, |j| j.seg.end - j.pos))
+                    else {
+                        continue;
+                    };
+                    let j = jobs[v].unwrap();
+                    let rem = j.seg.end - j.pos;
+                    if let Some(at) = steal::split_point(j.pos, j.seg.end, rem, j.seg.end, ALIGN) {
+                        assert!(
+                            j.pos < at && at < j.seg.end && at % ALIGN == 0,
+                            "bad split {at} of {j:?}"
+                        );
+                        let stolen = Segment { start: at, ..j.seg };
+                        jobs[v].as_mut().unwrap().seg.end = at;
+                        check_handout(&stolen, false, &jobs, &landed);
+                        jobs[c] = Some(Job {
+                            seg: stolen,
+                            pos: at,
+                            probe: false,
+                        });
+                    }
+                }
+            }
+            // A body moves forward by some aligned bytes (or to its end), and lands.
+            2 | 3 => {
+                let Some(mut j) = jobs[c] else { continue };
+                if j.probe && !plan_.is_planned() {
+                    first_reply(&mut plan_, &mut j, &landed);
+                }
+                let step = ALIGN * (1 + u64::from(arg >> 3) * 8);
+                let to = (j.pos + step).min(j.seg.end);
+                landed.add(j.pos, to);
+                j.pos = to;
+                jobs[c] = if j.pos >= j.seg.end { None } else { Some(j) };
+            }
+            // A request fails: the loop keeps the aligned bytes, judges the try, requeues.
+            4..=6 => {
+                let Some(mut j) = jobs[c].take() else { continue };
+                if j.probe && !plan_.is_planned() && op % 8 == 6 {
+                    // A head arrived, then the body broke.
+                    first_reply(&mut plan_, &mut j, &landed);
+                }
+                let others_progress = jobs.iter().flatten().any(|o| o.pos > o.seg.start);
+                let a = Attempt {
+                    advanced: j.pos - j.seg.start,
+                    ranges: true,
+                    silent: j.pos == j.seg.start && arg & 1 == 1,
+                    reused: arg & 2 == 2,
+                    stalled: arg & 4 == 4,
+                    busy: arg & 8 == 8,
+                    others_progress,
+                    planned: plan_.is_planned(),
+                };
+                let mut seg = Segment { start: j.pos, ..j.seg };
+                let before = seg.tries;
+                let v = retry::judge(&mut seg, &a);
+                if v == Verdict::Counted && j.probe && !plan_.is_planned() {
+                    probe_counted += 1;
+                }
+                match v {
+                    Verdict::Counted => assert_eq!(seg.tries, before + 1),
+                    _ => assert_eq!(seg.tries, before, "{v:?} spent a try"),
+                }
+                if v == Verdict::Parked {
+                    assert!(a.busy && a.planned && others_progress);
+                }
+                assert!(seg.tries <= max_tries);
+                if seg.tries >= max_tries {
+                    gave_up = true;
+                    break;
+                }
+                plan_.requeue(seg, j.probe);
+            }
+            // The clock moves; a Retry-After holds every new request for a while.
+            _ => {
+                now += Duration::from_millis(u64::from(arg) * 10);
+                if arg & 1 == 1 {
+                    plan_.hold(now + Duration::from_millis(u64::from(arg) * 20));
+                }
+            }
+        }
+        check_nothing_lost(&plan_, &jobs, &landed);
+        assert!(handed <= 100_000);
+    }
+    if gave_up {
+        return;
+    }
+    // No more faults: every connection works until the download ends.
+    for _ in 0..1_000_000 {
+        if plan_.is_drained() && jobs.iter().all(Option::is_none) {
+            break;
+        }
+        now += Duration::from_secs(1);
+        for c in 0..n {
+            match jobs[c] {
+                None => {
+                    if let Some((seg, probe)) = plan_.next(now) {
+                        check_handout(&seg, probe, &jobs, &landed);
+                        jobs[c] = Some(Job {
+                            seg,
+                            pos: seg.start,
+                            probe,
+                        });
+                    }
+                }
+                Some(mut j) => {
+                    if j.probe && !plan_.is_planned() {
+                        first_reply(&mut plan_, &mut j, &landed);
+                    }
+                    landed.add(j.pos, j.seg.end);
+                    jobs[c] = None;
+                }
+            }
+        }
+        check_nothing_lost(&plan_, &jobs, &landed);
+    }
+    assert!(
+        plan_.is_drained() && jobs.iter().all(Option::is_none),
+        "the download did not end"
+    );
+    assert!(
+        landed.is_complete(total),
+        "ended without every byte: {:?}",
+        landed.ranges()
+    );
 }
