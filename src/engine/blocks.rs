@@ -46,18 +46,8 @@ impl WriteBlock {
     }
 }
 
-/// Rounds `v` down to a multiple of `align` (a power of two).
-pub fn align_down(v: u64, align: u64) -> u64 {
-    v & !(align - 1)
-}
-
-/// Rounds `v` up to a multiple of `align` (a power of two).
-///
-/// # Panics
-/// On overflow past `u64::MAX` (offsets that large are refused when a response is parsed).
-pub fn align_up(v: u64, align: u64) -> u64 {
-    v.checked_add(align - 1).expect("offset overflow") & !(align - 1)
-}
+// Alignment arithmetic lives with the segments it shapes.
+pub use crate::schedule::{align_down, align_up};
 
 #[cfg(test)]
 mod tests {

@@ -3,8 +3,6 @@
 
 use std::collections::VecDeque;
 
-use crate::engine::blocks::align_up;
-
 pub mod queue;
 pub mod retry;
 pub mod steal;
@@ -16,6 +14,19 @@ pub const FIRST_SEGMENT: u64 = 4 << 20;
 const MIN_SEGMENT: u64 = 1 << 20;
 /// Largest planned segment, bytes.
 const MAX_SEGMENT: u64 = 256 << 20;
+
+/// Rounds `v` down to a multiple of `align` (a power of two).
+pub fn align_down(v: u64, align: u64) -> u64 {
+    v & !(align - 1)
+}
+
+/// Rounds `v` up to a multiple of `align` (a power of two).
+///
+/// # Panics
+/// On overflow past `u64::MAX` (offsets that large are refused when a response is parsed).
+pub fn align_up(v: u64, align: u64) -> u64 {
+    v.checked_add(align - 1).expect("offset overflow") & !(align - 1)
+}
 
 /// A byte range `[start, end)` of the file still to fetch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +89,7 @@ pub fn plan_missing(landed: &Landed, start: u64, total: u64, connections: usize,
     let per = missing.div_ceil(connections as u64 * 4).clamp(MIN_SEGMENT, MAX_SEGMENT);
     let size = align_up(per, align);
     for (a, b) in gaps {
-        let a = crate::engine::blocks::align_down(a, align);
+        let a = align_down(a, align);
         let b = align_up(b, align).min(total);
         let mut s = a;
         while s < b {

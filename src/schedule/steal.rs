@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::engine::blocks::align_up;
+use super::align_up;
 
 /// A body is split only when the rest would take at least this long at its rate.
 pub const STEAL_TIME: Duration = Duration::from_millis(200);
