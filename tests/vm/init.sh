@@ -177,6 +177,9 @@ case_download() { # NAME SERVER_OPTS RINGDL_OPTS EXPECT FLAGS
         ok=0
         detail="$detail; ringdl -v output lacks /$expect/"
     fi
+    # What this kernel did with the first KeyUpdate (in place, or a new connection).
+    kline=$(grep -m 1 'KeyUpdate' /tmp/ringdl.log | cut -c 1-240)
+    [ -z "$kline" ] || detail="$detail; first KeyUpdate: ${kline#ringdl: }"
     if [ "$ok" -eq 1 ]; then
         result "$name" PASS "$detail"
     else

@@ -330,10 +330,7 @@ fn serve(id: usize, sock: TcpStream, config: Arc<ServerConfig>, o: &Opts) {
         key_updates: 0,
     };
     let mut tls = StreamOwned::new(conn, sock);
-    let mut st = Stats {
-        id,
-        ..Stats::default()
-    };
+    let mut st = Stats { id, ..Stats::default() };
     let res = requests(&mut tls, o, &mut st);
     let end = match &res {
         Ok(()) => "ok".to_owned(),
@@ -414,12 +411,7 @@ fn requests(tls: &mut StreamOwned<ServerConnection, Counted>, o: &Opts, st: &mut
 }
 
 /// Answers one request; returns whether the connection stays open.
-fn respond(
-    tls: &mut StreamOwned<ServerConnection, Counted>,
-    head: &str,
-    o: &Opts,
-    st: &mut Stats,
-) -> io::Result<bool> {
+fn respond(tls: &mut StreamOwned<ServerConnection, Counted>, head: &str, o: &Opts, st: &mut Stats) -> io::Result<bool> {
     let mut lines = head.split("\r\n");
     let mut first = lines.next().unwrap_or("").split(' ');
     let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
@@ -501,11 +493,7 @@ fn respond(
     while left > 0 {
         // --key-update-every: due, and still before the middle of this response (never
         // before its first write: mid-body).
-        if o.key_update_every > 0
-            && st.since_key_update >= o.key_update_every
-            && writes > 0
-            && len - left < len / 2
-        {
+        if o.key_update_every > 0 && st.since_key_update >= o.key_update_every && writes > 0 && len - left < len / 2 {
             key_update(tls, st)?;
         }
         writes += 1;
