@@ -47,8 +47,9 @@ RINGDL_STATIC_BIN="$(build_static)"
 export RINGDL_STATIC_BIN
 log "static binary: $RINGDL_STATIC_BIN"
 
-# The kTLS VM tests (tests/vm.rs -> tests/vm/run.sh): qemu TCG booting Debian's 6.1 kernel
-# with tls.ko, the static ringdl and a static rustls test server inside.
+# The kTLS VM tests (tests/vm.rs -> tests/vm/run.sh --kernel 6.1, then --kernel current):
+# qemu TCG booting Debian's 6.1 kernel and the current one pinned in tests/vm/run.sh, with
+# tls.ko, the static ringdl and a static rustls test server inside.
 log "building the VM test server (example vm_server, $MUSL_TARGET)"
 CC_x86_64_unknown_linux_musl=musl-gcc \
     cargo build --release --target "$MUSL_TARGET" -p ringdl --example vm_server >&2

@@ -229,10 +229,15 @@ fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String
         }
         EngineKind::KtlsDirect | EngineKind::Splice if s.tls != "plain" => {
             format!(
-                "{} (kTLS on {} of {} connections)",
+                "{} (kTLS on {} of {} connections{})",
                 engine.name(),
                 s.ktls_conns,
-                s.connections
+                s.connections,
+                match s.ktls_rekeys {
+                    0 => String::new(),
+                    1 => ", 1 KeyUpdate rekeyed in place".to_owned(),
+                    n => format!(", {n} KeyUpdates rekeyed in place"),
+                }
             )
         }
         // (The note is about TLS: a redirect may have ended on plain http.)

@@ -16,6 +16,8 @@ pub enum Op {
     Tx,
     /// `setsockopt(SOL_TLS, TLS_RX_EXPECT_NO_PAD, 1)`.
     RxExpectNoPad,
+    /// `sendmsg` of a TLS 1.3 KeyUpdate handshake record (`TLS_SET_RECORD_TYPE` 22).
+    KeyUpdate,
 }
 
 impl Op {
@@ -25,6 +27,7 @@ impl Op {
             Op::Rx => "TLS_RX",
             Op::Tx => "TLS_TX",
             Op::RxExpectNoPad => "TLS_RX_EXPECT_NO_PAD",
+            Op::KeyUpdate => "sendmsg(KeyUpdate)",
         }
     }
 }

@@ -18,6 +18,16 @@
 //!    `splice` fails with EINVAL or `recv` with EIO: [`record_type`] says which record is at
 //!    the head, [`NonData::decode`] what it says.
 //!
+//! # TLS 1.3 KeyUpdate (RFC 8446 §4.6.3)
+//! A KeyUpdate from the peer reaches user space as a handshake record (step 4). Since Linux
+//! 6.14 the kernel then pauses decryption (reads fail with EKEYEXPIRED) until the next key
+//! is installed with [`install_rx`] again: `KernelConnection::update_rx_secret` gives it,
+//! with sequence number 0. If the peer set `update_requested`, answer with
+//! [`send_key_update`]`(fd, false)` (sent under the old TX key) and then [`install_tx`] with
+//! `KernelConnection::update_tx_secret`. Before 6.14 a second `TLS_RX` / `TLS_TX` fails
+//! with EBUSY: the connection cannot go on under kTLS. Try it, do not compare versions:
+//! distributions backport. Version and cipher cannot change on rekey (EINVAL).
+//!
 //! # Kernel versions
 //! TCP_ULP / TLS_TX 4.13, TLS_RX 4.17, TLS 1.3 and AES-256-GCM 5.1, ChaCha20-Poly1305 5.11,
 //! TLS_TX_ZEROCOPY_RO 5.19, TLS_RX_EXPECT_NO_PAD 6.0, TLS 1.3 rekey (reinstalling TLS_RX /
@@ -172,6 +182,39 @@ fn install(
     r.map_err(|e| Error::from_errno(op, e))
 }
 
+/// The TLS 1.3 KeyUpdate handshake message (RFC 8446 §4.6.3): `msg_type` 24, a 3-byte
+/// length of 1, and `request_update` (1 = update_requested, 0 = update_not_requested).
+#[must_use]
+pub const fn key_update_message(update_requested: bool) -> [u8; 5] {
+    [record::handshake_type::KEY_UPDATE, 0, 0, 1, update_requested as u8]
+}
+
+/// Sends a TLS 1.3 KeyUpdate on a socket with kTLS TX installed: one `sendmsg` of
+/// [`key_update_message`] with a `TLS_SET_RECORD_TYPE` control message of 22 (handshake),
+/// so the kernel encrypts it as its own handshake record under the *current* TX key
+/// (kernel `Documentation/networking/tls.rst`, "TLS 1.3 Key Updates";
+/// `tools/testing/selftests/net/tls.c`, `tls_send_keyupdate`). Install the next TX key
+/// with [`install_tx`] right after it (Linux 6.14+), before any other write.
+///
+/// Non-blocking (`MSG_DONTWAIT`): 5 bytes of plaintext (≈ 27 on the wire) on a connection
+/// whose send buffer holds at most a request.
+///
+/// # Errors
+/// [`Error::Io`] with [`Op::KeyUpdate`]: EAGAIN when the send buffer is full, EBADMSG /
+/// EIO when TX is not installed or the socket broke, or a short send (EMSGSIZE).
+pub fn send_key_update(fd: BorrowedFd<'_>, update_requested: bool) -> Result<(), Error> {
+    let msg = key_update_message(update_requested);
+    let control = record_type_cmsg(content_type::HANDSHAKE);
+    match sys::sendmsg_record(fd, &msg, &control, sys::MSG_DONTWAIT) {
+        Ok(n) if n == msg.len() => Ok(()),
+        Ok(_) => Err(Error::Io {
+            op: Op::KeyUpdate,
+            errno: Errno::MSGSIZE,
+        }),
+        Err(e) => Err(Error::from_errno(Op::KeyUpdate, e)),
+    }
+}
+
 /// Tells the kernel that the peer's TLS 1.3 records carry no padding
 /// (`setsockopt(SOL_TLS, TLS_RX_EXPECT_NO_PAD, 1)`, Linux 6.0+), so it can decrypt a whole
 /// record straight into the user buffer. Call after [`install_rx`], TLS 1.3 only. If a
@@ -268,6 +311,33 @@ mod tests {
         let e = install_rx(c.as_fd(), ProtocolVersion::TLSv1_1, 0, secrets()).unwrap_err();
         assert_eq!(e, Error::Version(0x0302));
         assert!(e.is_fallback());
+    }
+
+    #[test]
+    fn key_update_message_bytes() {
+        // RFC 8446 §4: msg_type 24 (key_update), uint24 length 1, KeyUpdateRequest.
+        assert_eq!(key_update_message(false), [0x18, 0, 0, 1, 0]);
+        assert_eq!(key_update_message(true), [0x18, 0, 0, 1, 1]);
+        // What this crate decodes on the way in is what it sends.
+        let msg = key_update_message(true);
+        let m = handshake_messages(&msg).next().unwrap().unwrap();
+        assert_eq!((m.typ, m.body), (handshake_type::KEY_UPDATE, &[1u8][..]));
+    }
+
+    #[test]
+    fn send_key_update_without_ktls_is_an_error_not_a_panic() {
+        // Without TX installed the record-type cmsg is not SOL_TLS's business: the kernel
+        // either refuses it or sends 5 plain bytes; either way no panic, and on a kernel
+        // without kTLS the peer sees exactly the message.
+        let (c, mut s) = pair();
+        match send_key_update(c.as_fd(), false) {
+            Ok(()) => {
+                let mut b = [0; 5];
+                s.read_exact(&mut b).unwrap();
+                assert_eq!(b, key_update_message(false));
+            }
+            Err(e) => eprintln!("sendmsg with a TLS record-type cmsg on plain TCP: {e}"),
+        }
     }
 
     #[test]

@@ -89,8 +89,10 @@ pub mod handshake_type {
     /// NewSessionTicket (4): hand the body to `KernelConnection::handle_new_session_ticket`.
     pub const NEW_SESSION_TICKET: u8 = 4;
     /// KeyUpdate (24): body is one byte, 1 = update_requested. RX must be rekeyed with
-    /// `KernelConnection::update_rx_secret` + [`install_rx`](crate::install_rx) (Linux
-    /// 6.14+; before that, the connection cannot continue under kTLS).
+    /// `KernelConnection::update_rx_secret` + [`install_rx`](crate::install_rx), and on
+    /// update_requested TX with [`send_key_update`](crate::send_key_update) +
+    /// `update_tx_secret` + [`install_tx`](crate::install_tx) (Linux 6.14+; before that,
+    /// the connection cannot continue under kTLS).
     pub const KEY_UPDATE: u8 = 24;
 }
 

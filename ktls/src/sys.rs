@@ -2,11 +2,13 @@
 //! and the one raw `setsockopt(2)` the crate needs.
 //!
 //! linux-raw-sys 0.12 has `SOL_TLS` and `TCP_ULP` but none of `linux/tls.h`, and rustix has
-//! no TLS socket options, so the structs are mirrored here and checked by size/offset tests.
+//! no TLS socket options (and its `sendmsg` takes only SCM_RIGHTS / SCM_CREDENTIALS control
+//! messages), so the structs are mirrored here and checked by size/offset tests.
 //!
 //! # Safety
-//! The only unsafe code is the `setsockopt` call in [`setsockopt`]: it passes a pointer and
-//! length taken from one live byte slice, which the kernel only reads during the call.
+//! The only unsafe code is the `setsockopt` call in [`setsockopt`] and the `sendmsg` call in
+//! [`sendmsg_record`]: each passes pointers and lengths taken from live slices, which the
+//! kernel only reads during the call.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -97,6 +99,59 @@ unsafe extern "C" {
     fn c_setsockopt(fd: c_int, level: c_int, name: c_int, value: *const c_void, len: u32) -> c_int;
 }
 
+/// `struct iovec`.
+#[repr(C)]
+struct IoVec {
+    base: *const c_void,
+    len: usize,
+}
+
+/// `struct msghdr` (x86_64 and every other 64-bit Linux ABI: 56 bytes).
+#[repr(C)]
+struct MsgHdr {
+    name: *const c_void,
+    namelen: u32,
+    iov: *const IoVec,
+    iovlen: usize,
+    control: *const c_void,
+    controllen: usize,
+    flags: c_int,
+}
+
+/// `MSG_DONTWAIT`: fail with EAGAIN instead of blocking.
+pub(crate) const MSG_DONTWAIT: c_int = linux_raw_sys::net::MSG_DONTWAIT as c_int;
+
+unsafe extern "C" {
+    #[link_name = "sendmsg"]
+    fn c_sendmsg(fd: c_int, msg: *const MsgHdr, flags: c_int) -> isize;
+}
+
+/// `sendmsg(fd, {iov: data, control: control}, flags)`: returns the bytes sent.
+pub(crate) fn sendmsg_record(fd: BorrowedFd<'_>, data: &[u8], control: &[u8], flags: c_int) -> Result<usize, Errno> {
+    let iov = IoVec {
+        base: data.as_ptr().cast(),
+        len: data.len(),
+    };
+    let msg = MsgHdr {
+        name: std::ptr::null(),
+        namelen: 0,
+        iov: &iov,
+        iovlen: 1,
+        control: control.as_ptr().cast(),
+        controllen: control.len(),
+        flags: 0,
+    };
+    // SAFETY: `msg`, `iov`, `data` and `control` are live for the whole call and describe
+    // exactly `data.len()` and `control.len()` initialised bytes; sendmsg(2) only reads them
+    // (no name: `name` null with length 0); `fd` is borrowed, so it stays open.
+    let rc = unsafe { c_sendmsg(fd.as_raw_fd(), &msg, flags) };
+    if rc >= 0 {
+        Ok(rc as usize)
+    } else {
+        Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO))
+    }
+}
+
 /// `setsockopt(fd, level, name, value, value.len())`.
 pub(crate) fn setsockopt(fd: BorrowedFd<'_>, level: c_int, name: c_int, value: &[u8]) -> Result<(), Errno> {
     let len = u32::try_from(value.len()).map_err(|_| Errno::INVAL)?;
@@ -132,6 +187,18 @@ mod tests {
         assert_eq!(offset_of!(Chacha20Poly1305, iv), 4);
         assert_eq!(offset_of!(Chacha20Poly1305, key), 16);
         assert_eq!(offset_of!(Chacha20Poly1305, rec_seq), 48);
+    }
+
+    #[test]
+    fn msghdr_matches_linux_raw_sys() {
+        use linux_raw_sys::net::msghdr;
+        assert_eq!(size_of::<MsgHdr>(), size_of::<msghdr>());
+        assert_eq!(offset_of!(MsgHdr, iov), offset_of!(msghdr, msg_iov));
+        assert_eq!(offset_of!(MsgHdr, iovlen), offset_of!(msghdr, msg_iovlen));
+        assert_eq!(offset_of!(MsgHdr, control), offset_of!(msghdr, msg_control));
+        assert_eq!(offset_of!(MsgHdr, controllen), offset_of!(msghdr, msg_controllen));
+        assert_eq!(offset_of!(MsgHdr, flags), offset_of!(msghdr, msg_flags));
+        assert_eq!(size_of::<IoVec>(), 2 * size_of::<usize>());
     }
 
     #[test]

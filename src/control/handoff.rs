@@ -9,6 +9,40 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 use uring::Op;
 
+/// A TLS 1.3 KeyUpdate under kTLS (RFC 8446 §4.6.3), `body` its one-byte
+/// `request_update`: installs the server's next traffic key for RX (sequence 0) and, when
+/// the server asked (`update_requested`), sends our own KeyUpdate under the old TX key and
+/// installs our next TX key. Returns whether TX was rekeyed too. Linux 6.14+: an older
+/// kernel refuses the second `TLS_RX` with EBUSY, which is how this finds out (tried, not
+/// looked up by version: distributions backport).
+///
+/// # Errors
+/// Why the connection cannot go on (the caller retries on a new connection): a malformed
+/// KeyUpdate, TLS 1.2, a kernel without rekey, a failed send.
+fn ktls_rekey(
+    fd: &OwnedFd,
+    kconn: &mut KernelConnection<ClientConnectionData>,
+    body: &[u8],
+) -> std::result::Result<bool, String> {
+    use std::os::fd::AsFd;
+    let update_requested = match body {
+        [0] => false,
+        [1] => true,
+        _ => return Err(format!("a malformed KeyUpdate ({} bytes)", body.len())),
+    };
+    let version = kconn.protocol_version();
+    let (seq, rx) = kconn.update_rx_secret().map_err(|e| format!("rustls: {e}"))?;
+    // (TLS_RX_EXPECT_NO_PAD belongs to the socket, not the key: it stays set.)
+    ktls::install_rx(fd.as_fd(), version, seq, rx).map_err(|e| e.to_string())?;
+    if !update_requested {
+        return Ok(false);
+    }
+    ktls::send_key_update(fd.as_fd(), false).map_err(|e| e.to_string())?;
+    let (seq, tx) = kconn.update_tx_secret().map_err(|e| format!("rustls: {e}"))?;
+    ktls::install_tx(fd.as_fd(), version, seq, tx).map_err(|e| e.to_string())?;
+    Ok(true)
+}
+
 impl Loop<'_> {
     /// Installs kernel TLS on connection `i` (TX and RX) from rustls' secrets; from here on
     /// the socket carries plaintext. A refusal before the secrets are taken keeps the
@@ -131,13 +165,31 @@ impl Loop<'_> {
                                 eprintln!("ringdl: connection {i}: session ticket ignored: {e}");
                             }
                         }
-                        // Rekeying kTLS RX needs Linux 6.14 (TLS_RX again after EKEYEXPIRED);
-                        // on every kernel the safe answer is a new connection for the rest.
+                        // Linux 6.14+ takes the next keys in place; before, a new connection
+                        // carries the rest of the segment.
                         ktls::handshake_type::KEY_UPDATE => {
-                            return Err(Fail::retry(
-                                Kind::Network,
-                                "the server updated its TLS keys (KeyUpdate): continuing on a new connection",
-                            ));
+                            let fd = c.fd.as_ref().expect("open connection has a socket");
+                            let kconn = c.kconn.as_mut().expect("a kTLS record comes from a kTLS connection");
+                            match ktls_rekey(fd, kconn, m.body) {
+                                Ok(tx) => {
+                                    self.sh.ktls_rekeys += 1;
+                                    if self.sh.opts.verbose > 0 {
+                                        eprintln!(
+                                            "ringdl: connection {i}: KeyUpdate: kTLS rekeyed in place ({})",
+                                            if tx { "RX and TX, as the server asked" } else { "RX" }
+                                        );
+                                    }
+                                }
+                                Err(why) => {
+                                    return Err(Fail::retry(
+                                        Kind::Network,
+                                        format!(
+                                            "the server updated its TLS keys (KeyUpdate) and kTLS cannot take \
+                                             them in place ({why}): continuing on a new connection"
+                                        ),
+                                    ));
+                                }
+                            }
                         }
                         t => {
                             return Err(Fail::retry(

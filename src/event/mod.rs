@@ -80,6 +80,9 @@ pub struct Summary {
     pub ktls_conns: usize,
     /// Why a kTLS hand-off was refused, if one was.
     pub ktls_refused: Option<String>,
+    /// TLS 1.3 KeyUpdates from the server that kTLS took in place (new RX key, and TX when
+    /// asked; Linux 6.14+) instead of a new connection.
+    pub ktls_rekeys: usize,
     /// The server turned extra connections away (503/429, refused connects): how many it
     /// allowed.
     pub capped_at: Option<usize>,
@@ -120,6 +123,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) ktls_conns: usize,
     /// Why a hand-off was refused (the connection went on in user space).
     pub(crate) ktls_refused: Option<String>,
+    /// KeyUpdates rekeyed in place under kTLS.
+    pub(crate) ktls_rekeys: usize,
     pub(crate) used: Vec<bool>,
     /// Control-file state to validate against the first 206.
     pub(crate) resume: Option<State>,
@@ -234,6 +239,7 @@ pub fn run(
         ktls,
         ktls_conns: 0,
         ktls_refused: None,
+        ktls_rekeys: 0,
         used: vec![false; n],
         resume,
         disposition: None,
@@ -390,6 +396,7 @@ pub fn run(
         disposition: dl.sh.disposition.take(),
         ktls_conns: dl.sh.ktls_conns,
         ktls_refused: dl.sh.ktls_refused.take(),
+        ktls_rekeys: dl.sh.ktls_rekeys,
         capped_at: dl.sh.capped_at,
         io,
     }))

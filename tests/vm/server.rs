@@ -29,6 +29,11 @@
 //! --key-update-after N     TLS 1.3: after N body bytes on a connection, send a
 //!                          KeyUpdate (rustls refresh_traffic_keys), mid-body
 //! --key-updates K          repeat: K KeyUpdates, one every N body bytes (default 1)
+//! --key-update-every N     TLS 1.3: a KeyUpdate whenever N body bytes went out on the
+//!                          connection since its last one, but only before the middle of
+//!                          a response (else at the next response's second write): a
+//!                          client that splits a running body (work stealing) still
+//!                          reads every KeyUpdate sent, so the counts can be compared
 //! --close notify|fin|rst   how the server ends a connection: close_notify then FIN
 //!                          (default), bare FIN, or RST (SO_LINGER 0)
 //! --conn-close             answer with `Connection: close` and end the connection
@@ -36,6 +41,13 @@
 //! --chunk N                plaintext bytes per write (default 16384: one full record)
 //! -v                       one line per connection on stderr (version, suite, bytes)
 //! ```
+//!
+//! Every KeyUpdate sent is one `vm_server: conn N: KeyUpdate sent` line on stderr (with or
+//! without -v). rustls sends them with `update_requested` (`refresh_traffic_keys`), so the
+//! client must answer with its own; the server counts the client's records of exactly 22
+//! bytes (TLS 1.3: 5-byte KeyUpdate + content type + 16-byte tag; requests are longer,
+//! close_notify is 19) and reports them as `client-key-updates` in the line each connection
+//! prints when it is closed (`vm_server: conn N: closed ...`, after `conn N: accepted`).
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -75,6 +87,7 @@ struct Opts {
     tickets: usize,
     key_update_after: u64,
     key_updates: u32,
+    key_update_every: u64,
     close: Close,
     conn_close: bool,
     chunk: usize,
@@ -96,6 +109,7 @@ fn parse_args() -> Opts {
         tickets: 2,
         key_update_after: 0,
         key_updates: 1,
+        key_update_every: 0,
         close: Close::Notify,
         conn_close: false,
         chunk: 16384,
@@ -117,6 +131,7 @@ fn parse_args() -> Opts {
             "--tickets" => o.tickets = num("--tickets", val()),
             "--key-update-after" => o.key_update_after = num("--key-update-after", val()),
             "--key-updates" => o.key_updates = num("--key-updates", val()),
+            "--key-update-every" => o.key_update_every = num("--key-update-every", val()),
             "--close" => {
                 o.close = match val().as_str() {
                     "notify" => Close::Notify,
@@ -201,12 +216,13 @@ fn server_config(o: &Opts) -> (Arc<ServerConfig>, String) {
     config.send_tls13_tickets = o.tickets;
     if o.verbose {
         eprintln!(
-            "vm_server: tls {} suites {} tickets {} key-update-after {} x{} close {:?}{}",
+            "vm_server: tls {} suites {} tickets {} key-update-after {} x{} key-update-every {} close {:?}{}",
             o.tls,
             names.join(","),
             o.tickets,
             o.key_update_after,
             o.key_updates,
+            o.key_update_every,
             o.close,
             if o.conn_close { " conn-close" } else { "" }
         );
@@ -239,9 +255,64 @@ fn main() {
 /// Per-connection state the log line reports.
 #[derive(Default)]
 struct Stats {
+    id: usize,
     requests: u32,
     body_bytes: u64,
     key_updates: u32,
+    /// Body bytes since the last KeyUpdate (`--key-update-every`).
+    since_key_update: u64,
+}
+
+/// The client's side of a TCP connection, with its TLS records counted as they are read
+/// (record framing only: 5-byte header, then `length` bytes).
+struct Counted {
+    sock: TcpStream,
+    /// Header bytes of the record being read (up to 5).
+    hdr: Vec<u8>,
+    /// Bytes of the current record's body still to come.
+    body_left: usize,
+    /// Records of exactly 22 bytes: TLS 1.3 KeyUpdates (see the top of the file).
+    key_updates: u32,
+}
+
+impl Counted {
+    fn count(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.body_left > 0 {
+                let n = self.body_left.min(data.len());
+                self.body_left -= n;
+                data = &data[n..];
+                continue;
+            }
+            let n = (5 - self.hdr.len()).min(data.len());
+            self.hdr.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            if self.hdr.len() == 5 {
+                self.body_left = usize::from(u16::from_be_bytes([self.hdr[3], self.hdr[4]]));
+                if self.hdr[0] == 23 && self.body_left == 22 {
+                    self.key_updates += 1;
+                }
+                self.hdr.clear();
+            }
+        }
+    }
+}
+
+impl Read for Counted {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.count(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.sock.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.sock.flush()
+    }
 }
 
 fn serve(id: usize, sock: TcpStream, config: Arc<ServerConfig>, o: &Opts) {
@@ -251,45 +322,57 @@ fn serve(id: usize, sock: TcpStream, config: Arc<ServerConfig>, o: &Opts) {
         Ok(c) => c,
         Err(e) => return eprintln!("vm_server: conn {id}: {e}"),
     };
+    eprintln!("vm_server: conn {id}: accepted");
+    let sock = Counted {
+        sock,
+        hdr: Vec::with_capacity(5),
+        body_left: 0,
+        key_updates: 0,
+    };
     let mut tls = StreamOwned::new(conn, sock);
-    let mut st = Stats::default();
+    let mut st = Stats { id, ..Stats::default() };
     let res = requests(&mut tls, o, &mut st);
-    if o.verbose {
-        eprintln!(
-            "vm_server: conn {id}: {:?} {:?} requests {} body {} key-updates {} end {}",
-            tls.conn.protocol_version(),
-            tls.conn.negotiated_cipher_suite().map(|s| s.suite()),
-            st.requests,
-            st.body_bytes,
-            st.key_updates,
-            match &res {
-                Ok(()) => "ok".to_owned(),
-                Err(e) => e.to_string(),
-            }
-        );
-    }
+    let end = match &res {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    close(&mut tls, o);
+    eprintln!(
+        "vm_server: conn {id}: closed {:?} {:?} requests {} body {} key-updates {} client-key-updates {} end {end}",
+        tls.conn.protocol_version(),
+        tls.conn.negotiated_cipher_suite().map(|s| s.suite()),
+        st.requests,
+        st.body_bytes,
+        st.key_updates,
+        tls.sock.key_updates,
+    );
+}
+
+/// Ends the connection the way `--close` says, then reads until the client's FIN.
+fn close(tls: &mut StreamOwned<ServerConnection, Counted>, o: &Opts) {
     match o.close {
         Close::Notify => {
             tls.conn.send_close_notify();
             let _ = tls.flush();
-            let _ = tls.sock.shutdown(Shutdown::Write);
+            let _ = tls.sock.sock.shutdown(Shutdown::Write);
         }
         Close::Fin => {
-            let _ = tls.sock.shutdown(Shutdown::Write);
+            let _ = tls.sock.sock.shutdown(Shutdown::Write);
         }
         Close::Rst => {
-            let _ = rustix::net::sockopt::set_socket_linger(&tls.sock, Some(Duration::ZERO));
+            let _ = rustix::net::sockopt::set_socket_linger(&tls.sock.sock, Some(Duration::ZERO));
             return; // dropping the socket with linger 0 sends RST
         }
     }
-    // Let the client read everything before the socket goes: drain until its FIN.
+    // Let the client read everything before the socket goes: drain until its FIN (the
+    // records still count).
     let mut sink = [0u8; 4096];
-    let _ = tls.sock.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = tls.sock.sock.set_read_timeout(Some(Duration::from_secs(10)));
     while matches!(tls.sock.read(&mut sink), Ok(n) if n > 0) {}
 }
 
 /// Serves requests until the client closes, asks `Connection: close`, or `--conn-close`.
-fn requests(tls: &mut StreamOwned<ServerConnection, TcpStream>, o: &Opts, st: &mut Stats) -> io::Result<()> {
+fn requests(tls: &mut StreamOwned<ServerConnection, Counted>, o: &Opts, st: &mut Stats) -> io::Result<()> {
     let mut buf = Vec::with_capacity(8192);
     loop {
         // Read one request head.
@@ -328,12 +411,7 @@ fn requests(tls: &mut StreamOwned<ServerConnection, TcpStream>, o: &Opts, st: &m
 }
 
 /// Answers one request; returns whether the connection stays open.
-fn respond(
-    tls: &mut StreamOwned<ServerConnection, TcpStream>,
-    head: &str,
-    o: &Opts,
-    st: &mut Stats,
-) -> io::Result<bool> {
+fn respond(tls: &mut StreamOwned<ServerConnection, Counted>, head: &str, o: &Opts, st: &mut Stats) -> io::Result<bool> {
     let mut lines = head.split("\r\n");
     let mut first = lines.next().unwrap_or("").split(' ');
     let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
@@ -350,7 +428,7 @@ fn respond(
     }
     let keep = keep && !o.conn_close;
     let conn_hdr = if keep { "keep-alive" } else { "close" };
-    let simple = |tls: &mut StreamOwned<ServerConnection, TcpStream>, status: &str, extra: &str| {
+    let simple = |tls: &mut StreamOwned<ServerConnection, Counted>, status: &str, extra: &str| {
         let body = format!("{status}\n");
         let h = format!(
             "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: {conn_hdr}\r\n{extra}\r\n",
@@ -411,7 +489,14 @@ fn respond(
     io::Seek::seek(&mut file, io::SeekFrom::Start(first))?;
     let mut left = len;
     let mut chunk = vec![0u8; o.chunk];
+    let mut writes = 0u32;
     while left > 0 {
+        // --key-update-every: due, and still before the middle of this response (never
+        // before its first write: mid-body).
+        if o.key_update_every > 0 && st.since_key_update >= o.key_update_every && writes > 0 && len - left < len / 2 {
+            key_update(tls, st)?;
+        }
+        writes += 1;
         // Cut the write at the next KeyUpdate point, if any.
         let mut n = left.min(chunk.len() as u64);
         let next_ku = if o.key_update_after > 0 && st.key_updates < o.key_updates {
@@ -426,16 +511,30 @@ fn respond(
         file.read_exact(&mut chunk[..n])?;
         tls.write_all(&chunk[..n])?;
         st.body_bytes += n as u64;
+        st.since_key_update += n as u64;
         left -= n as u64;
         if next_ku.is_some_and(|at| st.body_bytes >= at) {
-            tls.flush()?;
-            tls.conn
-                .refresh_traffic_keys()
-                .map_err(|e| io::Error::other(format!("KeyUpdate: {e}")))?;
-            st.key_updates += 1;
+            key_update(tls, st)?;
         }
     }
     Ok(keep)
+}
+
+/// Sends a KeyUpdate (update_requested: rustls `refresh_traffic_keys`) after what was
+/// written so far, and says so on stderr.
+fn key_update(tls: &mut StreamOwned<ServerConnection, Counted>, st: &mut Stats) -> io::Result<()> {
+    tls.flush()?;
+    tls.conn
+        .refresh_traffic_keys()
+        .map_err(|e| io::Error::other(format!("KeyUpdate: {e}")))?;
+    tls.flush()?;
+    st.key_updates += 1;
+    st.since_key_update = 0;
+    eprintln!(
+        "vm_server: conn {}: KeyUpdate sent after {} body bytes",
+        st.id, st.body_bytes
+    );
+    Ok(())
 }
 
 /// What a `Range` header asks.
