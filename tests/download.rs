@@ -4,28 +4,16 @@
 //!
 //! Tests named `harness_*` check the fixture itself and pass without `ringdl`.
 
-mod util;
-
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
-use util::{
-    MIB, TestCommand, TestDir, assert_same_bytes, chmod, exists, fs_type, have_program, http_get_raw, is_root, nginx,
-    part_path, sha256_bytes, sha256_file, surely_supports_o_direct, write_random_file,
+use crate::util::{
+    self, MIB, TestCommand, TestDir, assert_same_bytes, chmod, exists, exit, fs_type, have_program, http_get_raw,
+    is_root, nginx, part_path, sha256_bytes, sha256_file, surely_supports_o_direct, write_random_file,
 };
-
-/// Exit codes of the CLI contract.
-mod exit {
-    pub const USAGE: i32 = 2;
-    pub const NETWORK: i32 = 3;
-    pub const TLS: i32 = 4;
-    pub const HTTP_STATUS: i32 = 5;
-    pub const LOCAL_IO: i32 = 7;
-    pub const INTERRUPTED: i32 = 8;
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Scheme {
@@ -121,6 +109,7 @@ fn harness_nginx_serves_exact_bytes() {
         assert_eq!(r.status, 200, "{}", file.name);
         assert_eq!(r.headers.get("content-length"), Some(&size.to_string()));
         assert_eq!(sha256_bytes(&r.body), file.sha256, "{}", file.name);
+        assert_eq!(sha256_file(&n.www().join(&file.name)), file.sha256, "document root");
     }
     let file = n.file(4097);
     let range = [("Range", "bytes=4096-")];

@@ -8,142 +8,12 @@
 //! bytes, never a hang. Tests for behaviour that is not built yet are
 //! `#[ignore = "issue 4: … not built yet"]` and written to the wanted behaviour.
 
-mod fault;
-mod util;
-
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
 
-use fault::{Close, Fault, FaultServer, RetryAfter, When};
-use util::{KIB, MIB, Output, TestDir, exists, part_path, sha256_file};
-
-/// Exit codes of the CLI contract (README).
-mod exit {
-    pub const NETWORK: i32 = 3;
-    pub const HTTP_STATUS: i32 = 5;
-    pub const PROTOCOL: i32 = 6;
-}
-
-/// A run that takes longer than this is a hang.
-const HANG: Duration = Duration::from_secs(25);
-
-/// One ringdl run against a fault server.
-struct Run {
-    dir: TestDir,
-    out: PathBuf,
-    o: Output,
-    took: Duration,
-}
-
-/// Runs `ringdl -x 4 --stall-timeout 2 --connect-timeout 2 -o out.bin [extra] URL`
-/// (plus `--ca-certificate` for HTTPS).
-fn run(test: &str, srv: &FaultServer, url: &str, extra: &[&str]) -> Run {
-    let dir = TestDir::new(test);
-    let out = dir.join("out.bin");
-    let mut cmd = dir.ringdl();
-    cmd.timeout(HANG)
-        .args(["-x", "4", "--stall-timeout", "2", "--connect-timeout", "2", "-o"])
-        .arg(&out);
-    // RINGDL_FAULT_ARGS="-vv" adds arguments to every run (debugging).
-    if let Ok(extra) = std::env::var("RINGDL_FAULT_ARGS") {
-        cmd.args(extra.split_whitespace());
-    }
-    if srv.is_tls() {
-        cmd.arg("--ca-certificate").arg(srv.ca_pem());
-    }
-    cmd.args(extra).arg(url);
-    let t = Instant::now();
-    // A hang panics inside the runner: show what the server saw before unwinding.
-    let o = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cmd.run())) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!(
-                "HANG: ringdl killed after {:?}\n--- requests ---\n{}",
-                t.elapsed(),
-                srv.describe()
-            );
-            std::panic::resume_unwind(e)
-        }
-    };
-    Run {
-        dir,
-        out,
-        o,
-        took: t.elapsed(),
-    }
-}
-
-/// `run` on `srv.url("file.bin")`.
-fn get(test: &str, srv: &FaultServer, extra: &[&str]) -> Run {
-    run(test, srv, &srv.url("file.bin"), extra)
-}
-
-impl Run {
-    fn explain(&self, srv: &FaultServer) -> String {
-        format!(
-            "exit {:?} after {:?}\n--- stderr ---\n{}\n--- requests ---\n{}",
-            self.o.code(),
-            self.took,
-            self.o.stderr_text(),
-            srv.describe()
-        )
-    }
-
-    /// Exit 0, FILE holds exactly `sha` (and `size` bytes), no FILE.part.
-    #[track_caller]
-    fn assert_bytes(&self, srv: &FaultServer, size: u64, sha: &str) {
-        assert_eq!(self.o.code(), Some(0), "expected success\n{}", self.explain(srv));
-        let len = fs::metadata(&self.out).map(|m| m.len()).unwrap_or_else(|e| {
-            panic!("exit 0 but no output file ({e})\n{}", self.explain(srv));
-        });
-        assert_eq!(
-            len,
-            size,
-            "exit 0 with a wrong size: WRONG BYTES\n{}",
-            self.explain(srv)
-        );
-        assert_eq!(
-            sha256_file(&self.out),
-            sha,
-            "exit 0 with wrong content: WRONG BYTES\n{}",
-            self.explain(srv)
-        );
-        assert!(!exists(&part_path(&self.out)), "FILE.part left after success");
-    }
-
-    /// Exit 0 with the server's body.
-    #[track_caller]
-    fn assert_exact(&self, srv: &FaultServer) {
-        self.assert_bytes(srv, srv.size(), srv.sha256());
-    }
-
-    /// Exit `code` and no FILE (a `.part` may stay).
-    #[track_caller]
-    fn assert_fails(&self, srv: &FaultServer, code: i32) {
-        assert_eq!(self.o.code(), Some(code), "expected exit {code}\n{}", self.explain(srv));
-        assert!(
-            !exists(&self.out),
-            "exit {code} but FILE exists (only a complete exact file may be at FILE)"
-        );
-        let err = self.o.stderr_text();
-        assert!(
-            err.lines().any(|l| l.starts_with("ringdl: ") && l.len() > 10),
-            "failure without a message on stderr:\n{err}"
-        );
-    }
-
-    /// Either exact bytes `sha` with exit 0, or exit `code` without FILE: the two
-    /// outcomes issue 4 allows for a fault (never wrong bytes).
-    #[track_caller]
-    fn assert_bytes_or_fails(&self, srv: &FaultServer, size: u64, sha: &str, code: i32) {
-        if self.o.code() == Some(0) {
-            self.assert_bytes(srv, size, sha);
-        } else {
-            self.assert_fails(srv, code);
-        }
-    }
-}
+use crate::fault::{self, Close, Fault, FaultServer, RetryAfter, When};
+use crate::util::{self, HANG, KIB, MIB, TestDir, exists, exit, get, part_path, run, sha256_file};
 
 /// Both schemes for a test body.
 fn schemes() -> [bool; 2] {
@@ -233,13 +103,24 @@ fn harness_fault_server_faults_compose() {
                 retry_after: Some(RetryAfter::Seconds(1)),
             },
         )
+        .fault_on(
+            When::And(Box::new(When::From(4)), Box::new(When::path("/g"))),
+            Fault::Status {
+                code: 429,
+                retry_after: Some(RetryAfter::Raw("soon".into())),
+            },
+        )
+        .fault_on(When::Request(5), Fault::ConnectionClose)
         .start();
+    assert_eq!(srv.base(), format!("http://127.0.0.1:{}", srv.port()));
     let r = raw_exchange(
         srv.port(),
         &[
             "GET /f HTTP/1.1\r\nHost: x\r\nRange: bytes=0-999\r\n\r\n",
             "GET /f HTTP/1.1\r\nHost: x\r\nRange: bytes=1000-1999\r\n\r\n",
             "GET /f HTTP/1.1\r\nHost: x\r\nRange: bytes=0-\r\n\r\n",
+            "GET /g HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /f HTTP/1.1\r\nHost: x\r\nRange: bytes=0-9\r\n\r\n",
         ],
     );
     assert!(
@@ -257,6 +138,10 @@ fn harness_fault_server_faults_compose() {
     assert_eq!(r[1].2, &srv.body()[1000..2000]);
     assert_eq!(r[2].0, 503);
     assert!(r[2].1.contains("Retry-After: 1\r\n"));
+    assert_eq!(r[3].0, 429, "When::And of From(4) and the path /g");
+    assert!(r[3].1.contains("Retry-After: soon\r\n"), "{}", r[3].1);
+    assert_eq!(r[4].0, 206, "/f is not /g: no 429");
+    assert!(r[4].1.contains("Connection: close\r\n"), "{}", r[4].1);
     assert_eq!(
         fault::http_date(std::time::UNIX_EPOCH + Duration::from_secs(784111777)),
         "Sun, 06 Nov 1994 08:49:37 GMT"

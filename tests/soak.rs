@@ -1,12 +1,10 @@
 //! Soak loops of issue 4, bounded for CI: kill -9 at random moments then `-c`, and an
 //! output filesystem that fills up. Every surviving result must be byte-exact.
 
-mod util;
-
 use std::process::Command;
 use std::time::Duration;
 
-use util::{MIB, TestDir, XorShift, is_root, nginx, sha256_file};
+use crate::util::{MIB, TestDir, XorShift, is_root, nginx, sha256_file};
 
 /// 50 × (start, kill -9 at a random moment, then `-c` to the end): 50/50 exact.
 #[test]

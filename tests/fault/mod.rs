@@ -23,10 +23,7 @@
 //! is cut after 1000 bytes: two rules). Requests are numbered from 1 in the order
 //! the server finished reading them (across all connections).
 //!
-//! The module only depends on std, rustls, rcgen, rustix and sha2, so any test crate
-//! can `mod fault;` it.
-#![allow(dead_code)]
-
+//! Random choices use [`crate::util::XorShift`], the one generator of the test crate.
 mod tls;
 
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -39,6 +36,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use sha2::{Digest, Sha256};
+
+use crate::util::XorShift;
 
 // ---------------------------------------------------------------------------
 // Public API
@@ -420,10 +419,10 @@ impl Drop for FaultServer {
 
 /// The deterministic body of `size` bytes for `seed` (xorshift64*, little-endian words).
 pub fn content(size: u64, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed.wrapping_add(0x0F0F_1234));
+    let mut rng = XorShift::new(seed.wrapping_add(0x0F0F_1234));
     let mut v = vec![0u8; size as usize];
     for w in v.chunks_mut(8) {
-        let x = rng.next().to_le_bytes();
+        let x = rng.next_u64().to_le_bytes();
         w.copy_from_slice(&x[..w.len()]);
     }
     v
@@ -500,25 +499,6 @@ impl Shared {
             thread::sleep(Duration::from_millis(20));
         }
         true
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng((seed ^ 0x9E37_79B9_7F4A_7C15).max(1))
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
     }
 }
 
@@ -748,7 +728,7 @@ fn matches(when: &When, req: &Request, seed: u64, partial_range: Option<u64>) ->
         When::Path(p) => req.path() == p,
         When::Segment => partial_range.is_some_and(|a| a != 0),
         When::Random { percent } => {
-            let mut rng = Rng::new(seed ^ req.n.wrapping_mul(0xA24B_AED4_963E_E407) ^ 0x5151);
+            let mut rng = XorShift::new(seed ^ req.n.wrapping_mul(0xA24B_AED4_963E_E407) ^ 0x5151);
             rng.below(100) < u64::from(*percent)
         }
         When::And(a, b) => matches(a, req, seed, partial_range) && matches(b, req, seed, partial_range),
@@ -874,7 +854,7 @@ fn apply(sh: &Shared, req: &Request, p: &mut Plan, fault: &Fault) {
         }
         Fault::Close { after, how } => p.cut = Some((*after, *how)),
         Fault::CloseRandom { how } => {
-            let mut rng = Rng::new(sh.seed ^ req.n.wrapping_mul(0x9FB2_1C65_1E98_DF25) ^ 0xC105E);
+            let mut rng = XorShift::new(sh.seed ^ req.n.wrapping_mul(0x9FB2_1C65_1E98_DF25) ^ 0xC105E);
             let len = p.end - p.start;
             let at = rng.below(len.max(1));
             let how = how.unwrap_or(if rng.below(2) == 0 { Close::Fin } else { Close::Rst });

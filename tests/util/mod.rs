@@ -12,8 +12,6 @@
 //!
 //! Every function panics with context instead of returning errors: a harness
 //! failure is a test failure, never a silent pass.
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -26,6 +24,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+
+use crate::fault::FaultServer;
 
 /// 1 KiB in bytes.
 pub const KIB: u64 = 1024;
@@ -313,6 +313,154 @@ impl Output {
 }
 
 // ---------------------------------------------------------------------------
+// Exit codes
+
+/// Exit codes of the CLI contract (README, "Exit status").
+pub mod exit {
+    /// Bad option or URL.
+    pub const USAGE: i32 = 2;
+    /// Name resolution, connect, or a connection lost more than `--max-tries` times.
+    pub const NETWORK: i32 = 3;
+    /// Handshake failure, untrusted certificate.
+    pub const TLS: i32 = 4;
+    /// The server answered 4xx/5xx.
+    pub const HTTP_STATUS: i32 = 5;
+    /// Protocol violation (malformed head, wrong Content-Range, file changed, …).
+    pub const PROTOCOL: i32 = 6;
+    /// Local I/O: output exists, cannot create or write, disk full, engine refused, …
+    pub const LOCAL_IO: i32 = 7;
+    /// SIGINT or SIGTERM.
+    pub const INTERRUPTED: i32 = 8;
+}
+
+// ---------------------------------------------------------------------------
+// Runs against a fault server
+
+/// A run against a fault server that takes longer than this is a hang.
+pub const HANG: Duration = Duration::from_secs(25);
+
+/// One ringdl run against a fault server.
+pub struct Run {
+    /// The test's directory (holds `out.bin`).
+    pub dir: TestDir,
+    /// `dir/out.bin`.
+    pub out: PathBuf,
+    /// What ringdl did.
+    pub o: Output,
+    /// Wall time of the run.
+    pub took: Duration,
+}
+
+/// Runs `ringdl -x 4 --stall-timeout 2 --connect-timeout 2 -o out.bin [extra] URL`
+/// (plus `--ca-certificate` for HTTPS).
+pub fn run(test: &str, srv: &FaultServer, url: &str, extra: &[&str]) -> Run {
+    let dir = TestDir::new(test);
+    let out = dir.join("out.bin");
+    let mut cmd = dir.ringdl();
+    cmd.timeout(HANG)
+        .args(["-x", "4", "--stall-timeout", "2", "--connect-timeout", "2", "-o"])
+        .arg(&out);
+    // RINGDL_FAULT_ARGS="-vv" adds arguments to every run (debugging).
+    if let Ok(extra) = std::env::var("RINGDL_FAULT_ARGS") {
+        cmd.args(extra.split_whitespace());
+    }
+    if srv.is_tls() {
+        cmd.arg("--ca-certificate").arg(srv.ca_pem());
+    }
+    cmd.args(extra).arg(url);
+    let t = Instant::now();
+    // A hang panics inside the runner: show what the server saw before unwinding.
+    let o = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cmd.run())) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!(
+                "HANG: ringdl killed after {:?}\n--- requests ---\n{}",
+                t.elapsed(),
+                srv.describe()
+            );
+            std::panic::resume_unwind(e)
+        }
+    };
+    Run {
+        dir,
+        out,
+        o,
+        took: t.elapsed(),
+    }
+}
+
+/// `run` on `srv.url("file.bin")`.
+pub fn get(test: &str, srv: &FaultServer, extra: &[&str]) -> Run {
+    run(test, srv, &srv.url("file.bin"), extra)
+}
+
+impl Run {
+    pub fn explain(&self, srv: &FaultServer) -> String {
+        format!(
+            "exit {:?} after {:?}\n--- stderr ---\n{}\n--- requests ---\n{}",
+            self.o.code(),
+            self.took,
+            self.o.stderr_text(),
+            srv.describe()
+        )
+    }
+
+    /// Exit 0, FILE holds exactly `sha` (and `size` bytes), no FILE.part.
+    #[track_caller]
+    pub fn assert_bytes(&self, srv: &FaultServer, size: u64, sha: &str) {
+        assert_eq!(self.o.code(), Some(0), "expected success\n{}", self.explain(srv));
+        let len = fs::metadata(&self.out).map(|m| m.len()).unwrap_or_else(|e| {
+            panic!("exit 0 but no output file ({e})\n{}", self.explain(srv));
+        });
+        assert_eq!(
+            len,
+            size,
+            "exit 0 with a wrong size: WRONG BYTES\n{}",
+            self.explain(srv)
+        );
+        assert_eq!(
+            sha256_file(&self.out),
+            sha,
+            "exit 0 with wrong content: WRONG BYTES\n{}",
+            self.explain(srv)
+        );
+        assert!(!exists(&part_path(&self.out)), "FILE.part left after success");
+    }
+
+    /// Exit 0 with the server's body.
+    #[track_caller]
+    pub fn assert_exact(&self, srv: &FaultServer) {
+        self.assert_bytes(srv, srv.size(), srv.sha256());
+    }
+
+    /// Exit `code` and no FILE (a `.part` may stay).
+    #[track_caller]
+    pub fn assert_fails(&self, srv: &FaultServer, code: i32) {
+        assert_eq!(self.o.code(), Some(code), "expected exit {code}\n{}", self.explain(srv));
+        assert!(
+            !exists(&self.out),
+            "exit {code} but FILE exists (only a complete exact file may be at FILE)"
+        );
+        let err = self.o.stderr_text();
+        assert!(
+            err.lines().any(|l| l.starts_with("ringdl: ") && l.len() > 10),
+            "failure without a message on stderr:\n{err}"
+        );
+    }
+
+    /// Either exact bytes `sha` with exit 0, or exit `code` without FILE: the two
+    /// outcomes issue 4 allows for a fault (never wrong bytes).
+    #[track_caller]
+    pub fn assert_bytes_or_fails(&self, srv: &FaultServer, size: u64, sha: &str, code: i32) {
+        if self.o.code() == Some(0) {
+            self.assert_bytes(srv, size, sha);
+        } else {
+            self.assert_fails(srv, code);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Bytes: SHA-256 and deterministic random content
 
 /// Lower-case hex SHA-256 of a byte slice.
@@ -357,6 +505,11 @@ impl XorShift {
         x ^= x >> 27;
         self.0 = x;
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A value in `0..n` (0 when `n` is 0); modulo bias is irrelevant here.
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
     }
 
     /// Fills `buf` (any length).
