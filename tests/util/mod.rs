@@ -405,9 +405,11 @@ impl Run {
         )
     }
 
-    /// Exit 0, FILE holds exactly `sha` (and `size` bytes), no FILE.part.
+    /// Exit 0, FILE holds exactly `sha` (and `size` bytes), no FILE.part; every fault
+    /// rule fired ([`FaultServer::assert_all_fired`]).
     #[track_caller]
     pub fn assert_bytes(&self, srv: &FaultServer, size: u64, sha: &str) {
+        srv.assert_all_fired();
         assert_eq!(self.o.code(), Some(0), "expected success\n{}", self.explain(srv));
         let len = fs::metadata(&self.out).map(|m| m.len()).unwrap_or_else(|e| {
             panic!("exit 0 but no output file ({e})\n{}", self.explain(srv));
@@ -433,9 +435,10 @@ impl Run {
         self.assert_bytes(srv, srv.size(), srv.sha256());
     }
 
-    /// Exit `code` and no FILE (a `.part` may stay).
+    /// Exit `code` and no FILE (a `.part` may stay); every fault rule fired.
     #[track_caller]
     pub fn assert_fails(&self, srv: &FaultServer, code: i32) {
+        srv.assert_all_fired();
         assert_eq!(self.o.code(), Some(code), "expected exit {code}\n{}", self.explain(srv));
         assert!(
             !exists(&self.out),
