@@ -67,5 +67,11 @@ else
     log "fuzz: no nightly toolchain here; short pass skipped (the corpus replay still runs)"
 fi
 
+# The corpus replay with overflow checks on, as the fuzzer runs (a release build wraps
+# silently): the dev/test profile, one more build of the workspace (~3 min on 2 cores);
+# under --release below the test is listed as ignored.
+log "fuzz corpus replay with overflow checks (test profile)"
+cargo test --test tests -- fuzz_corpus::
+
 log "cargo test (release)"
 cargo test --workspace --release --no-fail-fast "$@"

@@ -24,7 +24,7 @@ use uring::{Buf, BufPool, Completion, Op, Ring, RingBuilder};
 use crate::cli::Options;
 use crate::engine::EngineKind;
 use crate::engine::blocks::{WriteBlock, align_down, align_up};
-use crate::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer};
+use crate::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer, content_range_fits};
 use crate::engine::splice::Pipe;
 use crate::err;
 use crate::error::{Error, Kind, Result};
@@ -2239,7 +2239,7 @@ fn on_head(job: &mut Job, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) ->
                         format!("{host}: the file changed during the download (validator differs)"),
                     ));
                 }
-                if first != job.placer.pos() || last >= job.seg.end {
+                if !content_range_fits(first, last, job.placer.pos(), job.seg.end) {
                     return Err(proto(format!(
                         "asked for bytes {}-{}, got Content-Range {first}-{last}",
                         job.placer.pos(),
