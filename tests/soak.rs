@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::util::{MIB, TestDir, XorShift, is_root, nginx, sha256_file};
+use crate::util::{self, MIB, TestDir, XorShift, is_root, nginx, sha256_file};
 
 /// The bytes a run fetched itself, from its summary `done: N bytes (M fetched now, the
 /// rest resumed)`; `None` when it fetched all N (no such parenthesis).
@@ -87,7 +87,7 @@ fn kill_9_at_random_moments_then_resume_is_exact() {
 #[test]
 fn full_filesystem_fails_clearly_then_resume_is_exact() {
     if !is_root() {
-        eprintln!("skipped: mounting a small tmpfs needs root");
+        util::skip("mounting a small tmpfs needs root");
         return;
     }
     let ng = nginx();
@@ -103,7 +103,7 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
             .unwrap()
     };
     if !mount("size=40m").success() {
-        eprintln!("skipped: mount -t tmpfs failed");
+        util::skip("mount -t tmpfs failed");
         return;
     }
     struct Unmount(std::path::PathBuf);

@@ -568,6 +568,26 @@ pub fn is_root() -> bool {
     euid() == 0
 }
 
+/// Skips the rest of a test whose host lacks something: locally it says so loudly on
+/// stderr and the caller returns (the test passes); under CI (`CI=true`) a skip is a
+/// failure, so a CI run never counts a test that did not run as passed.
+///
+/// # Panics
+/// Under `CI=true`, always.
+#[track_caller]
+pub fn skip(reason: &str) {
+    if std::env::var_os("CI").is_some_and(|v| v == "true") {
+        panic!("CI=true: this test may not skip: {reason}");
+    }
+    // Straight to fd 2, past the test harness's capture of `eprintln!`: seen even when
+    // the test passes.
+    let _ = writeln!(
+        std::io::stderr(),
+        "*** SKIPPED {} (passes without running; CI=true fails it): {reason}",
+        thread::current().name().unwrap_or("a test")
+    );
+}
+
 /// True when `program --version` (or `-V`) starts; used to skip or fail clearly.
 pub fn have_program(program: &str) -> bool {
     Command::new(program)
