@@ -28,7 +28,6 @@ ensure_tools \
     qemu-system-x86_64:qemu-system-x86 \
     cpio:cpio \
     /var/lib/dpkg/info/busybox-static.list:busybox-static
-stop_system_nginx
 
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
     command -v rustup >/dev/null 2>&1 || die "cargo fmt / cargo clippy missing and no rustup"
