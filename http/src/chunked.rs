@@ -667,4 +667,19 @@ mod tests {
         let every: Vec<usize> = (0..=body.len()).collect();
         assert_eq!(decode_split(body, &every).unwrap().0, want);
     }
+
+    /// The line limits are [`MAX_CHUNK_LINE`] bytes, not less, and they count the
+    /// whitespace after the size too (mutation testing found both untested).
+    #[test]
+    fn chunk_line_limits_are_exact() {
+        let ext = "x".repeat(2000);
+        assert_eq!(decode_done(format!("1;{ext}\r\na\r\n0\r\n\r\n").as_bytes()), b"a");
+        let spaces = " ".repeat(2000);
+        assert_eq!(decode_done(format!("1{spaces}\r\na\r\n0\r\n\r\n").as_bytes()), b"a");
+        let spaces = " ".repeat(MAX_CHUNK_LINE as usize + 10);
+        assert_eq!(
+            error_of(format!("1{spaces}\r\na\r\n0\r\n\r\n").as_bytes()),
+            ChunkedError::ExtensionTooLong
+        );
+    }
 }
