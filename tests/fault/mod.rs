@@ -865,7 +865,7 @@ fn reason(code: u16) -> &'static str {
     }
 }
 
-fn matches(when: &When, req: &Request, seed: u64, partial_range: Option<u64>) -> bool {
+fn matches(when: &When, req: &Request, partial_range: Option<u64>) -> bool {
     match when {
         When::Always => true,
         When::Request(n) => req.n == *n,
@@ -873,8 +873,8 @@ fn matches(when: &When, req: &Request, seed: u64, partial_range: Option<u64>) ->
         When::From(n) => req.n >= *n,
         When::Path(p) => req.path() == p,
         When::Segment => partial_range.is_some_and(|a| a != 0),
-        When::And(a, b) => matches(a, req, seed, partial_range) && matches(b, req, seed, partial_range),
-        When::Once(w) => matches(w, req, seed, partial_range),
+        When::And(a, b) => matches(a, req, partial_range) && matches(b, req, partial_range),
+        When::Once(w) => matches(w, req, partial_range),
     }
 }
 
@@ -949,7 +949,7 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
     };
     p.asked_start = partial_start.unwrap_or(0);
     for (i, (when, fault)) in sh.rules.iter().enumerate() {
-        if !matches(when, req, sh.seed, partial_start) {
+        if !matches(when, req, partial_start) {
             continue;
         }
         let once = matches!(when, When::Once(_));
