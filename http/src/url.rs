@@ -1242,6 +1242,13 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_groups_are_separated_by_colons_only() {
+        assert!(Url::parse("http://[1:2:3:4:5:6:7:8]/").is_ok());
+        assert!(Url::parse("http://[1:2:3:4:5:6:7x8]/").is_err());
+        assert!(Url::parse("http://[1:2:3:4:5:6:7:8:9]/").is_err());
+    }
+
+    #[test]
     fn a_long_scheme_is_marked_truncated() {
         let Err(UrlError::UnsupportedScheme(name)) = Url::parse("Very-Long.Scheme+Name-Here://h/") else {
             panic!("expected UnsupportedScheme")
