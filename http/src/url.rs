@@ -1239,6 +1239,8 @@ mod tests {
         let loc = format!("/{}", "b".repeat(MAX_URL_LEN - 1));
         assert!(u.join(loc.as_bytes()).is_ok(), "a Location of MAX_URL_LEN bytes");
         assert_eq!(u.join(format!("{loc}b").as_bytes()), Err(UrlError::TooLong));
+        // And the limit is the documented 64 KiB, not merely consistent with itself.
+        assert!(Url::parse(&format!("{base}{}", "a".repeat(60 * 1024))).is_ok());
     }
 
     #[test]
