@@ -15,7 +15,6 @@ cd "$(repo_root)"
 
 ensure_tools /usr/sbin/nginx:nginx-light musl-gcc:musl-tools openssl:openssl \
     sha256sum:coreutils
-stop_system_nginx
 
 bin=$(build_static)
 

@@ -43,7 +43,9 @@ ensure_tools() {
         die "missing packages ${missing[*]} and no apt-get: install them by hand"
     log "installing ${missing[*]}"
     # Keep the nginx package from starting a system nginx (port 80) on install:
-    # policy-rc.d exit 101 tells invoke-rc.d / deb-systemd-invoke "do not start".
+    # policy-rc.d exit 101 tells invoke-rc.d / deb-systemd-invoke "do not start". Only
+    # when no policy exists, removed right after; a system nginx already running is left
+    # alone.
     local policy=/usr/sbin/policy-rc.d added_policy=0
     if [ ! -e "$policy" ]; then
         printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
@@ -58,18 +60,11 @@ ensure_tools() {
     fi
     [ "$added_policy" -eq 1 ] && as_root rm -f "$policy"
     [ "$rc" -eq 0 ] || die "apt-get failed ($rc) installing ${missing[*]}"
-    stop_system_nginx
 }
 
-# A system nginx (started by the package, or already running) must not serve
-# anything during tests; ours run from temporary configs on free ports.
-stop_system_nginx() {
-    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-        as_root systemctl stop nginx >/dev/null 2>&1 || true
-    elif command -v service >/dev/null 2>&1; then
-        as_root service nginx stop >/dev/null 2>&1 || true
-    fi
-}
+# Services: the scripts never stop, start or reconfigure one. The tests and the demo run
+# their own nginx (own config, pid file, logs and temp paths in a work directory, free
+# loopback ports) beside any system nginx, and stop only the process they started.
 
 # Adds the musl target when rustup manages the toolchain.
 ensure_musl_target() {

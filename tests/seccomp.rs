@@ -6,7 +6,7 @@
 //! The binary is `RINGDL_STATIC_BIN` (the static musl build `scripts/test.sh` makes) when
 //! set, else the one Cargo built for these tests.
 
-mod util;
+use crate::util;
 
 #[path = "seccomp/filter.rs"]
 mod filter;

@@ -5,10 +5,11 @@
 //! `tests/vm/run.sh` (`CURRENT_KERNEL_PKG`, trixie-backports: rekey in place, O_DIRECT on
 //! tmpfs). The two runs take turns (one TCG guest at a time on a small machine).
 //!
-//! Opt-in: runs only with `RINGDL_VM_TESTS=1` (it may install qemu-system-x86,
+//! Opt-in: runs only with `RINGDL_VM_TESTS=1` (scripts/test.sh sets it; without it the
+//! test skips loudly, and fails under `CI=true`). It may install qemu-system-x86,
 //! busybox-static, cpio, xz-utils and zstd with apt, downloads each kernel package once into
 //! `/var/tmp/ringdl-vm` — ≈ 70 MB for 6.1, ≈ 120 MB for the current one — and takes a few
-//! minutes). `RINGDL_STATIC_BIN` and `RINGDL_VM_SERVER_BIN` point at prebuilt static
+//! minutes. `RINGDL_STATIC_BIN` and `RINGDL_VM_SERVER_BIN` point at prebuilt static
 //! binaries; without them the script builds both (musl, release).
 
 use std::path::Path;
@@ -20,10 +21,10 @@ static VM: Mutex<()> = Mutex::new(());
 
 fn run_vm(kernel: &str) {
     if std::env::var_os("RINGDL_VM_TESTS").is_none_or(|v| v != "1") {
-        eprintln!(
-            "skipped: set RINGDL_VM_TESTS=1 to boot the kTLS test VM (tests/vm/run.sh --kernel {kernel}: \
+        crate::util::skip(&format!(
+            "set RINGDL_VM_TESTS=1 to boot the kTLS test VM (tests/vm/run.sh --kernel {kernel}: \
              qemu TCG, Debian kernel package, root for apt)"
-        );
+        ));
         return;
     }
     let _one = VM.lock().unwrap_or_else(|e| e.into_inner());

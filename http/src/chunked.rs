@@ -667,4 +667,25 @@ mod tests {
         let every: Vec<usize> = (0..=body.len()).collect();
         assert_eq!(decode_split(body, &every).unwrap().0, want);
     }
+
+    /// The line limits are [`MAX_CHUNK_LINE`] bytes, not less, and they count the
+    /// whitespace after the size too (mutation testing found both untested).
+    #[test]
+    fn chunk_line_limits_are_exact() {
+        let ext = "x".repeat(2000);
+        assert_eq!(decode_done(format!("1;{ext}\r\na\r\n0\r\n\r\n").as_bytes()), b"a");
+        let spaces = " ".repeat(2000);
+        assert_eq!(decode_done(format!("1{spaces}\r\na\r\n0\r\n\r\n").as_bytes()), b"a");
+        // Whitespace, then `;`: the `;` counts one more byte of the line.
+        let m = MAX_CHUNK_LINE as usize;
+        let ok = format!("1 ;{}\r\na\r\n0\r\n\r\n", "x".repeat(m - 2));
+        assert_eq!(decode_done(ok.as_bytes()), b"a");
+        let long = format!("1 ;{}\r\na\r\n0\r\n\r\n", "x".repeat(m - 1));
+        assert_eq!(error_of(long.as_bytes()), ChunkedError::ExtensionTooLong);
+        let spaces = " ".repeat(MAX_CHUNK_LINE as usize + 10);
+        assert_eq!(
+            error_of(format!("1{spaces}\r\na\r\n0\r\n\r\n").as_bytes()),
+            ChunkedError::ExtensionTooLong
+        );
+    }
 }

@@ -105,4 +105,44 @@ mod tests {
             assert_eq!(parse_http_date(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }
+
+    /// Each form only with its own shape (mutation testing found the guards untested).
+    #[test]
+    fn each_form_needs_its_shape() {
+        for bad in [
+            // IMF-fixdate without the comma, or with a two-digit year.
+            &b"Sun 06 Nov 1994 08:49:37 GMT"[..],
+            b"Sun, 06 Nov 94 08:49:37 GMT",
+            // RFC 850 without the comma.
+            b"Sunday 06-Nov-94 08:49:37 GMT",
+            // asctime with a two-digit year.
+            b"Sun Nov  6 08:49:37 94",
+            // A day of more than 4 digits, a sign.
+            b"Sun, 00006 Nov 1994 08:49:37 GMT",
+            b"Sun, +6 Nov 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(parse_http_date(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn rfc_850_two_digit_years_below_70_are_20xx() {
+        // 2030-01-01 00:00:00 UTC.
+        assert_eq!(parse_http_date(b"Tuesday, 01-Jan-30 00:00:00 GMT"), Some(1_893_456_000));
+        assert_eq!(parse_http_date(b"Thursday, 01-Jan-70 00:00:00 GMT"), Some(0));
+    }
+
+    #[test]
+    fn time_fields_at_and_past_their_bounds() {
+        let base = 784_080_000; // 1994-11-06 00:00:00 UTC
+        assert_eq!(parse_http_date(b"Sun, 06 Nov 1994 23:59:60 GMT"), Some(base + 86_400));
+        for bad in [
+            &b"Sun, 06 Nov 1994 08:60:00 GMT"[..],
+            b"Sun, 06 Nov 1994 08:49:61 GMT",
+            b"Sun, 00 Nov 1994 08:49:37 GMT",
+            b"Sun, 06 Nov 1994 08:49:37:00 GMT",
+        ] {
+            assert_eq!(parse_http_date(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 }

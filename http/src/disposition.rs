@@ -284,4 +284,29 @@ mod tests {
         let long_ext = format!("x.{}", "e".repeat(300));
         assert_eq!(sanitize_file_name(&long_ext).unwrap().len(), 255);
     }
+
+    /// Cases mutation testing found unpinned.
+    #[test]
+    fn parameters_start_after_the_first_semicolon() {
+        let f = |v: &[u8]| content_disposition_filename(v);
+        // No `;`: no parameters at all, whatever follows.
+        assert_eq!(f(b"xfilename=a.bin"), None);
+        // A `;` first is fine.
+        assert_eq!(f(b";filename=a.bin").as_deref(), Some("a.bin"));
+        // After a quoted value, the rest up to the next `;` is skipped, not re-read.
+        assert_eq!(f(b"attachment; x=\"1\"ffilename=a.bin"), None);
+        // An unterminated quoted string ending in a backslash: no escape past the end.
+        assert_eq!(f(b"attachment; filename=\"abc\\"), None);
+        assert_eq!(f(b"attachment; filename=\"ab\\c").as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn long_names_keep_short_extensions_only_and_cut_on_a_char_boundary() {
+        // A 20-byte extension is not an extension worth keeping.
+        let name = format!("{}.{}", "a".repeat(280), "b".repeat(19));
+        assert_eq!(sanitize_file_name(&name), Some("a".repeat(255)));
+        // Byte 255 falls inside a 2-byte character: cut before it.
+        let name = format!("{}{}", "a".repeat(254), "é".repeat(30));
+        assert_eq!(sanitize_file_name(&name), Some("a".repeat(254)));
+    }
 }

@@ -886,4 +886,34 @@ mod tests {
             }
         }
     }
+
+    /// Cases mutation testing found unpinned.
+    #[test]
+    fn status_codes_use_every_digit() {
+        for code in [416u16, 429, 599, 100] {
+            let head = format!("HTTP/1.1 {code} X\r\n\r\n");
+            assert_eq!(with(head.as_bytes(), |r| r.code), code);
+        }
+    }
+
+    #[test]
+    fn heads_up_to_max_head_parse() {
+        // 60 KiB of fields: under the 64 KiB limit.
+        let pad = "p".repeat(1000);
+        let mut head = String::from("HTTP/1.1 200 OK\r\n");
+        for i in 0..60 {
+            head.push_str(&format!("X-Pad-{i}: {pad}\r\n"));
+        }
+        head.push_str("\r\n");
+        assert!(head.len() < MAX_HEAD);
+        assert_eq!(parse(head.as_bytes()), Ok(Status::Complete(head.len())));
+    }
+
+    #[test]
+    fn status_helpers_say_no_to_the_other_state() {
+        let c: Status<u8> = Status::Complete(1);
+        assert!(c.is_complete() && !c.is_partial());
+        let p: Status<u8> = Status::Partial;
+        assert!(p.is_partial() && !p.is_complete());
+    }
 }

@@ -1227,4 +1227,35 @@ mod tests {
             assert_eq!(Url::parse(&u.to_string()).as_ref(), Ok(&u), "{u}");
         }
     }
+
+    /// Cases mutation testing found unpinned.
+    #[test]
+    fn url_length_limit_is_exact() {
+        let base = "http://h/";
+        let at_limit = format!("{base}{}", "a".repeat(MAX_URL_LEN - base.len()));
+        assert!(Url::parse(&at_limit).is_ok(), "a URL of MAX_URL_LEN bytes");
+        assert_eq!(Url::parse(&format!("{at_limit}a")), Err(UrlError::TooLong));
+        let u = Url::parse(base).unwrap();
+        let loc = format!("/{}", "b".repeat(MAX_URL_LEN - 1));
+        assert!(u.join(loc.as_bytes()).is_ok(), "a Location of MAX_URL_LEN bytes");
+        assert_eq!(u.join(format!("{loc}b").as_bytes()), Err(UrlError::TooLong));
+        // And the limit is the documented 64 KiB, not merely consistent with itself.
+        assert!(Url::parse(&format!("{base}{}", "a".repeat(60 * 1024))).is_ok());
+    }
+
+    #[test]
+    fn ipv6_groups_are_separated_by_colons_only() {
+        assert!(Url::parse("http://[1:2:3:4:5:6:7:8]/").is_ok());
+        assert!(Url::parse("http://[1:2:3:4:5:6:7x8]/").is_err());
+        assert!(Url::parse("http://[1:2:3:4:5:6:7:8:9]/").is_err());
+    }
+
+    #[test]
+    fn a_long_scheme_is_marked_truncated() {
+        let Err(UrlError::UnsupportedScheme(name)) = Url::parse("Very-Long.Scheme+Name-Here://h/") else {
+            panic!("expected UnsupportedScheme")
+        };
+        assert!(name.is_truncated());
+        assert_eq!(name.as_str().len(), SchemeName::CAPACITY);
+    }
 }

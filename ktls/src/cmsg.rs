@@ -156,4 +156,13 @@ mod tests {
             let _ = record_type(&buf[..n]);
         }
     }
+
+    /// A cmsg with no data (`cmsg_len` = header only) is valid and is skipped
+    /// (mutation testing found the `<` of the header check unpinned).
+    #[test]
+    fn a_cmsg_without_data_is_skipped() {
+        let mut b = cmsg(1, 7, &[]);
+        b.extend(cmsg(282, 2, &[22]));
+        assert_eq!(record_type(&b), Some(22));
+    }
 }

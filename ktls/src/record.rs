@@ -193,4 +193,17 @@ mod tests {
         assert_eq!(handshake_messages(&[4, 0]).collect::<Vec<_>>(), [Err(&[4u8, 0][..])]);
         assert_eq!(handshake_messages(&[]).count(), 0);
     }
+
+    #[test]
+    fn decode_errors_say_what_is_wrong() {
+        assert_eq!(
+            DecodeError::ApplicationData.to_string(),
+            "application data is not a control record"
+        );
+        assert_eq!(DecodeError::BadAlert.to_string(), "alert record is not two bytes");
+        assert_eq!(
+            DecodeError::Unexpected(20).to_string(),
+            "unexpected record content type 20"
+        );
+    }
 }

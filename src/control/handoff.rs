@@ -158,11 +158,12 @@ impl Loop<'_> {
                         m.map_err(|_| Fail::retry(Kind::Tls, "a handshake message split across records under kTLS"))?;
                     match m.typ {
                         ktls::handshake_type::NEW_SESSION_TICKET => {
-                            if let Some(k) = c.kconn.as_mut()
-                                && let Err(e) = k.handle_new_session_ticket(m.body)
-                                && self.sh.opts.verbose > 0
-                            {
-                                eprintln!("ringdl: connection {i}: session ticket ignored: {e}");
+                            let res = c.kconn.as_mut().map(|k| k.handle_new_session_ticket(m.body));
+                            if self.sh.opts.verbose > 0 {
+                                match res {
+                                    Some(Err(e)) => eprintln!("ringdl: connection {i}: session ticket ignored: {e}"),
+                                    _ => eprintln!("ringdl: connection {i}: NewSessionTicket under kTLS"),
+                                }
                             }
                         }
                         // Linux 6.14+ takes the next keys in place; before, a new connection

@@ -3,7 +3,7 @@
 
 use crate::control::*;
 use crate::engine::blocks::align_down;
-use crate::engine::place::{Delimiter, Placer};
+use crate::engine::place::{Delimiter, Placer, content_range_fits};
 use crate::engine::recv::*;
 use crate::error::Kind;
 use crate::event::*;
@@ -187,7 +187,7 @@ pub(crate) fn on_head(
                         format!("{host}: the file changed during the download (validator differs)"),
                     ));
                 }
-                if first != job.placer.pos() || last >= job.seg.end {
+                if !content_range_fits(first, last, job.placer.pos(), job.seg.end) {
                     return Err(proto(format!(
                         "asked for bytes {}-{}, got Content-Range {first}-{last}",
                         job.placer.pos(),

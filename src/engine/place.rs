@@ -85,6 +85,14 @@ impl fmt::Display for PlaceError {
 
 impl std::error::Error for PlaceError {}
 
+/// True when a 206 answers the range asked: its Content-Range `first-last` (inclusive)
+/// starts at `pos`, the next byte the placer lands, and ends before `end`, the segment's
+/// exclusive end. A range that starts elsewhere would put right bytes at wrong offsets
+/// (RFC 9110 §14.4). The engine's check, shared with the `content_range` fuzz target.
+pub fn content_range_fits(first: u64, last: u64, pos: u64, end: u64) -> bool {
+    first == pos && last < end
+}
+
 /// One response body on its way to the file.
 ///
 /// INVARIANT: `pos <= end`; while a block is held, `block.off + block.fill == pos` (the

@@ -23,10 +23,7 @@
 //! is cut after 1000 bytes: two rules). Requests are numbered from 1 in the order
 //! the server finished reading them (across all connections).
 //!
-//! The module only depends on std, rustls, rcgen, rustix and sha2, so any test crate
-//! can `mod fault;` it.
-#![allow(dead_code)]
-
+//! Random choices use [`crate::util::XorShift`], the one generator of the test crate.
 mod tls;
 
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -39,6 +36,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use sha2::{Digest, Sha256};
+
+use crate::util::XorShift;
 
 // ---------------------------------------------------------------------------
 // Public API
@@ -81,11 +80,11 @@ pub enum When {
     /// Requests whose Range does not start at byte 0 (the segments after ringdl's
     /// first request, which asks for `bytes=0-…`).
     Segment,
-    /// Each request independently with this probability (percent), decided by a
-    /// generator seeded with the server seed and the request number (reproducible).
-    Random { percent: u32 },
     /// Both.
     And(Box<When>, Box<When>),
+    /// The first request this selects on which the fault takes effect (a short 206 on
+    /// a range already shorter than its `max` does not count), and no other.
+    Once(Box<When>),
 }
 
 impl When {
@@ -206,10 +205,34 @@ impl Request {
         parse_range_spec(self.range.as_deref()?).and_then(|(a, _)| a)
     }
 
+    /// True when this request asks for byte `at` of a `size`-byte file (no Range: the
+    /// whole file).
+    pub fn covers(&self, at: u64, size: u64) -> bool {
+        match self.range.as_deref().map(parse_range_spec) {
+            None | Some(None) => true,
+            Some(Some((Some(a), b))) => a <= at && b.is_none_or(|b| at <= b),
+            Some(Some((None, Some(n)))) => size.saturating_sub(n) <= at,
+            Some(Some((None, None))) => true,
+        }
+    }
+
     /// End offset (inclusive) of a `bytes=a-b` Range, if any.
     pub fn range_end(&self) -> Option<u64> {
         parse_range_spec(self.range.as_deref()?).and_then(|(_, b)| b)
     }
+}
+
+/// One fault that took effect on a request (the server's fired-faults counter).
+#[derive(Clone, Debug)]
+pub struct Fired {
+    /// The rule: 0-based, in the order the rules were added to the [`Builder`].
+    pub rule: usize,
+    /// The request it struck.
+    pub request: Request,
+    /// File offset where it struck: the start of the asked range for a fault of the
+    /// head or of the whole response (status, Content-Range, framing, content, …); the
+    /// first byte not sent for a cut, a stall or a short 206.
+    pub at: u64,
 }
 
 /// Builder: `FaultServer::builder().size(..).tls().fault(..).start()`.
@@ -286,12 +309,14 @@ impl Builder {
             base: format!("{scheme}://{addr}"),
             body: body.clone(),
             alt: Mutex::new(Vec::new()),
+            spent: self.rules.iter().map(|_| AtomicBool::new(false)).collect(),
             rules: self.rules,
             etag: self.etag,
             log: Mutex::new(Vec::new()),
             next_req: AtomicU64::new(1),
             stop: AtomicBool::new(false),
             conns: AtomicU64::new(0),
+            fired: Mutex::new(Vec::new()),
         });
         let sh = shared.clone();
         let accept = thread::spawn(move || accept_loop(listener, sh, tls_config));
@@ -383,10 +408,65 @@ impl FaultServer {
         self.shared.conns.load(Ordering::SeqCst)
     }
 
+    /// Every fault that took effect so far, in order.
+    pub fn fired(&self) -> Vec<Fired> {
+        self.shared.fired.lock().unwrap().clone()
+    }
+
+    /// The faults rule `rule` (0-based, in builder order) fired.
+    pub fn fired_on(&self, rule: usize) -> Vec<Fired> {
+        self.fired().into_iter().filter(|f| f.rule == rule).collect()
+    }
+
+    /// True when a request after the one `f` struck asks for the byte it struck at.
+    pub fn asked_again(&self, f: &Fired) -> bool {
+        self.requests()
+            .iter()
+            .any(|r| r.n > f.request.n && r.covers(f.at, self.size()))
+    }
+
+    /// Asserts that every rule fired at least once: a fault test whose fault never fired
+    /// tested nothing (choose requests that will exist: see `cut_requests` in faults.rs).
+    #[track_caller]
+    pub fn assert_all_fired(&self) {
+        let fired = self.fired();
+        let silent: Vec<String> = (0..self.shared.rules.len())
+            .filter(|i| !fired.iter().any(|f| f.rule == *i))
+            .map(|i| format!("rule {i}: {:?} on {:?}", self.shared.rules[i].1, self.shared.rules[i].0))
+            .collect();
+        assert!(
+            silent.is_empty(),
+            "faults that never fired (the test tested nothing):\n{}\n--- requests ---\n{}",
+            silent.join("\n"),
+            self.describe()
+        );
+    }
+
+    /// Asserts that rule `rule` fired and that, after each time it did, a later request
+    /// asked again for the byte it struck: the fault was retried, not ignored. Returns
+    /// how many times it fired.
+    #[track_caller]
+    pub fn assert_retried(&self, rule: usize) -> usize {
+        let fired = self.fired_on(rule);
+        assert!(!fired.is_empty(), "rule {rule} never fired\n{}", self.describe());
+        for f in &fired {
+            assert!(
+                self.asked_again(f),
+                "rule {rule} struck request #{} at byte {} and no later request asked for that byte again: \
+                 the fault was ignored, not retried\n{}",
+                f.request.n,
+                f.at,
+                self.describe()
+            );
+        }
+        fired.len()
+    }
+
     /// The request log as one line per request (for assertion messages); a long log
     /// is cut to its first and last 25 requests.
     pub fn describe(&self) -> String {
         let reqs = self.requests();
+        let fired = self.fired();
         let n = reqs.len();
         reqs.iter()
             .enumerate()
@@ -403,8 +483,18 @@ impl FaultServer {
             })
             .map(|(gap, r)| {
                 gap + &format!(
-                    "#{} conn {}.{} {} {} range={:?}",
-                    r.n, r.conn, r.conn_seq, r.method, r.target, r.range
+                    "#{} conn {}.{} {} {} range={:?}{}",
+                    r.n,
+                    r.conn,
+                    r.conn_seq,
+                    r.method,
+                    r.target,
+                    r.range,
+                    fired
+                        .iter()
+                        .filter(|f| f.request.n == r.n)
+                        .map(|f| format!(" FAULT rule {} at {}", f.rule, f.at))
+                        .collect::<String>()
                 )
             })
             .collect::<Vec<_>>()
@@ -423,10 +513,10 @@ impl Drop for FaultServer {
 
 /// The deterministic body of `size` bytes for `seed` (xorshift64*, little-endian words).
 pub fn content(size: u64, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed.wrapping_add(0x0F0F_1234));
+    let mut rng = XorShift::new(seed.wrapping_add(0x0F0F_1234));
     let mut v = vec![0u8; size as usize];
     for w in v.chunks_mut(8) {
-        let x = rng.next().to_le_bytes();
+        let x = rng.next_u64().to_le_bytes();
         w.copy_from_slice(&x[..w.len()]);
     }
     v
@@ -475,11 +565,15 @@ struct Shared {
     /// Bodies of [`Fault::Content`] seeds, generated on first use.
     alt: Mutex<Vec<(u64, Arc<Vec<u8>>)>>,
     rules: Vec<(When, Fault)>,
+    /// Per rule: a [`When::Once`] rule that already took effect.
+    spent: Vec<AtomicBool>,
     etag: Option<String>,
     log: Mutex<Vec<Request>>,
     next_req: AtomicU64,
     stop: AtomicBool,
     conns: AtomicU64,
+    /// Every fault that took effect, in order.
+    fired: Mutex<Vec<Fired>>,
 }
 
 impl Shared {
@@ -493,6 +587,21 @@ impl Shared {
         b
     }
 
+    /// Records that rule `rule` took effect on `req` at file offset `at`.
+    fn fire(&self, rule: usize, req: &Request, at: u64) {
+        self.fired.lock().unwrap().push(Fired {
+            rule,
+            request: req.clone(),
+            at,
+        });
+    }
+
+    fn fire_opt(&self, rule: Option<usize>, req: &Request, at: u64) {
+        if let Some(rule) = rule {
+            self.fire(rule, req, at);
+        }
+    }
+
     /// Sleeps `d` in small steps; false when the server is stopping.
     fn sleep(&self, d: Duration) -> bool {
         let end = Instant::now() + d;
@@ -503,25 +612,6 @@ impl Shared {
             thread::sleep(Duration::from_millis(20));
         }
         true
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng((seed ^ 0x9E37_79B9_7F4A_7C15).max(1))
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
     }
 }
 
@@ -701,6 +791,7 @@ enum Framing {
 }
 
 /// A response before it is sent: starts correct, faults edit it.
+#[derive(Clone)]
 struct Plan {
     status: u16,
     /// Bytes of `body` to send (`start..end`).
@@ -723,6 +814,42 @@ struct Plan {
     stall_mid: Option<(u64, Duration)>,
     /// A short text body instead of file bytes (errors, redirects).
     text: Option<String>,
+    /// Start of the asked range (0 without a usable Range): where a head fault strikes.
+    asked_start: u64,
+    /// Rules that changed this plan and the file offset each strikes at: they fire
+    /// when the head is sent.
+    fired: Vec<(usize, u64)>,
+    /// The rule behind `cut`, `stall_after_head`, `stall_mid`: each fires only when
+    /// the response reaches it.
+    cut_rule: Option<usize>,
+    stall_head_rule: Option<usize>,
+    stall_mid_rule: Option<usize>,
+}
+
+impl Plan {
+    /// Everything a fault can change, as text, to tell whether a rule changed the plan.
+    fn signature(&self) -> String {
+        format!(
+            "{} {}..{} {:p} {:?} {:?} {:?} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?} {:?}",
+            self.status,
+            self.start,
+            self.end,
+            Arc::as_ptr(&self.body),
+            self.content_range,
+            self.framing,
+            self.extra_lengths,
+            self.fields,
+            self.status_line,
+            self.head_mangles,
+            self.keep_alive,
+            self.close_notify,
+            self.cut,
+            self.stall_after_head,
+            self.silent,
+            self.stall_mid,
+            self.text,
+        )
+    }
 }
 
 fn reason(code: u16) -> &'static str {
@@ -743,7 +870,7 @@ fn reason(code: u16) -> &'static str {
     }
 }
 
-fn matches(when: &When, req: &Request, seed: u64, partial_range: Option<u64>) -> bool {
+fn matches(when: &When, req: &Request, partial_range: Option<u64>) -> bool {
     match when {
         When::Always => true,
         When::Request(n) => req.n == *n,
@@ -751,11 +878,8 @@ fn matches(when: &When, req: &Request, seed: u64, partial_range: Option<u64>) ->
         When::From(n) => req.n >= *n,
         When::Path(p) => req.path() == p,
         When::Segment => partial_range.is_some_and(|a| a != 0),
-        When::Random { percent } => {
-            let mut rng = Rng::new(seed ^ req.n.wrapping_mul(0xA24B_AED4_963E_E407) ^ 0x5151);
-            rng.below(100) < u64::from(*percent)
-        }
-        When::And(a, b) => matches(a, req, seed, partial_range) && matches(b, req, seed, partial_range),
+        When::And(a, b) => matches(a, req, partial_range) && matches(b, req, partial_range),
+        When::Once(w) => matches(w, req, partial_range),
     }
 }
 
@@ -782,6 +906,11 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
         silent: false,
         stall_mid: None,
         text: None,
+        asked_start: 0,
+        fired: Vec::new(),
+        cut_rule: None,
+        stall_head_rule: None,
+        stall_mid_rule: None,
     };
     if let Some(tag) = &sh.etag {
         p.fields.push(("ETag".into(), format!("\"{tag}\"")));
@@ -824,11 +953,39 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
         Ok(Some((a, _))) => Some(a),
         _ => None,
     };
-    for (when, fault) in &sh.rules {
-        if !matches(when, req, sh.seed, partial_start) {
+    p.asked_start = partial_start.unwrap_or(0);
+    for (i, (when, fault)) in sh.rules.iter().enumerate() {
+        if !matches(when, req, partial_start) {
             continue;
         }
+        let once = matches!(when, When::Once(_));
+        if once && sh.spent[i].load(Ordering::SeqCst) {
+            continue;
+        }
+        let saved = once.then(|| p.clone());
+        let before = p.signature();
         apply(sh, req, &mut p, fault);
+        let deferred = matches!(
+            fault,
+            Fault::Close { .. } | Fault::CloseRandom { .. } | Fault::StallAfterHead { .. } | Fault::StallMidBody { .. }
+        );
+        if let Some(saved) = saved {
+            // Spent only where it took effect, and by one request only.
+            let took = deferred || p.signature() != before;
+            if !took || sh.spent[i].swap(true, Ordering::SeqCst) {
+                p = saved;
+                continue;
+            }
+        }
+        match fault {
+            Fault::Close { .. } | Fault::CloseRandom { .. } => p.cut_rule = Some(i),
+            Fault::StallAfterHead { .. } => p.stall_head_rule = Some(i),
+            Fault::StallMidBody { .. } => p.stall_mid_rule = Some(i),
+            // A short 206 strikes where its bytes stop; other head faults at the asked start.
+            Fault::ShortRange { .. } if p.signature() != before => p.fired.push((i, p.end)),
+            _ if p.signature() != before => p.fired.push((i, p.asked_start)),
+            _ => {}
+        }
     }
     if p.status == 206 && p.content_range.is_none() {
         p.content_range = Some(format!("bytes {}-{}/{size}", p.start, p.end - 1));
@@ -879,7 +1036,7 @@ fn apply(sh: &Shared, req: &Request, p: &mut Plan, fault: &Fault) {
         }
         Fault::Close { after, how } => p.cut = Some((*after, *how)),
         Fault::CloseRandom { how } => {
-            let mut rng = Rng::new(sh.seed ^ req.n.wrapping_mul(0x9FB2_1C65_1E98_DF25) ^ 0xC105E);
+            let mut rng = XorShift::new(sh.seed ^ req.n.wrapping_mul(0x9FB2_1C65_1E98_DF25) ^ 0xC105E);
             let len = p.end - p.start;
             let at = rng.below(len.max(1));
             let how = how.unwrap_or(if rng.below(2) == 0 { Close::Fin } else { Close::Rst });
@@ -988,7 +1145,7 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
         }
         let head_only = req.method == "HEAD";
         let conn = r.get_mut();
-        if let Some(how) = respond(conn, sh, &p, head_only)? {
+        if let Some(how) = respond(conn, sh, &req, &p, head_only)? {
             r.into_inner().close(how);
             return Ok(());
         }
@@ -1001,7 +1158,7 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
 }
 
 /// Writes one response; Some(how) when the connection must be closed now (a cut).
-fn respond(conn: &mut Conn, sh: &Shared, p: &Plan, head_only: bool) -> io::Result<Option<Close>> {
+fn respond(conn: &mut Conn, sh: &Shared, req: &Request, p: &Plan, head_only: bool) -> io::Result<Option<Close>> {
     let text = p.text.as_ref().map(|t| t.as_bytes().to_vec());
     let body: &[u8] = match &text {
         Some(t) => t,
@@ -1069,12 +1226,18 @@ fn respond(conn: &mut Conn, sh: &Shared, p: &Plan, head_only: bool) -> io::Resul
         head.push_str("Connection: keep-alive\r\n");
     }
     head.push_str("\r\n");
+    // Recorded before the head goes out: a client that acts on the head (exits, say) may
+    // be checked by the test before this thread runs again.
+    for &(rule, at) in &p.fired {
+        sh.fire(rule, req, at);
+    }
     conn.write_all(head.as_bytes())?;
     conn.flush()?;
-    if let Some(d) = p.stall_after_head
-        && !sh.sleep(d)
-    {
-        return Ok(Some(Close::Rst));
+    if let Some(d) = p.stall_after_head {
+        sh.fire_opt(p.stall_head_rule, req, p.start);
+        if !sh.sleep(d) {
+            return Ok(Some(Close::Rst));
+        }
     }
     if head_only {
         return Ok(None);
@@ -1100,10 +1263,13 @@ fn respond(conn: &mut Conn, sh: &Shared, p: &Plan, head_only: bool) -> io::Resul
     };
     let mut sent: u64 = 0;
     let total = wire_body.len() as u64;
+    // The file offset of the first byte not yet sent (chunked: wire bytes scaled to payload).
+    let file_at = |sent: u64| p.start + sent * body.len() as u64 / total.max(1);
     let cut_at = p.cut.map(|(n, _)| n.min(total));
     let mut stalled = false;
     while sent < total || cut_at == Some(sent) {
         if cut_at == Some(sent) {
+            sh.fire_opt(p.cut_rule, req, file_at(sent));
             return Ok(p.cut.map(|(_, how)| how));
         }
         if let Some((at, d)) = p.stall_mid
@@ -1112,6 +1278,7 @@ fn respond(conn: &mut Conn, sh: &Shared, p: &Plan, head_only: bool) -> io::Resul
         {
             stalled = true;
             conn.flush()?;
+            sh.fire_opt(p.stall_mid_rule, req, file_at(sent));
             if !sh.sleep(d) {
                 return Ok(Some(Close::Rst));
             }

@@ -2,7 +2,9 @@
 # /init of the ringdl VM test initramfs (busybox ash; PID 1). tests/vm/run.sh copies it
 # in with:
 #   /modules.order   kernel module file names (no .ko), dependency order, one a line
-#   /cases           NAME|SERVER OPTIONS|RINGDL OPTIONS|EXPECT (ERE on `ringdl -v` output)|FLAGS
+#   /cases           NAME|SERVER OPTIONS|RINGDL OPTIONS|EXPECT|SERVER EXPECT|FLAGS
+#                    EXPECT: EREs on `ringdl -v` output, SERVER EXPECT: on `vm_server -v`
+#                    output; several joined by ` && ` must all match, `!ERE` must not
 #                    (FLAGS: see the case list in run.sh)
 #   /bin/ringdl, /bin/vm_server, /bin/busybox and its applet links
 # and reads /payload_size and /payload_big_size. Prints one `RINGDL-VM <case> PASS|FAIL <detail>` line per case
@@ -88,6 +90,20 @@ stop_server() {
     spid=""
 }
 
+# expect_all FILE EXPECT: empty when every ERE of EXPECT (joined by ` && `, `!` negates)
+# holds on FILE, else the first that does not.
+expect_all() {
+    rest=$2
+    while [ -n "$rest" ]; do
+        one=${rest%% && *}
+        if [ "$one" = "$rest" ]; then rest=""; else rest=${rest#* && }; fi
+        case "$one" in
+            !*) grep -Eq -e "${one#!}" "$1" && { echo "$one"; return; } ;;
+            *) grep -Eq -e "$one" "$1" || { echo "$one"; return; } ;;
+        esac
+    done
+}
+
 tail_log() { # FILE PREFIX: the last lines of FILE on the console
     tail -n 8 "$1" | while IFS= read -r l; do say "$2: $l"; done
 }
@@ -111,8 +127,8 @@ wait_server_closed() {
     done
 }
 
-case_download() { # NAME SERVER_OPTS RINGDL_OPTS EXPECT FLAGS
-    name=$1 sopts=$2 ropts=$3 expect=$4 flags=$5
+case_download() { # NAME SERVER_OPTS RINGDL_OPTS EXPECT SERVER_EXPECT FLAGS
+    name=$1 sopts=$2 ropts=$3 expect=$4 sexpect=$5 flags=$6
     file=payload.bin want_sum=$want outdir=/mnt kucount=0
     for f in $flags; do
         case $f in
@@ -173,9 +189,15 @@ case_download() { # NAME SERVER_OPTS RINGDL_OPTS EXPECT FLAGS
         ok=0
         detail="$detail sha256 ${got:-missing}"
     fi
-    if [ -n "$expect" ] && ! grep -Eq "$expect" /tmp/ringdl.log; then
+    miss=$(expect_all /tmp/ringdl.log "$expect")
+    if [ -n "$miss" ]; then
         ok=0
-        detail="$detail; ringdl -v output lacks /$expect/"
+        detail="$detail; ringdl -v output fails /$miss/"
+    fi
+    miss=$(expect_all /tmp/server.log "$sexpect")
+    if [ -n "$miss" ]; then
+        ok=0
+        detail="$detail; server log fails /$miss/"
     fi
     # What this kernel did with the first KeyUpdate (in place, or a new connection).
     kline=$(grep -m 1 'KeyUpdate' /tmp/ringdl.log | cut -c 1-240)
@@ -190,11 +212,11 @@ case_download() { # NAME SERVER_OPTS RINGDL_OPTS EXPECT FLAGS
     rm -f "$out" "$out.part"
 }
 
-while IFS='|' read -r name sopts ropts expect flags; do
+while IFS='|' read -r name sopts ropts expect sexpect flags; do
     case "$name" in
         "" | "#"*) continue ;;
         tls-module) case_tls_module "$name" ;;
-        *) case_download "$name" "$sopts" "$ropts" "$expect" "$flags" ;;
+        *) case_download "$name" "$sopts" "$ropts" "$expect" "$sexpect" "$flags" ;;
     esac
 done </cases
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Mutation testing (issue 16): cargo-mutants changes the code one small edit at a time
+# (a `<` for a `<=`, a function body for `Default::default()`, …) and runs the tests;
+# a mutant the tests do not catch is a behaviour no test pins. Not part of CI (it takes
+# tens of minutes per place); installs cargo-mutants only when it is missing.
+#
+#   ./scripts/mutants.sh            # every place below, one after the other
+#   ./scripts/mutants.sh http       # one place: http | ktls | place
+#
+# Places and the tests each runs:
+#   http   the http crate (URL, request, response head, Content-Range, chunked, …):
+#          its unit tests
+#   ktls   the ktls crate's record-type cmsg decoding and non-data records
+#          (ktls/src/cmsg.rs, ktls/src/record.rs): its unit tests
+#   place  the direct engine's compaction (src/engine/place.rs): the binary crate's
+#          unit tests (`--lib`)
+#
+# Results: mutants.out/<place>/ (caught.txt, missed.txt, unviable.txt, timeout.txt);
+# the counts and every missed mutant that is equivalent are in mutants.md.
+# MUTANTS_JOBS (default 1) builds that many mutants at once.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$(repo_root)"
+
+command -v cargo-mutants >/dev/null 2>&1 || cargo install --locked cargo-mutants
+
+run_place() {
+    local place=$1 args
+    case $place in
+        http) args=(--package ringdl-http) ;;
+        ktls) args=(--package ktls --file ktls/src/cmsg.rs --file ktls/src/record.rs) ;;
+        place) args=(--package ringdl --file src/engine/place.rs -- --lib) ;;
+        *) die "unknown place '$place' (http, ktls or place)" ;;
+    esac
+    log "cargo mutants: $place"
+    mkdir -p "mutants.out"
+    # cargo-mutants exits 2 when mutants were missed, 3 on timeouts: report, do not stop.
+    local rc=0
+    cargo mutants --jobs "${MUTANTS_JOBS:-1}" --output "mutants.out/$place" "${args[@]}" || rc=$?
+    case $rc in
+        0 | 2 | 3) ;;
+        *) die "cargo mutants failed on $place (exit $rc)" ;;
+    esac
+    local d="mutants.out/$place/mutants.out" f
+    for f in caught missed unviable timeout; do
+        printf '%s %s: %s\n' "$place" "$f" "$(wc -l <"$d/$f.txt" 2>/dev/null || echo 0)"
+    done
+}
+
+if [ $# -eq 0 ]; then
+    for p in http ktls place; do run_place "$p"; done
+else
+    for p in "$@"; do run_place "$p"; done
+fi

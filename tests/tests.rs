@@ -1,0 +1,17 @@
+//! The one integration-test binary (ripgrep's layout): every behaviour-test file is a
+//! module here, so the fixtures in [`util`] and [`fault`] are shared (nginx starts once
+//! per run) and a helper used by one file is not dead code in another.
+//!
+//! Test names are `<file>::<test>`: `cargo test --release --test tests -- faults::` runs
+//! the fault-injection tests, `-- soak::kill_9` one soak.
+
+mod fault;
+mod util;
+
+mod download;
+mod faults;
+mod fuzz_corpus;
+mod seccomp;
+mod soak;
+mod static_binary;
+mod vm;
