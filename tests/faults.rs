@@ -1233,10 +1233,10 @@ fn soak_random_connection_kills_seeded() {
     // most 2.3 MiB fits the first (4 MiB) request, so only request 1 surely exists; each
     // cut adds a retry: requests 1..=k exist when 1..k-1 are cut. A kill can still miss
     // when an idle connection steals the end of a response before its cut point (the
-    // victim stops early), so: at least one kill fires in every iteration, and 90 % of
-    // all of them fire.
+    // victim stops early), so: 90 % of all of them fire, and at most 5 of the 100
+    // iterations see none fire.
     let mut rng = util::XorShift::new(0x50A4);
-    let (mut fired, mut planned) = (0, 0);
+    let (mut fired, mut planned, mut silent) = (0, 0, 0);
     for iter in 0..100u64 {
         let size = 256 * KIB + rng.next_u64() % (2 * MIB);
         let tls = rng.next_u64().is_multiple_of(2);
@@ -1271,12 +1271,17 @@ fn soak_random_connection_kills_seeded() {
         assert_eq!(o.code(), Some(0), "{}", ctx());
         assert_eq!(sha256_file(&out), srv.sha256(), "WRONG BYTES {}", ctx());
         assert!(!exists(&part_path(&out)));
-        assert!(!srv.fired().is_empty(), "no kill fired: {}", ctx());
+        if srv.fired().is_empty() {
+            // A steal can end the one response a kill was planned on before its cut point.
+            eprintln!("no kill fired: {}", ctx());
+            silent += 1;
+        }
         fired += srv.fired().len();
         planned += kills.len();
     }
     eprintln!("{fired} of {planned} planned connection kills fired in 100 iterations");
     assert!(fired * 10 >= planned * 9, "only {fired} of {planned} kills fired");
+    assert!(silent <= 5, "{silent} of 100 iterations fired no kill");
 }
 
 // ---------------------------------------------------------------------------
