@@ -2,7 +2,7 @@
 //! app → event loop (control, schedule, engines) → output → `uring`.
 
 use std::net::ToSocketAddrs;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::process::ExitCode;
 
 use crate::cli::{self, Command};
@@ -84,13 +84,13 @@ fn real_main() -> Result<()> {
         _ => None,
     };
     let (mut out, mut engine) = Output::open(
-        &opts.output,
         final_path,
         opts.engine,
         special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
         opts.force,
         resume_state.is_some(),
         opts.resume,
+        Some(signals.as_fd()),
     )
     .inspect_err(|_| {
         // An output that cannot be opened leaves nothing behind.

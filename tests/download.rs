@@ -1490,3 +1490,62 @@ fn dev_null_is_a_sink_and_forced_file_engines_refuse_it_alike() {
     }
     assert!(!exists(Path::new("/dev/null.part")));
 }
+
+/// `-o DIR` (an existing directory), with or without `--force`: refused at once (exit 7,
+/// "is a directory") before any byte is fetched, and no `DIR.part` is left. (With
+/// `--force` it downloaded the whole file into `DIR.part`, failed the rename with EISDIR
+/// and left the `.part` without its control file.)
+#[test]
+fn a_directory_output_is_refused_before_the_download_even_with_force() {
+    let ng = nginx();
+    let f = ng.file(4 * MIB);
+    let dir = TestDir::new("dir-out");
+    let target = dir.join("adir");
+    fs::create_dir(&target).unwrap();
+    for force in [false, true] {
+        let mut cmd = dir.ringdl();
+        cmd.arg("-o").arg(&target);
+        if force {
+            cmd.arg("--force");
+        }
+        let o = cmd.arg(ng.http_url(&f.name)).run();
+        o.assert_code(exit::LOCAL_IO);
+        let err = o.stderr_text();
+        assert!(err.contains("is a directory"), "force={force}: {err}");
+        assert!(
+            !exists(&part_path(&target)),
+            "force={force}: a .part beside the directory"
+        );
+        assert!(fs::metadata(&target).unwrap().is_dir());
+    }
+}
+
+/// `-o FIFO` with no reader yet: SIGINT still stops ringdl (exit 8) and the FIFO stays.
+/// (open(2) of a FIFO for writing blocks until a reader comes, and SIGINT/SIGTERM were
+/// already blocked for the signalfd: only SIGKILL ended it.)
+#[test]
+fn a_fifo_without_a_reader_can_still_be_interrupted() {
+    let ng = nginx();
+    let f = ng.file(4 * MIB);
+    let dir = TestDir::new("fifo-no-reader");
+    let fifo = dir.join("out.fifo");
+    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(st.success());
+    let o = dir
+        .ringdl()
+        .args(["-o"])
+        .arg(&fifo)
+        .arg(ng.http_url(&f.name))
+        .timeout(Duration::from_secs(20))
+        .run_with(|pid| {
+            thread::sleep(Duration::from_millis(500));
+            let _ = Command::new("sh")
+                .args(["-c", "kill -INT \"$0\"", &pid.to_string()])
+                .status();
+        });
+    o.assert_code(exit::INTERRUPTED);
+    let err = o.stderr_text();
+    assert!(err.contains("waiting for a reader"), "{err}");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+}

@@ -1,6 +1,6 @@
 //! The output file: O_DIRECT probe, `FILE.part`, exact size, rename when complete.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
@@ -261,7 +261,8 @@ impl Output {
     /// Checks that the final name is free (unless `force`) before any network traffic.
     ///
     /// # Errors
-    /// [`crate::error::Kind::LocalIo`] when the file exists and `force` is off.
+    /// [`crate::error::Kind::LocalIo`] when the file exists and `force` is off, or when it
+    /// is a directory or not a regular file (whatever `force`).
     pub fn check_free(path: &Path, force: bool) -> Result<()> {
         if let Some(sp) = special(path) {
             return Err(err!(
@@ -269,6 +270,15 @@ impl Output {
                 "{} is not a regular file ({}): ringdl writes through it but never replaces it, not even with --force",
                 path.display(),
                 sp.what
+            ));
+        }
+        // (--force cannot help: the rename onto a directory fails, after the whole body.)
+        if std::fs::metadata(path).is_ok_and(|md| md.is_dir()) {
+            return Err(err!(
+                LocalIo,
+                "{} is a directory (name a file in it: -o {}/NAME)",
+                path.display(),
+                path.display()
             ));
         }
         if !force && std::fs::symlink_metadata(path).is_ok() {
@@ -280,17 +290,21 @@ impl Output {
     /// Opens the output and picks the engine: O_DIRECT when asked or probed to work
     /// (statx STATX_DIOALIGN, Linux 6.1+; open(2) EINVAL on ramfs and old tmpfs), else buffered.
     ///
+    /// `path` None is standard output (`-o -`). A FIFO with no reader yet is waited for (see [`open_waiting`]); `signals` is the
+    /// signalfd that SIGINT/SIGTERM arrive on meanwhile (they are blocked).
+    ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when the `.part` file cannot be created, or when
-    /// `--engine direct` was forced on a filesystem that refuses O_DIRECT.
+    /// `--engine direct` was forced on a filesystem that refuses O_DIRECT;
+    /// [`crate::error::Kind::Interrupted`] on SIGINT/SIGTERM while a FIFO has no reader.
     pub fn open(
-        target: &OutputTarget,
         path: Option<PathBuf>,
         choice: EngineChoice,
         special: Option<&Special>,
         force: bool,
         keep: bool,
         resume_asked: bool,
+        signals: Option<BorrowedFd<'_>>,
     ) -> Result<(Output, EngineKind)> {
         let stream = match (&path, special) {
             (None, _) => Some(Special {
@@ -302,7 +316,6 @@ impl Output {
             (Some(_), None) => None,
         };
         if let Some(sp) = stream {
-            debug_assert!(path.is_some() || *target == OutputTarget::Stdout);
             // Every forced engine that needs a regular file answers the same way.
             if matches!(
                 choice,
@@ -328,8 +341,7 @@ impl Output {
                     if sp.fd.is_some() && std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
                         flags |= OFlags::APPEND;
                     }
-                    rustix::fs::open(p, flags, Mode::empty())
-                        .map_err(|e| err!(LocalIo, "cannot open {}: {e}", p.display()))?
+                    open_waiting(p, flags, &sp.what, signals)?
                 }
                 (_, None) => unreachable!("only standard output has no path"),
             };
@@ -497,6 +509,71 @@ impl Output {
             (Some(p), _) => p.display().to_string(),
             (None, Some(w)) => w.clone(),
             (None, None) => "standard output".to_owned(),
+        }
+    }
+}
+
+/// Opens a FIFO, device or socket path for writing (`flags`), without blocking the
+/// process: open(2) of a FIFO for writing waits for a reader, and SIGINT/SIGTERM are
+/// already blocked for the signalfd, so a plain open would leave only SIGKILL. The open
+/// is O_NONBLOCK (fifo(7): ENXIO while no reader); until a reader comes ringdl says it
+/// waits and polls `signals` every 100 ms. O_NONBLOCK is cleared once open.
+///
+/// # Errors
+/// [`crate::error::Kind::LocalIo`] when open(2) fails otherwise (a socket path: ENXIO,
+/// unix(7) sockets cannot be opened); [`crate::error::Kind::Interrupted`] on a signal.
+fn open_waiting(p: &Path, flags: OFlags, what: &str, signals: Option<BorrowedFd<'_>>) -> Result<OwnedFd> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut said = false;
+    loop {
+        match rustix::fs::open(p, flags | OFlags::NONBLOCK, Mode::empty()) {
+            Ok(fd) => {
+                let fl = rustix::fs::fcntl_getfl(&fd).map_err(|e| err!(LocalIo, "{what}: F_GETFL: {e}"))?;
+                rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK)
+                    .map_err(|e| err!(LocalIo, "{what}: F_SETFL: {e}"))?;
+                return Ok(fd);
+            }
+            Err(rustix::io::Errno::NXIO) if std::fs::metadata(p).is_ok_and(|m| m.file_type().is_fifo()) => {
+                if !said {
+                    eprintln!("ringdl: waiting for a reader on {what}");
+                    said = true;
+                }
+                let Some(sig) = signals else {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
+                };
+                let mut pfd = [rustix::event::PollFd::new(&sig, rustix::event::PollFlags::IN)];
+                let t = rustix::time::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 100_000_000,
+                };
+                match rustix::event::poll(&mut pfd, Some(&t)) {
+                    Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                    Ok(_) => {
+                        let mut info = [0u8; uring::signal::SIGINFO_SIZE];
+                        let name = match rustix::io::read(sig, &mut info)
+                            .ok()
+                            .and_then(|_| uring::signal::signo(&info))
+                        {
+                            Some(15) => "SIGTERM",
+                            _ => "SIGINT",
+                        };
+                        return Err(err!(
+                            Interrupted,
+                            "interrupted by {name} while waiting for a reader on {what}"
+                        ));
+                    }
+                    Err(e) => return Err(err!(LocalIo, "poll: {e}")),
+                }
+            }
+            Err(rustix::io::Errno::NXIO) if std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket()) => {
+                return Err(err!(
+                    LocalIo,
+                    "cannot open {what}: a socket file cannot be opened (unix(7)); connect to it and pipe, e.g. -o - | socat - UNIX-CONNECT:{}",
+                    p.display()
+                ));
+            }
+            Err(e) => return Err(err!(LocalIo, "cannot open {}: {e}", p.display())),
         }
     }
 }
