@@ -1386,6 +1386,37 @@ fn a_server_capping_connections_per_client_lowers_concurrency_https() {
     capped_server(true);
 }
 
+/// A per-client cap whose 503 carries `Retry-After: 60`: the extra connection is parked
+/// (it waits at least that long), but the two connections the server allows keep taking
+/// segments. (The Retry-After of the turned-away connection held every new request of
+/// every connection for 60 s: 4 MiB took over a minute instead of about 4 s, and with
+/// all connections idle after the hold their next 503s spent tries.)
+#[test]
+fn a_capped_connections_retry_after_does_not_hold_the_others() {
+    let ng = nginx();
+    let f = ng.file(4 * MIB);
+    let dir = TestDir::new("capped-retry-after");
+    let out = dir.join("out.bin");
+    let t0 = std::time::Instant::now();
+    let o = dir
+        .ringdl()
+        .args(["-v", "-x", "4", "-o"])
+        .arg(&out)
+        .arg(ng.capped_retry_after_url(&f.name))
+        .timeout(Duration::from_secs(180))
+        .run();
+    let took = t0.elapsed();
+    o.assert_success();
+    assert_same_bytes(&out, f);
+    let err = o.stderr_text();
+    assert!(err.contains("503"), "the cap never fired (no 503 seen):\n{err}");
+    // 4 MiB at 2 x 512 KiB/s is about 4 s; one 60 s hold is far beyond this bound.
+    assert!(
+        took < Duration::from_secs(40),
+        "took {took:?}: the cap's Retry-After held the connections that download\n{err}"
+    );
+}
+
 // Issue 10, kind 1: outputs that cannot take writes at offsets get bytes only in order.
 
 /// `-x 4 -o FIFO`: the reader sees the exact file (several connections wrote blocks in

@@ -31,7 +31,7 @@ pub(crate) struct Fail {
     /// The connection moved no byte for `--stall-timeout`: always a counted try (a
     /// server that accepts and never answers must run out of tries).
     pub(crate) stalled: bool,
-    /// The server turned this connection away (a 503/429 status, a refused or reset
+    /// The server turned this connection away (a 503 status, a refused or reset
     /// connect): while other connections make progress this lowers the concurrency
     /// instead of spending the segment's tries.
     pub(crate) busy: bool,

@@ -297,9 +297,9 @@ pub(crate) fn on_head(
                 }),
                 None => None,
             };
-            if let Some(w) = wait {
-                sh.plan.hold(sh.started.elapsed() + w);
-            }
+            // The wait is applied when the failure is judged (event::retry): every new request
+            // waits, or only this connection when the server merely caps connections (a 503
+            // while others download; a 429 is about the request rate: everyone waits).
             let f = Fail {
                 delay: wait,
                 ..Fail::retry(
@@ -307,7 +307,7 @@ pub(crate) fn on_head(
                     format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
                 )
             };
-            Err(if matches!(code, 429 | 503) { f.busy() } else { f })
+            Err(if code == 503 { f.busy() } else { f })
         }
         400..=599 => Err(Fail::fatal(
             Kind::HttpStatus,

@@ -83,7 +83,7 @@ pub struct Summary {
     /// TLS 1.3 KeyUpdates from the server that kTLS took in place (new RX key, and TX when
     /// asked; Linux 6.14+) instead of a new connection.
     pub ktls_rekeys: usize,
-    /// The server turned extra connections away (503/429, refused connects): how many it
+    /// The server turned extra connections away (503, refused connects): how many it
     /// allowed.
     pub capped_at: Option<usize>,
     /// The I/O backend: `io_uring`, `epoll (io_uring refused: EPERM)`.

@@ -55,7 +55,7 @@ impl Loop<'_> {
             return Ok(());
         }
         let verbose = self.sh.opts.verbose;
-        // A server that caps connections per client turns the extra ones away (503/429, a
+        // A server that caps connections per client turns the extra ones away (503, a
         // refused or reset connect) while the others run: that lowers the concurrency, it
         // is no failed try, and the download goes on with the connections it has.
         let others_progress = self
@@ -131,6 +131,12 @@ impl Loop<'_> {
                     seg.tries + 1
                 );
             }
+            // The server asked every new request to wait; under a connection cap only the
+            // connection it turned away waits (below), the ones it allows go on, this segment
+            // included.
+            if let Some(d) = f.delay.filter(|_| !capped) {
+                self.sh.plan.hold(self.sh.started.elapsed() + d);
+            }
             self.sh.plan.requeue(seg, job.probe);
         } else if capped {
             tries_seen = 0;
@@ -152,7 +158,7 @@ impl Loop<'_> {
             // request we abandoned); meanwhile the others carry the download.
             let c = &mut self.conns[i];
             c.capped = true;
-            c.not_before = Some(Instant::now() + CAP_RETRY);
+            c.not_before = Some(Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default()));
             let using = self.receiving();
             if verbose > 0 {
                 eprintln!(

@@ -27,7 +27,7 @@ pub struct Attempt {
     pub reused: bool,
     /// The connection moved no byte for `--stall-timeout`.
     pub stalled: bool,
-    /// The server turned the connection away: a 503/429 status, a refused or reset connect.
+    /// The server turned the connection away: a 503 status, a refused or reset connect.
     pub busy: bool,
     /// Another connection is receiving a body right now.
     pub others_progress: bool,

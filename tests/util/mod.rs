@@ -968,6 +968,12 @@ impl Nginx {
         format!("https://127.0.0.1:{}/paced/{path}", self.https_port)
     }
 
+    /// `http://127.0.0.1:<http_port>/capped-retry-after/<path>`: as [`Nginx::capped_url`]
+    /// (own zone), and the 503 beyond two connections says `Retry-After: 60`.
+    pub fn capped_retry_after_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}/capped-retry-after/{path}", self.http_port)
+    }
+
     /// `http://127.0.0.1:<http_port>/capped/<path>` (or https): the same files at 512 KiB/s
     /// per connection, and `limit_conn 2`: a third concurrent request from this client
     /// gets 503 (a server that caps connections per client).
@@ -1076,6 +1082,7 @@ http {{
     keepalive_requests 100000;
     limit_conn_zone $binary_remote_addr zone=cap_http:1m;
     limit_conn_zone $binary_remote_addr zone=cap_https:1m;
+    limit_conn_zone $binary_remote_addr zone=cap_ra:1m;
     root "{www}";
     ssl_certificate "{tls}/server.pem";
     ssl_certificate_key "{tls}/server.key";
@@ -1084,6 +1091,10 @@ http {{
         location /slow/ {{ alias "{www}/"; limit_rate 256k; }}
         location /paced/ {{ alias "{www}/"; limit_rate 4m; }}
         location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_http 2; }}
+        location /capped-retry-after/ {{
+            alias "{www}/"; limit_rate 512k; limit_conn cap_ra 2; error_page 503 @retry_after;
+        }}
+        location @retry_after {{ add_header Retry-After 60 always; return 503; }}
     }}
     server {{
         {https_listen}
