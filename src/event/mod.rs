@@ -480,6 +480,21 @@ impl Loop<'_> {
         }
     }
 
+    /// Cancels connection `i`'s operation in flight (once): its completion then comes back
+    /// with -ECANCELED, and with it the connection's buffer.
+    pub(crate) fn cancel_op(&mut self, i: usize) -> Result<()> {
+        if self.conns[i].cancel_sent {
+            return Ok(());
+        }
+        self.conns[i].cancel_sent = true;
+        self.push(
+            Op::Cancel {
+                target_tag: Tag::Conn(i).encode(),
+            },
+            Tag::Ignore.encode(),
+        )
+    }
+
     pub(crate) fn push(&mut self, op: Op, tag: u64) -> Result<()> {
         self.ring
             .push(op, tag)

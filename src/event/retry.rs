@@ -6,9 +6,7 @@ use crate::err;
 use crate::error::{Error, Kind, Result};
 use crate::event::*;
 use crate::schedule::retry::{self, Attempt, n_tries};
-use crate::tag::Tag;
 use std::time::{Duration, Instant};
-use uring::Op;
 
 /// A slot the server turned away (a per-client connection cap) asks again after this.
 pub(crate) const CAP_RETRY: Duration = Duration::from_secs(2);
@@ -43,15 +41,7 @@ impl Loop<'_> {
         }
         if self.conns[i].busy() {
             // Wait for the in-flight operation: its buffer comes back with the completion.
-            if !self.conns[i].cancel_sent {
-                self.conns[i].cancel_sent = true;
-                self.push(
-                    Op::Cancel {
-                        target_tag: Tag::Conn(i).encode(),
-                    },
-                    Tag::Ignore.encode(),
-                )?;
-            }
+            self.cancel_op(i)?;
             return Ok(());
         }
         let verbose = self.sh.opts.verbose;

@@ -23,14 +23,8 @@ impl Loop<'_> {
         let stall = Duration::from_secs_f64(self.sh.opts.stall_timeout_s);
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
-            if c.busy() && c.st == St::Open && !c.cancel_sent && c.last_io.elapsed() > stall {
-                self.conns[i].cancel_sent = true;
-                self.push(
-                    Op::Cancel {
-                        target_tag: Tag::Conn(i).encode(),
-                    },
-                    Tag::Ignore.encode(),
-                )?;
+            if c.busy() && c.st == St::Open && c.last_io.elapsed() > stall {
+                self.cancel_op(i)?;
             }
         }
         // Every CONTROL_INTERVAL: make what landed durable (fdatasync on the ring), then record it.

@@ -40,7 +40,7 @@ use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 
-use crate::ring::{Completion, Op, PushError, range_ok};
+use crate::ring::{Completion, Op, PushError};
 use crate::{Probe, opcode};
 
 /// Events taken per epoll_wait(2).
@@ -256,15 +256,7 @@ impl EpollRing {
 
     /// As [`crate::Ring::push_with_timeout`] (`timeout` Some) / [`crate::Ring::push`].
     pub(crate) fn push_inner(&mut self, op: Op, tag: u64, timeout: Option<Duration>) -> Result<(), PushError> {
-        let ok = match &op {
-            Op::Read { buf, range, .. }
-            | Op::Write { buf, range, .. }
-            | Op::Recv { buf, range, .. }
-            | Op::RecvMsg { buf, range, .. } => range_ok(range, buf.len()),
-            Op::Send { data, range, .. } => range_ok(range, data.len()),
-            _ => true,
-        };
-        if !ok {
+        if !op.ranges_ok() {
             return Err(PushError::BadRange { op, tag });
         }
         let need = 1 + usize::from(timeout.is_some());

@@ -392,6 +392,21 @@ pub(crate) fn range_ok(range: &Range<usize>, len: usize) -> bool {
     range.start <= range.end && range.end <= len && range.end - range.start <= u32::MAX as usize
 }
 
+impl Op {
+    /// Every byte range the op carries lies inside its buffer and fits a `u32` length
+    /// (checked at push by both backends: [`PushError::BadRange`] otherwise).
+    pub(crate) fn ranges_ok(&self) -> bool {
+        match self {
+            Op::Read { buf, range, .. }
+            | Op::Write { buf, range, .. }
+            | Op::Recv { buf, range, .. }
+            | Op::RecvMsg { buf, range, .. } => range_ok(range, buf.len()),
+            Op::Send { data, range, .. } => range_ok(range, data.len()),
+            _ => true,
+        }
+    }
+}
+
 /// Writes `addr` as `sockaddr_in` / `sockaddr_in6`; returns its length in bytes.
 fn encode_sockaddr(addr: &SocketAddr, out: &mut SockAddrBuf) -> u32 {
     let b = &mut out.0;
@@ -515,15 +530,7 @@ impl UringRing {
 
     /// [`Ring::push`] (`timeout` = None) and [`Ring::push_with_timeout`].
     pub(crate) fn push_inner(&mut self, op: Op, tag: u64, timeout: Option<Duration>) -> Result<(), PushError> {
-        let ok = match &op {
-            Op::Read { buf, range, .. }
-            | Op::Write { buf, range, .. }
-            | Op::Recv { buf, range, .. }
-            | Op::RecvMsg { buf, range, .. } => range_ok(range, buf.len()),
-            Op::Send { data, range, .. } => range_ok(range, data.len()),
-            _ => true,
-        };
-        if !ok {
+        if !op.ranges_ok() {
             return Err(PushError::BadRange { op, tag });
         }
         let need = 1 + usize::from(timeout.is_some());
