@@ -853,6 +853,26 @@ fn https_to_a_plain_http_port_says_so_and_exits_4() {
     assert!(!exists(&out), "FILE created");
 }
 
+/// The other way round: http:// to nginx's TLS port gets `400` ("The plain HTTP request
+/// was sent to HTTPS port"); the error says which URL to try (exit 5, nothing written).
+#[test]
+fn http_to_a_tls_port_says_to_try_https() {
+    let n = nginx();
+    let file = n.file(4097);
+    let dir = TestDir::new("http-to-https");
+    let out = dir.join("out.bin");
+    let url = format!("http://127.0.0.1:{}/{}", n.https_port, file.name);
+    let o = dir.ringdl().arg("-o").arg(&out).arg(&url).run();
+    o.assert_code(exit::HTTP_STATUS);
+    let err = o.stderr_text();
+    let hint = format!(
+        "HTTP 400 Bad Request for {url} (if that port speaks TLS, try https://127.0.0.1:{}/{})",
+        n.https_port, file.name
+    );
+    assert!(err.contains(&hint), "no {hint:?} in:\n{err}");
+    assert!(!exists(&out), "FILE created");
+}
+
 #[test]
 fn missing_ssl_cert_file_and_dir_warn_once_and_the_other_anchors_serve() {
     let n = nginx();

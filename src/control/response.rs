@@ -309,10 +309,27 @@ pub(crate) fn on_head(
             };
             Err(if code == 503 { f.busy() } else { f })
         }
-        400..=599 => Err(Fail::fatal(
-            Kind::HttpStatus,
-            format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
-        )),
+        400..=599 => {
+            // A TLS server that got plain HTTP answers 400 (nginx: "The plain HTTP request
+            // was sent to HTTPS port"): say what to try, as the other way round does.
+            let hint = if code == 400 && sh.url.scheme() == http::Scheme::Http {
+                format!(
+                    " (if that port speaks TLS, try https://{}{})",
+                    crate::control::tls::authority_with_port(sh.url),
+                    sh.url.path_and_query()
+                )
+            } else {
+                String::new()
+            };
+            Err(Fail::fatal(
+                Kind::HttpStatus,
+                format!(
+                    "HTTP {code} {} for {}{hint}",
+                    String::from_utf8_lossy(resp.reason),
+                    sh.url
+                ),
+            ))
+        }
         _ => Err(Fail::fatal(
             Kind::Protocol,
             format!("{host}: unexpected status {code} for a download"),

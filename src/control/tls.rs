@@ -431,14 +431,22 @@ pub fn is_plain_http_answer(e: &rustls::Error, received: &[u8]) -> bool {
 
 /// The message for [`is_plain_http_answer`]: the same URL over `http://`, port kept.
 pub fn plain_http_message(url: &http::Url) -> String {
-    let mut authority = url.host_header();
-    if !authority.ends_with(&format!(":{}", url.port())) {
-        authority = format!("{authority}:{}", url.port());
-    }
     format!(
-        "the server answered in plain HTTP, not TLS (try http://{authority}{})",
+        "the server answered in plain HTTP, not TLS (try http://{}{})",
+        authority_with_port(url),
         url.path_and_query()
     )
+}
+
+/// `host:port` of `url` with the port always written (`[::1]:8443`, `example.com:443`):
+/// the same server under the other scheme.
+pub fn authority_with_port(url: &http::Url) -> String {
+    let authority = url.host_header();
+    if authority.ends_with(&format!(":{}", url.port())) {
+        authority
+    } else {
+        format!("{authority}:{}", url.port())
+    }
 }
 
 /// A subject alternative name as webpki's Debug spells it (`DnsName("a.example")`,
