@@ -6,8 +6,9 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::process::ExitCode;
 
 use crate::cli::{self, Command};
-use crate::config::{Config, EngineChoice, OutputTarget};
+use crate::config::{Config, OutputTarget};
 use crate::engine::EngineKind;
+use crate::engine::select::{self, Sink};
 use crate::error::Result;
 use crate::event::{self as download, Outcome};
 use crate::output::resume;
@@ -72,20 +73,24 @@ fn real_main() -> Result<()> {
             );
         }
     }
+    // A forced engine that cannot run here fails before the output is touched (an
+    // existing .part and its control file stay). kTLS is probed only where it decides.
+    let https = url.scheme() == http::Scheme::Https;
+    let ktls_here =
+        select::needs_ktls_probe(opts.engine, https).then(|| !matches!(ktls::probe(), ktls::Support::Absent));
+    let not_a_file = special.as_ref().map(|sp| sp.what.as_str());
+    select::refusal(opts.engine, https, ktls_here, not_a_file)?;
     // Held until exit: nothing below may read the control file or touch the `.part` of
     // another ringdl's download.
-    // A forced kTLS engine that cannot run here fails before the output is touched (an
-    // existing .part and its control file stay).
-    choose_ktls(&url, &opts, &mut EngineKind::Buffered)?;
     let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;
     let control = final_path.as_deref().map(|p| resume::path_for(&output::part_path(p)));
     let resume_state = match (&control, opts.resume) {
         (Some(c), true) => load_resume(c, &opts.url),
         _ => None,
     };
-    let (mut out, mut engine) = Output::open(
+    let out = Output::open(
         final_path,
-        opts.engine,
+        select::opens_direct(opts.engine),
         special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
         opts.force,
         resume_state.is_some(),
@@ -98,13 +103,26 @@ fn real_main() -> Result<()> {
             l.remove_if_unused();
         }
     })?;
-    let (engine_note, ktls_on) = match choose_ktls(&url, &opts, &mut engine) {
-        Ok(v) => v,
+    let sink = match (&out.part, not_a_file) {
+        (Some(part), _) => Sink::File {
+            direct: out.direct,
+            path: part,
+        },
+        (None, what) => Sink::NotAFile(what.unwrap_or("standard output")),
+    };
+    let chosen = select::select(opts.engine, https, ktls_here, &sink);
+    let select::Selection {
+        engine,
+        ktls: ktls_on,
+        note: engine_note,
+    } = match chosen {
+        Ok(s) => s,
         Err(e) => {
             out.discard_if_empty();
             return Err(e);
         }
     };
+    let mut out = out;
     if opts.verbose > 0 {
         let how = if out.direct {
             format!("O_DIRECT, {}-byte alignment", out.align)
@@ -192,7 +210,7 @@ fn real_main() -> Result<()> {
                     String::new()
                 },
                 progress::human(rate as u64),
-                engine_label(engine, &s, &engine_note),
+                engine_label(engine, &s, engine_note),
                 s.io,
                 s.connections,
                 if s.connections == 1 { "" } else { "s" },
@@ -244,47 +262,6 @@ fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String
         _ if s.tls == "plain" => engine.name().to_owned(),
         _ => format!("{}{note}", engine.name()),
     }
-}
-
-/// Decides whether TLS goes to the kernel: `--engine ktls-direct` and `splice` over https
-/// need kTLS (probed with one throwaway socket), `auto` takes it when it is there. Returns a
-/// note for the summary and whether to hand connections off.
-///
-/// # Errors
-/// [`error::Kind::LocalIo`] when a forced kTLS engine cannot run here.
-fn choose_ktls(url: &http::Url, opts: &Config, engine: &mut EngineKind) -> Result<(String, bool)> {
-    let https = url.scheme() == http::Scheme::Https;
-    let choice = opts.engine;
-    if choice == EngineChoice::KtlsDirect && !https {
-        return Err(err!(
-            Usage,
-            "--engine ktls-direct is for https URLs (plain HTTP: --engine direct)"
-        ));
-    }
-    if !https
-        || !matches!(
-            choice,
-            EngineChoice::Auto | EngineChoice::KtlsDirect | EngineChoice::Splice
-        )
-    {
-        return Ok((String::new(), false));
-    }
-    let support = ktls::probe();
-    let available = !matches!(support, ktls::Support::Absent);
-    if !available {
-        if choice != EngineChoice::Auto {
-            return Err(err!(
-                LocalIo,
-                "--engine {} over https needs kernel TLS, and this kernel has none (TCP_ULP \"tls\": ENOENT; try modprobe tls)",
-                choice.name()
-            ));
-        }
-        return Ok((" (no kTLS on this kernel: user-space TLS)".to_owned(), false));
-    }
-    if *engine == EngineKind::Direct {
-        *engine = EngineKind::KtlsDirect;
-    }
-    Ok((String::new(), true))
 }
 
 /// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.

@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Checksum, Config, EngineChoice, IoChoice, OutputTarget};
+use crate::config::{Checksum, Config, IoChoice, OutputTarget};
+use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
 
@@ -73,7 +74,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         url: String::new(),
         output: OutputTarget::Default,
         connections: 4,
-        engine: EngineChoice::Auto,
+        engine: None,
         io: IoChoice::Auto,
         insecure: false,
         ca_certificate: None,
@@ -119,18 +120,14 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Long("engine") => {
                 let v = p.value().map_err(usage)?;
                 o.engine = match v.to_str() {
-                    Some("auto") => EngineChoice::Auto,
-                    Some("direct") => EngineChoice::Direct,
-                    Some("buffered") => EngineChoice::Buffered,
-                    Some("splice") => EngineChoice::Splice,
-                    Some("ktls-direct") => EngineChoice::KtlsDirect,
-                    _ => {
-                        return Err(err!(
+                    Some("auto") => None,
+                    name => Some(name.and_then(EngineKind::from_name).ok_or_else(|| {
+                        err!(
                             Usage,
                             "--engine must be auto, direct, buffered, splice or ktls-direct, not {}",
                             v.to_string_lossy()
-                        ));
-                    }
+                        )
+                    })?),
                 };
             }
             Long("io") => {
@@ -250,7 +247,7 @@ mod tests {
         };
         assert_eq!(o.connections, 16);
         assert_eq!(o.output, OutputTarget::File("out.bin".into()));
-        assert_eq!(o.engine, EngineChoice::Buffered);
+        assert_eq!(o.engine, Some(EngineKind::Buffered));
         assert_eq!(o.io, IoChoice::Auto);
         let Command::Download(o) = p(&["--io", "epoll", "http://h/f"]).unwrap() else {
             panic!("download")

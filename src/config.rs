@@ -7,34 +7,6 @@ use std::path::PathBuf;
 use crate::err;
 use crate::error::Result;
 
-/// Which data-plane engine moves body bytes to disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EngineChoice {
-    /// Probe and pick: `direct` when the output accepts O_DIRECT, else `buffered`.
-    Auto,
-    /// User-space TLS (or plain), aligned write blocks, O_DIRECT writes.
-    Direct,
-    /// Plain writes through the page cache.
-    Buffered,
-    /// SPLICE socket → pipe → file; needs plaintext on the socket (plain HTTP, or kTLS).
-    Splice,
-    /// kTLS RX straight into aligned blocks, O_DIRECT writes (HTTPS with kernel TLS).
-    KtlsDirect,
-}
-
-impl EngineChoice {
-    /// The name `--engine` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineChoice::Auto => "auto",
-            EngineChoice::Direct => "direct",
-            EngineChoice::Buffered => "buffered",
-            EngineChoice::Splice => "splice",
-            EngineChoice::KtlsDirect => "ktls-direct",
-        }
-    }
-}
-
 /// Which I/O backend runs the ring (`--io`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoChoice {
@@ -66,8 +38,8 @@ pub struct Config {
     pub output: OutputTarget,
     /// `-x/--connections`: concurrent Range connections, 1..=64.
     pub connections: usize,
-    /// `--engine`.
-    pub engine: EngineChoice,
+    /// `--engine`: the engine asked for; `None` = auto (see [`crate::engine::select`]).
+    pub engine: Option<crate::engine::EngineKind>,
     /// `--io`.
     pub io: IoChoice,
     /// `-k/--insecure`: skip certificate verification.

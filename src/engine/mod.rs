@@ -10,6 +10,7 @@ pub mod blocks;
 pub(crate) mod pipe;
 pub mod place;
 pub(crate) mod recv;
+pub mod select;
 pub mod splice;
 pub(crate) mod writer;
 
@@ -36,5 +37,17 @@ impl EngineKind {
             EngineKind::Splice => "splice",
             EngineKind::KtlsDirect => "ktls-direct",
         }
+    }
+
+    /// The engine `--engine NAME` names (`auto` is `None` one level up, not an engine).
+    pub fn from_name(name: &str) -> Option<EngineKind> {
+        [
+            EngineKind::Direct,
+            EngineKind::Buffered,
+            EngineKind::Splice,
+            EngineKind::KtlsDirect,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
     }
 }

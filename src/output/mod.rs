@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
 
-use crate::config::{EngineChoice, OutputTarget};
-use crate::engine::EngineKind;
+use crate::config::OutputTarget;
 use crate::err;
 
 pub(crate) mod resume;
@@ -287,25 +286,26 @@ impl Output {
         Ok(())
     }
 
-    /// Opens the output and picks the engine: O_DIRECT when asked or probed to work
-    /// (statx STATX_DIOALIGN, Linux 6.1+; open(2) EINVAL on ramfs and old tmpfs), else buffered.
+    /// Opens the output: a regular file as `PATH.part`, with O_DIRECT when `direct` is asked
+    /// and the filesystem takes it (statx STATX_DIOALIGN, Linux 6.1+, gives the alignment;
+    /// open(2) EINVAL on ramfs and old tmpfs), else through the page cache — `Output::direct`
+    /// says which, and [`crate::engine::select::select`] decides the engine from it.
     ///
     /// `path` None is standard output (`-o -`). A FIFO with no reader yet is waited for (see [`open_waiting`]); `signals` is the
     /// signalfd that SIGINT/SIGTERM arrive on meanwhile (they are blocked).
     ///
     /// # Errors
-    /// [`crate::error::Kind::LocalIo`] when the `.part` file cannot be created, or when
-    /// `--engine direct` was forced on a filesystem that refuses O_DIRECT;
+    /// [`crate::error::Kind::LocalIo`] when the `.part` file cannot be created;
     /// [`crate::error::Kind::Interrupted`] on SIGINT/SIGTERM while a FIFO has no reader.
     pub fn open(
         path: Option<PathBuf>,
-        choice: EngineChoice,
+        direct: bool,
         special: Option<&Special>,
         force: bool,
         keep: bool,
         resume_asked: bool,
         signals: Option<BorrowedFd<'_>>,
-    ) -> Result<(Output, EngineKind)> {
+    ) -> Result<Output> {
         let stream = match (&path, special) {
             (None, _) => Some(Special {
                 what: "standard output".to_owned(),
@@ -316,18 +316,6 @@ impl Output {
             (Some(_), None) => None,
         };
         if let Some(sp) = stream {
-            // Every forced engine that needs a regular file answers the same way.
-            if matches!(
-                choice,
-                EngineChoice::Direct | EngineChoice::Splice | EngineChoice::KtlsDirect
-            ) {
-                return Err(err!(
-                    LocalIo,
-                    "--engine {} needs a regular file, not {} (use --engine auto or buffered)",
-                    choice.name(),
-                    sp.what
-                ));
-            }
             let dup = |fd: std::os::fd::BorrowedFd<'_>| {
                 fd.try_clone_to_owned().map_err(|e| err!(LocalIo, "{}: {e}", sp.what))
             };
@@ -345,7 +333,7 @@ impl Output {
                 }
                 (_, None) => unreachable!("only standard output has no path"),
             };
-            let out = Output {
+            return Ok(Output {
                 fd,
                 direct: false,
                 align: 4096,
@@ -355,8 +343,7 @@ impl Output {
                 final_path: path,
                 force,
                 what: Some(sp.what),
-            };
-            return Ok((out, EngineKind::Buffered));
+            });
         }
         let final_path = path.expect("a regular file has a path");
         Output::check_free(&final_path, force)?;
@@ -376,62 +363,27 @@ impl Output {
             flags |= OFlags::TRUNC;
         }
         let mode = Mode::from_raw_mode(0o644);
-        if choice == EngineChoice::Splice {
-            let fd = rustix::fs::open(&part, flags, mode)
-                .map_err(|e| err!(LocalIo, "cannot create {}: {e}", part.display()))?;
-            let out = Output {
-                fd,
-                direct: false,
-                align: 4096,
-                sequential: false,
-                part: Some(part),
-                final_path: Some(final_path),
-                force,
-                what: None,
-            };
-            return Ok((out, EngineKind::Splice));
-        }
-        if choice != EngineChoice::Buffered {
-            match rustix::fs::open(&part, flags | OFlags::DIRECT, mode) {
-                Ok(fd) => {
-                    if let Some(align) = dio_align(&fd) {
-                        let out = Output {
-                            fd,
-                            direct: true,
-                            align,
-                            sequential: false,
-                            part: Some(part),
-                            final_path: Some(final_path),
-                            force,
-                            what: None,
-                        };
-                        return Ok((out, EngineKind::Direct));
-                    }
-                }
-                Err(rustix::io::Errno::INVAL) => {}
-                Err(e) => return Err(err!(LocalIo, "cannot create {}: {e}", part.display())),
-            }
-            if choice == EngineChoice::Direct {
-                return Err(err!(
-                    LocalIo,
-                    "--engine direct: the filesystem of {} refuses O_DIRECT",
-                    part.display()
-                ));
-            }
-        }
-        let fd =
-            rustix::fs::open(&part, flags, mode).map_err(|e| err!(LocalIo, "cannot create {}: {e}", part.display()))?;
-        let out = Output {
+        let create_err = |e| err!(LocalIo, "cannot create {}: {e}", part.display());
+        // O_DIRECT only with a known alignment; EINVAL = the filesystem refuses it.
+        let with_direct = match direct.then(|| rustix::fs::open(&part, flags | OFlags::DIRECT, mode)) {
+            Some(Ok(fd)) => dio_align(&fd).map(|align| (fd, align)),
+            Some(Err(rustix::io::Errno::INVAL)) | None => None,
+            Some(Err(e)) => return Err(create_err(e)),
+        };
+        let (fd, direct, align) = match with_direct {
+            Some((fd, align)) => (fd, true, align),
+            None => (rustix::fs::open(&part, flags, mode).map_err(create_err)?, false, 4096),
+        };
+        Ok(Output {
             fd,
-            direct: false,
-            align: 4096,
+            direct,
+            align,
             sequential: false,
             part: Some(part),
             final_path: Some(final_path),
             force,
             what: None,
-        };
-        Ok((out, EngineKind::Buffered))
+        })
     }
 
     /// Sets the exact size: the last O_DIRECT block was padded to the alignment.
