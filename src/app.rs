@@ -131,7 +131,7 @@ fn real_main() -> Result<()> {
         };
         eprintln!("ringdl: engine {} ({how})", engine.name());
     }
-    let mut progress = Progress::new(opts.quiet);
+    let mut progress = Progress::new(opts.quiet, opts.verbose);
     let mut tls_config = None;
     let mut hops = 0;
     loop {

@@ -3,8 +3,10 @@
 //! `ringdl` binary is that call; `fuzz/` and the corpus replay (`tests/fuzz_corpus.rs`)
 //! drive [`engine`] directly, the very code that places body bytes at file offsets.
 //!
-//! Arrows point down only: `app` (CLI → config, report) → `event` (the loop) → `control`,
-//! `schedule`, `engine` → `output` → `uring`; `http` does no I/O; `schedule` is pure.
+//! Arrows point down only: `app` (CLI → config) → `event` (the loop) → `control`,
+//! `schedule`, `engine` → `output` → `uring`; `http` does no I/O; `schedule` and
+//! `engine::select` are pure. `report` is a leaf both `app` and the loop print through:
+//! the loop hands it typed `report::Note`s and it decides what `-q`/`-v` shows.
 
 #![forbid(unsafe_code)]
 

@@ -1,4 +1,6 @@
-//! Progress line on a terminal, and the one-line summary.
+//! What the user sees while a download runs: the progress line on a terminal and the
+//! [`Note`]s the event loop and the control plane report (typed events; this module
+//! decides which `-v` level shows each and prints it, erasing the progress line first).
 
 use std::io::Write;
 use std::time::Duration;
@@ -6,6 +8,8 @@ use std::time::Duration;
 /// Draws `\r`-updated progress on stderr when it is a terminal and not `--quiet`.
 pub struct Progress {
     visible: bool,
+    quiet: bool,
+    verbose: u8,
     drawn: bool,
     last: u64,
     last_t: Duration,
@@ -13,11 +17,14 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Progress for this run: shown only on a TTY and without `quiet`.
-    pub fn new(quiet: bool) -> Progress {
+    /// Progress for this run: shown only on a TTY and without `quiet`; notes up to
+    /// `verbose` (the number of `-v`).
+    pub fn new(quiet: bool, verbose: u8) -> Progress {
         let visible = !quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
         Progress {
             visible,
+            quiet,
+            verbose,
             drawn: false,
             last: 0,
             last_t: Duration::ZERO,
@@ -63,11 +70,191 @@ impl Progress {
         self.drawn = true;
     }
 
+    /// Prints `note` on stderr if this run's `-q`/`-v` shows it (see [`Note::level`]).
+    pub fn note(&mut self, note: Note) {
+        let shown = match note.level() {
+            Level::Warning => true,
+            Level::Info => !self.quiet || self.verbose > 0,
+            Level::Verbose(n) => self.verbose >= n,
+        };
+        if shown {
+            self.clear();
+            eprintln!("ringdl: {note}");
+        }
+    }
+
     /// Erases the progress line before the summary or an error.
     pub fn clear(&mut self) {
         if self.drawn {
             eprint!("\r{:<64}\r", "");
             self.drawn = false;
+        }
+    }
+}
+
+/// Who sees a [`Note`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Always, even with `-q`: the resume state or the outcome is not what was asked.
+    Warning,
+    /// Unless `-q`.
+    Info,
+    /// With at least this many `-v`.
+    Verbose(u8),
+}
+
+/// Something a running download reports: connection `conn` numbers from 0; byte ranges
+/// are inclusive (`first`-`last`), as in `Content-Range`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Note {
+    /// io_uring buffer registration refused (RLIMIT_MEMLOCK): plain READ/WRITE/RECV.
+    Unregistered { why: String },
+    /// fallocate(2) refused for a reason other than ENOSPC: no preallocation.
+    NoPreallocation { why: String },
+    /// A request goes out (`-vv`).
+    Request { conn: usize, first: u64, last: u64 },
+    /// Work stealing: `conn` takes the end of `from`'s range.
+    Steal {
+        conn: usize,
+        from: usize,
+        first: u64,
+        last: u64,
+    },
+    /// A failed response or connection; its range is asked again (`attempt` counts from 1).
+    Retry {
+        conn: usize,
+        why: String,
+        first: u64,
+        last: u64,
+        attempt: u32,
+    },
+    /// A connection failed with no range to retry.
+    ConnectionFailed { conn: usize, why: String },
+    /// The server turned an extra connection away; `using` connections go on.
+    Capped { conn: usize, why: String, using: usize },
+    /// At the end: the most connections the server let download at once.
+    Allowed { connections: usize },
+    /// kTLS not used on this connection (suite, kernel); it stays in user-space TLS.
+    KtlsRefused { conn: usize, why: String },
+    /// TLS handed to the kernel after the handshake.
+    KtlsOn { conn: usize },
+    /// A NewSessionTicket read under kTLS; `ignored` says why rustls did not take it.
+    Ticket { conn: usize, ignored: Option<String> },
+    /// A KeyUpdate taken in place by kTLS (Linux 6.14+); `tx` = our keys too.
+    Rekeyed { conn: usize, tx: bool },
+    /// `-c`: the control file's ranges are valid for this server's file.
+    Resuming { have: u64, total: u64 },
+    /// The first response: the size and the segments planned after it.
+    Planned { total: u64, segments: usize },
+    /// `-c`, but the file changed on the server (`what`: size or validator): from zero.
+    Changed { what: String },
+    /// `-c`, but the server ignores ranges: from zero.
+    NoRangesNoResume,
+    /// The server ignores ranges: the download goes on one connection.
+    NoRanges,
+    /// `-c`, but the file is now shorter than the resumed part: from zero.
+    Shrunk,
+    /// Writes still in flight at exit: the control file keeps its older state.
+    WritesPending,
+    /// The fdatasync before saving the control file failed: it keeps its older state.
+    SyncFailed,
+    /// The control file could not be written.
+    ControlNotSaved { why: String },
+    /// The loop's state, each tick (`-vvv`, for debugging).
+    State(String),
+}
+
+impl Note {
+    /// Who sees it.
+    pub fn level(&self) -> Level {
+        match self {
+            Note::Request { .. } => Level::Verbose(2),
+            Note::State(_) => Level::Verbose(3),
+            Note::Resuming { .. } => Level::Info,
+            Note::Changed { .. }
+            | Note::NoRangesNoResume
+            | Note::Shrunk
+            | Note::WritesPending
+            | Note::SyncFailed
+            | Note::ControlNotSaved { .. } => Level::Warning,
+            _ => Level::Verbose(1),
+        }
+    }
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Note::Unregistered { why } => {
+                write!(
+                    f,
+                    "registering buffers failed ({why}; RLIMIT_MEMLOCK?): using plain READ/WRITE/RECV"
+                )
+            }
+            Note::NoPreallocation { why } => write!(f, "fallocate: {why} (continuing without preallocation)"),
+            Note::Request { conn, first, last } => write!(f, "connection {conn}: GET bytes {first}-{last}"),
+            Note::Steal {
+                conn,
+                from,
+                first,
+                last,
+            } => {
+                write!(
+                    f,
+                    "connection {conn}: takes bytes {first}-{last} from connection {from}"
+                )
+            }
+            Note::Retry {
+                conn,
+                why,
+                first,
+                last,
+                attempt,
+            } => {
+                write!(
+                    f,
+                    "connection {conn}: {why}; retrying bytes {first}-{last} (try {attempt})"
+                )
+            }
+            Note::ConnectionFailed { conn, why } => write!(f, "connection {conn}: {why}"),
+            Note::Capped { conn, why, using } => write!(
+                f,
+                "connection {conn}: {why}: the server turns extra connections away; going on with {using}"
+            ),
+            Note::Allowed { connections: n } => {
+                write!(
+                    f,
+                    "server allows {n} connection{}: using {n}",
+                    if *n == 1 { "" } else { "s" }
+                )
+            }
+            Note::KtlsRefused { conn, why } => {
+                write!(f, "connection {conn}: kTLS refused ({why}): staying in user-space TLS")
+            }
+            Note::KtlsOn { conn } => write!(f, "connection {conn}: TLS handed to the kernel (kTLS TX+RX)"),
+            Note::Ticket { conn, ignored: Some(e) } => write!(f, "connection {conn}: session ticket ignored: {e}"),
+            Note::Ticket { conn, ignored: None } => write!(f, "connection {conn}: NewSessionTicket under kTLS"),
+            Note::Rekeyed { conn, tx } => write!(
+                f,
+                "connection {conn}: KeyUpdate: kTLS rekeyed in place ({})",
+                if *tx { "RX and TX, as the server asked" } else { "RX" }
+            ),
+            Note::Resuming { have, total } => write!(f, "resuming: {have} of {total} bytes already in place"),
+            Note::Planned { total, segments } => write!(
+                f,
+                "{total} bytes, ranges supported, {segments} segment{} after the first",
+                if *segments == 1 { "" } else { "s" }
+            ),
+            Note::Changed { what } => write!(f, "the file on the server changed ({what}): starting from zero"),
+            Note::NoRangesNoResume => {
+                f.write_str("the server does not serve ranges: cannot resume, starting from zero")
+            }
+            Note::NoRanges => f.write_str("the server does not serve ranges: one connection"),
+            Note::Shrunk => f.write_str("the file on the server is shorter than the resumed part: starting from zero"),
+            Note::WritesPending => f.write_str("warning: writes still pending: the resume state is older"),
+            Note::SyncFailed => f.write_str("warning: fdatasync of the partial file failed: the resume state is older"),
+            Note::ControlNotSaved { why } => write!(f, "warning: {why}"),
+            Note::State(s) => f.write_str(s),
         }
     }
 }
@@ -101,6 +288,35 @@ fn duration(s: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_show_with_q_details_need_v() {
+        assert_eq!(Note::Shrunk.level(), Level::Warning);
+        assert_eq!(Note::Resuming { have: 1, total: 2 }.level(), Level::Info);
+        assert_eq!(Note::NoRanges.level(), Level::Verbose(1));
+        assert_eq!(
+            Note::Request {
+                conn: 0,
+                first: 0,
+                last: 1
+            }
+            .level(),
+            Level::Verbose(2)
+        );
+        assert_eq!(
+            Note::Retry {
+                conn: 2,
+                why: "cut".into(),
+                first: 0,
+                last: 9,
+                attempt: 2
+            }
+            .to_string(),
+            "connection 2: cut; retrying bytes 0-9 (try 2)"
+        );
+    }
+
     #[test]
     fn human_units() {
         assert_eq!(super::human(17), "17 B");

@@ -4,6 +4,7 @@
 use crate::control::*;
 use crate::error::Kind;
 use crate::event::*;
+use crate::report::Note;
 use crate::tag::Tag;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
@@ -61,9 +62,10 @@ impl Loop<'_> {
             Some(_) => ktls::install_ulp(fd.as_fd()).err().map(|e| format!("{e}")),
         };
         if let Some(why) = refused {
-            if self.sh.opts.verbose > 0 {
-                eprintln!("ringdl: connection {i}: kTLS refused ({why}): staying in user-space TLS");
-            }
+            self.sh.report.note(Note::KtlsRefused {
+                conn: i,
+                why: why.clone(),
+            });
             self.sh.ktls_refused.get_or_insert(why);
             c.tls = Some(tls);
             c.no_ktls = true;
@@ -86,9 +88,7 @@ impl Loop<'_> {
         c.kconn = Some(kconn);
         c.out = std::mem::take(&mut c.pending_request);
         self.sh.ktls_conns += 1;
-        if self.sh.opts.verbose > 0 {
-            eprintln!("ringdl: connection {i}: TLS handed to the kernel (kTLS TX+RX)");
-        }
+        self.sh.report.note(Note::KtlsOn { conn: i });
         Ok(())
     }
 
@@ -159,12 +159,10 @@ impl Loop<'_> {
                     match m.typ {
                         ktls::handshake_type::NEW_SESSION_TICKET => {
                             let res = c.kconn.as_mut().map(|k| k.handle_new_session_ticket(m.body));
-                            if self.sh.opts.verbose > 0 {
-                                match res {
-                                    Some(Err(e)) => eprintln!("ringdl: connection {i}: session ticket ignored: {e}"),
-                                    _ => eprintln!("ringdl: connection {i}: NewSessionTicket under kTLS"),
-                                }
-                            }
+                            self.sh.report.note(Note::Ticket {
+                                conn: i,
+                                ignored: res.and_then(|r| r.err()).map(|e| e.to_string()),
+                            });
                         }
                         // Linux 6.14+ takes the next keys in place; before, a new connection
                         // carries the rest of the segment.
@@ -174,12 +172,7 @@ impl Loop<'_> {
                             match ktls_rekey(fd, kconn, m.body) {
                                 Ok(tx) => {
                                     self.sh.ktls_rekeys += 1;
-                                    if self.sh.opts.verbose > 0 {
-                                        eprintln!(
-                                            "ringdl: connection {i}: KeyUpdate: kTLS rekeyed in place ({})",
-                                            if tx { "RX and TX, as the server asked" } else { "RX" }
-                                        );
-                                    }
+                                    self.sh.report.note(Note::Rekeyed { conn: i, tx });
                                 }
                                 Err(why) => {
                                     return Err(Fail::retry(

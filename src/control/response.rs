@@ -8,6 +8,7 @@ use crate::engine::recv::*;
 use crate::error::Kind;
 use crate::event::*;
 use crate::output::Output;
+use crate::report::Note;
 use crate::schedule::{self, FIRST_SEGMENT, Landed};
 use http::{ChunkedDecoder, ContentRange, Framing, Header, Status};
 use std::collections::VecDeque;
@@ -139,12 +140,10 @@ pub(crate) fn on_head(
                 let queue = match sh.resume.take() {
                     Some(st) if st.total == complete && st.validator == validator => {
                         sh.landed = Landed::from_ranges(&st.ranges);
-                        if sh.opts.verbose > 0 || !sh.opts.quiet {
-                            eprintln!(
-                                "ringdl: resuming: {} of {complete} bytes already in place",
-                                sh.landed.bytes()
-                            );
-                        }
+                        sh.report.note(Note::Resuming {
+                            have: sh.landed.bytes(),
+                            total: complete,
+                        });
                         schedule::plan_missing(&sh.landed, first_end, complete, sh.opts.connections, sh.align)
                     }
                     Some(st) => {
@@ -153,7 +152,7 @@ pub(crate) fn on_head(
                         } else {
                             "validator differs".to_owned()
                         };
-                        eprintln!("ringdl: the file on the server changed ({what}): starting from zero");
+                        sh.report.note(Note::Changed { what });
                         // Everything but what this first reply carries.
                         let got = Landed::from_ranges(&[(job.seg.start, first_end)]);
                         schedule::plan_missing(&got, 0, complete, sh.opts.connections, sh.align)
@@ -162,13 +161,11 @@ pub(crate) fn on_head(
                 };
                 sh.plan.set_queue(queue);
                 sh.validator = validator;
-                if sh.opts.verbose > 0 {
-                    eprintln!(
-                        "ringdl: {complete} bytes, ranges supported, {} segment{} after the first",
-                        sh.plan.queued(),
-                        if sh.plan.queued() == 1 { "" } else { "s" }
-                    );
-                }
+                let segments = sh.plan.queued();
+                sh.report.note(Note::Planned {
+                    total: complete,
+                    segments,
+                });
             } else {
                 if Some(complete) != sh.total {
                     sh.changed = true;
@@ -217,7 +214,7 @@ pub(crate) fn on_head(
                 )));
             }
             if sh.resume.take().is_some() {
-                eprintln!("ringdl: the server does not serve ranges: cannot resume, starting from zero");
+                sh.report.note(Note::NoRangesNoResume);
             }
             take_disposition(sh, resp)?;
             sh.ranges = false;
@@ -241,16 +238,14 @@ pub(crate) fn on_head(
             job.seg.end = end;
             job.placer = Placer::new(0, end);
             job.placer.begin(delim, end);
-            if sh.opts.verbose > 0 {
-                eprintln!("ringdl: the server does not serve ranges: one connection");
-            }
+            sh.report.note(Note::NoRanges);
             Ok(HeadAction::Body)
         }
         416 if job.probe && job.seg.start > 0 => {
             // The resume point lies past the end: the file shrank. Start over from zero.
             sh.resume = None;
             sh.plan.restart_probe(0, FIRST_SEGMENT);
-            eprintln!("ringdl: the file on the server is shorter than the resumed part: starting from zero");
+            sh.report.note(Note::Shrunk);
             Err(Fail::retry(
                 Kind::HttpStatus,
                 format!("{host}: 416 for the resume point"),

@@ -5,6 +5,7 @@ use crate::control::*;
 use crate::engine::place::{Delimiter, Placer};
 use crate::error::Result;
 use crate::event::*;
+use crate::report::Note;
 use crate::schedule::{Segment, steal};
 use http::{ByteRange, Request};
 use std::time::{Duration, Instant};
@@ -86,13 +87,12 @@ impl Loop<'_> {
             grace: job.seg.grace,
         };
         job.seg.end = at;
-        if self.sh.opts.verbose > 0 {
-            eprintln!(
-                "ringdl: connection {thief}: takes bytes {}-{} from connection {v}",
-                seg.start,
-                seg.end - 1
-            );
-        }
+        self.sh.report.note(Note::Steal {
+            conn: thief,
+            from: v,
+            first: seg.start,
+            last: seg.end - 1,
+        });
         Some(seg)
     }
 
@@ -116,13 +116,11 @@ impl Loop<'_> {
             extra_headers: &[],
         }
         .write_to(&mut req);
-        if self.sh.opts.verbose > 1 {
-            eprintln!(
-                "ringdl: connection {i}: GET bytes {}-{}",
-                seg.start,
-                seg.end.saturating_sub(1)
-            );
-        }
+        self.sh.report.note(Note::Request {
+            conn: i,
+            first: seg.start,
+            last: seg.end.saturating_sub(1),
+        });
         c.rx.job = Some(Job {
             seg,
             probe,

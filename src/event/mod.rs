@@ -32,7 +32,7 @@ use crate::err;
 use crate::error::{Error, Result};
 use crate::output::Output;
 use crate::output::resume::State;
-use crate::report::Progress;
+use crate::report::{Note, Progress};
 use crate::schedule::queue::Plan;
 use crate::schedule::{FIRST_SEGMENT, Landed};
 use crate::tag::Tag;
@@ -92,6 +92,8 @@ pub struct Summary {
 
 /// Download-wide state the connections share.
 pub(crate) struct Shared<'a> {
+    /// Progress and notes: everything the loop has to say goes through it.
+    pub(crate) report: &'a mut Progress,
     pub(crate) url: &'a Url,
     pub(crate) opts: &'a Config,
     pub(crate) pool: BufPool,
@@ -207,9 +209,7 @@ pub fn run(
     let registered = match ring.register_pools(&[&rpool, &wpool]) {
         Ok(()) => true,
         Err(e) => {
-            if opts.verbose > 0 {
-                eprintln!("ringdl: registering buffers failed ({e}; RLIMIT_MEMLOCK?): using plain READ/WRITE/RECV");
-            }
+            progress.note(Note::Unregistered { why: e.to_string() });
             false
         }
     };
@@ -217,6 +217,7 @@ pub fn run(
         .map(|_| Conn::new(rpool.alloc().expect("one read block per connection")))
         .collect();
     let sh = Shared {
+        report: progress,
         url,
         opts,
         pool: wpool,
@@ -291,16 +292,11 @@ pub fn run(
     for i in 0..n {
         dl.connect(i)?;
     }
-    match dl.event_loop(progress) {
+    match dl.event_loop() {
         Ok(Some(u)) => return Ok(Outcome::Redirect(u)),
         Ok(None) => {
-            if let Some(n) = dl.sh.capped_at
-                && opts.verbose > 0
-            {
-                eprintln!(
-                    "ringdl: server allows {n} connection{}: using {n}",
-                    if n == 1 { "" } else { "s" }
-                );
+            if let Some(n) = dl.sh.capped_at {
+                dl.sh.report.note(Note::Allowed { connections: n });
             }
         }
         Err(mut e) => {
@@ -314,7 +310,7 @@ pub fn run(
             } else if dl.writes_in_flight > 0 {
                 // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
                 // as long. The control file keeps its last (synced) state.
-                eprintln!("ringdl: warning: writes still pending: the resume state is older");
+                dl.sh.report.note(Note::WritesPending);
             } else if dl.control.is_some() && dl.sh.file {
                 // The control file may only name bytes that are on disk: fdatasync first.
                 // If that fails, the control file keeps its last (synced) state.
@@ -326,7 +322,7 @@ pub fn run(
                     Tag::Fsync(1).encode(),
                 ) {
                     Ok(r) if r >= 0 => saved = dl.save_control(None) && dl.sh.landed.bytes() > 0,
-                    _ => eprintln!("ringdl: warning: fdatasync of the partial file failed: the resume state is older"),
+                    _ => dl.sh.report.note(Note::SyncFailed),
                 }
             }
             if let Some(part) = &out.part
@@ -347,7 +343,7 @@ pub fn run(
                     ));
                 }
             }
-            progress.clear();
+            dl.sh.report.clear();
             return Err(e);
         }
     }
@@ -372,7 +368,7 @@ pub fn run(
             return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
         }
     }
-    progress.clear();
+    dl.sh.report.clear();
     let digest = match (&opts.checksum, &out.part) {
         (Some(c), Some(part)) => Some(crate::output::verify::file_digest(
             &mut dl.ring,
@@ -442,7 +438,7 @@ pub(crate) fn errno(res: i32) -> rustix::io::Errno {
 impl Loop<'_> {
     /// Runs until every segment has landed (`Ok(None)`), the first response redirects
     /// (`Ok(Some(url))`), or a fatal failure.
-    pub(crate) fn event_loop(&mut self, progress: &mut Progress) -> Result<Option<Url>> {
+    pub(crate) fn event_loop(&mut self) -> Result<Option<Url>> {
         loop {
             self.kick()?;
             self.flush_writes()?;
@@ -459,7 +455,7 @@ impl Loop<'_> {
                 .submit_and_wait(1)
                 .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
             while let Some(c) = self.ring.next_completion() {
-                self.complete(c, progress)?;
+                self.complete(c)?;
             }
         }
     }
@@ -512,7 +508,7 @@ impl Loop<'_> {
             && self.writes_in_flight == 0
     }
 
-    pub(crate) fn complete(&mut self, c: Completion, progress: &mut Progress) -> Result<()> {
+    pub(crate) fn complete(&mut self, c: Completion) -> Result<()> {
         match Tag::decode(c.tag) {
             Some(Tag::Conn(i)) => {
                 let r = self.conn_completion(i, c);
@@ -521,7 +517,7 @@ impl Loop<'_> {
             Some(Tag::Write(s)) => self.write_completion(s, c)?,
             Some(Tag::Drain(i)) => self.drain_completion(i, c.result)?,
             Some(Tag::Tick) => {
-                self.on_tick(progress)?;
+                self.on_tick()?;
                 self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;
             }
             Some(Tag::Fallocate) if c.result < 0 => {
@@ -532,8 +528,8 @@ impl Loop<'_> {
                         "not enough space for {} bytes: {e}",
                         self.sh.total.unwrap_or(0)
                     ));
-                } else if self.sh.opts.verbose > 0 {
-                    eprintln!("ringdl: fallocate: {e} (continuing without preallocation)");
+                } else {
+                    self.sh.report.note(Note::NoPreallocation { why: e.to_string() });
                 }
             }
             Some(Tag::Control) => {

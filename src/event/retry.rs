@@ -5,6 +5,7 @@ use crate::control::*;
 use crate::err;
 use crate::error::{Error, Kind, Result};
 use crate::event::*;
+use crate::report::Note;
 use crate::schedule::retry::{self, Attempt, n_tries};
 use std::time::{Duration, Instant};
 
@@ -44,7 +45,6 @@ impl Loop<'_> {
             self.cancel_op(i)?;
             return Ok(());
         }
-        let verbose = self.sh.opts.verbose;
         // A server that caps connections per client turns the extra ones away (503, a
         // refused or reset connect) while the others run: that lowers the concurrency, it
         // is no failed try, and the download goes on with the connections it has.
@@ -112,14 +112,14 @@ impl Loop<'_> {
                 ));
                 return Ok(());
             }
-            if verbose > 0 && !capped {
-                eprintln!(
-                    "ringdl: connection {i}: {}; retrying bytes {}-{} (try {})",
-                    f.msg,
-                    seg.start,
-                    seg.end - 1,
-                    seg.tries + 1
-                );
+            if !capped {
+                self.sh.report.note(Note::Retry {
+                    conn: i,
+                    why: f.msg.clone(),
+                    first: seg.start,
+                    last: seg.end - 1,
+                    attempt: seg.tries + 1,
+                });
             }
             // The server asked every new request to wait; under a connection cap only the
             // connection it turned away waits (below), the ones it allows go on, this segment
@@ -135,9 +135,10 @@ impl Loop<'_> {
             // must not keep us busy forever: count these too.
             self.conns[i].failures += 1;
             tries_seen = self.conns[i].failures;
-            if verbose > 0 {
-                eprintln!("ringdl: connection {i}: {}", f.msg);
-            }
+            self.sh.report.note(Note::ConnectionFailed {
+                conn: i,
+                why: f.msg.clone(),
+            });
         }
         // Bytes already spliced into this slot's pipe are good: let them reach the file.
         self.drain(i)?;
@@ -150,12 +151,11 @@ impl Loop<'_> {
             c.capped = true;
             c.not_before = Some(Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default()));
             let using = self.receiving();
-            if verbose > 0 {
-                eprintln!(
-                    "ringdl: connection {i}: {}: the server turns extra connections away; going on with {using}",
-                    f.msg,
-                );
-            }
+            self.sh.report.note(Note::Capped {
+                conn: i,
+                why: f.msg.clone(),
+                using,
+            });
             self.sh.capped_at = Some(self.sh.capped_at.unwrap_or(0).max(using));
             return Ok(());
         }

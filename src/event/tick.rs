@@ -4,13 +4,13 @@ use crate::control::*;
 use crate::error::Result;
 use crate::event::*;
 use crate::output::resume::State;
-use crate::report::Progress;
+use crate::report::Note;
 use crate::tag::Tag;
 use std::time::{Duration, Instant};
 use uring::Op;
 
 impl Loop<'_> {
-    pub(crate) fn on_tick(&mut self, progress: &mut Progress) -> Result<()> {
+    pub(crate) fn on_tick(&mut self) -> Result<()> {
         let window = self.rate_mark.0.elapsed();
         if window >= Duration::from_millis(500) {
             self.recent_rate = (self.sh.received - self.rate_mark.1) as f64 / window.as_secs_f64();
@@ -49,8 +49,8 @@ impl Loop<'_> {
         }
         if self.sh.opts.verbose > 2 {
             for (i, c) in self.conns.iter().enumerate() {
-                eprintln!(
-                    "ringdl: [{i}] {:?} op={:?} job={:?} wb={:?} spill={} pipe={:?} waiting={}",
+                let state = format!(
+                    "[{i}] {:?} op={:?} job={:?} wb={:?} spill={} pipe={:?} waiting={}",
                     c.st,
                     c.op,
                     c.rx.job
@@ -61,17 +61,21 @@ impl Loop<'_> {
                     c.pipe.as_ref().map(|p| (p.held, p.draining, p.file_pos)),
                     c.waiting
                 );
+                self.sh.report.note(Note::State(state));
             }
-            eprintln!(
-                "ringdl: queue={} to_write={} writes={} landed={}",
+            let state = format!(
+                "queue={} to_write={} writes={} landed={}",
                 self.sh.plan.queued(),
                 self.sh.to_write.len(),
                 self.writes_in_flight,
                 self.sh.landed.bytes()
             );
+            self.sh.report.note(Note::State(state));
         }
         let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
-        progress.update(self.sh.received, self.sh.total, live, self.started.elapsed());
+        self.sh
+            .report
+            .update(self.sh.received, self.sh.total, live, self.started.elapsed());
         Ok(())
     }
 
@@ -96,7 +100,7 @@ impl Loop<'_> {
         match crate::output::resume::save(path, &st) {
             Ok(()) => true,
             Err(m) => {
-                eprintln!("ringdl: warning: {m}");
+                self.sh.report.note(Note::ControlNotSaved { why: m.to_string() });
                 false
             }
         }
