@@ -1602,3 +1602,41 @@ fn a_fifo_without_a_reader_can_still_be_interrupted() {
     use std::os::unix::fs::FileTypeExt;
     assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
 }
+
+/// stderr that is not a terminal (a log, CI) gets a progress line every 5 s, with the
+/// smoothed rate: 4 MiB at 256 KiB/s per connection (nginx `limit_rate 256k`) on two
+/// connections takes about 8 s, so one such line, its rate near 512 KiB/s.
+#[test]
+fn progress_lines_go_to_a_log_every_few_seconds() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let dir = TestDir::new("progress-log");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args(["-x", "2", "-o"])
+        .arg(&out)
+        .arg(n.slow_url(&file.name))
+        .run();
+    o.assert_code(0);
+    assert_same_bytes(&out, file);
+    let log = o.stderr_text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("% ") && l.ends_with(" conn"))
+        .collect();
+    assert!(!lines.is_empty(), "no progress line in an 8 s download:\n{log}");
+    for l in &lines {
+        assert!(l.starts_with("ringdl: ") && l.contains(" / 4.0 MiB  "), "{l}");
+        let rate = l.split("  ").find(|w| w.ends_with("/s")).expect("a rate");
+        let kib: f64 = match rate.trim_end_matches("/s").split_once(' ') {
+            Some((v, "KiB")) => v.parse().unwrap(),
+            Some((v, "MiB")) => v.parse::<f64>().unwrap() * 1024.0,
+            _ => panic!("rate {rate}: {l}"),
+        };
+        assert!(
+            (256.0..1024.0).contains(&kib),
+            "rate {rate} for a 512 KiB/s download: {l}"
+        );
+    }
+}

@@ -73,9 +73,13 @@ impl Loop<'_> {
             self.sh.report.note(Note::State(state));
         }
         let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
-        self.sh
-            .report
-            .update(self.sh.received, self.sh.total, live, self.started.elapsed());
+        self.sh.report.update(
+            self.sh.landed.bytes(),
+            self.sh.received,
+            self.sh.total,
+            live,
+            self.started.elapsed(),
+        );
         Ok(())
     }
 
