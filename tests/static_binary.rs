@@ -89,6 +89,19 @@ fn release_musl_binary_is_static_and_runs() {
         "{} has PT_INTERP: it needs a dynamic loader, not static",
         bin.display()
     );
+    // What appliances and rescue images carry: stripped, at most 3 MiB (issue 15; debug
+    // info lives in `cargo build --profile profiling`).
+    assert!(
+        image.len() <= 3 << 20,
+        "{} is {} bytes: the release binary must be stripped and at most 3 MiB",
+        bin.display(),
+        image.len()
+    );
+    assert!(
+        !image.windows(12).any(|w| w == b".debug_info\0") && !image.windows(8).any(|w| w == b".symtab\0"),
+        "{} carries .symtab or .debug_info: not stripped",
+        bin.display()
+    );
     let out = Command::new(bin)
         .arg("--version")
         .env_clear()
