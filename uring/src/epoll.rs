@@ -3,9 +3,11 @@
 //! refused (seccomp profiles of Docker ≥ 25 / containerd 2.0,
 //! `kernel.io_uring_disabled`).
 //!
-//! Ops run in push order at the next submit. File ops (pread(2)/pwrite(2) at
-//! an offset, fallocate(2), fsync(2)) run to the end there and complete at
-//! once; O_DIRECT needs nothing more. Socket and pipe ops are tried with
+//! Ops start in push order at the next submit. File ops (pread(2)/pwrite(2) at
+//! an offset, O_DIRECT included, fallocate(2), fsync(2)) go to worker threads
+//! (`files.rs`, as io_uring's io-wq) and complete when their result is back,
+//! so the loop keeps receiving while the device writes; where threads cannot
+//! be started they run to the end at submit. Socket and pipe ops are tried with
 //! `MSG_DONTWAIT` / `SPLICE_F_NONBLOCK` / `RWF_NOWAIT`; one that would block
 //! (EAGAIN, a connect in progress) is parked on its fd and tried again when
 //! epoll_wait(2) says the fd is ready. [`Op::Timeout`] and link timeouts are
@@ -40,11 +42,14 @@ use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 
+use crate::files::{FileOp, Job, Workers};
 use crate::ring::{Completion, Op, PushError};
 use crate::{Probe, opcode};
 
 /// Events taken per epoll_wait(2).
 const MAX_EVENTS: usize = 64;
+/// The epoll key of the file workers' eventfd (fds are the other keys, all below 2^31).
+const WORKERS_KEY: u64 = u64::MAX;
 /// Immediate re-tries of a SPLICE that gave EAGAIN while poll(2) saw both sides ready.
 const SPLICE_RETRIES: usize = 3;
 
@@ -63,6 +68,9 @@ enum State {
     Queued,
     /// Started, waits for readiness of its fds and/or a deadline.
     Parked,
+    /// A file op on a worker thread: completes when its result is back (no
+    /// deadline or cancel ends it, as an io-wq write cannot be taken back).
+    Worker,
 }
 
 /// What one try of an op came to.
@@ -163,6 +171,17 @@ pub(crate) struct EpollRing {
     units_outstanding: usize,
     fds: HashMap<RawFd, FdState>,
     events: Vec<epoll::Event>,
+    /// File-op threads, started at the first file op; None after they could not be.
+    workers: Option<Workers>,
+    workers_refused: bool,
+}
+
+impl Drop for EpollRing {
+    fn drop(&mut self) {
+        // Joins the threads (every job finished) before the slots free the blocks
+        // their jobs point into (`files.rs`, # Safety).
+        self.workers = None;
+    }
 }
 
 impl core::fmt::Debug for EpollRing {
@@ -216,6 +235,8 @@ impl EpollRing {
             units_outstanding: 0,
             fds: HashMap::new(),
             events: Vec::with_capacity(MAX_EVENTS),
+            workers: None,
+            workers_refused: false,
         })
     }
 
@@ -329,8 +350,11 @@ impl EpollRing {
             }
             let events = core::mem::take(&mut self.events);
             for ev in &events {
-                let raw = ev.data.u64() as RawFd;
-                self.wake(raw);
+                if ev.data.u64() == WORKERS_KEY {
+                    self.reap_workers();
+                } else {
+                    self.wake(ev.data.u64() as RawFd);
+                }
             }
             self.events = events;
         }
@@ -381,7 +405,78 @@ impl EpollRing {
             }
             op => {
                 slot.op = op;
-                self.try_op(idx);
+                if !self.hand_to_worker(idx) {
+                    self.try_op(idx);
+                }
+            }
+        }
+    }
+
+    /// Hands slot `idx`'s op to a file worker if it is a file op (a read or write at an
+    /// offset, fallocate, fsync) and the workers run; returns whether it did.
+    fn hand_to_worker(&mut self, idx: u32) -> bool {
+        let slot = &mut self.slots[idx as usize];
+        let op = match slot.op.as_mut() {
+            Some(Op::Read { fd, buf, range, offset }) if *offset != u64::MAX => {
+                let b = &mut buf[range.clone()];
+                FileOp::Read {
+                    fd: *fd,
+                    ptr: b.as_mut_ptr(),
+                    len: b.len(),
+                    offset: *offset,
+                }
+            }
+            Some(Op::Write { fd, buf, range, offset }) if *offset != u64::MAX => {
+                let b = &buf[range.clone()];
+                FileOp::Write {
+                    fd: *fd,
+                    ptr: b.as_ptr(),
+                    len: b.len(),
+                    offset: *offset,
+                }
+            }
+            Some(Op::Fsync { fd, datasync }) => FileOp::Fsync {
+                fd: *fd,
+                datasync: *datasync,
+            },
+            Some(Op::Fallocate { fd, mode, offset, len }) => FileOp::Fallocate {
+                fd: *fd,
+                mode: *mode as u32,
+                offset: *offset,
+                len: *len,
+            },
+            _ => return false,
+        };
+        let job = Job {
+            slot: idx,
+            generation: slot.generation,
+            op,
+        };
+        if self.workers.is_none() && !self.workers_refused {
+            match Workers::new().and_then(|w| {
+                let key = EventData::new_u64(WORKERS_KEY);
+                epoll::add(&self.ep, w.wake_fd(), key, EventFlags::IN)?;
+                Ok(w)
+            }) {
+                Ok(w) => self.workers = Some(w),
+                Err(_) => self.workers_refused = true,
+            }
+        }
+        let Some(w) = &self.workers else { return false };
+        if w.submit(job).is_err() {
+            return false;
+        }
+        self.slots[idx as usize].state = State::Worker;
+        true
+    }
+
+    /// Completes the file ops whose results are back.
+    fn reap_workers(&mut self) {
+        let Some(w) = &self.workers else { return };
+        for (idx, generation, res) in w.results() {
+            let s = &self.slots[idx as usize];
+            if s.state == State::Worker && s.generation == generation {
+                self.finish(idx, res);
             }
         }
     }

@@ -23,6 +23,7 @@
 
 mod buf;
 mod epoll;
+mod files;
 mod mmap;
 pub mod opcode;
 mod raw;
