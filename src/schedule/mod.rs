@@ -193,6 +193,13 @@ mod tests {
         assert!(plan_missing(&Landed::from_ranges(&[(0, 100)]), 0, 100, 4, 4096).is_empty());
     }
 
+    /// The `scheduler` fuzz target's properties over its committed corpus: nothing lost,
+    /// no overlap, tries bounded, every download ends.
+    #[test]
+    fn the_scheduler_corpus_keeps_its_properties() {
+        crate::replay_corpus("scheduler", crate::fuzz_props::scheduler);
+    }
+
     #[test]
     fn landed_merges() {
         let mut l = Landed::default();
