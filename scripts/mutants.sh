@@ -21,7 +21,9 @@
 # Results: mutants.out/<place>/ (caught.txt, missed.txt, unviable.txt, timeout.txt);
 # the counts and every missed mutant that is equivalent are in mutants.md.
 # MUTANTS_JOBS (default 1) builds that many mutants at once. The dependencies are built
-# once in target/mutants (CARGO_TARGET_DIR), not again in every run's copy of the tree.
+# once per place in target/mutants-<place> (CARGO_TARGET_DIR), not again in every run's
+# copy of the tree. One directory per place: cargo names the test binary by the path
+# relative to the workspace, so two runs sharing a directory overwrite each other's.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -49,7 +51,7 @@ run_place() {
         place | schedule) test_args=(--cargo-arg=--lib) ;;
         *) test_args=() ;;
     esac
-    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target/mutants}" \
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target/mutants-$place}" \
         cargo mutants --jobs "${MUTANTS_JOBS:-1}" --output "mutants.out/$place" "${args[@]}" \
         "${extra[@]}" "${test_args[@]}" || rc=$?
     case $rc in

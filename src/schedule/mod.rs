@@ -208,6 +208,9 @@ mod tests {
     fn plan_makes_about_four_segments_per_connection_within_1_mib_to_256_mib() {
         // 64 MiB over 4 connections: 16 segments of 4 MiB.
         assert_eq!(sizes(&plan(0, 64 * MIB, 4, 4096)), vec![4 * MIB; 16]);
+        // Sized by what is left after `start`: 64 MiB from 64 MiB on, not the 192 MiB
+        // of start + total.
+        assert_eq!(sizes(&plan(64 * MIB, 128 * MIB, 4, 4096)), vec![4 * MIB; 16]);
         // Small: never below 1 MiB (8 MiB over 4 connections is 8, not 16).
         assert_eq!(sizes(&plan(0, 8 * MIB, 4, 4096)), vec![MIB; 8]);
         // Large: never above 256 MiB.
