@@ -65,7 +65,9 @@ mod fuzz_props;
 /// through its property `check`; panics naming the inputs that fail.
 #[cfg(test)]
 fn replay_corpus(target: &str, check: fuzz_props::Check) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -81,5 +83,9 @@ fn replay_corpus(target: &str, check: fuzz_props::Check) {
         })
         .map(|f| f.display().to_string())
         .collect();
-    assert!(failed.is_empty(), "{target}: property failures (messages above):\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{target}: property failures (messages above):\n{}",
+        failed.join("\n")
+    );
 }

@@ -22,7 +22,9 @@ fn fetched_now(summary: &str) -> Option<u64> {
 /// START END` lines, written only for bytes already on disk (src/output/resume.rs); 0 while
 /// there is no file (or a torn read, which the atomic rename rules out).
 fn control_file_bytes(path: &std::path::Path) -> u64 {
-    let Ok(text) = std::fs::read_to_string(path) else { return 0 };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return 0;
+    };
     text.lines()
         .filter_map(|l| l.strip_prefix("range "))
         .filter_map(|r| {

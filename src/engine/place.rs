@@ -577,7 +577,10 @@ mod tests {
         assert!(content_range_fits(4096, 4096, 4096, 8192), "one byte");
         assert!(!content_range_fits(4096, 8192, 4096, 8192), "one byte past the end");
         assert!(!content_range_fits(0, 4095, 4096, 8192), "starts before pos");
-        assert!(!content_range_fits(8192, 8193, 4096, 8192), "starts past pos, ends past");
+        assert!(
+            !content_range_fits(8192, 8193, 4096, 8192),
+            "starts past pos, ends past"
+        );
         assert!(!content_range_fits(4097, 8191, 4096, 8192), "starts past pos");
     }
 
@@ -591,10 +594,7 @@ mod tests {
             PlaceError::ShortChunked { at: 3, end: 10 }.to_string(),
             "chunked body ends at byte 3, Content-Range said 10"
         );
-        assert_eq!(
-            PlaceError::NoProgress.to_string(),
-            "chunked decoder made no progress"
-        );
+        assert_eq!(PlaceError::NoProgress.to_string(), "chunked decoder made no progress");
         let e = ChunkedDecoder::new().step(b"x\r\n").unwrap_err();
         assert_eq!(PlaceError::Chunked(e).to_string(), format!("bad chunked body: {e}"));
     }
