@@ -5,7 +5,8 @@
 # tens of minutes per place); installs cargo-mutants only when it is missing.
 #
 #   ./scripts/mutants.sh            # every place below, one after the other
-#   ./scripts/mutants.sh http       # one place: http | ktls | place
+#   ./scripts/mutants.sh http       # one place: http | ktls | place | schedule
+#   ./scripts/mutants.sh place --iterate   # extra arguments go to every cargo mutants run
 #
 # Places and the tests each runs:
 #   http   the http crate (URL, request, response head, Content-Range, chunked, …):
@@ -14,10 +15,15 @@
 #          (ktls/src/cmsg.rs, ktls/src/record.rs): its unit tests
 #   place  the direct engine's compaction (src/engine/place.rs): the binary crate's
 #          unit tests (`--lib`)
+#   schedule  the pure scheduler (src/schedule/*.rs: plan, queue, retry, steal): the
+#          binary crate's unit tests (`--lib`)
 #
 # Results: mutants.out/<place>/ (caught.txt, missed.txt, unviable.txt, timeout.txt);
 # the counts and every missed mutant that is equivalent are in mutants.md.
-# MUTANTS_JOBS (default 1) builds that many mutants at once.
+# MUTANTS_JOBS (default 1) builds that many mutants at once. The dependencies are built
+# once per place in target/mutants-<place> (CARGO_TARGET_DIR), not again in every run's
+# copy of the tree. One directory per place: cargo names the test binary by the path
+# relative to the workspace, so two runs sharing a directory overwrite each other's.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -27,18 +33,27 @@ cd "$(repo_root)"
 command -v cargo-mutants >/dev/null 2>&1 || cargo install --locked cargo-mutants
 
 run_place() {
-    local place=$1 args
+    local place=$1 args test_args
     case $place in
         http) args=(--package ringdl-http) ;;
         ktls) args=(--package ktls --file ktls/src/cmsg.rs --file ktls/src/record.rs) ;;
-        place) args=(--package ringdl --file src/engine/place.rs -- --lib) ;;
-        *) die "unknown place '$place' (http, ktls or place)" ;;
+        place) args=(--package ringdl --file src/engine/place.rs) ;;
+        schedule) args=(--package ringdl --file 'src/schedule/*.rs') ;;
+        *) die "unknown place '$place' (http, ktls, place or schedule)" ;;
     esac
     log "cargo mutants: $place"
     mkdir -p "mutants.out"
     # cargo-mutants exits 2 when mutants were missed, 3 on timeouts: report, do not stop.
     local rc=0
-    cargo mutants --jobs "${MUTANTS_JOBS:-1}" --output "mutants.out/$place" "${args[@]}" || rc=$?
+    case $place in
+        # --lib for the build and the test run alike: only the unit tests, no integration
+        # test binary built per mutant.
+        place | schedule) test_args=(--cargo-arg=--lib) ;;
+        *) test_args=() ;;
+    esac
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target/mutants-$place}" \
+        cargo mutants --jobs "${MUTANTS_JOBS:-1}" --output "mutants.out/$place" "${args[@]}" \
+        "${extra[@]}" "${test_args[@]}" || rc=$?
     case $rc in
         0 | 2 | 3) ;;
         *) die "cargo mutants failed on $place (exit $rc)" ;;
@@ -49,8 +64,13 @@ run_place() {
     done
 }
 
-if [ $# -eq 0 ]; then
-    for p in http ktls place; do run_place "$p"; done
-else
-    for p in "$@"; do run_place "$p"; done
-fi
+places=()
+extra=()
+for a in "$@"; do
+    case $a in
+        -*) extra+=("$a") ;;
+        *) places+=("$a") ;;
+    esac
+done
+[ ${#places[@]} -gt 0 ] || places=(http ktls place schedule)
+for p in "${places[@]}"; do run_place "$p"; done

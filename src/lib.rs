@@ -52,3 +52,42 @@ pub mod schedule;
 mod tag;
 
 pub use app::main;
+
+// The fuzz properties (`fuzz/props.rs`, which names this crate `ringdl`), for the unit
+// tests that replay the corpora of the pure rooms: `compaction` (engine::place) and
+// `scheduler` (schedule). In the unit tests they run for every `cargo test --lib`, and
+// cargo-mutants (`scripts/mutants.sh place|schedule`, unit tests only) sees them.
+#[cfg(test)]
+extern crate self as ringdl;
+#[cfg(test)]
+#[path = "../fuzz/props.rs"]
+mod fuzz_props;
+
+/// Replays every committed input of fuzz target `target` (`fuzz/corpus/<target>/*`)
+/// through its property `check`; panics naming the inputs that fail.
+#[cfg(test)]
+fn replay_corpus(target: &str, check: fuzz_props::Check) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{}: no inputs", dir.display());
+    let failed: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let data = std::fs::read(f).unwrap();
+            std::panic::catch_unwind(|| check(&data)).is_err()
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{target}: property failures (messages above):\n{}",
+        failed.join("\n")
+    );
+}

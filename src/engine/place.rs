@@ -572,6 +572,163 @@ mod tests {
     }
 
     #[test]
+    fn a_206_fits_only_when_it_starts_at_pos_and_ends_inside() {
+        assert!(content_range_fits(4096, 8191, 4096, 8192), "exactly the range asked");
+        assert!(content_range_fits(4096, 4096, 4096, 8192), "one byte");
+        assert!(!content_range_fits(4096, 8192, 4096, 8192), "one byte past the end");
+        assert!(!content_range_fits(0, 4095, 4096, 8192), "starts before pos");
+        assert!(
+            !content_range_fits(8192, 8193, 4096, 8192),
+            "starts past pos, ends past"
+        );
+        assert!(!content_range_fits(4097, 8191, 4096, 8192), "starts past pos");
+    }
+
+    #[test]
+    fn place_errors_say_what_is_wrong() {
+        assert_eq!(
+            PlaceError::PastRange { end: 4 }.to_string(),
+            "chunked body longer than its Content-Range"
+        );
+        assert_eq!(
+            PlaceError::ShortChunked { at: 3, end: 10 }.to_string(),
+            "chunked body ends at byte 3, Content-Range said 10"
+        );
+        assert_eq!(PlaceError::NoProgress.to_string(), "chunked decoder made no progress");
+        let e = ChunkedDecoder::new().step(b"x\r\n").unwrap_err();
+        assert_eq!(PlaceError::Chunked(e).to_string(), format!("bad chunked body: {e}"));
+    }
+
+    #[test]
+    fn an_empty_pool_holds_input_in_order_and_says_how_much() {
+        let pool = BufPool::new(4096, 1).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(8192, 8192 + 10_000);
+        assert!(p.delimiter().is_none() && p.block().is_none());
+        p.begin(Delimiter::Length(10_000), 8192 + 10_000);
+        assert!(matches!(p.delimiter(), Some(Delimiter::Length(10_000))));
+        let mut blocks = Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        };
+        assert_eq!(p.feed(&[1; 100], &mut blocks), Ok(Fed::More));
+        assert_eq!(p.block(), Some((8192, 100)));
+        assert!(!p.has_spill() && p.spill_len() == 0);
+        // 3996 bytes fill the block; the pool's one block is out: 1004 wait.
+        assert_eq!(p.feed(&[2; 5000], &mut blocks), Ok(Fed::Blocked));
+        assert!(p.has_spill());
+        assert_eq!(p.spill_len(), 1004);
+        // The full block went to the write queue when the next one was asked for.
+        assert_eq!(p.block(), None);
+        assert_eq!(blocks.queue.len(), 1);
+        assert_eq!((blocks.queue[0].off, blocks.queue[0].fill), (8192, 4096));
+        // Input behind held input is held too.
+        assert_eq!(p.feed(&[3; 7], &mut blocks), Ok(Fed::Blocked));
+        assert_eq!(p.spill_len(), 1011);
+        assert_eq!(p.retry_spill(&mut blocks), Ok(Fed::Blocked), "still no free block");
+        assert_eq!(p.spill_len(), 1011);
+        drop(blocks.queue.pop_front()); // written: its buffer goes back to the pool
+        assert_eq!(p.retry_spill(&mut blocks), Ok(Fed::More));
+        assert!(!p.has_spill() && p.spill_len() == 0);
+        assert_eq!(p.block(), Some((8192 + 4096, 1011)));
+        assert_eq!(p.pos(), 8192 + 5107);
+        assert!(!p.overrun());
+    }
+
+    #[test]
+    fn a_close_delimited_body_takes_every_byte() {
+        let pool = BufPool::new(4096, 4).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(0, u64::MAX);
+        p.begin(Delimiter::Close, u64::MAX);
+        let body: Vec<u8> = (0..9000u32).map(|i| (i * 13) as u8).collect();
+        let mut blocks = Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        };
+        assert_eq!(p.feed(&body[..10], &mut blocks), Ok(Fed::More));
+        assert_eq!(p.feed(&body[10..], &mut blocks), Ok(Fed::More));
+        assert_eq!(p.pos(), 9000);
+        assert!(!p.has_spill() && !p.overrun());
+        assert_eq!(p.release(None, &mut queue), 9000);
+        let mut file = vec![0u8; body.len()];
+        collect(&mut queue, &mut file, 0);
+        assert_eq!(file, body);
+    }
+
+    #[test]
+    fn a_chunked_206_that_ends_early_is_short_and_one_that_fills_its_range_is_done() {
+        let pool = BufPool::new(4096, 2).unwrap();
+        let mut queue = VecDeque::new();
+        let mut blocks = Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        };
+        // Not at 0: the room left is `end - pos`, not `end`.
+        let mut p = Placer::new(4096, 4096 + 10);
+        p.begin(Delimiter::Chunked(ChunkedDecoder::new()), 4096 + 10);
+        assert_eq!(
+            p.feed(b"5\r\nabcde\r\n0\r\n\r\n", &mut blocks),
+            Err(PlaceError::ShortChunked {
+                at: 4096 + 5,
+                end: 4096 + 10
+            })
+        );
+        p.release(None, blocks.queue);
+        blocks.queue.clear();
+        // Exactly to the end, and nothing after the last chunk: no overrun.
+        let mut p = Placer::new(4096, 4096 + 5);
+        p.begin(Delimiter::Chunked(ChunkedDecoder::new()), 4096 + 5);
+        assert_eq!(p.feed(b"5\r\nabcde\r\n0\r\n\r\n", &mut blocks), Ok(Fed::Done));
+        assert_eq!((p.pos(), p.end()), (4096 + 5, 4096 + 5));
+        assert!(!p.overrun());
+        p.release(None, blocks.queue);
+        blocks.queue.clear();
+        // One byte past a range that does not start at 0.
+        let mut p = Placer::new(4096, 4096 + 4);
+        p.begin(Delimiter::Chunked(ChunkedDecoder::new()), 4096 + 4);
+        assert_eq!(
+            p.feed(b"5\r\nabcde\r\n0\r\n\r\n", &mut blocks),
+            Err(PlaceError::PastRange { end: 4096 + 4 })
+        );
+    }
+
+    #[test]
+    fn a_recv_that_brought_nothing_leaves_nothing_to_write() {
+        let pool = BufPool::new(4096, 2).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(0, 100);
+        p.begin(Delimiter::Length(100), 100);
+        let mut blocks = Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        };
+        let (buf, _) = p.recv_target(&mut blocks).unwrap();
+        p.recv_done(buf, 0);
+        assert_eq!(p.block(), Some((0, 0)));
+        assert_eq!(p.release(Some(4096), &mut queue), 0);
+        assert!(queue.is_empty(), "an empty block was queued for a write");
+        // A RECV within the body is no overrun.
+        let mut p = Placer::new(0, 100);
+        p.begin(Delimiter::Length(100), 100);
+        let mut blocks = Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        };
+        let (buf, range) = p.recv_target(&mut blocks).unwrap();
+        p.recv_done(buf, range.len());
+        assert_eq!(p.settle(&mut blocks), Ok(Fed::Done));
+        assert!(!p.overrun());
+    }
+
+    /// The `compaction` fuzz target's properties over its committed corpus: every byte at
+    /// its offset through random record sizes, read splits and pool sizes.
+    #[test]
+    fn the_compaction_corpus_keeps_its_properties() {
+        crate::replay_corpus("compaction", crate::fuzz_props::compaction);
+    }
+
+    #[test]
     fn only_a_length_body_shrinks() {
         let mut p = Placer::new(0, u64::MAX);
         p.begin(Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX);

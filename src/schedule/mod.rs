@@ -193,6 +193,85 @@ mod tests {
         assert!(plan_missing(&Landed::from_ranges(&[(0, 100)]), 0, 100, 4, 4096).is_empty());
     }
 
+    const MIB: u64 = 1 << 20;
+
+    fn sizes(q: &VecDeque<Segment>) -> Vec<u64> {
+        q.iter().map(|s| s.end - s.start).collect()
+    }
+
+    #[test]
+    fn the_first_request_asks_for_4_mib() {
+        assert_eq!(FIRST_SEGMENT, 4_194_304, "Range: bytes=0-4194303");
+    }
+
+    #[test]
+    fn plan_makes_about_four_segments_per_connection_within_1_mib_to_256_mib() {
+        // 64 MiB over 4 connections: 16 segments of 4 MiB.
+        assert_eq!(sizes(&plan(0, 64 * MIB, 4, 4096)), vec![4 * MIB; 16]);
+        // Sized by what is left after `start`: 64 MiB from 64 MiB on, not the 192 MiB
+        // of start + total.
+        assert_eq!(sizes(&plan(64 * MIB, 128 * MIB, 4, 4096)), vec![4 * MIB; 16]);
+        // Small: never below 1 MiB (8 MiB over 4 connections is 8, not 16).
+        assert_eq!(sizes(&plan(0, 8 * MIB, 4, 4096)), vec![MIB; 8]);
+        // Large: never above 256 MiB.
+        let q = plan(0, 4096 * MIB, 1, 4096);
+        assert_eq!(sizes(&q), vec![256 * MIB; 16]);
+        // The size is rounded up to the alignment; the last one ends at the file's end.
+        let q = plan(4096, 4096 + 16 * MIB + 10, 1, 4096);
+        assert_eq!(q[0].end - q[0].start, 4 * MIB + 4096);
+        assert_eq!(q.back().unwrap().end, 4096 + 16 * MIB + 10);
+        assert!(q.iter().all(|s| s.tries == 0 && !s.grace));
+    }
+
+    #[test]
+    fn align_rounds_to_powers_of_two() {
+        assert_eq!(align_down(8191, 4096), 4096);
+        assert_eq!(align_down(8192, 4096), 8192);
+        assert_eq!(align_down(5, 1), 5);
+        assert_eq!(align_up(4097, 4096), 8192);
+        assert_eq!(align_up(8192, 4096), 8192);
+        assert_eq!(align_up(0, 4096), 0);
+        assert_eq!(align_up(5, 1), 5);
+    }
+
+    #[test]
+    fn plan_missing_widens_gap_edges_to_the_alignment_and_sizes_by_what_is_missing() {
+        // Landed [0, 5000) and [9000, 20000): the gap [5000, 9000) is asked as
+        // [4096, 12288), the tail [20000, 30000) as [16384, 30000).
+        let l = Landed::from_ranges(&[(0, 5000), (9000, 20000)]);
+        let q = plan_missing(&l, 0, 30_000, 4, 4096);
+        let got: Vec<(u64, u64)> = q.iter().map(|s| (s.start, s.end)).collect();
+        assert_eq!(got, vec![(4096, 12288), (16384, 30000)]);
+        // A resume point at the start of a landed range: nothing there to fetch.
+        let l = Landed::from_ranges(&[(5000, 20000)]);
+        assert!(plan_missing(&l, 5000, 20000, 1, 4096).is_empty());
+        // Segment size from the missing bytes (36 MiB over 1 connection: 9 MiB), not
+        // from the file (100 MiB would give 25 MiB).
+        let l = Landed::from_ranges(&[(0, 64 * MIB)]);
+        let q = plan_missing(&l, 0, 100 * MIB, 1, 4096);
+        assert_eq!(sizes(&q), vec![9 * MIB; 4]);
+        assert_eq!(q[0].start, 64 * MIB);
+    }
+
+    #[test]
+    fn an_empty_range_lands_nothing() {
+        let mut l = Landed::default();
+        l.add(5, 5);
+        l.add(9, 3);
+        assert!(l.ranges().is_empty());
+        assert_eq!(l.bytes(), 0);
+        l.add(0, 10);
+        l.add(10, 10);
+        assert_eq!(l.ranges(), &[(0, 10)]);
+    }
+
+    /// The `scheduler` fuzz target's properties over its committed corpus: nothing lost,
+    /// no overlap, tries bounded, every download ends.
+    #[test]
+    fn the_scheduler_corpus_keeps_its_properties() {
+        crate::replay_corpus("scheduler", crate::fuzz_props::scheduler);
+    }
+
     #[test]
     fn landed_merges() {
         let mut l = Landed::default();

@@ -179,6 +179,54 @@ mod tests {
     }
 
     #[test]
+    fn queue_state_is_reported_as_it_is() {
+        let mut p = Plan::new(0, 100);
+        assert!(!p.is_drained(), "nothing planned yet");
+        assert_eq!(p.queued(), 0);
+        p.next(T0);
+        p.set_queue(VecDeque::from([seg(100, 200), seg(200, 300)]));
+        assert_eq!(p.queued(), 2);
+        assert_eq!(
+            p.segments().copied().collect::<Vec<_>>(),
+            vec![seg(100, 200), seg(200, 300)]
+        );
+        assert!(p.has_work() && !p.is_drained());
+        p.next(T0);
+        p.next(T0);
+        assert_eq!(p.queued(), 0);
+        assert!(!p.has_work(), "planned, queue empty: no work");
+        assert!(p.is_drained());
+    }
+
+    #[test]
+    fn a_first_request_that_fails_after_the_first_reply_is_queued_like_any_segment() {
+        let mut p = Plan::new(0, 4096);
+        let (s, probe) = p.next(T0).unwrap();
+        assert!(probe);
+        p.set_queue(VecDeque::new());
+        // Its body broke at 1000 (the reply came, so the plan is made).
+        p.requeue(
+            Segment {
+                start: 1000,
+                tries: 1,
+                ..s
+            },
+            true,
+        );
+        assert_eq!(
+            p.next(T0),
+            Some((
+                Segment {
+                    start: 1000,
+                    tries: 1,
+                    ..seg(0, 4096)
+                },
+                false
+            ))
+        );
+    }
+
+    #[test]
     fn a_hold_stops_every_new_request_until_it_passes() {
         let mut p = Plan::new(0, 100);
         p.hold(Duration::from_secs(5));

@@ -100,6 +100,30 @@ mod tests {
     }
 
     #[test]
+    fn edges_of_the_rules() {
+        // Exactly the floor is not below it: a slow body (100 KiB/s) of 256 KiB splits.
+        assert!(worth_stealing(&body(STEAL_FLOOR, 100 << 10, Some(10), 1000), 0.0));
+        // No rate at all (young body, no fallback): only by the bytes, 2 MiB or more.
+        assert!(worth_stealing(&body(8 * STEAL_FLOOR, 0, Some(10), 100), 0.0));
+        assert!(!worth_stealing(&body(8 * STEAL_FLOOR - 1, 0, Some(10), 100), 0.0));
+        assert!(!worth_stealing(&body(STEAL_FLOOR, 0, Some(10), 100), 0.0));
+        // Ran long but moved nothing: its own rate (0) is no rate; the fallback decides.
+        assert!(worth_stealing(&body(300 << 10, 0, Some(10), 1000), MIB as f64));
+        // Ran exactly STEAL_RATE_AFTER: its own rate (10 MiB/s: 300 KiB take 29 ms) is
+        // trusted over the slow fallback.
+        assert!(!worth_stealing(&body(300 << 10, 2 * MIB, Some(10), 200), 1024.0));
+        // The rest takes exactly twice the first byte's wait (0.5 s at 1 MiB/s): split.
+        assert!(worth_stealing(&body(512 << 10, MIB, Some(250), 1000), 0.0));
+    }
+
+    #[test]
+    fn the_split_may_end_exactly_at_the_segments_end_but_never_at_pos() {
+        assert_eq!(split_point(0, 8 * MIB, 8 * MIB, 4 * MIB, 4096), Some(4 * MIB));
+        // Less than two bytes left at an aligned pos: the middle is pos itself.
+        assert_eq!(split_point(4096, 4097, 1, 4097, 4096), None);
+    }
+
+    #[test]
     fn the_split_is_aligned_and_strictly_inside() {
         assert_eq!(split_point(0, 8 * MIB, 8 * MIB, 8 * MIB, 4096), Some(4 * MIB));
         assert_eq!(split_point(1, 8 * MIB, 8 * MIB - 1, 8 * MIB, 4096), Some(4 * MIB));

@@ -34,7 +34,7 @@ pub const MIB: u64 = 1024 * 1024;
 
 /// Sizes (bytes) of the files the nginx fixture serves, each generated once per
 /// process as `size-<bytes>.bin`.
-pub const SERVED_SIZES: &[u64] = &[0, 1, 4095, 4096, 4097, MIB + 1, 4 * MIB, 100 * MIB];
+pub const SERVED_SIZES: &[u64] = &[0, 1, 4095, 4096, 4097, MIB + 1, 4 * MIB, 16 * MIB, 100 * MIB];
 
 /// How long a single command may run before the harness kills it (ms).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);
