@@ -48,6 +48,14 @@ Config:
       --retry-wait S        first wait before a retry, doubled per try (default 0.5)
       --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
       --content-disposition name the file from Content-Disposition (base name only)
+      --proxy URL           HTTP proxy: [http://][user:password@]host[:port] (port
+                            default 1080); https goes through a CONNECT tunnel; \"\"
+                            = none. Default: the environment, as curl reads it
+                            (https_proxy, http_proxy, all_proxy; upper case too,
+                            except HTTP_PROXY)
+      --noproxy LIST        hosts that go direct: comma-separated names (suffix
+                            match), IP addresses, CIDR networks, or '*'; default
+                            no_proxy / NO_PROXY
   -q, --quiet               no progress line, no summary
   -v, --verbose             say more (engine choice, segments, retries); repeat for more
   -h, --help                print this help
@@ -92,6 +100,8 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         content_disposition: false,
         splice_chunk: 1 << 20,
         write_threshold: 1 << 20,
+        proxy: None,
+        noproxy: None,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -180,6 +190,8 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 o.checksum = Some(Checksum::parse(&v.to_string_lossy())?);
             }
             Long("content-disposition") => o.content_disposition = true,
+            Long("proxy") => o.proxy = Some(utf8(p.value().map_err(usage)?, "--proxy")?),
+            Long("noproxy") => o.noproxy = Some(utf8(p.value().map_err(usage)?, "--noproxy")?),
             Long("buf-size") => o.splice_chunk = size(number(&mut p, "--buf-size")?, "--buf-size")?,
             Long("write-threshold") => {
                 o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
@@ -195,6 +207,12 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     }
     o.url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
     Ok(Command::Download(Box::new(o)))
+}
+
+/// The value of option `name` as UTF-8 text.
+fn utf8(v: std::ffi::OsString, name: &str) -> Result<String> {
+    v.into_string()
+        .map_err(|v| err!(Usage, "{name}: not valid UTF-8: {}", v.to_string_lossy()))
 }
 
 /// The value of option `name` as a number.

@@ -135,6 +135,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) capped_at: Option<usize>,
     /// The output in messages ("standard output", "the FIFO out.bin").
     pub(crate) out_name: String,
+    /// The HTTP proxy the connections go through (`addrs` are its addresses).
+    pub(crate) proxy: Option<crate::control::proxy::Proxy>,
 }
 
 /// Where a download goes and what it resumes.
@@ -161,7 +163,7 @@ pub fn run(
     url: &Url,
     opts: &Config,
     tls: Option<Arc<ClientConfig>>,
-    addrs: Vec<SocketAddr>,
+    route: crate::control::proxy::Route,
     target: Target<'_>,
     progress: &mut Progress,
 ) -> Result<Outcome> {
@@ -173,6 +175,7 @@ pub fn run(
         engine,
         ktls,
     } = target;
+    let crate::control::proxy::Route { addrs, proxy } = route;
     let resuming = resume.is_some();
     // A resumed download asks first for the first block it lacks, not for byte 0 again.
     let resume_start = resume.as_ref().map_or(0, |st| {
@@ -246,6 +249,7 @@ pub fn run(
         changed: false,
         capped_at: None,
         out_name: out.describe(),
+        proxy,
     };
     let mut dl = Loop {
         ring,
