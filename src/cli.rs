@@ -48,6 +48,8 @@ Config:
       --retry-wait S        first wait before a retry, doubled per try (default 0.5)
       --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
       --content-disposition name the file from Content-Disposition (base name only)
+      --limit-rate RATE     most bytes/s for the whole download (all connections):
+                            500K, 10M, 1G (powers of 1024); default: no limit
       --proxy URL           HTTP proxy: [http://][user:password@]host[:port] (port
                             default 1080); https goes through a CONNECT tunnel; \"\"
                             = none. Default: the environment, as curl reads it
@@ -102,6 +104,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         write_threshold: 1 << 20,
         proxy: None,
         noproxy: None,
+        limit_rate: None,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -191,6 +194,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             }
             Long("content-disposition") => o.content_disposition = true,
             Long("proxy") => o.proxy = Some(utf8(p.value().map_err(usage)?, "--proxy")?),
+            Long("limit-rate") => o.limit_rate = Some(rate(&utf8(p.value().map_err(usage)?, "--limit-rate")?)?),
             Long("noproxy") => o.noproxy = Some(utf8(p.value().map_err(usage)?, "--noproxy")?),
             Long("buf-size") => o.splice_chunk = size(number(&mut p, "--buf-size")?, "--buf-size")?,
             Long("write-threshold") => {
@@ -207,6 +211,29 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     }
     o.url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
     Ok(Command::Download(Box::new(o)))
+}
+
+/// `--limit-rate` as curl takes it: bytes per second, with an optional suffix `K`, `M` or
+/// `G` (either case; powers of 1024); fractions allowed (`1.5M`).
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for anything else, and for a rate below 1 byte/s.
+fn rate(v: &str) -> Result<u64> {
+    let (num, mult) = match v.as_bytes().last().map(u8::to_ascii_lowercase) {
+        Some(b'k') => (&v[..v.len() - 1], 1u64 << 10),
+        Some(b'm') => (&v[..v.len() - 1], 1 << 20),
+        Some(b'g') => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| err!(Usage, "--limit-rate: {v:?} is not a rate (bytes/s: 500K, 10M, 1G)"))?;
+    let bytes = n * mult as f64;
+    // Written so that NaN fails too.
+    if !(bytes >= 1.0 && bytes < 1e18) {
+        return Err(err!(Usage, "--limit-rate must be at least 1 byte/s, not {v:?}"));
+    }
+    Ok(bytes as u64)
 }
 
 /// The value of option `name` as UTF-8 text.
@@ -320,5 +347,27 @@ mod tests {
             }
         }
         assert!(matches!(p(&["-V"]), Ok(Command::Version)));
+    }
+
+    #[test]
+    fn limit_rate_like_curl() {
+        for (v, want) in [
+            ("1000", 1000),
+            ("500K", 500 << 10),
+            ("10m", 10 << 20),
+            ("1G", 1 << 30),
+            ("1.5k", 1536),
+        ] {
+            let Command::Download(o) = p(&["--limit-rate", v, "u"]).unwrap() else {
+                panic!("not a download");
+            };
+            assert_eq!(o.limit_rate, Some(want), "{v}");
+        }
+        for bad in ["0", "0K", "-1M", "x", "", "K", "10T", "nan", "inf"] {
+            let e = p(&["--limit-rate", bad, "u"])
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");
+        }
     }
 }

@@ -111,6 +111,9 @@ pub struct Config {
     pub proxy: Option<String>,
     /// `--noproxy LIST`: hosts that go direct, over the environment's `no_proxy`.
     pub noproxy: Option<String>,
+    /// `--limit-rate RATE`: most bytes per second the whole download reads from its
+    /// sockets (all connections together), at least 1.
+    pub limit_rate: Option<u64>,
 }
 
 /// An expected digest, `--checksum sha-256=HEX` or `sha-512=HEX`.

@@ -11,6 +11,7 @@ mod util;
 mod download;
 mod faults;
 mod fuzz_corpus;
+mod limit_rate;
 mod proxy;
 mod seccomp;
 mod soak;

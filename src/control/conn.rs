@@ -54,6 +54,15 @@ impl Loop<'_> {
         let op = std::mem::replace(&mut c.op, InFlight::Idle);
         c.last_io = Instant::now();
         let res = cq.result;
+        if res > 0
+            && matches!(
+                op,
+                InFlight::Recv | InFlight::RecvDirect | InFlight::Splice | InFlight::RecvMsg
+            )
+            && let Some(bucket) = self.pace.as_mut()
+        {
+            bucket.spend(res as u64);
+        }
         if let Some(data) = cq.data {
             // A SEND came back: its Vec is the connection's out buffer.
             let mut data = data;

@@ -277,6 +277,11 @@ pub fn run(
             .as_ref()
             .filter(|_| out.sequential)
             .map(|c| ring::digest::Context::new(c.algorithm)),
+        pace: opts
+            .limit_rate
+            .map(|r| crate::schedule::pace::Bucket::new(r, Duration::ZERO)),
+        paced: VecDeque::new(),
+        pace_timer: false,
     };
     dl.push(Op::Timeout { after: dl.tick }, Tag::Tick.encode())?;
     // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
@@ -437,6 +442,12 @@ pub(crate) struct Loop<'a> {
     pub(crate) emitted: u64,
     /// In-order digest of what goes to standard output (`--checksum` with `-o -`).
     pub(crate) stream_digest: Option<ring::digest::Context>,
+    /// `--limit-rate`: the download's token bucket (its clock: `started.elapsed()`).
+    pub(crate) pace: Option<crate::schedule::pace::Bucket>,
+    /// Connections waiting for the bucket before their next socket read.
+    pub(crate) paced: VecDeque<usize>,
+    /// The [`Tag::Pace`] TIMEOUT is in flight.
+    pub(crate) pace_timer: bool,
 }
 
 pub(crate) fn errno(res: i32) -> rustix::io::Errno {
@@ -524,6 +535,16 @@ impl Loop<'_> {
             }
             Some(Tag::Write(s)) => self.write_completion(s, c)?,
             Some(Tag::Drain(i)) => self.drain_completion(i, c.result)?,
+            Some(Tag::Pace) => {
+                // The bucket has refilled: the connections that waited read again (each
+                // asks the bucket anew, and waits again when it is still short).
+                self.pace_timer = false;
+                while let Some(i) = self.paced.pop_front() {
+                    if !self.conns[i].busy() {
+                        self.after(i, Ok(()))?;
+                    }
+                }
+            }
             Some(Tag::Tick) => {
                 self.on_tick(progress)?;
                 self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;
