@@ -229,8 +229,8 @@ fn rate(v: &str) -> Result<u64> {
         .parse()
         .map_err(|_| err!(Usage, "--limit-rate: {v:?} is not a rate (bytes/s: 500K, 10M, 1G)"))?;
     let bytes = n * mult as f64;
-    // Written so that NaN fails too.
-    if !(bytes >= 1.0 && bytes < 1e18) {
+    // NaN is in no range: it fails too.
+    if !(1.0..1e18).contains(&bytes) {
         return Err(err!(Usage, "--limit-rate must be at least 1 byte/s, not {v:?}"));
     }
     Ok(bytes as u64)
