@@ -30,7 +30,7 @@ impl Bucket {
     /// A full bucket for `rate` bytes/s (at least 1), at time `now` (any monotonic origin).
     pub fn new(rate: u64, now: Duration) -> Bucket {
         let rate = rate.max(1);
-        let cap = (rate as f64 * BURST.as_secs_f64()).max(MIN_READ as f64);
+        let cap = (rate as f64 * BURST.as_secs_f64()).floor().max(MIN_READ as f64);
         Bucket {
             rate,
             tokens: cap,
