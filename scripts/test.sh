@@ -15,9 +15,11 @@ cd "$(repo_root)"
 [ "${1:-}" = "--" ] && shift
 
 # Tools the tests and the static build use, and the Debian package of each.
-# (nginx-light pulls nginx; util-linux provides setpriv, prlimit and mount.)
+# (nginx-light pulls nginx; util-linux provides setpriv, prlimit and mount; tinyproxy is
+# the real HTTP proxy of the proxy tests, started by them, never as a service.)
 ensure_tools \
     /usr/sbin/nginx:nginx-light \
+    /usr/bin/tinyproxy:tinyproxy \
     musl-gcc:musl-tools \
     curl:curl \
     /etc/ssl/certs/ca-certificates.crt:ca-certificates \

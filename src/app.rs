@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use crate::cli::{self, Command};
 use crate::config::{Config, OutputTarget};
+use crate::control::proxy;
 use crate::engine::EngineKind;
 use crate::engine::select::{self, Sink};
 use crate::error::Result;
@@ -320,12 +321,48 @@ fn fetch(
     tls_config: &mut Option<std::sync::Arc<rustls::ClientConfig>>,
     progress: &mut Progress,
 ) -> Result<Outcome> {
-    let addrs: Vec<_> = (url.host(), url.port())
+    // Chosen again for every URL: a redirect to another host may go another way.
+    let proxy = match proxy::choose(url, opts.proxy.as_deref(), opts.noproxy.as_deref(), |k| {
+        std::env::var(k).ok()
+    })? {
+        Ok(p) => {
+            if opts.verbose > 0 {
+                eprintln!(
+                    "ringdl: proxy {} (from {}){}",
+                    p.url,
+                    p.source,
+                    if p.tunnel {
+                        ": a CONNECT tunnel per connection"
+                    } else {
+                        ": requests in absolute-form"
+                    }
+                );
+            }
+            Some(p)
+        }
+        Err(why) => {
+            if opts.verbose > 0 {
+                match why {
+                    proxy::Direct::Exempt(src) => eprintln!("ringdl: {} matches {src}: no proxy", url.host()),
+                    proxy::Direct::Disabled(src) => eprintln!("ringdl: {src} is empty: no proxy"),
+                    proxy::Direct::NoProxy => {}
+                }
+            }
+            None
+        }
+    };
+    // Through a proxy only the proxy's name is resolved: the proxy resolves the origin.
+    let (host, port) = match &proxy {
+        Some(p) => (p.url.host(), p.url.port()),
+        None => (url.host(), url.port()),
+    };
+    let what = if proxy.is_some() { "proxy " } else { "" };
+    let addrs: Vec<_> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| err!(Network, "cannot resolve {}: {e}", url.host()))?
+        .map_err(|e| err!(Network, "cannot resolve {what}{host}: {e}"))?
         .collect();
     if addrs.is_empty() {
-        return Err(err!(Network, "{} has no address", url.host()));
+        return Err(err!(Network, "{what}{host} has no address"));
     }
     let tls = if url.scheme() == http::Scheme::Https {
         if tls_config.is_none() {
@@ -340,5 +377,5 @@ fn fetch(
     } else {
         None
     };
-    download::run(url, opts, tls, addrs, target, progress)
+    download::run(url, opts, tls, proxy::Route { addrs, proxy }, target, progress)
 }

@@ -49,6 +49,16 @@ Config:
       --retry-wait S        first wait before a retry, doubled per try (default 0.5)
       --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
       --content-disposition name the file from Content-Disposition (base name only)
+      --limit-rate RATE     most bytes/s for the whole download (all connections):
+                            500K, 10M, 1G (powers of 1024); default: no limit
+      --proxy URL           HTTP proxy: [http://][user:password@]host[:port] (port
+                            default 1080); https goes through a CONNECT tunnel; \"\"
+                            = none. Default: the environment, as curl reads it
+                            (https_proxy, http_proxy, all_proxy; upper case too,
+                            except HTTP_PROXY)
+      --noproxy LIST        hosts that go direct: comma-separated names (suffix
+                            match), IP addresses, CIDR networks, or '*'; default
+                            no_proxy / NO_PROXY
   -q, --quiet               no progress line, no summary
   -v, --verbose             say more (engine choice, segments, retries); repeat for more
   -h, --help                print this help
@@ -93,6 +103,9 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         content_disposition: false,
         splice_chunk: 1 << 20,
         write_threshold: 1 << 20,
+        proxy: None,
+        noproxy: None,
+        limit_rate: None,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -177,6 +190,9 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 o.checksum = Some(Checksum::parse(&v.to_string_lossy())?);
             }
             Long("content-disposition") => o.content_disposition = true,
+            Long("proxy") => o.proxy = Some(utf8(p.value().map_err(usage)?, "--proxy")?),
+            Long("limit-rate") => o.limit_rate = Some(rate(&utf8(p.value().map_err(usage)?, "--limit-rate")?)?),
+            Long("noproxy") => o.noproxy = Some(utf8(p.value().map_err(usage)?, "--noproxy")?),
             Long("buf-size") => o.splice_chunk = size(number(&mut p, "--buf-size")?, "--buf-size")?,
             Long("write-threshold") => {
                 o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
@@ -192,6 +208,35 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     }
     o.url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
     Ok(Command::Download(Box::new(o)))
+}
+
+/// `--limit-rate` as curl takes it: bytes per second, with an optional suffix `K`, `M` or
+/// `G` (either case; powers of 1024); fractions allowed (`1.5M`).
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for anything else, and for a rate below 1 byte/s.
+fn rate(v: &str) -> Result<u64> {
+    let (num, mult) = match v.as_bytes().last().map(u8::to_ascii_lowercase) {
+        Some(b'k') => (&v[..v.len() - 1], 1u64 << 10),
+        Some(b'm') => (&v[..v.len() - 1], 1 << 20),
+        Some(b'g') => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| err!(Usage, "--limit-rate: {v:?} is not a rate (bytes/s: 500K, 10M, 1G)"))?;
+    let bytes = n * mult as f64;
+    // NaN is in no range: it fails too.
+    if !(1.0..1e18).contains(&bytes) {
+        return Err(err!(Usage, "--limit-rate must be at least 1 byte/s, not {v:?}"));
+    }
+    Ok(bytes as u64)
+}
+
+/// The value of option `name` as UTF-8 text.
+fn utf8(v: std::ffi::OsString, name: &str) -> Result<String> {
+    v.into_string()
+        .map_err(|v| err!(Usage, "{name}: not valid UTF-8: {}", v.to_string_lossy()))
 }
 
 /// The value of option `name` as a number.
@@ -299,5 +344,27 @@ mod tests {
             }
         }
         assert!(matches!(p(&["-V"]), Ok(Command::Version)));
+    }
+
+    #[test]
+    fn limit_rate_like_curl() {
+        for (v, want) in [
+            ("1000", 1000),
+            ("500K", 500 << 10),
+            ("10m", 10 << 20),
+            ("1G", 1 << 30),
+            ("1.5k", 1536),
+        ] {
+            let Command::Download(o) = p(&["--limit-rate", v, "u"]).unwrap() else {
+                panic!("not a download");
+            };
+            assert_eq!(o.limit_rate, Some(want), "{v}");
+        }
+        for bad in ["0", "0K", "-1M", "x", "", "K", "10T", "nan", "inf"] {
+            let e = p(&["--limit-rate", bad, "u"])
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");
+        }
     }
 }

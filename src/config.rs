@@ -79,6 +79,13 @@ pub struct Config {
     pub splice_chunk: usize,
     /// `--write-threshold BYTES`: bytes held in the pipe before a pipe → file SPLICE.
     pub write_threshold: usize,
+    /// `--proxy URL`: the HTTP proxy, over the environment's (`""`: none).
+    pub proxy: Option<String>,
+    /// `--noproxy LIST`: hosts that go direct, over the environment's `no_proxy`.
+    pub noproxy: Option<String>,
+    /// `--limit-rate RATE`: most bytes per second the whole download reads from its
+    /// sockets (all connections together), at least 1.
+    pub limit_rate: Option<u64>,
 }
 
 /// An expected digest, `--checksum sha-256=HEX` or `sha-512=HEX`.

@@ -28,6 +28,8 @@ pub(crate) enum Tag {
     Verify(usize),
     /// Engine `splice`: the pipe → file SPLICE of connection `i`.
     Drain(usize),
+    /// `--limit-rate`: the TIMEOUT after which connections waiting for the bucket read again.
+    Pace,
 }
 
 const KIND_SHIFT: u32 = 32;
@@ -50,6 +52,7 @@ impl Tag {
             Tag::Control => (8, 0),
             Tag::Verify(i) => (9, i),
             Tag::Drain(i) => (10, i),
+            Tag::Pace => (11, 0),
         };
         let index = u32::try_from(index).expect("tag index fits 32 bits");
         (kind << KIND_SHIFT) | u64::from(index)
@@ -69,6 +72,7 @@ impl Tag {
             8 => Tag::Control,
             9 => Tag::Verify(index),
             10 => Tag::Drain(index),
+            11 => Tag::Pace,
             _ => return None,
         })
     }
@@ -99,10 +103,11 @@ mod tests {
             Tag::Control,
             Tag::Verify(u32::MAX as usize),
             Tag::Drain(5),
+            Tag::Pace,
         ] {
             assert_eq!(Tag::decode(t.encode()), Some(t));
         }
         assert_eq!(Tag::decode(0), None);
-        assert_eq!(Tag::decode(11 << 32), None);
+        assert_eq!(Tag::decode(12 << 32), None);
     }
 }

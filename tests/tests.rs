@@ -11,6 +11,8 @@ mod util;
 mod download;
 mod faults;
 mod fuzz_corpus;
+mod limit_rate;
+mod proxy;
 mod seccomp;
 mod soak;
 mod static_binary;

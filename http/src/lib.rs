@@ -47,6 +47,7 @@ mod chunked;
 mod date;
 mod disposition;
 mod fields;
+mod proxy;
 mod request;
 mod response;
 mod url;
@@ -56,6 +57,9 @@ pub use crate::date::parse_http_date;
 pub use crate::disposition::{content_disposition_filename, sanitize_file_name};
 pub use crate::fields::{
     ContentRange, FieldError, Framing, MAX_DECIMAL_DIGITS, RetryAfter, Validator, parse_content_range,
+};
+pub use crate::proxy::{
+    DEFAULT_PROXY_PORT, ProxyError, ProxyUrl, authority, no_proxy_matches, write_connect_request, write_proxied_request,
 };
 pub use crate::request::{ByteRange, Request, RequestError};
 pub use crate::response::{HeadError, Header, MAX_FIELDS, MAX_HEAD, Response, Status, parse_head};

@@ -9,7 +9,6 @@ use crate::err;
 use crate::error::{Kind, Result};
 use crate::event::*;
 use crate::tag::Tag;
-use rustls::client::UnbufferedClientConnection;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use uring::{Completion, Op};
@@ -55,6 +54,15 @@ impl Loop<'_> {
         let op = std::mem::replace(&mut c.op, InFlight::Idle);
         c.last_io = Instant::now();
         let res = cq.result;
+        if res > 0
+            && matches!(
+                op,
+                InFlight::Recv | InFlight::RecvDirect | InFlight::Splice | InFlight::RecvMsg
+            )
+            && let Some(bucket) = self.pace.as_mut()
+        {
+            bucket.spend(res as u64);
+        }
         if let Some(data) = cq.data {
             // A SEND came back: its Vec is the connection's out buffer.
             let mut data = data;
@@ -141,13 +149,14 @@ impl Loop<'_> {
                 let addr = self.addrs[c.addr_i % self.addrs.len()];
                 c.addr_i += 1;
                 let kind = Kind::Network;
+                let to = match &self.sh.proxy {
+                    Some(p) => format!("proxy {} ({addr})", p.url),
+                    None => addr.to_string(),
+                };
                 let msg = if e == rustix::io::Errno::CANCELED {
-                    format!(
-                        "connect to {addr}: timed out after {} s",
-                        self.sh.opts.connect_timeout_s
-                    )
+                    format!("connect to {to}: timed out after {} s", self.sh.opts.connect_timeout_s)
                 } else {
-                    format!("connect to {addr}: {e}")
+                    format!("connect to {to}: {e}")
                 };
                 let f = Fail::retry(kind, msg);
                 return Err(
@@ -158,13 +167,11 @@ impl Loop<'_> {
                     },
                 );
             }
-            c.st = St::Open;
-            if let (Some(cfg), Some(name)) = (&self.tls, &self.server_name) {
-                let conn = UnbufferedClientConnection::new(cfg.clone(), name.clone())
-                    .map_err(|e| Fail::fatal(Kind::Tls, format!("TLS: {e}")))?;
-                c.tls = Some(Box::new(conn));
+            if self.sh.proxy.as_ref().is_some_and(|p| p.tunnel) {
+                return self.start_tunnel(i);
             }
-            return Ok(());
+            c.st = St::Open;
+            return self.start_tls(i);
         }
         Ok(())
     }
@@ -198,7 +205,7 @@ impl Loop<'_> {
                 return Ok(());
             }
             let c = &mut self.conns[i];
-            if c.busy() || c.st != St::Open {
+            if c.busy() || !matches!(c.st, St::Open | St::Tunnel) {
                 return Ok(());
             }
             if !c.out.is_empty() {
@@ -218,6 +225,14 @@ impl Loop<'_> {
                     )
                     .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))?;
                 return Ok(());
+            }
+            // Through a proxy, an https connection first waits for its tunnel.
+            if c.st == St::Tunnel {
+                self.tunnel_answer(i)?;
+                if self.conns[i].st == St::Tunnel {
+                    return Ok(());
+                }
+                continue;
             }
             // Input held back by an empty write pool goes first.
             if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {

@@ -3,6 +3,7 @@
 
 mod conn;
 mod handoff;
+pub(crate) mod proxy;
 pub(crate) mod response;
 pub(crate) mod session;
 pub(crate) mod tls;
@@ -70,6 +71,8 @@ pub(crate) enum St {
     Closed,
     /// CONNECT in flight.
     Connecting,
+    /// Connected to the proxy; its `CONNECT` is being sent, or its answer awaited.
+    Tunnel,
     /// Connected (TLS may still be handshaking).
     Open,
 }

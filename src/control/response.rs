@@ -98,6 +98,12 @@ pub(crate) fn on_head(
     {
         job.keep_alive = false;
     }
+    // A forwarding proxy's client connection carries one request: tinyproxy, for one,
+    // closes it after each response and says nothing (no `Connection: close`), and a
+    // request on it would die before its head. (A CONNECT tunnel stays open.)
+    if sh.proxy.as_ref().is_some_and(|p| !p.tunnel) {
+        job.keep_alive = false;
+    }
     let framing = resp
         .body_framing(false)
         .map_err(|e| proto(format!("bad body framing: {e}")))?;
@@ -304,13 +310,17 @@ pub(crate) fn on_head(
             };
             Err(if code == 503 { f.busy() } else { f })
         }
+        407 if sh.proxy.is_some() => {
+            let p = sh.proxy.as_ref().expect("checked");
+            Err(p.auth_failure(code, &String::from_utf8_lossy(resp.reason)))
+        }
         400..=599 => {
             // A TLS server that got plain HTTP answers 400 (nginx: "The plain HTTP request
             // was sent to HTTPS port"): say what to try, as the other way round does.
             let hint = if code == 400 && sh.url.scheme() == http::Scheme::Http {
                 format!(
                     " (if that port speaks TLS, try https://{}{})",
-                    crate::control::tls::authority_with_port(sh.url),
+                    http::authority(sh.url),
                     sh.url.path_and_query()
                 )
             } else {

@@ -383,7 +383,7 @@ pub fn parse_pins(v: &str) -> Result<Vec<[u8; 32]>> {
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Base64 with padding (RFC 4648 §4).
-fn base64_encode(bytes: &[u8]) -> String {
+pub(crate) fn base64_encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let n = chunk
@@ -433,20 +433,9 @@ pub fn is_plain_http_answer(e: &rustls::Error, received: &[u8]) -> bool {
 pub fn plain_http_message(url: &http::Url) -> String {
     format!(
         "the server answered in plain HTTP, not TLS (try http://{}{})",
-        authority_with_port(url),
+        http::authority(url),
         url.path_and_query()
     )
-}
-
-/// `host:port` of `url` with the port always written (`[::1]:8443`, `example.com:443`):
-/// the same server under the other scheme.
-pub fn authority_with_port(url: &http::Url) -> String {
-    let authority = url.host_header();
-    if authority.ends_with(&format!(":{}", url.port())) {
-        authority
-    } else {
-        format!("{authority}:{}", url.port())
-    }
 }
 
 /// A subject alternative name as webpki's Debug spells it (`DnsName("a.example")`,

@@ -105,6 +105,11 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
 impl Loop<'_> {
     /// Posts the RECV that the connection's state asks for.
     pub(crate) fn post_recv(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        // `--limit-rate`: the most this read may ask for, or wait for the bucket.
+        let Some(budget) = self.pace_budget(i)? else {
+            return Ok(());
+        };
+        let budget = usize::try_from(budget).unwrap_or(usize::MAX);
         let c = &mut self.conns[i];
         let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
         // Engine splice: socket → pipe while the pipe has room; `drain` empties it to the file.
@@ -124,7 +129,10 @@ impl Loop<'_> {
                 // Full: the pipe → file completion drives this connection again.
                 return Ok(());
             }
-            let len = (pipe.room() as u64).min(rem).min(self.sh.opts.splice_chunk as u64) as u32;
+            let len = (pipe.room() as u64)
+                .min(rem)
+                .min(self.sh.opts.splice_chunk as u64)
+                .min(budget as u64) as u32;
             let op = Op::Splice {
                 fd_in: fd,
                 off_in: None,
@@ -153,6 +161,7 @@ impl Loop<'_> {
                 self.wait_for_block(i);
                 return Ok(());
             };
+            let range = range.start..range.end.min(range.start.saturating_add(budget));
             c.op = InFlight::RecvDirect;
             c.last_io = Instant::now();
             return self
@@ -181,7 +190,7 @@ impl Loop<'_> {
             c.rbuf = Some(rbuf);
             return Err(Fail::retry(Kind::Protocol, "a TLS record larger than the read block"));
         }
-        let range = c.rhi..rbuf.len();
+        let range = c.rhi..rbuf.len().min(c.rhi.saturating_add(budget));
         c.op = InFlight::Recv;
         c.last_io = Instant::now();
         self.ring
@@ -195,6 +204,30 @@ impl Loop<'_> {
                 Tag::Conn(i).encode(),
             )
             .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
+    }
+
+    /// `--limit-rate`: how many bytes connection `i` may read now (`u64::MAX` without a
+    /// limit), or `None` when the bucket is spent: the connection then waits in `paced`
+    /// for the [`Tag::Pace`] TIMEOUT, pushed once for all waiters.
+    fn pace_budget(&mut self, i: usize) -> std::result::Result<Option<u64>, Fail> {
+        let now = self.started.elapsed();
+        let Some(bucket) = self.pace.as_mut() else {
+            return Ok(Some(u64::MAX));
+        };
+        if let Some(n) = bucket.allow(now, u64::MAX) {
+            return Ok(Some(n));
+        }
+        let after = bucket.wait();
+        if !self.paced.contains(&i) {
+            self.paced.push_back(i);
+        }
+        if !self.pace_timer {
+            self.pace_timer = true;
+            self.ring
+                .push(Op::Timeout { after }, Tag::Pace.encode())
+                .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))?;
+        }
+        Ok(None)
     }
 
     /// Parks connection `i` until a write block is free (once, however often it asks).

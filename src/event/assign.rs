@@ -109,13 +109,18 @@ impl Loop<'_> {
         // segment; a server without ranges gets a plain GET.
         let range = (probe || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
         let mut req = Vec::with_capacity(256);
-        Request {
+        let request = Request {
             url: self.sh.url,
             range,
             user_agent: crate::control::USER_AGENT,
             extra_headers: &[],
+        };
+        match self.sh.proxy.as_ref().filter(|p| !p.tunnel) {
+            // Plain http through a proxy: absolute-form, with the proxy's credentials.
+            Some(p) => http::write_proxied_request(&request, p.authorization.as_deref(), &mut req)
+                .expect("the program's own request and a checked authorization are valid"),
+            None => request.write_to(&mut req),
         }
-        .write_to(&mut req);
         self.sh.report.note(Note::Request {
             conn: i,
             first: seg.start,

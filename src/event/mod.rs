@@ -137,6 +137,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) capped_at: Option<usize>,
     /// The output in messages ("standard output", "the FIFO out.bin").
     pub(crate) out_name: String,
+    /// The HTTP proxy the connections go through (`addrs` are its addresses).
+    pub(crate) proxy: Option<crate::control::proxy::Proxy>,
 }
 
 /// Where a download goes and what it resumes.
@@ -163,7 +165,7 @@ pub fn run(
     url: &Url,
     opts: &Config,
     tls: Option<Arc<ClientConfig>>,
-    addrs: Vec<SocketAddr>,
+    route: crate::control::proxy::Route,
     target: Target<'_>,
     progress: &mut Progress,
 ) -> Result<Outcome> {
@@ -175,6 +177,7 @@ pub fn run(
         engine,
         ktls,
     } = target;
+    let crate::control::proxy::Route { addrs, proxy } = route;
     let resuming = resume.is_some();
     // A resumed download asks first for the first block it lacks, not for byte 0 again.
     let resume_start = resume.as_ref().map_or(0, |st| {
@@ -247,6 +250,7 @@ pub fn run(
         changed: false,
         capped_at: None,
         out_name: out.describe(),
+        proxy,
     };
     let mut dl = Loop {
         ring,
@@ -274,6 +278,11 @@ pub fn run(
             .as_ref()
             .filter(|_| out.sequential)
             .map(|c| ring::digest::Context::new(c.algorithm)),
+        pace: opts
+            .limit_rate
+            .map(|r| crate::schedule::pace::Bucket::new(r, Duration::ZERO)),
+        paced: VecDeque::new(),
+        pace_timer: false,
     };
     dl.push(Op::Timeout { after: dl.tick }, Tag::Tick.encode())?;
     // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
@@ -429,6 +438,12 @@ pub(crate) struct Loop<'a> {
     pub(crate) emitted: u64,
     /// In-order digest of what goes to standard output (`--checksum` with `-o -`).
     pub(crate) stream_digest: Option<ring::digest::Context>,
+    /// `--limit-rate`: the download's token bucket (its clock: `started.elapsed()`).
+    pub(crate) pace: Option<crate::schedule::pace::Bucket>,
+    /// Connections waiting for the bucket before their next socket read.
+    pub(crate) paced: VecDeque<usize>,
+    /// The [`Tag::Pace`] TIMEOUT is in flight.
+    pub(crate) pace_timer: bool,
 }
 
 pub(crate) fn errno(res: i32) -> rustix::io::Errno {
@@ -516,6 +531,16 @@ impl Loop<'_> {
             }
             Some(Tag::Write(s)) => self.write_completion(s, c)?,
             Some(Tag::Drain(i)) => self.drain_completion(i, c.result)?,
+            Some(Tag::Pace) => {
+                // The bucket has refilled: the connections that waited read again (each
+                // asks the bucket anew, and waits again when it is still short).
+                self.pace_timer = false;
+                while let Some(i) = self.paced.pop_front() {
+                    if !self.conns[i].busy() {
+                        self.after(i, Ok(()))?;
+                    }
+                }
+            }
             Some(Tag::Tick) => {
                 self.on_tick()?;
                 self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;

@@ -23,7 +23,7 @@ impl Loop<'_> {
         let stall = Duration::from_secs_f64(self.sh.opts.stall_timeout_s);
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
-            if c.busy() && c.st == St::Open && c.last_io.elapsed() > stall {
+            if c.busy() && matches!(c.st, St::Open | St::Tunnel) && c.last_io.elapsed() > stall {
                 self.cancel_op(i)?;
             }
         }

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 
+pub mod pace;
 pub mod queue;
 pub mod retry;
 pub mod steal;

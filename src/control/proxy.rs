@@ -1,0 +1,310 @@
+//! HTTP proxies: which proxy a URL goes through (`--proxy`, `--noproxy` and the
+//! environment, read as curl reads it), and the `CONNECT` tunnel each https connection
+//! opens through it before its TLS handshake (RFC 9110 §9.3.6).
+
+use crate::control::*;
+use crate::err;
+use crate::error::{Kind, Result};
+use crate::event::*;
+use http::{Header, ProxyUrl, Status, Url};
+
+/// The proxy one download goes through.
+#[derive(Clone, Debug)]
+pub struct Proxy {
+    /// Where the proxy listens; its Display hides the credentials.
+    pub url: ProxyUrl,
+    /// `Basic base64(user:password)` (RFC 7617), sent as `Proxy-Authorization`.
+    pub authorization: Option<String>,
+    /// An https origin: each connection asks for a `CONNECT` tunnel and runs TLS with the
+    /// origin inside it. Plain http: requests go to the proxy in absolute-form.
+    pub tunnel: bool,
+    /// Where the proxy came from: `--proxy`, `https_proxy`, `ALL_PROXY`...
+    pub source: &'static str,
+}
+
+/// Where a download's connections go: the addresses to connect to (the proxy's when
+/// there is one), and the proxy.
+pub struct Route {
+    /// Resolved addresses, tried in order.
+    pub addrs: Vec<std::net::SocketAddr>,
+    /// The proxy in between, if any.
+    pub proxy: Option<Proxy>,
+}
+
+/// What decided that a URL goes direct.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Direct {
+    /// No proxy is configured for the scheme.
+    NoProxy,
+    /// The host matches `--noproxy` or `no_proxy` (names the source).
+    Exempt(&'static str),
+    /// `--proxy ""` or an empty proxy variable (names it).
+    Disabled(&'static str),
+}
+
+/// Picks the proxy for `url` as curl does (`lib/url.c`, `detect_proxy`):
+///
+/// 1. The no-proxy list is `--noproxy` when given, else `no_proxy`, else `NO_PROXY`
+///    (see [`http::no_proxy_matches`]); a matching host goes direct, also past `--proxy`.
+/// 2. `--proxy URL` when given (`""` = no proxy).
+/// 3. The environment: `http_proxy` for http (lower case only: a CGI program gets the
+///    client's `Proxy:` request header as `HTTP_PROXY`, the "httpoxy" hole, so curl
+///    ignores the upper-case form), `https_proxy` then `HTTPS_PROXY` for https, then
+///    `all_proxy`, then `ALL_PROXY`. The first variable that is set decides; set and
+///    empty means no proxy.
+///
+/// `env` looks a variable up (`std::env::var` in the program, a table in tests).
+///
+/// # Errors
+/// [`Kind::Usage`] for a proxy URL that does not parse or is not `http://`.
+pub fn choose(
+    url: &Url,
+    proxy: Option<&str>,
+    noproxy: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<std::result::Result<Proxy, Direct>> {
+    let (list, list_src) = match noproxy {
+        Some(l) => (Some(l.to_owned()), "--noproxy"),
+        None => match env("no_proxy") {
+            Some(l) => (Some(l), "no_proxy"),
+            None => (env("NO_PROXY"), "NO_PROXY"),
+        },
+    };
+    if let Some(list) = list
+        && http::no_proxy_matches(&list, url.host())
+    {
+        return Ok(Err(Direct::Exempt(list_src)));
+    }
+    let https = url.scheme() == http::Scheme::Https;
+    let (value, source) = match proxy {
+        Some(p) => (p.to_owned(), "--proxy"),
+        None => {
+            let names: &[&'static str] = if https {
+                &["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
+            } else {
+                &["http_proxy", "all_proxy", "ALL_PROXY"]
+            };
+            match names.iter().find_map(|&n| env(n).map(|v| (v, n))) {
+                Some(found) => found,
+                None => return Ok(Err(Direct::NoProxy)),
+            }
+        }
+    };
+    if value.trim().is_empty() {
+        return Ok(Err(Direct::Disabled(source)));
+    }
+    let parsed = ProxyUrl::parse(&value).map_err(|e| err!(Usage, "bad proxy in {source}: {e}"))?;
+    let authorization = parsed.credentials().map(|(u, p)| {
+        format!(
+            "Basic {}",
+            crate::control::tls::base64_encode(format!("{u}:{p}").as_bytes())
+        )
+    });
+    Ok(Ok(Proxy {
+        url: parsed,
+        authorization,
+        tunnel: https,
+        source,
+    }))
+}
+
+impl Proxy {
+    /// The proxy answered 407 Proxy Authentication Required (RFC 9110 §15.5.8) to the
+    /// `CONNECT` or to a request in absolute-form, or 401 to the `CONNECT`. Not worth a
+    /// retry.
+    pub(crate) fn auth_failure(&self, code: u16, reason: &str) -> Fail {
+        let hint = if self.authorization.is_some() {
+            "it rejected the user name and password"
+        } else {
+            "give them in the proxy URL: http://user:password@host:port"
+        };
+        Fail::fatal(
+            Kind::HttpStatus,
+            format!("proxy {} wants authentication ({code} {reason}): {hint}", self.url),
+        )
+    }
+}
+
+impl Loop<'_> {
+    /// Connection `i` is connected to the proxy: queue its `CONNECT` for the origin.
+    pub(crate) fn start_tunnel(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let proxy = self.sh.proxy.as_ref().expect("a tunnel needs a proxy");
+        let c = &mut self.conns[i];
+        c.st = St::Tunnel;
+        c.out.clear();
+        http::write_connect_request(
+            self.sh.url,
+            crate::control::USER_AGENT,
+            proxy.authorization.as_deref(),
+            &mut c.out,
+        )
+        .map_err(|e| Fail::fatal(Kind::Usage, format!("CONNECT request: {e}")))
+    }
+
+    /// The `CONNECT` answer of connection `i`, from its read block: a 2xx opens the tunnel
+    /// (TLS with the origin starts; bytes after the head stay for it), an incomplete head
+    /// asks for more, anything else fails the connection with the proxy's status.
+    pub(crate) fn tunnel_answer(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let proxy = self.sh.proxy.as_ref().expect("a tunnel needs a proxy");
+        let target = http::authority(self.sh.url);
+        let c = &mut self.conns[i];
+        loop {
+            let rbuf = c.rbuf.as_ref().expect("idle connection holds its read block");
+            let mut headers = [Header::EMPTY; http::MAX_FIELDS];
+            let (len, code, reason) = match http::parse_head(&rbuf[c.rlo..c.rhi], &mut headers) {
+                Ok(Status::Partial) => {
+                    if c.eof {
+                        return Err(Fail::retry(
+                            Kind::Network,
+                            format!(
+                                "proxy {} closed the connection before answering CONNECT {target}",
+                                proxy.url
+                            ),
+                        ));
+                    }
+                    if c.rhi - c.rlo >= READ_BLOCK {
+                        return Err(Fail::fatal(
+                            Kind::Protocol,
+                            format!("proxy {}: CONNECT answer larger than {READ_BLOCK} bytes", proxy.url),
+                        ));
+                    }
+                    return self.post_recv(i);
+                }
+                Ok(Status::Complete((len, r))) => (len, r.code, String::from_utf8_lossy(r.reason).into_owned()),
+                Err(e) => {
+                    return Err(Fail::fatal(
+                        Kind::Protocol,
+                        format!("proxy {}: malformed answer to CONNECT {target}: {e}", proxy.url),
+                    ));
+                }
+            };
+            c.rlo += len;
+            match code {
+                100..=199 => continue,
+                200..=299 => {
+                    c.st = St::Open;
+                    if self.sh.opts.verbose > 1 {
+                        eprintln!(
+                            "ringdl: connection {i}: tunnel to {target} through {} is open",
+                            proxy.url
+                        );
+                    }
+                    return self.start_tls(i);
+                }
+                // Only the proxy answers a CONNECT: its 401 (tinyproxy's answer to wrong
+                // credentials) means the same as a 407.
+                401 | 407 => return Err(proxy.auth_failure(code, &reason)),
+                408 | 429 | 500 | 502 | 503 | 504 => {
+                    return Err(Fail::retry(
+                        Kind::HttpStatus,
+                        format!("proxy {}: CONNECT {target} answered {code} {reason}", proxy.url),
+                    ));
+                }
+                _ => {
+                    return Err(Fail::fatal(
+                        Kind::HttpStatus,
+                        format!("proxy {} refused CONNECT {target}: {code} {reason}", proxy.url),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Connection `i` reaches the origin (directly, or through an open tunnel): an https
+    /// download starts its TLS session here (SNI and verification for the origin).
+    pub(crate) fn start_tls(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        if let (Some(cfg), Some(name)) = (&self.tls, &self.server_name) {
+            let conn = rustls::client::UnbufferedClientConnection::new(cfg.clone(), name.clone())
+                .map_err(|e| Fail::fatal(Kind::Tls, format!("TLS: {e}")))?;
+            self.conns[i].tls = Some(Box::new(conn));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pick(
+        url: &str,
+        proxy: Option<&str>,
+        noproxy: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> std::result::Result<Proxy, Direct> {
+        let url = Url::parse(url).unwrap();
+        choose(&url, proxy, noproxy, |k| {
+            env.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn environment_as_curl_reads_it() {
+        let p = pick("http://h/f", None, None, &[("http_proxy", "p:3128")]).unwrap();
+        assert_eq!((p.url.port(), p.source, p.tunnel), (3128, "http_proxy", false));
+        // Upper-case HTTP_PROXY is ignored (httpoxy); ALL_PROXY is not.
+        assert_eq!(
+            pick("http://h/f", None, None, &[("HTTP_PROXY", "p")]).unwrap_err(),
+            Direct::NoProxy
+        );
+        let p = pick("http://h/f", None, None, &[("HTTP_PROXY", "p"), ("ALL_PROXY", "a")]).unwrap();
+        assert_eq!((p.url.host(), p.source), ("a", "ALL_PROXY"));
+        let p = pick(
+            "https://h/f",
+            None,
+            None,
+            &[("HTTPS_PROXY", "u:pw@s"), ("all_proxy", "a")],
+        )
+        .unwrap();
+        assert_eq!((p.url.host(), p.source, p.tunnel), ("s", "HTTPS_PROXY", true));
+        assert_eq!(p.authorization.as_deref(), Some("Basic dTpwdw=="));
+        let p = pick("https://h/f", None, None, &[("https_proxy", "x"), ("HTTPS_PROXY", "y")]).unwrap();
+        assert_eq!(p.url.host(), "x");
+        // --proxy wins over the environment; "" means none.
+        let p = pick("https://h/f", Some("o:1"), None, &[("https_proxy", "x")]).unwrap();
+        assert_eq!((p.url.host(), p.source), ("o", "--proxy"));
+        assert_eq!(
+            pick("https://h/f", Some(""), None, &[("https_proxy", "x")]).unwrap_err(),
+            Direct::Disabled("--proxy")
+        );
+        assert_eq!(
+            pick("https://h/f", None, None, &[("https_proxy", ""), ("all_proxy", "a")]).unwrap_err(),
+            Direct::Disabled("https_proxy")
+        );
+        // no_proxy applies to --proxy too; --noproxy replaces the variable.
+        let env = [("https_proxy", "x"), ("no_proxy", "h,other"), ("NO_PROXY", "zzz")];
+        assert_eq!(
+            pick("https://a.h/f", Some("o"), None, &env).unwrap_err(),
+            Direct::Exempt("no_proxy")
+        );
+        assert_eq!(pick("https://zzz/f", None, None, &env).unwrap().url.host(), "x");
+        assert_eq!(
+            pick(
+                "https://zzz/f",
+                None,
+                None,
+                &[("https_proxy", "x"), ("NO_PROXY", "zzz")]
+            )
+            .unwrap_err(),
+            Direct::Exempt("NO_PROXY")
+        );
+        assert_eq!(pick("https://a.h/f", None, Some("b"), &env).unwrap().url.host(), "x");
+        assert_eq!(
+            pick("https://b/f", None, Some("b"), &env).unwrap_err(),
+            Direct::Exempt("--noproxy")
+        );
+        assert_eq!(
+            pick(
+                "http://10.1.2.3/f",
+                None,
+                None,
+                &[("http_proxy", "x"), ("no_proxy", "10.0.0.0/8")]
+            )
+            .unwrap_err(),
+            Direct::Exempt("no_proxy")
+        );
+        let bad = choose(&Url::parse("http://h/").unwrap(), Some("socks5://s"), None, |_| None);
+        assert_eq!(bad.err().map(|e| e.kind), Some(Kind::Usage));
+    }
+}

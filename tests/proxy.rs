@@ -1,0 +1,353 @@
+//! Proxies: the real `ringdl` through a real HTTP proxy (Debian's `tinyproxy`, started
+//! here on a free port with its own config, pid file and log in a temp dir) to the
+//! nginx fixture; bytes compared by SHA-256, the proxy's log shows the requests went
+//! through it.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::fault::{Fault, FaultServer, When};
+use crate::util::{self, MIB, TestDir, assert_same_bytes, exit, free_port, nginx};
+
+/// A tinyproxy of this test: killed (the process this struct started, by its pid) and
+/// its directory removed on drop.
+struct Tinyproxy {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Tinyproxy {
+    /// Starts `tinyproxy -d` with `extra` config lines (`BasicAuth u p`, `ConnectPort 443`).
+    fn start(extra: &[&str]) -> Tinyproxy {
+        let bin = "/usr/bin/tinyproxy";
+        assert!(
+            PathBuf::from(bin).exists(),
+            "tinyproxy not found at {bin}: the proxy tests need it; {}",
+            util::INSTALL_HINT
+        );
+        for _ in 0..5 {
+            let dir = tempfile::Builder::new().prefix("ringdl-tinyproxy-").tempdir().unwrap();
+            let port = free_port(false);
+            let d = dir.path().display();
+            let conf = format!(
+                "Port {port}\nListen 127.0.0.1\nTimeout 60\nLogFile \"{d}/tinyproxy.log\"\nLogLevel Info\n\
+                 PidFile \"{d}/tinyproxy.pid\"\nMaxClients 100\nAllow 127.0.0.1\nDisableViaHeader Yes\n{}\n",
+                extra.join("\n")
+            );
+            fs::write(dir.path().join("tinyproxy.conf"), conf).unwrap();
+            let mut child = Command::new(bin)
+                .arg("-d")
+                .arg("-c")
+                .arg(dir.path().join("tinyproxy.conf"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Tinyproxy { port, dir, child };
+                }
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("tinyproxy did not start (5 tries)");
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("tinyproxy.log")).unwrap_or_default()
+    }
+
+    /// Lines of the log that record a request (`Request (file descriptor N): LINE`).
+    fn requests(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter_map(|l| l.split_once("): ").filter(|_| l.contains("Request (file descriptor")))
+            .map(|(_, r)| r.to_owned())
+            .collect()
+    }
+}
+
+impl Drop for Tinyproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How many connections the summary line says carried a request.
+fn connections(summary: &str) -> usize {
+    summary
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" connections").or_else(|| p.strip_suffix(" connection")))
+        .and_then(|n| n.split(' ').next_back())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no connection count in {summary}"))
+}
+
+#[test]
+fn http_and_https_through_tinyproxy_at_x_1_4_16() {
+    let n = nginx();
+    let file = n.file(100 * MIB);
+    let proxy = Tinyproxy::start(&[]);
+    for https in [false, true] {
+        for x in [1, 4, 16] {
+            let dir = TestDir::new("proxy_x");
+            let out = dir.join("out.bin");
+            let before = proxy.requests().len();
+            let mut cmd = dir.ringdl();
+            cmd.args(["-v", "-x", &x.to_string(), "-o"]).arg(&out);
+            // The engines after the tunnel or through the proxy: the default (direct), and
+            // the others once each.
+            match (https, x) {
+                (false, 4) => cmd.args(["--engine", "splice"]),
+                (true, 4) | (false, 16) => cmd.args(["--engine", "buffered"]),
+                _ => &mut cmd,
+            };
+            let url = if https {
+                cmd.arg("--ca-certificate").arg(n.ca_pem());
+                // From the environment this time, as curl reads it.
+                cmd.env("https_proxy", proxy.url());
+                n.https_url(&file.name)
+            } else {
+                cmd.args(["--proxy", &proxy.url()]);
+                n.http_url(&file.name)
+            };
+            let o = cmd.arg(&url).run();
+            o.assert_success();
+            assert_same_bytes(&out, file);
+            let err = o.stderr_text();
+            assert!(
+                err.contains(&format!("proxy {}", proxy.url())),
+                "-v names the proxy: {err}"
+            );
+            let summary = o.summary_lines().pop().expect("a summary line");
+            let used = connections(&summary);
+            let reqs = proxy.requests()[before..].to_vec();
+            if https {
+                let want = format!("CONNECT 127.0.0.1:{} HTTP/1.1", n.https_port);
+                let tunnels = reqs.iter().filter(|r| **r == want).count();
+                // One tunnel per connection (a reconnect opens another).
+                assert!(
+                    tunnels >= used && tunnels >= 1,
+                    "{tunnels} CONNECTs for {used} connections: {reqs:?}"
+                );
+                assert!(summary.contains("TLS"), "{summary}");
+            } else {
+                let want = format!("GET {} HTTP/1.1", n.http_url(&file.name));
+                let gets = reqs.iter().filter(|r| **r == want).count();
+                assert!(
+                    gets >= used && gets >= 1,
+                    "{gets} GETs via the proxy for {used} connections: {reqs:?}"
+                );
+            }
+            if x > 1 {
+                assert!(used > 1, "-x {x} used {used} connection through the proxy");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_proxy_that_refuses_connect_to_the_port_names_it() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    // Only CONNECT to port 443 is allowed: nginx's port is refused (403).
+    let proxy = Tinyproxy::start(&["ConnectPort 443"]);
+    let dir = TestDir::new("proxy_refuses_connect");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args(["--proxy", &proxy.url(), "-o"])
+        .arg(&out)
+        .arg("--ca-certificate")
+        .arg(n.ca_pem())
+        .arg(n.https_url(&file.name))
+        .run();
+    o.assert_code(exit::HTTP_STATUS);
+    let err = o.stderr_text();
+    assert!(
+        err.contains(&format!(
+            "proxy {} refused CONNECT 127.0.0.1:{}: 403",
+            proxy.url(),
+            n.https_port
+        )),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn proxy_auth_required_and_accepted() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let proxy = Tinyproxy::start(&["BasicAuth ringdl s3cr3t"]);
+    let with = |cred: &str| format!("http://{cred}@127.0.0.1:{}", proxy.port);
+    for https in [false, true] {
+        let url = if https {
+            n.https_url(&file.name)
+        } else {
+            n.http_url(&file.name)
+        };
+        let run = |proxy_url: &str| {
+            let dir = TestDir::new("proxy_auth");
+            let out = dir.join("out.bin");
+            let o = dir
+                .ringdl()
+                .args(["-vv", "-x", "4", "--proxy", proxy_url, "--ca-certificate"])
+                .arg(n.ca_pem())
+                .arg("-o")
+                .arg(&out)
+                .arg(&url)
+                .run();
+            (o, out, dir)
+        };
+        // No credentials: 407, said as such, exit code of an HTTP error.
+        let (o, out, _d) = run(&proxy.url());
+        o.assert_code(exit::HTTP_STATUS);
+        let err = o.stderr_text();
+        assert!(
+            err.contains(&format!("proxy {} wants authentication (407", proxy.url())),
+            "{err}"
+        );
+        assert!(!out.exists());
+        // Wrong password: the same, and the message says they were rejected. (tinyproxy
+        // 1.11 answers a plain request with wrong proxy credentials 401, not 407.)
+        let (o, _, _d) = run(&with("ringdl:wrong"));
+        o.assert_code(exit::HTTP_STATUS);
+        let err = o.stderr_text();
+        assert!(
+            err.contains("rejected the user name and password") || (!https && err.contains("HTTP 401")),
+            "{err}"
+        );
+        assert!(!o.stderr_text().contains("wrong"), "-vv printed the password");
+        // Right ones: the download completes; -vv never prints them.
+        let (o, out, _d) = run(&with("ringdl:s3cr3t"));
+        o.assert_success();
+        assert_same_bytes(&out, file);
+        let err = o.stderr_text();
+        assert!(
+            !err.contains("s3cr3t") && !err.contains("cmluZ2RsOnMzY3IzdA"),
+            "credentials printed: {err}"
+        );
+        assert!(
+            err.contains(&format!("proxy http://***@127.0.0.1:{}", proxy.port)),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn no_proxy_bypasses_a_dead_proxy() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    // Nothing listens here.
+    let dead = format!("http://127.0.0.1:{}", free_port(false));
+    let run = |env: &[(&str, &str)], args: &[&str], https: bool| {
+        let dir = TestDir::new("no_proxy");
+        let out = dir.join("out.bin");
+        let mut cmd = dir.ringdl();
+        cmd.args(["-v", "--max-tries", "2", "--ca-certificate"]).arg(n.ca_pem());
+        cmd.args(args).arg("-o").arg(&out);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.arg(if https {
+            n.https_url(&file.name)
+        } else {
+            n.http_url(&file.name)
+        });
+        let o = cmd.run();
+        (o, out, dir)
+    };
+    for https in [false, true] {
+        let var = if https { "https_proxy" } else { "http_proxy" };
+        // The dead proxy is really used when nothing exempts the host.
+        let (o, _, _d) = run(&[(var, &dead)], &[], https);
+        o.assert_code(exit::NETWORK);
+        assert!(
+            o.stderr_text().contains(&format!("connect to proxy {dead}")),
+            "{}",
+            o.stderr_text()
+        );
+        for (env, args) in [
+            (
+                vec![(var, dead.as_str()), ("no_proxy", "example.com,127.0.0.1")],
+                vec![],
+            ),
+            (vec![(var, dead.as_str()), ("NO_PROXY", "127.0.0.0/8")], vec![]),
+            (vec![(var, dead.as_str()), ("no_proxy", "*")], vec![]),
+            (vec![], vec!["--proxy", dead.as_str(), "--noproxy", "127.0.0.1"]),
+            (vec![("no_proxy", "127.0.0.1")], vec!["--proxy", dead.as_str()]),
+        ] {
+            let (o, out, _d) = run(&env, &args, https);
+            o.assert_success();
+            assert_same_bytes(&out, file);
+            assert!(o.stderr_text().contains("matches"), "{}", o.stderr_text());
+        }
+    }
+    // HTTP_PROXY (upper case) is not read for http, as curl does not (httpoxy).
+    let (o, out, _d) = run(&[("HTTP_PROXY", &dead)], &[], false);
+    o.assert_success();
+    assert_same_bytes(&out, file);
+}
+
+#[test]
+fn a_redirect_to_another_host_chooses_the_proxy_again() {
+    let proxy = Tinyproxy::start(&[]);
+    // https://localhost:P/start redirects to https://127.0.0.1:P/file.bin (the same server).
+    let srv = FaultServer::builder()
+        .size(3 * MIB)
+        .tls()
+        .fault_on(
+            When::path("/start"),
+            Fault::Redirect {
+                code: 302,
+                location: "{base}/file.bin".into(),
+            },
+        )
+        .start();
+    let p = srv.port();
+    for (exempt, via, direct) in [
+        ("127.0.0.1", "localhost", "127.0.0.1"),
+        ("localhost", "127.0.0.1", "localhost"),
+    ] {
+        let before = proxy.requests().len();
+        let dir = TestDir::new("proxy_redirect");
+        let out = dir.join("out.bin");
+        let o = dir
+            .ringdl()
+            .args(["-v", "-x", "2", "--ca-certificate"])
+            .arg(srv.ca_pem())
+            .env("https_proxy", proxy.url())
+            .env("no_proxy", exempt)
+            .arg("-o")
+            .arg(&out)
+            .arg(format!("https://localhost:{p}/start"))
+            .run();
+        o.assert_success();
+        assert_eq!(util::sha256_file(&out), srv.sha256());
+        let reqs = proxy.requests()[before..].to_vec();
+        assert!(
+            reqs.iter().any(|r| *r == format!("CONNECT {via}:{p} HTTP/1.1")),
+            "no_proxy={exempt}: {via} should go through the proxy: {reqs:?}"
+        );
+        assert!(
+            !reqs.iter().any(|r| r.starts_with(&format!("CONNECT {direct}:"))),
+            "no_proxy={exempt}: {direct} should go direct: {reqs:?}"
+        );
+    }
+}
