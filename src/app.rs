@@ -1,7 +1,6 @@
 //! The command: options → download → summary, and the exit code. Arrows point down:
 //! app → event loop (control, schedule, engines) → output → `uring`.
 
-use std::net::ToSocketAddrs;
 use std::os::fd::{AsFd, AsRawFd};
 use std::process::ExitCode;
 
@@ -13,7 +12,8 @@ use crate::event::{self as download, Outcome};
 use crate::output::resume;
 use crate::output::{self, Output};
 use crate::report::{self as progress, Progress};
-use crate::{control::tls, err};
+use crate::control::{resolve, tls};
+use crate::err;
 
 /// Runs ringdl with the process arguments; the exit code is documented in README.md.
 pub fn main() -> ExitCode {
@@ -343,13 +343,7 @@ fn fetch(
     tls_config: &mut Option<std::sync::Arc<rustls::ClientConfig>>,
     progress: &mut Progress,
 ) -> Result<Outcome> {
-    let addrs: Vec<_> = (url.host(), url.port())
-        .to_socket_addrs()
-        .map_err(|e| err!(Network, "cannot resolve {}: {e}", url.host()))?
-        .collect();
-    if addrs.is_empty() {
-        return Err(err!(Network, "{} has no address", url.host()));
-    }
+    let addrs = resolve::resolve(url.host(), url.port(), &opts.resolve, opts.verbose)?;
     let tls = if url.scheme() == http::Scheme::Https {
         if tls_config.is_none() {
             *tls_config = Some(tls::client_config(

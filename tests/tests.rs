@@ -11,6 +11,7 @@ mod util;
 mod download;
 mod faults;
 mod fuzz_corpus;
+mod reach;
 mod seccomp;
 mod soak;
 mod static_binary;

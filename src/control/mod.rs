@@ -3,6 +3,7 @@
 
 mod conn;
 mod handoff;
+pub(crate) mod resolve;
 pub(crate) mod response;
 pub(crate) mod session;
 pub(crate) mod tls;
@@ -35,6 +36,9 @@ pub(crate) struct Fail {
     /// connect): while other connections make progress this lowers the concurrency
     /// instead of spending the segment's tries.
     pub(crate) busy: bool,
+    /// A connect was refused (or reset): nothing listens there, so its retries start with
+    /// short waits.
+    pub(crate) refused: bool,
 }
 
 impl Fail {
@@ -46,6 +50,7 @@ impl Fail {
             delay: None,
             stalled: false,
             busy: false,
+            refused: false,
         }
     }
     pub(crate) fn fatal(kind: Kind, msg: impl Into<String>) -> Fail {
@@ -56,6 +61,7 @@ impl Fail {
             delay: None,
             stalled: false,
             busy: false,
+            refused: false,
         }
     }
     pub(crate) fn busy(mut self) -> Fail {
@@ -129,7 +135,13 @@ impl Conn {
 pub(crate) struct Conn {
     pub(crate) st: St,
     pub(crate) fd: Option<OwnedFd>,
+    /// Connects that failed on this slot (bounds its tries: `--max-tries` per address).
     pub(crate) addr_i: usize,
+    /// Index in `Loop::addrs` of this slot's current (or last) connect.
+    pub(crate) addr: usize,
+    /// Not connected yet: waits for the download's first connect to answer, or for its
+    /// turn to race the next address (Happy Eyeballs, see `Loop::next_attempt`).
+    pub(crate) deferred: bool,
     pub(crate) tls: Option<Box<UnbufferedClientConnection>>,
     pub(crate) rbuf: Option<Buf>,
     /// Unprocessed input is `rbuf[rlo..rhi]`.
@@ -179,6 +191,8 @@ impl Conn {
             st: St::Closed,
             fd: None,
             addr_i: 0,
+            addr: 0,
+            deferred: false,
             tls: None,
             rbuf: Some(rbuf),
             rlo: 0,
