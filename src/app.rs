@@ -6,14 +6,14 @@ use std::process::ExitCode;
 
 use crate::cli::{self, Command};
 use crate::config::{Config, EngineChoice, OutputTarget};
+use crate::control::{resolve, tls};
 use crate::engine::EngineKind;
+use crate::err;
 use crate::error::Result;
 use crate::event::{self as download, Outcome};
 use crate::output::resume;
 use crate::output::{self, Output};
 use crate::report::{self as progress, Progress};
-use crate::control::{resolve, tls};
-use crate::err;
 
 /// Runs ringdl with the process arguments; the exit code is documented in README.md.
 pub fn main() -> ExitCode {

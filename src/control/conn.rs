@@ -88,9 +88,7 @@ impl Loop<'_> {
         }
         // The first address after the newest attempt's that nothing is trying yet.
         let n = self.addrs.len();
-        (1..n)
-            .map(|d| (self.addr_next + d) % n)
-            .find(|k| !trying.contains(k))
+        (1..n).map(|d| (self.addr_next + d) % n).find(|k| !trying.contains(k))
     }
 
     pub(crate) fn conn_completion(&mut self, i: usize, cq: Completion) -> std::result::Result<(), Fail> {

@@ -14,17 +14,23 @@ use crate::error::Result;
 /// # Errors
 /// [`crate::error::Kind::Network`] when the resolver fails or answers nothing.
 pub(crate) fn resolve(host: &str, port: u16, overrides: &[Resolve], verbose: u8) -> Result<Vec<SocketAddr>> {
-    let (addrs, from): (Vec<SocketAddr>, &str) =
-        match overrides.iter().rev().find(|r| r.port == port && r.host.eq_ignore_ascii_case(host)) {
-            Some(r) => (r.addrs.iter().map(|&ip| SocketAddr::new(ip, port)).collect(), "--resolve"),
-            None => (
-                (host, port)
-                    .to_socket_addrs()
-                    .map_err(|e| err!(Network, "cannot resolve {host}: {e}"))?
-                    .collect(),
-                "the resolver",
-            ),
-        };
+    let (addrs, from): (Vec<SocketAddr>, &str) = match overrides
+        .iter()
+        .rev()
+        .find(|r| r.port == port && r.host.eq_ignore_ascii_case(host))
+    {
+        Some(r) => (
+            r.addrs.iter().map(|&ip| SocketAddr::new(ip, port)).collect(),
+            "--resolve",
+        ),
+        None => (
+            (host, port)
+                .to_socket_addrs()
+                .map_err(|e| err!(Network, "cannot resolve {host}: {e}"))?
+                .collect(),
+            "the resolver",
+        ),
+    };
     if addrs.is_empty() {
         return Err(err!(Network, "{host} has no address"));
     }
