@@ -53,7 +53,7 @@ fn ipv6_only_server_a_name_resolving_ipv4_first_falls_back_to_ipv6() {
             &[],
         );
         assert!(
-            err.contains(&format!("localhost is 127.0.0.1, ::1 (--resolve)")),
+            err.contains("localhost is 127.0.0.1, ::1 (--resolve)"),
             "-v names the addresses: {err}"
         );
         assert!(

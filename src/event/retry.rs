@@ -178,7 +178,7 @@ impl Loop<'_> {
         // refused connect (nothing listening) is answered at once, and waiting long for it
         // only delays the error: its waits start short (a wrong port fails in about a second).
         let n_addrs = self.addrs.len();
-        if connect_failed && !f.busy && c.addr_i % n_addrs != 0 {
+        if connect_failed && !f.busy && !c.addr_i.is_multiple_of(n_addrs) {
             // An address this slot has not tried in this round: at once (RFC 8305 §5).
             c.not_before = None;
             return Ok(());
