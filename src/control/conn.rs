@@ -81,7 +81,14 @@ impl Loop<'_> {
             .map(|c| c.addr)
             .collect();
         if trying.is_empty() {
-            return Some(self.addr_next);
+            // Every address failed this round and the first connection is backing off:
+            // the others wait with it rather than each taking its own round now.
+            let now = Instant::now();
+            let backing_off = self
+                .conns
+                .iter()
+                .any(|c| !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
+            return (!backing_off).then_some(self.addr_next);
         }
         if self.attempt_started.is_some_and(|t| t.elapsed() < ATTEMPT_DELAY) {
             return None;
