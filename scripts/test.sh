@@ -51,11 +51,12 @@ log "static binary: $RINGDL_STATIC_BIN"
 # The kTLS VM tests (tests/vm.rs -> tests/vm/run.sh --kernel 6.1, then --kernel current):
 # qemu TCG booting Debian's 6.1 kernel and the current one pinned in tests/vm/run.sh, with
 # tls.ko, the static ringdl and a static rustls test server inside.
-log "building the VM test server (example vm_server, $MUSL_TARGET)"
+log "building the VM test server and seccomp_exec (examples, $MUSL_TARGET)"
 CC_x86_64_unknown_linux_musl=musl-gcc \
-    cargo build --release --target "$MUSL_TARGET" -p ringdl --example vm_server >&2
+    cargo build --release --target "$MUSL_TARGET" -p ringdl --example vm_server --example seccomp_exec >&2
 RINGDL_VM_SERVER_BIN="$(target_dir)/$MUSL_TARGET/release/examples/vm_server"
-export RINGDL_VM_SERVER_BIN
+RINGDL_VM_SECCOMP_BIN="$(target_dir)/$MUSL_TARGET/release/examples/seccomp_exec"
+export RINGDL_VM_SERVER_BIN RINGDL_VM_SECCOMP_BIN
 : "${RINGDL_VM_TESTS:=1}"
 export RINGDL_VM_TESTS
 

@@ -1,21 +1,20 @@
 //! The command: options → download → summary, and the exit code. Arrows point down:
 //! app → event loop (control, schedule, engines) → output → `uring`.
 
-use std::net::ToSocketAddrs;
 use std::os::fd::{AsFd, AsRawFd};
 use std::process::ExitCode;
 
 use crate::cli::{self, Command};
 use crate::config::{Config, OutputTarget};
-use crate::control::proxy;
+use crate::control::{proxy, resolve, tls};
 use crate::engine::EngineKind;
 use crate::engine::select::{self, Sink};
+use crate::err;
 use crate::error::Result;
 use crate::event::{self as download, Outcome};
 use crate::output::resume;
 use crate::output::{self, Output};
 use crate::report::{self as progress, Progress};
-use crate::{control::tls, err};
 
 /// Runs ringdl with the process arguments; the exit code is documented in README.md.
 pub fn main() -> ExitCode {
@@ -356,14 +355,13 @@ fn fetch(
         Some(p) => (p.url.host(), p.url.port()),
         None => (url.host(), url.port()),
     };
-    let what = if proxy.is_some() { "proxy " } else { "" };
-    let addrs: Vec<_> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| err!(Network, "cannot resolve {what}{host}: {e}"))?
-        .collect();
-    if addrs.is_empty() {
-        return Err(err!(Network, "{what}{host} has no address"));
-    }
+    // (--resolve applies to the proxy's name as to any other.)
+    let addrs = resolve::resolve(host, port, &opts.resolve, opts.verbose).map_err(|mut e| {
+        if proxy.is_some() {
+            e.msg = format!("proxy: {}", e.msg);
+        }
+        e
+    })?;
     let tls = if url.scheme() == http::Scheme::Https {
         if tls_config.is_none() {
             *tls_config = Some(tls::client_config(

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Checksum, Config, IoChoice, OutputTarget};
+use crate::config::{Checksum, Config, IoChoice, OutputTarget, Resolve};
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
@@ -41,6 +41,9 @@ Config:
       --force               replace FILE if it exists
       --max-tries N         attempts per segment before giving up (default 5)
       --connect-timeout S   seconds to wait for a TCP connect, fractions allowed (default 30)
+      --resolve HOST:PORT:ADDR[,ADDR...]
+                            connect to these addresses for HOST:PORT, not the resolver's
+                            (repeatable; the name still goes in Host, SNI and the check)
       --stall-timeout S     reset a connection that moves no byte for S seconds, fractions
                             allowed (default 60)
   -c, --continue            resume FILE.part from its control file (FILE.part.ringdl)
@@ -106,6 +109,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         proxy: None,
         noproxy: None,
         limit_rate: None,
+        resolve: Vec::new(),
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -193,6 +197,10 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Long("proxy") => o.proxy = Some(utf8(p.value().map_err(usage)?, "--proxy")?),
             Long("limit-rate") => o.limit_rate = Some(rate(&utf8(p.value().map_err(usage)?, "--limit-rate")?)?),
             Long("noproxy") => o.noproxy = Some(utf8(p.value().map_err(usage)?, "--noproxy")?),
+            Long("resolve") => {
+                let v = p.value().map_err(usage)?;
+                o.resolve.push(Resolve::parse(&v.to_string_lossy())?);
+            }
             Long("buf-size") => o.splice_chunk = size(number(&mut p, "--buf-size")?, "--buf-size")?,
             Long("write-threshold") => {
                 o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
@@ -364,6 +372,51 @@ mod tests {
             let e = p(&["--limit-rate", bad, "u"])
                 .err()
                 .unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn resolve_takes_curls_syntax() {
+        let Command::Download(o) = p(&[
+            "--resolve",
+            "Example.org:443:127.0.0.1,[::1]",
+            "--resolve",
+            "[::1]:80:::2",
+            "u",
+        ])
+        .unwrap() else {
+            panic!("not a download");
+        };
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(
+            o.resolve,
+            [
+                Resolve {
+                    host: "example.org".into(),
+                    port: 443,
+                    addrs: vec![ip("127.0.0.1"), ip("::1")]
+                },
+                Resolve {
+                    host: "::1".into(),
+                    port: 80,
+                    addrs: vec![ip("::2")]
+                },
+            ]
+        );
+        for bad in [
+            "h",
+            "h:443",
+            "h:443:",
+            ":443:1.2.3.4",
+            "h:0:1.2.3.4",
+            "h:x:1.2.3.4",
+            "h:443:name",
+            "[::1:80:::1",
+        ] {
+            let e = p(&["--resolve", bad, "u"])
+                .err()
+                .unwrap_or_else(|| panic!("--resolve {bad:?} accepted"));
             assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");
         }
     }

@@ -86,6 +86,63 @@ pub struct Config {
     /// `--limit-rate RATE`: most bytes per second the whole download reads from its
     /// sockets (all connections together), at least 1.
     pub limit_rate: Option<u64>,
+    /// `--resolve HOST:PORT:ADDR[,ADDR…]` (repeatable): addresses that replace the
+    /// resolver's answer for HOST:PORT.
+    pub resolve: Vec<Resolve>,
+}
+
+/// One `--resolve HOST:PORT:ADDR[,ADDR…]` (curl's syntax): connect to these addresses,
+/// in this order, when the URL (or a redirect) names HOST:PORT; the request's Host header,
+/// TLS SNI and certificate name check still use HOST.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolve {
+    /// The host name, lowercased (an IPv6 literal without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// The addresses, in the order given; at least one.
+    pub addrs: Vec<std::net::IpAddr>,
+}
+
+impl Resolve {
+    /// Parses `HOST:PORT:ADDR[,ADDR…]`; an IPv6 address (and an IPv6 literal HOST) may be
+    /// written in brackets (`example.org:443:[::1],127.0.0.1`).
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::Usage`] for a missing part, a bad port or a bad address.
+    pub fn parse(v: &str) -> Result<Resolve> {
+        let bad = |why: &str| err!(Usage, "--resolve {v:?}: {why} (HOST:PORT:ADDR[,ADDR...])");
+        let (host, rest) = match v.strip_prefix('[') {
+            Some(r) => {
+                let (h, rest) = r.split_once(']').ok_or_else(|| bad("no ] after the host"))?;
+                (h, rest.strip_prefix(':').ok_or_else(|| bad("no :PORT after the host"))?)
+            }
+            None => v.split_once(':').ok_or_else(|| bad("no :PORT"))?,
+        };
+        let (port, list) = rest.split_once(':').ok_or_else(|| bad("no :ADDR"))?;
+        if host.is_empty() {
+            return Err(bad("empty host"));
+        }
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| bad("the port must be 1 to 65535"))?;
+        let addrs = list
+            .split(',')
+            .map(|a| {
+                let a = a.trim();
+                let a = a.strip_prefix('[').and_then(|a| a.strip_suffix(']')).unwrap_or(a);
+                a.parse::<std::net::IpAddr>()
+                    .map_err(|_| bad(&format!("{a:?} is not an IP address")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Resolve {
+            host: host.to_ascii_lowercase(),
+            port,
+            addrs,
+        })
+    }
 }
 
 /// An expected digest, `--checksum sha-256=HEX` or `sha-512=HEX`.

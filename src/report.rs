@@ -142,6 +142,18 @@ pub enum Note {
         last: u64,
         attempt: u32,
     },
+    /// Happy Eyeballs (RFC 8305): the first address that took a connect, not the first
+    /// tried; every later connect goes there.
+    Connected {
+        addr: std::net::SocketAddr,
+        family: &'static str,
+    },
+    /// A racing connect called off because another address answered first (`-vv`).
+    Abandoned {
+        conn: usize,
+        addr: std::net::SocketAddr,
+        winner: std::net::SocketAddr,
+    },
     /// A connection failed with no range to retry.
     ConnectionFailed { conn: usize, why: String },
     /// The server turned an extra connection away; `using` connections go on.
@@ -182,7 +194,7 @@ impl Note {
     /// Who sees it.
     pub fn level(&self) -> Level {
         match self {
-            Note::Request { .. } => Level::Verbose(2),
+            Note::Request { .. } | Note::Abandoned { .. } => Level::Verbose(2),
             Note::State(_) => Level::Verbose(3),
             Note::Resuming { .. } => Level::Info,
             Note::Changed { .. }
@@ -231,6 +243,15 @@ impl std::fmt::Display for Note {
                 )
             }
             Note::ConnectionFailed { conn, why } => write!(f, "connection {conn}: {why}"),
+            Note::Connected { addr, family } => {
+                write!(f, "connected to {addr} ({family}): the other connections go there too")
+            }
+            Note::Abandoned { conn, addr, winner } => {
+                write!(
+                    f,
+                    "connection {conn}: connect to {addr} abandoned: {winner} answered first"
+                )
+            }
             Note::Capped { conn, why, using } => write!(
                 f,
                 "connection {conn}: {why}: the server turns extra connections away; going on with {using}"

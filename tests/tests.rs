@@ -13,6 +13,7 @@ mod faults;
 mod fuzz_corpus;
 mod limit_rate;
 mod proxy;
+mod reach;
 mod seccomp;
 mod soak;
 mod static_binary;

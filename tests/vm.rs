@@ -9,8 +9,10 @@
 //! test skips loudly, and fails under `CI=true`). It may install qemu-system-x86,
 //! busybox-static, cpio, xz-utils and zstd with apt, downloads each kernel package once into
 //! `/var/tmp/ringdl-vm` — ≈ 70 MB for 6.1, ≈ 120 MB for the current one — and takes a few
-//! minutes. `RINGDL_STATIC_BIN` and `RINGDL_VM_SERVER_BIN` point at prebuilt static
-//! binaries; without them the script builds both (musl, release).
+//! minutes. `RINGDL_STATIC_BIN`, `RINGDL_VM_SERVER_BIN` and `RINGDL_VM_SECCOMP_BIN` point
+//! at prebuilt static binaries; without them the script builds them (musl, release).
+//! Besides kTLS the cases cover an image without CA files (the bundled roots) and io_uring
+//! refused (`kernel.io_uring_disabled=2` on the current kernel, the seccomp filter on 6.1).
 
 use std::path::Path;
 use std::process::Command;

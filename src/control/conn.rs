@@ -1,5 +1,6 @@
 //! A connection's life on the ring: CONNECT, SEND/RECV completions, driving it on, close.
 
+use crate::control::resolve;
 use crate::control::response::*;
 use crate::control::session::*;
 use crate::control::*;
@@ -8,6 +9,7 @@ use crate::engine::recv::*;
 use crate::err;
 use crate::error::{Kind, Result};
 use crate::event::*;
+use crate::report::Note;
 use crate::tag::Tag;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -16,7 +18,12 @@ use uring::{Completion, Op};
 impl Loop<'_> {
     pub(crate) fn connect(&mut self, i: usize) -> Result<()> {
         let c = &mut self.conns[i];
-        let addr = self.addrs[c.addr_i % self.addrs.len()];
+        // Every connection starts where the download's last good connect went (or, before
+        // one, at the next address no connect has failed on yet): a family that fails is
+        // paid for once, not once per connection.
+        c.addr = self.addr_next;
+        c.deferred = false;
+        let addr = self.addrs[c.addr];
         let domain = if addr.is_ipv4() {
             rustix::net::AddressFamily::INET
         } else {
@@ -46,7 +53,49 @@ impl Loop<'_> {
         let timeout = Duration::from_secs_f64(self.sh.opts.connect_timeout_s);
         self.ring
             .push_with_timeout(Op::Connect { fd: raw, addr }, Tag::Conn(i).encode(), timeout)
-            .map_err(|_| err!(Internal, "submission queue full"))
+            .map_err(|_| err!(Internal, "submission queue full"))?;
+        if !self.addr_proven && self.addrs.len() > 1 {
+            // Happy Eyeballs: if this attempt has not answered after the Connection Attempt
+            // Delay, `kick` starts the next address on a deferred connection; this wakes it.
+            self.attempt_started = Some(Instant::now());
+            if self.conns.iter().any(|c| c.deferred) {
+                self.push(Op::Timeout { after: ATTEMPT_DELAY }, Tag::Ignore.encode())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// RFC 8305 §5 (Happy Eyeballs v2): may a deferred connection start now? While no
+    /// address has taken a connect, one attempt runs at a time, and the next address gets
+    /// its own attempt once the newest has gone [`ATTEMPT_DELAY`] without an answer (its
+    /// head start); once one has, every connection goes there. Returns the address index
+    /// to try, or `None` to wait.
+    pub(crate) fn next_attempt(&self) -> Option<usize> {
+        if self.addr_proven {
+            return Some(self.addr_next);
+        }
+        let trying: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|c| c.st == St::Connecting)
+            .map(|c| c.addr)
+            .collect();
+        if trying.is_empty() {
+            // Every address failed this round and the first connection is backing off:
+            // the others wait with it rather than each taking its own round now.
+            let now = Instant::now();
+            let backing_off = self
+                .conns
+                .iter()
+                .any(|c| !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
+            return (!backing_off).then_some(self.addr_next);
+        }
+        if self.attempt_started.is_some_and(|t| t.elapsed() < ATTEMPT_DELAY) {
+            return None;
+        }
+        // The first address after the newest attempt's that nothing is trying yet.
+        let n = self.addrs.len();
+        (1..n).map(|d| (self.addr_next + d) % n).find(|k| !trying.contains(k))
     }
 
     pub(crate) fn conn_completion(&mut self, i: usize, cq: Completion) -> std::result::Result<(), Fail> {
@@ -144,33 +193,76 @@ impl Loop<'_> {
         }
         // CONNECT
         if c.st == St::Connecting {
+            let k = c.addr;
+            let addr = self.addrs[k];
+            let n_addrs = self.addrs.len();
+            if res < 0 && c.cancel_sent && self.addr_proven && self.addr_next != k {
+                // Another address answered first: this attempt was cancelled (RFC 8305 §5);
+                // the connection goes where the winner went, and no try is spent.
+                self.sh.report.note(Note::Abandoned {
+                    conn: i,
+                    addr,
+                    winner: self.addrs[self.addr_next],
+                });
+                self.close(i);
+                self.connect(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+                return Ok(());
+            }
             if res < 0 {
                 let e = errno(res);
-                let addr = self.addrs[c.addr_i % self.addrs.len()];
                 c.addr_i += 1;
-                let kind = Kind::Network;
                 let to = match &self.sh.proxy {
                     Some(p) => format!("proxy {} ({addr})", p.url),
                     None => addr.to_string(),
                 };
-                let msg = if e == rustix::io::Errno::CANCELED {
+                let mut msg = if e == rustix::io::Errno::CANCELED {
                     format!("connect to {to}: timed out after {} s", self.sh.opts.connect_timeout_s)
                 } else {
                     format!("connect to {to}: {e}")
                 };
-                let f = Fail::retry(kind, msg);
-                return Err(
-                    if matches!(e, rustix::io::Errno::CONNREFUSED | rustix::io::Errno::CONNRESET) {
-                        f.busy()
+                let refused = matches!(e, rustix::io::Errno::CONNREFUSED | rustix::io::Errno::CONNRESET);
+                // Refused where connects went through before (or where there is nowhere
+                // else to go): the server turns this connection away. Refused elsewhere:
+                // nothing listens on that address; the next one is tried at once (RFC 8305
+                // §5: on to the next address, the other family first).
+                let cap = refused && (n_addrs == 1 || (self.addr_proven && self.addr_next == k));
+                if !cap && n_addrs > 1 {
+                    if self.addr_next == k {
+                        self.addr_next = (k + 1) % n_addrs;
+                        self.addr_proven = false;
+                    }
+                    let next = self.addrs[self.addr_next];
+                    if next.is_ipv6() != addr.is_ipv6() {
+                        msg.push_str(&format!("; trying {} next: {next}", resolve::family(&next)));
                     } else {
-                        f
-                    },
-                );
+                        msg.push_str(&format!("; trying {next} next"));
+                    }
+                }
+                let mut f = Fail::retry(Kind::Network, msg);
+                f.refused = refused;
+                return Err(if cap { f.busy() } else { f });
+            }
+            if !self.addr_proven {
+                if k != 0 {
+                    self.sh.report.note(Note::Connected {
+                        addr,
+                        family: resolve::family(&addr),
+                    });
+                }
+                self.addr_next = k;
+                self.addr_proven = true;
+                // The attempts still racing to other addresses are called off.
+                for j in 0..self.conns.len() {
+                    let o = &self.conns[j];
+                    if j != i && o.st == St::Connecting && o.addr != k {
+                        self.cancel_op(j).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+                    }
+                }
             }
             if self.sh.proxy.as_ref().is_some_and(|p| p.tunnel) {
                 return self.start_tunnel(i);
             }
-            c.st = St::Open;
+            self.conns[i].st = St::Open;
             return self.start_tls(i);
         }
         Ok(())

@@ -4,6 +4,7 @@
 mod conn;
 mod handoff;
 pub(crate) mod proxy;
+pub(crate) mod resolve;
 pub(crate) mod response;
 pub(crate) mod session;
 pub(crate) mod tls;
@@ -36,6 +37,9 @@ pub(crate) struct Fail {
     /// connect): while other connections make progress this lowers the concurrency
     /// instead of spending the segment's tries.
     pub(crate) busy: bool,
+    /// A connect was refused (or reset): nothing listens there, so its retries start with
+    /// short waits.
+    pub(crate) refused: bool,
 }
 
 impl Fail {
@@ -47,6 +51,7 @@ impl Fail {
             delay: None,
             stalled: false,
             busy: false,
+            refused: false,
         }
     }
     pub(crate) fn fatal(kind: Kind, msg: impl Into<String>) -> Fail {
@@ -57,6 +62,7 @@ impl Fail {
             delay: None,
             stalled: false,
             busy: false,
+            refused: false,
         }
     }
     pub(crate) fn busy(mut self) -> Fail {
@@ -132,7 +138,13 @@ impl Conn {
 pub(crate) struct Conn {
     pub(crate) st: St,
     pub(crate) fd: Option<OwnedFd>,
+    /// Connects that failed on this slot (bounds its tries: `--max-tries` per address).
     pub(crate) addr_i: usize,
+    /// Index in `Loop::addrs` of this slot's current (or last) connect.
+    pub(crate) addr: usize,
+    /// Not connected yet: waits for the download's first connect to answer, or for its
+    /// turn to race the next address (Happy Eyeballs, see `Loop::next_attempt`).
+    pub(crate) deferred: bool,
     pub(crate) tls: Option<Box<UnbufferedClientConnection>>,
     pub(crate) rbuf: Option<Buf>,
     /// Unprocessed input is `rbuf[rlo..rhi]`.
@@ -182,6 +194,8 @@ impl Conn {
             st: St::Closed,
             fd: None,
             addr_i: 0,
+            addr: 0,
+            deferred: false,
             tls: None,
             rbuf: Some(rbuf),
             rlo: 0,

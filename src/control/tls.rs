@@ -36,6 +36,11 @@ pub fn client_config(
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    // Compiled in: a host without any CA file (an initramfs, a scratch container) still
+    // verifies public servers; no system path is read unless SSL_CERT_FILE/DIR name one.
+    if verbose > 0 {
+        eprintln!("ringdl: {} trust anchors bundled (webpki-roots, Mozilla)", roots.len());
+    }
     if let Some(p) = std::env::var_os("SSL_CERT_FILE") {
         let p = Path::new(&p);
         match add_pem_file(&mut roots, p) {

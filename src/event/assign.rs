@@ -153,6 +153,13 @@ impl Loop<'_> {
     pub(crate) fn kick(&mut self) -> Result<()> {
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
+            if c.deferred && c.st == St::Closed {
+                if let Some(k) = self.next_attempt() {
+                    self.addr_next = k;
+                    self.connect(i)?;
+                }
+                continue;
+            }
             if c.busy() || c.dead || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
                 continue;
             }

@@ -46,6 +46,10 @@ pub(crate) const WRITE_BLOCK: usize = 256 << 10;
 /// Largest response head we accept (RFC 9112 leaves it to us).
 pub(crate) const MAX_HEAD: usize = http::MAX_HEAD;
 
+/// RFC 8305 §5 "Connection Attempt Delay": how long a connect to one address runs
+/// alone before the next address (the other family first) gets an attempt of its own.
+pub(crate) const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
+
 /// How often the control file is brought up to date (after an fdatasync of the `.part`):
 /// at most this much work is fetched again after a kill -9.
 pub(crate) const CONTROL_INTERVAL: Duration = Duration::from_millis(250);
@@ -203,7 +207,9 @@ pub fn run(
     };
     let block = WRITE_BLOCK.max(out.align as usize);
     let wcount = (2 * n + 2).clamp(6, 64);
-    let entries = (2 * n + wcount + 8).next_power_of_two() as u32;
+    // A CONNECT with its LINK_TIMEOUT, or a SEND/RECV, per connection; a Happy Eyeballs
+    // wake-up per connect; the write slots; the tick, signal, fallocate, fsync, cancels.
+    let entries = (3 * n + wcount + 8).next_power_of_two() as u32;
     let crate::io::Chosen { mut ring, label: io } = crate::io::build_ring(opts.io, entries, splice, opts.verbose)?;
     let rpool =
         BufPool::new(READ_BLOCK, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {READ_BLOCK} bytes): {e}"))?;
@@ -259,6 +265,9 @@ pub fn run(
         tls,
         server_name,
         addrs,
+        addr_next: 0,
+        addr_proven: false,
+        attempt_started: None,
         out_fd: out.fd.as_raw_fd(),
         slots: (0..wcount).map(|_| None).collect(),
         writes_in_flight: 0,
@@ -298,8 +307,15 @@ pub fn run(
             Tag::Signal.encode(),
         )?;
     }
+    // One name with several addresses: the first connect goes alone; the others follow
+    // where it lands, or race the next address after its head start (RFC 8305 §5).
+    let race = dl.addrs.len() > 1;
     for i in 0..n {
-        dl.connect(i)?;
+        if race && i > 0 {
+            dl.conns[i].deferred = true;
+        } else {
+            dl.connect(i)?;
+        }
     }
     match dl.event_loop() {
         Ok(Some(u)) => return Ok(Outcome::Redirect(u)),
@@ -413,7 +429,14 @@ pub(crate) struct Loop<'a> {
     pub(crate) sh: Shared<'a>,
     pub(crate) tls: Option<Arc<ClientConfig>>,
     pub(crate) server_name: Option<ServerName<'static>>,
+    /// Where to connect, families interleaved (RFC 8305 §4); at least one.
     pub(crate) addrs: Vec<SocketAddr>,
+    /// The address the next connect goes to: the last one a connect went through
+    /// (`addr_proven`), or the next one after those that failed.
+    pub(crate) addr_next: usize,
+    pub(crate) addr_proven: bool,
+    /// When the newest connect started while no address was proven (Happy Eyeballs).
+    pub(crate) attempt_started: Option<Instant>,
     pub(crate) out_fd: RawFd,
     pub(crate) slots: Vec<Option<WriteSlot>>,
     pub(crate) writes_in_flight: usize,

@@ -166,7 +166,7 @@ impl Loop<'_> {
             // Every address had its chances: this slot stops; the download fails when no
             // connection is left.
             c.dead = true;
-            if self.conns.iter().all(|c| c.dead) {
+            if self.conns.iter().all(|c| c.dead || c.deferred) {
                 self.sh.fatal = Some(Error::new(
                     f.kind,
                     format!("{} (gave up after {})", f.msg, n_tries(self.sh.opts.max_tries)),
@@ -177,13 +177,20 @@ impl Loop<'_> {
         // Exponential backoff with jitter before this slot reconnects; `kick` reopens it. A
         // refused connect (nothing listening) is answered at once, and waiting long for it
         // only delays the error: its waits start short (a wrong port fails in about a second).
+        let n_addrs = self.addrs.len();
+        if connect_failed && !f.busy && !c.addr_i.is_multiple_of(n_addrs) {
+            // An address this slot has not tried in this round: at once (RFC 8305 §5).
+            c.not_before = None;
+            return Ok(());
+        }
         let (base, attempt) = if connect_failed {
-            let base = if f.busy {
+            let base = if f.busy || f.refused {
                 self.sh.opts.retry_wait_s.min(REFUSED_WAIT)
             } else {
                 self.sh.opts.retry_wait_s
             };
-            (base, c.addr_i as u32)
+            // One wait per round over the addresses.
+            (base, (c.addr_i / n_addrs) as u32)
         } else {
             (self.sh.opts.retry_wait_s, tries_seen)
         };

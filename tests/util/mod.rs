@@ -693,9 +693,10 @@ pub fn free_port(also_v6: bool) -> u16 {
     panic!("no free loopback port found in 100 tries");
 }
 
-/// True when `127.0.0.1:port` accepts a TCP connection.
+/// True when `127.0.0.1:port` or `[::1]:port` accepts a TCP connection.
 fn accepts(port: u16) -> bool {
-    TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200)).is_ok()
+    let try_at = |a: SocketAddr| TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok();
+    try_at(SocketAddr::from(([127, 0, 0, 1], port))) || try_at(SocketAddr::from((Ipv6Addr::LOCALHOST, port)))
 }
 
 // ---------------------------------------------------------------------------
@@ -778,6 +779,14 @@ pub struct Nginx {
     pub norange_port: u16,
     /// True when the servers also listen on `[::1]`.
     pub ipv6: bool,
+    /// Plain HTTP on `[::1]` only (on `127.0.0.1` when the host has no IPv6: see
+    /// [`Nginx::ipv6`]): a host name whose IPv4 address refuses.
+    pub v6only_port: u16,
+    /// HTTPS on `127.0.0.1` only: a host name whose IPv6 address refuses.
+    pub v4only_port: u16,
+    /// HTTPS on `[::1]` only (as [`Nginx::v6only_port`]), for the one test that
+    /// blackholes `127.0.0.1` on this port.
+    pub v6only_https_port: u16,
     base: PathBuf,
     ca_pem: PathBuf,
     files: Vec<ServedFile>,
@@ -861,8 +870,8 @@ impl Nginx {
         for attempt in 1..=8 {
             let run = base.join(format!("run-{attempt}"));
             fs::create_dir_all(run.join("tmp")).unwrap();
-            let ports = [(); 4].map(|_| free_port(ipv6));
-            if ports.iter().collect::<std::collections::HashSet<_>>().len() != 4 {
+            let ports = [(); 7].map(|_| free_port(ipv6));
+            if ports.iter().collect::<std::collections::HashSet<_>>().len() != ports.len() {
                 continue;
             }
             let conf = nginx_conf(&run, &www, &tls, ports, ipv6, &modules);
@@ -883,13 +892,24 @@ impl Nginx {
             let stdin = child.stdin.take().unwrap();
             match wait_ready(&mut child, &run, &ports) {
                 Ok(()) => {
-                    let [http_port, https_port, tls12_port, norange_port] = ports;
+                    let [
+                        http_port,
+                        https_port,
+                        tls12_port,
+                        norange_port,
+                        v6only_port,
+                        v4only_port,
+                        v6only_https_port,
+                    ] = ports;
                     return Nginx {
                         http_port,
                         https_port,
                         tls12_port,
                         norange_port,
                         ipv6,
+                        v6only_port,
+                        v4only_port,
+                        v6only_https_port,
                         base,
                         ca_pem,
                         files,
@@ -1046,7 +1066,7 @@ fn nginx_conf(
     run: &Path,
     www: &Path,
     tls: &Path,
-    [http, https, tls12, norange]: [u16; 4],
+    [http, https, tls12, norange, v6only, v4only, v6only_https]: [u16; 7],
     ipv6: bool,
     modules: &[&str],
 ) -> String {
@@ -1110,6 +1130,15 @@ http {{
         {norange_listen}
         max_ranges 0;
     }}
+    server {{
+        {v6only_listen}
+    }}
+    server {{
+        listen 127.0.0.1:{v4only} ssl;
+    }}
+    server {{
+        {v6only_https_listen}
+    }}
 }}
 "#,
         www = www.display(),
@@ -1117,6 +1146,16 @@ http {{
         https_listen = listen(https, " ssl"),
         tls12_listen = listen(tls12, " ssl"),
         norange_listen = listen(norange, ""),
+        v6only_listen = if ipv6 {
+            format!("listen [::1]:{v6only};")
+        } else {
+            format!("listen 127.0.0.1:{v6only};")
+        },
+        v6only_https_listen = if ipv6 {
+            format!("listen [::1]:{v6only_https} ssl;")
+        } else {
+            format!("listen 127.0.0.1:{v6only_https} ssl;")
+        },
     )
 }
 

@@ -6,7 +6,8 @@
 #                    EXPECT: EREs on `ringdl -v` output, SERVER EXPECT: on `vm_server -v`
 #                    output; several joined by ` && ` must all match, `!ERE` must not
 #                    (FLAGS: see the case list in run.sh)
-#   /bin/ringdl, /bin/vm_server, /bin/busybox and its applet links
+#   /bin/ringdl, /bin/vm_server, /bin/seccomp_exec, /bin/busybox and its applet links
+# (no /etc/ssl, no SSL_CERT_FILE/DIR: the image has no CA files)
 # and reads /payload_size and /payload_big_size. Prints one `RINGDL-VM <case> PASS|FAIL <detail>` line per case
 # on the console (ttyS0), then `RINGDL-VM-END`, then powers off.
 
@@ -130,13 +131,30 @@ wait_server_closed() {
 case_download() { # NAME SERVER_OPTS RINGDL_OPTS EXPECT SERVER_EXPECT FLAGS
     name=$1 sopts=$2 ropts=$3 expect=$4 sexpect=$5 flags=$6
     file=payload.bin want_sum=$want outdir=/mnt kucount=0
+    ca="--ca-certificate /tmp/ca.pem" want_rc=0 wrap="" uring_off=0
     for f in $flags; do
         case $f in
             big) file=payload_big.bin want_sum=$want_big ;;
             out=*) outdir=${f#out=} ;;
             ku-count) kucount=1 ;;
+            no-ca) ca="" ;;
+            rc=*) want_rc=${f#rc=} ;;
+            seccomp) wrap=seccomp_exec ;;
+            uring-off) uring_off=1 ;;
         esac
     done
+    if [ -z "$ca" ] && { [ -e /etc/ssl ] || [ -n "${SSL_CERT_FILE:-}${SSL_CERT_DIR:-}" ]; }; then
+        result "$name" FAIL "no-ca: this image has CA files (/etc/ssl or SSL_CERT_FILE/DIR)"
+        return
+    fi
+    if [ "$uring_off" -eq 1 ]; then
+        # Linux 6.6+: 2 = io_uring_setup fails with EPERM for every process.
+        if ! echo 2 >/proc/sys/kernel/io_uring_disabled 2>/dev/null ||
+            [ "$(cat /proc/sys/kernel/io_uring_disabled)" != 2 ]; then
+            result "$name" FAIL "cannot set kernel.io_uring_disabled=2 on $(uname -r)"
+            return
+        fi
+    fi
     # shellcheck disable=SC2086
     if ! start_server $sopts; then
         tail_log /tmp/server.log server
@@ -148,10 +166,11 @@ case_download() { # NAME SERVER_OPTS RINGDL_OPTS EXPECT SERVER_EXPECT FLAGS
     rm -f "$out" "$out.part"
     t0=$(now)
     # shellcheck disable=SC2086
-    timeout 120 ringdl "https://127.0.0.1:$port/$file" -o "$out" \
-        --ca-certificate /tmp/ca.pem -v $ropts </dev/null >/tmp/ringdl.log 2>&1
+    timeout 120 $wrap ringdl "https://127.0.0.1:$port/$file" -o "$out" \
+        $ca -v $ropts </dev/null >/tmp/ringdl.log 2>&1
     rc=$?
     secs=$(elapsed "$t0")
+    [ "$uring_off" -eq 0 ] || echo 0 >/proc/sys/kernel/io_uring_disabled
     ok=1
     ku=""
     if [ "$kucount" -eq 1 ]; then
@@ -182,8 +201,14 @@ case_download() { # NAME SERVER_OPTS RINGDL_OPTS EXPECT SERVER_EXPECT FLAGS
     stop_server
     got=$( [ -f "$out" ] && sha256sum "$out" | cut -d' ' -f1)
     detail="rc=$rc ${secs}s$ku"
-    [ "$rc" -eq 0 ] || ok=0
-    if [ "$got" = "$want_sum" ]; then
+    [ "$rc" -eq "$want_rc" ] || { ok=0; detail="$detail (want rc=$want_rc)"; }
+    if [ "$want_rc" -ne 0 ]; then
+        # A failure that must leave nothing behind.
+        if [ -e "$out" ] || [ -e "$out.part" ]; then
+            ok=0
+            detail="$detail; output left behind"
+        fi
+    elif [ "$got" = "$want_sum" ]; then
         detail="$detail sha256 ok"
     else
         ok=0

@@ -21,6 +21,7 @@
 # Environment:
 #   RINGDL_STATIC_BIN      static ringdl (default: build it, as scripts/test.sh does)
 #   RINGDL_VM_SERVER_BIN   static vm_server (default: build the example for musl)
+#   RINGDL_VM_SECCOMP_BIN  static seccomp_exec (default: build the example for musl)
 #   RINGDL_VM_CACHE        kernel cache (default /var/tmp/ringdl-vm), one directory per
 #                          package name; runs in parallel share only finished entries
 #   RINGDL_VM_KERNEL_PKG   Debian kernel package instead of the kernel's default
@@ -71,12 +72,19 @@ smp=${RINGDL_VM_SMP:-2}
 # the 16 MiB payload instead; `out=DIR` writes there instead of the ext4 mount; `ku-count`
 # requires the KeyUpdates vm_server sent == those ringdl rekeyed in place (its summary) ==
 # the KeyUpdates the client answered with (the server's count), and no reconnect.
+# `no-ca` runs ringdl without --ca-certificate (and fails the case if the image has
+# /etc/ssl or SSL_CERT_FILE/DIR); `rc=N` wants exit code N and no output left (no SHA-256
+# then); `seccomp` runs ringdl under seccomp_exec (io_uring_* refused with EPERM, as in a
+# default container); `uring-off` sets kernel.io_uring_disabled=2 (6.6+) for the case.
 # `tls-module` is special: /sys/module/tls after the insmods.
 CASES=(
     "tls-module|||"
     "https13-direct|--tls 1.3|--engine direct -x 4|"
     "https12-direct|--tls 1.2|--engine direct -x 4|"
     "https13-direct-x1-chacha20|--tls 1.3 --suite chacha20|--engine direct -x 1|"
+    # No CA file anywhere in the image: ringdl loads its bundled roots, reads no missing
+    # file, and so refuses the server's private CA as an unknown issuer (exit 4, TLS).
+    "no-ca-files-bundled-roots|--tls 1.3|-x 1|[1-9][0-9]{2,} trust anchors bundled && not trusted \(unknown issuer\) && !SSL_CERT||no-ca rc=4"
 )
 
 # KTLS_CASES: the kTLS engines. EXPECT requires the summary to say kTLS really ran
@@ -136,6 +144,23 @@ if [ "$kernel" = current ]; then
         "rekey-update-requested-x1|--tls 1.3 --key-update-after 262144|--engine ktls-direct -x 1|engine ktls-direct \(kTLS on 1 of 1 connections, 1 KeyUpdate rekeyed in place\)||ku-count"
         # tmpfs takes O_DIRECT since 6.6: auto picks ktls-direct on the VM's /tmp.
         "auto-tmp|--tls 1.3|-x 4|engine ktls-direct \(kTLS on [1-9]||out=/tmp"
+    )
+fi
+# io_uring refused, kTLS still there (it needs no io_uring): the epoll backend, each kTLS
+# engine, and (current) a KeyUpdate taken in place. The current kernel (6.6+) refuses
+# io_uring with the sysctl kernel.io_uring_disabled=2; 6.1 has no such sysctl, so there
+# the seccomp filter of tests/seccomp refuses it, as a default container profile does.
+nouring_io='I/O epoll \(io_uring refused: EPERM\)'
+if [ "$kernel" = current ]; then nouring=uring-off; else nouring=seccomp; fi
+KTLS_CASES+=(
+    "nouring-$nouring-auto|--tls 1.3|-x 4|$nouring_io && engine ktls-direct \(kTLS on [1-9]||$nouring"
+    "nouring-$nouring-ktls-direct-tls12|--tls 1.2 --suite aes256gcm|--engine ktls-direct -x 4|$nouring_io && engine ktls-direct \(kTLS on [1-9]||$nouring"
+    "nouring-$nouring-splice|--tls 1.3 --suite chacha20|--engine splice -x 4|$nouring_io && engine splice \(kTLS on [1-9]||$nouring"
+    "nouring-$nouring-direct|--tls 1.3|--engine direct -x 4|$nouring_io && engine direct|!kTLS|$nouring"
+)
+if [ "$kernel" = current ]; then
+    KTLS_CASES+=(
+        "nouring-$nouring-rekey|--tls 1.3 --key-update-after 262144|--engine ktls-direct -x 1|$nouring_io && engine ktls-direct \(kTLS on 1 of 1 connections, 1 KeyUpdate rekeyed in place\)||ku-count $nouring"
     )
 fi
 # ---------------------------------------------------------------------------------------
@@ -304,14 +329,17 @@ ringdl_bin=${RINGDL_STATIC_BIN:-}
 [ -n "$ringdl_bin" ] || ringdl_bin=$(build_static)
 [ -x "$ringdl_bin" ] || die "RINGDL_STATIC_BIN=$ringdl_bin is not an executable"
 server_bin=${RINGDL_VM_SERVER_BIN:-}
-if [ -z "$server_bin" ]; then
+seccomp_bin=${RINGDL_VM_SECCOMP_BIN:-}
+if [ -z "$server_bin" ] || [ -z "$seccomp_bin" ]; then
     ensure_musl_target
-    log "building the VM test server (example vm_server, release, $MUSL_TARGET)"
+    log "building the VM test server and seccomp_exec (examples, release, $MUSL_TARGET)"
     CC_x86_64_unknown_linux_musl=musl-gcc \
-        cargo build --release --target "$MUSL_TARGET" -p ringdl --example vm_server >&2
-    server_bin=$(target_dir)/$MUSL_TARGET/release/examples/vm_server
+        cargo build --release --target "$MUSL_TARGET" -p ringdl --example vm_server --example seccomp_exec >&2
+    [ -n "$server_bin" ] || server_bin=$(target_dir)/$MUSL_TARGET/release/examples/vm_server
+    [ -n "$seccomp_bin" ] || seccomp_bin=$(target_dir)/$MUSL_TARGET/release/examples/seccomp_exec
 fi
 [ -x "$server_bin" ] || die "vm_server not found at $server_bin"
+[ -x "$seccomp_bin" ] || die "seccomp_exec not found at $seccomp_bin"
 
 # --- initramfs ----------------------------------------------------------------------------
 root=$work/root
@@ -325,9 +353,11 @@ done
 if command -v strip >/dev/null 2>&1; then
     strip -o "$root/bin/ringdl" "$ringdl_bin"
     strip -o "$root/bin/vm_server" "$server_bin"
+    strip -o "$root/bin/seccomp_exec" "$seccomp_bin"
 else
     cp "$ringdl_bin" "$root/bin/ringdl"
     cp "$server_bin" "$root/bin/vm_server"
+    cp "$seccomp_bin" "$root/bin/seccomp_exec"
 fi
 install -m 0755 "$here/init.sh" "$root/init"
 printf '%s\n' "$payload" >"$root/payload_size"
