@@ -304,3 +304,57 @@ fn headers_over_the_limit_and_bad_types_are_refused_before_any_key_is_used() {
     let mut short = [23, 3, 3, 0, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
     assert_eq!(h.opener.open(&mut short, 0, 0), Err(RecordError::Overflow { len: 15 }));
 }
+
+/// A TLS 1.3 record sealed by hand with `ring`: content ‖ type ‖ `pad` zeros.
+fn padded_tls13_record(key: [u8; 32], iv: [u8; 12], seq: u64, inner: &[u8]) -> Vec<u8> {
+    let k = LessSafeKey::new(UnboundKey::new(&aead::CHACHA20_POLY1305, &key).unwrap());
+    let mut n = iv;
+    for (b, s) in n[4..].iter_mut().zip(seq.to_be_bytes()) {
+        *b ^= s;
+    }
+    let len = inner.len() + TAG_LEN;
+    let header = [23, 3, 3, (len >> 8) as u8, len as u8];
+    let mut ct = inner.to_vec();
+    k.seal_in_place_append_tag(Nonce::assume_unique_for_key(n), Aad::from(header), &mut ct)
+        .unwrap();
+    let mut rec = header.to_vec();
+    rec.extend(ct);
+    rec
+}
+
+#[test]
+fn tls13_padding_is_stripped_and_an_all_zero_plaintext_is_refused() {
+    use rustls::crypto::cipher::{AeadKey, Iv};
+    let (key, iv) = ([9u8; 32], [3u8; 12]);
+    let secrets = || ConnectionTrafficSecrets::Chacha20Poly1305 {
+        key: AeadKey::from(key),
+        iv: Iv::new(iv),
+    };
+    let mut opener = RecordOpener::new(ProtocolVersion::TLSv1_3, 5, secrets()).unwrap();
+    // "abc", type 23, 100 bytes of padding; then an alert padded to 2^14 + 1 plaintext
+    // bytes in all (within the 2^14 + 256 ciphertext limit).
+    let mut inner = b"abc\x17".to_vec();
+    inner.extend([0; 100]);
+    let mut wire = padded_tls13_record(key, iv, 5, &inner);
+    let mut alert = vec![2, 40, 21];
+    alert.resize(16385, 0);
+    wire.extend(padded_tls13_record(key, iv, 6, &alert));
+    let o = opener.open(&mut wire, 0, 0).unwrap().unwrap();
+    assert_eq!((o.typ, o.len, &wire[..3]), (23, 3, &b"abc"[..]));
+    let o = opener.open(&mut wire, o.wire, 3).unwrap().unwrap();
+    assert_eq!((o.typ, o.len, &wire[3..5]), (21, 2, &[2u8, 40][..]));
+    // Only zeros: no content type (RFC 8446 §5.4).
+    let mut zeros = padded_tls13_record(key, iv, 7, &[0; 10]);
+    assert_eq!(opener.open(&mut zeros, 0, 0), Err(RecordError::NoContentType));
+    // Content over 2^14 once the padding is gone.
+    let mut over = vec![1u8; 16385];
+    over.push(23);
+    let mut over = padded_tls13_record(key, iv, 7, &over);
+    assert_eq!(opener.open(&mut over, 0, 0), Err(RecordError::Overflow { len: 16385 }));
+    // An empty handshake record.
+    let mut empty = padded_tls13_record(key, iv, 7, &[22, 0, 0]);
+    assert_eq!(opener.open(&mut empty, 0, 0), Err(RecordError::EmptyFragment(22)));
+    // TLS 1.2 has no KeyUpdate.
+    let mut o12 = RecordOpener::new(ProtocolVersion::TLSv1_2, 0, secrets()).unwrap();
+    assert!(o12.rekey(0, secrets()).is_err());
+}
