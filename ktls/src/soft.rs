@@ -65,8 +65,9 @@ pub enum RecordError {
     /// (tampered, truncated by a wrong length, or out of order): `bad_record_mac`.
     Decrypt,
     /// The header's length is above the version's limit (2^14 + 256 for TLS 1.3, 2^14 +
-    /// 2048 for TLS 1.2), too short to hold the explicit nonce and tag, or the opened
-    /// content is above 2^14 bytes: `record_overflow`.
+    /// 2048 for TLS 1.2), too short to hold the explicit nonce and tag, the opened TLS 1.3
+    /// inner plaintext (padding included) is above 2^14 + 1 bytes (RFC 8446 §5.4), or the
+    /// content above 2^14 bytes: `record_overflow`.
     Overflow {
         /// The offending length in bytes (header length or content length).
         len: usize,
@@ -382,7 +383,11 @@ impl RecordOpener {
         };
         let plain = opened.map_err(|_| RecordError::Decrypt)?;
         let (typ, len) = if keys.scheme == Scheme::Tls13 {
-            // RFC 8446 §5.4: the type is the last non-zero byte; zeros after it are padding.
+            // RFC 8446 §5.4: the whole TLSInnerPlaintext (content, type, padding) is at most
+            // 2^14 + 1 bytes; the type is the last non-zero byte, zeros after it padding.
+            if plain.len() > MAX_FRAGMENT_LEN + 1 {
+                return Err(RecordError::Overflow { len: plain.len() });
+            }
             let at = plain.iter().rposition(|&b| b != 0).ok_or(RecordError::NoContentType)?;
             (plain[at], at)
         } else {

@@ -346,11 +346,19 @@ fn tls13_padding_is_stripped_and_an_all_zero_plaintext_is_refused() {
     // Only zeros: no content type (RFC 8446 §5.4).
     let mut zeros = padded_tls13_record(key, iv, 7, &[0; 10]);
     assert_eq!(opener.open(&mut zeros, 0, 0), Err(RecordError::NoContentType));
-    // Content over 2^14 once the padding is gone.
+    // Content over 2^14, and padding that takes the inner plaintext past 2^14 + 1 (RFC
+    // 8446 §5.4), though the ciphertext is within 2^14 + 256.
     let mut over = vec![1u8; 16385];
     over.push(23);
     let mut over = padded_tls13_record(key, iv, 7, &over);
-    assert_eq!(opener.open(&mut over, 0, 0), Err(RecordError::Overflow { len: 16385 }));
+    assert_eq!(opener.open(&mut over, 0, 0), Err(RecordError::Overflow { len: 16386 }));
+    let mut padded = vec![1u8, 23];
+    padded.resize(16386, 0);
+    let mut padded = padded_tls13_record(key, iv, 7, &padded);
+    assert_eq!(
+        opener.open(&mut padded, 0, 0),
+        Err(RecordError::Overflow { len: 16386 })
+    );
     // An empty handshake record.
     let mut empty = padded_tls13_record(key, iv, 7, &[22, 0, 0]);
     assert_eq!(opener.open(&mut empty, 0, 0), Err(RecordError::EmptyFragment(22)));
