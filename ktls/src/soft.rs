@@ -255,7 +255,14 @@ pub struct Opened {
 /// The receive side: opens the peer's records in place, in order.
 pub struct RecordOpener {
     keys: Keys,
+    /// The start of a handshake message whose end is in a later record (RFC 8446 §5.1:
+    /// messages may span records, no other record type may come between).
+    pending: Vec<u8>,
 }
+
+/// The longest handshake message [`RecordOpener::handshake`] reassembles across records, in
+/// bytes (a NewSessionTicket is a few hundred; RFC 8446 allows 2^24).
+pub const MAX_HANDSHAKE_MESSAGE: usize = 1 << 16;
 
 impl std::fmt::Debug for RecordOpener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -277,6 +284,7 @@ impl RecordOpener {
     pub fn new(version: ProtocolVersion, seq: u64, secrets: ConnectionTrafficSecrets) -> Result<Self, Error> {
         Ok(RecordOpener {
             keys: Keys::new(version, seq, secrets)?,
+            pending: Vec::new(),
         })
     }
 
@@ -397,6 +405,9 @@ impl RecordOpener {
             return Err(RecordError::Overflow { len });
         }
         match typ {
+            t if t != content_type::HANDSHAKE && !self.pending.is_empty() => {
+                return Err(RecordError::UnexpectedType(t));
+            }
             content_type::APPLICATION_DATA => {}
             content_type::HANDSHAKE | content_type::ALERT if len == 0 => return Err(RecordError::EmptyFragment(typ)),
             content_type::HANDSHAKE | content_type::ALERT => {}
@@ -425,12 +436,15 @@ impl RecordOpener {
     /// `KernelConnection::handle_new_session_ticket`; a KeyUpdate (RFC 8446 §4.6.3), which
     /// must end its record (§5.1), rekeys this opener with `update_rx_secret` (sequence 0);
     /// a TLS 1.2 HelloRequest is ignored (no renegotiation, as rustls' own client does).
+    /// A message that continues in the next record is kept (up to
+    /// [`MAX_HANDSHAKE_MESSAGE`] bytes) and completed by the next handshake record; until
+    /// then [`open`](Self::open) refuses any other record type.
     ///
     /// # Errors
-    /// rustls' error for a ticket it refuses, a malformed or misplaced KeyUpdate
-    /// (`InvalidMessage::InvalidKeyUpdate`), a message split across records
-    /// (`InvalidMessage::MessageTooShort`) or any other handshake message
-    /// (`InappropriateHandshakeMessage`). Fatal for the connection.
+    /// rustls' error for a ticket it refuses, a malformed KeyUpdate or one that does not
+    /// end its record (`InvalidMessage::InvalidKeyUpdate`), a message longer than
+    /// [`MAX_HANDSHAKE_MESSAGE`] (`InvalidMessage::HandshakePayloadTooLarge`) or any other
+    /// handshake message (`InappropriateHandshakeMessage`). Fatal for the connection.
     pub fn handshake(
         &mut self,
         kconn: &mut rustls::kernel::KernelConnection<rustls::client::ClientConnectionData>,
@@ -439,8 +453,32 @@ impl RecordOpener {
         use crate::record::{handshake_messages, handshake_type};
         use rustls::{Error as E, HandshakeType, InvalidMessage};
         let mut out = PostHandshake::default();
+        let joined;
+        let payload = if self.pending.is_empty() {
+            payload
+        } else {
+            joined = [std::mem::take(&mut self.pending).as_slice(), payload].concat();
+            &joined[..]
+        };
         for m in handshake_messages(payload) {
-            let m = m.map_err(|_| E::InvalidMessage(InvalidMessage::MessageTooShort))?;
+            let m = match m {
+                Ok(m) => m,
+                Err(tail) => {
+                    let declared = match *tail {
+                        [_, a, b, c, ..] => u32::from_be_bytes([0, a, b, c]) as usize,
+                        _ => 0,
+                    };
+                    if out.key_update.is_some() || declared + 4 > MAX_HANDSHAKE_MESSAGE {
+                        return Err(E::InvalidMessage(if out.key_update.is_some() {
+                            InvalidMessage::InvalidKeyUpdate
+                        } else {
+                            InvalidMessage::HandshakePayloadTooLarge
+                        }));
+                    }
+                    self.pending = tail.to_vec();
+                    break;
+                }
+            };
             if out.key_update.is_some() {
                 // Bytes after a KeyUpdate would be under the old key: not allowed.
                 return Err(E::InvalidMessage(InvalidMessage::InvalidKeyUpdate));

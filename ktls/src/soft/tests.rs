@@ -50,7 +50,15 @@ fn drain(server: &mut ServerConnection, out: &mut Vec<u8>) {
 }
 
 fn handshake(suite: SupportedCipherSuite) -> Handed {
+    handshake_with(suite, None)
+}
+
+/// [`handshake`] with the server's records cut at `max_fragment_size` bytes.
+fn handshake_with(suite: SupportedCipherSuite, max_fragment_size: Option<usize>) -> Handed {
     let (cc, sc) = configs(suite);
+    let mut sc = (*sc).clone();
+    sc.max_fragment_size = max_fragment_size;
+    let sc = std::sync::Arc::new(sc);
     let mut client = UnbufferedClientConnection::new(cc, ServerName::try_from("localhost").unwrap()).unwrap();
     let mut server = ServerConnection::new(sc).unwrap();
     let mut incoming = Vec::new();
@@ -365,4 +373,37 @@ fn tls13_padding_is_stripped_and_an_all_zero_plaintext_is_refused() {
     // TLS 1.2 has no KeyUpdate.
     let mut o12 = RecordOpener::new(ProtocolVersion::TLSv1_2, 0, secrets()).unwrap();
     assert!(o12.rekey(0, secrets()).is_err());
+}
+
+#[test]
+fn tickets_split_across_records_are_reassembled() {
+    // 32-byte records (rustls' smallest): each NewSessionTicket spans several records.
+    let mut h = handshake_with(cs::TLS13_AES_128_GCM_SHA256, Some(32));
+    let mut wire = std::mem::take(&mut h.wire);
+    h.server.writer().write_all(b"after the tickets").unwrap();
+    drain(&mut h.server, &mut wire);
+    let mut got = Received::default();
+    let landed = receive(&mut h, &mut wire, &mut got).unwrap();
+    assert_eq!(&wire[..landed], b"after the tickets");
+    assert_eq!(got.tickets, 2);
+}
+
+#[test]
+fn data_between_the_parts_of_a_handshake_message_is_refused() {
+    use rustls::crypto::cipher::{AeadKey, Iv};
+    let mut h = handshake(cs::TLS13_CHACHA20_POLY1305_SHA256); // for its KernelConnection
+    let (key, iv) = ([4u8; 32], [5u8; 12]);
+    let secrets = ConnectionTrafficSecrets::Chacha20Poly1305 {
+        key: AeadKey::from(key),
+        iv: Iv::new(iv),
+    };
+    let mut opener = RecordOpener::new(ProtocolVersion::TLSv1_3, 0, secrets).unwrap();
+    // The first 6 of a 14-byte NewSessionTicket, then application data.
+    let mut wire = padded_tls13_record(key, iv, 0, &[4, 0, 0, 10, 1, 2, 22]);
+    wire.extend(padded_tls13_record(key, iv, 1, b"x\x17"));
+    let o = opener.open(&mut wire, 0, 0).unwrap().unwrap();
+    assert_eq!((o.typ, o.len), (22, 6));
+    let part = wire[..6].to_vec();
+    assert_eq!(opener.handshake(&mut h.kconn, &part).unwrap(), PostHandshake::default());
+    assert_eq!(opener.open(&mut wire, o.wire, 0), Err(RecordError::UnexpectedType(23)));
 }
