@@ -1449,7 +1449,7 @@ fn soft_receive(
     buf.clear();
     let (mut src, mut fed) = (0, 0);
     while fed < wire.len() {
-        let max = if rng.next() % 4 == 0 { 40 } else { 20000 };
+        let max = if rng.next().is_multiple_of(4) { 40 } else { 20000 };
         let n = 1 + rng.below(max);
         let end = (fed + n).min(wire.len());
         buf.extend_from_slice(&wire[fed..end]);
@@ -1586,7 +1586,7 @@ pub fn records(data: &[u8]) {
     request.truncate(rng.below(40_000));
     let mut out = Vec::new();
     p.sealer.seal(23, &request, &mut out).unwrap();
-    if p.tls13 && rng.next() % 2 == 0 {
+    if p.tls13 && rng.next().is_multiple_of(2) {
         p.sealer.seal(22, &ktls::key_update_message(false), &mut out).unwrap();
         let (seq, tx) = p.kconn.update_tx_secret().unwrap();
         p.sealer.rekey(seq, tx).unwrap();
