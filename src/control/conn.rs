@@ -241,6 +241,16 @@ impl Loop<'_> {
                         continue;
                     }
                 }
+            } else if c.soft.is_some() {
+                match crate::control::handoff::pump_soft(c, &mut self.sh)? {
+                    Pumped::Again => continue,
+                    Pumped::Blocked => {
+                        self.wait_for_block(i);
+                        return Ok(());
+                    }
+                    Pumped::NeedData | Pumped::HandOff => {}
+                    Pumped::PeerClosed => c.eof = true,
+                }
             } else if c.rlo < c.rhi {
                 let rbuf = c.rbuf.take().expect("idle connection holds its read block");
                 let r = feed(&mut c.rx, &mut self.sh, &rbuf[c.rlo..c.rhi]);
@@ -286,10 +296,12 @@ impl Loop<'_> {
         let c = &mut self.conns[i];
         let job = c.rx.job.as_ref().expect("on_eof with a job");
         match job.placer.delimiter() {
-            Some(Delimiter::Close) if (c.tls.is_some() || c.kconn.is_some()) && !c.clean_close => Err(Fail::retry(
-                Kind::Protocol,
-                "connection closed without TLS close_notify: the body may be truncated",
-            )),
+            Some(Delimiter::Close) if (c.tls.is_some() || c.kconn.is_some() || c.soft.is_some()) && !c.clean_close => {
+                Err(Fail::retry(
+                    Kind::Protocol,
+                    "connection closed without TLS close_notify: the body may be truncated",
+                ))
+            }
             Some(Delimiter::Close) => {
                 self.sh.total = Some(job.placer.pos());
                 finish_job(&mut c.rx, &mut self.sh);
@@ -311,6 +323,7 @@ impl Loop<'_> {
         c.op = InFlight::Idle;
         c.tls = None;
         c.kconn = None;
+        c.soft = None;
         c.no_ktls = false;
         c.eof = false;
         c.rx.extra = false;

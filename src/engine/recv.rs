@@ -110,6 +110,7 @@ impl Loop<'_> {
         // Engine splice: socket → pipe while the pipe has room; `drain` empties it to the file.
         if self.sh.splice
             && c.tls.is_none()
+            && c.soft.is_none()
             && let Some(Delimiter::Length(rem)) = c.rx.job.as_ref().and_then(|j| j.placer.delimiter())
         {
             let rem = *rem;
@@ -142,6 +143,7 @@ impl Loop<'_> {
         }
         // Plain HTTP with a known length: receive straight into the write block.
         if c.tls.is_none()
+            && c.soft.is_none()
             && let Some(job) = c.rx.job.as_mut()
             && let Some(Delimiter::Length(_)) = job.placer.delimiter()
         {
