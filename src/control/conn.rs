@@ -77,6 +77,16 @@ impl Loop<'_> {
             }
             // kTLS: a non-data record (alert, NewSessionTicket, KeyUpdate) is at the head.
             let non_data = c.kconn.is_some() && res == -rustix::io::Errno::IO.raw_os_error();
+            if op == InFlight::RecvDirect && c.soft.is_some() {
+                if res < 0 {
+                    let r = crate::control::handoff::soft_recv_done(c, &mut self.sh, buf, 0);
+                    return Err(r.err().unwrap_or_else(|| self.io_fail(i, "recv", res)));
+                }
+                if res > 0 {
+                    c.failures = 0;
+                }
+                return crate::control::handoff::soft_recv_done(c, &mut self.sh, buf, res);
+            }
             if op == InFlight::RecvDirect {
                 let n = if res > 0 { res as usize } else { 0 };
                 with_placer(&mut c.rx, &mut self.sh, |p, blocks| {

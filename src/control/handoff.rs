@@ -58,6 +58,147 @@ pub(crate) struct SoftTls {
     opener: ktls::soft::RecordOpener,
     sealer: ktls::soft::RecordSealer,
     kconn: KernelConnection<ClientConnectionData>,
+    /// Ciphertext received into the current write block and not yet opened:
+    /// `block[src..hi]` (`src` at or after the block's fill). While a RECV into the block
+    /// is out, `hi` is where that RECV started.
+    pub(crate) cipher: Option<(usize, usize)>,
+}
+
+/// What one record opened in a write block was, for [`soft_recv_done`].
+enum Routed {
+    Control,
+    Closed,
+    /// Our KeyUpdate answer is sealed in `out`: send it.
+    Send,
+}
+
+/// Routes a non-data record's content (tickets, KeyUpdate to rustls; close_notify; alerts).
+fn route_control(soft: &mut SoftTls, out: &mut Vec<u8>, typ: u8, content: &[u8]) -> std::result::Result<Routed, Fail> {
+    let tls_fail = |what: &str, e: &dyn std::fmt::Display| Fail::retry(Kind::Tls, format!("TLS {what}: {e}"));
+    if typ == ktls::content_type::HANDSHAKE {
+        let p = soft
+            .opener
+            .handshake(&mut soft.kconn, content)
+            .map_err(|e| tls_fail("post-handshake message", &e))?;
+        if p.key_update == Some(true) {
+            // RFC 8446 §4.6.3: our KeyUpdate under the current key, then the next key.
+            soft.sealer
+                .seal(ktls::content_type::HANDSHAKE, &ktls::key_update_message(false), out)
+                .map_err(|e| tls_fail("KeyUpdate", &e))?;
+            let (seq, tx) = soft.kconn.update_tx_secret().map_err(|e| tls_fail("KeyUpdate", &e))?;
+            soft.sealer.rekey(seq, tx).map_err(|e| tls_fail("KeyUpdate", &e))?;
+            return Ok(Routed::Send);
+        }
+        return Ok(Routed::Control);
+    }
+    match ktls::NonData::decode(typ, content) {
+        Ok(rec) if rec.is_close_notify() => Ok(Routed::Closed),
+        Ok(rec) => Err(Fail::retry(Kind::Tls, format!("TLS alert from the server: {rec:?}"))),
+        Err(e) => Err(tls_fail("record", &e)),
+    }
+}
+
+/// A RECV of ciphertext into the write block completed with `res`: opens every whole
+/// record there in place, its content landing at the block's fill (the body's file
+/// position), routes control records, and keeps a partial record in the block while the
+/// block has room for more; a record that reaches the block's end, or anything after the
+/// body, moves to the read block (the only bytes copied).
+///
+/// # Errors
+/// As [`pump_soft`], and the RECV's own error.
+pub(crate) fn soft_recv_done(
+    c: &mut Conn,
+    sh: &mut Shared<'_>,
+    buf: uring::Buf,
+    res: i32,
+) -> std::result::Result<(), Fail> {
+    let Conn {
+        soft,
+        rbuf,
+        rlo,
+        rhi,
+        out,
+        rx,
+        clean_close,
+        eof,
+        ..
+    } = c;
+    let soft = soft.as_mut().expect("a soft-TLS connection");
+    let (mut src, hi) = soft.cipher.take().expect("a RECV into the block was out");
+    let n = if res > 0 { res as usize } else { 0 };
+    let end = hi + n;
+    let mut fail = None;
+    let rbuf = rbuf
+        .as_mut()
+        .expect("the read block stays while a RECV into the write block is out");
+    crate::engine::recv::with_placer(rx, sh, |p, blocks| {
+        p.cipher_returned(buf);
+        let mut closed = false;
+        while !p.is_done() && src < end {
+            let Some((block, fill)) = p.block_mut() else { break };
+            let o = match soft.opener.open(&mut block[..end], src, fill) {
+                Ok(Some(o)) => o,
+                Ok(None) => break,
+                Err(e) => {
+                    fail = Some(Fail::retry(Kind::Tls, format!("TLS record: {e}")));
+                    return Ok(crate::engine::place::Fed::More);
+                }
+            };
+            src += o.wire;
+            if o.typ == ktls::content_type::APPLICATION_DATA {
+                p.landed(o.len);
+                continue;
+            }
+            let content = block[fill..fill + o.len].to_vec();
+            match route_control(soft, out, o.typ, &content) {
+                Ok(Routed::Closed) => {
+                    *clean_close = true;
+                    *eof = true;
+                    closed = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(f) => {
+                    fail = Some(f);
+                    return Ok(crate::engine::place::Fed::More);
+                }
+            }
+        }
+        let body_on = !p.is_done() && !closed;
+        let cut_short = p.is_done() && p.overrun();
+        if src < end
+            && let Some((block, _)) = p.block_mut()
+        {
+            if body_on && end < block.len() {
+                soft.cipher = Some((src, end));
+            } else if !cut_short {
+                // (A body cut short by work stealing leaves the rest of its response
+                // unread: the connection closes, nothing after it matters.)
+                let k = end - src;
+                if k > rbuf.len() {
+                    fail = Some(Fail::retry(
+                        Kind::Protocol,
+                        "more TLS records after the body than the read block holds",
+                    ));
+                    return Ok(crate::engine::place::Fed::More);
+                }
+                rbuf[..k].copy_from_slice(&block[src..end]);
+                (*rlo, *rhi) = (0, k);
+            }
+        }
+        if n == 0 {
+            Ok(crate::engine::place::Fed::More)
+        } else {
+            p.settle(blocks)
+        }
+    })?;
+    if let Some(f) = fail {
+        return Err(f);
+    }
+    if res == 0 {
+        *eof = true;
+    }
+    Ok(())
 }
 
 /// Runs the software record layer over the buffered ciphertext `rbuf[rlo..rhi]`: seals a
@@ -108,30 +249,17 @@ pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Shared<'_>) -> std::result::Resul
                     return Ok(Pumped::Blocked);
                 }
             }
-            ktls::content_type::HANDSHAKE => {
-                let payload = rbuf[content].to_vec();
-                let p = soft
-                    .opener
-                    .handshake(&mut soft.kconn, &payload)
-                    .map_err(|e| tls_fail("post-handshake message", &e))?;
-                if p.key_update == Some(true) {
-                    // RFC 8446 §4.6.3: our KeyUpdate under the current key, then the next key.
-                    soft.sealer
-                        .seal(ktls::content_type::HANDSHAKE, &ktls::key_update_message(false), out)
-                        .map_err(|e| tls_fail("KeyUpdate", &e))?;
-                    let (seq, tx) = soft.kconn.update_tx_secret().map_err(|e| tls_fail("KeyUpdate", &e))?;
-                    soft.sealer.rekey(seq, tx).map_err(|e| tls_fail("KeyUpdate", &e))?;
-                    return Ok(Pumped::Again);
+            typ => {
+                let content = rbuf[content].to_vec();
+                match route_control(soft, out, typ, &content)? {
+                    Routed::Control => {}
+                    Routed::Send => return Ok(Pumped::Again),
+                    Routed::Closed => {
+                        *clean_close = true;
+                        return Ok(Pumped::PeerClosed);
+                    }
                 }
             }
-            typ => match ktls::NonData::decode(typ, &rbuf[content]) {
-                Ok(rec) if rec.is_close_notify() => {
-                    *clean_close = true;
-                    return Ok(Pumped::PeerClosed);
-                }
-                Ok(rec) => return Err(Fail::retry(Kind::Tls, format!("TLS alert from the server: {rec:?}"))),
-                Err(e) => return Err(tls_fail("record", &e)),
-            },
         }
     }
 }
@@ -170,6 +298,7 @@ impl Loop<'_> {
             opener: ktls::soft::RecordOpener::new(version, rx_seq, rx).map_err(fail)?,
             sealer: ktls::soft::RecordSealer::new(version, tx_seq, tx).map_err(fail)?,
             kconn,
+            cipher: None,
         }));
         self.sh.soft_conns += 1;
         if self.sh.opts.verbose > 0 {
