@@ -648,4 +648,37 @@ mod tests {
         let mut p = Placer::new(0, 8192);
         assert!(!p.shrink(4096), "no framing yet");
     }
+
+    #[test]
+    fn cipher_target_and_landed_keep_the_block_in_file_order() {
+        let pool = BufPool::new(4096, 2).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(0, 5000);
+        p.begin(Delimiter::Length(5000), 5000);
+        let mut blocks = Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        };
+        // Nothing waits: the RECV starts at the fill and may use the whole block.
+        let (buf, range) = p.cipher_target(&mut blocks, None).unwrap();
+        assert_eq!(range, 0..4096);
+        p.cipher_returned(buf);
+        let (block, fill) = p.block_mut().unwrap();
+        assert_eq!(fill, 0);
+        block[..3].copy_from_slice(b"abc"); // a record opened in place
+        assert_eq!(p.landed(3), 3);
+        assert_eq!((p.pos(), p.block()), (3, Some((0, 3))));
+        // Ciphertext waits at 40..: the next RECV goes after it, not at the fill.
+        let (buf, range) = p.cipher_target(&mut blocks, Some(40)).unwrap();
+        assert_eq!(range, 40..4096);
+        p.cipher_returned(buf);
+        assert_eq!(p.landed(4093), 4093);
+        assert_eq!(p.settle(&mut blocks), Ok(Fed::More));
+        assert_eq!(blocks.queue.len(), 1, "the full block is queued");
+        // More content than the body owes: kept up to its end, the rest flags overrun.
+        let (buf, _) = p.cipher_target(&mut blocks, None).unwrap();
+        p.cipher_returned(buf);
+        assert_eq!(p.landed(1000), 904);
+        assert!(p.overrun() && p.is_done());
+    }
 }
