@@ -28,6 +28,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("request_write", request_write),
     ("compaction", compaction),
     ("scheduler", scheduler),
+    ("records", records),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -1277,5 +1278,324 @@ pub fn scheduler(data: &[u8]) {
         landed.is_complete(total),
         "ended without every byte: {:?}",
         landed.ranges()
+    );
+}
+
+/// The software record layer's suites, in the order byte 0 of a `records` input picks them.
+const RECORD_SUITES: [rustls::SupportedCipherSuite; 6] = {
+    use rustls::crypto::ring::cipher_suite as cs;
+    [
+        cs::TLS13_AES_128_GCM_SHA256,
+        cs::TLS13_AES_256_GCM_SHA384,
+        cs::TLS13_CHACHA20_POLY1305_SHA256,
+        cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    ]
+};
+
+/// One self-signed ECDSA certificate for every `records` handshake (made once: key
+/// generation would cost more than the handshake).
+fn records_cert() -> &'static (rustls::pki_types::CertificateDer<'static>, Vec<u8>) {
+    static CERT: std::sync::OnceLock<(rustls::pki_types::CertificateDer<'static>, Vec<u8>)> =
+        std::sync::OnceLock::new();
+    CERT.get_or_init(|| {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        (ck.cert.der().clone(), ck.signing_key.serialize_der())
+    })
+}
+
+/// A rustls server (buffered) and the client side handed to `ktls::soft` after an
+/// in-memory handshake with an unbuffered client (as ringdl's), `tickets` TLS 1.3 tickets
+/// and server records of at most `fragment` bytes.
+struct SoftPair {
+    server: rustls::ServerConnection,
+    tls13: bool,
+    opener: ktls::soft::RecordOpener,
+    sealer: ktls::soft::RecordSealer,
+    kconn: rustls::kernel::KernelConnection<rustls::client::ClientConnectionData>,
+    /// What the server sent after the handshake that the client did not process.
+    wire: Vec<u8>,
+}
+
+/// Feeds `bytes` to the server and returns the plaintext it read from them.
+fn server_feed(server: &mut rustls::ServerConnection, mut bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut plain = Vec::new();
+    while !bytes.is_empty() {
+        server.read_tls(&mut bytes).unwrap();
+        server.process_new_packets().unwrap();
+        let mut chunk = [0; 4096];
+        loop {
+            match server.reader().read(&mut chunk) {
+                Ok(0) => break, // close_notify
+                Ok(n) => plain.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("server read: {e}"),
+            }
+        }
+    }
+    plain
+}
+
+fn server_drain(server: &mut rustls::ServerConnection, out: &mut Vec<u8>) {
+    while server.wants_write() {
+        server.write_tls(out).unwrap();
+    }
+}
+
+fn soft_handshake(suite: rustls::SupportedCipherSuite, tickets: usize, fragment: usize) -> SoftPair {
+    use rustls::client::UnbufferedClientConnection;
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
+    use std::sync::Arc;
+    let (cert, key) = records_cert();
+    let prov = Arc::new(rustls::crypto::CryptoProvider {
+        cipher_suites: vec![suite],
+        ..rustls::crypto::ring::default_provider()
+    });
+    let versions = [suite.version()];
+    let mut sc = rustls::ServerConfig::builder_with_provider(prov.clone())
+        .with_protocol_versions(&versions)
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.clone())),
+        )
+        .unwrap();
+    sc.send_tls13_tickets = tickets;
+    sc.max_fragment_size = Some(fragment);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.clone()).unwrap();
+    let mut cc = rustls::ClientConfig::builder_with_provider(prov)
+        .with_protocol_versions(&versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cc.enable_secret_extraction = true;
+    cc.resumption = rustls::client::Resumption::disabled();
+    let mut client = UnbufferedClientConnection::new(Arc::new(cc), ServerName::try_from("localhost").unwrap()).unwrap();
+    let mut server = rustls::ServerConnection::new(Arc::new(sc)).unwrap();
+    let (mut incoming, mut to_server) = (Vec::new(), Vec::new());
+    loop {
+        let mut answer = Vec::new();
+        let UnbufferedStatus { discard, state } = client.process_tls_records(&mut incoming);
+        let done = match state.unwrap() {
+            ConnectionState::EncodeTlsData(mut s) => {
+                let mut buf = vec![0; 1 << 16];
+                let n = s.encode(&mut buf).unwrap();
+                to_server.extend_from_slice(&buf[..n]);
+                false
+            }
+            ConnectionState::TransmitTlsData(s) => {
+                s.done();
+                false
+            }
+            ConnectionState::BlockedHandshake => {
+                server_feed(&mut server, &to_server);
+                to_server.clear();
+                server_drain(&mut server, &mut answer);
+                assert!(!answer.is_empty(), "handshake stalled");
+                false
+            }
+            ConnectionState::WriteTraffic(_) => true,
+            _ => panic!("unexpected client state during the handshake"),
+        };
+        incoming.drain(..discard);
+        incoming.extend(answer);
+        if done {
+            break;
+        }
+    }
+    server_feed(&mut server, &to_server);
+    server_drain(&mut server, &mut incoming);
+    let version = client.protocol_version().unwrap();
+    let (secrets, kconn) = client.dangerous_into_kernel_connection().unwrap();
+    let ((rx_seq, rx), (tx_seq, tx)) = (secrets.rx, secrets.tx);
+    SoftPair {
+        server,
+        tls13: version == rustls::ProtocolVersion::TLSv1_3,
+        opener: ktls::soft::RecordOpener::new(version, rx_seq, rx).unwrap(),
+        sealer: ktls::soft::RecordSealer::new(version, tx_seq, tx).unwrap(),
+        kconn,
+        wire: incoming,
+    }
+}
+
+/// What one receive run of `records` saw.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct SoftRun {
+    landed: usize,
+    tickets: usize,
+    key_updates: usize,
+    close_notify: bool,
+}
+
+/// Receives `wire` the way the engine does: TCP segments of random sizes appended after
+/// the ciphertext already there, each whole record opened in place so its application
+/// data lands right after the bytes already landed (offset 0 onwards of `buf`), handshake
+/// records routed to rustls. `flipped`: the wire offset of a flipped bit, which must never
+/// be inside a record that opens. Returns the run's tally and whether it ended on an
+/// error (or a truncated record).
+fn soft_receive(
+    p: &mut SoftPair,
+    wire: &[u8],
+    rng: &mut Rng,
+    buf: &mut Vec<u8>,
+    flipped: Option<usize>,
+) -> (SoftRun, bool) {
+    let mut run = SoftRun::default();
+    buf.clear();
+    let (mut src, mut fed) = (0, 0);
+    while fed < wire.len() {
+        let max = if rng.next().is_multiple_of(4) { 40 } else { 20000 };
+        let n = 1 + rng.below(max);
+        let end = (fed + n).min(wire.len());
+        buf.extend_from_slice(&wire[fed..end]);
+        fed = end;
+        loop {
+            // (That no open touches the landed bytes is checked at the end, against
+            // rustls' plaintext: a copy here per record would make a run quadratic.)
+            let o = match p.opener.open(buf, src, run.landed) {
+                Ok(Some(o)) => o,
+                Ok(None) => break,
+                Err(e) => {
+                    if std::env::var_os("RECORDS_DEBUG").is_some() {
+                        eprintln!("open at {src}: {e}");
+                    }
+                    return (run, true);
+                }
+            };
+            if let Some(f) = flipped {
+                assert!(
+                    !(src..src + o.wire).contains(&f),
+                    "a record with a flipped bit opened: {o:?}"
+                );
+            }
+            assert!(!run.close_notify, "a record after close_notify");
+            src += o.wire;
+            let content = run.landed..run.landed + o.len;
+            match o.typ {
+                23 => run.landed += o.len,
+                22 => {
+                    let payload = buf[content].to_vec();
+                    match p.opener.handshake(&mut p.kconn, &payload) {
+                        Ok(h) => {
+                            run.tickets += h.tickets;
+                            run.key_updates += usize::from(h.key_update.is_some());
+                        }
+                        Err(e) => {
+                            if std::env::var_os("RECORDS_DEBUG").is_some() {
+                                eprintln!("handshake at {src}: {e}");
+                            }
+                            return (run, true);
+                        }
+                    }
+                }
+                _ => match ktls::NonData::decode(o.typ, &buf[content]) {
+                    Ok(a) if a.is_close_notify() => run.close_notify = true,
+                    _ => return (run, true),
+                },
+            }
+        }
+    }
+    let truncated = src < buf.len();
+    (run, truncated)
+}
+
+/// `records`: the software record layer (`ktls::soft`) against rustls. Byte 0 picks the
+/// suite (6), the number of TLS 1.3 tickets (0–3) and whether one bit of the wire is
+/// flipped; the rest is a script for the rustls server: application data of random sizes
+/// (records of a random maximum fragment size), TLS 1.3 KeyUpdates, then close_notify.
+///
+/// Properties: received in random TCP segments, every record opens in place and exactly
+/// rustls' plaintext lands, contiguously, with every ticket and KeyUpdate taken and the
+/// close_notify seen; records our layer seals (a request, a TLS 1.3 KeyUpdate of ours,
+/// more data) are read by the rustls server as exactly that plaintext. With one bit
+/// flipped anywhere after the handshake, the run ends on an error or a truncated record,
+/// the record holding the bit never opens, and what landed is a prefix of the plaintext
+/// (no byte of the damaged record or after it).
+pub fn records(data: &[u8]) {
+    let Some((&head, script)) = data.split_first() else {
+        return;
+    };
+    let suite = RECORD_SUITES[usize::from(head % 6)];
+    let tickets = usize::from(head / 6 % 4);
+    let flip = head >= 128;
+    let mut rng = Rng::from(data);
+    let fragment = 32 + rng.below(16389 - 32 + 1);
+    let mut p = soft_handshake(suite, tickets, fragment);
+    p.server.set_buffer_limit(None);
+    let mut wire = std::mem::take(&mut p.wire);
+    let mut want = Vec::new();
+    let mut key_updates = 0;
+    for &op in script.iter().take(48) {
+        match op % 8 {
+            7 if p.tls13 => {
+                p.server.refresh_traffic_keys().unwrap();
+                key_updates += 1;
+            }
+            _ => {
+                let n = match op % 4 {
+                    0 => usize::from(op / 4),
+                    1 => rng.below(70_000),
+                    _ => rng.below(2000),
+                };
+                let start = want.len();
+                want.extend((0..n.div_ceil(8)).flat_map(|_| rng.next().to_le_bytes()));
+                want.truncate(start + n);
+                use std::io::Write;
+                p.server.writer().write_all(&want[start..]).unwrap();
+            }
+        }
+        server_drain(&mut p.server, &mut wire);
+    }
+    p.server.send_close_notify();
+    server_drain(&mut p.server, &mut wire);
+
+    let mut buf = Vec::with_capacity(wire.len());
+    if flip && !wire.is_empty() {
+        let at = rng.below(wire.len());
+        wire[at] ^= 1 << rng.below(8);
+        let (run, failed) = soft_receive(&mut p, &wire, &mut rng, &mut buf, Some(at));
+        assert!(
+            failed,
+            "a flipped bit at {at} of {} went unnoticed: {run:?}",
+            wire.len()
+        );
+        assert!(
+            buf[..run.landed] == want[..run.landed],
+            "landed bytes differ from rustls' plaintext"
+        );
+        return;
+    }
+    let (run, failed) = soft_receive(&mut p, &wire, &mut rng, &mut buf, None);
+    assert!(!failed, "rustls' records refused: {run:?}");
+    let expect = SoftRun {
+        landed: want.len(),
+        tickets: if p.tls13 { tickets } else { 0 },
+        key_updates,
+        close_notify: true,
+    };
+    assert_eq!(run, expect, "{:?}", suite.suite());
+    assert!(buf[..run.landed] == want[..], "plaintext differs from rustls'");
+
+    // TX: a request (and a KeyUpdate of ours), read back by the rustls server.
+    let mut request: Vec<u8> = (0..5000).flat_map(|_| rng.next().to_le_bytes()).collect();
+    request.truncate(rng.below(40_000));
+    let mut out = Vec::new();
+    p.sealer.seal(23, &request, &mut out).unwrap();
+    if p.tls13 && rng.next().is_multiple_of(2) {
+        p.sealer.seal(22, &ktls::key_update_message(false), &mut out).unwrap();
+        let (seq, tx) = p.kconn.update_tx_secret().unwrap();
+        p.sealer.rekey(seq, tx).unwrap();
+    }
+    p.sealer.seal(23, b"after", &mut out).unwrap();
+    p.sealer.seal(21, &[1, 0], &mut out).unwrap();
+    let got = server_feed(&mut p.server, &out);
+    assert!(
+        got.len() == request.len() + 5 && got[..request.len()] == request[..] && got.ends_with(b"after"),
+        "the rustls server read something else than we sealed"
     );
 }

@@ -260,6 +260,12 @@ fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String
         }
         // (The note is about TLS: a redirect may have ended on plain http.)
         _ if s.tls == "plain" => engine.name().to_owned(),
+        EngineKind::Direct if s.soft_conns > 0 => format!(
+            "{} (TLS records opened in place on {} of {} connections)",
+            engine.name(),
+            s.soft_conns,
+            s.connections
+        ),
         _ => format!("{}{note}", engine.name()),
     }
 }

@@ -164,6 +164,10 @@ pub enum Note {
     KtlsRefused { conn: usize, why: String },
     /// TLS handed to the kernel after the handshake.
     KtlsOn { conn: usize },
+    /// The software record layer cannot take this suite: rustls decrypts (copying).
+    SoftRefused { conn: usize, why: String },
+    /// The software record layer opens this connection's records in place.
+    SoftOn { conn: usize },
     /// A NewSessionTicket read under kTLS; `ignored` says why rustls did not take it.
     Ticket { conn: usize, ignored: Option<String> },
     /// A KeyUpdate taken in place by kTLS (Linux 6.14+); `tx` = our keys too.
@@ -265,6 +269,13 @@ impl std::fmt::Display for Note {
             }
             Note::KtlsRefused { conn, why } => {
                 write!(f, "connection {conn}: kTLS refused ({why}): staying in user-space TLS")
+            }
+            Note::SoftRefused { conn, why } => write!(f, "connection {conn}: {why}: staying in rustls"),
+            Note::SoftOn { conn } => {
+                write!(
+                    f,
+                    "connection {conn}: TLS records opened in place (software record layer)"
+                )
             }
             Note::KtlsOn { conn } => write!(f, "connection {conn}: TLS handed to the kernel (kTLS TX+RX)"),
             Note::Ticket { conn, ignored: Some(e) } => write!(f, "connection {conn}: session ticket ignored: {e}"),

@@ -1640,3 +1640,33 @@ fn progress_lines_go_to_a_log_every_few_seconds() {
         );
     }
 }
+
+/// The software record layer (`RINGDL_SOFT_TLS=1`, engine direct): after the handshake
+/// each connection's records are opened in place by `ktls::soft` instead of rustls, over
+/// TLS 1.3 and TLS 1.2, with several kept-alive requests per connection (sealed by the same
+/// layer). The summary names it, so a silent fallback to rustls shows.
+#[test]
+fn https_soft_tls_records_opened_in_place() {
+    let n = nginx();
+    let file = n.file(100 * MIB);
+    for (name, url) in [("tls13", n.https_url(&file.name)), ("tls12", n.tls12_url(&file.name))] {
+        let dir = TestDir::new(&format!("soft-tls-{name}"));
+        let out = dir.join("out.bin");
+        let o = dir
+            .ringdl()
+            .env("RINGDL_SOFT_TLS", "1")
+            .args(["-x", "4", "--ca-certificate"])
+            .arg(n.ca_pem())
+            .arg("-o")
+            .arg(&out)
+            .arg(&url)
+            .run();
+        o.assert_success();
+        assert_same_bytes(&out, file);
+        let summary = o.summary();
+        assert!(
+            summary.contains("TLS records opened in place on 4 of 4 connections"),
+            "{name}: {summary}"
+        );
+    }
+}

@@ -151,7 +151,7 @@ impl Fields {
     }
 }
 
-fn configs(suite: SupportedCipherSuite) -> (Arc<ClientConfig>, Arc<ServerConfig>) {
+pub(crate) fn configs(suite: SupportedCipherSuite) -> (Arc<ClientConfig>, Arc<ServerConfig>) {
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
     let cert = CertificateDer::from(ck.cert.der().to_vec());
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));

@@ -48,6 +48,7 @@ mod cmsg;
 mod crypto_info;
 mod error;
 mod record;
+pub mod soft;
 mod sys;
 
 #[cfg(test)]

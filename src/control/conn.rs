@@ -134,6 +134,16 @@ impl Loop<'_> {
             }
             // kTLS: a non-data record (alert, NewSessionTicket, KeyUpdate) is at the head.
             let non_data = c.kconn.is_some() && res == -rustix::io::Errno::IO.raw_os_error();
+            if op == InFlight::RecvDirect && c.soft.is_some() {
+                if res < 0 {
+                    let r = crate::control::handoff::soft_recv_done(c, &mut self.sh, buf, 0);
+                    return Err(r.err().unwrap_or_else(|| self.io_fail(i, "recv", res)));
+                }
+                if res > 0 {
+                    c.failures = 0;
+                }
+                return crate::control::handoff::soft_recv_done(c, &mut self.sh, buf, res);
+            }
             if op == InFlight::RecvDirect {
                 let n = if res > 0 { res as usize } else { 0 };
                 with_placer(&mut c.rx, &mut self.sh, |p, blocks| {
@@ -348,6 +358,16 @@ impl Loop<'_> {
                         continue;
                     }
                 }
+            } else if c.soft.is_some() {
+                match crate::control::handoff::pump_soft(c, &mut self.sh)? {
+                    Pumped::Again => continue,
+                    Pumped::Blocked => {
+                        self.wait_for_block(i);
+                        return Ok(());
+                    }
+                    Pumped::NeedData | Pumped::HandOff => {}
+                    Pumped::PeerClosed => c.eof = true,
+                }
             } else if c.rlo < c.rhi {
                 let rbuf = c.rbuf.take().expect("idle connection holds its read block");
                 let r = feed(&mut c.rx, &mut self.sh, &rbuf[c.rlo..c.rhi]);
@@ -393,10 +413,12 @@ impl Loop<'_> {
         let c = &mut self.conns[i];
         let job = c.rx.job.as_ref().expect("on_eof with a job");
         match job.placer.delimiter() {
-            Some(Delimiter::Close) if (c.tls.is_some() || c.kconn.is_some()) && !c.clean_close => Err(Fail::retry(
-                Kind::Protocol,
-                "connection closed without TLS close_notify: the body may be truncated",
-            )),
+            Some(Delimiter::Close) if (c.tls.is_some() || c.kconn.is_some() || c.soft.is_some()) && !c.clean_close => {
+                Err(Fail::retry(
+                    Kind::Protocol,
+                    "connection closed without TLS close_notify: the body may be truncated",
+                ))
+            }
             Some(Delimiter::Close) => {
                 self.sh.total = Some(job.placer.pos());
                 finish_job(&mut c.rx, &mut self.sh);
@@ -418,6 +440,7 @@ impl Loop<'_> {
         c.op = InFlight::Idle;
         c.tls = None;
         c.kconn = None;
+        c.soft = None;
         c.no_ktls = false;
         c.eof = false;
         c.rx.extra = false;

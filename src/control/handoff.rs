@@ -1,6 +1,8 @@
 //! The kTLS hand-off (TLS_TX/TLS_RX from rustls' secrets) and non-data records read with
 //! RECVMSG (alerts, NewSessionTicket, KeyUpdate).
 
+use crate::control::response::feed;
+use crate::control::session::Pumped;
 use crate::control::*;
 use crate::error::Kind;
 use crate::event::*;
@@ -44,12 +46,276 @@ fn ktls_rekey(
     Ok(true)
 }
 
+/// Whether the software record layer takes over TLS after the handshake where kTLS does
+/// not (`RINGDL_SOFT_TLS=1`; read once). Off by default until it is benchmarked.
+pub(crate) fn soft_tls_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("RINGDL_SOFT_TLS").is_some_and(|v| v == "1"))
+}
+
+/// A connection's TLS after the hand-off to the software record layer: our records are
+/// opened in place (`ktls::soft`), rustls keeps what post-handshake messages need.
+pub(crate) struct SoftTls {
+    opener: ktls::soft::RecordOpener,
+    sealer: ktls::soft::RecordSealer,
+    kconn: KernelConnection<ClientConnectionData>,
+    /// Ciphertext received into the current write block and not yet opened:
+    /// `block[src..hi]` (`src` at or after the block's fill). While a RECV into the block
+    /// is out, `hi` is where that RECV started.
+    pub(crate) cipher: Option<(usize, usize)>,
+}
+
+/// What one record opened in a write block was, for [`soft_recv_done`].
+enum Routed {
+    Control,
+    Closed,
+    /// Our KeyUpdate answer is sealed in `out`: send it.
+    Send,
+}
+
+/// Routes a non-data record's content (tickets, KeyUpdate to rustls; close_notify; alerts).
+fn route_control(soft: &mut SoftTls, out: &mut Vec<u8>, typ: u8, content: &[u8]) -> std::result::Result<Routed, Fail> {
+    let tls_fail = |what: &str, e: &dyn std::fmt::Display| Fail::retry(Kind::Tls, format!("TLS {what}: {e}"));
+    if typ == ktls::content_type::HANDSHAKE {
+        let p = soft
+            .opener
+            .handshake(&mut soft.kconn, content)
+            .map_err(|e| tls_fail("post-handshake message", &e))?;
+        if p.key_update == Some(true) {
+            // RFC 8446 §4.6.3: our KeyUpdate under the current key, then the next key.
+            soft.sealer
+                .seal(ktls::content_type::HANDSHAKE, &ktls::key_update_message(false), out)
+                .map_err(|e| tls_fail("KeyUpdate", &e))?;
+            let (seq, tx) = soft.kconn.update_tx_secret().map_err(|e| tls_fail("KeyUpdate", &e))?;
+            soft.sealer.rekey(seq, tx).map_err(|e| tls_fail("KeyUpdate", &e))?;
+            return Ok(Routed::Send);
+        }
+        return Ok(Routed::Control);
+    }
+    match ktls::NonData::decode(typ, content) {
+        Ok(rec) if rec.is_close_notify() => Ok(Routed::Closed),
+        Ok(rec) => Err(Fail::retry(Kind::Tls, format!("TLS alert from the server: {rec:?}"))),
+        Err(e) => Err(tls_fail("record", &e)),
+    }
+}
+
+/// A RECV of ciphertext into the write block completed with `res`: opens every whole
+/// record there in place, its content landing at the block's fill (the body's file
+/// position), routes control records, and keeps a partial record in the block while the
+/// block has room for more; a record that reaches the block's end, or anything after the
+/// body, moves to the read block (the only bytes copied).
+///
+/// # Errors
+/// As [`pump_soft`], and the RECV's own error.
+pub(crate) fn soft_recv_done(
+    c: &mut Conn,
+    sh: &mut Shared<'_>,
+    buf: uring::Buf,
+    res: i32,
+) -> std::result::Result<(), Fail> {
+    let Conn {
+        soft,
+        rbuf,
+        rlo,
+        rhi,
+        out,
+        rx,
+        clean_close,
+        eof,
+        ..
+    } = c;
+    let soft = soft.as_mut().expect("a soft-TLS connection");
+    let (mut src, hi) = soft.cipher.take().expect("a RECV into the block was out");
+    let n = if res > 0 { res as usize } else { 0 };
+    let end = hi + n;
+    let mut fail = None;
+    let rbuf = rbuf
+        .as_mut()
+        .expect("the read block stays while a RECV into the write block is out");
+    crate::engine::recv::with_placer(rx, sh, |p, blocks| {
+        p.cipher_returned(buf);
+        let mut closed = false;
+        while !p.is_done() && src < end {
+            let Some((block, fill)) = p.block_mut() else { break };
+            let o = match soft.opener.open(&mut block[..end], src, fill) {
+                Ok(Some(o)) => o,
+                Ok(None) => break,
+                Err(e) => {
+                    fail = Some(Fail::retry(Kind::Tls, format!("TLS record: {e}")));
+                    return Ok(crate::engine::place::Fed::More);
+                }
+            };
+            src += o.wire;
+            if o.typ == ktls::content_type::APPLICATION_DATA {
+                p.landed(o.len);
+                continue;
+            }
+            let content = block[fill..fill + o.len].to_vec();
+            match route_control(soft, out, o.typ, &content) {
+                Ok(Routed::Closed) => {
+                    *clean_close = true;
+                    *eof = true;
+                    closed = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(f) => {
+                    fail = Some(f);
+                    return Ok(crate::engine::place::Fed::More);
+                }
+            }
+        }
+        let body_on = !p.is_done() && !closed;
+        let cut_short = p.is_done() && p.overrun();
+        if src < end
+            && let Some((block, _)) = p.block_mut()
+        {
+            if body_on && end < block.len() {
+                soft.cipher = Some((src, end));
+            } else if !cut_short {
+                // (A body cut short by work stealing leaves the rest of its response
+                // unread: the connection closes, nothing after it matters.)
+                let k = end - src;
+                if k > rbuf.len() {
+                    fail = Some(Fail::retry(
+                        Kind::Protocol,
+                        "more TLS records after the body than the read block holds",
+                    ));
+                    return Ok(crate::engine::place::Fed::More);
+                }
+                rbuf[..k].copy_from_slice(&block[src..end]);
+                (*rlo, *rhi) = (0, k);
+            }
+        }
+        if n == 0 {
+            Ok(crate::engine::place::Fed::More)
+        } else {
+            p.settle(blocks)
+        }
+    })?;
+    if let Some(f) = fail {
+        return Err(f);
+    }
+    if res == 0 {
+        *eof = true;
+    }
+    Ok(())
+}
+
+/// Runs the software record layer over the buffered ciphertext `rbuf[rlo..rhi]`: seals a
+/// waiting request, opens each whole record in place (no shift: its content stays where
+/// its ciphertext was) and gives application data to the receive side; tickets and
+/// KeyUpdate go to rustls, close_notify ends the stream.
+///
+/// # Errors
+/// A record that fails (authentication, size, type), an alert, a post-handshake message
+/// rustls refuses: the connection cannot go on, the segment is retried elsewhere.
+pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Shared<'_>) -> std::result::Result<Pumped, Fail> {
+    let Conn {
+        soft,
+        rbuf,
+        rlo,
+        rhi,
+        out,
+        pending_request,
+        rx,
+        clean_close,
+        ..
+    } = c;
+    let soft = soft.as_mut().expect("pump_soft on a soft-TLS connection");
+    let tls_fail = |what: &str, e: &dyn std::fmt::Display| Fail::retry(Kind::Tls, format!("TLS {what}: {e}"));
+    if !pending_request.is_empty() {
+        soft.sealer
+            .seal(ktls::content_type::APPLICATION_DATA, pending_request, out)
+            .map_err(|e| tls_fail("request", &e))?;
+        pending_request.clear();
+        return Ok(Pumped::Again);
+    }
+    let rbuf = rbuf.as_mut().expect("idle connection holds its read block");
+    loop {
+        let dst = *rlo + soft.opener.prefix_len();
+        let Some(o) = soft
+            .opener
+            .open(&mut rbuf[..*rhi], *rlo, dst)
+            .map_err(|e| tls_fail("record", &e))?
+        else {
+            return Ok(Pumped::NeedData);
+        };
+        *rlo += o.wire;
+        let content = dst..dst + o.len;
+        match o.typ {
+            ktls::content_type::APPLICATION_DATA => {
+                feed(rx, sh, &rbuf[content])?;
+                if rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
+                    return Ok(Pumped::Blocked);
+                }
+            }
+            typ => {
+                let content = rbuf[content].to_vec();
+                match route_control(soft, out, typ, &content)? {
+                    Routed::Control => {}
+                    Routed::Send => return Ok(Pumped::Again),
+                    Routed::Closed => {
+                        *clean_close = true;
+                        return Ok(Pumped::PeerClosed);
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl Loop<'_> {
+    /// Hands connection `i`'s TLS to the software record layer: rustls' secrets go to
+    /// `ktls::soft`, which opens the server's records in place and seals our requests. An
+    /// unsupported suite keeps the connection in rustls (same bytes).
+    fn hand_off_soft(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        let tls = c.tls.take().expect("hand-off of a TLS connection");
+        match tls.negotiated_cipher_suite() {
+            Some(suite) if ktls::offloadable(suite) => {}
+            other => {
+                let why = match other {
+                    Some(s) => format!("cipher suite {:?} is not supported by the record layer", s.suite()),
+                    None => "no cipher suite".into(),
+                };
+                self.sh.report.note(Note::SoftRefused {
+                    conn: i,
+                    why: why.clone(),
+                });
+                self.sh.ktls_refused.get_or_insert(why);
+                c.tls = Some(tls);
+                c.no_ktls = true;
+                return Ok(());
+            }
+        }
+        let version = tls.protocol_version().expect("a finished handshake has a version");
+        let (secrets, kconn) = (*tls)
+            .dangerous_into_kernel_connection()
+            .map_err(|e| Fail::retry(Kind::Tls, format!("TLS hand-off: {e}")))?;
+        let (tx_seq, tx) = secrets.tx;
+        let (rx_seq, rx) = secrets.rx;
+        let fail = |e: ktls::Error| Fail::retry(Kind::Tls, format!("TLS hand-off: {e}"));
+        c.soft = Some(Box::new(SoftTls {
+            opener: ktls::soft::RecordOpener::new(version, rx_seq, rx).map_err(fail)?,
+            sealer: ktls::soft::RecordSealer::new(version, tx_seq, tx).map_err(fail)?,
+            kconn,
+            cipher: None,
+        }));
+        self.sh.soft_conns += 1;
+        self.sh.report.note(Note::SoftOn { conn: i });
+        Ok(())
+    }
+
     /// Installs kernel TLS on connection `i` (TX and RX) from rustls' secrets; from here on
     /// the socket carries plaintext. A refusal before the secrets are taken keeps the
-    /// connection in user-space TLS (same bytes, engine direct for it).
+    /// connection in user-space TLS (same bytes, engine direct for it). Without kTLS
+    /// (`RINGDL_SOFT_TLS=1`) the software record layer takes the secrets instead.
     pub(crate) fn hand_off(&mut self, i: usize) -> std::result::Result<(), Fail> {
         use std::os::fd::AsFd;
+        if !self.sh.ktls {
+            return self.hand_off_soft(i);
+        }
         let c = &mut self.conns[i];
         let tls = c.tls.take().expect("hand-off of a TLS connection");
         let fd = c.fd.as_ref().expect("open connection has a socket");

@@ -2,7 +2,7 @@
 //! hand-off and its non-data records, the request, the response head and its validation.
 
 mod conn;
-mod handoff;
+pub(crate) mod handoff;
 pub(crate) mod proxy;
 pub(crate) mod resolve;
 pub(crate) mod response;
@@ -167,6 +167,9 @@ pub(crate) struct Conn {
     /// kTLS is installed: the socket yields plaintext; rustls keeps only what post-handshake
     /// messages need (session tickets).
     pub(crate) kconn: Option<KernelConnection<ClientConnectionData>>,
+    /// The software record layer runs this connection's TLS (`RINGDL_SOFT_TLS=1`): records
+    /// opened in place by `ktls::soft`, rustls keeps only the post-handshake state.
+    pub(crate) soft: Option<Box<handoff::SoftTls>>,
     /// This connection stays in user-space TLS (its hand-off was refused).
     pub(crate) no_ktls: bool,
     pub(crate) cancel_sent: bool,
@@ -208,6 +211,7 @@ impl Conn {
             idle_since: None,
             pipe: None,
             kconn: None,
+            soft: None,
             no_ktls: false,
             cancel_sent: false,
             eof: false,

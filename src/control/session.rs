@@ -38,7 +38,9 @@ pub(crate) fn pump_tls(
         no_ktls,
         ..
     } = c;
-    let want_ktls = sh.ktls && !*no_ktls;
+    // kTLS, or else the software record layer when switched on: both take the secrets at a
+    // record boundary once the handshake is done.
+    let want_ktls = (sh.ktls || crate::control::handoff::soft_tls_enabled()) && !*no_ktls;
     let tls = tls.as_mut().expect("pump_tls on a TLS connection");
     let rbuf = rbuf.as_mut().expect("idle connection holds its read block");
     let handshaking = tls.is_handshaking();

@@ -268,6 +268,75 @@ impl Placer {
         self.advance(keep);
     }
 
+    /// The software TLS path of a Content-Length body: the block's buffer and the range a
+    /// RECV of *ciphertext* may fill, from `from` (where ciphertext already waiting in the
+    /// block ends; `None` when none waits: the block's fill) to the block's end. Records
+    /// opened there move their content left to the fill ([`Placer::landed`]). The buffer
+    /// is out of the block until [`Placer::cipher_returned`]. `None`: the pool is empty or
+    /// the body is not length-delimited.
+    ///
+    /// # Panics
+    /// While an earlier target is still out; with `from` before the fill or at the end.
+    pub fn cipher_target(&mut self, blocks: &mut Blocks<'_>, from: Option<usize>) -> Option<(Buf, Range<usize>)> {
+        let Some(Delimiter::Length(_)) = self.delim else {
+            return None;
+        };
+        assert!(
+            self.wb.as_ref().is_none_or(|wb| wb.buf.is_some()),
+            "cipher_target while a RECV target is out"
+        );
+        if from.is_none() && self.wb.as_ref().is_none_or(|wb| wb.is_full()) && !self.next_block(blocks) {
+            return None;
+        }
+        let wb = self.wb.as_mut().expect("block just ensured");
+        let buf = wb.buf.take().expect("a held block has its buffer");
+        let (start, len) = (from.unwrap_or(wb.fill), buf.len());
+        assert!(start >= wb.fill && start < len, "ciphertext outside the block's room");
+        Some((buf, start..len))
+    }
+
+    /// A RECV from [`Placer::cipher_target`] completed: the buffer goes back into the
+    /// block; nothing advances until records are opened ([`Placer::landed`]).
+    ///
+    /// # Panics
+    /// Without a block waiting for its buffer.
+    pub fn cipher_returned(&mut self, buf: Buf) {
+        let wb = self.wb.as_mut().expect("a RECV target was handed out");
+        assert!(wb.buf.is_none(), "cipher_returned without cipher_target");
+        wb.buf = Some(buf);
+    }
+
+    /// The held block's buffer and fill (bytes of body in it), to open records in place.
+    pub fn block_mut(&mut self) -> Option<(&mut [u8], usize)> {
+        let wb = self.wb.as_mut()?;
+        let fill = wb.fill;
+        wb.buf.as_deref_mut().map(|b| (b, fill))
+    }
+
+    /// `n` bytes of a Content-Length body were opened in place at the block's fill: they
+    /// count as landed, up to what the body still owes (the rest flags
+    /// [`Placer::overrun`]). Returns the bytes kept. Call [`Placer::settle`] next.
+    ///
+    /// # Panics
+    /// Without a held block, or when `n` passes the block's end.
+    pub fn landed(&mut self, n: usize) -> usize {
+        let keep = match self.delim {
+            Some(Delimiter::Length(rem)) => (n as u64).min(rem) as usize,
+            _ => n,
+        };
+        if keep < n {
+            self.overrun = true;
+        }
+        let wb = self.wb.as_mut().expect("landed without a block");
+        assert!(
+            wb.fill + keep <= wb.buf.as_ref().map_or(0, |b| b.len()),
+            "landed past the block"
+        );
+        wb.fill += keep;
+        self.advance(keep);
+        keep
+    }
+
     /// Work stealing: the body stops at `at` (an aligned offset inside what is still to
     /// come) and another request fetches the rest. Only a Content-Length body in
     /// progress can shrink; the response's bytes past `at` are not kept, so the connection
@@ -735,5 +804,38 @@ mod tests {
         assert!(!p.shrink(4096));
         let mut p = Placer::new(0, 8192);
         assert!(!p.shrink(4096), "no framing yet");
+    }
+
+    #[test]
+    fn cipher_target_and_landed_keep_the_block_in_file_order() {
+        let pool = BufPool::new(4096, 2).unwrap();
+        let mut queue = VecDeque::new();
+        let mut p = Placer::new(0, 5000);
+        p.begin(Delimiter::Length(5000), 5000);
+        let mut blocks = Blocks {
+            pool: &pool,
+            queue: &mut queue,
+        };
+        // Nothing waits: the RECV starts at the fill and may use the whole block.
+        let (buf, range) = p.cipher_target(&mut blocks, None).unwrap();
+        assert_eq!(range, 0..4096);
+        p.cipher_returned(buf);
+        let (block, fill) = p.block_mut().unwrap();
+        assert_eq!(fill, 0);
+        block[..3].copy_from_slice(b"abc"); // a record opened in place
+        assert_eq!(p.landed(3), 3);
+        assert_eq!((p.pos(), p.block()), (3, Some((0, 3))));
+        // Ciphertext waits at 40..: the next RECV goes after it, not at the fill.
+        let (buf, range) = p.cipher_target(&mut blocks, Some(40)).unwrap();
+        assert_eq!(range, 40..4096);
+        p.cipher_returned(buf);
+        assert_eq!(p.landed(4093), 4093);
+        assert_eq!(p.settle(&mut blocks), Ok(Fed::More));
+        assert_eq!(blocks.queue.len(), 1, "the full block is queued");
+        // More content than the body owes: kept up to its end, the rest flags overrun.
+        let (buf, _) = p.cipher_target(&mut blocks, None).unwrap();
+        p.cipher_returned(buf);
+        assert_eq!(p.landed(1000), 904);
+        assert!(p.overrun() && p.is_done());
     }
 }

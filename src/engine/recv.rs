@@ -115,6 +115,7 @@ impl Loop<'_> {
         // Engine splice: socket → pipe while the pipe has room; `drain` empties it to the file.
         if self.sh.splice
             && c.tls.is_none()
+            && c.soft.is_none()
             && let Some(Delimiter::Length(rem)) = c.rx.job.as_ref().and_then(|j| j.placer.delimiter())
         {
             let rem = *rem;
@@ -150,6 +151,7 @@ impl Loop<'_> {
         }
         // Plain HTTP with a known length: receive straight into the write block.
         if c.tls.is_none()
+            && c.soft.is_none()
             && let Some(job) = c.rx.job.as_mut()
             && let Some(Delimiter::Length(_)) = job.placer.delimiter()
         {
@@ -177,6 +179,49 @@ impl Loop<'_> {
                 )
                 .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
         }
+        // Software TLS with a known length and nothing waiting in the read block: receive
+        // ciphertext straight into the write block, where its records are opened in place.
+        if let Some(soft) = c.soft.as_mut()
+            && c.rlo == c.rhi
+            && let Some(job) = c.rx.job.as_mut()
+            && let Some(Delimiter::Length(_)) = job.placer.delimiter()
+        {
+            let mut blocks = Blocks {
+                pool: &self.sh.pool,
+                queue: &mut self.sh.to_write,
+            };
+            let from = soft.cipher.map(|(_, hi)| hi);
+            let Some((buf, range)) = job.placer.cipher_target(&mut blocks, from) else {
+                self.wait_for_block(i);
+                return Ok(());
+            };
+            soft.cipher = Some((soft.cipher.map_or(range.start, |(src, _)| src), range.start));
+            // --limit-rate: at most the budget, as every other socket read.
+            let range = range.start..range.end.min(range.start.saturating_add(budget));
+            c.op = InFlight::RecvDirect;
+            c.last_io = Instant::now();
+            return self
+                .ring
+                .push(
+                    Op::Recv {
+                        fd,
+                        buf,
+                        range,
+                        flags: 0,
+                    },
+                    Tag::Conn(i).encode(),
+                )
+                .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
+        }
+        // A record that straddled a write block's end waits in the read block: receive only
+        // the rest of it there (its content is copied into the blocks), then go back to
+        // the write block.
+        let soft_direct = c.soft.is_some()
+            && c.rx
+                .job
+                .as_ref()
+                .and_then(|j| j.placer.delimiter())
+                .is_some_and(|d| matches!(d, Delimiter::Length(_)));
         let mut rbuf = c.rbuf.take().expect("idle connection holds its read block");
         if c.rlo == c.rhi {
             c.rlo = 0;
@@ -190,7 +235,15 @@ impl Loop<'_> {
             c.rbuf = Some(rbuf);
             return Err(Fail::retry(Kind::Protocol, "a TLS record larger than the read block"));
         }
-        let range = c.rhi..rbuf.len().min(c.rhi.saturating_add(budget));
+        let mut range = c.rhi..rbuf.len().min(c.rhi.saturating_add(budget));
+        if soft_direct {
+            let need = match ktls::soft::record_len(&rbuf[c.rlo..c.rhi]) {
+                Ok(Some(n)) => n,
+                Ok(None) => ktls::soft::HEADER_LEN,
+                Err(_) => range.end - c.rlo, // pump_soft reports it
+            };
+            range.end = range.end.min((c.rlo + need).max(c.rhi + 1));
+        }
         c.op = InFlight::Recv;
         c.last_io = Instant::now();
         self.ring

@@ -137,7 +137,7 @@ impl Loop<'_> {
         });
         c.rx.head.clear();
         c.rx.extra = false;
-        if c.tls.is_some() {
+        if c.tls.is_some() || c.soft.is_some() {
             c.pending_request = req;
         } else {
             c.out = req;

@@ -87,6 +87,9 @@ pub struct Summary {
     /// TLS 1.3 KeyUpdates from the server that kTLS took in place (new RX key, and TX when
     /// asked; Linux 6.14+) instead of a new connection.
     pub ktls_rekeys: usize,
+    /// Connections whose TLS records the software record layer opened in place
+    /// (`RINGDL_SOFT_TLS=1`).
+    pub soft_conns: usize,
     /// The server turned extra connections away (503, refused connects): how many it
     /// allowed.
     pub capped_at: Option<usize>,
@@ -131,6 +134,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) ktls_refused: Option<String>,
     /// KeyUpdates rekeyed in place under kTLS.
     pub(crate) ktls_rekeys: usize,
+    /// Connections handed to the software record layer.
+    pub(crate) soft_conns: usize,
     pub(crate) used: Vec<bool>,
     /// Control-file state to validate against the first 206.
     pub(crate) resume: Option<State>,
@@ -250,6 +255,7 @@ pub fn run(
         ktls_conns: 0,
         ktls_refused: None,
         ktls_rekeys: 0,
+        soft_conns: 0,
         used: vec![false; n],
         resume,
         disposition: None,
@@ -418,6 +424,7 @@ pub fn run(
         ktls_conns: dl.sh.ktls_conns,
         ktls_refused: dl.sh.ktls_refused.take(),
         ktls_rekeys: dl.sh.ktls_rekeys,
+        soft_conns: dl.sh.soft_conns,
         capped_at: dl.sh.capped_at,
         io,
     }))
