@@ -7,13 +7,14 @@ use std::process::ExitCode;
 
 use crate::cli::{self, Command};
 use crate::config::{Config, EngineChoice, OutputTarget};
+use crate::control::{headers, tls};
 use crate::engine::EngineKind;
+use crate::err;
 use crate::error::Result;
 use crate::event::{self as download, Outcome};
 use crate::output::resume;
 use crate::output::{self, Output};
 use crate::report::{self as progress, Progress};
-use crate::{control::tls, err};
 
 /// Runs ringdl with the process arguments; the exit code is documented in README.md.
 pub fn main() -> ExitCode {
@@ -116,7 +117,22 @@ fn real_main() -> Result<()> {
     let mut progress = Progress::new(opts.quiet);
     let mut tls_config = None;
     let mut hops = 0;
+    let first_url = url.clone();
     loop {
+        let (headers, dropped) = headers::for_hop(&opts, &first_url, &url);
+        if !dropped.is_empty() && opts.verbose > 0 {
+            eprintln!(
+                "ringdl: not sending {} to {} (another origin than {})",
+                dropped.join(", "),
+                url,
+                first_url
+            );
+        }
+        if opts.verbose > 1 {
+            for (name, value) in &headers {
+                eprintln!("ringdl: header {name}: {}", headers::shown(name, value));
+            }
+        }
         let target = download::Target {
             out: &out,
             resume: resume_state.clone(),
@@ -124,6 +140,7 @@ fn real_main() -> Result<()> {
             signals: Some(signals.as_raw_fd()),
             engine,
             ktls: ktls_on,
+            headers: &headers,
         };
         let s = match fetch(&url, &opts, target, &mut tls_config, &mut progress) {
             Ok(Outcome::Done(s)) => s,

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Checksum, Config, EngineChoice, IoChoice, OutputTarget};
+use crate::config::{Checksum, Config, Credentials, EngineChoice, IoChoice, OutputTarget};
 use crate::err;
 use crate::error::Result;
 
@@ -48,6 +48,13 @@ Config:
       --retry-wait S        first wait before a retry, doubled per try (default 0.5)
       --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
       --content-disposition name the file from Content-Disposition (base name only)
+  -H, --header 'NAME: VALUE'
+                            send this request header (repeatable); 'NAME:' with no value
+                            removes User-Agent or Accept. Authorization and Cookie go only
+                            to the URL's origin, never after a redirect to another one
+  -A, --user-agent STR      User-Agent to send (default ringdl/VERSION; '' sends none)
+  -u, --user USER:PASSWORD  Basic authentication (also from https://USER:PASSWORD@host/,
+                            percent-decoded); sent only to the URL's origin
   -q, --quiet               no progress line, no summary
   -v, --verbose             say more (engine choice, segments, retries); repeat for more
   -h, --help                print this help
@@ -92,6 +99,8 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         content_disposition: false,
         splice_chunk: 1 << 20,
         write_threshold: 1 << 20,
+        headers: Vec::new(),
+        credentials: None,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -180,6 +189,36 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 o.checksum = Some(Checksum::parse(&v.to_string_lossy())?);
             }
             Long("content-disposition") => o.content_disposition = true,
+            Short('H') | Long("header") => {
+                let v = p.value().map_err(usage)?;
+                let v = v
+                    .into_string()
+                    .map_err(|_| err!(Usage, "-H: the header is not valid UTF-8"))?;
+                let (name, value) = v
+                    .split_once(':')
+                    .ok_or_else(|| err!(Usage, "-H wants 'Name: value', not {v:?}"))?;
+                add_header(&mut o.headers, name, value.trim_matches([' ', '\t']))?;
+            }
+            Short('A') | Long("user-agent") => {
+                let v = p.value().map_err(usage)?;
+                let v = v
+                    .into_string()
+                    .map_err(|_| err!(Usage, "--user-agent is not valid UTF-8"))?;
+                add_header(&mut o.headers, "User-Agent", &v)?;
+            }
+            Short('u') | Long("user") => {
+                use std::os::unix::ffi::OsStrExt;
+                let v = p.value().map_err(usage)?;
+                let b = v.as_bytes();
+                let at = b
+                    .iter()
+                    .position(|&c| c == b':')
+                    .ok_or_else(|| err!(Usage, "--user wants USER:PASSWORD"))?;
+                o.credentials = Some(Credentials {
+                    user: b[..at].to_vec(),
+                    password: b[at + 1..].to_vec(),
+                });
+            }
             Long("buf-size") => o.splice_chunk = size(number(&mut p, "--buf-size")?, "--buf-size")?,
             Long("write-threshold") => {
                 o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
@@ -193,8 +232,32 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             _ => return Err(usage(arg.unexpected())),
         }
     }
-    o.url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
+    let url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
+    // Credentials never stay in the URL: it is printed and saved in the control file.
+    let (url, userinfo) = http::split_userinfo(&url);
+    o.url = url;
+    if o.credentials.is_none()
+        && let Some((user, password)) = userinfo
+    {
+        o.credentials = Some(Credentials { user, password });
+    }
     Ok(Command::Download(Box::new(o)))
+}
+
+/// Adds `-H NAME: VALUE` (or `--user-agent`) to `headers`, checked by
+/// [`http::check_field`]; a `User-Agent` or `Accept` replaces an earlier one (each
+/// replaces a standard field of the request).
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] naming the header (never its value, which may be a
+/// secret) for a malformed name, a field ringdl writes itself, or a control character.
+fn add_header(headers: &mut Vec<(String, String)>, name: &str, value: &str) -> Result<()> {
+    http::check_field(name, value).map_err(|e| err!(Usage, "-H {name:?}: {e}"))?;
+    if ["User-Agent", "Accept"].iter().any(|f| f.eq_ignore_ascii_case(name)) {
+        headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    }
+    headers.push((name.to_owned(), value.to_owned()));
+    Ok(())
 }
 
 /// The value of option `name` as a number.
@@ -279,6 +342,55 @@ mod tests {
             assert_eq!(e.kind, crate::error::Kind::Usage, "{args:?}");
         }
         assert!(matches!(p(&["-h"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn headers_user_agent_and_credentials() {
+        let Command::Download(o) = p(&[
+            "-H",
+            "X-Token:  t0k3n ",
+            "-A",
+            "first",
+            "--header",
+            "user-agent: second",
+            "-H",
+            "X-Token: again",
+            "https://al%40ice:p%3Ass@h/f",
+        ])
+        .unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!(o.url, "https://h/f");
+        let h: Vec<_> = o.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(
+            h,
+            [("X-Token", "t0k3n"), ("user-agent", "second"), ("X-Token", "again")]
+        );
+        let c = o.credentials.as_ref().unwrap();
+        assert_eq!((&c.user[..], &c.password[..]), (&b"al@ice"[..], &b"p:ss"[..]));
+        assert!(!format!("{o:?}").contains("p:ss"));
+        // --user wins over the URL's userinfo.
+        let Command::Download(o) = p(&["-u", "bob:x:y", "http://a:b@h/"]).unwrap() else {
+            panic!("not a download");
+        };
+        let c = o.credentials.unwrap();
+        assert_eq!((&c.user[..], &c.password[..]), (&b"bob"[..], &b"x:y"[..]));
+        assert_eq!(o.url, "http://h/");
+        for bad in [
+            &["-H", "X-A: a\r\nX-B: b", "u"][..],
+            &["-H", "X-A: a\nb", "u"],
+            &["-H", "X-A: a\0b", "u"],
+            &["-H", "X A: b", "u"],
+            &["-H", ": b", "u"],
+            &["-H", "NoColon", "u"],
+            &["-H", "Host: evil", "u"],
+            &["-H", "Range: bytes=0-", "u"],
+            &["-A", "a\rb", "u"],
+            &["-u", "nocolon", "u"],
+        ] {
+            let e = p(bad).err().unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");
+        }
     }
 
     #[test]

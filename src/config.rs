@@ -107,6 +107,27 @@ pub struct Config {
     pub splice_chunk: usize,
     /// `--write-threshold BYTES`: bytes held in the pipe before a pipe → file SPLICE.
     pub write_threshold: usize,
+    /// `-H 'Name: value'` and `--user-agent` (as `User-Agent`), in order, each checked
+    /// by [`http::check_field`]; a later `User-Agent` or `Accept` replaces an earlier one.
+    pub headers: Vec<(String, String)>,
+    /// Basic credentials: `--user USER:PASSWORD`, else the URL's userinfo.
+    pub credentials: Option<Credentials>,
+}
+
+/// A user name and password for Basic authentication (RFC 7617), as bytes (the URL's
+/// userinfo is percent-decoded). `Debug` shows neither.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user-id (no `:`, RFC 7617 §2).
+    pub user: Vec<u8>,
+    /// The password.
+    pub password: Vec<u8>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials(<redacted>)")
+    }
 }
 
 /// An expected digest, `--checksum sha-256=HEX` or `sha-512=HEX`.

@@ -14,4 +14,5 @@ mod fuzz_corpus;
 mod seccomp;
 mod soak;
 mod static_binary;
+mod users;
 mod vm;

@@ -57,9 +57,9 @@ pub use crate::disposition::{content_disposition_filename, sanitize_file_name};
 pub use crate::fields::{
     ContentRange, FieldError, Framing, MAX_DECIMAL_DIGITS, RetryAfter, Validator, parse_content_range,
 };
-pub use crate::request::{ByteRange, Request, RequestError};
+pub use crate::request::{ByteRange, MANAGED_FIELDS, Request, RequestError, check_field};
 pub use crate::response::{HeadError, Header, MAX_FIELDS, MAX_HEAD, Response, Status, parse_head};
-pub use crate::url::{MAX_URL_LEN, Scheme, SchemeName, Url, UrlError};
+pub use crate::url::{MAX_URL_LEN, Scheme, SchemeName, Url, UrlError, Userinfo, split_userinfo};
 
 #[cfg(test)]
 mod test_rng {

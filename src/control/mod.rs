@@ -3,6 +3,7 @@
 
 mod conn;
 mod handoff;
+pub(crate) mod headers;
 pub(crate) mod response;
 pub(crate) mod session;
 pub(crate) mod tls;

@@ -109,11 +109,12 @@ impl Loop<'_> {
         // segment; a server without ranges gets a plain GET.
         let range = (probe || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
         let mut req = Vec::with_capacity(256);
+        let extra: Vec<(&str, &str)> = self.sh.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         Request {
             url: self.sh.url,
             range,
             user_agent: crate::control::USER_AGENT,
-            extra_headers: &[],
+            extra_headers: &extra,
         }
         .write_to(&mut req);
         if self.sh.opts.verbose > 1 {

@@ -135,6 +135,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) capped_at: Option<usize>,
     /// The output in messages ("standard output", "the FIFO out.bin").
     pub(crate) out_name: String,
+    /// Extra request fields for this URL (`-H`, credentials), already checked.
+    pub(crate) headers: &'a [(String, String)],
 }
 
 /// Where a download goes and what it resumes.
@@ -151,6 +153,8 @@ pub struct Target<'a> {
     pub engine: EngineKind,
     /// Hand TLS connections to the kernel (kTLS) once their handshake is done.
     pub ktls: bool,
+    /// Extra request fields for this URL: `-H`, and credentials on their origin.
+    pub headers: &'a [(String, String)],
 }
 
 /// Runs one download of `url` into `out`.
@@ -172,6 +176,7 @@ pub fn run(
         signals,
         engine,
         ktls,
+        headers,
     } = target;
     let resuming = resume.is_some();
     // A resumed download asks first for the first block it lacks, not for byte 0 again.
@@ -246,6 +251,7 @@ pub fn run(
         changed: false,
         capped_at: None,
         out_name: out.describe(),
+        headers,
     };
     let mut dl = Loop {
         ring,
