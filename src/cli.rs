@@ -55,6 +55,10 @@ Config:
   -A, --user-agent STR      User-Agent to send (default ringdl/VERSION; '' sends none)
   -u, --user USER:PASSWORD  Basic authentication (also from https://USER:PASSWORD@host/,
                             percent-decoded); sent only to the URL's origin
+      --json FILE           at the end, success or failure, write one JSON object (size,
+                            bytes fetched, seconds, rate, engine, TLS, connections, retries,
+                            redirects, checksum, exit code, error) to FILE ('-' = standard
+                            output, when the data goes to a file)
   -q, --quiet               no progress line, no summary
   -v, --verbose             say more (engine choice, segments, retries); repeat for more
   -h, --help                print this help
@@ -101,6 +105,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         write_threshold: 1 << 20,
         headers: Vec::new(),
         credentials: None,
+        json: None,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -189,6 +194,13 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 o.checksum = Some(Checksum::parse(&v.to_string_lossy())?);
             }
             Long("content-disposition") => o.content_disposition = true,
+            Long("json") => {
+                let v = p.value().map_err(usage)?;
+                if v.is_empty() {
+                    return Err(err!(Usage, "--json needs a file name ('-' = standard output)"));
+                }
+                o.json = Some(PathBuf::from(v));
+            }
             Short('H') | Long("header") => {
                 let v = p.value().map_err(usage)?;
                 let v = v
@@ -231,6 +243,12 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             }
             _ => return Err(usage(arg.unexpected())),
         }
+    }
+    if o.output == OutputTarget::Stdout && o.json.as_deref() == Some(std::path::Path::new("-")) {
+        return Err(err!(
+            Usage,
+            "--json - and -o - both want standard output: give --json a file"
+        ));
     }
     let url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
     // Credentials never stay in the URL: it is printed and saved in the control file.
@@ -387,6 +405,8 @@ mod tests {
             &["-H", "Range: bytes=0-", "u"],
             &["-A", "a\rb", "u"],
             &["-u", "nocolon", "u"],
+            &["--json", "-", "-o", "-", "u"],
+            &["--json", "", "u"],
         ] {
             let e = p(bad).err().unwrap_or_else(|| panic!("{bad:?} accepted"));
             assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");

@@ -112,6 +112,9 @@ pub struct Config {
     pub headers: Vec<(String, String)>,
     /// Basic credentials: `--user USER:PASSWORD`, else the URL's userinfo.
     pub credentials: Option<Credentials>,
+    /// `--json FILE`: write the run's record there at the end (`-` = standard output,
+    /// only when the data goes elsewhere).
+    pub json: Option<PathBuf>,
 }
 
 /// A user name and password for Basic authentication (RFC 7617), as bytes (the URL's

@@ -197,3 +197,125 @@ fn credentials_follow_a_redirect_on_the_same_origin() {
     o.assert_success();
     assert_same_bytes(&out, file);
 }
+
+// ---------------------------------------------------------------------------
+// --json
+
+fn parse_json(text: &str) -> serde_json::Value {
+    assert_eq!(text.lines().count(), 1, "one line of JSON expected: {text:?}");
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn json_record_matches_the_download() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let dir = TestDir::new("users_json_ok");
+    let out = dir.join("out \"q\".bin");
+    let json = dir.join("run.json");
+    let url = n.https_url(&file.name);
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--checksum"])
+        .arg(format!("sha-256={}", file.sha256))
+        .arg("--json")
+        .arg(&json)
+        .arg("--ca-certificate")
+        .arg(n.ca_pem())
+        .arg("-o")
+        .arg(&out)
+        .arg(&url)
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    let j = parse_json(&std::fs::read_to_string(&json).unwrap());
+    assert_eq!(j["urls"], serde_json::json!([url]));
+    assert_eq!(j["final_url"], url.as_str());
+    assert_eq!(j["output"], out.to_str().unwrap());
+    assert_eq!(j["bytes"], file.size);
+    assert_eq!(j["fetched"], file.size);
+    let secs = j["seconds"].as_f64().unwrap();
+    let rate = j["rate"].as_f64().unwrap();
+    assert!(
+        secs > 0.0 && (rate - file.size as f64 / secs).abs() <= rate * 0.01 + 1.0,
+        "{j}"
+    );
+    assert!(
+        ["direct", "buffered", "ktls-direct"].contains(&j["engine"].as_str().unwrap()),
+        "{j}"
+    );
+    assert!(["io_uring", "epoll"].contains(&j["io"].as_str().unwrap()), "{j}");
+    assert!(
+        o.summary()
+            .contains(&format!("engine {}", j["engine"].as_str().unwrap())),
+        "{j}"
+    );
+    assert!(j["tls_version"].as_str().unwrap().starts_with("TLSv1_"), "{j}");
+    assert!(j["tls_suite"].as_str().unwrap().starts_with("TLS"), "{j}");
+    assert!(o.summary().contains(j["tls_suite"].as_str().unwrap()), "{j}");
+    assert_eq!(j["ktls_connections"], 0);
+    let conns = j["connections"].as_u64().unwrap();
+    assert!((1..=4).contains(&conns), "{j}");
+    assert!(o.summary().contains(&format!("{conns} connection")), "{j}");
+    assert_eq!(j["retries"], 0);
+    assert!(j["steals"].as_u64().is_some(), "{j}");
+    assert_eq!(j["redirects"], 0);
+    assert_eq!(j["checksum_verified"], true);
+    assert_eq!(j["exit_code"], 0);
+    assert!(j["error"].is_null(), "{j}");
+}
+
+#[test]
+fn json_record_on_stdout_for_a_failure_and_after_a_redirect() {
+    let n = nginx();
+    let dir = TestDir::new("users_json_fail");
+    // A 404: the record still comes, with the exit code and the message.
+    let o = dir
+        .ringdl()
+        .args(["--json", "-", "-o"])
+        .arg(dir.join("missing.bin"))
+        .arg(n.http_url("no-such-file.bin"))
+        .run();
+    o.assert_code(exit::HTTP_STATUS);
+    let j = parse_json(&o.stdout_text());
+    assert_eq!(j["exit_code"], exit::HTTP_STATUS);
+    assert!(j["error"].as_str().unwrap().contains("404"), "{j}");
+    assert!(
+        j["bytes"].is_null() && j["tls_version"].is_null() && j["checksum_verified"].is_null(),
+        "{j}"
+    );
+    // A redirect to another origin, plain http: counted, final URL named, TLS null.
+    let file = n.file(MIB + 1);
+    let o = dir
+        .ringdl()
+        .args(["--json", "-", "-o"])
+        .arg(dir.join("redirected.bin"))
+        .arg(url("to-other", MIB + 1, "json-redirect"))
+        .run();
+    o.assert_success();
+    let j = parse_json(&o.stdout_text());
+    assert_eq!(j["redirects"], 1);
+    assert!(j["final_url"].as_str().unwrap().starts_with("http://localhost:"), "{j}");
+    assert_eq!(j["bytes"], file.size);
+    assert!(j["tls_version"].is_null() && j["tls_suite"].is_null(), "{j}");
+    // A checksum mismatch: false, exit 9, the size known.
+    let o = dir
+        .ringdl()
+        .args(["--json", "-", "--checksum"])
+        .arg(format!("sha-256={}", "0".repeat(64)))
+        .arg("-o")
+        .arg(dir.join("bad.bin"))
+        .arg(n.http_url(&file.name))
+        .run();
+    o.assert_code(9);
+    let j = parse_json(&o.stdout_text());
+    assert_eq!(j["checksum_verified"], false);
+    assert_eq!(j["exit_code"], 9);
+    assert_eq!(j["bytes"], file.size);
+    // Both on standard output: a usage error.
+    dir.ringdl()
+        .args(["--json", "-", "-o", "-"])
+        .arg(n.http_url(&file.name))
+        .run()
+        .assert_code(exit::USAGE);
+}

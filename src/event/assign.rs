@@ -86,6 +86,7 @@ impl Loop<'_> {
             grace: job.seg.grace,
         };
         job.seg.end = at;
+        self.sh.steals += 1;
         if self.sh.opts.verbose > 0 {
             eprintln!(
                 "ringdl: connection {thief}: takes bytes {}-{} from connection {v}",

@@ -88,6 +88,10 @@ pub struct Summary {
     pub capped_at: Option<usize>,
     /// The I/O backend: `io_uring`, `epoll (io_uring refused: EPERM)`.
     pub io: String,
+    /// Failed attempts that were tried again (a segment requeued, a connection reopened).
+    pub retries: u64,
+    /// Work-stealing splits (an idle connection took the second half of a running body).
+    pub steals: u64,
 }
 
 /// Download-wide state the connections share.
@@ -137,6 +141,9 @@ pub(crate) struct Shared<'a> {
     pub(crate) out_name: String,
     /// Extra request fields for this URL (`-H`, credentials), already checked.
     pub(crate) headers: &'a [(String, String)],
+    /// Failed attempts tried again, and work-stealing splits (for the summary).
+    pub(crate) retries: u64,
+    pub(crate) steals: u64,
 }
 
 /// Where a download goes and what it resumes.
@@ -252,6 +259,8 @@ pub fn run(
         capped_at: None,
         out_name: out.describe(),
         headers,
+        retries: 0,
+        steals: 0,
     };
     let mut dl = Loop {
         ring,
@@ -405,6 +414,8 @@ pub fn run(
         ktls_rekeys: dl.sh.ktls_rekeys,
         capped_at: dl.sh.capped_at,
         io,
+        retries: dl.sh.retries,
+        steals: dl.sh.steals,
     }))
 }
 
