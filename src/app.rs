@@ -73,6 +73,9 @@ fn real_main(record: &mut Record) -> Result<()> {
     }
     let final_path = output::final_path(&opts.output, &url);
     record.output = final_path.as_ref().map(|p| p.display().to_string());
+    if let Some(sums) = &opts.checksum_file {
+        opts.checksum = Some(checksum_from_file(sums, final_path.as_deref(), &url)?);
+    }
     // Standard output, a FIFO, a terminal, a socket, a device: bytes go in order, on one
     // connection (several would deliver blocks out of order). A sink (/dev/null) takes any.
     let special = match &final_path {
@@ -360,6 +363,31 @@ fn choose_ktls(url: &http::Url, opts: &Config, engine: &mut EngineKind) -> Resul
         *engine = EngineKind::KtlsDirect;
     }
     Ok((String::new(), true))
+}
+
+/// `--checksum-file`: the digest for the output's file name, else the URL's, read before
+/// anything is fetched.
+///
+/// # Errors
+/// [`crate::error::Kind::LocalIo`] when the file cannot be read; `Usage` when no line
+/// names the file ([`crate::config::Checksum::from_sums`]).
+fn checksum_from_file(
+    sums: &std::path::Path,
+    output: Option<&std::path::Path>,
+    url: &http::Url,
+) -> Result<crate::config::Checksum> {
+    let text = std::fs::read(sums).map_err(|e| err!(LocalIo, "--checksum-file {}: {e}", sums.display()))?;
+    let from_output = output
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    let from_url = url.file_name_decoded();
+    let mut names: Vec<&str> = Vec::new();
+    for n in [from_output.as_deref(), from_url.as_deref()].into_iter().flatten() {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    crate::config::Checksum::from_sums(&String::from_utf8_lossy(&text), &names, &sums.display().to_string())
 }
 
 /// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.

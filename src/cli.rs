@@ -47,6 +47,9 @@ Config:
       --allow-downgrade     follow a redirect from https to http
       --retry-wait S        first wait before a retry, doubled per try (default 0.5)
       --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
+      --checksum-file FILE  take the digest from a SHA256SUMS / SHA512SUMS file: the line
+                            for the output's file name (or the URL's); none = error
+                            before the download
       --content-disposition name the file from Content-Disposition (base name only)
   -H, --header 'NAME: VALUE'
                             send this request header (repeatable); 'NAME:' with no value
@@ -106,6 +109,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         headers: Vec::new(),
         credentials: None,
         json: None,
+        checksum_file: None,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -194,6 +198,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 o.checksum = Some(Checksum::parse(&v.to_string_lossy())?);
             }
             Long("content-disposition") => o.content_disposition = true,
+            Long("checksum-file") => o.checksum_file = Some(p.value().map_err(usage)?.into()),
             Long("json") => {
                 let v = p.value().map_err(usage)?;
                 if v.is_empty() {
@@ -249,6 +254,9 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Usage,
             "--json - and -o - both want standard output: give --json a file"
         ));
+    }
+    if o.checksum.is_some() && o.checksum_file.is_some() {
+        return Err(err!(Usage, "give --checksum or --checksum-file, not both"));
     }
     let url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
     // Credentials never stay in the URL: it is printed and saved in the control file.
@@ -407,6 +415,7 @@ mod tests {
             &["-u", "nocolon", "u"],
             &["--json", "-", "-o", "-", "u"],
             &["--json", "", "u"],
+            &["--checksum-file", "S", "--checksum", "sha256=00", "u"],
         ] {
             let e = p(bad).err().unwrap_or_else(|| panic!("{bad:?} accepted"));
             assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");

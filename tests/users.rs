@@ -319,3 +319,109 @@ fn json_record_on_stdout_for_a_failure_and_after_a_redirect() {
         .run()
         .assert_code(exit::USAGE);
 }
+
+// ---------------------------------------------------------------------------
+// --checksum-file
+
+#[test]
+fn checksum_file_picks_the_line_for_the_output_name() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let other = n.file(MIB + 1);
+    let dir = TestDir::new("users_sums");
+    // What sha256sum writes, with noise: another file, a comment, a short digest.
+    let sums = dir.join("SHA256SUMS");
+    std::fs::write(
+        &sums,
+        format!(
+            "{}  {}\n# not a line\n{}  short.bin\n{} *{}\n",
+            other.sha256,
+            other.name,
+            "ab".repeat(10),
+            file.sha256,
+            file.name
+        ),
+    )
+    .unwrap();
+    let out = dir.join(&file.name);
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--checksum-file"])
+        .arg(&sums)
+        .arg("-o")
+        .arg(&out)
+        .arg(url("open", 4 * MIB, "sums-ok"))
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    assert!(o.summary().contains("sha-256 verified"), "{}", o.summary());
+    assert!(!n.users_log("sums-ok").is_empty(), "the access log shows no request");
+
+    // A wrong digest for the name: the checksum error of --checksum, the bytes kept.
+    let bad = dir.join("BAD256SUMS");
+    std::fs::write(&bad, format!("{}  {}\n", other.sha256, file.name)).unwrap();
+    let out = dir.join("bad").join(&file.name);
+    std::fs::create_dir(dir.join("bad")).unwrap();
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--checksum-file"])
+        .arg(&bad)
+        .arg("-o")
+        .arg(&out)
+        .arg(url("open", 4 * MIB, "sums-bad"))
+        .run();
+    o.assert_code(9);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("sha-256 mismatch") && err.contains("data kept in"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a mismatching file was renamed into place");
+    assert_eq!(crate::util::sha256_file(&crate::util::part_path(&out)), file.sha256);
+
+    // No line for the name: an error before the server sees a request.
+    let o = dir
+        .ringdl()
+        .arg("--checksum-file")
+        .arg(&sums)
+        .arg("-o")
+        .arg(dir.join("renamed.bin"))
+        .arg(url("open", 0, "sums-missing"))
+        .run();
+    o.assert_code(exit::USAGE);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("no SHA-256 or SHA-512 line for \"renamed.bin\" or \"size-0.bin\""),
+        "{err}"
+    );
+    assert!(n.users_log("sums-missing").is_empty(), "a request was made");
+    assert!(!dir.join("renamed.bin").exists() && !crate::util::part_path(&dir.join("renamed.bin")).exists());
+}
+
+/// SHA512SUMS, and the URL's name when the output is renamed.
+#[test]
+fn checksum_file_takes_sha512_and_the_url_name() {
+    use sha2::Digest;
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("users_sums512");
+    let bytes = std::fs::read(n.www().join(&file.name)).unwrap();
+    let hex: String = sha2::Sha512::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let sums = dir.join("SHA512SUMS");
+    std::fs::write(&sums, format!("{hex}  {}\n", file.name)).unwrap();
+    let out = dir.join("renamed.bin");
+    let o = dir
+        .ringdl()
+        .arg("--checksum-file")
+        .arg(&sums)
+        .arg("-o")
+        .arg(&out)
+        .arg(n.http_url(&file.name))
+        .run();
+    o.assert_success();
+    assert!(o.summary().contains("sha-512 verified"), "{}", o.summary());
+    assert_same_bytes(&out, file);
+}
