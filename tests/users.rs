@@ -425,3 +425,47 @@ fn checksum_file_takes_sha512_and_the_url_name() {
     assert!(o.summary().contains("sha-512 verified"), "{}", o.summary());
     assert_same_bytes(&out, file);
 }
+
+// ---------------------------------------------------------------------------
+// Range quirks seen on real servers
+
+/// A 206 with `Content-Range: bytes a-b/*` (RFC 9110 §14.4 allows an unknown complete
+/// length): no size to plan segments with, so one plain GET for the whole file.
+#[test]
+fn a_206_with_an_unknown_total_falls_back_to_one_plain_get() {
+    use crate::fault::{Fault, FaultServer, When};
+    let srv = FaultServer::builder()
+        .size(6 * MIB + 5)
+        .fault_on(When::Always, Fault::ContentRangeUnknownTotal)
+        .start();
+    let r = crate::util::get("range-unknown-total", &srv, &["-v"]);
+    r.assert_exact(&srv);
+    let reqs = srv.requests();
+    assert!(reqs[0].range.is_some(), "{reqs:?}");
+    assert_eq!(reqs.len(), 2, "one Range probe, then one plain GET: {reqs:?}");
+    assert!(reqs[1].range.is_none(), "{reqs:?}");
+    assert!(
+        r.o.stderr_text().contains("asking again without Range"),
+        "{}",
+        r.o.stderr_text()
+    );
+}
+
+/// A 200 error page in reply to a segment request: the message says what came (its
+/// type and length), not only "whole file".
+#[test]
+fn a_200_to_a_segment_names_its_content_type_and_length() {
+    use crate::fault::{Fault, FaultServer, When};
+    let srv = FaultServer::builder()
+        .size(6 * MIB)
+        .fault_on(When::Segment, Fault::IgnoreRange)
+        .fault_on(When::Segment, Fault::Header("Content-Type".into(), "text/html".into()))
+        .start();
+    let r = crate::util::get("range-200-page", &srv, &[]);
+    r.assert_fails(&srv, exit::PROTOCOL);
+    let err = r.o.stderr_text();
+    assert!(
+        err.contains("answered 200 (Content-Type \"text/html\", Content-Length 6291456)"),
+        "{err}"
+    );
+}

@@ -108,7 +108,8 @@ impl Loop<'_> {
         c.capped = false;
         // The first request, and every request once ranges are known to work, asks for its
         // segment; a server without ranges gets a plain GET.
-        let range = (probe || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
+        let range =
+            ((probe && !self.sh.plain_get) || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
         let mut req = Vec::with_capacity(256);
         let extra: Vec<(&str, &str)> = self.sh.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         Request {

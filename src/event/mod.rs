@@ -144,6 +144,8 @@ pub(crate) struct Shared<'a> {
     /// Failed attempts tried again, and work-stealing splits (for the summary).
     pub(crate) retries: u64,
     pub(crate) steals: u64,
+    /// The first 206 had no complete length (`bytes a-b/*`): requests go without Range.
+    pub(crate) plain_get: bool,
 }
 
 /// Where a download goes and what it resumes.
@@ -261,6 +263,7 @@ pub fn run(
         headers,
         retries: 0,
         steals: 0,
+        plain_get: false,
     };
     let mut dl = Loop {
         ring,
