@@ -210,11 +210,11 @@ impl JsonObject {
             None => self.buf.push_str("null"),
         }
     }
-    /// Three decimals; NaN and infinities (no JSON number) as `null`.
+    /// Six decimals (seconds to the microsecond); NaN and infinities (no JSON number) as `null`.
     fn f64(&mut self, k: &str, v: Option<f64>) {
         self.key(k);
         match v.filter(|v| v.is_finite()) {
-            Some(v) => self.buf.push_str(&format!("{v:.3}")),
+            Some(v) => self.buf.push_str(&format!("{v:.6}")),
             None => self.buf.push_str("null"),
         }
     }
@@ -271,7 +271,7 @@ mod tests {
         let j = r.to_json(9, Some("sha-256 mismatch"));
         assert!(j.starts_with(r#"{"urls":["http://h/\"x\""],"final_url":null,"#), "{j}");
         assert!(
-            j.contains(r#""bytes":10,"fetched":5,"seconds":2.000,"rate":2.500,"#),
+            j.contains(r#""bytes":10,"fetched":5,"seconds":2.000000,"rate":2.500000,"#),
             "{j}"
         );
         assert!(
