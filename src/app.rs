@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use crate::cli::{self, Command};
 use crate::config::{Config, OutputTarget};
-use crate::control::{proxy, resolve, tls};
+use crate::control::{headers, proxy, resolve, tls};
 use crate::engine::EngineKind;
 use crate::engine::select::{self, Sink};
 use crate::err;
@@ -14,20 +14,42 @@ use crate::error::Result;
 use crate::event::{self as download, Outcome};
 use crate::output::resume;
 use crate::output::{self, Output};
-use crate::report::{self as progress, Progress};
+use crate::report::{self as progress, Progress, Record};
 
 /// Runs ringdl with the process arguments; the exit code is documented in README.md.
 pub fn main() -> ExitCode {
-    match real_main() {
-        Ok(()) => ExitCode::SUCCESS,
+    let started = std::time::Instant::now();
+    let mut record = Record::default();
+    let result = real_main(&mut record);
+    let mut code = match &result {
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("ringdl: {e}");
-            ExitCode::from(e.kind.exit_code())
+            e.kind.exit_code()
+        }
+    };
+    if let Some(dest) = record.json.take() {
+        if result.is_err() && record.seconds.is_none() {
+            record.seconds = Some(started.elapsed().as_secs_f64());
+        }
+        let msg = result.as_ref().err().map(|e| e.to_string());
+        let json = record.to_json(code, msg.as_deref());
+        let written = if dest.as_os_str() == "-" {
+            std::io::Write::write_all(&mut std::io::stdout().lock(), json.as_bytes())
+        } else {
+            std::fs::write(&dest, json)
+        };
+        if let Err(e) = written {
+            eprintln!("ringdl: --json {}: {e}", dest.display());
+            if code == 0 {
+                code = crate::error::Kind::LocalIo.exit_code();
+            }
         }
     }
+    ExitCode::from(code)
 }
 
-fn real_main() -> Result<()> {
+fn real_main(record: &mut Record) -> Result<()> {
     let mut opts = match cli::parse(std::env::args_os().skip(1))? {
         Command::Help => {
             print!("{}", cli::HELP);
@@ -39,6 +61,8 @@ fn real_main() -> Result<()> {
         }
         Command::Download(o) => o,
     };
+    record.json = opts.json.clone();
+    record.url = Some(opts.url.clone());
     // Before anything else: SIGINT/SIGTERM become a completion on the ring, so an interrupt
     // stops the download between two operations and keeps the `.part` consistent.
     let signals = uring::signal::block_signals(&[uring::signal::SIGINT, uring::signal::SIGTERM])
@@ -48,6 +72,10 @@ fn real_main() -> Result<()> {
         eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
     }
     let final_path = output::final_path(&opts.output, &url);
+    record.output = final_path.as_ref().map(|p| p.display().to_string());
+    if let Some(sums) = &opts.checksum_file {
+        opts.checksum = Some(checksum_from_file(sums, final_path.as_deref(), &url)?);
+    }
     // Standard output, a FIFO, a terminal, a socket, a device: bytes go in order, on one
     // connection (several would deliver blocks out of order). A sink (/dev/null) takes any.
     let special = match &final_path {
@@ -123,6 +151,7 @@ fn real_main() -> Result<()> {
         }
     };
     let mut out = out;
+    record.engine = Some(engine.name().to_owned());
     if opts.verbose > 0 {
         let how = if out.direct {
             format!("O_DIRECT, {}-byte alignment", out.align)
@@ -134,7 +163,22 @@ fn real_main() -> Result<()> {
     let mut progress = Progress::new(opts.quiet, opts.verbose);
     let mut tls_config = None;
     let mut hops = 0;
+    let first_url = url.clone();
     loop {
+        let (headers, dropped) = headers::for_hop(&opts, &first_url, &url);
+        if !dropped.is_empty() && opts.verbose > 0 {
+            eprintln!(
+                "ringdl: not sending {} to {} (another origin than {})",
+                dropped.join(", "),
+                url,
+                first_url
+            );
+        }
+        if opts.verbose > 1 {
+            for (name, value) in &headers {
+                eprintln!("ringdl: header {name}: {}", headers::shown(name, value));
+            }
+        }
         let target = download::Target {
             out: &out,
             resume: resume_state.clone(),
@@ -142,6 +186,7 @@ fn real_main() -> Result<()> {
             signals: Some(signals.as_raw_fd()),
             engine,
             ktls: ktls_on,
+            headers: &headers,
         };
         let s = match fetch(&url, &opts, target, &mut tls_config, &mut progress) {
             Ok(Outcome::Done(s)) => s,
@@ -167,6 +212,7 @@ fn real_main() -> Result<()> {
                     eprintln!("ringdl: redirected to {to}");
                 }
                 url = to;
+                record.redirects = hops.into();
                 continue;
             }
             Err(e) => {
@@ -174,6 +220,11 @@ fn real_main() -> Result<()> {
                 out.discard_if_empty();
                 return Err(e);
             }
+        };
+        record.fill(&url, engine, &s);
+        record.checksum_verified = match (&opts.checksum, &s.digest) {
+            (Some(want), Some(got)) => Some(want.expected == got.as_ref()),
+            _ => None,
         };
         if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
             && want.expected != got.as_ref()
@@ -194,6 +245,7 @@ fn real_main() -> Result<()> {
             out.final_path = Some(p);
         }
         out.commit()?;
+        record.output = out.final_path.as_ref().map(|p| p.display().to_string());
         if let Some(c) = &control {
             resume::remove(c);
         }
@@ -233,6 +285,31 @@ fn real_main() -> Result<()> {
     }
 }
 
+impl Record {
+    /// Takes what the finished transfer `s` of `url` learned.
+    fn fill(&mut self, url: &http::Url, engine: EngineKind, s: &download::Summary) {
+        self.final_url = Some(url.to_string());
+        self.bytes = Some(s.bytes);
+        self.fetched = Some(s.fetched);
+        self.seconds = Some(s.elapsed.as_secs_f64());
+        // kTLS refused on every connection: the user-space path of the same engine ran.
+        let ran = match engine {
+            EngineKind::KtlsDirect if s.ktls_conns == 0 => "direct",
+            e => e.name(),
+        };
+        self.engine = Some(ran.to_owned());
+        self.io = s.io.split_whitespace().next().map(str::to_owned);
+        if let Some((version, suite)) = s.tls.split_once(' ') {
+            self.tls_version = Some(version.to_owned());
+            self.tls_suite = Some(suite.to_owned());
+        }
+        self.ktls_connections = Some(s.ktls_conns as u64);
+        self.connections = Some(s.connections as u64);
+        self.retries = Some(s.retries);
+        self.steals = Some(s.steals);
+    }
+}
+
 /// The engine as the summary names it: what ran, with why kTLS did not, when it did not.
 fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String {
     match engine {
@@ -268,6 +345,31 @@ fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String
         ),
         _ => format!("{}{note}", engine.name()),
     }
+}
+
+/// `--checksum-file`: the digest for the output's file name, else the URL's, read before
+/// anything is fetched.
+///
+/// # Errors
+/// [`crate::error::Kind::LocalIo`] when the file cannot be read; `Usage` when no line
+/// names the file ([`crate::config::Checksum::from_sums`]).
+fn checksum_from_file(
+    sums: &std::path::Path,
+    output: Option<&std::path::Path>,
+    url: &http::Url,
+) -> Result<crate::config::Checksum> {
+    let text = std::fs::read(sums).map_err(|e| err!(LocalIo, "--checksum-file {}: {e}", sums.display()))?;
+    let from_output = output
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    let from_url = url.file_name_decoded();
+    let mut names: Vec<&str> = Vec::new();
+    for n in [from_output.as_deref(), from_url.as_deref()].into_iter().flatten() {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    crate::config::Checksum::from_sums(&String::from_utf8_lossy(&text), &names, &sums.display().to_string())
 }
 
 /// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.

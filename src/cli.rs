@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Checksum, Config, IoChoice, OutputTarget, Resolve};
+use crate::config::{Checksum, Config, Credentials, IoChoice, OutputTarget, Resolve};
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
@@ -51,6 +51,9 @@ Config:
       --allow-downgrade     follow a redirect from https to http
       --retry-wait S        first wait before a retry, doubled per try (default 0.5)
       --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
+      --checksum-file FILE  take the digest from a SHA256SUMS / SHA512SUMS file: the line
+                            for the output's file name (or the URL's); none = error
+                            before the download
       --content-disposition name the file from Content-Disposition (base name only)
       --limit-rate RATE     most bytes/s for the whole download (all connections):
                             500K, 10M, 1G (powers of 1024); default: no limit
@@ -62,6 +65,17 @@ Config:
       --noproxy LIST        hosts that go direct: comma-separated names (suffix
                             match), IP addresses, CIDR networks, or '*'; default
                             no_proxy / NO_PROXY
+  -H, --header 'NAME: VALUE'
+                            send this request header (repeatable); 'NAME:' with no value
+                            removes User-Agent or Accept. Authorization and Cookie go only
+                            to the URL's origin, never after a redirect to another one
+  -A, --user-agent STR      User-Agent to send (default ringdl/VERSION; '' sends none)
+  -u, --user USER:PASSWORD  Basic authentication (also from https://USER:PASSWORD@host/,
+                            percent-decoded); sent only to the URL's origin
+      --json FILE           at the end, success or failure, write one JSON object (size,
+                            bytes fetched, seconds, rate, engine, TLS, connections, retries,
+                            redirects, checksum, exit code, error) to FILE ('-' = standard
+                            output, when the data goes to a file)
   -q, --quiet               no progress line, no summary
   -v, --verbose             say more (engine choice, segments, retries); repeat for more
   -h, --help                print this help
@@ -110,6 +124,10 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         noproxy: None,
         limit_rate: None,
         resolve: Vec::new(),
+        headers: Vec::new(),
+        credentials: None,
+        json: None,
+        checksum_file: None,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -201,6 +219,44 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 let v = p.value().map_err(usage)?;
                 o.resolve.push(Resolve::parse(&v.to_string_lossy())?);
             }
+            Long("checksum-file") => o.checksum_file = Some(p.value().map_err(usage)?.into()),
+            Long("json") => {
+                let v = p.value().map_err(usage)?;
+                if v.is_empty() {
+                    return Err(err!(Usage, "--json needs a file name ('-' = standard output)"));
+                }
+                o.json = Some(PathBuf::from(v));
+            }
+            Short('H') | Long("header") => {
+                let v = p.value().map_err(usage)?;
+                let v = v
+                    .into_string()
+                    .map_err(|_| err!(Usage, "-H: the header is not valid UTF-8"))?;
+                let (name, value) = v
+                    .split_once(':')
+                    .ok_or_else(|| err!(Usage, "-H wants 'Name: value', not {v:?}"))?;
+                add_header(&mut o.headers, name, value.trim_matches([' ', '\t']))?;
+            }
+            Short('A') | Long("user-agent") => {
+                let v = p.value().map_err(usage)?;
+                let v = v
+                    .into_string()
+                    .map_err(|_| err!(Usage, "--user-agent is not valid UTF-8"))?;
+                add_header(&mut o.headers, "User-Agent", &v)?;
+            }
+            Short('u') | Long("user") => {
+                use std::os::unix::ffi::OsStrExt;
+                let v = p.value().map_err(usage)?;
+                let b = v.as_bytes();
+                let at = b
+                    .iter()
+                    .position(|&c| c == b':')
+                    .ok_or_else(|| err!(Usage, "--user wants USER:PASSWORD"))?;
+                o.credentials = Some(Credentials {
+                    user: b[..at].to_vec(),
+                    password: b[at + 1..].to_vec(),
+                });
+            }
             Long("buf-size") => o.splice_chunk = size(number(&mut p, "--buf-size")?, "--buf-size")?,
             Long("write-threshold") => {
                 o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
@@ -214,7 +270,24 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             _ => return Err(usage(arg.unexpected())),
         }
     }
-    o.url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
+    if o.output == OutputTarget::Stdout && o.json.as_deref() == Some(std::path::Path::new("-")) {
+        return Err(err!(
+            Usage,
+            "--json - and -o - both want standard output: give --json a file"
+        ));
+    }
+    if o.checksum.is_some() && o.checksum_file.is_some() {
+        return Err(err!(Usage, "give --checksum or --checksum-file, not both"));
+    }
+    let url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
+    // Credentials never stay in the URL: it is printed and saved in the control file.
+    let (url, userinfo) = http::split_userinfo(&url);
+    o.url = url;
+    if o.credentials.is_none()
+        && let Some((user, password)) = userinfo
+    {
+        o.credentials = Some(Credentials { user, password });
+    }
     Ok(Command::Download(Box::new(o)))
 }
 
@@ -245,6 +318,22 @@ fn rate(v: &str) -> Result<u64> {
 fn utf8(v: std::ffi::OsString, name: &str) -> Result<String> {
     v.into_string()
         .map_err(|v| err!(Usage, "{name}: not valid UTF-8: {}", v.to_string_lossy()))
+}
+
+/// Adds `-H NAME: VALUE` (or `--user-agent`) to `headers`, checked by
+/// [`http::check_field`]; a `User-Agent` or `Accept` replaces an earlier one (each
+/// replaces a standard field of the request).
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] naming the header (never its value, which may be a
+/// secret) for a malformed name, a field ringdl writes itself, or a control character.
+fn add_header(headers: &mut Vec<(String, String)>, name: &str, value: &str) -> Result<()> {
+    http::check_field(name, value).map_err(|e| err!(Usage, "-H {name:?}: {e}"))?;
+    if ["User-Agent", "Accept"].iter().any(|f| f.eq_ignore_ascii_case(name)) {
+        headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    }
+    headers.push((name.to_owned(), value.to_owned()));
+    Ok(())
 }
 
 /// The value of option `name` as a number.
@@ -329,6 +418,58 @@ mod tests {
             assert_eq!(e.kind, crate::error::Kind::Usage, "{args:?}");
         }
         assert!(matches!(p(&["-h"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn headers_user_agent_and_credentials() {
+        let Command::Download(o) = p(&[
+            "-H",
+            "X-Token:  t0k3n ",
+            "-A",
+            "first",
+            "--header",
+            "user-agent: second",
+            "-H",
+            "X-Token: again",
+            "https://al%40ice:p%3Ass@h/f",
+        ])
+        .unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!(o.url, "https://h/f");
+        let h: Vec<_> = o.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(
+            h,
+            [("X-Token", "t0k3n"), ("user-agent", "second"), ("X-Token", "again")]
+        );
+        let c = o.credentials.as_ref().unwrap();
+        assert_eq!((&c.user[..], &c.password[..]), (&b"al@ice"[..], &b"p:ss"[..]));
+        assert!(!format!("{o:?}").contains("p:ss"));
+        // --user wins over the URL's userinfo.
+        let Command::Download(o) = p(&["-u", "bob:x:y", "http://a:b@h/"]).unwrap() else {
+            panic!("not a download");
+        };
+        let c = o.credentials.unwrap();
+        assert_eq!((&c.user[..], &c.password[..]), (&b"bob"[..], &b"x:y"[..]));
+        assert_eq!(o.url, "http://h/");
+        for bad in [
+            &["-H", "X-A: a\r\nX-B: b", "u"][..],
+            &["-H", "X-A: a\nb", "u"],
+            &["-H", "X-A: a\0b", "u"],
+            &["-H", "X A: b", "u"],
+            &["-H", ": b", "u"],
+            &["-H", "NoColon", "u"],
+            &["-H", "Host: evil", "u"],
+            &["-H", "Range: bytes=0-", "u"],
+            &["-A", "a\rb", "u"],
+            &["-u", "nocolon", "u"],
+            &["--json", "-", "-o", "-", "u"],
+            &["--json", "", "u"],
+            &["--checksum-file", "S", "--checksum", "sha256=00", "u"],
+        ] {
+            let e = p(bad).err().unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");
+        }
     }
 
     #[test]

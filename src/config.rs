@@ -89,6 +89,17 @@ pub struct Config {
     /// `--resolve HOST:PORT:ADDR[,ADDR…]` (repeatable): addresses that replace the
     /// resolver's answer for HOST:PORT.
     pub resolve: Vec<Resolve>,
+    /// `-H 'Name: value'` and `--user-agent` (as `User-Agent`), in order, each checked
+    /// by [`http::check_field`]; a later `User-Agent` or `Accept` replaces an earlier one.
+    pub headers: Vec<(String, String)>,
+    /// Basic credentials: `--user USER:PASSWORD`, else the URL's userinfo.
+    pub credentials: Option<Credentials>,
+    /// `--checksum-file FILE`: a SHA256SUMS / SHA512SUMS file; the line for the output's
+    /// name becomes [`Config::checksum`] before the download (see [`Checksum::from_sums`]).
+    pub checksum_file: Option<PathBuf>,
+    /// `--json FILE`: write the run's record there at the end (`-` = standard output,
+    /// only when the data goes elsewhere).
+    pub json: Option<PathBuf>,
 }
 
 /// One `--resolve HOST:PORT:ADDR[,ADDR…]` (curl's syntax): connect to these addresses,
@@ -145,6 +156,22 @@ impl Resolve {
     }
 }
 
+/// A user name and password for Basic authentication (RFC 7617), as bytes (the URL's
+/// userinfo is percent-decoded). `Debug` shows neither.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user-id (no `:`, RFC 7617 §2).
+    pub user: Vec<u8>,
+    /// The password.
+    pub password: Vec<u8>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials(<redacted>)")
+    }
+}
+
 /// An expected digest, `--checksum sha-256=HEX` or `sha-512=HEX`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checksum {
@@ -178,14 +205,140 @@ impl Checksum {
                 2 * algorithm.output_len()
             ));
         }
+        Ok(Checksum::from_hex(algorithm, name, hex))
+    }
+
+    /// `hex` (checked: 2 × the algorithm's output length, hex digits) as a checksum.
+    fn from_hex(algorithm: &'static ring::digest::Algorithm, name: &'static str, hex: &str) -> Checksum {
         let expected = (0..hex.len())
             .step_by(2)
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex checked"))
             .collect();
-        Ok(Checksum {
+        Checksum {
             algorithm,
             name,
             expected,
-        })
+        }
+    }
+
+    /// Picks the line for one of `names` (tried in order: the output's file name, then the
+    /// URL's) in a checksum file `text` read from `source`, in the formats `sha256sum` /
+    /// `sha512sum` write (GNU coreutils: `HEX  NAME`, `HEX *NAME`, a leading `\` for an
+    /// escaped name) and their `--tag` form (`SHA256 (NAME) = HEX`), as Debian, Ubuntu and
+    /// Alpine publish them. The digest's length picks the algorithm (64 hex digits:
+    /// SHA-256, 128: SHA-512). A line's name matches exactly (a leading `./` ignored) or,
+    /// when no line does, by its last path component when only one digest has that name.
+    /// Lines that fit no format are skipped.
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::Usage`] when no line names any of `names`, or when lines for
+    /// the same name in different directories disagree.
+    pub fn from_sums(text: &str, names: &[&str], source: &str) -> Result<Checksum> {
+        let lines: Vec<(&str, String)> = text.lines().filter_map(sums_line).collect();
+        for want in names {
+            if let Some((hex, _)) = lines.iter().find(|(_, n)| n.strip_prefix("./").unwrap_or(n) == *want) {
+                return Ok(Checksum::of_length(hex));
+            }
+            let mut by_base = lines
+                .iter()
+                .filter(|(_, n)| n.rsplit('/').next() == Some(*want))
+                .map(|(h, _)| h.to_ascii_lowercase());
+            if let Some(first) = by_base.next() {
+                if by_base.any(|h| h != first) {
+                    return Err(err!(
+                        Usage,
+                        "--checksum-file {source}: several lines for {want:?} in different directories disagree"
+                    ));
+                }
+                return Ok(Checksum::of_length(&first));
+            }
+        }
+        Err(err!(
+            Usage,
+            "--checksum-file {source}: no SHA-256 or SHA-512 line for {} ({} usable line{})",
+            names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(" or "),
+            lines.len(),
+            if lines.len() == 1 { "" } else { "s" }
+        ))
+    }
+
+    /// A hex digest of 64 or 128 digits (checked by [`sums_line`]).
+    fn of_length(hex: &str) -> Checksum {
+        if hex.len() == 64 {
+            Checksum::from_hex(&ring::digest::SHA256, "sha-256", hex)
+        } else {
+            Checksum::from_hex(&ring::digest::SHA512, "sha-512", hex)
+        }
+    }
+}
+
+/// One checksum-file line as (hex digest of 64 or 128 digits, name), or `None`.
+fn sums_line(line: &str) -> Option<(&str, String)> {
+    let line = line.trim_end_matches('\r');
+    let is_digest = |h: &str| (h.len() == 64 || h.len() == 128) && h.bytes().all(|b| b.is_ascii_hexdigit());
+    // BSD / --tag: `SHA256 (NAME) = HEX`.
+    if let Some((left, hex)) = line.rsplit_once(") = ")
+        && let Some((alg, name)) = left.split_once(" (")
+        && matches!(alg, "SHA256" | "SHA512")
+        && is_digest(hex)
+    {
+        return Some((hex, name.to_owned()));
+    }
+    // GNU: `[\]HEX  NAME` or `[\]HEX *NAME` (a `\` escapes `\\` and `\n` in the name).
+    let (escaped, line) = match line.strip_prefix('\\') {
+        Some(rest) => (true, rest),
+        None => (false, line),
+    };
+    let (hex, rest) = line.split_once(' ')?;
+    let name = rest.strip_prefix([' ', '*'])?;
+    if !is_digest(hex) || name.is_empty() {
+        return None;
+    }
+    let name = if escaped {
+        name.replace("\\n", "\n").replace("\\\\", "\\")
+    } else {
+        name.to_owned()
+    };
+    Some((hex, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn sums_files_pick_the_line_by_name_and_length() {
+        let b512 = "ab".repeat(64);
+        let text = format!(
+            "# comment\n\
+             {A}  other.iso\n\
+             garbage line\n\
+             {A}x  bad.iso\n\
+             {}  ./fw.bin\r\n\
+             {b512} *img.bin\n\
+             SHA256 (tagged.bin) = {A}\n\
+             \\{A}  back\\\\slash\n\
+             {A}  sub/deep.bin\n",
+            A.to_uppercase()
+        );
+        let c = Checksum::from_sums(&text, &["fw.bin"], "SUMS").unwrap();
+        assert_eq!((c.name, c.expected.len()), ("sha-256", 32));
+        assert_eq!(c.expected[0], 0x9f);
+        let c = Checksum::from_sums(&text, &["img.bin"], "SUMS").unwrap();
+        assert_eq!((c.name, c.expected), ("sha-512", vec![0xab; 64]));
+        assert!(Checksum::from_sums(&text, &["tagged.bin"], "SUMS").is_ok());
+        assert!(Checksum::from_sums(&text, &["back\\slash"], "SUMS").is_ok());
+        assert!(Checksum::from_sums(&text, &["deep.bin"], "SUMS").is_ok());
+        // The second name is tried when the first has no line.
+        assert!(Checksum::from_sums(&text, &["out.bin", "other.iso"], "SUMS").is_ok());
+        for missing in ["bad.iso", "garbage", "nothing.bin"] {
+            let e = Checksum::from_sums(&text, &[missing], "SUMS").unwrap_err();
+            assert_eq!(e.kind, crate::error::Kind::Usage);
+            assert!(e.msg.contains(missing), "{}", e.msg);
+        }
+        let clash = format!("{A}  a/x.bin\n{}  b/x.bin\n", "0".repeat(64));
+        assert!(Checksum::from_sums(&clash, &["x.bin"], "SUMS").is_err());
     }
 }

@@ -17,4 +17,5 @@ mod reach;
 mod seccomp;
 mod soak;
 mod static_binary;
+mod users;
 mod vm;

@@ -61,9 +61,9 @@ pub use crate::fields::{
 pub use crate::proxy::{
     DEFAULT_PROXY_PORT, ProxyError, ProxyUrl, authority, no_proxy_matches, write_connect_request, write_proxied_request,
 };
-pub use crate::request::{ByteRange, Request, RequestError};
+pub use crate::request::{ByteRange, MANAGED_FIELDS, Request, RequestError, check_field};
 pub use crate::response::{HeadError, Header, MAX_FIELDS, MAX_HEAD, Response, Status, parse_head};
-pub use crate::url::{MAX_URL_LEN, Scheme, SchemeName, Url, UrlError};
+pub use crate::url::{MAX_URL_LEN, Scheme, SchemeName, Url, UrlError, Userinfo, split_userinfo};
 
 #[cfg(test)]
 mod test_rng {

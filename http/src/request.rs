@@ -60,6 +60,46 @@ pub enum RequestError {
     /// A header value (extra or `User-Agent`) holding CR, LF or NUL, or another
     /// control character than HTAB (RFC 9110 §5.5).
     InvalidHeaderValue,
+    /// An extra header the writer manages itself ([`MANAGED_FIELDS`]: `Host`, `Range`,
+    /// `Accept-Encoding`, framing and connection fields).
+    ManagedHeaderName,
+}
+
+/// Fields the request writer owns and an extra header may not set: `Host` and `Range`
+/// (target and segment), `Accept-Encoding` (kept `identity` so byte offsets mean file
+/// offsets), and the framing and connection fields of RFC 9112 §6 and RFC 9110 §7.6
+/// (a `GET` here has no body and the connection's reuse is the downloader's).
+pub const MANAGED_FIELDS: [&str; 10] = [
+    "Host",
+    "Range",
+    "Accept-Encoding",
+    "Content-Length",
+    "Transfer-Encoding",
+    "Connection",
+    "Keep-Alive",
+    "TE",
+    "Upgrade",
+    "Expect",
+];
+
+/// Checks one extra header field as [`Request::validate`] does: the name is a token
+/// (RFC 9110 §5.1) and not one of [`MANAGED_FIELDS`], the value holds no control
+/// character but HTAB (RFC 9110 §5.5: no CR, LF or NUL, so no field can be injected).
+///
+/// # Errors
+/// [`RequestError::InvalidHeaderName`], [`RequestError::ManagedHeaderName`] or
+/// [`RequestError::InvalidHeaderValue`].
+pub fn check_field(name: &str, value: &str) -> Result<(), RequestError> {
+    if name.is_empty() || !name.bytes().all(crate::response::is_tchar) {
+        return Err(RequestError::InvalidHeaderName);
+    }
+    if MANAGED_FIELDS.iter().any(|m| m.eq_ignore_ascii_case(name)) {
+        return Err(RequestError::ManagedHeaderName);
+    }
+    if !is_field_value(value.as_bytes()) {
+        return Err(RequestError::InvalidHeaderValue);
+    }
+    Ok(())
 }
 
 impl fmt::Display for RequestError {
@@ -67,7 +107,8 @@ impl fmt::Display for RequestError {
         f.write_str(match self {
             RequestError::InvalidRange => "invalid range: first byte after last byte",
             RequestError::InvalidHeaderName => "invalid header name",
-            RequestError::InvalidHeaderValue => "control character in header value",
+            RequestError::InvalidHeaderValue => "control character (CR, LF, NUL, ...) in header value",
+            RequestError::ManagedHeaderName => "header is written by ringdl itself and cannot be set",
         })
     }
 }
@@ -83,7 +124,10 @@ pub struct Request<'a> {
     pub range: Option<ByteRange>,
     /// The `User-Agent` value; omitted when empty.
     pub user_agent: &'a str,
-    /// More fields, written after the standard ones, in order.
+    /// More fields, written after the standard ones, in order. One named `User-Agent`
+    /// or `Accept` replaces the standard field; one whose value is empty (after
+    /// trimming SP and HTAB) is not written (so `User-Agent` with an empty value sends
+    /// none, as curl's `-H 'User-Agent:'`).
     pub extra_headers: &'a [(&'a str, &'a str)],
 }
 
@@ -109,26 +153,34 @@ impl Request<'_> {
     /// field ([`Request::validate`]); `out` is then left unchanged.
     pub fn try_write_to(&self, out: &mut Vec<u8>) -> Result<(), RequestError> {
         self.validate()?;
+        let replaced = |field: &str| self.extra_headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(field));
         out.extend_from_slice(b"GET ");
         out.extend_from_slice(self.url.path_and_query().as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
         self.url.write_host_header(out);
         out.extend_from_slice(b"\r\n");
-        if !self.user_agent.is_empty() {
+        if !self.user_agent.is_empty() && !replaced("User-Agent") {
             out.extend_from_slice(b"User-Agent: ");
             out.extend_from_slice(self.user_agent.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        out.extend_from_slice(b"Accept: */*\r\nAccept-Encoding: identity\r\n");
+        if !replaced("Accept") {
+            out.extend_from_slice(b"Accept: */*\r\n");
+        }
+        out.extend_from_slice(b"Accept-Encoding: identity\r\n");
         if let Some(range) = self.range {
             out.extend_from_slice(b"Range: ");
             range.write_to(out);
             out.extend_from_slice(b"\r\n");
         }
         for (name, value) in self.extra_headers {
+            let value = value.trim_matches([' ', '\t']);
+            if value.is_empty() {
+                continue;
+            }
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
-            out.extend_from_slice(value.trim_matches([' ', '\t']).as_bytes());
+            out.extend_from_slice(value.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
@@ -149,7 +201,8 @@ impl Request<'_> {
         }
     }
 
-    /// Checks what [`Request::write_to`] checks, without writing.
+    /// Checks what [`Request::write_to`] checks, without writing: the range, the
+    /// `User-Agent` value, and each extra header with [`check_field`].
     ///
     /// # Errors
     ///
@@ -164,12 +217,7 @@ impl Request<'_> {
             return Err(RequestError::InvalidHeaderValue);
         }
         for (name, value) in self.extra_headers {
-            if name.is_empty() || !name.bytes().all(crate::response::is_tchar) {
-                return Err(RequestError::InvalidHeaderName);
-            }
-            if !is_field_value(value.as_bytes()) {
-                return Err(RequestError::InvalidHeaderValue);
-            }
+            check_field(name, value)?;
         }
         Ok(())
     }
@@ -234,6 +282,56 @@ mod tests {
             ..req
         };
         assert!(head(&req).contains("\r\nRange: bytes=7-7\r\n"));
+    }
+
+    #[test]
+    fn extra_headers_replace_user_agent_and_accept_and_empty_ones_drop() {
+        let url = Url::parse("http://h/").unwrap();
+        let req = Request {
+            url: &url,
+            range: None,
+            user_agent: "ringdl/0.1",
+            extra_headers: &[
+                ("user-agent", "curl/8"),
+                ("Accept", "application/octet-stream"),
+                ("Authorization", "Bearer t"),
+                ("X-Empty", " \t"),
+            ],
+        };
+        assert_eq!(
+            head(&req),
+            "GET / HTTP/1.1\r\nHost: h\r\nAccept-Encoding: identity\r\nuser-agent: curl/8\r\n\
+             Accept: application/octet-stream\r\nAuthorization: Bearer t\r\n\r\n"
+        );
+        // An empty User-Agent removes the field altogether.
+        let req = Request {
+            extra_headers: &[("User-Agent", "")],
+            ..req
+        };
+        assert!(!head(&req).contains("User-Agent"), "{}", head(&req));
+        assert!(head(&req).contains("Accept: */*"));
+    }
+
+    #[test]
+    fn check_field_rejects_managed_and_malformed() {
+        assert_eq!(check_field("X-Token", "a b\tc"), Ok(()));
+        for name in MANAGED_FIELDS
+            .iter()
+            .copied()
+            .chain(["host", "RANGE", "accept-encoding"])
+        {
+            assert_eq!(check_field(name, "x"), Err(RequestError::ManagedHeaderName), "{name}");
+        }
+        for name in ["", "X Y", "X:", "Ä", "a\r\nb"] {
+            assert_eq!(check_field(name, "x"), Err(RequestError::InvalidHeaderName), "{name:?}");
+        }
+        for value in ["a\rb", "a\nb", "a\0b", "\x7f", "\x1b[31m"] {
+            assert_eq!(
+                check_field("X", value),
+                Err(RequestError::InvalidHeaderValue),
+                "{value:?}"
+            );
+        }
     }
 
     #[test]

@@ -431,6 +431,32 @@ impl fmt::Display for Url {
     }
 }
 
+/// A user name and password from a URL's userinfo, percent-decoded: `(user, password)`.
+pub type Userinfo = (Vec<u8>, Vec<u8>);
+
+/// Takes the userinfo (`user:password@`, RFC 3986 §3.2.1) out of an absolute URL
+/// given on a command line: returns the URL without it, and the user name and
+/// password percent-decoded (bytes; the password is empty when there is no `:`).
+///
+/// The host is what follows the last `@` of the authority (as WHATWG URL parsers do),
+/// so an unencoded `@` in a password still works. [`Url::parse`] rejects userinfo:
+/// call this first, and keep the credentials out of the [`Url`], which is printed in
+/// messages. Input without `scheme://` or without `@` in the authority comes back
+/// unchanged with `None`.
+pub fn split_userinfo(s: &str) -> (String, Option<Userinfo>) {
+    let Some(start) = s.find("://").map(|i| i + 3) else {
+        return (s.to_owned(), None);
+    };
+    let end = s[start..].find(['/', '?', '#']).map_or(s.len(), |i| start + i);
+    let Some(at) = s[start..end].rfind('@').map(|i| start + i) else {
+        return (s.to_owned(), None);
+    };
+    let info = &s[start..at];
+    let (user, password) = info.split_once(':').unwrap_or((info, ""));
+    let creds = (percent_decode(user.as_bytes()), percent_decode(password.as_bytes()));
+    (format!("{}{}", &s[..start], &s[at + 1..]), Some(creds))
+}
+
 /// A URI reference split per RFC 3986 Appendix B, fragment dropped.
 struct Parts<'a> {
     scheme: Option<&'a [u8]>,
@@ -1167,6 +1193,23 @@ mod tests {
             url("http://h/%FF.bin").file_name_decoded().as_deref(),
             Some("\u{fffd}.bin")
         );
+    }
+
+    #[test]
+    fn split_userinfo_takes_credentials_out() {
+        let (u, c) = split_userinfo("https://alice:p%40ss%3Aw0rd%25@host:8443/a@b?c@d");
+        assert_eq!(u, "https://host:8443/a@b?c@d");
+        assert_eq!(c, Some((b"alice".to_vec(), b"p@ss:w0rd%".to_vec())));
+        assert!(Url::parse(&u).is_ok());
+        // Unencoded '@' and ':' in the password: the host follows the last '@'.
+        let (u, c) = split_userinfo("http://bob:a@b:c@h/");
+        assert_eq!(u, "http://h/");
+        assert_eq!(c, Some((b"bob".to_vec(), b"a@b:c".to_vec())));
+        let (u, c) = split_userinfo("http://tok@h");
+        assert_eq!((u.as_str(), c), ("http://h", Some((b"tok".to_vec(), Vec::new()))));
+        for plain in ["http://h/x@y", "http://h?q=@", "h@x", "http://h#@"] {
+            assert_eq!(split_userinfo(plain), (plain.to_owned(), None), "{plain}");
+        }
     }
 
     #[test]

@@ -120,6 +120,20 @@ pub(crate) fn on_head(
                 return Err(proto("206 without a byte Content-Range".into()));
             };
             let Some(complete) = complete else {
+                if job.probe && !sh.plain_get {
+                    // No size to plan segments with (RFC 9110 §14.4 allows `*`): ask again
+                    // without Range, for the whole file on one connection.
+                    sh.plain_get = true;
+                    sh.report.note(Note::UnknownTotal {
+                        host: host.to_string(),
+                        first,
+                        last,
+                    });
+                    return Err(Fail::retry(
+                        Kind::HttpStatus,
+                        format!("{host}: 206 with an unknown complete length (bytes {first}-{last}/*)"),
+                    ));
+                }
                 return Err(proto("206 with an unknown complete length (bytes a-b/*)".into()));
             };
             if job.probe {
@@ -213,10 +227,22 @@ pub(crate) fn on_head(
         }
         200 => {
             if !job.probe && sh.ranges {
+                // Not the segment: often an error page or a captive portal sent with 200.
+                let ctype = resp
+                    .header("content-type")
+                    .map_or_else(|| "none".to_owned(), |v| format!("{:?}", String::from_utf8_lossy(v)));
+                let length = match framing {
+                    Framing::Length(l) => format!("Content-Length {l}"),
+                    Framing::Chunked => "chunked".to_owned(),
+                    Framing::Close => "no length".to_owned(),
+                    Framing::NoBody => "no body".to_owned(),
+                };
                 return Err(proto(format!(
-                    "answered 200 (whole file) to a Range request for bytes {}-{}",
+                    "answered 200 (Content-Type {ctype}, {length}) to a Range request for bytes {}-{} \
+                     of a {}-byte file: not that range",
                     job.seg.start,
-                    job.seg.end - 1
+                    job.seg.end - 1,
+                    sh.total.unwrap_or(0)
                 )));
             }
             if sh.resume.take().is_some() {

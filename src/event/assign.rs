@@ -87,6 +87,7 @@ impl Loop<'_> {
             grace: job.seg.grace,
         };
         job.seg.end = at;
+        self.sh.steals += 1;
         self.sh.report.note(Note::Steal {
             conn: thief,
             from: v,
@@ -107,13 +108,15 @@ impl Loop<'_> {
         c.capped = false;
         // The first request, and every request once ranges are known to work, asks for its
         // segment; a server without ranges gets a plain GET.
-        let range = (probe || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
+        let range =
+            ((probe && !self.sh.plain_get) || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
         let mut req = Vec::with_capacity(256);
+        let extra: Vec<(&str, &str)> = self.sh.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         let request = Request {
             url: self.sh.url,
             range,
             user_agent: crate::control::USER_AGENT,
-            extra_headers: &[],
+            extra_headers: &extra,
         };
         match self.sh.proxy.as_ref().filter(|p| !p.tunnel) {
             // Plain http through a proxy: absolute-form, with the proxy's credentials.

@@ -57,7 +57,7 @@ pub(crate) const CONTROL_INTERVAL: Duration = Duration::from_millis(250);
 /// How a finished download went.
 pub enum Outcome {
     /// Every byte landed; the file is complete and synced.
-    Done(Summary),
+    Done(Box<Summary>),
     /// The first response redirected here (3xx with Location).
     Redirect(Url),
 }
@@ -95,6 +95,10 @@ pub struct Summary {
     pub capped_at: Option<usize>,
     /// The I/O backend: `io_uring`, `epoll (io_uring refused: EPERM)`.
     pub io: String,
+    /// Failed attempts that were tried again (a segment requeued, a connection reopened).
+    pub retries: u64,
+    /// Work-stealing splits (an idle connection took the second half of a running body).
+    pub steals: u64,
 }
 
 /// Download-wide state the connections share.
@@ -148,6 +152,13 @@ pub(crate) struct Shared<'a> {
     pub(crate) out_name: String,
     /// The HTTP proxy the connections go through (`addrs` are its addresses).
     pub(crate) proxy: Option<crate::control::proxy::Proxy>,
+    /// Extra request fields for this URL (`-H`, credentials), already checked.
+    pub(crate) headers: &'a [(String, String)],
+    /// Failed attempts tried again, and work-stealing splits (for the summary).
+    pub(crate) retries: u64,
+    pub(crate) steals: u64,
+    /// The first 206 had no complete length (`bytes a-b/*`): requests go without Range.
+    pub(crate) plain_get: bool,
 }
 
 /// Where a download goes and what it resumes.
@@ -164,6 +175,8 @@ pub struct Target<'a> {
     pub engine: EngineKind,
     /// Hand TLS connections to the kernel (kTLS) once their handshake is done.
     pub ktls: bool,
+    /// Extra request fields for this URL: `-H`, and credentials on their origin.
+    pub headers: &'a [(String, String)],
 }
 
 /// Runs one download of `url` into `out`.
@@ -185,6 +198,7 @@ pub fn run(
         signals,
         engine,
         ktls,
+        headers,
     } = target;
     let crate::control::proxy::Route { addrs, proxy } = route;
     let resuming = resume.is_some();
@@ -263,6 +277,10 @@ pub fn run(
         capped_at: None,
         out_name: out.describe(),
         proxy,
+        headers,
+        retries: 0,
+        steals: 0,
+        plain_get: false,
     };
     let mut dl = Loop {
         ring,
@@ -412,7 +430,7 @@ pub fn run(
         (Some(_), None) => dl.stream_digest.take().map(|d| d.finish()),
         _ => None,
     };
-    Ok(Outcome::Done(Summary {
+    Ok(Outcome::Done(Box::new(Summary {
         bytes: total,
         fetched: dl.sh.received,
         connections: dl.sh.used.iter().filter(|u| **u).count().max(1),
@@ -427,7 +445,9 @@ pub fn run(
         soft_conns: dl.sh.soft_conns,
         capped_at: dl.sh.capped_at,
         io,
-    }))
+        retries: dl.sh.retries,
+        steals: dl.sh.steals,
+    })))
 }
 
 pub(crate) struct Loop<'a> {

@@ -127,6 +127,9 @@ impl Loop<'_> {
             if let Some(d) = f.delay.filter(|_| !capped) {
                 self.sh.plan.hold(self.sh.started.elapsed() + d);
             }
+            if !capped {
+                self.sh.retries += 1;
+            }
             self.sh.plan.requeue(seg, job.probe);
         } else if capped {
             tries_seen = 0;
@@ -134,6 +137,7 @@ impl Loop<'_> {
             // No request was lost, but a server that accepts and then fails every connection
             // must not keep us busy forever: count these too.
             self.conns[i].failures += 1;
+            self.sh.retries += 1;
             tries_seen = self.conns[i].failures;
             self.sh.report.note(Note::ConnectionFailed {
                 conn: i,

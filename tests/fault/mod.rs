@@ -109,6 +109,9 @@ pub enum Fault {
     ContentRangeShift { shift: i64 },
     /// The Content-Range complete length is `total` (the body is right).
     ContentRangeTotal { total: u64 },
+    /// The Content-Range complete length is unknown: `bytes a-b/*` (RFC 9110 §14.4; the
+    /// body is right).
+    ContentRangeUnknownTotal,
     /// `416 Range Not Satisfiable` with `Content-Range: bytes */N` (N = real size).
     Unsatisfiable,
     /// Close the connection after `after` body bytes (0 = right after the head).
@@ -1028,6 +1031,11 @@ fn apply(sh: &Shared, req: &Request, p: &mut Plan, fault: &Fault) {
                 p.content_range = Some(format!("bytes {}-{}/{total}", p.start, p.end - 1));
             }
         }
+        Fault::ContentRangeUnknownTotal => {
+            if p.status == 206 {
+                p.content_range = Some(format!("bytes {}-{}/*", p.start, p.end - 1));
+            }
+        }
         Fault::Unsatisfiable => {
             p.status = 416;
             p.start = 0;
@@ -1172,7 +1180,10 @@ fn respond(conn: &mut Conn, sh: &Shared, req: &Request, p: &Plan, head_only: boo
     head.push_str("\r\n");
     head.push_str("Server: ringdl-fault-server\r\n");
     head.push_str(&format!("Date: {}\r\n", http_date(SystemTime::now())));
-    head.push_str("Content-Type: application/octet-stream\r\n");
+    // A `Fault::Header("Content-Type", …)` replaces the default.
+    if !p.fields.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+        head.push_str("Content-Type: application/octet-stream\r\n");
+    }
     if p.status == 200 || p.status == 206 {
         head.push_str("Accept-Ranges: bytes\r\n");
     }

@@ -788,6 +788,8 @@ pub struct Nginx {
     /// blackholes `127.0.0.1` on this port.
     pub v6only_https_port: u16,
     base: PathBuf,
+    /// This start's run dir (config, logs).
+    run: PathBuf,
     ca_pem: PathBuf,
     files: Vec<ServedFile>,
     /// Keeps the wrapper alive: dropping the stdin (only at process exit) stops nginx.
@@ -911,6 +913,7 @@ impl Nginx {
                         v4only_port,
                         v6only_https_port,
                         base,
+                        run,
                         ca_pem,
                         files,
                         _lifeline: Mutex::new((child, stdin)),
@@ -1005,6 +1008,19 @@ impl Nginx {
         }
     }
 
+    /// The lines of `users.log` (format `users`: host:port, request URI, then
+    /// `auth=[..] cookie=[..] ua=[..] token=[..]`, `-` for a missing field) that hold
+    /// `needle`: what the header and redirect locations (`/auth/`, `/token/`,
+    /// `/to-other/`, `/to-same/`, `/open/`) received.
+    pub fn users_log(&self, needle: &str) -> Vec<String> {
+        fs::read_to_string(self.run.join("users.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// `http://127.0.0.1:<http_port>/slow/<path>`: the same files at 256 KiB/s.
     pub fn slow_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}/slow/{path}", self.http_port)
@@ -1062,6 +1078,9 @@ fn nginx_modules(bin: &Path) -> Vec<&'static str> {
         .collect()
 }
 
+/// The credentials `/auth/` requires: `alice` / `p@ss:w0rd%`, as Basic (RFC 7617).
+pub const USERS_BASIC: &str = "YWxpY2U6cEBzczp3MHJkJQ==";
+
 fn nginx_conf(
     run: &Path,
     www: &Path,
@@ -1103,6 +1122,7 @@ http {{
     limit_conn_zone $binary_remote_addr zone=cap_http:1m;
     limit_conn_zone $binary_remote_addr zone=cap_https:1m;
     limit_conn_zone $binary_remote_addr zone=cap_ra:1m;
+    log_format users '$host:$server_port $request_uri auth=[$http_authorization] cookie=[$http_cookie] ua=[$http_user_agent] token=[$http_x_token]';
     root "{www}";
     ssl_certificate "{tls}/server.pem";
     ssl_certificate_key "{tls}/server.key";
@@ -1115,6 +1135,20 @@ http {{
             alias "{www}/"; limit_rate 512k; limit_conn cap_ra 2; error_page 503 @retry_after;
         }}
         location @retry_after {{ add_header Retry-After 60 always; return 503; }}
+        # Basic alice / p@ss:w0rd%  (tests::users)
+        location /auth/ {{
+            alias "{www}/"; access_log "{run}/users.log" users;
+            if ($http_authorization != "Basic {basic}") {{ return 401; }}
+        }}
+        location /token/ {{
+            alias "{www}/"; access_log "{run}/users.log" users;
+            if ($http_x_token != "t0k3n") {{ return 403; }}
+        }}
+        location ~ ^/to-other/(.*)$ {{
+            access_log "{run}/users.log" users; return 302 http://localhost:{http}/open/$1$is_args$args;
+        }}
+        location ~ ^/to-same/(.*)$ {{ access_log "{run}/users.log" users; return 302 /auth/$1$is_args$args; }}
+        location /open/ {{ alias "{www}/"; access_log "{run}/users.log" users; }}
     }}
     server {{
         {https_listen}
@@ -1156,6 +1190,7 @@ http {{
         } else {
             format!("listen 127.0.0.1:{v6only_https} ssl;")
         },
+        basic = USERS_BASIC,
     )
 }
 

@@ -1,0 +1,471 @@
+//! What users of a downloader expect (issue 15): request headers and Basic credentials
+//! (`-H`, `--user-agent`, `--user`, URL userinfo) and that credentials never follow a
+//! redirect to another origin; against the real nginx, whose `users.log` records the
+//! `Authorization`, `Cookie`, `User-Agent` and `X-Token` each request carried.
+
+use crate::util::{MIB, TestDir, USERS_BASIC, assert_same_bytes, exit, nginx};
+
+/// The URL of the served `size`-byte file under `location`, with a query `tag` that
+/// finds this test's lines in `users.log`.
+fn url(location: &str, size: u64, tag: &str) -> String {
+    let n = nginx();
+    n.http_url(&format!("{location}/{}?{tag}", n.file(size).name))
+}
+
+#[test]
+fn basic_credentials_from_the_url_are_percent_decoded_and_never_printed() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("users_basic_url");
+    let out = dir.join("out.bin");
+    let with = url("auth", MIB + 1, "basic-url").replace("http://", "http://alice:p%40ss%3Aw0rd%25@");
+    let o = dir.ringdl().args(["-x", "4", "-vv", "-o"]).arg(&out).arg(&with).run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    let err = o.stderr_text();
+    assert!(err.contains("header Authorization: <redacted>"), "{err}");
+    for secret in [USERS_BASIC, "w0rd", "alice:"] {
+        assert!(!err.contains(secret), "-vv printed {secret:?}:\n{err}");
+    }
+    let lines = n.users_log("basic-url");
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l.contains(&format!("auth=[Basic {USERS_BASIC}]"))),
+        "{lines:?}"
+    );
+    // Without credentials the location answers 401: exit 5, nothing kept.
+    let out2 = dir.join("out2.bin");
+    let o = dir
+        .ringdl()
+        .arg("-o")
+        .arg(&out2)
+        .arg(url("auth", MIB + 1, "basic-none"))
+        .run();
+    o.assert_code(exit::HTTP_STATUS);
+    assert!(o.stderr_text().contains("401"), "{}", o.stderr_text());
+}
+
+#[test]
+fn user_option_sends_basic_credentials() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let dir = TestDir::new("users_basic_opt");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--user", "alice:p@ss:w0rd%", "-o"])
+        .arg(&out)
+        .arg(url("auth", 4 * MIB, "basic-opt"))
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    // A wrong password: 401.
+    let o = dir
+        .ringdl()
+        .args(["--user", "alice:wrong", "-o"])
+        .arg(dir.join("wrong.bin"))
+        .arg(url("auth", 4 * MIB, "basic-wrong"))
+        .run();
+    o.assert_code(exit::HTTP_STATUS);
+}
+
+#[test]
+fn header_and_user_agent_options_reach_the_server() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("users_header");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args([
+            "-x",
+            "4",
+            "-H",
+            "X-Token:  t0k3n",
+            "--user-agent",
+            "fw-updater/2.1",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(url("token", MIB + 1, "hdr-ok"))
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    let lines = n.users_log("hdr-ok");
+    assert!(
+        !lines.is_empty()
+            && lines
+                .iter()
+                .all(|l| l.contains("token=[t0k3n]") && l.contains("ua=[fw-updater/2.1]")),
+        "{lines:?}"
+    );
+    // Without the header: 403.
+    dir.ringdl()
+        .arg("-o")
+        .arg(dir.join("no.bin"))
+        .arg(url("token", MIB + 1, "hdr-none"))
+        .run()
+        .assert_code(exit::HTTP_STATUS);
+    // Injection and malformed names are usage errors before any request (a NUL cannot
+    // be in an argument; the unit tests of cli.rs and http check it).
+    for bad in [
+        "X-Token: t0k3n\r\nX-Evil: 1",
+        "X-Token: a\nb",
+        "X Token: t",
+        "NoColon",
+        "Host: x",
+    ] {
+        let o = dir
+            .ringdl()
+            .arg("-H")
+            .arg(bad)
+            .arg("-o")
+            .arg(dir.join("bad.bin"))
+            .arg(url("token", MIB + 1, "hdr-bad"))
+            .run();
+        o.assert_code(exit::USAGE);
+        assert!(o.stderr_text().contains("-H"), "{}", o.stderr_text());
+    }
+    assert!(
+        n.users_log("hdr-bad").is_empty(),
+        "a rejected header still made a request"
+    );
+}
+
+/// curl's CVE-2018-1000007 class: `127.0.0.1` redirects to `localhost` (another
+/// origin); the credentials and the `Authorization`/`Cookie` given with `-H` must not
+/// follow, an ordinary `-H` field does.
+#[test]
+fn credentials_and_cookies_do_not_follow_a_redirect_to_another_origin() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("users_redirect_other");
+    let out = dir.join("out.bin");
+    let with = url("to-other", MIB + 1, "cross-origin").replace("http://", "http://alice:p%40ss%3Aw0rd%25@");
+    let o = dir
+        .ringdl()
+        .args([
+            "-x",
+            "4",
+            "-v",
+            "-H",
+            "Cookie: session=s3cr3t",
+            "-H",
+            "X-Token: t0k3n",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(&with)
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    let lines = n.users_log("cross-origin");
+    let first: Vec<_> = lines.iter().filter(|l| l.contains("/to-other/")).collect();
+    let after: Vec<_> = lines.iter().filter(|l| l.contains("/open/")).collect();
+    // The first origin got them (so the check below is not vacuous) ...
+    assert!(
+        !first.is_empty() && first.iter().all(|l| l.contains("auth=[Basic ") && l.contains("s3cr3t")),
+        "{lines:?}"
+    );
+    // ... the other origin did not, but got the ordinary field.
+    assert!(!after.is_empty(), "no request reached the redirect target: {lines:?}");
+    for l in &after {
+        assert!(l.starts_with("localhost:"), "{l}");
+        assert!(
+            l.contains("auth=[-]") && l.contains("cookie=[-]"),
+            "credentials followed: {l}"
+        );
+        assert!(l.contains("token=[t0k3n]"), "{l}");
+    }
+    let err = o.stderr_text();
+    assert!(err.contains("not sending Cookie, the credentials"), "{err}");
+    assert!(!err.contains("s3cr3t"), "{err}");
+}
+
+/// A redirect on the same origin keeps the credentials (the target requires them).
+#[test]
+fn credentials_follow_a_redirect_on_the_same_origin() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("users_redirect_same");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "-u", "alice:p@ss:w0rd%", "-o"])
+        .arg(&out)
+        .arg(url("to-same", MIB + 1, "same-origin"))
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+}
+
+// ---------------------------------------------------------------------------
+// --json
+
+fn parse_json(text: &str) -> serde_json::Value {
+    assert_eq!(text.lines().count(), 1, "one line of JSON expected: {text:?}");
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn json_record_matches_the_download() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let dir = TestDir::new("users_json_ok");
+    let out = dir.join("out \"q\".bin");
+    let json = dir.join("run.json");
+    let url = n.https_url(&file.name);
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--checksum"])
+        .arg(format!("sha-256={}", file.sha256))
+        .arg("--json")
+        .arg(&json)
+        .arg("--ca-certificate")
+        .arg(n.ca_pem())
+        .arg("-o")
+        .arg(&out)
+        .arg(&url)
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    let j = parse_json(&std::fs::read_to_string(&json).unwrap());
+    assert_eq!(j["urls"], serde_json::json!([url]));
+    assert_eq!(j["final_url"], url.as_str());
+    assert_eq!(j["output"], out.to_str().unwrap());
+    assert_eq!(j["bytes"], file.size);
+    assert_eq!(j["fetched"], file.size);
+    let secs = j["seconds"].as_f64().unwrap();
+    let rate = j["rate"].as_f64().unwrap();
+    assert!(
+        secs > 0.0 && (rate - file.size as f64 / secs).abs() <= rate * 0.01 + 1.0,
+        "{j}"
+    );
+    assert!(
+        ["direct", "buffered", "ktls-direct"].contains(&j["engine"].as_str().unwrap()),
+        "{j}"
+    );
+    assert!(["io_uring", "epoll"].contains(&j["io"].as_str().unwrap()), "{j}");
+    assert!(
+        o.summary()
+            .contains(&format!("engine {}", j["engine"].as_str().unwrap())),
+        "{j}"
+    );
+    assert!(j["tls_version"].as_str().unwrap().starts_with("TLSv1_"), "{j}");
+    assert!(j["tls_suite"].as_str().unwrap().starts_with("TLS"), "{j}");
+    assert!(o.summary().contains(j["tls_suite"].as_str().unwrap()), "{j}");
+    assert_eq!(j["ktls_connections"], 0);
+    let conns = j["connections"].as_u64().unwrap();
+    assert!((1..=4).contains(&conns), "{j}");
+    assert!(o.summary().contains(&format!("{conns} connection")), "{j}");
+    assert_eq!(j["retries"], 0);
+    assert!(j["steals"].as_u64().is_some(), "{j}");
+    assert_eq!(j["redirects"], 0);
+    assert_eq!(j["checksum_verified"], true);
+    assert_eq!(j["exit_code"], 0);
+    assert!(j["error"].is_null(), "{j}");
+}
+
+#[test]
+fn json_record_on_stdout_for_a_failure_and_after_a_redirect() {
+    let n = nginx();
+    let dir = TestDir::new("users_json_fail");
+    // A 404: the record still comes, with the exit code and the message.
+    let o = dir
+        .ringdl()
+        .args(["--json", "-", "-o"])
+        .arg(dir.join("missing.bin"))
+        .arg(n.http_url("no-such-file.bin"))
+        .run();
+    o.assert_code(exit::HTTP_STATUS);
+    let j = parse_json(&o.stdout_text());
+    assert_eq!(j["exit_code"], exit::HTTP_STATUS);
+    assert!(j["error"].as_str().unwrap().contains("404"), "{j}");
+    assert!(
+        j["bytes"].is_null() && j["tls_version"].is_null() && j["checksum_verified"].is_null(),
+        "{j}"
+    );
+    // A redirect to another origin, plain http: counted, final URL named, TLS null.
+    let file = n.file(MIB + 1);
+    let o = dir
+        .ringdl()
+        .args(["--json", "-", "-o"])
+        .arg(dir.join("redirected.bin"))
+        .arg(url("to-other", MIB + 1, "json-redirect"))
+        .run();
+    o.assert_success();
+    let j = parse_json(&o.stdout_text());
+    assert_eq!(j["redirects"], 1);
+    assert!(j["final_url"].as_str().unwrap().starts_with("http://localhost:"), "{j}");
+    assert_eq!(j["bytes"], file.size);
+    assert!(j["tls_version"].is_null() && j["tls_suite"].is_null(), "{j}");
+    // A checksum mismatch: false, exit 9, the size known.
+    let o = dir
+        .ringdl()
+        .args(["--json", "-", "--checksum"])
+        .arg(format!("sha-256={}", "0".repeat(64)))
+        .arg("-o")
+        .arg(dir.join("bad.bin"))
+        .arg(n.http_url(&file.name))
+        .run();
+    o.assert_code(9);
+    let j = parse_json(&o.stdout_text());
+    assert_eq!(j["checksum_verified"], false);
+    assert_eq!(j["exit_code"], 9);
+    assert_eq!(j["bytes"], file.size);
+    // Both on standard output: a usage error.
+    dir.ringdl()
+        .args(["--json", "-", "-o", "-"])
+        .arg(n.http_url(&file.name))
+        .run()
+        .assert_code(exit::USAGE);
+}
+
+// ---------------------------------------------------------------------------
+// --checksum-file
+
+#[test]
+fn checksum_file_picks_the_line_for_the_output_name() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let other = n.file(MIB + 1);
+    let dir = TestDir::new("users_sums");
+    // What sha256sum writes, with noise: another file, a comment, a short digest.
+    let sums = dir.join("SHA256SUMS");
+    std::fs::write(
+        &sums,
+        format!(
+            "{}  {}\n# not a line\n{}  short.bin\n{} *{}\n",
+            other.sha256,
+            other.name,
+            "ab".repeat(10),
+            file.sha256,
+            file.name
+        ),
+    )
+    .unwrap();
+    let out = dir.join(&file.name);
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--checksum-file"])
+        .arg(&sums)
+        .arg("-o")
+        .arg(&out)
+        .arg(url("open", 4 * MIB, "sums-ok"))
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    assert!(o.summary().contains("sha-256 verified"), "{}", o.summary());
+    assert!(!n.users_log("sums-ok").is_empty(), "the access log shows no request");
+
+    // A wrong digest for the name: the checksum error of --checksum, the bytes kept.
+    let bad = dir.join("BAD256SUMS");
+    std::fs::write(&bad, format!("{}  {}\n", other.sha256, file.name)).unwrap();
+    let out = dir.join("bad").join(&file.name);
+    std::fs::create_dir(dir.join("bad")).unwrap();
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--checksum-file"])
+        .arg(&bad)
+        .arg("-o")
+        .arg(&out)
+        .arg(url("open", 4 * MIB, "sums-bad"))
+        .run();
+    o.assert_code(9);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("sha-256 mismatch") && err.contains("data kept in"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a mismatching file was renamed into place");
+    assert_eq!(crate::util::sha256_file(&crate::util::part_path(&out)), file.sha256);
+
+    // No line for the name: an error before the server sees a request.
+    let o = dir
+        .ringdl()
+        .arg("--checksum-file")
+        .arg(&sums)
+        .arg("-o")
+        .arg(dir.join("renamed.bin"))
+        .arg(url("open", 0, "sums-missing"))
+        .run();
+    o.assert_code(exit::USAGE);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("no SHA-256 or SHA-512 line for \"renamed.bin\" or \"size-0.bin\""),
+        "{err}"
+    );
+    assert!(n.users_log("sums-missing").is_empty(), "a request was made");
+    assert!(!dir.join("renamed.bin").exists() && !crate::util::part_path(&dir.join("renamed.bin")).exists());
+}
+
+/// SHA512SUMS, and the URL's name when the output is renamed.
+#[test]
+fn checksum_file_takes_sha512_and_the_url_name() {
+    use sha2::Digest;
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("users_sums512");
+    let bytes = std::fs::read(n.www().join(&file.name)).unwrap();
+    let hex: String = sha2::Sha512::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let sums = dir.join("SHA512SUMS");
+    std::fs::write(&sums, format!("{hex}  {}\n", file.name)).unwrap();
+    let out = dir.join("renamed.bin");
+    let o = dir
+        .ringdl()
+        .arg("--checksum-file")
+        .arg(&sums)
+        .arg("-o")
+        .arg(&out)
+        .arg(n.http_url(&file.name))
+        .run();
+    o.assert_success();
+    assert!(o.summary().contains("sha-512 verified"), "{}", o.summary());
+    assert_same_bytes(&out, file);
+}
+
+// ---------------------------------------------------------------------------
+// Range quirks seen on real servers
+
+/// A 206 with `Content-Range: bytes a-b/*` (RFC 9110 §14.4 allows an unknown complete
+/// length): no size to plan segments with, so one plain GET for the whole file.
+#[test]
+fn a_206_with_an_unknown_total_falls_back_to_one_plain_get() {
+    use crate::fault::{Fault, FaultServer, When};
+    let srv = FaultServer::builder()
+        .size(6 * MIB + 5)
+        .fault_on(When::Always, Fault::ContentRangeUnknownTotal)
+        .start();
+    let r = crate::util::get("range-unknown-total", &srv, &["-v"]);
+    r.assert_exact(&srv);
+    let reqs = srv.requests();
+    assert!(reqs[0].range.is_some(), "{reqs:?}");
+    assert_eq!(reqs.len(), 2, "one Range probe, then one plain GET: {reqs:?}");
+    assert!(reqs[1].range.is_none(), "{reqs:?}");
+    assert!(
+        r.o.stderr_text().contains("asking again without Range"),
+        "{}",
+        r.o.stderr_text()
+    );
+}
+
+/// A 200 error page in reply to a segment request: the message says what came (its
+/// type and length), not only "whole file".
+#[test]
+fn a_200_to_a_segment_names_its_content_type_and_length() {
+    use crate::fault::{Fault, FaultServer, When};
+    let srv = FaultServer::builder()
+        .size(6 * MIB)
+        .fault_on(When::Segment, Fault::IgnoreRange)
+        .fault_on(When::Segment, Fault::Header("Content-Type".into(), "text/html".into()))
+        .start();
+    let r = crate::util::get("range-200-page", &srv, &[]);
+    r.assert_fails(&srv, exit::PROTOCOL);
+    let err = r.o.stderr_text();
+    assert!(
+        err.contains("answered 200 (Content-Type \"text/html\", Content-Length 6291456)"),
+        "{err}"
+    );
+}
