@@ -23,40 +23,29 @@ ringdl - download one file over HTTP or HTTPS through io_uring, O_DIRECT and rus
 
 Usage: ringdl [OPTIONS] URL
 
-Config:
+Output:
   -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
                             last path segment in the current directory
+      --force               replace FILE if it exists
+  -c, --continue            resume FILE.part from its control file (FILE.part.ringdl)
+      --content-disposition name the file from Content-Disposition (base name only)
+      --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
+      --checksum-file FILE  take the digest from a SHA256SUMS / SHA512SUMS file: the line
+                            for the output's file name (or the URL's); none = error
+                            before the download
+
+Connections and I/O:
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
       --engine NAME         auto | direct | buffered | splice | ktls-direct (default auto:
                             ktls-direct when the kernel has kTLS, else direct)
       --io NAME             auto | uring | epoll (default auto: io_uring, epoll where
                             io_uring is refused, e.g. by a container's seccomp profile)
-      --buf-size BYTES      splice: most bytes per socket->pipe SPLICE (default 1048576)
-      --write-threshold B   splice: bytes held in the pipe before writing (default 1048576)
-  -k, --insecure            do not verify the server certificate (prints a warning)
-      --ca-certificate FILE trust the PEM certificates in FILE as well
-      --pinnedpubkey sha256//BASE64[;sha256//BASE64...]
-                            the server key must have one of these SHA-256 hashes
-                            (SubjectPublicKeyInfo); checked with -k too
-      --force               replace FILE if it exists
-      --max-tries N         attempts per segment before giving up (default 5)
-      --connect-timeout S   seconds to wait for a TCP connect, fractions allowed (default 30)
-      --resolve HOST:PORT:ADDR[,ADDR...]
-                            connect to these addresses for HOST:PORT, not the resolver's
-                            (repeatable; the name still goes in Host, SNI and the check)
-      --stall-timeout S     reset a connection that moves no byte for S seconds, fractions
-                            allowed (default 60)
-  -c, --continue            resume FILE.part from its control file (FILE.part.ringdl)
-      --max-redirects N     redirects to follow (default 10)
-      --allow-downgrade     follow a redirect from https to http
-      --retry-wait S        first wait before a retry, doubled per try (default 0.5)
-      --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
-      --checksum-file FILE  take the digest from a SHA256SUMS / SHA512SUMS file: the line
-                            for the output's file name (or the URL's); none = error
-                            before the download
-      --content-disposition name the file from Content-Disposition (base name only)
       --limit-rate RATE     most bytes/s for the whole download (all connections):
                             500K, 10M, 1G (powers of 1024); default: no limit
+      --buf-size BYTES      splice: most bytes per socket->pipe SPLICE (default 1048576)
+      --write-threshold B   splice: bytes held in the pipe before writing (default 1048576)
+
+Network:
       --proxy URL           HTTP proxy: [http://][user:password@]host[:port] (port
                             default 1080); https goes through a CONNECT tunnel; \"\"
                             = none. Default: the environment, as curl reads it
@@ -65,6 +54,19 @@ Config:
       --noproxy LIST        hosts that go direct: comma-separated names (suffix
                             match), IP addresses, CIDR networks, or '*'; default
                             no_proxy / NO_PROXY
+      --resolve HOST:PORT:ADDR[,ADDR...]
+                            connect to these addresses for HOST:PORT, not the resolver's
+                            (repeatable; the name still goes in Host, SNI and the check)
+      --connect-timeout S   seconds to wait for a TCP connect, fractions allowed (default 30)
+      --stall-timeout S     reset a connection that moves no byte for S seconds, fractions
+                            allowed (default 60)
+      --max-tries N         attempts per segment before giving up (default 5)
+      --retry-wait S        first wait before a retry in seconds, doubled per try, at
+                            most 30 (default 0.5)
+      --max-redirects N     redirects to follow (default 10)
+      --allow-downgrade     follow a redirect from https to http
+
+Request:
   -H, --header 'NAME: VALUE'
                             send this request header (repeatable); 'NAME:' with no value
                             removes User-Agent or Accept. Authorization and Cookie go only
@@ -72,12 +74,21 @@ Config:
   -A, --user-agent STR      User-Agent to send (default ringdl/VERSION; '' sends none)
   -u, --user USER:PASSWORD  Basic authentication (also from https://USER:PASSWORD@host/,
                             percent-decoded); sent only to the URL's origin
+
+TLS:
+  -k, --insecure            do not verify the server certificate (prints a warning)
+      --ca-certificate FILE trust the PEM certificates in FILE as well
+      --pinnedpubkey sha256//BASE64[;sha256//BASE64...]
+                            the server key must have one of these SHA-256 hashes
+                            (SubjectPublicKeyInfo); checked with -k too
+
+Reporting:
+  -q, --quiet               no progress line, no summary
+  -v, --verbose             say more (engine choice, segments, retries); repeat for more
       --json FILE           at the end, success or failure, write one JSON object (size,
                             bytes fetched, seconds, rate, engine, TLS, connections, retries,
                             redirects, checksum, exit code, error) to FILE ('-' = standard
                             output, when the data goes to a file)
-  -q, --quiet               no progress line, no summary
-  -v, --verbose             say more (engine choice, segments, retries); repeat for more
   -h, --help                print this help
   -V, --version             print the version
 
@@ -87,6 +98,7 @@ against the certificate's names whatever the anchor; only -k skips it.
 
 Exit status: 0 ok, 1 internal error, 2 usage, 3 network, 4 TLS, 5 HTTP status,
 6 protocol violation, 7 local I/O, 8 interrupted, 9 checksum mismatch.
+The manual: man ./ringdl.1 (in the source tree).
 ";
 
 /// Parses `args` (without the program name).
@@ -559,6 +571,42 @@ mod tests {
                 .err()
                 .unwrap_or_else(|| panic!("--resolve {bad:?} accepted"));
             assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");
+        }
+    }
+
+    /// Every long option `--help` lists is in the manual page and in README's options
+    /// table, and the manual names no option `--help` does not list.
+    #[test]
+    fn help_manual_and_readme_name_the_same_options() {
+        let longs = |text: &str, dash: &str| {
+            let mut v: Vec<String> = text
+                .match_indices(dash)
+                .map(|(i, _)| {
+                    let rest = &text[i + dash.len()..];
+                    let rest = rest.replace("\\-", "-");
+                    rest.chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+                        .collect::<String>()
+                })
+                .filter(|n| n.len() > 1 && !n.starts_with('-'))
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let help = longs(HELP, "--");
+        let man = longs(include_str!("../ringdl.1"), "\\-\\-");
+        let readme = include_str!("../README.md");
+        assert!(help.len() > 30, "{help:?}");
+        for o in &help {
+            assert!(man.contains(o), "--{o} is in --help but not in ringdl.1");
+            assert!(
+                readme.contains(&format!("`--{o}")) || readme.contains(&format!(", --{o}")),
+                "--{o} is in --help but not in README.md"
+            );
+        }
+        for o in &man {
+            assert!(help.contains(o), "ringdl.1 names --{o}, which --help does not list");
         }
     }
 }
