@@ -265,7 +265,47 @@ pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Shared<'_>) -> std::result::Resul
     }
 }
 
+/// One direction's sequence number and traffic secrets.
+type Direction = (u64, rustls::ConnectionTrafficSecrets);
+
+/// rustls' traffic secrets after a finished handshake (TX, RX) and the connection state
+/// that handles post-handshake messages from then on; `what` names the hand-off in errors.
+fn into_secrets(
+    tls: Box<rustls::client::UnbufferedClientConnection>,
+    what: &str,
+) -> std::result::Result<
+    (
+        rustls::ProtocolVersion,
+        Direction,
+        Direction,
+        KernelConnection<ClientConnectionData>,
+    ),
+    Fail,
+> {
+    let version = tls.protocol_version().expect("a finished handshake has a version");
+    let (secrets, kconn) = (*tls)
+        .dangerous_into_kernel_connection()
+        .map_err(|e| Fail::retry(Kind::Tls, format!("{what}: {e}")))?;
+    Ok((version, secrets.tx, secrets.rx, kconn))
+}
+
 impl Loop<'_> {
+    /// Keeps connection `i` in rustls (same bytes, with its copies): `note` says why under
+    /// `-v`, `why` goes to the summary.
+    fn stay_in_rustls(
+        &mut self,
+        i: usize,
+        tls: Box<rustls::client::UnbufferedClientConnection>,
+        note: Note,
+        why: String,
+    ) {
+        self.sh.report.note(note);
+        self.sh.ktls_refused.get_or_insert(why);
+        let c = &mut self.conns[i];
+        c.tls = Some(tls);
+        c.no_ktls = true;
+    }
+
     /// Hands connection `i`'s TLS to the software record layer: rustls' secrets go to
     /// `ktls::soft`, which opens the server's records in place and seals our requests. An
     /// unsupported suite keeps the connection in rustls (same bytes).
@@ -279,22 +319,16 @@ impl Loop<'_> {
                     Some(s) => format!("cipher suite {:?} is not supported by the record layer", s.suite()),
                     None => "no cipher suite".into(),
                 };
-                self.sh.report.note(Note::SoftRefused {
+                let note = Note::SoftRefused {
                     conn: i,
                     why: why.clone(),
-                });
-                self.sh.ktls_refused.get_or_insert(why);
-                c.tls = Some(tls);
-                c.no_ktls = true;
+                };
+                self.stay_in_rustls(i, tls, note, why);
                 return Ok(());
             }
         }
-        let version = tls.protocol_version().expect("a finished handshake has a version");
-        let (secrets, kconn) = (*tls)
-            .dangerous_into_kernel_connection()
-            .map_err(|e| Fail::retry(Kind::Tls, format!("TLS hand-off: {e}")))?;
-        let (tx_seq, tx) = secrets.tx;
-        let (rx_seq, rx) = secrets.rx;
+        let (version, (tx_seq, tx), (rx_seq, rx), kconn) = into_secrets(tls, "TLS hand-off")?;
+        let c = &mut self.conns[i];
         let fail = |e: ktls::Error| Fail::retry(Kind::Tls, format!("TLS hand-off: {e}"));
         c.soft = Some(Box::new(SoftTls {
             opener: ktls::soft::RecordOpener::new(version, rx_seq, rx).map_err(fail)?,
@@ -328,21 +362,16 @@ impl Loop<'_> {
             Some(_) => ktls::install_ulp(fd.as_fd()).err().map(|e| format!("{e}")),
         };
         if let Some(why) = refused {
-            self.sh.report.note(Note::KtlsRefused {
+            let note = Note::KtlsRefused {
                 conn: i,
                 why: why.clone(),
-            });
-            self.sh.ktls_refused.get_or_insert(why);
-            c.tls = Some(tls);
-            c.no_ktls = true;
+            };
+            self.stay_in_rustls(i, tls, note, why);
             return Ok(());
         }
-        let version = tls.protocol_version().expect("a finished handshake has a version");
-        let (secrets, kconn) = (*tls)
-            .dangerous_into_kernel_connection()
-            .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS hand-off: {e}")))?;
-        let (tx_seq, tx) = secrets.tx;
-        let (rx_seq, rx) = secrets.rx;
+        let (version, (tx_seq, tx), (rx_seq, rx), kconn) = into_secrets(tls, "kTLS hand-off")?;
+        let c = &mut self.conns[i];
+        let fd = c.fd.as_ref().expect("open connection has a socket");
         ktls::install_tx(fd.as_fd(), version, tx_seq, tx)
             .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS TX: {e}")))?;
         ktls::install_rx(fd.as_fd(), version, rx_seq, rx)
