@@ -176,7 +176,12 @@ fn real_main(record: &mut Record) -> Result<()> {
         }
         if opts.verbose > 1 {
             for (name, value) in &headers {
-                eprintln!("ringdl: header {name}: {}", headers::shown(name, value));
+                // An empty value sends no field (curl's `-H 'Name:'`): say so, not "Name: ".
+                if value.trim_matches([' ', '\t']).is_empty() {
+                    eprintln!("ringdl: header {name}: (empty: not sent)");
+                } else {
+                    eprintln!("ringdl: header {name}: {}", headers::shown(name, value));
+                }
             }
         }
         let target = download::Target {

@@ -320,6 +320,9 @@ fn rate(v: &str) -> Result<u64> {
         .map_err(|_| err!(Usage, "--limit-rate: {v:?} is not a rate (bytes/s: 500K, 10M, 1G)"))?;
     let bytes = n * mult as f64;
     // NaN is in no range: it fails too.
+    if bytes >= 1e18 {
+        return Err(err!(Usage, "--limit-rate {v:?} is too large (at most 1e18 bytes/s)"));
+    }
     if !(1.0..1e18).contains(&bytes) {
         return Err(err!(Usage, "--limit-rate must be at least 1 byte/s, not {v:?}"));
     }
@@ -526,6 +529,11 @@ mod tests {
                 .err()
                 .unwrap_or_else(|| panic!("{bad:?} accepted"));
             assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");
+        }
+        // Too large is said as such, not as "at least 1 byte/s".
+        for big in ["99999999999G", "1e30", "inf"] {
+            let e = p(&["--limit-rate", big, "u"]).err().unwrap();
+            assert!(e.to_string().contains("too large"), "{big}: {e}");
         }
     }
 

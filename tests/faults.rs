@@ -794,6 +794,25 @@ fn redirect_loop_exits_6() {
     get("redirect-loop", &srv, &[]).assert_fails(&srv, exit::PROTOCOL);
 }
 
+/// A Location with credentials is refused (exit 6), and the message does not print them.
+#[test]
+fn a_location_with_credentials_is_refused_without_printing_them() {
+    let srv = FaultServer::builder()
+        .fault(Fault::Redirect {
+            code: 302,
+            location: "http://zed:LEAKPW@127.0.0.1:9/file.bin".into(),
+        })
+        .start();
+    let r = get("location-userinfo", &srv, &["-vv"]);
+    r.assert_fails(&srv, exit::PROTOCOL);
+    let err = r.o.stderr_text();
+    assert!(
+        err.contains("bad Location \"http://***@127.0.0.1:9/file.bin\""),
+        "{err}"
+    );
+    assert!(!err.contains("LEAKPW"), "{err}");
+}
+
 #[test]
 fn https_to_http_redirect_exits_6() {
     let plain = FaultServer::builder().size(MIB).start();

@@ -131,6 +131,31 @@ fn header_and_user_agent_options_reach_the_server() {
     );
 }
 
+/// `-H 'Name:'` and `-A ''` send no field; `-vv` must not claim an empty one is sent.
+#[test]
+fn empty_header_values_are_shown_as_not_sent() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("users_header_empty");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args(["-vv", "-H", "X-Token:", "-A", "", "-o"])
+        .arg(&out)
+        .arg(url("open", MIB + 1, "hdr-empty"))
+        .run();
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    let err = o.stderr_text();
+    for name in ["X-Token", "User-Agent"] {
+        assert!(
+            err.contains(&format!("ringdl: header {name}: (empty: not sent)\n")),
+            "{err}"
+        );
+        assert!(!err.contains(&format!("ringdl: header {name}: \n")), "{err}");
+    }
+}
+
 /// curl's CVE-2018-1000007 class: `127.0.0.1` redirects to `localhost` (another
 /// origin); the credentials and the `Authorization`/`Cookie` given with `-H` must not
 /// follow, an ordinary `-H` field does.

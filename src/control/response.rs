@@ -304,10 +304,12 @@ pub(crate) fn on_head(
                 ));
             };
             let to = sh.url.join(loc).map_err(|e| {
-                Fail::fatal(
-                    Kind::Protocol,
-                    format!("{host}: bad Location {:?}: {e}", String::from_utf8_lossy(loc)),
-                )
+                // Credentials in it are refused, and never printed.
+                let shown = match http::split_userinfo(&String::from_utf8_lossy(loc)) {
+                    (rest, Some(_)) => rest.replacen("://", "://***@", 1),
+                    (all, None) => all,
+                };
+                Fail::fatal(Kind::Protocol, format!("{host}: bad Location {shown:?}: {e}"))
             })?;
             sh.redirect = Some(to);
             Ok(HeadAction::Complete)
