@@ -61,6 +61,15 @@ fn real_main(record: &mut Record) -> Result<()> {
         }
         Command::Download(o) => o,
     };
+    if let Some(p) = opts.json.as_ref().filter(|p| p.as_os_str() != "-") {
+        // A record that cannot be written is found out now, not after the download.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(p)
+            .map_err(|e| err!(LocalIo, "--json {}: {e}", p.display()))?;
+    }
     record.json = opts.json.clone();
     record.url = Some(opts.url.clone());
     // Before anything else: SIGINT/SIGTERM become a completion on the ring, so an interrupt

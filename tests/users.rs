@@ -494,3 +494,28 @@ fn a_200_to_a_segment_names_its_content_type_and_length() {
         "{err}"
     );
 }
+
+/// `--json` to a path that cannot be written is refused before anything is fetched (it
+/// was found out only at the end, after the file had been downloaded and renamed).
+#[test]
+fn an_unwritable_json_path_is_refused_before_the_download() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let dir = TestDir::new("users_json_unwritable");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .arg("--json")
+        .arg(dir.join("no-such-dir/run.json"))
+        .arg("-o")
+        .arg(&out)
+        .arg(n.http_url(&file.name))
+        .run();
+    o.assert_code(exit::LOCAL_IO);
+    assert!(o.stderr_text().contains("--json"), "{}", o.stderr_text());
+    assert!(
+        !out.exists(),
+        "the file was downloaded although the record cannot be written"
+    );
+    assert!(!dir.join("out.bin.part").exists());
+}
