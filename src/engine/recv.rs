@@ -163,21 +163,7 @@ impl Loop<'_> {
                 self.wait_for_block(i);
                 return Ok(());
             };
-            let range = range.start..range.end.min(range.start.saturating_add(budget));
-            c.op = InFlight::RecvDirect;
-            c.last_io = Instant::now();
-            return self
-                .ring
-                .push(
-                    Op::Recv {
-                        fd,
-                        buf,
-                        range,
-                        flags: 0,
-                    },
-                    Tag::Conn(i).encode(),
-                )
-                .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
+            return self.recv_into_block(i, fd, buf, range, budget);
         }
         // Software TLS with a known length and nothing waiting in the read block: receive
         // ciphertext straight into the write block, where its records are opened in place.
@@ -196,22 +182,7 @@ impl Loop<'_> {
                 return Ok(());
             };
             soft.cipher = Some((soft.cipher.map_or(range.start, |(src, _)| src), range.start));
-            // --limit-rate: at most the budget, as every other socket read.
-            let range = range.start..range.end.min(range.start.saturating_add(budget));
-            c.op = InFlight::RecvDirect;
-            c.last_io = Instant::now();
-            return self
-                .ring
-                .push(
-                    Op::Recv {
-                        fd,
-                        buf,
-                        range,
-                        flags: 0,
-                    },
-                    Tag::Conn(i).encode(),
-                )
-                .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"));
+            return self.recv_into_block(i, fd, buf, range, budget);
         }
         // A record that straddled a write block's end waits in the read block: receive only
         // the rest of it there (its content is copied into the blocks), then go back to
@@ -251,6 +222,33 @@ impl Loop<'_> {
                 Op::Recv {
                     fd,
                     buf: rbuf,
+                    range,
+                    flags: 0,
+                },
+                Tag::Conn(i).encode(),
+            )
+            .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
+    }
+
+    /// RECV on connection `i` straight into `buf[range]`, a write block, capped at the
+    /// `--limit-rate` budget (`usize::MAX`: none), as every other socket read.
+    fn recv_into_block(
+        &mut self,
+        i: usize,
+        fd: std::os::fd::RawFd,
+        buf: uring::Buf,
+        range: std::ops::Range<usize>,
+        budget: usize,
+    ) -> std::result::Result<(), Fail> {
+        let range = range.start..range.end.min(range.start.saturating_add(budget));
+        let c = &mut self.conns[i];
+        c.op = InFlight::RecvDirect;
+        c.last_io = Instant::now();
+        self.ring
+            .push(
+                Op::Recv {
+                    fd,
+                    buf,
                     range,
                     flags: 0,
                 },
