@@ -236,8 +236,24 @@ impl Checksum {
     pub fn from_sums(text: &str, names: &[&str], source: &str) -> Result<Checksum> {
         let lines: Vec<(&str, String)> = text.lines().filter_map(sums_line).collect();
         for want in names {
-            if let Some((hex, _)) = lines.iter().find(|(_, n)| n.strip_prefix("./").unwrap_or(n) == *want) {
-                return Ok(Checksum::of_length(hex));
+            let exact: Vec<&str> = lines
+                .iter()
+                .filter(|(_, n)| n.strip_prefix("./").unwrap_or(n) == *want)
+                .map(|(h, _)| *h)
+                .collect();
+            if let Some(first) = exact.first() {
+                // Two digests of one length for one name: which is right is not ours to
+                // guess (`sha256sum -c` would fail one of them).
+                if exact
+                    .iter()
+                    .any(|h| h.len() == first.len() && !h.eq_ignore_ascii_case(first))
+                {
+                    return Err(err!(
+                        Usage,
+                        "--checksum-file {source}: several lines for {want:?} give different digests"
+                    ));
+                }
+                return Ok(Checksum::of_length(first));
             }
             let mut by_base = lines
                 .iter()
@@ -340,5 +356,17 @@ mod tests {
         }
         let clash = format!("{A}  a/x.bin\n{}  b/x.bin\n", "0".repeat(64));
         assert!(Checksum::from_sums(&clash, &["x.bin"], "SUMS").is_err());
+        // The same name twice with two SHA-256 digests: refused, whichever comes first;
+        // a SHA-256 and a SHA-512 line for one name are no clash.
+        let zeros = "0".repeat(64);
+        for twice in [
+            format!("{A}  x.bin\n{zeros}  x.bin\n"),
+            format!("{zeros}  x.bin\n{A}  x.bin\n"),
+        ] {
+            let e = Checksum::from_sums(&twice, &["x.bin"], "SUMS").unwrap_err();
+            assert!(e.msg.contains("different digests"), "{}", e.msg);
+        }
+        let both = format!("{A}  x.bin\n{b512}  x.bin\n{A}  ./x.bin\n");
+        assert_eq!(Checksum::from_sums(&both, &["x.bin"], "SUMS").unwrap().name, "sha-256");
     }
 }
