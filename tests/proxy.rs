@@ -230,7 +230,13 @@ fn proxy_auth_required_and_accepted() {
         o.assert_code(exit::HTTP_STATUS);
         let err = o.stderr_text();
         assert!(
-            err.contains("rejected the user name and password") || (!https && err.contains("HTTP 401")),
+            err.contains("rejected the user name and password")
+                || (!https
+                    && err.contains("HTTP 401")
+                    && err.contains(&format!(
+                        "through proxy http://***@127.0.0.1:{}, which was sent its user name",
+                        proxy.port
+                    ))),
             "{err}"
         );
         assert!(!o.stderr_text().contains("wrong"), "-vv printed the password");

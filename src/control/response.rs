@@ -345,11 +345,19 @@ pub(crate) fn on_head(
         400..=599 => {
             // A TLS server that got plain HTTP answers 400 (nginx: "The plain HTTP request
             // was sent to HTTPS port"): say what to try, as the other way round does.
+            let forwarding = sh.proxy.as_ref().filter(|p| !p.tunnel);
             let hint = if code == 400 && sh.url.scheme() == http::Scheme::Http {
                 format!(
                     " (if that port speaks TLS, try https://{}{})",
                     http::authority(sh.url),
                     sh.url.path_and_query()
+                )
+            } else if let Some(p) = forwarding.filter(|p| code == 401 && p.authorization.is_some()) {
+                // The answer came through the proxy, and some proxies (tinyproxy 1.11)
+                // refuse wrong proxy credentials on a plain request with 401, not 407.
+                format!(
+                    " (through proxy {}, which was sent its user name and password: the proxy may be the one refusing them)",
+                    p.url
                 )
             } else {
                 String::new()
