@@ -338,10 +338,10 @@ fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String
         }
         EngineKind::KtlsDirect | EngineKind::Splice if s.tls != "plain" => {
             format!(
-                "{} (kTLS on {} of {} connections{})",
+                "{} (kTLS on {} of {} TLS connections{})",
                 engine.name(),
                 s.ktls_conns,
-                s.connections,
+                s.tls_conns,
                 match s.ktls_rekeys {
                     0 => String::new(),
                     1 => ", 1 KeyUpdate rekeyed in place".to_owned(),
@@ -352,10 +352,15 @@ fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String
         // (The note is about TLS: a redirect may have ended on plain http.)
         _ if s.tls == "plain" => engine.name().to_owned(),
         EngineKind::Direct if s.soft_conns > 0 => format!(
-            "{} (TLS records opened in place on {} of {} connections)",
+            "{} (TLS records opened in place on {} of {} TLS connections{})",
             engine.name(),
             s.soft_conns,
-            s.connections
+            s.tls_conns,
+            match s.soft_rekeys {
+                0 => String::new(),
+                1 => ", 1 KeyUpdate taken in place".to_owned(),
+                n => format!(", {n} KeyUpdates taken in place"),
+            }
         ),
         _ => format!("{}{note}", engine.name()),
     }

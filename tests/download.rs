@@ -1665,7 +1665,7 @@ fn https_soft_tls_records_opened_in_place() {
         assert_same_bytes(&out, file);
         let summary = o.summary();
         assert!(
-            summary.contains("TLS records opened in place on 4 of 4 connections"),
+            summary.contains("TLS records opened in place on 4 of 4 TLS connections"),
             "{name}: {summary}"
         );
     }

@@ -16,6 +16,7 @@ mod proxy;
 mod reach;
 mod seccomp;
 mod soak;
+mod soft_tls;
 mod static_binary;
 mod users;
 mod vm;

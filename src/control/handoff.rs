@@ -69,8 +69,11 @@ pub(crate) struct SoftTls {
 enum Routed {
     Control,
     Closed,
-    /// Our KeyUpdate answer is sealed in `out`: send it.
-    Send,
+    /// A KeyUpdate: the RX key is the next one. `answered`: the server asked for ours,
+    /// which is sealed in `out` (send it) and our TX key is the next one too.
+    Rekeyed {
+        answered: bool,
+    },
 }
 
 /// Routes a non-data record's content (tickets, KeyUpdate to rustls; close_notify; alerts).
@@ -88,9 +91,11 @@ fn route_control(soft: &mut SoftTls, out: &mut Vec<u8>, typ: u8, content: &[u8])
                 .map_err(|e| tls_fail("KeyUpdate", &e))?;
             let (seq, tx) = soft.kconn.update_tx_secret().map_err(|e| tls_fail("KeyUpdate", &e))?;
             soft.sealer.rekey(seq, tx).map_err(|e| tls_fail("KeyUpdate", &e))?;
-            return Ok(Routed::Send);
         }
-        return Ok(Routed::Control);
+        return Ok(match p.key_update {
+            Some(answered) => Routed::Rekeyed { answered },
+            None => Routed::Control,
+        });
     }
     match ktls::NonData::decode(typ, content) {
         Ok(rec) if rec.is_close_notify() => Ok(Routed::Closed),
@@ -128,7 +133,7 @@ pub(crate) fn soft_recv_done(
     let (mut src, hi) = soft.cipher.take().expect("a RECV into the block was out");
     let n = if res > 0 { res as usize } else { 0 };
     let end = hi + n;
-    let mut fail = None;
+    let (mut fail, mut rekeys) = (None, 0);
     let rbuf = rbuf
         .as_mut()
         .expect("the read block stays while a RECV into the write block is out");
@@ -158,7 +163,8 @@ pub(crate) fn soft_recv_done(
                     closed = true;
                     break;
                 }
-                Ok(_) => {}
+                Ok(Routed::Rekeyed { .. }) => rekeys += 1,
+                Ok(Routed::Control) => {}
                 Err(f) => {
                     fail = Some(f);
                     return Ok(crate::engine::place::Fed::More);
@@ -193,6 +199,7 @@ pub(crate) fn soft_recv_done(
             p.settle(blocks)
         }
     })?;
+    sh.soft_rekeys += rekeys;
     if let Some(f) = fail {
         return Err(f);
     }
@@ -254,7 +261,12 @@ pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Shared<'_>) -> std::result::Resul
                 let content = rbuf[content].to_vec();
                 match route_control(soft, out, typ, &content)? {
                     Routed::Control => {}
-                    Routed::Send => return Ok(Pumped::Again),
+                    Routed::Rekeyed { answered } => {
+                        sh.soft_rekeys += 1;
+                        if answered {
+                            return Ok(Pumped::Again);
+                        }
+                    }
                     Routed::Closed => {
                         *clean_close = true;
                         return Ok(Pumped::PeerClosed);
@@ -347,6 +359,7 @@ impl Loop<'_> {
     /// (`RINGDL_SOFT_TLS=1`) the software record layer takes the secrets instead.
     pub(crate) fn hand_off(&mut self, i: usize) -> std::result::Result<(), Fail> {
         use std::os::fd::AsFd;
+        self.sh.tls_conns += 1;
         if !self.sh.ktls {
             return self.hand_off_soft(i);
         }

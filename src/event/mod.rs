@@ -90,6 +90,11 @@ pub struct Summary {
     /// Connections whose TLS records the software record layer opened in place
     /// (`RINGDL_SOFT_TLS=1`).
     pub soft_conns: usize,
+    /// TLS 1.3 KeyUpdates the software record layer took in place.
+    pub soft_rekeys: usize,
+    /// TLS connections that reached the hand-off after their handshake (to kTLS or the
+    /// software record layer), reconnects included: the "of M" of the engine's note.
+    pub tls_conns: usize,
     /// The server turned extra connections away (503, refused connects): how many it
     /// allowed.
     pub capped_at: Option<usize>,
@@ -140,6 +145,10 @@ pub(crate) struct Shared<'a> {
     pub(crate) ktls_rekeys: usize,
     /// Connections handed to the software record layer.
     pub(crate) soft_conns: usize,
+    /// KeyUpdates the software record layer took in place.
+    pub(crate) soft_rekeys: usize,
+    /// TLS connections that reached the hand-off (reconnects included).
+    pub(crate) tls_conns: usize,
     pub(crate) used: Vec<bool>,
     /// Control-file state to validate against the first 206.
     pub(crate) resume: Option<State>,
@@ -270,6 +279,8 @@ pub fn run(
         ktls_refused: None,
         ktls_rekeys: 0,
         soft_conns: 0,
+        soft_rekeys: 0,
+        tls_conns: 0,
         used: vec![false; n],
         resume,
         disposition: None,
@@ -443,6 +454,8 @@ pub fn run(
         ktls_refused: dl.sh.ktls_refused.take(),
         ktls_rekeys: dl.sh.ktls_rekeys,
         soft_conns: dl.sh.soft_conns,
+        soft_rekeys: dl.sh.soft_rekeys,
+        tls_conns: dl.sh.tls_conns,
         capped_at: dl.sh.capped_at,
         io,
         retries: dl.sh.retries,

@@ -88,7 +88,7 @@ CASES=(
 )
 
 # KTLS_CASES: the kTLS engines. EXPECT requires the summary to say kTLS really ran
-# ("engine splice (kTLS on N of M connections)"), so a silent fallback to user-space TLS
+# ("engine splice (kTLS on N of M TLS connections)"), so a silent fallback to user-space TLS
 # fails the case. RINGDL_VM_KTLS=0 skips them. Server knobs: top of tests/vm/server.rs.
 # Kernel 6.1: a TLS 1.3 KeyUpdate kills a kTLS RX connection (rekey needs 6.14), so the
 # keyupdate cases pass only if ringdl retries the rest of the segment on a new connection
@@ -135,13 +135,13 @@ if [ "$kernel" = current ]; then
     # at most one per work-stealing split under ktls-direct: see `ku-count` in init.sh).
     for engine in ktls-direct splice; do
         for suite in aes128gcm aes256gcm chacha20; do
-            KTLS_CASES+=("rekey-$engine-$suite|--tls 1.3 --suite $suite --key-update-every 1048576|--engine $engine -x 4|engine $engine \(kTLS on [0-9]+ of 4 connections, [0-9]+ KeyUpdates rekeyed in place\)||big ku-count")
+            KTLS_CASES+=("rekey-$engine-$suite|--tls 1.3 --suite $suite --key-update-every 1048576|--engine $engine -x 4|engine $engine \(kTLS on [0-9]+ of 4 TLS connections, [0-9]+ KeyUpdates rekeyed in place\)||big ku-count")
         done
     done
     KTLS_CASES+=(
         # update_requested: one connection, one KeyUpdate after 256 KiB, then the requests
         # for the other segments go out under the new TX key (the server must decrypt them).
-        "rekey-update-requested-x1|--tls 1.3 --key-update-after 262144|--engine ktls-direct -x 1|engine ktls-direct \(kTLS on 1 of 1 connections, 1 KeyUpdate rekeyed in place\)||ku-count"
+        "rekey-update-requested-x1|--tls 1.3 --key-update-after 262144|--engine ktls-direct -x 1|engine ktls-direct \(kTLS on 1 of 1 TLS connections, 1 KeyUpdate rekeyed in place\)||ku-count"
         # tmpfs takes O_DIRECT since 6.6: auto picks ktls-direct on the VM's /tmp.
         "auto-tmp|--tls 1.3|-x 4|engine ktls-direct \(kTLS on [1-9]||out=/tmp"
     )
@@ -160,7 +160,7 @@ KTLS_CASES+=(
 )
 if [ "$kernel" = current ]; then
     KTLS_CASES+=(
-        "nouring-$nouring-rekey|--tls 1.3 --key-update-after 262144|--engine ktls-direct -x 1|$nouring_io && engine ktls-direct \(kTLS on 1 of 1 connections, 1 KeyUpdate rekeyed in place\)||ku-count $nouring"
+        "nouring-$nouring-rekey|--tls 1.3 --key-update-after 262144|--engine ktls-direct -x 1|$nouring_io && engine ktls-direct \(kTLS on 1 of 1 TLS connections, 1 KeyUpdate rekeyed in place\)||ku-count $nouring"
     )
 fi
 # ---------------------------------------------------------------------------------------
