@@ -139,11 +139,17 @@ fn soft_case(name: &str, size: u64, opts: &[&str], conns: &str) -> Option<(Strin
     assert_eq!(sha256_file(&out), sha, "{name}: the bytes differ");
     let summary = o.summary();
     let (opened, of) = opened_in_place(&summary);
+    // Every connection that got a request was handed off; one still in its handshake when
+    // the download ended was accepted by the server but never reached the hand-off.
     let accepted = log.lines().filter(|l| l.contains(": accepted")).count();
+    let served = log
+        .lines()
+        .filter(|l| l.contains(": closed ") && !l.contains(" requests 0 "))
+        .count();
     assert!(
-        opened >= 1 && opened == of && of == accepted,
+        opened >= 1 && opened == of && (served..=accepted).contains(&of),
         "{name}: records opened in place on {opened} of {of} TLS connections, the server \
-         accepted {accepted}: {summary}\nserver:\n{log}"
+         served {served} and accepted {accepted}: {summary}\nserver:\n{log}"
     );
     Some((summary, log))
 }

@@ -47,10 +47,11 @@ fn ktls_rekey(
 }
 
 /// Whether the software record layer takes over TLS after the handshake where kTLS does
-/// not (`RINGDL_SOFT_TLS=1`; read once). Off by default until it is benchmarked.
+/// not: yes unless `RINGDL_SOFT_TLS=0` (read once; a knob for benchmarks and for ruling
+/// the layer out when a server misbehaves: rustls then decrypts, copying).
 pub(crate) fn soft_tls_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("RINGDL_SOFT_TLS").is_some_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var_os("RINGDL_SOFT_TLS").is_none_or(|v| v != "0"))
 }
 
 /// A connection's TLS after the hand-off to the software record layer: our records are
