@@ -90,7 +90,11 @@ pub fn build_ring(choice: IoChoice, entries: u32, splice: bool, sqpoll: bool, ve
                             None => eprintln!("ringdl: --sqpoll: the kernel gave no SQPOLL thread; running without"),
                         }
                     }
-                    return Ok(Chosen { ring, label, sqpoll_tid });
+                    return Ok(Chosen {
+                        ring,
+                        label,
+                        sqpoll_tid,
+                    });
                 }
                 Some(op) => format!("io_uring lacks {op}"),
             },
@@ -110,7 +114,10 @@ pub fn build_ring(choice: IoChoice, entries: u32, splice: bool, sqpoll: bool, ve
         ""
     };
     if verbose > 0 {
-        eprintln!("ringdl: {why}{hint}: using epoll{}", if sqpoll { " (--sqpoll ignored)" } else { "" });
+        eprintln!(
+            "ringdl: {why}{hint}: using epoll{}",
+            if sqpoll { " (--sqpoll ignored)" } else { "" }
+        );
     }
     Ok(Chosen {
         ring: epoll()?,
@@ -120,8 +127,24 @@ pub fn build_ring(choice: IoChoice, entries: u32, splice: bool, sqpoll: bool, ve
 }
 
 /// The id of this process's io_uring SQPOLL thread: the task named `iou-sqp-PID` in
-/// /proc/self/task (an io thread of the process since 5.12). `None` when there is none.
+/// /proc/self/task (an io thread of the process since 5.12). The thread names itself when
+/// it first runs, so on a busy machine this waits for that, up to half a second. `None`
+/// when there is none.
 pub fn sqpoll_thread() -> Option<u32> {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(t) = sqpoll_thread_now() {
+            return Some(t);
+        }
+        if t0.elapsed() > std::time::Duration::from_millis(500) {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// [`sqpoll_thread`] without waiting.
+fn sqpoll_thread_now() -> Option<u32> {
     std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|e| {
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
         comm.starts_with("iou-sqp-")

@@ -42,7 +42,7 @@ fn check_download(test: &str, scheme: Scheme, size: u64, conns: u32) {
     let dir = TestDir::new(test);
     let out = dir.join(&file.name);
     let mut cmd = dir.ringdl();
-    cmd.arg("-x").arg(conns.to_string()).arg("-o").arg(&out);
+    cmd.arg("-v").arg("-x").arg(conns.to_string()).arg("-o").arg(&out);
     match scheme {
         Scheme::Http => cmd.arg(n.http_url(&file.name)),
         Scheme::Https => cmd.arg("--ca-certificate").arg(n.ca_pem()).arg(n.https_url(&file.name)),
@@ -61,6 +61,21 @@ fn check_download(test: &str, scheme: Scheme, size: u64, conns: u32) {
         Scheme::Https => assert!(!summary.contains(", plain,"), "HTTPS summary says plain: {summary}"),
     }
     assert_auto_engine(&summary, dir.path());
+    // On io_uring the output file is registered (IORING_REGISTER_FILES) and its writes,
+    // fallocate and fsync go out with IOSQE_FIXED_FILE: -v counts them.
+    if summary.contains("I/O io_uring") {
+        let err = o.stderr_text();
+        let n: u64 = err
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("ringdl: ")?
+                    .strip_suffix(" ops on registered files")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no registered-files count on io_uring: {err}"));
+        assert!(n >= 1, "{err}");
+    }
 }
 
 /// One `#[test]` per (scheme, size, connections) so failures name the case and the
