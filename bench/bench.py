@@ -34,6 +34,7 @@ import os
 import platform
 import re
 import shutil
+import shlex
 import signal
 import socket
 import statistics
@@ -354,6 +355,28 @@ class Variant:
     version_argv: list[str]
     out_is_file: bool = True
     note: str = ""
+    env: dict | None = None  # extra environment (--ringdl-variant)
+
+
+def parse_ringdl_variant(spec: str) -> tuple[str, dict, list[str]]:
+    """`LABEL:TOKENS` -> (label, env, extra args): tokens like `RINGDL_BLOCK_KIB=1024`
+    (upper-case name, `=`) go to the environment, the rest (`--sqpoll`) to the argv."""
+    label, _, rest = spec.partition(":")
+    env, extra = {}, []
+    for tok in shlex.split(rest):
+        if re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", tok):
+            k, _, v = tok.partition("=")
+            env[k] = v
+        else:
+            extra.append(tok)
+    return label or rest, env, extra
+
+
+def system_busy_s() -> float:
+    """Busy CPU seconds of the whole machine so far (/proc/stat `cpu`: all but idle and
+    iowait, USER_HZ = 100): counts kernel threads such as io_uring's SQPOLL poller too."""
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(f[:8]) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def build_variants(args, ca: Path, conns: int, proto: str) -> list[Variant]:
@@ -361,18 +384,22 @@ def build_variants(args, ca: Path, conns: int, proto: str) -> list[Variant]:
     v: list[Variant] = []
     for tool in args.tools:
         if tool == "ringdl":
+            kinds = [("", {}, [])] + [parse_ringdl_variant(x) for x in args.ringdl_variant]
             for eng in args.engine:
                 for io in args.io:
-                    def argv(url, out, eng=eng, io=io):
-                        a = [args.ringdl, "-x", str(conns), "--engine", eng, "--io", io, "--force",
-                             "-o", str(out)]
-                        if https:
-                            a += ["--ca-certificate", str(ca)]
-                        return a + [url]
+                    for label, env, extra in kinds:
+                        def argv(url, out, eng=eng, io=io, extra=extra):
+                            a = [args.ringdl, "-x", str(conns), "--engine", eng, "--io", io,
+                                 "--force", *extra, "-o", str(out)]
+                            if https:
+                                a += ["--ca-certificate", str(ca)]
+                            return a + [url]
 
-                    io_name = "" if args.io == ["auto"] else f" --io {io}"
-                    v.append(Variant(f"ringdl -x {conns} --engine {eng}{io_name}", "ringdl", "ringdl",
-                                     argv, [args.ringdl, "--version"]))
+                        io_name = "" if args.io == ["auto"] else f" --io {io}"
+                        tag = f" [{label}]" if label else ""
+                        v.append(Variant(f"ringdl -x {conns} --engine {eng}{io_name}{tag}", "ringdl",
+                                         "ringdl", argv, [args.ringdl, "--version"],
+                                         env=env or None))
         elif tool == "aria2c":
             n = min(conns, ARIA2_MAX_CONN)
 
@@ -495,7 +522,9 @@ def run_once(args, var: Variant, url: str, out: Path, src: Path, digest: str, si
     timed_out = False
     t0 = time.monotonic()
     # setsid: the tool gets its own process group, so a timeout or ^C can end all of it.
-    pid = os.posix_spawn(exe, full, os.environ, file_actions=actions, setsid=True)
+    env = {**os.environ, **var.env} if var.env else os.environ
+    busy0 = system_busy_s()
+    pid = os.posix_spawn(exe, full, env, file_actions=actions, setsid=True)
     try:
         signal.alarm(args.timeout_for(size))
         _, status, ru = os.wait4(pid, 0)
@@ -511,6 +540,7 @@ def run_once(args, var: Variant, url: str, out: Path, src: Path, digest: str, si
     finally:
         signal.signal(signal.SIGALRM, old)
     wall = time.monotonic() - t0
+    busy = system_busy_s() - busy0
     cached1 = meminfo()["Cached"]
     out_res = resident_mib(out) if var.out_is_file else 0.0
     t1 = time.monotonic()
@@ -525,6 +555,7 @@ def run_once(args, var: Variant, url: str, out: Path, src: Path, digest: str, si
         "user_s": round(ru.ru_utime, 4),
         "sys_s": round(ru.ru_stime, 4),
         "cpu_s": round(ru.ru_utime + ru.ru_stime, 4),
+        "system_busy_s": round(busy, 2),
         "cache_growth_mib": round((cached1 - cached0) / 1024, 1),
         "output_cached_mib": out_res,
         "sync_after_s": round(sync_s, 3),
@@ -580,7 +611,7 @@ def summarize(runs: list[dict], variants: list[Variant]) -> list[dict]:
         ok = [r for r in mine if "error" not in r]
         row = {"tool": var.name, "kind": var.kind, "note": var.note, "runs": len(mine),
                "ok": len(ok)}
-        for k in ("wall_s", "user_s", "sys_s", "cpu_s", "max_rss_kib", "minor_faults",
+        for k in ("wall_s", "user_s", "sys_s", "cpu_s", "system_busy_s", "max_rss_kib", "minor_faults",
                   "cache_growth_mib", "output_cached_mib", "sync_after_s"):
             row[k] = median([r.get(k) for r in ok])
         row["wall_all_s"] = [r["wall_s"] for r in ok]
@@ -604,9 +635,9 @@ def f2(x, nd=2):
 
 
 def markdown_table(rows: list[dict]) -> str:
-    out = ["| tool | wall s | user s | sys s | CPU s | max RSS MiB | minor faults | "
+    out = ["| tool | wall s | user s | sys s | CPU s | machine busy s | max RSS MiB | minor faults | "
            "cache growth MiB | output cached MiB | CPU / best peer | sync after s |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         name = r["tool"] if r["kind"] != "ringdl" else f"**{r['tool']}**"
         if r["note"]:
@@ -617,7 +648,7 @@ def markdown_table(rows: list[dict]) -> str:
         ratio = r.get("cpu_ratio_best_peer")
         out.append(
             f"| {name} | {f2(r['wall_s'])} | {f2(r['user_s'])} | {f2(r['sys_s'])} | "
-            f"{f2(r['cpu_s'])} | {f2(rss, 1)} | "
+            f"{f2(r['cpu_s'])} | {f2(r.get('system_busy_s'))} | {f2(rss, 1)} | "
             f"{'—' if r['minor_faults'] is None else int(r['minor_faults'])} | "
             f"{f2(r['cache_growth_mib'], 0)} | {f2(r['output_cached_mib'], 0)} | "
             f"{f2(ratio)} | {f2(r['sync_after_s'])} |"
@@ -672,6 +703,9 @@ def main() -> int:
                     help="ringdl engine(s), e.g. direct,buffered, passed to --engine (default direct)")
     ap.add_argument("--io", type=csv_list(str), default=["auto"],
                     help="ringdl I/O backend(s), e.g. uring,epoll, passed to --io (default auto)")
+    ap.add_argument("--ringdl-variant", action="append", default=[], metavar="LABEL:TOKENS",
+                    help="an extra ringdl row: LABEL:'RINGDL_BLOCK_KIB=1024 --sqpoll' "
+                         "(NAME=VALUE tokens go to its environment, the rest to its argv; repeatable)")
     ap.add_argument("--tools", type=csv_list(str), default=list(ALL_TOOLS),
                     help="tools to run (default all): " + ",".join(ALL_TOOLS))
     ap.add_argument("--runs", type=int, default=5, help="runs per tool and configuration (default 5)")
@@ -806,7 +840,7 @@ def main() -> int:
                                           file=sys.stderr, flush=True)
                                 else:
                                     log(f"  {var.name:<40} wall {r['wall_s']:.2f} s  "
-                                        f"cpu {r['cpu_s']:.2f} s  rss "
+                                        f"cpu {r['cpu_s']:.2f} s  busy {r['system_busy_s']:.2f} s  rss "
                                         f"{r.get('max_rss_kib', 0) / 1024:.1f} MiB  cache "
                                         f"{r['cache_growth_mib']:+.0f} MiB (output {r['output_cached_mib']} MiB)"
                                         f"  load {r['loadavg_before']}")

@@ -42,6 +42,9 @@ pub struct Config {
     pub engine: Option<crate::engine::EngineKind>,
     /// `--io`.
     pub io: IoChoice,
+    /// `--sqpoll`: ask io_uring for a kernel submission-queue poller
+    /// (`IORING_SETUP_SQPOLL`); a usage error with `--io epoll`.
+    pub sqpoll: bool,
     /// `-k/--insecure`: skip certificate verification.
     pub insecure: bool,
     /// `--ca-certificate FILE`: extra trust anchors (PEM).

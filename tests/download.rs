@@ -42,7 +42,7 @@ fn check_download(test: &str, scheme: Scheme, size: u64, conns: u32) {
     let dir = TestDir::new(test);
     let out = dir.join(&file.name);
     let mut cmd = dir.ringdl();
-    cmd.arg("-x").arg(conns.to_string()).arg("-o").arg(&out);
+    cmd.arg("-v").arg("-x").arg(conns.to_string()).arg("-o").arg(&out);
     match scheme {
         Scheme::Http => cmd.arg(n.http_url(&file.name)),
         Scheme::Https => cmd.arg("--ca-certificate").arg(n.ca_pem()).arg(n.https_url(&file.name)),
@@ -61,6 +61,21 @@ fn check_download(test: &str, scheme: Scheme, size: u64, conns: u32) {
         Scheme::Https => assert!(!summary.contains(", plain,"), "HTTPS summary says plain: {summary}"),
     }
     assert_auto_engine(&summary, dir.path());
+    // On io_uring the output file is registered (IORING_REGISTER_FILES) and its writes,
+    // fallocate and fsync go out with IOSQE_FIXED_FILE: -v counts them.
+    if summary.contains("I/O io_uring") {
+        let err = o.stderr_text();
+        let n: u64 = err
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("ringdl: ")?
+                    .strip_suffix(" ops on registered files")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no registered-files count on io_uring: {err}"));
+        assert!(n >= 1, "{err}");
+    }
 }
 
 /// One `#[test]` per (scheme, size, connections) so failures name the case and the
@@ -1669,4 +1684,63 @@ fn https_soft_tls_records_opened_in_place() {
             "{name}: {summary}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------
+// --sqpoll: the ring's submission queue polled by a kernel thread
+
+/// `--sqpoll -x 4 -v`: exact bytes, and the summary says the ring runs with a SQPOLL
+/// thread (seen in /proc/self/task, not just asked for), whose CPU `-v` reports. Under
+/// `RINGDL_TEST_IO=epoll` the pair is a usage error instead.
+fn check_sqpoll(test: &str, scheme: Scheme) {
+    let n = nginx();
+    let file = n.file(16 * MIB);
+    let dir = TestDir::new(test);
+    let out = dir.join(&file.name);
+    let mut cmd = dir.ringdl();
+    cmd.args(["--sqpoll", "-v", "-x", "4", "-o"]).arg(&out);
+    match scheme {
+        Scheme::Http => cmd.arg(n.http_url(&file.name)),
+        Scheme::Https => cmd.arg("--ca-certificate").arg(n.ca_pem()).arg(n.https_url(&file.name)),
+    };
+    let o = cmd.run();
+    if util::test_io() == Some("epoll") {
+        assert_eq!(o.code(), Some(2), "--sqpoll --io epoll: {}", o.stderr_text());
+        assert!(o.stderr_text().contains("--sqpoll"), "{}", o.stderr_text());
+        assert!(!exists(&out));
+        return;
+    }
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    let summary = o.summary();
+    assert!(summary.contains("I/O io_uring (SQPOLL)"), "no SQPOLL ring: {summary}");
+    assert!(o.stderr_text().contains("SQPOLL thread CPU"), "{}", o.stderr_text());
+}
+
+#[test]
+fn http_sqpoll_x4() {
+    check_sqpoll("http_sqpoll_x4", Scheme::Http);
+}
+
+#[test]
+fn https_sqpoll_x4() {
+    check_sqpoll("https_sqpoll_x4", Scheme::Https);
+}
+
+/// `--sqpoll --io epoll` is a usage error (exit 2) that names the option, and writes nothing.
+#[test]
+fn sqpoll_with_epoll_is_a_usage_error() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("sqpoll_with_epoll_is_a_usage_error");
+    let out = dir.join(&file.name);
+    let o = dir
+        .ringdl()
+        .args(["--io", "epoll", "--sqpoll", "-o"])
+        .arg(&out)
+        .arg(n.http_url(&file.name))
+        .run();
+    assert_eq!(o.code(), Some(2), "{}", o.stderr_text());
+    assert!(o.stderr_text().contains("--sqpoll"), "{}", o.stderr_text());
+    assert!(!exists(&out) && !exists(&part_path(&out)));
 }

@@ -40,8 +40,24 @@ use crate::tag::Tag;
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
 
-/// Write block, bytes: one O_DIRECT write.
+/// Write block, bytes: one O_DIRECT write (the build-time default; see [`write_block`]).
 pub(crate) const WRITE_BLOCK: usize = 256 << 10;
+
+/// The write-block size in bytes: [`WRITE_BLOCK`], or `RINGDL_BLOCK_KIB` KiB (read once;
+/// a benchmarking knob, not an option: a power of two from 64 to 4096, anything else is
+/// ignored). README "Copy budget" has the measurements that chose the default.
+pub(crate) fn write_block() -> usize {
+    static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| block_kib(std::env::var("RINGDL_BLOCK_KIB").ok().as_deref()))
+}
+
+/// [`write_block`] for the knob's value `v`.
+fn block_kib(v: Option<&str>) -> usize {
+    match v.and_then(|v| v.trim().parse::<usize>().ok()) {
+        Some(k) if k.is_power_of_two() && (64..=4096).contains(&k) => k << 10,
+        _ => WRITE_BLOCK,
+    }
+}
 
 /// Largest response head we accept (RFC 9112 leaves it to us).
 pub(crate) const MAX_HEAD: usize = http::MAX_HEAD;
@@ -233,12 +249,16 @@ pub fn run(
         Some(_) => Some(crate::control::tls::server_name(url.host())?),
         None => None,
     };
-    let block = WRITE_BLOCK.max(out.align as usize);
+    let block = write_block().max(out.align as usize);
     let wcount = (2 * n + 2).clamp(6, 64);
     // A CONNECT with its LINK_TIMEOUT, or a SEND/RECV, per connection; a Happy Eyeballs
     // wake-up per connect; the write slots; the tick, signal, fallocate, fsync, cancels.
     let entries = (3 * n + wcount + 8).next_power_of_two() as u32;
-    let crate::io::Chosen { mut ring, label: io } = crate::io::build_ring(opts.io, entries, splice, opts.verbose)?;
+    let crate::io::Chosen {
+        mut ring,
+        label: io,
+        sqpoll_tid,
+    } = crate::io::build_ring(opts.io, entries, splice, opts.sqpoll, opts.verbose)?;
     let rpool =
         BufPool::new(READ_BLOCK, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {READ_BLOCK} bytes): {e}"))?;
     let wpool =
@@ -250,6 +270,11 @@ pub fn run(
             false
         }
     };
+    // The output fd as fixed file 0: its WRITE_FIXED, FALLOCATE and FSYNC skip the per-op
+    // fget/fput. Measurement knob RINGDL_FIXED_FILES=0 leaves it unregistered.
+    let fixed_files = std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0")
+        && ring.backend() == uring::Backend::Uring
+        && ring.register_files(&[out.fd.as_raw_fd()]).is_ok();
     let conns = (0..n)
         .map(|_| Conn::new(rpool.alloc().expect("one read block per connection")))
         .collect();
@@ -441,6 +466,15 @@ pub fn run(
         (Some(_), None) => dl.stream_digest.take().map(|d| d.finish()),
         _ => None,
     };
+    if opts.verbose > 0 && fixed_files {
+        eprintln!("ringdl: {} ops on registered files", dl.ring.fixed_file_ops());
+    }
+    if opts.verbose > 0
+        && let Some(cpu) = sqpoll_tid.and_then(crate::io::thread_cpu)
+    {
+        // Not in the process's rusage until the thread exits: say it here.
+        eprintln!("ringdl: SQPOLL thread CPU {:.2} s", cpu.as_secs_f64());
+    }
     Ok(Outcome::Done(Box::new(Summary {
         bytes: total,
         fetched: dl.sh.received,
@@ -645,5 +679,20 @@ impl Loop<'_> {
             self.fail(i, f)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_knob_takes_powers_of_two_in_range_only() {
+        assert_eq!(block_kib(None), WRITE_BLOCK);
+        assert_eq!(block_kib(Some("1024")), 1 << 20);
+        assert_eq!(block_kib(Some("64")), 64 << 10);
+        for bad in ["", "0", "32", "300", "8192", "1M", "-256"] {
+            assert_eq!(block_kib(Some(bad)), WRITE_BLOCK, "{bad}");
+        }
     }
 }

@@ -538,6 +538,31 @@ impl RawRing {
         Ok(())
     }
 
+    /// Registers `fds` as the fixed-file table, index = position
+    /// (IORING_REGISTER_FILES, 5.1; `-1` = an empty slot, 5.5). The table holds a
+    /// reference to each file until it is unregistered or the ring is closed.
+    ///
+    /// # Errors
+    /// EBUSY (a table is registered), EBADF (a bad fd), EMFILE (over
+    /// RLIMIT_NOFILE), EINVAL (empty or over 2^20 entries), ENOMEM.
+    pub fn register_files(&mut self, fds: &[RawFd]) -> io::Result<()> {
+        let n = u32::try_from(fds.len()).map_err(|_| io::ErrorKind::InvalidInput)?;
+        // SAFETY: `fds` is a live slice of n i32s; the kernel copies it during the
+        // call and takes its own reference to each file, so no pointer outlives the call.
+        unsafe { io_uring_register(&self.fd, IoringRegisterOp::RegisterFiles, fds.as_ptr().cast(), n)? };
+        Ok(())
+    }
+
+    /// Drops the fixed-file table (IORING_UNREGISTER_FILES, 5.1).
+    ///
+    /// # Errors
+    /// ENXIO when none is registered.
+    pub fn unregister_files(&mut self) -> io::Result<()> {
+        // SAFETY: UNREGISTER_FILES takes no argument pointer (null, 0).
+        unsafe { io_uring_register(&self.fd, IoringRegisterOp::UnregisterFiles, core::ptr::null(), 0)? };
+        Ok(())
+    }
+
     /// Drops all fixed buffers (IORING_UNREGISTER_BUFFERS, 5.1).
     ///
     /// # Errors

@@ -336,6 +336,10 @@ pub(crate) struct UringRing {
     /// CQEs the kernel still owes us (ops + link timeouts); ≤ cq entries.
     cqes_outstanding: usize,
     pools: Vec<Rc<PoolInner>>,
+    /// The fixed-file table: `files[i]` is the fd registered at index i.
+    files: Vec<RawFd>,
+    /// Ops submitted with IOSQE_FIXED_FILE.
+    fixed_file_ops: u64,
     id: u64,
     raw: RawRing,
 }
@@ -382,6 +386,8 @@ impl RingBuilder {
             in_flight: 0,
             cqes_outstanding: 0,
             pools: Vec::new(),
+            files: Vec::new(),
+            fixed_file_ops: 0,
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
             raw,
         })
@@ -512,6 +518,30 @@ impl UringRing {
         Ok(())
     }
 
+    /// Registers `fds` as the fixed-file table (IORING_REGISTER_FILES, 5.1),
+    /// replacing any table registered before; from then on ops on those fds go
+    /// out with IOSQE_FIXED_FILE and the table index (no fget/fput per op).
+    ///
+    /// The table keeps each file open until the ring is dropped or the table
+    /// replaced: closing a registered fd does not close its file.
+    ///
+    /// # Errors
+    /// As [`RawRing::register_files`]; the table is then empty and ops use plain fds.
+    pub fn register_files(&mut self, fds: &[RawFd]) -> io::Result<()> {
+        if !self.files.is_empty() {
+            self.files.clear();
+            self.raw.unregister_files()?;
+        }
+        self.raw.register_files(fds)?;
+        self.files = fds.to_vec();
+        Ok(())
+    }
+
+    /// Ops submitted with IOSQE_FIXED_FILE so far.
+    pub fn fixed_file_ops(&self) -> u64 {
+        self.fixed_file_ops
+    }
+
     fn forget_registrations(&mut self) {
         for p in self.pools.drain(..) {
             if p.registration().map(|r| r.ring_id) == Some(self.id) {
@@ -548,6 +578,17 @@ impl UringRing {
         };
         let fixed = match &op {
             Op::Read { buf, .. } | Op::Write { buf, .. } => self.fixed_index(buf),
+            _ => None,
+        };
+        // The fixed-file index of the fd an op targets (the ops whose `fd` is their file).
+        let fixed_file = match &op {
+            Op::Read { fd, .. }
+            | Op::Write { fd, .. }
+            | Op::Recv { fd, .. }
+            | Op::Send { fd, .. }
+            | Op::RecvMsg { fd, .. }
+            | Op::Fallocate { fd, .. }
+            | Op::Fsync { fd, .. } => self.files.iter().position(|f| f == fd),
             _ => None,
         };
         let idx = self.free.pop().expect("free slot checked above") as usize;
@@ -667,6 +708,15 @@ impl UringRing {
             } => opcode::Splice::new(fd_in, off_in, fd_out, off_out, len)
                 .flags(flags)
                 .build(),
+        };
+        let sqe = match fixed_file {
+            Some(i) => {
+                self.fixed_file_ops += 1;
+                let mut s = sqe.flags(sqe.get_flags() | SqeFlags::FIXED_FILE);
+                s.fd = i as i32;
+                s
+            }
+            None => sqe,
         };
         let mut sqes = [sqe.user_data(ud), Sqe::default()];
         let n = if let Some(t) = timeout {
@@ -999,6 +1049,29 @@ impl Ring {
         match &mut self.inner {
             Inner::Uring(r) => r.register_pools(pools),
             Inner::Epoll(_) => Ok(()),
+        }
+    }
+
+    /// Registers `fds` as io_uring's fixed-file table (IORING_REGISTER_FILES,
+    /// 5.1): ops on them then skip the kernel's per-op file lookup and
+    /// reference count (IOSQE_FIXED_FILE). Each file stays open while
+    /// registered, whatever happens to its fd, until the ring is dropped.
+    ///
+    /// # Errors
+    /// [`Backend::Epoll`]: `Unsupported` (plain syscalls have no table).
+    /// io_uring: EBADF, EMFILE, EINVAL, ENOMEM; ops then use plain fds.
+    pub fn register_files(&mut self, fds: &[RawFd]) -> io::Result<()> {
+        match &mut self.inner {
+            Inner::Uring(r) => r.register_files(fds),
+            Inner::Epoll(_) => Err(io::ErrorKind::Unsupported.into()),
+        }
+    }
+
+    /// Ops submitted with IOSQE_FIXED_FILE (registered files) so far; 0 on epoll.
+    pub fn fixed_file_ops(&self) -> u64 {
+        match &self.inner {
+            Inner::Uring(r) => r.fixed_file_ops(),
+            Inner::Epoll(_) => 0,
         }
     }
 

@@ -191,6 +191,42 @@ fn read_write_fixed_registered_buffered() {
     assert!(!pool.is_registered(), "registration ends with the ring");
 }
 
+/// Registered files: ops on the registered fd go out with IOSQE_FIXED_FILE (counted),
+/// land the same bytes, ops on other fds are left alone; on epoll
+/// there is no table.
+#[test]
+fn read_write_fsync_on_a_registered_file() {
+    let t = TempPath::new("rfile");
+    let f = t.create();
+    let mut r = ring(Backend::Uring);
+    let pool = BufPool::new(8192, 4).unwrap();
+    r.register_pools(&[&pool]).unwrap();
+    r.register_files(&[-1, f.as_raw_fd()]).unwrap();
+    write_read_round_trip(&mut r, &pool, f.as_raw_fd());
+    // Two writes, two reads, one sub-range read.
+    assert_eq!(r.fixed_file_ops(), 5);
+    r.push(
+        Op::Fsync {
+            fd: f.as_raw_fd(),
+            datasync: true,
+        },
+        30,
+    )
+    .unwrap();
+    assert_eq!(wait_one(&mut r).result, 0);
+    assert_eq!(r.fixed_file_ops(), 6);
+    // Another fd is not rewritten.
+    let g = TempPath::new("rfile2");
+    let gf = g.create();
+    write_read_round_trip(&mut r, &pool, gf.as_raw_fd());
+    assert_eq!(r.fixed_file_ops(), 6);
+    let mut e = ring(Backend::Epoll);
+    assert_eq!(
+        e.register_files(&[f.as_raw_fd()]).unwrap_err().kind(),
+        std::io::ErrorKind::Unsupported
+    );
+}
+
 fn read_write_o_direct_registered_and_not(b: Backend) {
     for register in [false, true] {
         let t = TempPath::new("direct");
