@@ -1294,6 +1294,10 @@ pub fn scheduler(data: &[u8]) {
     );
 }
 
+/// The most application data one `records` run sends (bytes): still many records of every
+/// size (16 KiB records down to 32-byte fragments) and a write spanning several of them.
+const RECORDS_PLAINTEXT: usize = 128 * 1024;
+
 /// The software record layer's suites, in the order byte 0 of a `records` input picks them.
 const RECORD_SUITES: [rustls::SupportedCipherSuite; 6] = {
     use rustls::crypto::ring::cipher_suite as cs;
@@ -1633,7 +1637,10 @@ pub fn records(data: &[u8]) {
                     0 => usize::from(op / 4),
                     1 => rng.below(70_000),
                     _ => rng.below(2000),
-                };
+                }
+                // At most RECORDS_PLAINTEXT per run: long scripts had made runs of ~0.5 MB
+                // (a few hundred a second), without reaching more of the record layer.
+                .min(RECORDS_PLAINTEXT.saturating_sub(want.len()));
                 let start = want.len();
                 want.extend((0..n.div_ceil(8)).flat_map(|_| rng.next().to_le_bytes()));
                 want.truncate(start + n);
