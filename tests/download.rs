@@ -1656,7 +1656,7 @@ fn progress_lines_go_to_a_log_every_few_seconds() {
     }
 }
 
-/// The software record layer (`RINGDL_SOFT_TLS=1`, engine direct): after the handshake
+/// The software record layer (the default without kTLS; engine direct): after the handshake
 /// each connection's records are opened in place by `ktls::soft` instead of rustls, over
 /// TLS 1.3 and TLS 1.2, with several kept-alive requests per connection (sealed by the same
 /// layer). The summary names it, so a silent fallback to rustls shows.

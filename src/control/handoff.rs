@@ -357,7 +357,7 @@ impl Loop<'_> {
     /// Installs kernel TLS on connection `i` (TX and RX) from rustls' secrets; from here on
     /// the socket carries plaintext. A refusal before the secrets are taken keeps the
     /// connection in user-space TLS (same bytes, engine direct for it). Without kTLS
-    /// (`RINGDL_SOFT_TLS=1`) the software record layer takes the secrets instead.
+    /// the software record layer takes the secrets instead (unless `RINGDL_SOFT_TLS=0`).
     pub(crate) fn hand_off(&mut self, i: usize) -> std::result::Result<(), Fail> {
         use std::os::fd::AsFd;
         self.sh.tls_conns += 1;

@@ -168,7 +168,7 @@ pub(crate) struct Conn {
     /// kTLS is installed: the socket yields plaintext; rustls keeps only what post-handshake
     /// messages need (session tickets).
     pub(crate) kconn: Option<KernelConnection<ClientConnectionData>>,
-    /// The software record layer runs this connection's TLS (`RINGDL_SOFT_TLS=1`): records
+    /// The software record layer runs this connection's TLS (the default without kTLS): records
     /// opened in place by `ktls::soft`, rustls keeps only the post-handshake state.
     pub(crate) soft: Option<Box<handoff::SoftTls>>,
     /// This connection stays in user-space TLS (its hand-off was refused).

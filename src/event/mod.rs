@@ -104,7 +104,7 @@ pub struct Summary {
     /// asked; Linux 6.14+) instead of a new connection.
     pub ktls_rekeys: usize,
     /// Connections whose TLS records the software record layer opened in place
-    /// (`RINGDL_SOFT_TLS=1`).
+    /// (the default where kTLS does not run; `RINGDL_SOFT_TLS=0` turns it off).
     pub soft_conns: usize,
     /// TLS 1.3 KeyUpdates the software record layer took in place.
     pub soft_rekeys: usize,
