@@ -185,9 +185,10 @@ pub struct Part<'b, 'h> {
 }
 
 impl Part<'_, '_> {
-    /// The part's length in bytes.
+    /// The part's length in bytes (`u64::MAX` for `bytes 0-18446744073709551615/*`,
+    /// one short: saturating).
     pub fn len(&self) -> u64 {
-        self.last - self.first + 1
+        (self.last - self.first).saturating_add(1)
     }
 
     /// Never true: a part holds at least one byte (`first <= last`). For clippy's
