@@ -173,6 +173,7 @@ fn real_main(record: &mut Record) -> Result<()> {
     let mut tls_config = None;
     let mut hops = 0;
     let first_url = url.clone();
+    let mut failed = None;
     loop {
         let (headers, dropped) = headers::for_hop(&opts, &first_url, &url);
         if !dropped.is_empty() && opts.verbose > 0 {
@@ -201,6 +202,7 @@ fn real_main(record: &mut Record) -> Result<()> {
             engine,
             ktls: ktls_on,
             headers: &headers,
+            failed: &mut failed,
         };
         let s = match fetch(&url, &opts, target, &mut tls_config, &mut progress) {
             Ok(Outcome::Done(s)) => s,
@@ -232,6 +234,10 @@ fn real_main(record: &mut Record) -> Result<()> {
             Err(e) => {
                 progress.clear();
                 out.discard_if_empty();
+                // What the transfer knew when it failed (bytes kept, TLS, connections…).
+                if let Some(s) = &failed {
+                    record.fill(&url, engine, s);
+                }
                 return Err(e);
             }
         };
