@@ -449,9 +449,13 @@ fn fetch(
     progress: &mut Progress,
 ) -> Result<Outcome> {
     // Chosen again for every URL: a redirect to another host may go another way.
-    let proxy = match proxy::choose(url, opts.proxy.as_deref(), opts.noproxy.as_deref(), |k| {
-        std::env::var(k).ok()
-    })? {
+    let proxy = match proxy::choose(
+        url,
+        opts.proxy.as_deref(),
+        opts.noproxy.as_deref(),
+        opts.proxy_user.as_ref(),
+        |k| std::env::var(k).ok(),
+    )? {
         Ok(p) => {
             if opts.verbose > 0 {
                 eprintln!(
