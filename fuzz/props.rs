@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 
 use http::{
     ByteRange, ChunkedDecoder, ChunkedError, ContentRange, Framing, Header, MAX_BOUNDARY, MAX_FIELDS, MAX_PART_FIELDS,
-    Request, Status, Url, byteranges_boundary, content_disposition_filename, parse_byteranges_part,
-    parse_content_range, parse_head, sanitize_file_name,
+    ProxyUrl, Request, Status, Url, byteranges_boundary, content_disposition_filename, no_proxy_matches,
+    parse_byteranges_part, parse_content_range, parse_head, sanitize_file_name,
 };
 use ringdl::engine::blocks::WriteBlock;
 use ringdl::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer, content_range_fits};
@@ -31,6 +31,8 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("scheduler", scheduler),
     ("records", records),
     ("multipart", multipart),
+    ("proxy_url", proxy_url),
+    ("no_proxy", no_proxy),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -1695,5 +1697,107 @@ pub fn multipart(data: &[u8]) {
             )
         }
         other => panic!("built part {built:?} gave {other:?}"),
+    }
+}
+
+/// Every byte but RFC 3986 `unreserved` as `%XX`.
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// `proxy_url`: never panics; a parsed proxy has a host and a port, its Display is
+/// `http://` + (`***@` exactly when it has credentials) + `host:port` and never shows a
+/// password, and the Display parses back to the same host and port; the credentials,
+/// percent-encoded again into that URL, parse back to themselves.
+pub fn proxy_url(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else { return };
+    let Ok(p) = ProxyUrl::parse(s) else { return };
+    assert!(!p.host().is_empty(), "empty host: {s:?}");
+    assert_ne!(p.port(), 0, "port 0: {s:?}");
+    let shown = p.to_string();
+    let rest = shown.strip_prefix("http://").expect("Display starts with http://");
+    let authority = match (rest.strip_prefix("***@"), p.credentials()) {
+        (Some(a), Some(_)) => a,
+        (None, None) => rest,
+        (_, creds) => panic!(
+            "{shown:?} does not say whether there are credentials ({:?})",
+            creds.is_some()
+        ),
+    };
+    assert!(
+        !authority.contains('@'),
+        "credentials in the shown authority: {shown:?}"
+    );
+    let again = ProxyUrl::parse(&format!("http://{authority}")).unwrap_or_else(|e| panic!("{shown:?}: {e}"));
+    assert_eq!(
+        (again.host(), again.port(), again.credentials()),
+        (p.host(), p.port(), None)
+    );
+    if let Some((user, password)) = p.credentials() {
+        let url = format!(
+            "http://{}:{}@{authority}",
+            percent_encode(user),
+            percent_encode(password)
+        );
+        let back = ProxyUrl::parse(&url).unwrap_or_else(|e| panic!("{url:?}: {e}"));
+        assert_eq!(
+            back.credentials(),
+            Some((user, password)),
+            "credentials round trip: {url:?}"
+        );
+        assert_eq!((back.host(), back.port()), (p.host(), p.port()));
+    }
+}
+
+/// `no_proxy`: first line = the list, second = a host. Never panics; `*` matches every
+/// host; a list is the union of its entries (for a list other than `*`); a host a URL
+/// accepts matches a list of exactly itself, its upper-case form, a subdomain of it (a
+/// name), and not a name that merely ends with it.
+pub fn no_proxy(data: &[u8]) {
+    let (list, host) = split_line(data);
+    let (Ok(list), Ok(host)) = (std::str::from_utf8(list), std::str::from_utf8(host)) else {
+        return;
+    };
+    let m = no_proxy_matches(list, host);
+    assert!(no_proxy_matches("*", host), "'*' misses {host:?}");
+    assert!(no_proxy_matches(" * ", host), "' * ' misses {host:?}");
+    if list.trim() != "*" {
+        let any = list
+            .split([',', ' ', '\t'])
+            .filter(|t| !t.is_empty() && t.trim() != "*")
+            .any(|t| no_proxy_matches(t, host));
+        assert_eq!(m, any, "{list:?} vs its entries for {host:?}");
+        assert_eq!(
+            m,
+            no_proxy_matches(&format!("{list},"), host),
+            "a trailing comma changed {list:?}"
+        );
+    }
+    let Ok(u) = Url::parse(&format!("http://{host}/")) else {
+        return;
+    };
+    let h = u.host();
+    assert!(no_proxy_matches(h, h), "{h:?} does not match itself");
+    assert!(no_proxy_matches(&format!("x,{h} ,y"), h), "{h:?} not found in a list");
+    let is_ip = h.parse::<std::net::IpAddr>().is_ok();
+    if !is_ip {
+        assert!(no_proxy_matches(&h.to_ascii_uppercase(), h), "case matters for {h:?}");
+        assert!(no_proxy_matches(&format!(".{h}"), h), ".{h} does not match {h:?}");
+        let sub = format!("www.{h}");
+        if sub.parse::<std::net::IpAddr>().is_err() {
+            assert!(no_proxy_matches(h, &sub), "{h:?} does not match its subdomain");
+        }
+        let longer = format!("x{h}");
+        if longer.parse::<std::net::IpAddr>().is_err() && !h.starts_with('.') {
+            assert!(!no_proxy_matches(h, &longer), "{h:?} matches {longer:?}");
+        }
     }
 }
