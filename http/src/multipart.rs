@@ -330,7 +330,10 @@ fn delimiter_prefix_ok(line: &[u8], boundary: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn part(buf: &[u8], boundary: &[u8]) -> Result<Status<(u64, u64, Option<u64>, usize)>, PartError> {
+    /// first, last, complete, head_len.
+    type Got = (u64, u64, Option<u64>, usize);
+
+    fn part(buf: &[u8], boundary: &[u8]) -> Result<Status<Got>, PartError> {
         let mut h = [Header::EMPTY; MAX_PART_FIELDS];
         Ok(match parse_byteranges_part(buf, boundary, &mut h)? {
             Status::Complete(p) => Status::Complete((p.first, p.last, p.complete, p.head_len)),

@@ -82,6 +82,9 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result
     }
 }
 
+/// The one part of a multipart 206 and the response's boundary.
+type OnePart<'b, 'h> = (http::Part<'b, 'h>, &'b [u8]);
+
 /// A 206 in `multipart/byteranges` form (RFC 9110 §14.6; Apache Traffic Server answers a
 /// single range this way): the head of its one part, read from `body` (the bytes after
 /// the response head) as an extension of the head, and the boundary. `None` for any other
@@ -95,7 +98,7 @@ fn one_part<'b, 'h>(
     resp: &http::Response<'b, '_>,
     body: &'b [u8],
     headers: &'h mut [Header<'b>],
-) -> std::result::Result<Option<Status<(http::Part<'b, 'h>, &'b [u8])>>, Fail> {
+) -> std::result::Result<Option<Status<OnePart<'b, 'h>>>, Fail> {
     if resp.code != 206 {
         return Ok(None);
     }
