@@ -162,3 +162,19 @@ fn part_content_range_wrong_once_is_retried() {
     // The bytes were right: only a retry shows the part's Content-Range was checked.
     srv.assert_retried(1);
 }
+
+/// Without a Content-Length (the body ends when the connection closes) the part's own
+/// Content-Range says where its bytes end: ringdl reads those and closes.
+#[test]
+fn one_part_without_content_length_gives_exact_bytes() {
+    for tls in [false, true] {
+        let srv = FaultServer::builder()
+            .size(6 * MIB + 3)
+            .tls_if(tls)
+            .fault(Fault::Multipart(Multipart::One))
+            .fault(Fault::NoLength)
+            .start();
+        get("multipart-no-length", &srv, &[]).assert_exact(&srv);
+        assert_eq!(srv.fired_on(0).len(), srv.requests().len(), "{}", srv.describe());
+    }
+}
