@@ -1770,10 +1770,11 @@ pub fn no_proxy(data: &[u8]) {
     assert!(no_proxy_matches("*", host), "'*' misses {host:?}");
     assert!(no_proxy_matches(" * ", host), "' * ' misses {host:?}");
     // (A `*` entry inside a longer list is a name, not "every host": as a list of its own
-    // it would mean every host, so such lists are left out here; so is a list that is `*`
-    // once trimmed of any whitespace, `\x0c*` say, while entries split at SP/HTAB only.)
+    // it would mean every host, so such lists are left out here. So are entries with other
+    // whitespace at an end (`\x0c*`, `a\r`): a whole list is trimmed of any whitespace,
+    // while entries split at SP/HTAB only.)
     let tokens = || list.split([',', ' ', '\t']).filter(|t| !t.is_empty());
-    if list.trim() != "*" && !tokens().any(|t| t == "*") {
+    if list.trim() != "*" && tokens().all(|t| t != "*" && t.trim() == t) {
         let any = tokens().any(|t| no_proxy_matches(t, host));
         assert_eq!(m, any, "{list:?} vs its entries for {host:?}");
         assert_eq!(
