@@ -6,8 +6,9 @@
 use std::collections::VecDeque;
 
 use http::{
-    ByteRange, ChunkedDecoder, ChunkedError, ContentRange, Framing, Header, MAX_FIELDS, Request, Status, Url,
-    content_disposition_filename, parse_content_range, parse_head, sanitize_file_name,
+    ByteRange, ChunkedDecoder, ChunkedError, ContentRange, Framing, Header, MAX_BOUNDARY, MAX_FIELDS, MAX_PART_FIELDS,
+    ProxyUrl, Request, Status, Url, byteranges_boundary, content_disposition_filename, no_proxy_matches,
+    parse_byteranges_part, parse_content_range, parse_head, sanitize_file_name,
 };
 use ringdl::engine::blocks::WriteBlock;
 use ringdl::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer, content_range_fits};
@@ -29,6 +30,9 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("compaction", compaction),
     ("scheduler", scheduler),
     ("records", records),
+    ("multipart", multipart),
+    ("proxy_url", proxy_url),
+    ("no_proxy", no_proxy),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -1697,4 +1701,191 @@ pub fn records(data: &[u8]) {
         got.len() == request.len() + 5 && got[..request.len()] == request[..] && got.ends_with(b"after"),
         "the rustls server read something else than we sealed"
     );
+}
+
+/// `multipart`: first line = a `Content-Type` value, rest = the body of a 206. A boundary
+/// taken is 1..=70 `bchars` not ending in a space and comes back from a quoted
+/// `boundary="…"`; a part taken (with that boundary, or `B`) consumed ≤ len, every
+/// prefix of its head is Partial, its head alone parses to the same part, its
+/// Content-Range is a byte range inside its complete length, and a Content-Length of
+/// exactly one part and its closing delimiter is a whole body (one byte more is not).
+/// A part built from the input's numbers parses back to them.
+pub fn multipart(data: &[u8]) {
+    let (ctype, body) = split_line(data);
+    let boundary = match byteranges_boundary(ctype) {
+        Ok(Some(b)) => {
+            assert!(!b.is_empty() && b.len() <= MAX_BOUNDARY, "boundary length {}", b.len());
+            assert!(b.last() != Some(&b' '), "boundary ends with a space");
+            assert!(
+                b.iter()
+                    .all(|&c| c.is_ascii_alphanumeric() || b"'()+_,-./:=? ".contains(&c)),
+                "boundary with a byte outside bchars: {b:?}"
+            );
+            let mut again = b"multipart/byteranges; boundary=\"".to_vec();
+            again.extend_from_slice(b);
+            again.push(b'"');
+            assert_eq!(
+                byteranges_boundary(&again),
+                Ok(Some(b)),
+                "quoted boundary does not round-trip"
+            );
+            b
+        }
+        _ => &b"B"[..],
+    };
+    let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+    if let Ok(Status::Complete(p)) = parse_byteranges_part(body, boundary, &mut h) {
+        let n = p.head_len;
+        assert!(n <= body.len(), "part head {n} > input {}", body.len());
+        assert!(p.first <= p.last, "first > last");
+        assert!(p.complete.is_none_or(|c| p.last < c), "last >= complete");
+        for k in 0..n {
+            let mut h2 = [Header::EMPTY; MAX_PART_FIELDS];
+            let r = parse_byteranges_part(&body[..k], boundary, &mut h2);
+            assert!(
+                matches!(r, Ok(Status::Partial)),
+                "prefix of {k} bytes of a {n}-byte part head gave {r:?}"
+            );
+        }
+        let mut h3 = [Header::EMPTY; MAX_PART_FIELDS];
+        let Ok(Status::Complete(q)) = parse_byteranges_part(&body[..n], boundary, &mut h3) else {
+            panic!("the part head alone does not parse")
+        };
+        assert_eq!(
+            (q.first, q.last, q.complete, q.head_len),
+            (p.first, p.last, p.complete, n)
+        );
+        let whole = (n as u64)
+            .saturating_add(p.len())
+            .saturating_add(6 + boundary.len() as u64);
+        if whole < u64::MAX - 2 {
+            assert!(p.is_whole_body(whole, boundary) && p.is_whole_body(whole + 2, boundary));
+            assert!(!p.is_whole_body(whole + 1, boundary) && !p.is_whole_body(whole + 3, boundary));
+        }
+    }
+    // A part built from the input's numbers parses back to them.
+    let mut rng = Rng::from(data);
+    let first = rng.next() >> rng.below(64);
+    let last = first.saturating_add(rng.next() >> rng.below(64));
+    let more = (rng.next() >> rng.below(64)).checked_add(1);
+    let complete = more.and_then(|m| last.checked_add(m)).filter(|_| rng.below(4) != 0);
+    let total = complete.map_or_else(|| "*".to_owned(), |c| c.to_string());
+    let built = format!(
+        "\r\n--{}\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes {first}-{last}/{total}\r\n\r\n",
+        String::from_utf8_lossy(boundary)
+    );
+    let mut h4 = [Header::EMPTY; MAX_PART_FIELDS];
+    match parse_byteranges_part(built.as_bytes(), boundary, &mut h4) {
+        Ok(Status::Complete(p)) => {
+            assert_eq!(
+                (p.first, p.last, p.complete, p.head_len),
+                (first, last, complete, built.len())
+            )
+        }
+        other => panic!("built part {built:?} gave {other:?}"),
+    }
+}
+
+/// Every byte but RFC 3986 `unreserved` as `%XX`.
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// `proxy_url`: never panics; a parsed proxy has a host and a port, its Display is
+/// `http://` + (`***@` exactly when it has credentials) + `host:port` and never shows a
+/// password, and the Display parses back to the same host and port; the credentials,
+/// percent-encoded again into that URL, parse back to themselves.
+pub fn proxy_url(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else { return };
+    let Ok(p) = ProxyUrl::parse(s) else { return };
+    assert!(!p.host().is_empty(), "empty host: {s:?}");
+    assert_ne!(p.port(), 0, "port 0: {s:?}");
+    let shown = p.to_string();
+    let rest = shown.strip_prefix("http://").expect("Display starts with http://");
+    let authority = match (rest.strip_prefix("***@"), p.credentials()) {
+        (Some(a), Some(_)) => a,
+        (None, None) => rest,
+        (_, creds) => panic!(
+            "{shown:?} does not say whether there are credentials ({:?})",
+            creds.is_some()
+        ),
+    };
+    assert!(
+        !authority.contains('@'),
+        "credentials in the shown authority: {shown:?}"
+    );
+    let again = ProxyUrl::parse(&format!("http://{authority}")).unwrap_or_else(|e| panic!("{shown:?}: {e}"));
+    assert_eq!(
+        (again.host(), again.port(), again.credentials()),
+        (p.host(), p.port(), None)
+    );
+    if let Some((user, password)) = p.credentials() {
+        let url = format!(
+            "http://{}:{}@{authority}",
+            percent_encode(user),
+            percent_encode(password)
+        );
+        let back = ProxyUrl::parse(&url).unwrap_or_else(|e| panic!("{url:?}: {e}"));
+        assert_eq!(
+            back.credentials(),
+            Some((user, password)),
+            "credentials round trip: {url:?}"
+        );
+        assert_eq!((back.host(), back.port()), (p.host(), p.port()));
+    }
+}
+
+/// `no_proxy`: first line = the list, second = a host. Never panics; `*` matches every
+/// host; a list is the union of its entries (for a list without a `*` entry); a host a URL
+/// accepts matches a list of exactly itself, its upper-case form, a subdomain of it (a
+/// name), and not a name that merely ends with it.
+pub fn no_proxy(data: &[u8]) {
+    let (list, host) = split_line(data);
+    let (Ok(list), Ok(host)) = (std::str::from_utf8(list), std::str::from_utf8(host)) else {
+        return;
+    };
+    let m = no_proxy_matches(list, host);
+    assert!(no_proxy_matches("*", host), "'*' misses {host:?}");
+    assert!(no_proxy_matches(" * ", host), "' * ' misses {host:?}");
+    // (A `*` entry inside a longer list is a name, not "every host": as a list of its own
+    // it would mean every host, so such lists are left out here. So are entries with other
+    // whitespace at an end (`\x0c*`, `a\r`): a whole list is trimmed of any whitespace,
+    // while entries split at SP/HTAB only.)
+    let tokens = || list.split([',', ' ', '\t']).filter(|t| !t.is_empty());
+    if list.trim() != "*" && tokens().all(|t| t != "*" && t.trim() == t) {
+        let any = tokens().any(|t| no_proxy_matches(t, host));
+        assert_eq!(m, any, "{list:?} vs its entries for {host:?}");
+        assert_eq!(
+            m,
+            no_proxy_matches(&format!("{list},"), host),
+            "a trailing comma changed {list:?}"
+        );
+    }
+    let Ok(u) = Url::parse(&format!("http://{host}/")) else {
+        return;
+    };
+    let h = u.host();
+    assert!(no_proxy_matches(h, h), "{h:?} does not match itself");
+    assert!(no_proxy_matches(&format!("x,{h} ,y"), h), "{h:?} not found in a list");
+    let is_ip = h.parse::<std::net::IpAddr>().is_ok();
+    if !is_ip {
+        assert!(no_proxy_matches(&h.to_ascii_uppercase(), h), "case matters for {h:?}");
+        assert!(no_proxy_matches(&format!(".{h}"), h), ".{h} does not match {h:?}");
+        let sub = format!("www.{h}");
+        if sub.parse::<std::net::IpAddr>().is_err() {
+            assert!(no_proxy_matches(h, &sub), "{h:?} does not match its subdomain");
+        }
+        let longer = format!("x{h}");
+        if longer.parse::<std::net::IpAddr>().is_err() && !h.starts_with('.') {
+            assert!(!no_proxy_matches(h, &longer), "{h:?} matches {longer:?}");
+        }
+    }
 }

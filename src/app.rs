@@ -173,6 +173,7 @@ fn real_main(record: &mut Record) -> Result<()> {
     let mut tls_config = None;
     let mut hops = 0;
     let first_url = url.clone();
+    let mut failed = None;
     loop {
         let (headers, dropped) = headers::for_hop(&opts, &first_url, &url);
         if !dropped.is_empty() && opts.verbose > 0 {
@@ -201,6 +202,7 @@ fn real_main(record: &mut Record) -> Result<()> {
             engine,
             ktls: ktls_on,
             headers: &headers,
+            failed: &mut failed,
         };
         let s = match fetch(&url, &opts, target, &mut tls_config, &mut progress) {
             Ok(Outcome::Done(s)) => s,
@@ -232,6 +234,10 @@ fn real_main(record: &mut Record) -> Result<()> {
             Err(e) => {
                 progress.clear();
                 out.discard_if_empty();
+                // What the transfer knew when it failed (bytes kept, TLS, connections…).
+                if let Some(s) = &failed {
+                    record.fill(&url, engine, s);
+                }
                 return Err(e);
             }
         };
@@ -448,9 +454,13 @@ fn fetch(
     progress: &mut Progress,
 ) -> Result<Outcome> {
     // Chosen again for every URL: a redirect to another host may go another way.
-    let proxy = match proxy::choose(url, opts.proxy.as_deref(), opts.noproxy.as_deref(), |k| {
-        std::env::var(k).ok()
-    })? {
+    let proxy = match proxy::choose(
+        url,
+        opts.proxy.as_deref(),
+        opts.noproxy.as_deref(),
+        opts.proxy_user.as_ref(),
+        |k| std::env::var(k).ok(),
+    )? {
         Ok(p) => {
             if opts.verbose > 0 {
                 eprintln!(

@@ -55,6 +55,9 @@ Network:
                             = none. Default: the environment, as curl reads it
                             (https_proxy, http_proxy, all_proxy; upper case too,
                             except HTTP_PROXY)
+      --proxy-user USER:PASSWORD
+                            the proxy's Basic credentials, apart from the proxy URL
+                            (over its user:password@); never printed
       --noproxy LIST        hosts that go direct: comma-separated names (suffix
                             match), IP addresses, CIDR networks, or '*'; default
                             no_proxy / NO_PROXY
@@ -139,6 +142,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         write_threshold: 1 << 20,
         proxy: None,
         noproxy: None,
+        proxy_user: None,
         limit_rate: None,
         resolve: Vec::new(),
         headers: Vec::new(),
@@ -262,19 +266,8 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                     .map_err(|_| err!(Usage, "--user-agent is not valid UTF-8"))?;
                 add_header(&mut o.headers, "User-Agent", &v)?;
             }
-            Short('u') | Long("user") => {
-                use std::os::unix::ffi::OsStrExt;
-                let v = p.value().map_err(usage)?;
-                let b = v.as_bytes();
-                let at = b
-                    .iter()
-                    .position(|&c| c == b':')
-                    .ok_or_else(|| err!(Usage, "--user wants USER:PASSWORD"))?;
-                o.credentials = Some(Credentials {
-                    user: b[..at].to_vec(),
-                    password: b[at + 1..].to_vec(),
-                });
-            }
+            Short('u') | Long("user") => o.credentials = Some(user_password(&mut p, "--user")?),
+            Long("proxy-user") => o.proxy_user = Some(user_password(&mut p, "--proxy-user")?),
             Long("buf-size") => o.splice_chunk = size(number(&mut p, "--buf-size")?, "--buf-size")?,
             Long("write-threshold") => {
                 o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
@@ -369,6 +362,22 @@ fn number<T: std::str::FromStr>(p: &mut lexopt::Parser, name: &str) -> Result<T>
     let s = v.to_string_lossy();
     s.parse()
         .map_err(|_| err!(Usage, "{name}: {s:?} is not a valid number"))
+}
+
+/// The value of option `name` as `USER:PASSWORD` (split at the first `:`, RFC 7617 §2:
+/// a user-id has none), as bytes. Never echoed in an error.
+fn user_password(p: &mut lexopt::Parser, name: &str) -> Result<Credentials> {
+    use std::os::unix::ffi::OsStrExt;
+    let v = p.value().map_err(|e| err!(Usage, "{e} (see ringdl --help)"))?;
+    let b = v.as_bytes();
+    let at = b
+        .iter()
+        .position(|&c| c == b':')
+        .ok_or_else(|| err!(Usage, "{name} wants USER:PASSWORD"))?;
+    Ok(Credentials {
+        user: b[..at].to_vec(),
+        password: b[at + 1..].to_vec(),
+    })
 }
 
 fn size(v: usize, name: &str) -> Result<usize> {
@@ -599,6 +608,25 @@ mod tests {
                 .unwrap_or_else(|| panic!("--resolve {bad:?} accepted"));
             assert_eq!(e.kind, crate::error::Kind::Usage, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn proxy_user_is_user_colon_password_and_never_echoed() {
+        let Command::Download(o) = p(&["--proxy-user", "al:p@ss:w", "http://h/f"]).unwrap() else {
+            panic!("not a download")
+        };
+        let c = o.proxy_user.expect("--proxy-user taken");
+        assert_eq!((&c.user[..], &c.password[..]), (&b"al"[..], &b"p@ss:w"[..]));
+        assert!(o.credentials.is_none(), "--proxy-user is not --user");
+        let e = p(&["--proxy-user", "s3cr3t", "http://h/f"])
+            .err()
+            .expect("no colon accepted");
+        assert_eq!(e.kind, crate::error::Kind::Usage);
+        assert!(
+            e.msg.contains("--proxy-user wants USER:PASSWORD") && !e.msg.contains("s3cr3t"),
+            "{}",
+            e.msg
+        );
     }
 
     /// Every long option `--help` lists is in the manual page and in README's options

@@ -86,6 +86,9 @@ pub struct Config {
     pub proxy: Option<String>,
     /// `--noproxy LIST`: hosts that go direct, over the environment's `no_proxy`.
     pub noproxy: Option<String>,
+    /// `--proxy-user USER:PASSWORD`: the proxy's Basic credentials, over the proxy URL's
+    /// userinfo (curl's flag).
+    pub proxy_user: Option<Credentials>,
     /// `--limit-rate RATE`: most bytes per second the whole download reads from its
     /// sockets (all connections together), at least 1.
     pub limit_rate: Option<u64>,

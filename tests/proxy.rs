@@ -256,6 +256,66 @@ fn proxy_auth_required_and_accepted() {
     }
 }
 
+/// `--proxy-user USER:PASSWORD` (curl's flag): the credentials apart from the proxy URL,
+/// accepted by a tinyproxy that requires them, refused without them, winning over the
+/// URL's userinfo either way, and never printed by `-vv`.
+#[test]
+fn proxy_user_gives_the_credentials_apart_from_the_url() {
+    let n = nginx();
+    let file = n.file(4 * MIB);
+    let proxy = Tinyproxy::start(&["BasicAuth ringdl s3cr3t"]);
+    let with = |cred: &str| format!("http://{cred}@127.0.0.1:{}", proxy.port);
+    for https in [false, true] {
+        let url = if https {
+            n.https_url(&file.name)
+        } else {
+            n.http_url(&file.name)
+        };
+        let run = |proxy_url: &str, user: Option<&str>| {
+            let dir = TestDir::new("proxy_user");
+            let out = dir.join("out.bin");
+            let mut cmd = dir.ringdl();
+            cmd.args(["-vv", "-x", "4", "--proxy", proxy_url, "--ca-certificate"])
+                .arg(n.ca_pem());
+            if let Some(u) = user {
+                cmd.args(["--proxy-user", u]);
+            }
+            let o = cmd.arg("-o").arg(&out).arg(&url).run();
+            (o, out, dir)
+        };
+        let secret_free = |err: &str| {
+            assert!(
+                !err.contains("s3cr3t") && !err.contains("cmluZ2RsOnMzY3IzdA"),
+                "credentials printed: {err}"
+            );
+        };
+        // Without: refused (407).
+        let (o, out, _d) = run(&proxy.url(), None);
+        o.assert_code(exit::HTTP_STATUS);
+        assert!(
+            o.stderr_text().contains("wants authentication (407"),
+            "{}",
+            o.stderr_text()
+        );
+        assert!(!out.exists());
+        // With --proxy-user: accepted.
+        let (o, out, _d) = run(&proxy.url(), Some("ringdl:s3cr3t"));
+        o.assert_success();
+        assert_same_bytes(&out, file);
+        secret_free(&o.stderr_text());
+        // Over wrong credentials in the URL: --proxy-user wins.
+        let (o, out, _d) = run(&with("ringdl:wrong"), Some("ringdl:s3cr3t"));
+        o.assert_success();
+        assert_same_bytes(&out, file);
+        secret_free(&o.stderr_text());
+        // And the other way round: right ones in the URL, wrong --proxy-user: refused.
+        let (o, out, _d) = run(&with("ringdl:s3cr3t"), Some("ringdl:wrong"));
+        o.assert_code(exit::HTTP_STATUS);
+        assert!(!out.exists());
+        assert!(!o.stderr_text().contains("wrong"), "-vv printed the password");
+    }
+}
+
 #[test]
 fn no_proxy_bypasses_a_dead_proxy() {
     let n = nginx();

@@ -12,6 +12,7 @@ mod download;
 mod faults;
 mod fuzz_corpus;
 mod limit_rate;
+mod multipart;
 mod proxy;
 mod reach;
 mod seccomp;

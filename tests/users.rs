@@ -305,8 +305,9 @@ fn json_record_on_stdout_for_a_failure_and_after_a_redirect() {
     let j = parse_json(&o.stdout_text());
     assert_eq!(j["exit_code"], exit::HTTP_STATUS);
     assert!(j["error"].as_str().unwrap().contains("404"), "{j}");
+    // Plain http: no TLS; nothing kept; no checksum asked.
     assert!(
-        j["bytes"].is_null() && j["tls_version"].is_null() && j["checksum_verified"].is_null(),
+        j["bytes"] == 0 && j["tls_version"].is_null() && j["checksum_verified"].is_null(),
         "{j}"
     );
     // A redirect to another origin, plain http: counted, final URL named, TLS null.
@@ -343,6 +344,96 @@ fn json_record_on_stdout_for_a_failure_and_after_a_redirect() {
         .arg(n.http_url(&file.name))
         .run()
         .assert_code(exit::USAGE);
+}
+
+/// The fields of a failed run's record that say what the transfer got to: engine, I/O
+/// backend, TLS, connections, retries, time. Returns `(bytes, fetched, seconds)`.
+#[track_caller]
+fn assert_failure_record_filled(j: &serde_json::Value) -> (u64, u64, f64) {
+    assert!(
+        ["direct", "buffered", "ktls-direct"].contains(&j["engine"].as_str().unwrap_or("")),
+        "{j}"
+    );
+    assert!(["io_uring", "epoll"].contains(&j["io"].as_str().unwrap_or("")), "{j}");
+    assert!(
+        j["tls_version"].as_str().is_some_and(|v| v.starts_with("TLSv1_")),
+        "{j}"
+    );
+    assert!(j["tls_suite"].as_str().is_some_and(|v| v.starts_with("TLS")), "{j}");
+    assert_eq!(j["ktls_connections"], 0, "{j}");
+    assert!(j["connections"].as_u64().is_some_and(|c| c >= 1), "{j}");
+    assert!(j["retries"].as_u64().is_some() && j["steals"].as_u64().is_some(), "{j}");
+    assert!(
+        j["final_url"].as_str().is_some_and(|u| u.starts_with("https://")),
+        "{j}"
+    );
+    let bytes = j["bytes"].as_u64().unwrap_or_else(|| panic!("bytes: {j}"));
+    let fetched = j["fetched"].as_u64().unwrap_or_else(|| panic!("fetched: {j}"));
+    let seconds = j["seconds"].as_f64().unwrap_or_else(|| panic!("seconds: {j}"));
+    (bytes, fetched, seconds)
+}
+
+/// An HTTPS 404: the record names the TLS the request went over and the transfer's
+/// counts (it had null for all of them: the failure carried no summary).
+#[test]
+fn json_record_after_an_https_404_has_the_transfer_fields() {
+    let n = nginx();
+    let dir = TestDir::new("users_json_404_https");
+    let o = dir
+        .ringdl()
+        .args(["--json", "-", "--ca-certificate"])
+        .arg(n.ca_pem())
+        .arg("-o")
+        .arg(dir.join("missing.bin"))
+        .arg(n.https_url("no-such-file.bin"))
+        .run();
+    o.assert_code(exit::HTTP_STATUS);
+    let j = parse_json(&o.stdout_text());
+    assert!(j["error"].as_str().unwrap().contains("404"), "{j}");
+    let (bytes, fetched, seconds) = assert_failure_record_filled(&j);
+    assert_eq!((bytes, fetched), (0, 0), "{j}");
+    assert!(seconds > 0.0 && seconds < 20.0, "{j}");
+    assert_eq!(j["connections"], 1, "{j}");
+    assert_eq!(j["retries"], 0, "{j}");
+    assert!(j["rate"].as_f64().is_some_and(|r| r == 0.0), "{j}");
+}
+
+/// SIGINT in the middle of a paced HTTPS download (16 MiB at 2 MiB/s, interrupted after
+/// about 2 s): exit 8, and the record says what was fetched and kept by then.
+#[test]
+fn json_record_after_sigint_mid_download_has_the_transfer_fields() {
+    let n = nginx();
+    let file = n.file(16 * MIB);
+    let dir = TestDir::new("users_json_sigint");
+    let json = dir.join("run.json");
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--limit-rate", "2M", "--json"])
+        .arg(&json)
+        .arg("--ca-certificate")
+        .arg(n.ca_pem())
+        .arg("-o")
+        .arg(dir.join("out.bin"))
+        .arg(n.https_url(&file.name))
+        .timeout(std::time::Duration::from_secs(30))
+        .run_with(|pid| {
+            std::thread::sleep(std::time::Duration::from_millis(2000));
+            let _ = std::process::Command::new("sh")
+                .args(["-c", "kill -INT \"$0\"", &pid.to_string()])
+                .status();
+        });
+    o.assert_code(exit::INTERRUPTED);
+    let j = parse_json(&std::fs::read_to_string(&json).unwrap());
+    assert_eq!(j["exit_code"], exit::INTERRUPTED);
+    assert!(j["error"].as_str().unwrap().contains("interrupted"), "{j}");
+    let (bytes, fetched, seconds) = assert_failure_record_filled(&j);
+    // About 2 s at 2 MiB/s: some MiB fetched, far from all; what is kept is what landed
+    // (aligned writes of what was fetched), never more.
+    assert!((MIB..12 * MIB).contains(&fetched), "{j}");
+    assert!(bytes > 0 && bytes <= fetched, "{j}");
+    assert!((1.0..10.0).contains(&seconds), "{j}");
+    let rate = j["rate"].as_f64().unwrap();
+    assert!(rate > 0.5 * 2.0 * MIB as f64 && rate < 1.5 * 2.0 * MIB as f64, "{j}");
 }
 
 // ---------------------------------------------------------------------------

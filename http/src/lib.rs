@@ -1,6 +1,7 @@
 //! HTTP/1.1 pieces for ringdl: URL parsing and `Location` resolution, the request
 //! head, the response head, field values (`Content-Length`, `Content-Range`,
-//! validators), the chunked coding, and `Content-Disposition` file names.
+//! validators), the chunked coding, `Content-Disposition` file names, and the one part of
+//! a `multipart/byteranges` 206.
 //!
 //! Everything is a pure function over byte slices: no I/O. Parsers borrow their input
 //! and report incomplete input as [`Status::Partial`]. The body-side functions
@@ -38,7 +39,7 @@
 //! ```
 //!
 //! Sources: RFC 9110 (semantics), RFC 9112 (HTTP/1.1), RFC 3986 (URI), RFC 6266 and
-//! RFC 8187 (Content-Disposition).
+//! RFC 8187 (Content-Disposition), RFC 2046 §5.1.1 (multipart).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, clippy::undocumented_unsafe_blocks)]
@@ -47,6 +48,7 @@ mod chunked;
 mod date;
 mod disposition;
 mod fields;
+mod multipart;
 mod proxy;
 mod request;
 mod response;
@@ -57,6 +59,9 @@ pub use crate::date::parse_http_date;
 pub use crate::disposition::{content_disposition_filename, sanitize_file_name};
 pub use crate::fields::{
     ContentRange, FieldError, Framing, MAX_DECIMAL_DIGITS, RetryAfter, Validator, parse_content_range,
+};
+pub use crate::multipart::{
+    MAX_BOUNDARY, MAX_PART_FIELDS, MAX_PART_HEAD, Part, PartError, byteranges_boundary, parse_byteranges_part,
 };
 pub use crate::proxy::{
     DEFAULT_PROXY_PORT, ProxyError, ProxyUrl, authority, no_proxy_matches, write_connect_request, write_proxied_request,

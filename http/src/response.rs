@@ -202,7 +202,7 @@ fn parse_limited<'b, 'h>(
 
 /// The line starting at `pos` without its CRLF or LF, and where the next starts;
 /// `None` when no LF follows yet.
-fn next_line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, HeadError> {
+pub(crate) fn next_line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, HeadError> {
     let rest = &buf[pos..];
     let Some(lf) = rest.iter().position(|&b| b == b'\n') else {
         // A CR with something after it that is not LF can never become valid.
@@ -249,7 +249,7 @@ fn parse_status_line(line: &[u8]) -> Result<(u8, u16, &[u8]), HeadError> {
 }
 
 /// `field-line = field-name ":" OWS field-value OWS` (RFC 9112 §5).
-fn parse_field_line(line: &[u8]) -> Result<Header<'_>, HeadError> {
+pub(crate) fn parse_field_line(line: &[u8]) -> Result<Header<'_>, HeadError> {
     if matches!(line.first(), Some(b' ' | b'\t')) {
         return Err(HeadError::ObsFold);
     }

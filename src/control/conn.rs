@@ -103,14 +103,16 @@ impl Loop<'_> {
         let op = std::mem::replace(&mut c.op, InFlight::Idle);
         c.last_io = Instant::now();
         let res = cq.result;
-        if res > 0
-            && matches!(
-                op,
-                InFlight::Recv | InFlight::RecvDirect | InFlight::Splice | InFlight::RecvMsg
-            )
-            && let Some(bucket) = self.pace.as_mut()
-        {
-            bucket.spend(res as u64);
+        if let Some(bucket) = self.pace.as_mut() {
+            // A paced read took its tokens when it was posted: what it did not fill goes
+            // back. (A RECVMSG of a kTLS record is not paced in advance: it pays now.)
+            let taken = std::mem::take(&mut c.pace_taken);
+            let got = u64::try_from(res).unwrap_or(0);
+            if taken > 0 {
+                bucket.give_back(taken.saturating_sub(got));
+            } else if got > 0 && matches!(op, InFlight::RecvMsg) {
+                bucket.take(got);
+            }
         }
         if let Some(data) = cq.data {
             // A SEND came back: its Vec is the connection's out buffer.

@@ -138,6 +138,9 @@ impl Conn {
 
 pub(crate) struct Conn {
     pub(crate) st: St,
+    /// `--limit-rate`: tokens the socket read in flight took from the bucket when it was
+    /// posted; what it does not use goes back at its completion.
+    pub(crate) pace_taken: u64,
     pub(crate) fd: Option<OwnedFd>,
     /// Connects that failed on this slot (bounds its tries: `--max-tries` per address).
     pub(crate) addr_i: usize,
@@ -196,6 +199,7 @@ impl Conn {
     pub(crate) fn new(rbuf: Buf) -> Conn {
         Conn {
             st: St::Closed,
+            pace_taken: 0,
             fd: None,
             addr_i: 0,
             addr: 0,

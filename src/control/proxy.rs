@@ -53,7 +53,9 @@ pub enum Direct {
 ///    `all_proxy`, then `ALL_PROXY`. The first variable that is set decides; set and
 ///    empty means no proxy.
 ///
-/// `env` looks a variable up (`std::env::var` in the program, a table in tests).
+/// `proxy_user` (`--proxy-user USER:PASSWORD`, curl's flag) gives the proxy's Basic
+/// credentials apart from its URL, and wins over the URL's userinfo. `env` looks a
+/// variable up (`std::env::var` in the program, a table in tests).
 ///
 /// # Errors
 /// [`Kind::Usage`] for a proxy URL that does not parse or is not `http://`.
@@ -61,6 +63,7 @@ pub fn choose(
     url: &Url,
     proxy: Option<&str>,
     noproxy: Option<&str>,
+    proxy_user: Option<&crate::config::Credentials>,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<std::result::Result<Proxy, Direct>> {
     let (list, list_src) = match noproxy {
@@ -94,12 +97,11 @@ pub fn choose(
         return Ok(Err(Direct::Disabled(source)));
     }
     let parsed = ProxyUrl::parse(&value).map_err(|e| err!(Usage, "bad proxy in {source}: {e}"))?;
-    let authorization = parsed.credentials().map(|(u, p)| {
-        format!(
-            "Basic {}",
-            crate::control::tls::base64_encode(format!("{u}:{p}").as_bytes())
-        )
-    });
+    let basic = |user_pass: &[u8]| format!("Basic {}", crate::control::tls::base64_encode(user_pass));
+    let authorization = match proxy_user {
+        Some(c) => Some(basic(&[&c.user[..], b":", &c.password[..]].concat())),
+        None => parsed.credentials().map(|(u, p)| basic(format!("{u}:{p}").as_bytes())),
+    };
     Ok(Ok(Proxy {
         url: parsed,
         authorization,
@@ -116,7 +118,7 @@ impl Proxy {
         let hint = if self.authorization.is_some() {
             "it rejected the user name and password"
         } else {
-            "give them in the proxy URL: http://user:password@host:port"
+            "give them with --proxy-user USER:PASSWORD or in the proxy URL: http://user:password@host:port"
         };
         Fail::fatal(
             Kind::HttpStatus,
@@ -233,7 +235,7 @@ mod tests {
         env: &[(&str, &str)],
     ) -> std::result::Result<Proxy, Direct> {
         let url = Url::parse(url).unwrap();
-        choose(&url, proxy, noproxy, |k| {
+        choose(&url, proxy, noproxy, None, |k| {
             env.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
         })
         .unwrap()
@@ -304,7 +306,30 @@ mod tests {
             .unwrap_err(),
             Direct::Exempt("no_proxy")
         );
-        let bad = choose(&Url::parse("http://h/").unwrap(), Some("socks5://s"), None, |_| None);
+        let bad = choose(
+            &Url::parse("http://h/").unwrap(),
+            Some("socks5://s"),
+            None,
+            None,
+            |_| None,
+        );
         assert_eq!(bad.err().map(|e| e.kind), Some(Kind::Usage));
+    }
+
+    #[test]
+    fn proxy_user_wins_over_the_urls_userinfo() {
+        let url = Url::parse("https://h/f").unwrap();
+        let c = crate::config::Credentials {
+            user: b"alice".to_vec(),
+            password: b"p@ss:w".to_vec(),
+        };
+        let env = |k: &str| (k == "https_proxy").then(|| "u:pw@s:3128".to_owned());
+        let p = choose(&url, None, None, Some(&c), env).unwrap().unwrap();
+        // base64("alice:p@ss:w")
+        assert_eq!(p.authorization.as_deref(), Some("Basic YWxpY2U6cEBzczp3"));
+        let p = choose(&url, Some("s:3128"), None, Some(&c), |_| None).unwrap().unwrap();
+        assert_eq!(p.authorization.as_deref(), Some("Basic YWxpY2U6cEBzczp3"));
+        let p = choose(&url, None, None, None, env).unwrap().unwrap();
+        assert_eq!(p.authorization.as_deref(), Some("Basic dTpwdw=="));
     }
 }

@@ -40,7 +40,19 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result
                 }
                 return Ok(());
             }
-            Ok(Status::Complete((len, resp))) => (len, on_head(job, sh, &resp)?),
+            Ok(Status::Complete((len, resp))) => {
+                let mut part_headers = [Header::EMPTY; http::MAX_PART_FIELDS];
+                match one_part(sh, &resp, &rx.head[len..], &mut part_headers)? {
+                    None => (len, on_head(job, sh, &resp, None)?),
+                    Some(Status::Complete((part, boundary))) => {
+                        (len + part.head_len, on_head(job, sh, &resp, Some((&part, boundary)))?)
+                    }
+                    Some(Status::Partial) => {
+                        // (The part's header block has its own limit: http::MAX_PART_HEAD.)
+                        return Ok(());
+                    }
+                }
+            }
             Err(e) => {
                 return Err(Fail::retry(
                     Kind::Protocol,
@@ -70,6 +82,49 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result
     }
 }
 
+/// The one part of a multipart 206 and the response's boundary.
+type OnePart<'b, 'h> = (http::Part<'b, 'h>, &'b [u8]);
+
+/// A 206 in `multipart/byteranges` form (RFC 9110 §14.6; Apache Traffic Server answers a
+/// single range this way): the head of its one part, read from `body` (the bytes after
+/// the response head) as an extension of the head, and the boundary. `None` for any other
+/// response; [`Status::Partial`] while the part's header block is incomplete.
+///
+/// # Errors
+/// A retryable [`Kind::Protocol`] failure for a missing or garbled boundary, a body that
+/// does not start with it, no part, or a malformed part header or Content-Range.
+fn one_part<'b, 'h>(
+    sh: &Shared<'_>,
+    resp: &http::Response<'b, '_>,
+    body: &'b [u8],
+    headers: &'h mut [Header<'b>],
+) -> std::result::Result<Option<Status<OnePart<'b, 'h>>>, Fail> {
+    if resp.code != 206 {
+        return Ok(None);
+    }
+    let bad = |e: http::PartError| {
+        Fail::retry(
+            Kind::Protocol,
+            format!("{}: 206 in multipart/byteranges form: {e}", sh.url.host()),
+        )
+    };
+    let Some(boundary) = resp
+        .header("content-type")
+        .map(http::byteranges_boundary)
+        .transpose()
+        .map_err(bad)?
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    Ok(Some(
+        match http::parse_byteranges_part(body, boundary, headers).map_err(bad)? {
+            Status::Complete(part) => Status::Complete((part, boundary)),
+            Status::Partial => Status::Partial,
+        },
+    ))
+}
+
 pub(crate) enum HeadAction {
     /// 1xx: another head follows.
     Interim,
@@ -80,10 +135,13 @@ pub(crate) enum HeadAction {
 }
 
 /// Validates a response head against the request (RFC 9110 §14.4, §15) and sets up the body.
+/// `part`: the one part of a 206 in `multipart/byteranges` form and the boundary
+/// ([`one_part`]); its Content-Range stands for the response's, and the body is its bytes.
 pub(crate) fn on_head(
     job: &mut Job,
     sh: &mut Shared<'_>,
     resp: &http::Response<'_, '_>,
+    part: Option<(&http::Part<'_, '_>, &[u8])>,
 ) -> std::result::Result<HeadAction, Fail> {
     let host = sh.url.host();
     let proto = |m: String| Fail::retry(Kind::Protocol, format!("{host}: {m}"));
@@ -113,11 +171,19 @@ pub(crate) fn on_head(
     });
     match code {
         206 => {
-            let cr = resp
-                .content_range()
-                .map_err(|e| proto(format!("bad Content-Range: {e}")))?;
-            let Some(ContentRange::Bytes { first, last, complete }) = cr else {
-                return Err(proto("206 without a byte Content-Range".into()));
+            let (first, last, complete) = match part {
+                // (A Content-Range in the response's own head is one a server must not
+                // send with multipart (RFC 9110 §14.6): the part's is the one that counts.)
+                Some((p, _)) => (p.first, p.last, p.complete),
+                None => {
+                    let cr = resp
+                        .content_range()
+                        .map_err(|e| proto(format!("bad Content-Range: {e}")))?;
+                    let Some(ContentRange::Bytes { first, last, complete }) = cr else {
+                        return Err(proto("206 without a byte Content-Range".into()));
+                    };
+                    (first, last, complete)
+                }
             };
             let Some(complete) = complete else {
                 if job.probe && !sh.plain_get {
@@ -213,6 +279,24 @@ pub(crate) fn on_head(
                 }
             }
             let n = last - first + 1;
+            if let Some((p, boundary)) = part {
+                // The engine reads exactly the part's bytes; the closing delimiter after
+                // them stays unread, so the connection is closed instead of reused.
+                job.keep_alive = false;
+                return match framing {
+                    Framing::Length(l) if !p.is_whole_body(l, boundary) => Err(proto(format!(
+                        "206 in multipart/byteranges form with Content-Length {l}: more than the one part \
+                         asked for ({n} bytes, Content-Range {first}-{last}, and its closing boundary)"
+                    ))),
+                    Framing::Chunked => Err(proto(
+                        "206 in multipart/byteranges form with chunked transfer coding (not supported)".into(),
+                    )),
+                    _ => {
+                        job.placer.begin(Delimiter::Length(n), last + 1);
+                        Ok(HeadAction::Body)
+                    }
+                };
+            }
             let delim = match framing {
                 Framing::Chunked => Delimiter::Chunked(ChunkedDecoder::new()),
                 Framing::Length(l) if l != n => {

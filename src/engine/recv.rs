@@ -144,6 +144,10 @@ impl Loop<'_> {
             };
             c.op = InFlight::Splice;
             c.last_io = Instant::now();
+            if let Some(bucket) = self.pace.as_mut() {
+                bucket.take(u64::from(len));
+                c.pace_taken = u64::from(len);
+            }
             return self
                 .ring
                 .push(op, Tag::Conn(i).encode())
@@ -217,6 +221,10 @@ impl Loop<'_> {
         }
         c.op = InFlight::Recv;
         c.last_io = Instant::now();
+        if let Some(bucket) = self.pace.as_mut() {
+            bucket.take(range.len() as u64);
+            c.pace_taken = range.len() as u64;
+        }
         self.ring
             .push(
                 Op::Recv {
@@ -244,6 +252,10 @@ impl Loop<'_> {
         let c = &mut self.conns[i];
         c.op = InFlight::RecvDirect;
         c.last_io = Instant::now();
+        if let Some(bucket) = self.pace.as_mut() {
+            bucket.take(range.len() as u64);
+            c.pace_taken = range.len() as u64;
+        }
         self.ring
             .push(
                 Op::Recv {

@@ -202,6 +202,9 @@ pub struct Target<'a> {
     pub ktls: bool,
     /// Extra request fields for this URL: `-H`, and credentials on their origin.
     pub headers: &'a [(String, String)],
+    /// Where a failed download leaves what it knew at the failure (for `--json`): `bytes`
+    /// is then what the `.part` holds, not the file's size.
+    pub failed: &'a mut Option<Box<Summary>>,
 }
 
 /// Runs one download of `url` into `out`.
@@ -224,6 +227,7 @@ pub fn run(
         engine,
         ktls,
         headers,
+        failed,
     } = target;
     let crate::control::proxy::Route { addrs, proxy } = route;
     let resuming = resume.is_some();
@@ -429,6 +433,7 @@ pub fn run(
                 }
             }
             dl.sh.report.clear();
+            *failed = Some(Box::new(dl.summary(dl.sh.landed.bytes(), io, registered, None)));
             return Err(e);
         }
     }
@@ -475,26 +480,34 @@ pub fn run(
         // Not in the process's rusage until the thread exits: say it here.
         eprintln!("ringdl: SQPOLL thread CPU {:.2} s", cpu.as_secs_f64());
     }
-    Ok(Outcome::Done(Box::new(Summary {
-        bytes: total,
-        fetched: dl.sh.received,
-        connections: dl.sh.used.iter().filter(|u| **u).count().max(1),
-        tls: dl.tls_info.unwrap_or_else(|| "plain".to_owned()),
-        elapsed: dl.started.elapsed(),
-        registered,
-        digest,
-        disposition: dl.sh.disposition.take(),
-        ktls_conns: dl.sh.ktls_conns,
-        ktls_refused: dl.sh.ktls_refused.take(),
-        ktls_rekeys: dl.sh.ktls_rekeys,
-        soft_conns: dl.sh.soft_conns,
-        soft_rekeys: dl.sh.soft_rekeys,
-        tls_conns: dl.sh.tls_conns,
-        capped_at: dl.sh.capped_at,
-        io,
-        retries: dl.sh.retries,
-        steals: dl.sh.steals,
-    })))
+    Ok(Outcome::Done(Box::new(dl.summary(total, io, registered, digest))))
+}
+
+impl Loop<'_> {
+    /// What the download knows now, `bytes` being the file's size (or, after a failure,
+    /// what the `.part` holds).
+    fn summary(&mut self, bytes: u64, io: String, registered: bool, digest: Option<ring::digest::Digest>) -> Summary {
+        Summary {
+            bytes,
+            fetched: self.sh.received,
+            connections: self.sh.used.iter().filter(|u| **u).count().max(1),
+            tls: self.tls_info.take().unwrap_or_else(|| "plain".to_owned()),
+            elapsed: self.started.elapsed(),
+            registered,
+            digest,
+            disposition: self.sh.disposition.take(),
+            ktls_conns: self.sh.ktls_conns,
+            ktls_refused: self.sh.ktls_refused.take(),
+            ktls_rekeys: self.sh.ktls_rekeys,
+            soft_conns: self.sh.soft_conns,
+            soft_rekeys: self.sh.soft_rekeys,
+            tls_conns: self.sh.tls_conns,
+            capped_at: self.sh.capped_at,
+            io,
+            retries: self.sh.retries,
+            steals: self.sh.steals,
+        }
+    }
 }
 
 pub(crate) struct Loop<'a> {

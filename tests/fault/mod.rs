@@ -168,6 +168,23 @@ pub enum Fault {
     HugeHead { bytes: usize },
     /// Add `n` extra small fields.
     ManyFields { n: usize },
+    /// A `206` in `multipart/byteranges` form (RFC 9110 §14.6), as Apache Traffic Server
+    /// answers a single range; the part's Content-Range is the one the plan would send
+    /// (so [`Fault::ContentRangeShift`] composes with it). No effect on other statuses.
+    Multipart(Multipart),
+}
+
+/// The shape of a [`Fault::Multipart`] answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Multipart {
+    /// One part: `--B`, its Content-Type and Content-Range, the bytes, `--B--`.
+    One,
+    /// The range split in two parts (when it holds 2 bytes or more).
+    Two,
+    /// `Content-Type: multipart/byteranges` without a boundary parameter.
+    NoBoundary,
+    /// The body's delimiter names another boundary than the Content-Type.
+    WrongBoundary,
 }
 
 /// One request as the server read it.
@@ -815,6 +832,8 @@ struct Plan {
     stall_after_head: Option<Duration>,
     silent: bool,
     stall_mid: Option<(u64, Duration)>,
+    /// A 206 sent as `multipart/byteranges`.
+    multipart: Option<Multipart>,
     /// A short text body instead of file bytes (errors, redirects).
     text: Option<String>,
     /// Start of the asked range (0 without a usable Range): where a head fault strikes.
@@ -833,7 +852,8 @@ impl Plan {
     /// Everything a fault can change, as text, to tell whether a rule changed the plan.
     fn signature(&self) -> String {
         format!(
-            "{} {}..{} {:p} {:?} {:?} {:?} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?} {:?}",
+            "{:?} {} {}..{} {:p} {:?} {:?} {:?} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?} {:?}",
+            self.multipart,
             self.status,
             self.start,
             self.end,
@@ -908,6 +928,7 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
         stall_after_head: None,
         silent: false,
         stall_mid: None,
+        multipart: None,
         text: None,
         asked_start: 0,
         fired: Vec::new(),
@@ -1112,6 +1133,11 @@ fn apply(sh: &Shared, req: &Request, p: &mut Plan, fault: &Fault) {
         Fault::ObsFold | Fault::BareCr | Fault::HugeHead { .. } | Fault::ManyFields { .. } => {
             p.head_mangles.push(fault.clone())
         }
+        Fault::Multipart(m) => {
+            if p.status == 206 {
+                p.multipart = Some(*m);
+            }
+        }
     }
 }
 
@@ -1168,10 +1194,18 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
 /// Writes one response; Some(how) when the connection must be closed now (a cut).
 fn respond(conn: &mut Conn, sh: &Shared, req: &Request, p: &Plan, head_only: bool) -> io::Result<Option<Close>> {
     let text = p.text.as_ref().map(|t| t.as_bytes().to_vec());
-    let body: &[u8] = match &text {
+    let mut body: &[u8] = match &text {
         Some(t) => t,
         None => &p.body[p.start as usize..p.end as usize],
     };
+    let multipart = p.multipart.filter(|_| p.status == 206);
+    let mp_body: Vec<u8>;
+    let mut content_range = p.content_range.clone();
+    if let Some(m) = multipart {
+        mp_body = multipart_body(p, body, m);
+        body = &mp_body;
+        content_range = None;
+    }
     let mut head = String::new();
     match &p.status_line {
         Some(l) => head.push_str(l),
@@ -1181,13 +1215,18 @@ fn respond(conn: &mut Conn, sh: &Shared, req: &Request, p: &Plan, head_only: boo
     head.push_str("Server: ringdl-fault-server\r\n");
     head.push_str(&format!("Date: {}\r\n", http_date(SystemTime::now())));
     // A `Fault::Header("Content-Type", …)` replaces the default.
-    if !p.fields.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
-        head.push_str("Content-Type: application/octet-stream\r\n");
+    match multipart {
+        Some(Multipart::NoBoundary) => head.push_str("Content-Type: multipart/byteranges\r\n"),
+        Some(_) => head.push_str(&format!("Content-Type: multipart/byteranges; boundary={BOUNDARY}\r\n")),
+        None if !p.fields.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) => {
+            head.push_str("Content-Type: application/octet-stream\r\n")
+        }
+        None => {}
     }
     if p.status == 200 || p.status == 206 {
         head.push_str("Accept-Ranges: bytes\r\n");
     }
-    if let Some(cr) = &p.content_range {
+    if let Some(cr) = &content_range {
         head.push_str(&format!("Content-Range: {cr}\r\n"));
     }
     match p.framing {
@@ -1315,6 +1354,38 @@ fn respond(conn: &mut Conn, sh: &Shared, req: &Request, p: &Plan, head_only: boo
         return Ok(Some(how));
     }
     Ok(None)
+}
+
+/// The boundary of [`Fault::Multipart`] answers (ATS uses a long random one like it).
+const BOUNDARY: &str = "RINGDL_FAULT_3d6b6a416f9b5b1c";
+
+/// The `multipart/byteranges` body of a 206 whose bytes are `bytes` (file offsets
+/// `p.start..p.end`), in the shape `m` asks.
+fn multipart_body(p: &Plan, bytes: &[u8], m: Multipart) -> Vec<u8> {
+    let total = p.body.len();
+    let boundary = match m {
+        Multipart::WrongBoundary => "SOMETHING_ELSE",
+        _ => BOUNDARY,
+    };
+    let mut parts = vec![(p.content_range.clone().unwrap_or_default(), bytes)];
+    if m == Multipart::Two && bytes.len() >= 2 {
+        let mid = bytes.len() / 2;
+        let (a, b) = (p.start, p.start + mid as u64);
+        parts = vec![
+            (format!("bytes {a}-{}/{total}", b - 1), &bytes[..mid]),
+            (format!("bytes {b}-{}/{total}", p.end - 1), &bytes[mid..]),
+        ];
+    }
+    let mut out = Vec::with_capacity(bytes.len() + 256);
+    for (cr, data) in parts {
+        out.extend_from_slice(
+            format!("--{boundary}\r\nContent-Type: application/octet-stream\r\nContent-Range: {cr}\r\n\r\n").as_bytes(),
+        );
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    out
 }
 
 fn encode_chunked(body: &[u8], chunk: usize, extensions: bool, trailers: bool) -> Vec<u8> {
