@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Checksum, Config, Credentials, IoChoice, OutputTarget, Resolve};
+use crate::config::{Checksum, Config, Credentials, IoChoice, MirrorUrl, OutputTarget, Resolve};
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
@@ -108,9 +108,10 @@ The manual: man ./ringdl.1 (in the source tree).
 pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Command> {
     use lexopt::prelude::*;
     let mut p = lexopt::Parser::from_args(args);
-    let mut url = None;
+    let mut urls: Vec<String> = Vec::new();
     let mut o = Config {
         url: String::new(),
+        mirrors: Vec::new(),
         output: OutputTarget::Default,
         connections: 4,
         engine: None,
@@ -273,12 +274,10 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Long("write-threshold") => {
                 o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
             }
-            Value(v) if url.is_none() => {
-                url = Some(
-                    v.into_string()
-                        .map_err(|v| err!(Usage, "URL is not valid UTF-8: {}", v.to_string_lossy()))?,
-                )
-            }
+            Value(v) => urls.push(
+                v.into_string()
+                    .map_err(|v| err!(Usage, "URL is not valid UTF-8: {}", v.to_string_lossy()))?,
+            ),
             _ => return Err(usage(arg.unexpected())),
         }
     }
@@ -291,14 +290,25 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     if o.checksum.is_some() && o.checksum_file.is_some() {
         return Err(err!(Usage, "give --checksum or --checksum-file, not both"));
     }
-    let url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
+    let mut urls = urls.into_iter();
+    let url = urls.next().ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
     // Credentials never stay in the URL: it is printed and saved in the control file.
+    // `--user` goes to every URL given; a URL's own userinfo only to that URL.
+    let given = o.credentials.clone();
     let (url, userinfo) = http::split_userinfo(&url);
     o.url = url;
     if o.credentials.is_none()
         && let Some((user, password)) = userinfo
     {
         o.credentials = Some(Credentials { user, password });
+    }
+    for m in urls {
+        let (url, userinfo) = http::split_userinfo(&m);
+        let own = userinfo.map(|(user, password)| Credentials { user, password });
+        o.mirrors.push(MirrorUrl {
+            url,
+            credentials: given.clone().or(own),
+        });
     }
     Ok(Command::Download(Box::new(o)))
 }

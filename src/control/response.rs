@@ -2,6 +2,7 @@
 //! reply, redirects, Retry-After, Content-Disposition.
 
 use crate::control::*;
+use crate::event::mirrors::{Standing, Validators};
 use crate::engine::blocks::align_down;
 use crate::engine::place::{Delimiter, Placer, content_range_fits};
 use crate::engine::recv::*;
@@ -77,6 +78,58 @@ pub(crate) enum HeadAction {
     Body,
     /// Nothing to write (empty file); the connection is not reused.
     Complete,
+}
+
+/// Mirror `k` answered the first request: it is the reference the others must agree with.
+fn accept_reference(k: usize, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>, validator: &Option<Vec<u8>>) {
+    let m = &mut sh.mirrors[k];
+    m.standing = Standing::Accepted;
+    m.validators = Validators::of(resp);
+    m.validator = validator.clone();
+    sh.reference = Some(k);
+}
+
+/// The first answer (a 206 for `complete` bytes) of a mirror that is not the reference:
+/// it must serve the reference's size, and its validators must agree with the
+/// reference's unless a `--checksum` will prove the bytes. `Err` fails it for good (the
+/// mirror is dropped while another is left).
+fn first_answer_of_mirror(
+    job: &Job,
+    sh: &mut Shared<'_>,
+    resp: &http::Response<'_, '_>,
+    complete: u64,
+    validator: &Option<Vec<u8>>,
+) -> std::result::Result<(), Fail> {
+    let k = job.mirror;
+    if sh.mirrors[k].standing != Standing::Pending {
+        return Ok(());
+    }
+    let host = sh.url.host();
+    let Some(r) = sh.reference else {
+        return Ok(());
+    };
+    let total = sh.total.unwrap_or(0);
+    if complete != total {
+        return Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: size {complete} differs from the reference's {total}"),
+        ));
+    }
+    let validators = Validators::of(resp);
+    if sh.opts.checksum.is_none()
+        && let Err(why) = validators.agree_with(&sh.mirrors[r].validators)
+    {
+        let mut f = Fail::fatal(Kind::Protocol, format!("{host}: {why}"));
+        f.hint = crate::event::mirrors::CHECKSUM_HINT;
+        return Err(f);
+    }
+    let m = &mut sh.mirrors[k];
+    m.standing = Standing::Accepted;
+    m.validators = validators;
+    m.validator = validator.clone();
+    let url = m.url.clone();
+    sh.report.note(Note::MirrorAccepted { url });
+    Ok(())
 }
 
 /// Validates a response head against the request (RFC 9110 §14.4, §15) and sets up the body.
@@ -180,6 +233,7 @@ pub(crate) fn on_head(
                     None => schedule::plan(first_end, complete, sh.opts.connections, sh.align),
                 };
                 sh.plan.set_queue(queue);
+                accept_reference(job.mirror, sh, resp, &validator);
                 sh.validator = validator;
                 let segments = sh.plan.queued();
                 sh.report.note(Note::Planned {
@@ -187,6 +241,7 @@ pub(crate) fn on_head(
                     segments,
                 });
             } else {
+                first_answer_of_mirror(job, sh, resp, complete, &validator)?;
                 if Some(complete) != sh.total {
                     sh.changed = true;
                     return Err(Fail::fatal(
@@ -197,7 +252,8 @@ pub(crate) fn on_head(
                         ),
                     ));
                 }
-                if validator.is_some() && sh.validator.is_some() && validator != sh.validator {
+                let known = &sh.mirrors[job.mirror].validator;
+                if validator.is_some() && known.is_some() && validator != *known {
                     sh.changed = true;
                     return Err(Fail::fatal(
                         Kind::Protocol,
@@ -226,6 +282,12 @@ pub(crate) fn on_head(
             Ok(HeadAction::Body)
         }
         200 => {
+            if !job.probe && sh.ranges && sh.mirrors[job.mirror].standing == Standing::Pending {
+                return Err(Fail::fatal(
+                    Kind::Protocol,
+                    format!("{host}: does not serve ranges (answered 200 to a Range request) while the reference does"),
+                ));
+            }
             if !job.probe && sh.ranges {
                 // Not the segment: often an error page or a captive portal sent with 200.
                 let ctype = resp
@@ -251,6 +313,7 @@ pub(crate) fn on_head(
             take_disposition(sh, resp)?;
             sh.ranges = false;
             sh.plan.set_queue(VecDeque::new());
+            accept_reference(job.mirror, sh, resp, &validator);
             sh.validator = validator;
             job.probe = false;
             job.seg.start = 0;
@@ -296,7 +359,7 @@ pub(crate) fn on_head(
                 format!("{host}: 416 Range Not Satisfiable for bytes=0-"),
             )),
         },
-        301 | 302 | 303 | 307 | 308 if job.probe => {
+        301 | 302 | 303 | 307 | 308 if job.probe || sh.mirrors[job.mirror].standing == Standing::Pending => {
             let Some(loc) = resp.header("location") else {
                 return Err(Fail::fatal(
                     Kind::Protocol,
@@ -312,6 +375,7 @@ pub(crate) fn on_head(
                 Fail::fatal(Kind::Protocol, format!("{host}: bad Location {shown:?}: {e}"))
             })?;
             sh.redirect = Some(to);
+            sh.redirect_mirror = job.mirror;
             Ok(HeadAction::Complete)
         }
         408 | 429 | 500 | 502 | 503 | 504 => {

@@ -6,6 +6,8 @@ use crate::err;
 use crate::error::{Error, Kind, Result};
 use crate::event::*;
 use crate::report::Note;
+use crate::event::mirrors::Standing;
+use crate::schedule::Segment;
 use crate::schedule::retry::{self, Attempt, n_tries};
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,15 @@ impl Loop<'_> {
     /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
     /// segment, close it, and reconnect when work is left.
     pub(crate) fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
+        self.enter_conn(i);
+        let k = self.conns[i].mirror;
+        if self.sh.mirrors[k].standing == Standing::Dropped {
+            // Its mirror was dropped while an operation was in flight.
+            return self.release_conn(i);
+        }
+        if !f.retry && self.drops_mirror(k, f.kind) {
+            return self.drop_mirror(k, f.msg, f.hint);
+        }
         if !f.retry {
             self.sh.fatal = Some(Error::new(f.kind, f.msg));
             return Ok(());
@@ -52,7 +63,9 @@ impl Loop<'_> {
             .conns
             .iter()
             .enumerate()
-            .any(|(j, o)| j != i && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes));
+            .any(|(j, o)| {
+                j != i && o.mirror == k && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes)
+            });
         let attempt = Attempt {
             busy: f.busy,
             stalled: f.stalled,
@@ -76,6 +89,10 @@ impl Loop<'_> {
             let silent = !job.got_bytes && job.placer.delimiter().is_none() && head_empty;
             let from = job.placer.release(trim, &mut self.sh.to_write);
             if job.probe && !self.sh.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
+                if self.drops_mirror(k, f.kind) {
+                    self.sh.plan.requeue(Segment { tries: 0, ..job.seg }, true);
+                    return self.drop_mirror(k, f.msg, "");
+                }
                 self.sh.fatal = Some(Error::new(f.kind, f.msg));
                 return Ok(());
             }
@@ -106,6 +123,12 @@ impl Loop<'_> {
             );
             tries_seen = seg.tries;
             if seg.tries >= self.sh.opts.max_tries {
+                let msg = format!("{} (gave up after {})", f.msg, n_tries(seg.tries));
+                if self.drops_mirror(k, f.kind) {
+                    // Another mirror takes the segment, with fresh tries.
+                    self.sh.plan.requeue(Segment { tries: 0, ..seg }, job.probe);
+                    return self.drop_mirror(k, msg, "");
+                }
                 self.sh.fatal = Some(Error::new(
                     f.kind,
                     format!("{} (gave up after {})", f.msg, n_tries(seg.tries)),
@@ -170,6 +193,14 @@ impl Loop<'_> {
             // Every address had its chances: this slot stops; the download fails when no
             // connection is left.
             c.dead = true;
+            if self.mirror_unreachable(k) && self.drops_mirror(k, f.kind) {
+                let why = format!(
+                    "cannot be reached: {} (gave up after {})",
+                    f.msg,
+                    n_tries(self.sh.opts.max_tries)
+                );
+                return self.drop_mirror(k, why, "");
+            }
             if self.conns.iter().all(|c| c.dead || c.deferred) {
                 self.sh.fatal = Some(Error::new(
                     f.kind,
