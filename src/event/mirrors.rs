@@ -134,6 +134,10 @@ pub(crate) struct Mirror {
     pub(crate) validator: Option<Vec<u8>>,
     /// Body bytes it delivered.
     pub(crate) bytes: u64,
+    /// Counted tries in a row that failed on it (any segment): a mirror that fails
+    /// `--max-tries` times in a row is dropped even while each segment's own tries last
+    /// (the segments succeed on the other mirrors).
+    pub(crate) failures: u32,
     /// Why it was dropped.
     pub(crate) dropped: Option<String>,
 }
@@ -146,6 +150,7 @@ impl Mirror {
             validators: Validators::default(),
             validator: None,
             bytes: 0,
+            failures: 0,
             dropped: None,
         }
     }
@@ -324,6 +329,26 @@ impl<'a> Loop<'a> {
             }
             None => c.dead = true,
         }
+    }
+
+    /// A try on mirror `k` failed (`counted`: it moved nothing forward): the reason to
+    /// drop the mirror once `--max-tries` such tries came in a row and another mirror is
+    /// left. A try that moved bytes forward starts the count again.
+    pub(crate) fn mirror_failing(&mut self, k: usize, counted: bool, f: &crate::control::Fail) -> Option<String> {
+        let max = self.sh.opts.max_tries;
+        let m = &mut self.sh.mirrors[k];
+        m.failures = if counted { m.failures + 1 } else { 0 };
+        let failures = m.failures;
+        (failures >= max && self.drops_mirror(k, f.kind))
+            .then(|| format!("{} ({failures} failed tries in a row)", f.msg))
+    }
+
+    /// `msg` of the failure that ends the download, and with mirrors that none is left.
+    pub(crate) fn no_mirror_left(&self, msg: String) -> String {
+        if self.sh.mirrors.len() < 2 {
+            return msg;
+        }
+        format!("{msg}; no mirror left (the others were dropped)")
     }
 
     /// Every connection of mirror `k` gave up: it cannot be reached.

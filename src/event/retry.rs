@@ -48,7 +48,7 @@ impl Loop<'_> {
             return self.drop_mirror(k, f.msg, f.hint);
         }
         if !f.retry {
-            self.sh.fatal = Some(Error::new(f.kind, f.msg));
+            self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(f.msg)));
             return Ok(());
         }
         if self.conns[i].busy() {
@@ -93,7 +93,7 @@ impl Loop<'_> {
                     self.sh.plan.requeue(Segment { tries: 0, ..job.seg }, true);
                     return self.drop_mirror(k, f.msg, "");
                 }
-                self.sh.fatal = Some(Error::new(f.kind, f.msg));
+                self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(f.msg)));
                 return Ok(());
             }
             let mut seg = job.seg;
@@ -113,6 +113,7 @@ impl Loop<'_> {
             // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
             // the file size bounds how often that can happen (see retry::judge).
             let advanced = seg.start.saturating_sub(job.seg.start);
+            let tries_before = seg.tries;
             retry::judge(
                 &mut seg,
                 &Attempt {
@@ -122,6 +123,11 @@ impl Loop<'_> {
                 },
             );
             tries_seen = seg.tries;
+            if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, &f) {
+                // Another mirror takes the segment, with the tries it had.
+                self.sh.plan.requeue(Segment { tries: tries_before, ..seg }, job.probe);
+                return self.drop_mirror(k, why, "");
+            }
             if seg.tries >= self.sh.opts.max_tries {
                 let msg = format!("{} (gave up after {})", f.msg, n_tries(seg.tries));
                 if self.drops_mirror(k, f.kind) {
@@ -129,10 +135,7 @@ impl Loop<'_> {
                     self.sh.plan.requeue(Segment { tries: 0, ..seg }, job.probe);
                     return self.drop_mirror(k, msg, "");
                 }
-                self.sh.fatal = Some(Error::new(
-                    f.kind,
-                    format!("{} (gave up after {})", f.msg, n_tries(seg.tries)),
-                ));
+                self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(msg)));
                 return Ok(());
             }
             if !capped {
@@ -202,10 +205,8 @@ impl Loop<'_> {
                 return self.drop_mirror(k, why, "");
             }
             if self.conns.iter().all(|c| c.dead || c.deferred) {
-                self.sh.fatal = Some(Error::new(
-                    f.kind,
-                    format!("{} (gave up after {})", f.msg, n_tries(self.sh.opts.max_tries)),
-                ));
+                let msg = format!("{} (gave up after {})", f.msg, n_tries(self.sh.opts.max_tries));
+                self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(msg)));
             }
             return Ok(());
         }
