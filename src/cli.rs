@@ -21,7 +21,12 @@ pub enum Command {
 pub const HELP: &str = "\
 ringdl - download one file over HTTP or HTTPS through io_uring, O_DIRECT and rustls
 
-Usage: ringdl [OPTIONS] URL
+Usage: ringdl [OPTIONS] URL [MIRROR-URL...]
+
+More than one URL: mirrors of one file (as aria2c takes them). Connections are spread
+over them; the first URL names the output; a mirror whose size or validator (ETag, else
+Last-Modified; any validator with --checksum) differs from the first that answers, or
+that fails, is dropped with a note. See README, Mirrors.
 
 Output:
   -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
@@ -291,7 +296,9 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         return Err(err!(Usage, "give --checksum or --checksum-file, not both"));
     }
     let mut urls = urls.into_iter();
-    let url = urls.next().ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
+    let url = urls
+        .next()
+        .ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
     // Credentials never stay in the URL: it is printed and saved in the control file.
     // `--user` goes to every URL given; a URL's own userinfo only to that URL.
     let given = o.credentials.clone();
@@ -437,12 +444,32 @@ mod tests {
             &["--bogus", "u"],
             &["--engine", "x", "u"],
             &["--io", "poll", "u"],
-            &["a", "b"],
         ] {
             let e = p(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
             assert_eq!(e.kind, crate::error::Kind::Usage, "{args:?}");
         }
         assert!(matches!(p(&["-h"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn mirrors_keep_their_own_userinfo_and_share_user() {
+        let Command::Download(o) = p(&["http://a:1@h/f", "http://g/f", "https://b:2@k/f"]).unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!(o.url, "http://h/f");
+        assert_eq!(o.credentials.as_ref().unwrap().user, b"a");
+        let m: Vec<_> = o
+            .mirrors
+            .iter()
+            .map(|m| (m.url.as_str(), m.credentials.as_ref().map(|c| c.user.clone())))
+            .collect();
+        assert_eq!(m, [("http://g/f", None), ("https://k/f", Some(b"b".to_vec()))]);
+        // --user goes to every URL given, before or after them on the line.
+        let Command::Download(o) = p(&["http://a:1@h/f", "https://b:2@k/f", "-u", "u:p"]).unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!(o.credentials.as_ref().unwrap().user, b"u");
+        assert_eq!(o.mirrors[0].credentials.as_ref().unwrap().user, b"u");
     }
 
     #[test]

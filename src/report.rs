@@ -181,7 +181,11 @@ pub enum Note {
     Changed { what: String },
     /// A mirror is left out for the rest of the download; its unfinished segments go to
     /// the other mirrors. `hint` is said after the reason.
-    MirrorDropped { url: String, why: String, hint: &'static str },
+    MirrorDropped {
+        url: String,
+        why: String,
+        hint: &'static str,
+    },
     /// A mirror's first answer agreed with the reference's (size and validator, or a
     /// `--checksum` is given): it gets its share of the connections (`-v`).
     MirrorAccepted { url: String },

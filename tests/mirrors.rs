@@ -7,7 +7,9 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use crate::fault::{Close, Fault, FaultServer, When};
-use crate::util::{MIB, MirrorSite, MirrorSites, Output, TestDir, exit, free_port, nginx, sha256_file, write_random_file};
+use crate::util::{
+    MIB, MirrorSite, MirrorSites, Output, TestDir, exit, free_port, nginx, sha256_file, write_random_file,
+};
 
 const FILE: &str = "file.bin";
 
@@ -24,7 +26,8 @@ fn root(dir: &TestDir, name: &str, size: u64, seed: u64, mtime: u64) -> (std::pa
 
 fn set_mtime(path: &Path, secs: u64) {
     let f = fs::File::options().write(true).open(path).unwrap();
-    f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs)).unwrap();
+    f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+        .unwrap();
 }
 
 fn site(root: &Path, tls: bool) -> MirrorSite {
@@ -39,7 +42,16 @@ fn site(root: &Path, tls: bool) -> MirrorSite {
 fn fetch(dir: &TestDir, args: &[&str]) -> Output {
     let ca = nginx().ca_pem().display().to_string();
     let mut cmd = dir.ringdl();
-    cmd.args(["-o", "out.bin", "--json", "run.json", "--ca-certificate", &ca, "--retry-wait", "0"]);
+    cmd.args([
+        "-o",
+        "out.bin",
+        "--json",
+        "run.json",
+        "--ca-certificate",
+        &ca,
+        "--retry-wait",
+        "0",
+    ]);
     cmd.args(args);
     cmd.run()
 }
@@ -58,7 +70,12 @@ fn json_mirrors(dir: &TestDir) -> Vec<String> {
 #[track_caller]
 fn assert_exact(dir: &TestDir, out: &Output, sha: &str) {
     out.assert_success();
-    assert_eq!(sha256_file(&dir.join("out.bin")), sha, "bytes differ\n{}", out.stderr_text());
+    assert_eq!(
+        sha256_file(&dir.join("out.bin")),
+        sha,
+        "bytes differ\n{}",
+        out.stderr_text()
+    );
 }
 
 #[test]
@@ -79,7 +96,11 @@ fn two_http_mirrors_share_the_file() {
     assert!(out.summary().contains("from 2 of 2 mirrors"), "{}", out.summary());
     let json = json_mirrors(&dir);
     assert_eq!(json.len(), 2, "{json:?}");
-    assert!(json.iter().all(|m| m.contains("\"used\":true") && m.contains("\"dropped_reason\":null")), "{json:?}");
+    assert!(
+        json.iter()
+            .all(|m| m.contains("\"used\":true") && m.contains("\"dropped_reason\":null")),
+        "{json:?}"
+    );
 }
 
 #[test]
@@ -90,7 +111,11 @@ fn https_and_http_mirrors_mix() {
     let out = fetch(&dir, &["-x", "4", &sites.url(0, FILE), &sites.url(1, FILE)]);
     assert_exact(&dir, &out, &sha);
     for k in 0..2 {
-        assert!(sites.ranges_served(k) >= 1, "mirror {k} served no range\n{}", out.stderr_text());
+        assert!(
+            sites.ranges_served(k) >= 1,
+            "mirror {k} served no range\n{}",
+            out.stderr_text()
+        );
     }
 }
 
@@ -109,7 +134,10 @@ fn a_mirror_of_another_size_is_dropped() {
     );
     assert!(sites.ranges_served(0) >= 1, "{err}");
     let json = json_mirrors(&dir);
-    assert!(json[1].contains("\"used\":false") && json[1].contains("size"), "{json:?}");
+    assert!(
+        json[1].contains("\"used\":false") && json[1].contains("size"),
+        "{json:?}"
+    );
 }
 
 #[test]
@@ -122,7 +150,10 @@ fn a_dead_mirror_is_dropped() {
     let out = fetch(&dir, &["-x", "4", &dead, &sites.url(0, FILE)]);
     assert_exact(&dir, &out, &sha);
     let err = out.stderr_text();
-    assert!(err.contains(&format!("mirror {dead} dropped: cannot be reached")), "{err}");
+    assert!(
+        err.contains(&format!("mirror {dead} dropped: cannot be reached")),
+        "{err}"
+    );
     assert!(out.summary().contains("from 1 of 2 mirrors"), "{}", out.summary());
 }
 
@@ -137,7 +168,13 @@ fn a_mirror_that_fails_mid_transfer_is_dropped_and_its_segments_refetched() {
         .size(size)
         .seed(75)
         .etag("same")
-        .fault_on(When::From(2), Fault::Close { after: 0, how: Close::Rst })
+        .fault_on(
+            When::From(2),
+            Fault::Close {
+                after: 0,
+                how: Close::Rst,
+            },
+        )
         .start();
     let out = fetch(
         &dir,
@@ -169,19 +206,36 @@ fn a_validator_mismatch_is_dropped_unless_a_checksum_is_given() {
     assert_exact(&dir, &out, &sha);
     let err = out.stderr_text();
     assert!(
-        err.contains(&format!("mirror {} dropped", sites.url(1, FILE))) && err.contains("ETag") && err.contains("--checksum"),
+        err.contains(&format!("mirror {} dropped", sites.url(1, FILE)))
+            && err.contains("ETag")
+            && err.contains("--checksum"),
         "{err}"
     );
     let before = sites.ranges_served(1);
     let sum = format!("sha-256={sha}");
     let out = fetch(
         &dir,
-        &["-x", "4", "--force", "--checksum", &sum, &sites.url(0, FILE), &sites.url(1, FILE)],
+        &[
+            "-x",
+            "4",
+            "--force",
+            "--checksum",
+            &sum,
+            &sites.url(0, FILE),
+            &sites.url(1, FILE),
+        ],
     );
     assert_exact(&dir, &out, &sha);
     assert!(!out.stderr_text().contains("dropped"), "{}", out.stderr_text());
-    assert!(sites.ranges_served(1) > before + 1, "mirror b served nothing with --checksum");
-    assert!(json_mirrors(&dir).iter().all(|m| m.contains("\"used\":true")), "{:?}", json_mirrors(&dir));
+    assert!(
+        sites.ranges_served(1) > before + 1,
+        "mirror b served nothing with --checksum"
+    );
+    assert!(
+        json_mirrors(&dir).iter().all(|m| m.contains("\"used\":true")),
+        "{:?}",
+        json_mirrors(&dir)
+    );
 }
 
 #[test]

@@ -2,11 +2,11 @@
 //! reply, redirects, Retry-After, Content-Disposition.
 
 use crate::control::*;
-use crate::event::mirrors::{Standing, Validators};
 use crate::engine::blocks::align_down;
 use crate::engine::place::{Delimiter, Placer, content_range_fits};
 use crate::engine::recv::*;
 use crate::error::Kind;
+use crate::event::mirrors::{Standing, Validators};
 use crate::event::*;
 use crate::output::Output;
 use crate::report::Note;

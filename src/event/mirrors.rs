@@ -172,7 +172,10 @@ impl Validators {
             Some(http::Validator::ETag { value, weak: false }) => Some(value.to_vec()),
             _ => None,
         };
-        let last_modified = resp.header("last-modified").filter(|v| !v.is_empty()).map(<[u8]>::to_vec);
+        let last_modified = resp
+            .header("last-modified")
+            .filter(|v| !v.is_empty())
+            .map(<[u8]>::to_vec);
         Validators { etag, last_modified }
     }
 
@@ -306,7 +309,13 @@ impl<'a> Loop<'a> {
     /// first given on a tie); with none left it stays dead.
     fn reassign(&mut self, j: usize) {
         let counts: Vec<usize> = (0..self.sh.mirrors.len())
-            .map(|k| self.conns.iter().enumerate().filter(|&(o, c)| o != j && c.mirror == k).count())
+            .map(|k| {
+                self.conns
+                    .iter()
+                    .enumerate()
+                    .filter(|&(o, c)| o != j && c.mirror == k)
+                    .count()
+            })
             .collect();
         let to = self
             .sh
@@ -343,9 +352,16 @@ impl<'a> Loop<'a> {
             .then(|| format!("{} ({failures} failed tries in a row)", f.msg))
     }
 
-    /// `msg` of the failure that ends the download, and with mirrors that none is left.
+    /// `msg` of the failure that ends the download, and with mirrors, when every other
+    /// one was dropped, that none is left.
     pub(crate) fn no_mirror_left(&self, msg: String) -> String {
-        if self.sh.mirrors.len() < 2 {
+        let left = self
+            .sh
+            .mirrors
+            .iter()
+            .filter(|m| m.standing != Standing::Dropped)
+            .count();
+        if self.sh.mirrors.len() < 2 || left > 1 {
             return msg;
         }
         format!("{msg}; no mirror left (the others were dropped)")
@@ -353,7 +369,10 @@ impl<'a> Loop<'a> {
 
     /// Every connection of mirror `k` gave up: it cannot be reached.
     pub(crate) fn mirror_unreachable(&self, k: usize) -> bool {
-        self.conns.iter().filter(|c| c.mirror == k).all(|c| c.dead || c.deferred)
+        self.conns
+            .iter()
+            .filter(|c| c.mirror == k)
+            .all(|c| c.dead || c.deferred)
     }
 
     /// What each mirror served, for the summary (empty with one URL).
@@ -396,7 +415,12 @@ mod tests {
     fn last_modified_decides_without_two_etags() {
         let r = v(Some("\"a\""), Some("Mon"));
         assert!(v(None, Some("Mon")).agree_with(&r).is_ok());
-        assert!(v(None, Some("Tue")).agree_with(&r).unwrap_err().contains("Last-Modified"));
+        assert!(
+            v(None, Some("Tue"))
+                .agree_with(&r)
+                .unwrap_err()
+                .contains("Last-Modified")
+        );
         assert!(v(None, None).agree_with(&r).unwrap_err().contains("no validator"));
         assert!(v(Some("\"a\""), None).agree_with(&v(None, None)).is_err());
     }

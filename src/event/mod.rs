@@ -210,10 +210,7 @@ pub fn run<'a>(
     } = target;
     let states: Vec<mirrors::Mirror> = mirrors.iter().map(|m| mirrors::Mirror::new(m.url)).collect();
     let m = mirrors.len();
-    let mut ways = mirrors
-        .into_iter()
-        .map(mirrors::Way::new)
-        .collect::<Result<Vec<_>>>()?;
+    let mut ways = mirrors.into_iter().map(mirrors::Way::new).collect::<Result<Vec<_>>>()?;
     // The first mirror's way starts in the loop's fields.
     let (url, headers, proxy, tls, server_name, addrs) = ways[0].take();
     let resuming = resume.is_some();

@@ -4,9 +4,9 @@
 use crate::control::*;
 use crate::err;
 use crate::error::{Error, Kind, Result};
+use crate::event::mirrors::Standing;
 use crate::event::*;
 use crate::report::Note;
-use crate::event::mirrors::Standing;
 use crate::schedule::Segment;
 use crate::schedule::retry::{self, Attempt, n_tries};
 use std::time::{Duration, Instant};
@@ -63,9 +63,7 @@ impl Loop<'_> {
             .conns
             .iter()
             .enumerate()
-            .any(|(j, o)| {
-                j != i && o.mirror == k && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes)
-            });
+            .any(|(j, o)| j != i && o.mirror == k && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes));
         let attempt = Attempt {
             busy: f.busy,
             stalled: f.stalled,
@@ -125,7 +123,13 @@ impl Loop<'_> {
             tries_seen = seg.tries;
             if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, &f) {
                 // Another mirror takes the segment, with the tries it had.
-                self.sh.plan.requeue(Segment { tries: tries_before, ..seg }, job.probe);
+                self.sh.plan.requeue(
+                    Segment {
+                        tries: tries_before,
+                        ..seg
+                    },
+                    job.probe,
+                );
                 return self.drop_mirror(k, why, "");
             }
             if seg.tries >= self.sh.opts.max_tries {
