@@ -34,6 +34,7 @@ fn site(root: &Path, tls: bool) -> MirrorSite {
     MirrorSite {
         root: root.to_owned(),
         tls,
+        limit_rate: None,
     }
 }
 
@@ -247,4 +248,90 @@ fn no_mirror_left_fails_and_leaves_no_file() {
     out.assert_code(exit::NETWORK);
     assert!(out.stderr_text().contains("no mirror left"), "{}", out.stderr_text());
     assert!(!dir.join("out.bin").exists() && !dir.join("out.bin.part").exists());
+}
+
+#[test]
+fn an_interrupted_download_from_mirrors_resumes_with_the_same_list() {
+    let dir = TestDir::new("mirrors-resume");
+    let (www, sha) = root(&dir, "www", 16 * MIB, 77, 1_700_000_000);
+    let slow = |tls| MirrorSite {
+        limit_rate: Some("1m"),
+        ..site(&www, tls)
+    };
+    let sites = MirrorSites::start(&[slow(false), slow(true)]);
+    let urls = [sites.url(0, FILE), sites.url(1, FILE)];
+    let ca = nginx().ca_pem().display().to_string();
+    // 16 MiB at 1 MiB/s per connection, -x 4: about 4 s; interrupted after 1.5 s.
+    let first = dir
+        .ringdl()
+        .args(["-x", "4", "-o", "out.bin", "--ca-certificate", &ca])
+        .args(&urls)
+        .run_with(|pid| {
+            std::thread::sleep(Duration::from_millis(1500));
+            let _ = std::process::Command::new("sh")
+                .args(["-c", "kill -INT \"$0\"", &pid.to_string()])
+                .status();
+        });
+    first.assert_code(exit::INTERRUPTED);
+    assert!(dir.join("out.bin.part.ringdl").exists(), "{}", first.stderr_text());
+    let before: Vec<usize> = (0..2).map(|k| sites.ranges_served(k)).collect();
+    let out = dir
+        .ringdl()
+        .args(["-x", "4", "-c", "-o", "out.bin", "--ca-certificate", &ca])
+        .args(&urls)
+        .run();
+    assert_exact(&dir, &out, &sha);
+    let err = out.stderr_text();
+    assert!(
+        err.contains("resuming:") && !err.contains("starting from zero"),
+        "{err}"
+    );
+    for k in 0..2 {
+        assert!(
+            sites.ranges_served(k) > before[k],
+            "mirror {k} served nothing after -c\n{err}"
+        );
+    }
+}
+
+#[test]
+fn a_mirror_that_redirects_is_followed_and_keeps_its_credentials_home() {
+    let dir = TestDir::new("mirrors-redirect");
+    let size = 16 * MIB;
+    let first = FaultServer::builder().size(size).seed(78).etag("same").start();
+    let target = FaultServer::builder().size(size).seed(78).etag("same").start();
+    // Another origin (another port): the userinfo of the mirror's URL must not follow.
+    let mirror = FaultServer::builder()
+        .size(size)
+        .seed(78)
+        .etag("same")
+        .fault_on(
+            When::path("/moved.bin"),
+            Fault::Redirect {
+                code: 302,
+                location: target.url(FILE),
+            },
+        )
+        .start();
+    let moved = mirror.url("moved.bin").replacen("://", "://bob:s3cret@", 1);
+    let out = fetch(&dir, &["-x", "4", &first.url(FILE), &moved]);
+    assert_exact(&dir, &out, first.sha256());
+    let err = out.stderr_text();
+    let asked = target.requests();
+    assert!(
+        asked.iter().any(|r| r.range_start().is_some()),
+        "the redirect target served no range\n{err}"
+    );
+    assert!(
+        mirror.requests().iter().all(|r| r.header("authorization").is_some()),
+        "the mirror's own userinfo was not sent to it"
+    );
+    assert!(
+        asked.iter().all(|r| r.header("authorization").is_none()),
+        "credentials followed the redirect to another origin"
+    );
+    assert!(
+        first.requests().iter().all(|r| r.header("authorization").is_none()),
+        "bob's credentials went to the first URL"
+    );
 }

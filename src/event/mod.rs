@@ -360,7 +360,14 @@ pub fn run<'a>(
         }
     }
     match dl.event_loop() {
-        Ok(Some((mirror, to))) => return Ok(Outcome::Redirect { mirror, to }),
+        Ok(Some((mirror, to))) => {
+            if dl.sh.mirrors.len() > 1 {
+                // A mirror's redirect may come while bytes are on their way to the file:
+                // they land before the ring goes (the next run fetches them again).
+                dl.settle();
+            }
+            return Ok(Outcome::Redirect { mirror, to });
+        }
         Ok(None) => {
             if let Some(n) = dl.sh.capped_at {
                 dl.sh.report.note(Note::Allowed { connections: n });

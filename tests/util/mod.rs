@@ -1406,6 +1406,8 @@ pub struct MirrorSite {
     pub root: PathBuf,
     /// HTTPS with the fixture's certificate ([`Nginx::ca_pem`] verifies it).
     pub tls: bool,
+    /// nginx `limit_rate` per connection (`"1m"`), if any.
+    pub limit_rate: Option<&'static str>,
 }
 
 /// A separate nginx with one server per [`MirrorSite`], each on its own loopback port
@@ -1458,8 +1460,9 @@ impl MirrorSites {
             );
             for (k, (s, port)) in sites.iter().zip(&ports).enumerate() {
                 conf.push_str(&format!(
-                    "    server {{ listen 127.0.0.1:{port}{ssl}; root \"{root}\"; access_log \"{run}/site-{k}.log\" ranges; }}\n",
+                    "    server {{ listen 127.0.0.1:{port}{ssl}; root \"{root}\"; access_log \"{run}/site-{k}.log\" ranges;{rate} }}\n",
                     ssl = if s.tls { " ssl" } else { "" },
+                    rate = s.limit_rate.map_or(String::new(), |r| format!(" limit_rate {r};")),
                     root = s.root.display(),
                     run = run.display(),
                 ));
