@@ -286,6 +286,10 @@ fn an_interrupted_download_from_mirrors_resumes_with_the_same_list() {
         err.contains("resuming:") && !err.contains("starting from zero"),
         "{err}"
     );
+    assert!(
+        !err.contains("was written for"),
+        "the control file names another URL than the first\n{err}"
+    );
     for k in 0..2 {
         assert!(
             sites.ranges_served(k) > before[k],
