@@ -290,9 +290,9 @@ fn an_interrupted_download_from_mirrors_resumes_with_the_same_list() {
         !err.contains("was written for"),
         "the control file names another URL than the first\n{err}"
     );
-    for k in 0..2 {
+    for (k, &had) in before.iter().enumerate() {
         assert!(
-            sites.ranges_served(k) > before[k],
+            sites.ranges_served(k) > had,
             "mirror {k} served nothing after -c\n{err}"
         );
     }
