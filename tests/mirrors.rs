@@ -162,7 +162,14 @@ fn a_dead_mirror_is_dropped() {
 fn a_mirror_that_fails_mid_transfer_is_dropped_and_its_segments_refetched() {
     let dir = TestDir::new("mirrors-mid");
     let size = 24 * MIB;
-    let good = FaultServer::builder().size(size).seed(75).etag("same").start();
+    // Each answer of the good mirror after its first pauses 1 s mid-body: the download
+    // lasts long enough for the flaky mirror to be asked again, whatever the load.
+    let good = FaultServer::builder()
+        .size(size)
+        .seed(75)
+        .etag("same")
+        .fault_on(When::From(2), Fault::StallMidBody { after: 65536, secs: 1 })
+        .start();
     // Its first request (the mirror's first answer) is served; every later one is cut
     // right after the head.
     let flaky = FaultServer::builder()
