@@ -72,11 +72,13 @@ fn real_main(record: &mut Record) -> Result<()> {
     }
     record.json = opts.json.clone();
     record.url = Some(opts.url.clone());
+    record.mirror_urls = opts.mirrors.iter().map(|m| m.url.clone()).collect();
     // Before anything else: SIGINT/SIGTERM become a completion on the ring, so an interrupt
     // stops the download between two operations and keeps the `.part` consistent.
     let signals = uring::signal::block_signals(&[uring::signal::SIGINT, uring::signal::SIGTERM])
         .map_err(|e| err!(LocalIo, "signalfd: {e}"))?;
-    let mut url = http::Url::parse(&opts.url).map_err(|e| err!(Usage, "bad URL {:?}: {e}", opts.url))?;
+    let given = given_urls(&opts)?;
+    let url = given[0].0.clone();
     if opts.insecure {
         eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
     }
@@ -171,28 +173,46 @@ fn real_main(record: &mut Record) -> Result<()> {
     }
     let mut progress = Progress::new(opts.quiet, opts.verbose);
     let mut tls_config = None;
-    let mut hops = 0;
-    let first_url = url.clone();
+    // Each URL given (with its credentials), where it points now, and its redirects.
+    let mut given = given;
+    let mut urls: Vec<http::Url> = given.iter().map(|g| g.0.clone()).collect();
+    let mut hops = vec![0; urls.len()];
+    // Mirrors left out before a download started (no address, a refused redirect).
+    let mut left_out: Vec<crate::report::MirrorReport> = Vec::new();
+    // What a failed transfer knew (for `--json`).
     let mut failed = None;
     loop {
-        let (headers, dropped) = headers::for_hop(&opts, &first_url, &url);
-        if !dropped.is_empty() && opts.verbose > 0 {
-            eprintln!(
-                "ringdl: not sending {} to {} (another origin than {})",
-                dropped.join(", "),
-                url,
-                first_url
-            );
-        }
-        if opts.verbose > 1 {
-            for (name, value) in &headers {
-                // An empty value sends no field (curl's `-H 'Name:'`): say so, not "Name: ".
-                if value.trim_matches([' ', '\t']).is_empty() {
-                    eprintln!("ringdl: header {name}: (empty: not sent)");
-                } else {
-                    eprintln!("ringdl: header {name}: {}", headers::shown(name, value));
+        let headers: Vec<Vec<(String, String)>> = given
+            .iter()
+            .zip(&urls)
+            .map(|((first, creds), url)| hop_headers(&opts, creds.as_ref(), first, url))
+            .collect();
+        let mut routes = Vec::with_capacity(urls.len());
+        let mut unresolved = Vec::new();
+        for (k, url) in urls.iter().enumerate() {
+            match mirror_route(url, &headers[k], &opts, &mut tls_config) {
+                Ok(r) => routes.push(r),
+                Err(e) if urls.len() > 1 && e.kind == crate::error::Kind::Network => unresolved.push((k, e.msg)),
+                Err(e) => {
+                    out.discard_if_empty();
+                    return Err(e);
                 }
             }
+        }
+        if !unresolved.is_empty() {
+            if routes.is_empty() {
+                out.discard_if_empty();
+                return Err(err!(Network, "no mirror left: {}", unresolved[0].1));
+            }
+            // Mirrors whose name does not resolve are left out before the download.
+            drop(routes);
+            for (k, why) in unresolved.into_iter().rev() {
+                let url = urls.remove(k);
+                given.remove(k);
+                hops.remove(k);
+                left_out.push(leave_out(url, why, &mut progress));
+            }
+            continue;
         }
         let target = download::Target {
             out: &out,
@@ -201,14 +221,14 @@ fn real_main(record: &mut Record) -> Result<()> {
             signals: Some(signals.as_raw_fd()),
             engine,
             ktls: ktls_on,
-            headers: &headers,
             failed: &mut failed,
         };
-        let s = match fetch(&url, &opts, target, &mut tls_config, &mut progress) {
+        let s = match download::run(routes, &opts, target, &mut progress) {
             Ok(Outcome::Done(s)) => s,
-            Ok(Outcome::Redirect(to)) => {
-                hops += 1;
-                let refuse = if hops > opts.max_redirects {
+            Ok(Outcome::Redirect { mirror, to }) => {
+                hops[mirror] += 1;
+                let url = &urls[mirror];
+                let refuse = if hops[mirror] > opts.max_redirects {
                     Some(format!("more than {} redirects (last to {to})", opts.max_redirects))
                 } else if url.scheme() == http::Scheme::Https
                     && to.scheme() == http::Scheme::Http
@@ -220,15 +240,27 @@ fn real_main(record: &mut Record) -> Result<()> {
                 } else {
                     None
                 };
-                if let Some(m) = refuse {
-                    out.discard_if_empty();
-                    return Err(err!(Protocol, "{m}"));
+                match refuse {
+                    Some(m) if urls.len() > 1 => {
+                        let url = urls.remove(mirror);
+                        given.remove(mirror);
+                        hops.remove(mirror);
+                        left_out.push(leave_out(url, m, &mut progress));
+                        continue;
+                    }
+                    Some(m) => {
+                        out.discard_if_empty();
+                        return Err(err!(Protocol, "{m}"));
+                    }
+                    None => {}
                 }
                 if opts.verbose > 0 {
                     eprintln!("ringdl: redirected to {to}");
                 }
-                url = to;
-                record.redirects = hops.into();
+                urls[mirror] = to;
+                if mirror == 0 {
+                    record.redirects = hops[0].into();
+                }
                 continue;
             }
             Err(e) => {
@@ -236,12 +268,16 @@ fn real_main(record: &mut Record) -> Result<()> {
                 out.discard_if_empty();
                 // What the transfer knew when it failed (bytes kept, TLS, connections…).
                 if let Some(s) = &failed {
-                    record.fill(&url, engine, s);
+                    record.fill(&urls[0], engine, s);
+                    record.mirrors = s.mirrors.clone();
+                    record.mirrors.extend(left_out.iter().cloned());
                 }
                 return Err(e);
             }
         };
-        record.fill(&url, engine, &s);
+        record.fill(&urls[0], engine, &s);
+        record.mirrors = s.mirrors.clone();
+        record.mirrors.extend(left_out.iter().cloned());
         record.checksum_verified = match (&opts.checksum, &s.digest) {
             (Some(want), Some(got)) => Some(want.expected == got.as_ref()),
             _ => None,
@@ -274,7 +310,7 @@ fn real_main(record: &mut Record) -> Result<()> {
             // The rate of what this run fetched (a resume fetched only the rest).
             let rate = if secs > 0.0 { s.fetched as f64 / secs } else { 0.0 };
             eprintln!(
-                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, I/O {}, {} connection{}{}, {}{}{}, {}",
+                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, I/O {}, {} connection{}{}{}, {}{}{}, {}",
                 s.bytes,
                 if s.fetched < s.bytes {
                     format!(" ({} fetched now, the rest resumed)", s.fetched)
@@ -286,6 +322,7 @@ fn real_main(record: &mut Record) -> Result<()> {
                 s.io,
                 s.connections,
                 if s.connections == 1 { "" } else { "s" },
+                mirrors_served(&record.mirrors),
                 match (&special, s.capped_at) {
                     (Some(sp), _) if !sp.sink => format!(" (in order to {})", sp.what),
                     (_, Some(n)) => format!(" (the server allows {n})"),
@@ -328,6 +365,15 @@ impl Record {
         self.retries = Some(s.retries);
         self.steals = Some(s.steals);
     }
+}
+
+/// ` from 2 of 3 mirrors` for the summary line (empty with one URL).
+fn mirrors_served(mirrors: &[crate::report::MirrorReport]) -> String {
+    if mirrors.is_empty() {
+        return String::new();
+    }
+    let served = mirrors.iter().filter(|m| m.bytes > 0).count();
+    format!(" from {served} of {} mirrors", mirrors.len())
 }
 
 /// The engine as the summary names it: what ran, with why kTLS did not, when it did not.
@@ -445,14 +491,80 @@ fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
     }
 }
 
-/// One attempt at `url`: resolve, then the download loop.
-fn fetch(
-    url: &http::Url,
+/// Every URL given, parsed, with the credentials it may carry (`--user`, else its own
+/// userinfo; see [`crate::config::MirrorUrl`]).
+///
+/// # Errors
+/// `Usage` for a URL that does not parse, naming it.
+fn given_urls(opts: &Config) -> Result<Vec<(http::Url, Option<crate::config::Credentials>)>> {
+    let first = std::iter::once((&opts.url, opts.credentials.clone()));
+    let rest = opts.mirrors.iter().map(|m| (&m.url, m.credentials.clone()));
+    first
+        .chain(rest)
+        .map(|(u, c)| {
+            let url = http::Url::parse(u).map_err(|e| err!(Usage, "bad URL {u:?}: {e}"))?;
+            Ok((url, c))
+        })
+        .collect()
+}
+
+/// The extra request fields for `url`, a hop from `first` (a URL given): `-H` and the
+/// credentials, those that carry secrets only on `first`'s origin. Says with `-v` what is
+/// left out, with `-vv` what is sent (secrets redacted).
+fn hop_headers(
     opts: &Config,
-    target: download::Target<'_>,
+    credentials: Option<&crate::config::Credentials>,
+    first: &http::Url,
+    url: &http::Url,
+) -> Vec<(String, String)> {
+    let (headers, dropped) = headers::for_hop(opts, credentials, first, url);
+    if !dropped.is_empty() && opts.verbose > 0 {
+        eprintln!(
+            "ringdl: not sending {} to {} (another origin than {})",
+            dropped.join(", "),
+            url,
+            first
+        );
+    }
+    if opts.verbose > 1 {
+        for (name, value) in &headers {
+            // An empty value sends no field (curl's `-H 'Name:'`): say so, not "Name: ".
+            if value.trim_matches([' ', '\t']).is_empty() {
+                eprintln!("ringdl: header {name}: (empty: not sent)");
+            } else {
+                eprintln!("ringdl: header {name}: {}", headers::shown(name, value));
+            }
+        }
+    }
+    headers
+}
+
+/// A mirror left out before the download (its name does not resolve, its redirect is
+/// refused): said, and kept for the summary.
+fn leave_out(url: http::Url, why: String, progress: &mut Progress) -> crate::report::MirrorReport {
+    progress.note(crate::report::Note::MirrorDropped {
+        url: url.to_string(),
+        why: why.clone(),
+        hint: "",
+    });
+    crate::report::MirrorReport {
+        url: url.to_string(),
+        bytes: 0,
+        dropped: Some(why),
+    }
+}
+
+/// How to reach `url`: the proxy for its host, the addresses to connect to, the TLS
+/// configuration for https (made once, shared by every https URL).
+///
+/// # Errors
+/// `Network` when the name (or the proxy's) does not resolve; `Usage` for a bad proxy.
+fn mirror_route<'a>(
+    url: &'a http::Url,
+    headers: &'a [(String, String)],
+    opts: &Config,
     tls_config: &mut Option<std::sync::Arc<rustls::ClientConfig>>,
-    progress: &mut Progress,
-) -> Result<Outcome> {
+) -> Result<download::mirrors::MirrorRoute<'a>> {
     // Chosen again for every URL: a redirect to another host may go another way.
     let proxy = match proxy::choose(
         url,
@@ -512,5 +624,10 @@ fn fetch(
     } else {
         None
     };
-    download::run(url, opts, tls, proxy::Route { addrs, proxy }, target, progress)
+    Ok(download::mirrors::MirrorRoute {
+        url,
+        headers,
+        tls,
+        route: proxy::Route { addrs, proxy },
+    })
 }

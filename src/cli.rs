@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Checksum, Config, Credentials, IoChoice, OutputTarget, Resolve};
+use crate::config::{Checksum, Config, Credentials, IoChoice, MirrorUrl, OutputTarget, Resolve};
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
@@ -21,7 +21,12 @@ pub enum Command {
 pub const HELP: &str = "\
 ringdl - download one file over HTTP or HTTPS through io_uring, O_DIRECT and rustls
 
-Usage: ringdl [OPTIONS] URL
+Usage: ringdl [OPTIONS] URL [MIRROR-URL...]
+
+More than one URL: mirrors of one file (as aria2c takes them). Connections are spread
+over them; the first URL names the output; a mirror whose size or validator (ETag, else
+Last-Modified; any validator with --checksum) differs from the first that answers, or
+that fails, is dropped with a note. See README, Mirrors.
 
 Output:
   -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
@@ -115,9 +120,10 @@ The manual: man ./ringdl.1 (in the source tree).
 pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Command> {
     use lexopt::prelude::*;
     let mut p = lexopt::Parser::from_args(args);
-    let mut url = None;
+    let mut urls: Vec<String> = Vec::new();
     let mut o = Config {
         url: String::new(),
+        mirrors: Vec::new(),
         output: OutputTarget::Default,
         connections: 4,
         engine: None,
@@ -272,12 +278,10 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Long("write-threshold") => {
                 o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
             }
-            Value(v) if url.is_none() => {
-                url = Some(
-                    v.into_string()
-                        .map_err(|v| err!(Usage, "URL is not valid UTF-8: {}", v.to_string_lossy()))?,
-                )
-            }
+            Value(v) => urls.push(
+                v.into_string()
+                    .map_err(|v| err!(Usage, "URL is not valid UTF-8: {}", v.to_string_lossy()))?,
+            ),
             _ => return Err(usage(arg.unexpected())),
         }
     }
@@ -296,14 +300,27 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     if o.checksum.is_some() && o.checksum_file.is_some() {
         return Err(err!(Usage, "give --checksum or --checksum-file, not both"));
     }
-    let url = url.ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
+    let mut urls = urls.into_iter();
+    let url = urls
+        .next()
+        .ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
     // Credentials never stay in the URL: it is printed and saved in the control file.
+    // `--user` goes to every URL given; a URL's own userinfo only to that URL.
+    let given = o.credentials.clone();
     let (url, userinfo) = http::split_userinfo(&url);
     o.url = url;
     if o.credentials.is_none()
         && let Some((user, password)) = userinfo
     {
         o.credentials = Some(Credentials { user, password });
+    }
+    for m in urls {
+        let (url, userinfo) = http::split_userinfo(&m);
+        let own = userinfo.map(|(user, password)| Credentials { user, password });
+        o.mirrors.push(MirrorUrl {
+            url,
+            credentials: given.clone().or(own),
+        });
     }
     Ok(Command::Download(Box::new(o)))
 }
@@ -455,12 +472,32 @@ mod tests {
             &["--io", "poll", "u"],
             &["--sqpoll", "--io", "epoll", "u"],
             &["--io", "epoll", "--sqpoll", "u"],
-            &["a", "b"],
         ] {
             let e = p(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
             assert_eq!(e.kind, crate::error::Kind::Usage, "{args:?}");
         }
         assert!(matches!(p(&["-h"]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn mirrors_keep_their_own_userinfo_and_share_user() {
+        let Command::Download(o) = p(&["http://a:1@h/f", "http://g/f", "https://b:2@k/f"]).unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!(o.url, "http://h/f");
+        assert_eq!(o.credentials.as_ref().unwrap().user, b"a");
+        let m: Vec<_> = o
+            .mirrors
+            .iter()
+            .map(|m| (m.url.as_str(), m.credentials.as_ref().map(|c| c.user.clone())))
+            .collect();
+        assert_eq!(m, [("http://g/f", None), ("https://k/f", Some(b"b".to_vec()))]);
+        // --user goes to every URL given, before or after them on the line.
+        let Command::Download(o) = p(&["http://a:1@h/f", "https://b:2@k/f", "-u", "u:p"]).unwrap() else {
+            panic!("not a download");
+        };
+        assert_eq!(o.credentials.as_ref().unwrap().user, b"u");
+        assert_eq!(o.mirrors[0].credentials.as_ref().unwrap().user, b"u");
     }
 
     #[test]

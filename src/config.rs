@@ -32,8 +32,13 @@ pub enum OutputTarget {
 /// Everything one download is asked to do (from the command line).
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The URL to fetch (http or https).
+    /// The URL to fetch (http or https); with mirrors, the first one given (it names the
+    /// output).
     pub url: String,
+    /// The further URLs of the same file (aria2c's mirrors), in the order given: each
+    /// probed, checked against the first that answers, and given a share of the
+    /// connections (README "Mirrors").
+    pub mirrors: Vec<MirrorUrl>,
     /// `-o/--output`.
     pub output: OutputTarget,
     /// `-x/--connections`: concurrent Range connections, 1..=64.
@@ -160,6 +165,15 @@ impl Resolve {
             addrs,
         })
     }
+}
+
+/// One further URL of the file (a mirror), its userinfo already taken out.
+#[derive(Clone, Debug)]
+pub struct MirrorUrl {
+    /// The URL without userinfo.
+    pub url: String,
+    /// `--user`, else this URL's own userinfo: sent only to this URL's origin.
+    pub credentials: Option<Credentials>,
 }
 
 /// A user name and password for Basic authentication (RFC 7617), as bytes (the URL's

@@ -179,6 +179,16 @@ pub enum Note {
     Planned { total: u64, segments: usize },
     /// `-c`, but the file changed on the server (`what`: size or validator): from zero.
     Changed { what: String },
+    /// A mirror is left out for the rest of the download; its unfinished segments go to
+    /// the other mirrors. `hint` is said after the reason.
+    MirrorDropped {
+        url: String,
+        why: String,
+        hint: &'static str,
+    },
+    /// A mirror's first answer agreed with the reference's (size and validator, or a
+    /// `--checksum` is given): it gets its share of the connections (`-v`).
+    MirrorAccepted { url: String },
     /// `-c`, but the server ignores ranges: from zero.
     NoRangesNoResume,
     /// The first 206 had no complete length (`bytes first-last/*`, RFC 9110 §14.4): asked
@@ -206,6 +216,7 @@ impl Note {
             Note::State(_) => Level::Verbose(3),
             Note::Resuming { .. } => Level::Info,
             Note::Changed { .. }
+            | Note::MirrorDropped { .. }
             | Note::NoRangesNoResume
             | Note::Shrunk
             | Note::WritesPending
@@ -296,6 +307,8 @@ impl std::fmt::Display for Note {
                 if *segments == 1 { "" } else { "s" }
             ),
             Note::Changed { what } => write!(f, "the file on the server changed ({what}): starting from zero"),
+            Note::MirrorDropped { url, why, hint } => write!(f, "mirror {url} dropped: {why}{hint}"),
+            Note::MirrorAccepted { url } => write!(f, "mirror {url} agrees with the reference: used"),
             Note::NoRangesNoResume => {
                 f.write_str("the server does not serve ranges: cannot resume, starting from zero")
             }
@@ -371,6 +384,10 @@ pub struct Record {
     pub json: Option<std::path::PathBuf>,
     /// The URL given, without credentials.
     pub url: Option<String>,
+    /// The further URLs given (mirrors), without credentials.
+    pub mirror_urls: Vec<String>,
+    /// What each URL served, with mirrors (empty with one URL).
+    pub mirrors: Vec<MirrorReport>,
     /// The URL the body came from, after redirects.
     pub final_url: Option<String>,
     /// The output file (`None` for standard output).
@@ -408,7 +425,8 @@ impl Record {
     /// and error message (`null` on success), newline-terminated.
     pub fn to_json(&self, exit_code: u8, error: Option<&str>) -> String {
         let mut o = JsonObject::default();
-        o.strs("urls", self.url.as_slice());
+        let urls: Vec<String> = self.url.iter().chain(&self.mirror_urls).cloned().collect();
+        o.strs("urls", &urls);
         o.str("final_url", self.final_url.as_deref());
         o.str("output", self.output.as_deref());
         o.u64("bytes", self.bytes);
@@ -429,9 +447,36 @@ impl Record {
         o.u64("steals", self.steals);
         o.u64("redirects", Some(self.redirects));
         o.bool("checksum_verified", self.checksum_verified);
+        if !self.mirrors.is_empty() {
+            let items: Vec<String> = self.mirrors.iter().map(MirrorReport::to_json).collect();
+            o.raw("mirrors", &format!("[{}]", items.join(",")));
+        }
         o.u64("exit_code", Some(u64::from(exit_code)));
         o.str("error", error);
         o.finish()
+    }
+}
+
+/// What one URL of a download with mirrors served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorReport {
+    /// The URL (after redirects), without credentials.
+    pub url: String,
+    /// Body bytes it delivered.
+    pub bytes: u64,
+    /// Why it was dropped, if it was.
+    pub dropped: Option<String>,
+}
+
+impl MirrorReport {
+    /// `{"url":…,"used":…,"bytes":…,"dropped_reason":…}` (`used`: it served bytes).
+    fn to_json(&self) -> String {
+        let mut o = JsonObject::default();
+        o.str("url", Some(&self.url));
+        o.bool("used", Some(self.bytes > 0));
+        o.u64("bytes", Some(self.bytes));
+        o.str("dropped_reason", self.dropped.as_deref());
+        o.finish().trim_end().to_owned()
     }
 }
 
@@ -465,6 +510,11 @@ impl JsonObject {
             push_json_string(&mut self.buf, s);
         }
         self.buf.push(']');
+    }
+    /// `v` is already JSON (an array of objects).
+    fn raw(&mut self, k: &str, v: &str) {
+        self.key(k);
+        self.buf.push_str(v);
     }
     fn u64(&mut self, k: &str, v: Option<u64>) {
         self.key(k);

@@ -12,6 +12,7 @@ mod download;
 mod faults;
 mod fuzz_corpus;
 mod limit_rate;
+mod mirrors;
 mod multipart;
 mod proxy;
 mod reach;

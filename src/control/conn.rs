@@ -17,6 +17,7 @@ use uring::{Completion, Op};
 
 impl Loop<'_> {
     pub(crate) fn connect(&mut self, i: usize) -> Result<()> {
+        self.enter_conn(i);
         let c = &mut self.conns[i];
         // Every connection starts where the download's last good connect went (or, before
         // one, at the next address no connect has failed on yet): a family that fails is
@@ -77,7 +78,7 @@ impl Loop<'_> {
         let trying: Vec<usize> = self
             .conns
             .iter()
-            .filter(|c| c.st == St::Connecting)
+            .filter(|c| c.st == St::Connecting && c.mirror == self.active)
             .map(|c| c.addr)
             .collect();
         if trying.is_empty() {
@@ -87,7 +88,7 @@ impl Loop<'_> {
             let backing_off = self
                 .conns
                 .iter()
-                .any(|c| !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
+                .any(|c| c.mirror == self.active && !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
             return (!backing_off).then_some(self.addr_next);
         }
         if self.attempt_started.is_some_and(|t| t.elapsed() < ATTEMPT_DELAY) {
@@ -266,7 +267,7 @@ impl Loop<'_> {
                 // The attempts still racing to other addresses are called off.
                 for j in 0..self.conns.len() {
                     let o = &self.conns[j];
-                    if j != i && o.st == St::Connecting && o.addr != k {
+                    if j != i && o.mirror == self.active && o.st == St::Connecting && o.addr != k {
                         self.cancel_op(j).map_err(|e| Fail::fatal(e.kind, e.msg))?;
                     }
                 }

@@ -3,7 +3,7 @@
 
 use http::Url;
 
-use crate::config::Config;
+use crate::config::{Config, Credentials};
 
 /// Fields that carry credentials: sent only to the origin the user named, and never
 /// printed (curl's CVE-2018-1000007 and CVE-2022-27776 class).
@@ -21,10 +21,15 @@ pub(crate) fn same_origin(a: &Url, b: &Url) -> bool {
 }
 
 /// The extra fields for requests to `url` when the user named `first`: every `-H` in
-/// order, then `Authorization: Basic …` from the credentials unless a `-H
-/// Authorization` is given. On another origin than `first`'s the [`SECRET_FIELDS`] and
+/// order, then `Authorization: Basic …` from `credentials` (`--user`, else `first`'s own
+/// userinfo) unless a `-H Authorization` is given. On another origin than `first`'s the [`SECRET_FIELDS`] and
 /// the credentials are left out; the second value names what was left out.
-pub(crate) fn for_hop(opts: &Config, first: &Url, url: &Url) -> (Vec<(String, String)>, Vec<String>) {
+pub(crate) fn for_hop(
+    opts: &Config,
+    credentials: Option<&Credentials>,
+    first: &Url,
+    url: &Url,
+) -> (Vec<(String, String)>, Vec<String>) {
     let trusted = same_origin(first, url);
     let mut send = Vec::with_capacity(opts.headers.len() + 1);
     let mut dropped = Vec::new();
@@ -35,7 +40,7 @@ pub(crate) fn for_hop(opts: &Config, first: &Url, url: &Url) -> (Vec<(String, St
             send.push((name.clone(), value.clone()));
         }
     }
-    if let Some(c) = &opts.credentials
+    if let Some(c) = credentials
         && !opts
             .headers
             .iter()
@@ -82,20 +87,20 @@ mod tests {
     fn credentials_and_secret_fields_stay_on_the_origin() {
         let o = opts(&["-H", "Cookie: c=1", "-H", "X-A: 1", "http://u:p@h:8080/f"]);
         let first = Url::parse(&o.url).unwrap();
-        let (send, dropped) = for_hop(&o, &first, &first.join(b"/g").unwrap());
+        let (send, dropped) = for_hop(&o, o.credentials.as_ref(), &first, &first.join(b"/g").unwrap());
         let basic = ("Authorization".to_owned(), "Basic dTpw".to_owned());
         assert_eq!(send[2], basic);
         assert_eq!(send.len(), 3);
         assert!(dropped.is_empty());
         for other in ["http://h:8081/f", "https://h:8080/f", "http://g:8080/f"] {
-            let (send, dropped) = for_hop(&o, &first, &Url::parse(other).unwrap());
+            let (send, dropped) = for_hop(&o, o.credentials.as_ref(), &first, &Url::parse(other).unwrap());
             assert_eq!(send, [("X-A".to_owned(), "1".to_owned())], "{other}");
             assert_eq!(dropped, ["Cookie", "the credentials"], "{other}");
         }
         // A -H Authorization replaces the credentials.
         let o = opts(&["-H", "authorization: Bearer t", "-u", "a:b", "http://h/"]);
         let first = Url::parse(&o.url).unwrap();
-        let (send, _) = for_hop(&o, &first, &first);
+        let (send, _) = for_hop(&o, o.credentials.as_ref(), &first, &first);
         assert_eq!(send, [("authorization".to_owned(), "Bearer t".to_owned())]);
         assert_eq!(shown("AUTHORIZATION", "Bearer t"), "<redacted>");
         assert_eq!(shown("X-A", "1"), "1");

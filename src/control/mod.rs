@@ -41,6 +41,8 @@ pub(crate) struct Fail {
     /// A connect was refused (or reset): nothing listens there, so its retries start with
     /// short waits.
     pub(crate) refused: bool,
+    /// Said after the message when the failure drops a mirror (how to use it anyway).
+    pub(crate) hint: &'static str,
 }
 
 impl Fail {
@@ -53,6 +55,7 @@ impl Fail {
             stalled: false,
             busy: false,
             refused: false,
+            hint: "",
         }
     }
     pub(crate) fn fatal(kind: Kind, msg: impl Into<String>) -> Fail {
@@ -64,6 +67,7 @@ impl Fail {
             stalled: false,
             busy: false,
             refused: false,
+            hint: "",
         }
     }
     pub(crate) fn busy(mut self) -> Fail {
@@ -87,6 +91,8 @@ pub(crate) enum St {
 /// A request on a connection: the segment it asked for and the response state.
 pub(crate) struct Job {
     pub(crate) seg: Segment,
+    /// The mirror (index in the URLs given) the request went to.
+    pub(crate) mirror: usize,
     /// The first request of the download (learns size, validator, range support).
     pub(crate) probe: bool,
     /// The body's way to the file: position, framing (once the head is parsed), the
@@ -141,6 +147,8 @@ pub(crate) struct Conn {
     /// `--limit-rate`: tokens the socket read in flight took from the bucket when it was
     /// posted; what it does not use goes back at its completion.
     pub(crate) pace_taken: u64,
+    /// The mirror (index in the URLs given) this connection goes to.
+    pub(crate) mirror: usize,
     pub(crate) fd: Option<OwnedFd>,
     /// Connects that failed on this slot (bounds its tries: `--max-tries` per address).
     pub(crate) addr_i: usize,
@@ -200,6 +208,7 @@ impl Conn {
         Conn {
             st: St::Closed,
             pace_taken: 0,
+            mirror: 0,
             fd: None,
             addr_i: 0,
             addr: 0,

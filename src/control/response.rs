@@ -6,6 +6,7 @@ use crate::engine::blocks::align_down;
 use crate::engine::place::{Delimiter, Placer, content_range_fits};
 use crate::engine::recv::*;
 use crate::error::Kind;
+use crate::event::mirrors::{Standing, Validators};
 use crate::event::*;
 use crate::output::Output;
 use crate::report::Note;
@@ -134,6 +135,58 @@ pub(crate) enum HeadAction {
     Complete,
 }
 
+/// Mirror `k` answered the first request: it is the reference the others must agree with.
+fn accept_reference(k: usize, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>, validator: &Option<Vec<u8>>) {
+    let m = &mut sh.mirrors[k];
+    m.standing = Standing::Accepted;
+    m.validators = Validators::of(resp);
+    m.validator = validator.clone();
+    sh.reference = Some(k);
+}
+
+/// The first answer (a 206 for `complete` bytes) of a mirror that is not the reference:
+/// it must serve the reference's size, and its validators must agree with the
+/// reference's unless a `--checksum` will prove the bytes. `Err` fails it for good (the
+/// mirror is dropped while another is left).
+fn first_answer_of_mirror(
+    job: &Job,
+    sh: &mut Shared<'_>,
+    resp: &http::Response<'_, '_>,
+    complete: u64,
+    validator: &Option<Vec<u8>>,
+) -> std::result::Result<(), Fail> {
+    let k = job.mirror;
+    if sh.mirrors[k].standing != Standing::Pending {
+        return Ok(());
+    }
+    let host = sh.url.host();
+    let Some(r) = sh.reference else {
+        return Ok(());
+    };
+    let total = sh.total.unwrap_or(0);
+    if complete != total {
+        return Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: size {complete} differs from the reference's {total}"),
+        ));
+    }
+    let validators = Validators::of(resp);
+    if sh.opts.checksum.is_none()
+        && let Err(why) = validators.agree_with(&sh.mirrors[r].validators)
+    {
+        let mut f = Fail::fatal(Kind::Protocol, format!("{host}: {why}"));
+        f.hint = crate::event::mirrors::CHECKSUM_HINT;
+        return Err(f);
+    }
+    let m = &mut sh.mirrors[k];
+    m.standing = Standing::Accepted;
+    m.validators = validators;
+    m.validator = validator.clone();
+    let url = m.url.clone();
+    sh.report.note(Note::MirrorAccepted { url });
+    Ok(())
+}
+
 /// Validates a response head against the request (RFC 9110 §14.4, §15) and sets up the body.
 /// `part`: the one part of a 206 in `multipart/byteranges` form and the boundary
 /// ([`one_part`]); its Content-Range stands for the response's, and the body is its bytes.
@@ -246,6 +299,7 @@ pub(crate) fn on_head(
                     None => schedule::plan(first_end, complete, sh.opts.connections, sh.align),
                 };
                 sh.plan.set_queue(queue);
+                accept_reference(job.mirror, sh, resp, &validator);
                 sh.validator = validator;
                 let segments = sh.plan.queued();
                 sh.report.note(Note::Planned {
@@ -253,6 +307,7 @@ pub(crate) fn on_head(
                     segments,
                 });
             } else {
+                first_answer_of_mirror(job, sh, resp, complete, &validator)?;
                 if Some(complete) != sh.total {
                     sh.changed = true;
                     return Err(Fail::fatal(
@@ -263,7 +318,8 @@ pub(crate) fn on_head(
                         ),
                     ));
                 }
-                if validator.is_some() && sh.validator.is_some() && validator != sh.validator {
+                let known = &sh.mirrors[job.mirror].validator;
+                if validator.is_some() && known.is_some() && validator != *known {
                     sh.changed = true;
                     return Err(Fail::fatal(
                         Kind::Protocol,
@@ -310,6 +366,12 @@ pub(crate) fn on_head(
             Ok(HeadAction::Body)
         }
         200 => {
+            if !job.probe && sh.ranges && sh.mirrors[job.mirror].standing == Standing::Pending {
+                return Err(Fail::fatal(
+                    Kind::Protocol,
+                    format!("{host}: does not serve ranges (answered 200 to a Range request) while the reference does"),
+                ));
+            }
             if !job.probe && sh.ranges {
                 // Not the segment: often an error page or a captive portal sent with 200.
                 let ctype = resp
@@ -335,6 +397,7 @@ pub(crate) fn on_head(
             take_disposition(sh, resp)?;
             sh.ranges = false;
             sh.plan.set_queue(VecDeque::new());
+            accept_reference(job.mirror, sh, resp, &validator);
             sh.validator = validator;
             job.probe = false;
             job.seg.start = 0;
@@ -380,7 +443,7 @@ pub(crate) fn on_head(
                 format!("{host}: 416 Range Not Satisfiable for bytes=0-"),
             )),
         },
-        301 | 302 | 303 | 307 | 308 if job.probe => {
+        301 | 302 | 303 | 307 | 308 if job.probe || sh.mirrors[job.mirror].standing == Standing::Pending => {
             let Some(loc) = resp.header("location") else {
                 return Err(Fail::fatal(
                     Kind::Protocol,
@@ -396,6 +459,7 @@ pub(crate) fn on_head(
                 Fail::fatal(Kind::Protocol, format!("{host}: bad Location {shown:?}: {e}"))
             })?;
             sh.redirect = Some(to);
+            sh.redirect_mirror = job.mirror;
             Ok(HeadAction::Complete)
         }
         408 | 429 | 500 | 502 | 503 | 504 => {

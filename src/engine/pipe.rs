@@ -43,6 +43,7 @@ impl Loop<'_> {
     }
 
     pub(crate) fn drain_completion(&mut self, i: usize, res: i32) -> Result<()> {
+        self.enter_conn(i);
         let pipe = self.conns[i].pipe.as_mut().expect("drain of a pipe");
         pipe.draining = false;
         if res <= 0 {

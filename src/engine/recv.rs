@@ -30,6 +30,7 @@ pub(crate) fn with_placer(
     let r = f(&mut job.placer, &mut blocks);
     let moved = job.placer.pos() - before;
     sh.received += moved;
+    sh.mirrors[job.mirror].bytes += moved;
     job.got_bytes |= moved > 0;
     if moved > 0 && job.first_byte.is_none() {
         job.first_byte = Some(Instant::now());

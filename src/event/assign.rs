@@ -17,6 +17,10 @@ impl Loop<'_> {
         if self.conns[i].pipe.as_ref().is_some_and(|p| !p.is_idle()) {
             return Ok(false);
         }
+        // The first request goes to the first mirror given that is left.
+        if !self.sh.plan.is_planned() && self.probe_mirror() != Some(self.conns[i].mirror) {
+            return Ok(false);
+        }
         let now = self.sh.started.elapsed();
         let (seg, probe) = if let Some(next) = self.sh.plan.next(now) {
             next
@@ -98,6 +102,7 @@ impl Loop<'_> {
     }
 
     pub(crate) fn start_job(&mut self, i: usize, seg: Segment, probe: bool) {
+        self.enter_conn(i);
         let c = &mut self.conns[i];
         self.sh.used[i] = true;
         // A request on a connection that sat idle may meet the server's keep-alive close: a
@@ -131,6 +136,7 @@ impl Loop<'_> {
         });
         c.rx.job = Some(Job {
             seg,
+            mirror: c.mirror,
             probe,
             placer: Placer::new(seg.start, seg.end),
             keep_alive: true,
@@ -155,6 +161,7 @@ impl Loop<'_> {
     /// Hands queued segments to idle connections and reopens closed ones while work is left.
     pub(crate) fn kick(&mut self) -> Result<()> {
         for i in 0..self.conns.len() {
+            self.enter_conn(i);
             let c = &self.conns[i];
             if c.deferred && c.st == St::Closed {
                 if let Some(k) = self.next_attempt() {

@@ -7,6 +7,7 @@
 //! operation (CONNECT, SEND or RECV) in flight; write blocks have their own.
 
 pub(crate) mod assign;
+pub mod mirrors;
 pub(crate) mod retry;
 mod tick;
 
@@ -74,8 +75,9 @@ pub(crate) const CONTROL_INTERVAL: Duration = Duration::from_millis(250);
 pub enum Outcome {
     /// Every byte landed; the file is complete and synced.
     Done(Box<Summary>),
-    /// The first response redirected here (3xx with Location).
-    Redirect(Url),
+    /// The first response of mirror `mirror` (index in the URLs given) redirected to `to`
+    /// (3xx with Location).
+    Redirect { mirror: usize, to: Url },
 }
 
 /// What the summary line reports.
@@ -120,6 +122,8 @@ pub struct Summary {
     pub retries: u64,
     /// Work-stealing splits (an idle connection took the second half of a running body).
     pub steals: u64,
+    /// What each mirror served, in the order given (empty with one URL).
+    pub mirrors: Vec<crate::report::MirrorReport>,
 }
 
 /// Download-wide state the connections share.
@@ -184,6 +188,13 @@ pub(crate) struct Shared<'a> {
     pub(crate) steals: u64,
     /// The first 206 had no complete length (`bytes a-b/*`): requests go without Range.
     pub(crate) plain_get: bool,
+    /// Every URL of the file, in the order given (one without mirrors).
+    pub(crate) mirrors: Vec<mirrors::Mirror>,
+    /// The mirror whose first answer came first (in the order given): the others must
+    /// agree with it.
+    pub(crate) reference: Option<usize>,
+    /// The mirror [`Shared::redirect`] is for.
+    pub(crate) redirect_mirror: usize,
 }
 
 /// Where a download goes and what it resumes.
@@ -200,24 +211,22 @@ pub struct Target<'a> {
     pub engine: EngineKind,
     /// Hand TLS connections to the kernel (kTLS) once their handshake is done.
     pub ktls: bool,
-    /// Extra request fields for this URL: `-H`, and credentials on their origin.
-    pub headers: &'a [(String, String)],
     /// Where a failed download leaves what it knew at the failure (for `--json`): `bytes`
     /// is then what the `.part` holds, not the file's size.
     pub failed: &'a mut Option<Box<Summary>>,
 }
 
-/// Runs one download of `url` into `out`.
+/// Runs one download into `out` from the URLs of `mirrors` (one, or several serving the
+/// same file: see [`mirrors`]).
 ///
 /// # Errors
-/// Any [`Kind`]: the first fatal failure of a connection, a refused ring, a failed write.
-pub fn run(
-    url: &Url,
-    opts: &Config,
-    tls: Option<Arc<ClientConfig>>,
-    route: crate::control::proxy::Route,
-    target: Target<'_>,
-    progress: &mut Progress,
+/// Any [`Kind`]: the first fatal failure of a connection, a refused ring, a failed write;
+/// with several mirrors, a server's failure only once no mirror is left.
+pub fn run<'a>(
+    mirrors: Vec<mirrors::MirrorRoute<'a>>,
+    opts: &'a Config,
+    target: Target<'a>,
+    progress: &'a mut Progress,
 ) -> Result<Outcome> {
     let Target {
         out,
@@ -226,10 +235,13 @@ pub fn run(
         signals,
         engine,
         ktls,
-        headers,
         failed,
     } = target;
-    let crate::control::proxy::Route { addrs, proxy } = route;
+    let states: Vec<mirrors::Mirror> = mirrors.iter().map(|m| mirrors::Mirror::new(m.url)).collect();
+    let m = mirrors.len();
+    let mut ways = mirrors.into_iter().map(mirrors::Way::new).collect::<Result<Vec<_>>>()?;
+    // The first mirror's way starts in the loop's fields.
+    let (url, headers, proxy, tls, server_name, addrs) = ways[0].take();
     let resuming = resume.is_some();
     // A resumed download asks first for the first block it lacks, not for byte 0 again.
     let resume_start = resume.as_ref().map_or(0, |st| {
@@ -249,10 +261,6 @@ pub fn run(
     let splice = engine == EngineKind::Splice;
 
     let n = opts.connections;
-    let server_name = match &tls {
-        Some(_) => Some(crate::control::tls::server_name(url.host())?),
-        None => None,
-    };
     let block = write_block().max(out.align as usize);
     let wcount = (2 * n + 2).clamp(6, 64);
     // A CONNECT with its LINK_TIMEOUT, or a SEND/RECV, per connection; a Happy Eyeballs
@@ -279,8 +287,13 @@ pub fn run(
     let fixed_files = std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0")
         && ring.backend() == uring::Backend::Uring
         && ring.register_files(&[out.fd.as_raw_fd()]).is_ok();
+    // The connections are spread over the mirrors in turn.
     let conns = (0..n)
-        .map(|_| Conn::new(rpool.alloc().expect("one read block per connection")))
+        .map(|i| {
+            let mut c = Conn::new(rpool.alloc().expect("one read block per connection"));
+            c.mirror = i % m;
+            c
+        })
         .collect();
     let sh = Shared {
         report: progress,
@@ -321,6 +334,9 @@ pub fn run(
         retries: 0,
         steals: 0,
         plain_get: false,
+        mirrors: states,
+        reference: None,
+        redirect_mirror: 0,
     };
     let mut dl = Loop {
         ring,
@@ -356,6 +372,8 @@ pub fn run(
             .map(|r| crate::schedule::pace::Bucket::new(r, Duration::ZERO)),
         paced: VecDeque::new(),
         pace_timer: false,
+        ways,
+        active: 0,
     };
     dl.push(Op::Timeout { after: dl.tick }, Tag::Tick.encode())?;
     // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
@@ -373,16 +391,23 @@ pub fn run(
     }
     // One name with several addresses: the first connect goes alone; the others follow
     // where it lands, or race the next address after its head start (RFC 8305 §5).
-    let race = dl.addrs.len() > 1;
     for i in 0..n {
-        if race && i > 0 {
+        let k = dl.conns[i].mirror;
+        if dl.addr_count(k) > 1 && i >= m {
             dl.conns[i].deferred = true;
         } else {
             dl.connect(i)?;
         }
     }
     match dl.event_loop() {
-        Ok(Some(u)) => return Ok(Outcome::Redirect(u)),
+        Ok(Some((mirror, to))) => {
+            if dl.sh.mirrors.len() > 1 {
+                // A mirror's redirect may come while bytes are on their way to the file:
+                // they land before the ring goes (the next run fetches them again).
+                dl.settle();
+            }
+            return Ok(Outcome::Redirect { mirror, to });
+        }
         Ok(None) => {
             if let Some(n) = dl.sh.capped_at {
                 dl.sh.report.note(Note::Allowed { connections: n });
@@ -506,6 +531,7 @@ impl Loop<'_> {
             io,
             retries: self.sh.retries,
             steals: self.sh.steals,
+            mirrors: self.mirror_reports(),
         }
     }
 }
@@ -554,6 +580,11 @@ pub(crate) struct Loop<'a> {
     pub(crate) paced: VecDeque<usize>,
     /// The [`Tag::Pace`] TIMEOUT is in flight.
     pub(crate) pace_timer: bool,
+    /// Each mirror's way to its server; the active one's pieces are in the fields above
+    /// (`sh.url`, `sh.headers`, `sh.proxy`, `tls`, `server_name`, `addrs`, …).
+    pub(crate) ways: Vec<mirrors::Way<'a>>,
+    /// The mirror whose way is in the loop's fields.
+    pub(crate) active: usize,
 }
 
 pub(crate) fn errno(res: i32) -> rustix::io::Errno {
@@ -561,9 +592,9 @@ pub(crate) fn errno(res: i32) -> rustix::io::Errno {
 }
 
 impl Loop<'_> {
-    /// Runs until every segment has landed (`Ok(None)`), the first response redirects
-    /// (`Ok(Some(url))`), or a fatal failure.
-    pub(crate) fn event_loop(&mut self) -> Result<Option<Url>> {
+    /// Runs until every segment has landed (`Ok(None)`), a mirror's first response
+    /// redirects (`Ok(Some((mirror, url)))`), or a fatal failure.
+    pub(crate) fn event_loop(&mut self) -> Result<Option<(usize, Url)>> {
         loop {
             self.kick()?;
             self.flush_writes()?;
@@ -571,7 +602,7 @@ impl Loop<'_> {
                 return Err(e);
             }
             if let Some(u) = self.sh.redirect.take() {
-                return Ok(Some(u));
+                return Ok(Some((self.sh.redirect_mirror, u)));
             }
             if self.finished() {
                 return Ok(None);
@@ -636,6 +667,7 @@ impl Loop<'_> {
     pub(crate) fn complete(&mut self, c: Completion) -> Result<()> {
         match Tag::decode(c.tag) {
             Some(Tag::Conn(i)) => {
+                self.enter_conn(i);
                 let r = self.conn_completion(i, c);
                 self.after(i, r)?;
             }
@@ -687,6 +719,7 @@ impl Loop<'_> {
 
     /// Handles a connection's failure, or drives it on.
     pub(crate) fn after(&mut self, i: usize, r: std::result::Result<(), Fail>) -> Result<()> {
+        self.enter_conn(i);
         let r = r.and_then(|()| self.drive(i));
         if let Err(f) = r {
             self.fail(i, f)?;

@@ -4,8 +4,10 @@
 use crate::control::*;
 use crate::err;
 use crate::error::{Error, Kind, Result};
+use crate::event::mirrors::Standing;
 use crate::event::*;
 use crate::report::Note;
+use crate::schedule::Segment;
 use crate::schedule::retry::{self, Attempt, n_tries};
 use std::time::{Duration, Instant};
 
@@ -36,8 +38,17 @@ impl Loop<'_> {
     /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
     /// segment, close it, and reconnect when work is left.
     pub(crate) fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
+        self.enter_conn(i);
+        let k = self.conns[i].mirror;
+        if self.sh.mirrors[k].standing == Standing::Dropped {
+            // Its mirror was dropped while an operation was in flight.
+            return self.release_conn(i);
+        }
+        if !f.retry && self.drops_mirror(k, f.kind) {
+            return self.drop_mirror(k, f.msg, f.hint);
+        }
         if !f.retry {
-            self.sh.fatal = Some(Error::new(f.kind, f.msg));
+            self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(f.msg)));
             return Ok(());
         }
         if self.conns[i].busy() {
@@ -52,7 +63,7 @@ impl Loop<'_> {
             .conns
             .iter()
             .enumerate()
-            .any(|(j, o)| j != i && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes));
+            .any(|(j, o)| j != i && o.mirror == k && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes));
         let attempt = Attempt {
             busy: f.busy,
             stalled: f.stalled,
@@ -76,7 +87,11 @@ impl Loop<'_> {
             let silent = !job.got_bytes && job.placer.delimiter().is_none() && head_empty;
             let from = job.placer.release(trim, &mut self.sh.to_write);
             if job.probe && !self.sh.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
-                self.sh.fatal = Some(Error::new(f.kind, f.msg));
+                if self.drops_mirror(k, f.kind) {
+                    self.sh.plan.requeue(Segment { tries: 0, ..job.seg }, true);
+                    return self.drop_mirror(k, f.msg, "");
+                }
+                self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(f.msg)));
                 return Ok(());
             }
             let mut seg = job.seg;
@@ -96,6 +111,7 @@ impl Loop<'_> {
             // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
             // the file size bounds how often that can happen (see retry::judge).
             let advanced = seg.start.saturating_sub(job.seg.start);
+            let tries_before = seg.tries;
             retry::judge(
                 &mut seg,
                 &Attempt {
@@ -105,11 +121,25 @@ impl Loop<'_> {
                 },
             );
             tries_seen = seg.tries;
+            if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, &f) {
+                // Another mirror takes the segment, with the tries it had.
+                self.sh.plan.requeue(
+                    Segment {
+                        tries: tries_before,
+                        ..seg
+                    },
+                    job.probe,
+                );
+                return self.drop_mirror(k, why, "");
+            }
             if seg.tries >= self.sh.opts.max_tries {
-                self.sh.fatal = Some(Error::new(
-                    f.kind,
-                    format!("{} (gave up after {})", f.msg, n_tries(seg.tries)),
-                ));
+                let msg = format!("{} (gave up after {})", f.msg, n_tries(seg.tries));
+                if self.drops_mirror(k, f.kind) {
+                    // Another mirror takes the segment, with fresh tries.
+                    self.sh.plan.requeue(Segment { tries: 0, ..seg }, job.probe);
+                    return self.drop_mirror(k, msg, "");
+                }
+                self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(msg)));
                 return Ok(());
             }
             if !capped {
@@ -170,11 +200,17 @@ impl Loop<'_> {
             // Every address had its chances: this slot stops; the download fails when no
             // connection is left.
             c.dead = true;
+            if self.mirror_unreachable(k) && self.drops_mirror(k, f.kind) {
+                let why = format!(
+                    "cannot be reached: {} (gave up after {})",
+                    f.msg,
+                    n_tries(self.sh.opts.max_tries)
+                );
+                return self.drop_mirror(k, why, "");
+            }
             if self.conns.iter().all(|c| c.dead || c.deferred) {
-                self.sh.fatal = Some(Error::new(
-                    f.kind,
-                    format!("{} (gave up after {})", f.msg, n_tries(self.sh.opts.max_tries)),
-                ));
+                let msg = format!("{} (gave up after {})", f.msg, n_tries(self.sh.opts.max_tries));
+                self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(msg)));
             }
             return Ok(());
         }

@@ -1396,3 +1396,137 @@ pub fn chmod(path: &Path, mode: u32) {
 pub fn exists(path: &Path) -> bool {
     fs::symlink_metadata(path).is_ok()
 }
+
+// ---------------------------------------------------------------------------
+// Mirror sites (tests::mirrors)
+
+/// One site of [`MirrorSites`]: a document root, plain HTTP or HTTPS.
+pub struct MirrorSite {
+    /// Directory served as `/`.
+    pub root: PathBuf,
+    /// HTTPS with the fixture's certificate ([`Nginx::ca_pem`] verifies it).
+    pub tls: bool,
+    /// nginx `limit_rate` per connection (`"1m"`), if any.
+    pub limit_rate: Option<&'static str>,
+}
+
+/// A separate nginx with one server per [`MirrorSite`], each on its own loopback port
+/// and with its own access log (`$status $http_range`), so a test can count what each
+/// mirror served. It stops when the test process exits, as the [`Nginx`] fixture does.
+pub struct MirrorSites {
+    run: PathBuf,
+    /// The port of each site, in the order given.
+    pub ports: Vec<u16>,
+    tls: Vec<bool>,
+    _lifeline: Mutex<(Child, ChildStdin)>,
+}
+
+impl MirrorSites {
+    /// Starts nginx for `sites`.
+    ///
+    /// # Panics
+    /// When nginx does not start (the message holds its log).
+    pub fn start(sites: &[MirrorSite]) -> MirrorSites {
+        let fixture = nginx();
+        let tls_dir = fixture.base.join("tls");
+        let base = tempfile::Builder::new()
+            .prefix("ringdl-nginx-mirrors-")
+            .tempdir()
+            .expect("creating the mirror sites dir")
+            .keep();
+        let bin = nginx_bin();
+        let modules = nginx_modules(&bin);
+        for attempt in 1..=8 {
+            let run = base.join(format!("run-{attempt}"));
+            fs::create_dir_all(run.join("tmp")).unwrap();
+            let ports: Vec<u16> = sites.iter().map(|_| free_port(false)).collect();
+            if ports.iter().collect::<std::collections::HashSet<_>>().len() != ports.len() {
+                continue;
+            }
+            let temp_paths: String = modules
+                .iter()
+                .map(|m| format!("    {m}_temp_path \"{}/tmp/{m}\";\n", run.display()))
+                .collect();
+            let user = if is_root() { "user root;" } else { "" };
+            let mut conf = format!(
+                "{user}\nworker_processes 1;\npid \"{run}/nginx.pid\";\nerror_log \"{run}/error.log\" warn;\n\
+                 events {{ worker_connections 256; }}\nhttp {{\n    \
+                 client_body_temp_path \"{run}/tmp/client_body\";\n{temp_paths}    \
+                 default_type application/octet-stream;\n    server_tokens off;\n    \
+                 keepalive_requests 100000;\n    log_format ranges '$status $http_range';\n    \
+                 ssl_certificate \"{tls}/server.pem\";\n    ssl_certificate_key \"{tls}/server.key\";\n",
+                run = run.display(),
+                tls = tls_dir.display(),
+            );
+            for (k, (s, port)) in sites.iter().zip(&ports).enumerate() {
+                conf.push_str(&format!(
+                    "    server {{ listen 127.0.0.1:{port}{ssl}; root \"{root}\"; access_log \"{run}/site-{k}.log\" ranges;{rate} }}\n",
+                    ssl = if s.tls { " ssl" } else { "" },
+                    rate = s.limit_rate.map_or(String::new(), |r| format!(" limit_rate {r};")),
+                    root = s.root.display(),
+                    run = run.display(),
+                ));
+            }
+            conf.push_str("}\n");
+            fs::write(run.join("nginx.conf"), conf).unwrap();
+            let log = File::create(run.join("wrapper.log")).unwrap();
+            let mut child = Command::new("sh")
+                .arg("-c")
+                .arg(WRAPPER)
+                .arg("ringdl-test-nginx-mirrors")
+                .arg(&bin)
+                .arg(&run)
+                .arg(&base)
+                .stdin(Stdio::piped())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting sh for nginx: {e}"));
+            let stdin = child.stdin.take().unwrap();
+            match wait_ready(&mut child, &run, &ports) {
+                Ok(()) => {
+                    return MirrorSites {
+                        run,
+                        ports,
+                        tls: sites.iter().map(|s| s.tls).collect(),
+                        _lifeline: Mutex::new((child, stdin)),
+                    };
+                }
+                Err(e) => {
+                    drop(stdin);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    if let StartError::Fatal(msg) = e {
+                        let _ = fs::remove_dir_all(&base);
+                        panic!("nginx (mirror sites) did not start: {msg}\n({INSTALL_HINT})");
+                    }
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&base);
+        panic!("nginx (mirror sites): ports kept being taken, gave up after 8 attempts");
+    }
+
+    /// `http(s)://127.0.0.1:<port of site k>/<path>`.
+    pub fn url(&self, k: usize, path: &str) -> String {
+        let scheme = if self.tls[k] { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}/{path}", self.ports[k])
+    }
+
+    /// Site `k`'s access log: one `(status, Range header)` per request (`-` for none).
+    pub fn requests(&self, k: usize) -> Vec<(u16, String)> {
+        fs::read_to_string(self.run.join(format!("site-{k}.log")))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (status, range) = l.split_once(' ')?;
+                Some((status.parse().ok()?, range.to_owned()))
+            })
+            .collect()
+    }
+
+    /// How many 206 answers site `k` sent.
+    pub fn ranges_served(&self, k: usize) -> usize {
+        self.requests(k).iter().filter(|(s, _)| *s == 206).count()
+    }
+}

@@ -1,0 +1,348 @@
+//! Mirrors (`ringdl URL1 URL2 …`, README "Mirrors"): one file from several real nginx
+//! servers ([`MirrorSites`], each with its own access log) or fault servers; the bytes
+//! compared by SHA-256, and the logs say which mirror served ranges.
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use crate::fault::{Close, Fault, FaultServer, When};
+use crate::util::{
+    MIB, MirrorSite, MirrorSites, Output, TestDir, exit, free_port, nginx, sha256_file, write_random_file,
+};
+
+const FILE: &str = "file.bin";
+
+/// A document root `dir/name` holding `file.bin` of `size` bytes from `seed`, modified
+/// at `mtime` seconds after the epoch (nginx's ETag and Last-Modified come from it).
+/// Returns (root, SHA-256).
+fn root(dir: &TestDir, name: &str, size: u64, seed: u64, mtime: u64) -> (std::path::PathBuf, String) {
+    let root = dir.join(name);
+    fs::create_dir_all(&root).unwrap();
+    let sha = write_random_file(&root.join(FILE), size, seed);
+    set_mtime(&root.join(FILE), mtime);
+    (root, sha)
+}
+
+fn set_mtime(path: &Path, secs: u64) {
+    let f = fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+        .unwrap();
+}
+
+fn site(root: &Path, tls: bool) -> MirrorSite {
+    MirrorSite {
+        root: root.to_owned(),
+        tls,
+        limit_rate: None,
+    }
+}
+
+/// Runs ringdl in `dir` with `args` (`-o out.bin --json run.json` added), the fixture's
+/// CA trusted.
+fn fetch(dir: &TestDir, args: &[&str]) -> Output {
+    let ca = nginx().ca_pem().display().to_string();
+    let mut cmd = dir.ringdl();
+    cmd.args([
+        "-o",
+        "out.bin",
+        "--json",
+        "run.json",
+        "--ca-certificate",
+        &ca,
+        "--retry-wait",
+        "0",
+    ]);
+    cmd.args(args);
+    cmd.run()
+}
+
+/// The `mirrors` array of `run.json`, as (url, used, dropped_reason) text per member.
+fn json_mirrors(dir: &TestDir) -> Vec<String> {
+    let json = fs::read_to_string(dir.join("run.json")).unwrap();
+    let Some(at) = json.find("\"mirrors\":[") else {
+        return Vec::new();
+    };
+    let list = &json[at + 11..];
+    let list = &list[..list.find("}]").map_or(0, |e| e + 1)];
+    list.split("},{").map(str::to_owned).collect()
+}
+
+#[track_caller]
+fn assert_exact(dir: &TestDir, out: &Output, sha: &str) {
+    out.assert_success();
+    assert_eq!(
+        sha256_file(&dir.join("out.bin")),
+        sha,
+        "bytes differ\n{}",
+        out.stderr_text()
+    );
+}
+
+#[test]
+fn two_http_mirrors_share_the_file() {
+    let dir = TestDir::new("mirrors-two");
+    let (www, sha) = root(&dir, "www", 32 * MIB, 71, 1_700_000_000);
+    let sites = MirrorSites::start(&[site(&www, false), site(&www, false)]);
+    let out = fetch(&dir, &["-x", "4", &sites.url(0, FILE), &sites.url(1, FILE)]);
+    assert_exact(&dir, &out, &sha);
+    for k in 0..2 {
+        assert!(
+            sites.ranges_served(k) >= 1,
+            "mirror {k} served no range: {:?}\n{}",
+            sites.requests(k),
+            out.stderr_text()
+        );
+    }
+    assert!(out.summary().contains("from 2 of 2 mirrors"), "{}", out.summary());
+    let json = json_mirrors(&dir);
+    assert_eq!(json.len(), 2, "{json:?}");
+    assert!(
+        json.iter()
+            .all(|m| m.contains("\"used\":true") && m.contains("\"dropped_reason\":null")),
+        "{json:?}"
+    );
+}
+
+#[test]
+fn https_and_http_mirrors_mix() {
+    let dir = TestDir::new("mirrors-mix");
+    let (www, sha) = root(&dir, "www", 32 * MIB, 72, 1_700_000_000);
+    let sites = MirrorSites::start(&[site(&www, true), site(&www, false)]);
+    let out = fetch(&dir, &["-x", "4", &sites.url(0, FILE), &sites.url(1, FILE)]);
+    assert_exact(&dir, &out, &sha);
+    for k in 0..2 {
+        assert!(
+            sites.ranges_served(k) >= 1,
+            "mirror {k} served no range\n{}",
+            out.stderr_text()
+        );
+    }
+}
+
+#[test]
+fn a_mirror_of_another_size_is_dropped() {
+    let dir = TestDir::new("mirrors-size");
+    let (good, sha) = root(&dir, "good", 16 * MIB, 73, 1_700_000_000);
+    let (other, _) = root(&dir, "other", 16 * MIB + 4096, 73, 1_700_000_000);
+    let sites = MirrorSites::start(&[site(&good, false), site(&other, false)]);
+    let out = fetch(&dir, &["-x", "4", &sites.url(0, FILE), &sites.url(1, FILE)]);
+    assert_exact(&dir, &out, &sha);
+    let err = out.stderr_text();
+    assert!(
+        err.contains(&format!("mirror {} dropped", sites.url(1, FILE))) && err.contains("differs from the reference's"),
+        "{err}"
+    );
+    assert!(sites.ranges_served(0) >= 1, "{err}");
+    let json = json_mirrors(&dir);
+    assert!(
+        json[1].contains("\"used\":false") && json[1].contains("size"),
+        "{json:?}"
+    );
+}
+
+#[test]
+fn a_dead_mirror_is_dropped() {
+    let dir = TestDir::new("mirrors-dead");
+    let (www, sha) = root(&dir, "www", 16 * MIB, 74, 1_700_000_000);
+    let sites = MirrorSites::start(&[site(&www, false)]);
+    let dead = format!("http://127.0.0.1:{}/{FILE}", free_port(false));
+    // The dead one first: the first mirror that answers is the reference.
+    let out = fetch(&dir, &["-x", "4", &dead, &sites.url(0, FILE)]);
+    assert_exact(&dir, &out, &sha);
+    let err = out.stderr_text();
+    assert!(
+        err.contains(&format!("mirror {dead} dropped: cannot be reached")),
+        "{err}"
+    );
+    assert!(out.summary().contains("from 1 of 2 mirrors"), "{}", out.summary());
+}
+
+#[test]
+fn a_mirror_that_fails_mid_transfer_is_dropped_and_its_segments_refetched() {
+    let dir = TestDir::new("mirrors-mid");
+    let size = 24 * MIB;
+    // Each answer of the good mirror after its first pauses 1 s mid-body: the download
+    // lasts long enough for the flaky mirror to be asked again, whatever the load.
+    let good = FaultServer::builder()
+        .size(size)
+        .seed(75)
+        .etag("same")
+        .fault_on(When::From(2), Fault::StallMidBody { after: 65536, secs: 1 })
+        .start();
+    // Its first request (the mirror's first answer) is served; every later one is cut
+    // right after the head.
+    let flaky = FaultServer::builder()
+        .size(size)
+        .seed(75)
+        .etag("same")
+        .fault_on(
+            When::From(2),
+            Fault::Close {
+                after: 0,
+                how: Close::Rst,
+            },
+        )
+        .start();
+    let out = fetch(
+        &dir,
+        &["-x", "4", "--max-tries", "2", &good.url(FILE), &flaky.url(FILE)],
+    );
+    assert_exact(&dir, &out, good.sha256());
+    let err = out.stderr_text();
+    assert!(err.contains(&format!("mirror {} dropped", flaky.url(FILE))), "{err}");
+    let cut = flaky.fired_on(0);
+    assert!(!cut.is_empty(), "the flaky mirror cut nothing\n{err}");
+    let asked = good.requests();
+    for f in &cut {
+        assert!(
+            asked.iter().any(|r| r.covers(f.at, size)),
+            "bytes from {} (cut on the flaky mirror) were never asked of the other\n{err}",
+            f.at
+        );
+    }
+}
+
+#[test]
+fn a_validator_mismatch_is_dropped_unless_a_checksum_is_given() {
+    let dir = TestDir::new("mirrors-validator");
+    let (a, sha) = root(&dir, "a", 32 * MIB, 76, 1_700_000_000);
+    // The same bytes, another modification time: another ETag and Last-Modified.
+    let (b, _) = root(&dir, "b", 32 * MIB, 76, 1_600_000_000);
+    let sites = MirrorSites::start(&[site(&a, false), site(&b, false)]);
+    let out = fetch(&dir, &["-x", "4", &sites.url(0, FILE), &sites.url(1, FILE)]);
+    assert_exact(&dir, &out, &sha);
+    let err = out.stderr_text();
+    assert!(
+        err.contains(&format!("mirror {} dropped", sites.url(1, FILE)))
+            && err.contains("ETag")
+            && err.contains("--checksum"),
+        "{err}"
+    );
+    let before = sites.ranges_served(1);
+    let sum = format!("sha-256={sha}");
+    let out = fetch(
+        &dir,
+        &[
+            "-x",
+            "4",
+            "--force",
+            "--checksum",
+            &sum,
+            &sites.url(0, FILE),
+            &sites.url(1, FILE),
+        ],
+    );
+    assert_exact(&dir, &out, &sha);
+    assert!(!out.stderr_text().contains("dropped"), "{}", out.stderr_text());
+    assert!(
+        sites.ranges_served(1) > before + 1,
+        "mirror b served nothing with --checksum"
+    );
+    assert!(
+        json_mirrors(&dir).iter().all(|m| m.contains("\"used\":true")),
+        "{:?}",
+        json_mirrors(&dir)
+    );
+}
+
+#[test]
+fn no_mirror_left_fails_and_leaves_no_file() {
+    let dir = TestDir::new("mirrors-none");
+    let a = format!("http://127.0.0.1:{}/{FILE}", free_port(false));
+    let b = format!("http://127.0.0.1:{}/{FILE}", free_port(false));
+    let out = fetch(&dir, &["-x", "2", &a, &b]);
+    out.assert_code(exit::NETWORK);
+    assert!(out.stderr_text().contains("no mirror left"), "{}", out.stderr_text());
+    assert!(!dir.join("out.bin").exists() && !dir.join("out.bin.part").exists());
+}
+
+#[test]
+fn an_interrupted_download_from_mirrors_resumes_with_the_same_list() {
+    let dir = TestDir::new("mirrors-resume");
+    let (www, sha) = root(&dir, "www", 16 * MIB, 77, 1_700_000_000);
+    let slow = |tls| MirrorSite {
+        limit_rate: Some("1m"),
+        ..site(&www, tls)
+    };
+    let sites = MirrorSites::start(&[slow(false), slow(true)]);
+    let urls = [sites.url(0, FILE), sites.url(1, FILE)];
+    let ca = nginx().ca_pem().display().to_string();
+    // 16 MiB at 1 MiB/s per connection, -x 4: about 4 s; interrupted after 1.5 s.
+    let first = dir
+        .ringdl()
+        .args(["-x", "4", "-o", "out.bin", "--ca-certificate", &ca])
+        .args(&urls)
+        .run_with(|pid| {
+            std::thread::sleep(Duration::from_millis(1500));
+            let _ = std::process::Command::new("sh")
+                .args(["-c", "kill -INT \"$0\"", &pid.to_string()])
+                .status();
+        });
+    first.assert_code(exit::INTERRUPTED);
+    assert!(dir.join("out.bin.part.ringdl").exists(), "{}", first.stderr_text());
+    let before: Vec<usize> = (0..2).map(|k| sites.ranges_served(k)).collect();
+    let out = dir
+        .ringdl()
+        .args(["-x", "4", "-c", "-o", "out.bin", "--ca-certificate", &ca])
+        .args(&urls)
+        .run();
+    assert_exact(&dir, &out, &sha);
+    let err = out.stderr_text();
+    assert!(
+        err.contains("resuming:") && !err.contains("starting from zero"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("was written for"),
+        "the control file names another URL than the first\n{err}"
+    );
+    for (k, &had) in before.iter().enumerate() {
+        assert!(
+            sites.ranges_served(k) > had,
+            "mirror {k} served nothing after -c\n{err}"
+        );
+    }
+}
+
+#[test]
+fn a_mirror_that_redirects_is_followed_and_keeps_its_credentials_home() {
+    let dir = TestDir::new("mirrors-redirect");
+    let size = 16 * MIB;
+    let first = FaultServer::builder().size(size).seed(78).etag("same").start();
+    let target = FaultServer::builder().size(size).seed(78).etag("same").start();
+    // Another origin (another port): the userinfo of the mirror's URL must not follow.
+    let mirror = FaultServer::builder()
+        .size(size)
+        .seed(78)
+        .etag("same")
+        .fault_on(
+            When::path("/moved.bin"),
+            Fault::Redirect {
+                code: 302,
+                location: target.url(FILE),
+            },
+        )
+        .start();
+    let moved = mirror.url("moved.bin").replacen("://", "://bob:s3cret@", 1);
+    let out = fetch(&dir, &["-x", "4", &first.url(FILE), &moved]);
+    assert_exact(&dir, &out, first.sha256());
+    let err = out.stderr_text();
+    let asked = target.requests();
+    assert!(
+        asked.iter().any(|r| r.range_start().is_some()),
+        "the redirect target served no range\n{err}"
+    );
+    assert!(
+        mirror.requests().iter().all(|r| r.header("authorization").is_some()),
+        "the mirror's own userinfo was not sent to it"
+    );
+    assert!(
+        asked.iter().all(|r| r.header("authorization").is_none()),
+        "credentials followed the redirect to another origin"
+    );
+    assert!(
+        first.requests().iter().all(|r| r.header("authorization").is_none()),
+        "bob's credentials went to the first URL"
+    );
+}
