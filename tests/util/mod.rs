@@ -878,59 +878,31 @@ impl Nginx {
             }
             let conf = nginx_conf(&run, &www, &tls, ports, ipv6, &modules);
             fs::write(run.join("nginx.conf"), conf).unwrap();
-            let log = File::create(run.join("wrapper.log")).unwrap();
-            let mut child = Command::new("sh")
-                .arg("-c")
-                .arg(WRAPPER)
-                .arg("ringdl-test-nginx")
-                .arg(&bin)
-                .arg(&run)
-                .arg(&base)
-                .stdin(Stdio::piped())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap_or_else(|e| panic!("starting sh for nginx: {e}"));
-            let stdin = child.stdin.take().unwrap();
-            match wait_ready(&mut child, &run, &ports) {
-                Ok(()) => {
-                    let [
-                        http_port,
-                        https_port,
-                        tls12_port,
-                        norange_port,
-                        v6only_port,
-                        v4only_port,
-                        v6only_https_port,
-                    ] = ports;
-                    return Nginx {
-                        http_port,
-                        https_port,
-                        tls12_port,
-                        norange_port,
-                        ipv6,
-                        v6only_port,
-                        v4only_port,
-                        v6only_https_port,
-                        base,
-                        run,
-                        ca_pem,
-                        files,
-                        _lifeline: Mutex::new((child, stdin)),
-                    };
-                }
-                Err(StartError::PortTaken) => {
-                    drop(stdin);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                }
-                Err(StartError::Fatal(msg)) => {
-                    drop(stdin);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    let _ = fs::remove_dir_all(&base);
-                    panic!("nginx did not start: {msg}\n({INSTALL_HINT})");
-                }
+            if let Some((child, stdin)) = spawn_nginx("ringdl-test-nginx", "nginx", &bin, &run, &base, &ports) {
+                let [
+                    http_port,
+                    https_port,
+                    tls12_port,
+                    norange_port,
+                    v6only_port,
+                    v4only_port,
+                    v6only_https_port,
+                ] = ports;
+                return Nginx {
+                    http_port,
+                    https_port,
+                    tls12_port,
+                    norange_port,
+                    ipv6,
+                    v6only_port,
+                    v4only_port,
+                    v6only_https_port,
+                    base,
+                    run,
+                    ca_pem,
+                    files,
+                    _lifeline: Mutex::new((child, stdin)),
+                };
             }
         }
         let _ = fs::remove_dir_all(&base);
@@ -1196,6 +1168,46 @@ http {{
 
 /// Waits until nginx wrote its pid file (it does so after binding every listening
 /// socket) and every port accepts a connection.
+/// Starts nginx with `run/nginx.conf` through [`WRAPPER`] (`tag` names the shell in `ps`)
+/// and waits until it listens on `ports`. `None`: a port was taken meanwhile (try other
+/// ports). Panics, after removing `base`, when nginx cannot start at all (`what` names it).
+fn spawn_nginx(
+    tag: &str,
+    what: &str,
+    bin: &Path,
+    run: &Path,
+    base: &Path,
+    ports: &[u16],
+) -> Option<(Child, ChildStdin)> {
+    let log = File::create(run.join("wrapper.log")).unwrap();
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(WRAPPER)
+        .arg(tag)
+        .arg(bin)
+        .arg(run)
+        .arg(base)
+        .stdin(Stdio::piped())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting sh for nginx: {e}"));
+    let stdin = child.stdin.take().unwrap();
+    match wait_ready(&mut child, run, ports) {
+        Ok(()) => Some((child, stdin)),
+        Err(e) => {
+            drop(stdin);
+            let _ = child.kill();
+            let _ = child.wait();
+            if let StartError::Fatal(msg) = e {
+                let _ = fs::remove_dir_all(base);
+                panic!("{what} did not start: {msg}\n({INSTALL_HINT})");
+            }
+            None
+        }
+    }
+}
+
 fn wait_ready(child: &mut Child, run: &Path, ports: &[u16]) -> Result<(), StartError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let log = || {
@@ -1300,37 +1312,19 @@ impl CertServers {
             }
             conf.push_str("}\n");
             fs::write(run.join("nginx.conf"), conf).unwrap();
-            let log = File::create(run.join("wrapper.log")).unwrap();
-            let mut child = Command::new("sh")
-                .arg("-c")
-                .arg(WRAPPER)
-                .arg("ringdl-test-nginx-certs")
-                .arg(&bin)
-                .arg(&run)
-                .arg(&base)
-                .stdin(Stdio::piped())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap_or_else(|e| panic!("starting sh for nginx: {e}"));
-            let stdin = child.stdin.take().unwrap();
-            match wait_ready(&mut child, &run, &ports) {
-                Ok(()) => {
-                    return CertServers {
-                        base,
-                        ports: servers.iter().map(|s| s.label.clone()).zip(ports).collect(),
-                        _lifeline: Mutex::new((child, stdin)),
-                    };
-                }
-                Err(e) => {
-                    drop(stdin);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    if let StartError::Fatal(msg) = e {
-                        let _ = fs::remove_dir_all(&base);
-                        panic!("nginx (cert servers) did not start: {msg}\n({INSTALL_HINT})");
-                    }
-                }
+            if let Some((child, stdin)) = spawn_nginx(
+                "ringdl-test-nginx-certs",
+                "nginx (cert servers)",
+                &bin,
+                &run,
+                &base,
+                &ports,
+            ) {
+                return CertServers {
+                    base,
+                    ports: servers.iter().map(|s| s.label.clone()).zip(ports).collect(),
+                    _lifeline: Mutex::new((child, stdin)),
+                };
             }
         }
         let _ = fs::remove_dir_all(&base);
@@ -1469,38 +1463,20 @@ impl MirrorSites {
             }
             conf.push_str("}\n");
             fs::write(run.join("nginx.conf"), conf).unwrap();
-            let log = File::create(run.join("wrapper.log")).unwrap();
-            let mut child = Command::new("sh")
-                .arg("-c")
-                .arg(WRAPPER)
-                .arg("ringdl-test-nginx-mirrors")
-                .arg(&bin)
-                .arg(&run)
-                .arg(&base)
-                .stdin(Stdio::piped())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap_or_else(|e| panic!("starting sh for nginx: {e}"));
-            let stdin = child.stdin.take().unwrap();
-            match wait_ready(&mut child, &run, &ports) {
-                Ok(()) => {
-                    return MirrorSites {
-                        run,
-                        ports,
-                        tls: sites.iter().map(|s| s.tls).collect(),
-                        _lifeline: Mutex::new((child, stdin)),
-                    };
-                }
-                Err(e) => {
-                    drop(stdin);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    if let StartError::Fatal(msg) = e {
-                        let _ = fs::remove_dir_all(&base);
-                        panic!("nginx (mirror sites) did not start: {msg}\n({INSTALL_HINT})");
-                    }
-                }
+            if let Some((child, stdin)) = spawn_nginx(
+                "ringdl-test-nginx-mirrors",
+                "nginx (mirror sites)",
+                &bin,
+                &run,
+                &base,
+                &ports,
+            ) {
+                return MirrorSites {
+                    run,
+                    ports,
+                    tls: sites.iter().map(|s| s.tls).collect(),
+                    _lifeline: Mutex::new((child, stdin)),
+                };
             }
         }
         let _ = fs::remove_dir_all(&base);
