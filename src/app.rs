@@ -268,14 +268,19 @@ fn real_main(record: &mut Record) -> Result<()> {
                 out.discard_if_empty();
                 // What the transfer knew when it failed (bytes kept, TLS, connections…).
                 if let Some(s) = &failed {
-                    record.fill(&urls[0], engine, s);
+                    let k = s.reference.unwrap_or(0);
+                    record.fill(&urls[k], engine, s);
+                    record.redirects = hops[k].into();
                     record.mirrors = s.mirrors.clone();
                     record.mirrors.extend(left_out.iter().cloned());
                 }
                 return Err(e);
             }
         };
-        record.fill(&urls[0], engine, &s);
+        // With mirrors the body came from the reference (the first given may be dropped).
+        let k = s.reference.unwrap_or(0);
+        record.fill(&urls[k], engine, &s);
+        record.redirects = hops[k].into();
         record.mirrors = s.mirrors.clone();
         record.mirrors.extend(left_out.iter().cloned());
         record.checksum_verified = match (&opts.checksum, &s.digest) {

@@ -346,3 +346,22 @@ fn a_mirror_that_redirects_is_followed_and_keeps_its_credentials_home() {
         "bob's credentials went to the first URL"
     );
 }
+
+/// `final_url` and `redirects` of `--json` are the reference's (the mirror the body came
+/// from), not the first URL given when that one was dropped before it answered.
+#[test]
+fn the_json_final_url_is_the_reference_not_a_dropped_first_url() {
+    let dir = TestDir::new("mirrors-final-url");
+    let (www, sha) = root(&dir, "www", 4 * MIB, 79, 1_700_000_000);
+    let sites = MirrorSites::start(&[site(&www, false), site(&www, false)]);
+    let missing = sites.url(0, "missing.bin");
+    let good = sites.url(1, FILE);
+    let out = fetch(&dir, &["-x", "2", &missing, &good]);
+    assert_exact(&dir, &out, &sha);
+    let json = fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(
+        json.contains(&format!("\"final_url\":\"{good}\"")),
+        "final_url should be {good}: {json}"
+    );
+    assert!(json.contains("\"redirects\":0"), "{json}");
+}

@@ -88,6 +88,9 @@ pub struct Summary {
     pub fetched: u64,
     /// Connections that carried a request.
     pub connections: usize,
+    /// The mirror (index in the URLs given to [`run`]) whose first answer planned the
+    /// segments; `None` when none answered (or with one URL before its first answer).
+    pub reference: Option<usize>,
     /// `TLSv1_3 TLS13_AES_256_GCM_SHA384`, or `plain`.
     pub tls: String,
     /// Wall time of the transfer.
@@ -516,6 +519,7 @@ impl Loop<'_> {
             bytes,
             fetched: self.sh.received,
             connections: self.sh.used.iter().filter(|u| **u).count().max(1),
+            reference: self.sh.reference,
             tls: self.tls_info.take().unwrap_or_else(|| "plain".to_owned()),
             elapsed: self.started.elapsed(),
             registered,
