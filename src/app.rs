@@ -366,6 +366,8 @@ impl Record {
             self.tls_suite = Some(suite.to_owned());
         }
         self.ktls_connections = Some(s.ktls_conns as u64);
+        self.records_in_place_connections = Some(s.soft_conns as u64);
+        self.tls_connections = Some(s.tls_conns as u64);
         self.connections = Some(s.connections as u64);
         self.retries = Some(s.retries);
         self.steals = Some(s.steals);

@@ -408,6 +408,11 @@ pub struct Record {
     pub tls_suite: Option<String>,
     /// Connections handed to kTLS.
     pub ktls_connections: Option<u64>,
+    /// Connections whose TLS records the software record layer opened in place.
+    pub records_in_place_connections: Option<u64>,
+    /// TLS connections that reached the hand-off after their handshake (reconnects
+    /// included): the "of M" of the two counts above.
+    pub tls_connections: Option<u64>,
     /// Connections that carried a request.
     pub connections: Option<u64>,
     /// Failed attempts tried again (a segment requeued, a connection reopened).
@@ -442,6 +447,8 @@ impl Record {
         o.str("tls_version", self.tls_version.as_deref());
         o.str("tls_suite", self.tls_suite.as_deref());
         o.u64("ktls_connections", self.ktls_connections);
+        o.u64("records_in_place_connections", self.records_in_place_connections);
+        o.u64("tls_connections", self.tls_connections);
         o.u64("connections", self.connections);
         o.u64("retries", self.retries);
         o.u64("steals", self.steals);

@@ -279,6 +279,15 @@ fn json_record_matches_the_download() {
     assert!(j["tls_suite"].as_str().unwrap().starts_with("TLS"), "{j}");
     assert!(o.summary().contains(j["tls_suite"].as_str().unwrap()), "{j}");
     assert_eq!(j["ktls_connections"], 0);
+    // Records opened in place on every TLS connection, and the summary says the same.
+    let tls_conns = j["tls_connections"].as_u64().unwrap();
+    assert!(tls_conns >= 1 && j["records_in_place_connections"] == tls_conns, "{j}");
+    assert!(
+        o.summary().contains(&format!(
+            "opened in place on {tls_conns} of {tls_conns} TLS connections"
+        )),
+        "{j}"
+    );
     let conns = j["connections"].as_u64().unwrap();
     assert!((1..=4).contains(&conns), "{j}");
     assert!(o.summary().contains(&format!("{conns} connection")), "{j}");
