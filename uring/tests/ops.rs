@@ -1102,14 +1102,20 @@ fn many_file_writes_in_flight(b: Backend, drop_early: bool) {
     }
     r.submit().unwrap();
     if b == Backend::Epoll {
-        let names: Vec<String> = std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
-            .collect();
-        assert!(
-            names.iter().any(|n| n.starts_with("ringdl-file-")),
-            "no file worker thread: {names:?}"
-        );
+        // A thread names itself once it runs (std sets the name from inside it): on a
+        // loaded machine the first look can see it still under the spawner's name.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let names: Vec<String> = std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+                .collect();
+            if names.iter().any(|n| n.starts_with("ringdl-file-")) {
+                break;
+            }
+            assert!(std::time::Instant::now() < until, "no file worker thread: {names:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
     if drop_early {
         drop(r);
