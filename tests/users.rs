@@ -436,13 +436,15 @@ fn json_record_after_sigint_mid_download_has_the_transfer_fields() {
     assert_eq!(j["exit_code"], exit::INTERRUPTED);
     assert!(j["error"].as_str().unwrap().contains("interrupted"), "{j}");
     let (bytes, fetched, seconds) = assert_failure_record_filled(&j);
-    // About 2 s at 2 MiB/s: some MiB fetched, far from all; what is kept is what landed
-    // (aligned writes of what was fetched), never more.
-    assert!((MIB..12 * MIB).contains(&fetched), "{j}");
+    // About 2 s at 2 MiB/s: some bytes fetched, far from all; what is kept is what landed
+    // (aligned writes of what was fetched), never more. (How much depends on the machine's
+    // load — the review once saw 0.45 MB in 4.4 s while the whole suite ran — so only the
+    // upper bounds are tight: this test is about the record's fields, not the rate.)
+    assert!((1..12 * MIB).contains(&fetched), "{j}");
     assert!(bytes > 0 && bytes <= fetched, "{j}");
-    assert!((1.0..10.0).contains(&seconds), "{j}");
+    assert!((1.0..30.0).contains(&seconds), "{j}");
     let rate = j["rate"].as_f64().unwrap();
-    assert!(rate > 0.5 * 2.0 * MIB as f64 && rate < 1.5 * 2.0 * MIB as f64, "{j}");
+    assert!(rate > 0.0 && rate < 1.5 * 2.0 * MIB as f64, "{j}");
 }
 
 // ---------------------------------------------------------------------------
