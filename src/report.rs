@@ -206,6 +206,11 @@ pub enum Note {
     ControlNotSaved { why: String },
     /// The loop's state, each tick (`-vvv`, for debugging).
     State(String),
+    /// At the end: ops that went out on the registered output fd (`IOSQE_FIXED_FILE`).
+    FixedFileOps { ops: u64 },
+    /// At the end: the SQPOLL thread's own CPU time (`--sqpoll`; not in the process's
+    /// rusage until the thread exits).
+    SqpollCpu { cpu: std::time::Duration },
 }
 
 impl Note {
@@ -301,6 +306,8 @@ impl std::fmt::Display for Note {
                 if *tx { "RX and TX, as the server asked" } else { "RX" }
             ),
             Note::Resuming { have, total } => write!(f, "resuming: {have} of {total} bytes already in place"),
+            Note::FixedFileOps { ops } => write!(f, "{ops} ops on registered files"),
+            Note::SqpollCpu { cpu } => write!(f, "SQPOLL thread CPU {:.2} s", cpu.as_secs_f64()),
             Note::Planned { total, segments } => write!(
                 f,
                 "{total} bytes, ranges supported, {segments} segment{} after the first",

@@ -453,14 +453,15 @@ pub fn run<'a>(
         (Some(_), None) => dl.stream_digest.take().map(|d| d.finish()),
         _ => None,
     };
-    if opts.verbose > 0 && fixed_files {
-        eprintln!("ringdl: {} ops on registered files", dl.ring.fixed_file_ops());
+    if fixed_files {
+        let ops = dl.ring.fixed_file_ops();
+        dl.sh.report.note(Note::FixedFileOps { ops });
     }
     if opts.verbose > 0
         && let Some(cpu) = sqpoll_tid.and_then(crate::io::thread_cpu)
     {
         // Not in the process's rusage until the thread exits: say it here.
-        eprintln!("ringdl: SQPOLL thread CPU {:.2} s", cpu.as_secs_f64());
+        dl.sh.report.note(Note::SqpollCpu { cpu });
     }
     Ok(Outcome::Done(Box::new(dl.summary(total, io, registered, digest))))
 }
