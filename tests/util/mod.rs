@@ -1208,6 +1208,30 @@ fn spawn_nginx(
     }
 }
 
+/// `n` free loopback ports, all different (`None`: two came out equal; try again).
+fn distinct_ports(n: usize, also_v6: bool) -> Option<Vec<u16>> {
+    let ports: Vec<u16> = (0..n).map(|_| free_port(also_v6)).collect();
+    let set: std::collections::HashSet<_> = ports.iter().collect();
+    (set.len() == n).then_some(ports)
+}
+
+/// The start of an nginx config whose pid, logs and temp paths are all under `run`, up to
+/// and inside `http {` (the caller adds its fields and servers, then the closing brace).
+fn conf_head(run: &Path, modules: &[&str]) -> String {
+    let temp_paths: String = modules
+        .iter()
+        .map(|m| format!("    {m}_temp_path \"{}/tmp/{m}\";\n", run.display()))
+        .collect();
+    let user = if is_root() { "user root;" } else { "" };
+    format!(
+        "{user}\nworker_processes 1;\npid \"{run}/nginx.pid\";\nerror_log \"{run}/error.log\" warn;\n\
+         events {{ worker_connections 256; }}\nhttp {{\n    \
+         client_body_temp_path \"{run}/tmp/client_body\";\n{temp_paths}    \
+         default_type application/octet-stream;\n    server_tokens off;\n",
+        run = run.display(),
+    )
+}
+
 fn wait_ready(child: &mut Child, run: &Path, ports: &[u16]) -> Result<(), StartError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let log = || {
@@ -1282,23 +1306,11 @@ impl CertServers {
         for attempt in 1..=8 {
             let run = base.join(format!("run-{attempt}"));
             fs::create_dir_all(run.join("tmp")).unwrap();
-            let ports: Vec<u16> = servers.iter().map(|_| free_port(ipv6)).collect();
-            if ports.iter().collect::<std::collections::HashSet<_>>().len() != ports.len() {
+            let Some(ports) = distinct_ports(servers.len(), ipv6) else {
                 continue;
-            }
-            let temp_paths: String = modules
-                .iter()
-                .map(|m| format!("    {m}_temp_path \"{}/tmp/{m}\";\n", run.display()))
-                .collect();
-            let user = if is_root() { "user root;" } else { "" };
-            let mut conf = format!(
-                "{user}\nworker_processes 1;\npid \"{run}/nginx.pid\";\nerror_log \"{run}/error.log\" warn;\n\
-                 events {{ worker_connections 256; }}\nhttp {{\n    access_log off;\n    \
-                 client_body_temp_path \"{run}/tmp/client_body\";\n{temp_paths}    \
-                 default_type application/octet-stream;\n    server_tokens off;\n    root \"{www}\";\n",
-                run = run.display(),
-                www = www.display(),
-            );
+            };
+            let mut conf = conf_head(&run, &modules);
+            conf.push_str(&format!("    access_log off;\n    root \"{}\";\n", www.display()));
             for (s, port) in servers.iter().zip(&ports) {
                 let mut listen = format!("listen 127.0.0.1:{port} ssl;");
                 if ipv6 {
@@ -1433,25 +1445,15 @@ impl MirrorSites {
         for attempt in 1..=8 {
             let run = base.join(format!("run-{attempt}"));
             fs::create_dir_all(run.join("tmp")).unwrap();
-            let ports: Vec<u16> = sites.iter().map(|_| free_port(false)).collect();
-            if ports.iter().collect::<std::collections::HashSet<_>>().len() != ports.len() {
+            let Some(ports) = distinct_ports(sites.len(), false) else {
                 continue;
-            }
-            let temp_paths: String = modules
-                .iter()
-                .map(|m| format!("    {m}_temp_path \"{}/tmp/{m}\";\n", run.display()))
-                .collect();
-            let user = if is_root() { "user root;" } else { "" };
-            let mut conf = format!(
-                "{user}\nworker_processes 1;\npid \"{run}/nginx.pid\";\nerror_log \"{run}/error.log\" warn;\n\
-                 events {{ worker_connections 256; }}\nhttp {{\n    \
-                 client_body_temp_path \"{run}/tmp/client_body\";\n{temp_paths}    \
-                 default_type application/octet-stream;\n    server_tokens off;\n    \
-                 keepalive_requests 100000;\n    log_format ranges '$status $http_range';\n    \
+            };
+            let mut conf = conf_head(&run, &modules);
+            conf.push_str(&format!(
+                "    keepalive_requests 100000;\n    log_format ranges '$status $http_range';\n    \
                  ssl_certificate \"{tls}/server.pem\";\n    ssl_certificate_key \"{tls}/server.key\";\n",
-                run = run.display(),
                 tls = tls_dir.display(),
-            );
+            ));
             for (k, (s, port)) in sites.iter().zip(&ports).enumerate() {
                 conf.push_str(&format!(
                     "    server {{ listen 127.0.0.1:{port}{ssl}; root \"{root}\"; access_log \"{run}/site-{k}.log\" ranges;{rate} }}\n",
