@@ -27,6 +27,7 @@ See `--help` and bench/README.md.
 from __future__ import annotations
 
 import argparse
+import html
 import datetime as dt
 import hashlib
 import json
@@ -242,7 +243,10 @@ def free_port(start: int) -> int:
 class Nginx:
     """One nginx with four servers: HTTP and HTTPS, plain and shaped (limit_rate)."""
 
-    LOG_FORMAT = '$ssl_protocol $ssl_cipher $status $body_bytes_sent "$http_user_agent"'
+    # The first four fields feed log_since's totals; connection, end time, duration and
+    # Range give the per-request timeline (--timeline) of each run.
+    LOG_FORMAT = ('$ssl_protocol $ssl_cipher $status $body_bytes_sent $connection $msec '
+                  '$request_time "$http_range" "$http_user_agent"')
 
     def __init__(self, work: Path, www: Path, tls: Path, base_port: int, rate: str):
         self.dir = work / "nginx"
@@ -325,22 +329,87 @@ http {{
         return self.access_log.stat().st_size
 
     def log_since(self, offset: int) -> dict:
-        """Requests, bytes sent and the TLS parameters nginx logged since `offset`."""
+        """Requests, bytes sent, the TLS parameters and each request's timing (nginx
+        connection serial, start and end as Unix seconds, bytes, Range) logged since
+        `offset`."""
         with open(self.access_log, "rb") as f:
             f.seek(offset)
             lines = f.read().decode(errors="replace").splitlines()
-        tls, statuses, sent = set(), {}, 0
+        tls, statuses, sent, detail = set(), {}, 0, []
         for line in lines:
-            parts = line.split(" ", 4)
-            if len(parts) < 4:
+            parts = line.split(" ", 7)
+            if len(parts) < 8:
                 continue
-            proto, cipher, status, nbytes = parts[:4]
+            proto, cipher, status, nbytes, conn, msec, rtime, rest = parts
             if proto != "-":
                 tls.add(f"{proto} {cipher}")
             statuses[status] = statuses.get(status, 0) + 1
-            sent += int(nbytes) if nbytes.isdigit() else 0
+            n = int(nbytes) if nbytes.isdigit() else 0
+            sent += n
+            try:
+                end, dur = float(msec), float(rtime)
+            except ValueError:
+                continue
+            rng = rest.split('"')[1] if rest.count('"') >= 2 else ""
+            detail.append({"conn": int(conn), "start": round(end - dur, 3), "end": end,
+                           "bytes": n, "status": status, "range": rng})
         return {"requests": len(lines), "statuses": statuses, "bytes_sent": sent,
-                "tls": sorted(tls)}
+                "tls": sorted(tls), "detail": detail}
+
+
+def timeline_stats(detail: list[dict], spawned: float) -> dict:
+    """From the per-request log of one run (`spawned`: Unix time of the spawn): when the
+    first request started and the last one ended, and the tail — from the moment the
+    first connection finished its last request to the end, while others still ran."""
+    if not detail:
+        return {}
+    last_end = {}
+    for d in detail:
+        last_end[d["conn"]] = max(last_end.get(d["conn"], 0.0), d["end"])
+    first = min(d["start"] for d in detail)
+    end = max(last_end.values())
+    return {"first_request_s": round(first - spawned, 3), "last_byte_s": round(end - spawned, 3),
+            "tail_s": round(end - min(last_end.values()), 3), "connections": len(last_end),
+            "requests": len(detail)}
+
+
+def timeline_svg(detail: list[dict], spawned: float, wall: float, title: str) -> str:
+    """A Gantt chart of one run: a lane per server-side connection, a bar per request
+    (start to end as nginx logged them), labelled with its MiB; time 0 = the spawn, the
+    dashed line = the tool's exit."""
+    conns = sorted({d["conn"] for d in detail})
+    lane, left, top, width = 22, 70, 34, 760
+    scale = width / max(wall, 0.001)
+    h = top + lane * len(conns) + 40
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" height="{h}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{left}" y="16" font-size="13">{html.escape(title)}</text>']
+    for i, c in enumerate(conns):
+        y = top + i * lane
+        out.append(f'<text x="4" y="{y + 14}">conn {i + 1}</text>')
+        for d in (d for d in detail if d["conn"] == c):
+            x0 = left + max(d["start"] - spawned, 0) * scale
+            x1 = left + max(d["end"] - spawned, 0) * scale
+            fill = "#4a7ebb" if d["status"].startswith("2") else "#c0504d"
+            out.append(f'<rect x="{x0:.1f}" y="{y + 2}" width="{max(x1 - x0, 1):.1f}" '
+                       f'height="{lane - 6}" fill="{fill}" stroke="white"/>')
+            if x1 - x0 > 34:
+                out.append(f'<text x="{x0 + 3:.1f}" y="{y + 14}" fill="white">'
+                           f'{d["bytes"] / 2**20:.1f}M</text>')
+    yb = top + lane * len(conns) + 8
+    step = 0.5 if wall <= 8 else (1 if wall <= 20 else 5)
+    t = 0.0
+    while t <= wall + 1e-9:
+        x = left + t * scale
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{yb}" stroke="#ddd"/>')
+        out.append(f'<text x="{x - 6:.1f}" y="{yb + 14}">{t:g}s</text>')
+        t += step
+    xe = left + wall * scale
+    out.append(f'<line x1="{xe:.1f}" y1="{top - 4}" x2="{xe:.1f}" y2="{yb}" stroke="black" '
+               f'stroke-dasharray="4 3"/>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------- tools
@@ -524,6 +593,7 @@ def run_once(args, var: Variant, url: str, out: Path, src: Path, digest: str, si
     # setsid: the tool gets its own process group, so a timeout or ^C can end all of it.
     env = {**os.environ, **var.env} if var.env else os.environ
     busy0 = system_busy_s()
+    spawned = time.time()
     pid = os.posix_spawn(exe, full, env, file_actions=actions, setsid=True)
     try:
         signal.alarm(args.timeout_for(size))
@@ -570,6 +640,8 @@ def run_once(args, var: Variant, url: str, out: Path, src: Path, digest: str, si
     except (OSError, IndexError, ValueError) as e:
         r["error"] = f"cannot read GNU time output: {e}"
     r["server"] = nginx.log_since(off)
+    r["spawned_unix"] = spawned
+    r["timeline"] = timeline_stats(r["server"]["detail"], spawned)
     m = re.search(r"ringdl: done: .*", log_path.read_text(errors="replace"))
     if m:
         r["ringdl_summary"] = m.group(0)
@@ -656,6 +728,36 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def median_runs(c: dict) -> dict:
+    """Each tool's run with the median wall time among its successful runs."""
+    by_tool: dict = {}
+    for r in c["runs_detail"]:
+        if "error" not in r:
+            by_tool.setdefault(r["tool"], []).append(r)
+    return {t: sorted(rs, key=lambda r: r["wall_s"])[(len(rs) - 1) // 2] for t, rs in by_tool.items()}
+
+
+def timeline_table(c: dict) -> str:
+    """Where each tool's wall time went, medians over its successful runs, from nginx's
+    per-request log: when the first request reached the server, when the last byte left
+    it, the tail (first connection done → last byte), requests and connections."""
+    out = ["| tool | first request s | last byte s | tail s | requests | connections | ideal s |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    ideal = "—"
+    if c["shaped"] and c["rate"]:
+        ideal = f2(c["size"] / (parse_size(c["rate"]) * c["connections"]))
+    by_tool: dict = {}
+    for r in c["runs_detail"]:
+        if "error" not in r and r.get("timeline"):
+            by_tool.setdefault(r["tool"], []).append(r["timeline"])
+    for tool, ts in by_tool.items():
+        med = {k: median([t.get(k) for t in ts]) for k in
+               ("first_request_s", "last_byte_s", "tail_s", "requests", "connections")}
+        out.append(f"| {tool} | {f2(med['first_request_s'], 3)} | {f2(med['last_byte_s'])} | "
+                   f"{f2(med['tail_s'])} | {f2(med['requests'], 0)} | {f2(med['connections'], 0)} | {ideal} |")
+    return "\n".join(out)
+
+
 def config_title(c: dict) -> str:
     if "server_tls" not in c:
         tls = "TLS: see table" if c["proto"] == "https" else "plain"
@@ -709,6 +811,10 @@ def main() -> int:
     ap.add_argument("--tools", type=csv_list(str), default=list(ALL_TOOLS),
                     help="tools to run (default all): " + ",".join(ALL_TOOLS))
     ap.add_argument("--runs", type=int, default=5, help="runs per tool and configuration (default 5)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="write an SVG timeline (requests per connection, from nginx's log) of each "
+                         "tool's median run beside the report; shaped configurations always get the "
+                         "timeline table")
     ap.add_argument("--shaped", action="store_true",
                     help="shaped link: nginx limit_rate per connection (--rate)")
     ap.add_argument("--both-links", action="store_true",
@@ -871,10 +977,23 @@ def main() -> int:
         md.append(f"- label: {args.label}")
     for c in configs:
         md += ["", f"## {config_title(c)}", "", markdown_table(c["summary"])]
+        if c["shaped"] or args.timeline:
+            md += ["", timeline_table(c)]
     if failures:
         md += ["", f"**{failures} run(s) FAILED** — see the logs named in the JSON."]
     text = "\n".join(md) + "\n"
     base = args.results / f"bench-{stamp.strftime('%Y%m%d-%H%M%S')}"
+    if args.timeline:
+        for c in configs:
+            for name, run in median_runs(c).items():
+                tag = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+                key = c["proto"] + ("-shaped" if c["shaped"] else "")
+                svg = Path(f"{base}-{key}-{size_tag(c['size'])}-x{c['connections']}-{tag}.svg")
+                title = (f"{name}: {config_title(c)} — run {run['round']}, wall {run['wall_s']:.2f} s "
+                         "(median); bars = requests as nginx logged them")
+                svg.write_text(timeline_svg(run["server"]["detail"], run["spawned_unix"],
+                                            run["wall_s"], title))
+                log(f"timeline: {svg}")
     base.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     base.with_suffix(".md").write_text(text)
     print(text)
