@@ -6,6 +6,8 @@
 use std::io::Write;
 use std::time::Duration;
 
+mod bar;
+
 /// Time constant of the rate shown, seconds: an exponentially weighted rate over about
 /// this long (bytes land in bursts of write blocks; a per-tick rate swings 2x and more).
 pub const RATE_WINDOW: f64 = 5.0;
@@ -43,13 +45,16 @@ impl Rate {
     }
 }
 
-/// Progress on stderr unless `--quiet`: a `\r`-updated line on a terminal, one line every
-/// [`LINE_EVERY`] otherwise; and the [`Note`]s this run's `-v` count shows.
+/// Progress on stderr unless `--quiet`: on a terminal a line redrawn in place each tick
+/// with a map of where the bytes are (see [`bar::fit`]), fitted to the terminal's width;
+/// one line of numbers every [`LINE_EVERY`] otherwise; and the [`Note`]s this run's `-v`
+/// count shows.
 pub struct Progress {
     tty: bool,
     quiet: bool,
     verbose: u8,
-    drawn: bool,
+    /// Columns the last drawn line took (0: none on the screen).
+    drawn: usize,
     rate: Rate,
     next_line: Duration,
 }
@@ -61,24 +66,38 @@ impl Progress {
             tty: std::io::IsTerminal::is_terminal(&std::io::stderr()),
             quiet,
             verbose,
-            drawn: false,
+            drawn: 0,
             rate: Rate::default(),
             next_line: LINE_EVERY,
         }
     }
 
     /// Called each tick: `have` bytes of the file in place (resumed ones included) of
-    /// `total` when known, `fetched` by this run (the rate's base), `live` connections.
-    pub fn update(&mut self, have: u64, fetched: u64, total: Option<u64>, live: usize, elapsed: Duration) {
+    /// `total` when known, `fetched` by this run (the rate's base), `live` connections;
+    /// `landed` is where the bytes in place are (sorted, disjoint `[start, end)` ranges).
+    pub fn update(
+        &mut self,
+        have: u64,
+        fetched: u64,
+        total: Option<u64>,
+        live: usize,
+        elapsed: Duration,
+        landed: &[(u64, u64)],
+    ) {
         let rate = self.rate.update(fetched, elapsed);
         if self.quiet || (!self.tty && elapsed < self.next_line) {
             return;
         }
         let line = line(have, total, rate, live);
         if self.tty {
-            eprint!("\r{line:<64}");
+            // TIOCGWINSZ each redraw (a few a second): a resized terminal is followed.
+            let width = rustix::termios::tcgetwinsize(std::io::stderr())
+                .map_or(80, |w| usize::from(w.ws_col))
+                .clamp(20, 1000);
+            let line = bar::fit(&line, landed, total, width);
+            eprint!("\r{line}");
             let _ = std::io::stderr().flush();
-            self.drawn = true;
+            self.drawn = line.chars().count();
         } else {
             eprintln!("ringdl: {line}");
             self.next_line = elapsed + LINE_EVERY;
@@ -100,9 +119,9 @@ impl Progress {
 
     /// Erases the progress line before the summary or an error.
     pub fn clear(&mut self) {
-        if self.drawn {
-            eprint!("\r{:<64}\r", "");
-            self.drawn = false;
+        if self.drawn > 0 {
+            eprint!("\r{:<w$}\r", "", w = self.drawn);
+            self.drawn = 0;
         }
     }
 }

@@ -79,6 +79,7 @@ impl Loop<'_> {
             self.sh.total,
             live,
             self.started.elapsed(),
+            self.sh.landed.ranges(),
         );
         Ok(())
     }
