@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Many files from one origin: ringdl against curl, wget and aria2c.
+
+Each set (`--sets 100x1M,1000x64K,10x100M`) is N random files of one size, generated
+once under the work directory and served by the same loopback nginx as bench.py. Every
+tool fetches the whole set in one command, interleaved, `--runs` times:
+
+- curl `--remote-name-all --output-dir OUT URL…` (one process, connections reused),
+- wget `-i LIST -P OUT`,
+- aria2c `-i LIST -j J -d OUT` (aria2c's defaults otherwise),
+- ringdl `-i LIST -j J -d OUT` when its `--help` names `--input-file`; before that, the
+  only way it has: one process per file (`ringdl -o OUT/NAME URL` in a shell loop), and
+  the row says so.
+
+Per run: caches dropped and every source file read back (the server side hot), wall
+(monotonic), CPU user + system and peak RSS of the whole command and its children (GNU
+time), the server's connections (distinct nginx connection serials) and requests, and
+the SHA-256 of every output file (a mismatch fails the run and the exit status).
+Medians; ratios against curl. Python 3.11 standard library; root (drop_caches).
+
+    python3 bench/many.py --sets 100x1M,1000x64K --proto https --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench as b  # noqa: E402  (the fixtures and helpers of the one-file benchmark)
+
+
+def parse_set(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+)x(.+)", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad set {text!r} (e.g. 100x1M)")
+    return int(m.group(1)), b.parse_size(m.group(2))
+
+
+def ensure_set(www: Path, count: int, size: int) -> tuple[Path, dict[str, str]]:
+    """`count` random files of `size` bytes in www/many-COUNTxSIZE/, made once, with a
+    manifest of their SHA-256."""
+    d = www / f"many-{count}x{b.size_tag(size)}"
+    manifest = d / "manifest.json"
+    if manifest.exists():
+        digests = json.loads(manifest.read_text())
+        if len(digests) == count and all((d / n).stat().st_size == size for n in digests):
+            return d, digests
+    b.log(f"generating {count} files of {b.fmt_size(size)} in {d}")
+    d.mkdir(parents=True, exist_ok=True)
+    digests = {}
+    with open("/dev/urandom", "rb", buffering=0) as rnd:
+        for i in range(count):
+            name = f"f{i:05d}.bin"
+            h, left = hashlib.sha256(), size
+            with open(d / name, "wb") as f:
+                while left:
+                    chunk = rnd.read(min(left, 1 << 20))
+                    h.update(chunk)
+                    f.write(chunk)
+                    left -= len(chunk)
+            digests[name] = h.hexdigest()
+    manifest.write_text(json.dumps(digests))
+    return d, digests
+
+
+def ringdl_has_lists(ringdl: str) -> bool:
+    r = subprocess.run([ringdl, "--help"], capture_output=True, text=True)
+    return "--input-file" in r.stdout
+
+
+def commands(args, tool: str, urls: list[str], listfile: Path, out: Path, ca: Path,
+             https: bool) -> tuple[str, list[str]]:
+    """(row label, argv) of `tool` fetching `urls` into `out`."""
+    if tool == "curl":
+        return ("curl --remote-name-all", ["curl", "-sS", "--fail", *(["--cacert", str(ca)] if https else []),
+                                          "--remote-name-all", "--output-dir", str(out), *urls])
+    if tool == "wget":
+        return ("wget -i", ["wget", "-q", *([f"--ca-certificate={ca}"] if https else []),
+                            "-P", str(out), "-i", str(listfile)])
+    if tool == "aria2c":
+        return (f"aria2c -i -j {args.jobs}",
+                ["aria2c", "-q", "-i", str(listfile), "-j", str(args.jobs), "-d", str(out),
+                 "--allow-overwrite=true", "--auto-file-renaming=false", "--console-log-level=warn",
+                 "--summary-interval=0", *([f"--ca-certificate={ca}"] if https else [])])
+    if tool == "ringdl":
+        tls = ["--ca-certificate", str(ca)] if https else []
+        if args.ringdl_lists:
+            return (f"ringdl -i -j {args.jobs}", [args.ringdl, "-q", "-i", str(listfile), "-j", str(args.jobs),
+                                                  "-d", str(out), *tls])
+        loop = 'o=$1; shift; for u; do "$RINGDL" -q $TLS -o "$o/${u##*/}" "$u" || exit 1; done'
+        return ("ringdl, one process per file", ["sh", "-c", loop, "sh", str(out), *urls])
+    b.die(f"unknown tool {tool}")
+    return ("", [])
+
+
+def run_once(args, tool: str, urls, listfile, out: Path, ca, https, digests, srcdir, nginx,
+             logfile: Path) -> dict:
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    if not args.no_drop:
+        b.drop_caches()
+    for n in digests:
+        b.pre_read(srcdir / n)
+    label, argv = commands(args, tool, urls, listfile, out, ca, https)
+    env = {**os.environ, "RINGDL": args.ringdl, "TLS": f"--ca-certificate {ca}" if https else ""}
+    time_file = logfile.with_suffix(".time")
+    full = [b.GNU_TIME, "-o", str(time_file), "-f", "%e %U %S %M"] + argv
+    off = nginx.log_offset()
+    t0 = time.monotonic()
+    with open(logfile, "w") as lf:
+        lf.write("$ " + " ".join(argv[:12]) + (" …" if len(argv) > 12 else "") + "\n")
+        lf.flush()
+        try:
+            p = subprocess.run(full, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT, env=env,
+                               timeout=args.timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    wall = time.monotonic() - t0
+    server = nginx.log_since(off)
+    r = {"tool": label, "exit": rc, "wall_s": round(wall, 4), "log": str(logfile),
+         "requests": server["requests"], "connections": len({d["conn"] for d in server["detail"]}),
+         "bytes_sent": server["bytes_sent"], "statuses": server["statuses"]}
+    try:
+        e, u, s, m = time_file.read_text().strip().splitlines()[-1].split()
+        r.update({"user_s": float(u), "sys_s": float(s), "cpu_s": round(float(u) + float(s), 3),
+                  "max_rss_kib": int(m)})
+    except (OSError, ValueError):
+        r["error"] = "cannot read GNU time's report"
+    bad = [n for n, d in digests.items() if not (out / n).exists() or b.sha256_file(out / n) != d]
+    if rc != 0:
+        r["error"] = f"exit status {rc}"
+    elif bad:
+        r["error"] = f"{len(bad)} of {len(digests)} files missing or wrong (first: {bad[0]})"
+    shutil.rmtree(out, ignore_errors=True)
+    return r
+
+
+def table(runs: list[dict]) -> str:
+    rows, order = {}, []
+    for r in runs:
+        if r["tool"] not in rows:
+            order.append(r["tool"])
+        rows.setdefault(r["tool"], []).append(r)
+    med = {}
+    for t in order:
+        ok = [r for r in rows[t] if "error" not in r]
+        med[t] = {k: b.median([r.get(k) for r in ok]) for k in
+                  ("wall_s", "cpu_s", "max_rss_kib", "connections", "requests")}
+        med[t]["ok"], med[t]["runs"] = len(ok), len(rows[t])
+    curl = next((t for t in order if t.startswith("curl")), None)
+    out = ["| tool | wall s | CPU s | max RSS MiB | server connections | requests | wall / curl | CPU / curl |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for t in order:
+        m = med[t]
+        name = t if not t.startswith("ringdl") else f"**{t}**"
+        if m["ok"] < m["runs"]:
+            name += f" — **FAILED {m['runs'] - m['ok']}/{m['runs']}**"
+
+        def ratio(k):
+            c = med[curl][k] if curl else None
+            return "—" if not c or m[k] is None else f"{m[k] / c:.2f}"
+
+        rss = None if m["max_rss_kib"] is None else m["max_rss_kib"] / 1024
+        out.append(f"| {name} | {b.f2(m['wall_s'])} | {b.f2(m['cpu_s'])} | {b.f2(rss, 1)} | "
+                   f"{b.f2(m['connections'], 0)} | {b.f2(m['requests'], 0)} | {ratio('wall_s')} | {ratio('cpu_s')} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", type=b.csv_list(parse_set), default=[(100, 1 << 20)],
+                    help="COUNTxSIZE sets, comma-separated (default 100x1M)")
+    ap.add_argument("--proto", type=b.csv_list(str), default=["https"])
+    ap.add_argument("--tools", type=b.csv_list(str), default=["ringdl", "curl", "wget", "aria2c"])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--jobs", "-j", type=int, default=4, help="files in flight for ringdl and aria2c (default 4)")
+    ap.add_argument("--ringdl", help="the ringdl binary (default: the static release build)")
+    ap.add_argument("--work", type=Path, default=Path("/var/tmp/ringdl-bench/work"))
+    ap.add_argument("--out-dir", type=Path, default=Path("/var/tmp/ringdl-bench/out"))
+    ap.add_argument("--results", type=Path, default=Path("/var/tmp/ringdl-bench/results"))
+    ap.add_argument("--port", type=int, default=18400)
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--no-drop", action="store_true", help="do not drop caches (not root)")
+    args = ap.parse_args()
+    if os.geteuid() != 0 and not args.no_drop:
+        b.die("needs root to drop caches (or --no-drop)")
+    if not args.ringdl:
+        cand = b.REPO / "target/x86_64-unknown-linux-musl/release/ringdl"
+        args.ringdl = str(cand) if cand.exists() else None
+    if "ringdl" in args.tools and not (args.ringdl and os.access(args.ringdl, os.X_OK)):
+        b.die("no ringdl binary: build it or pass --ringdl PATH")
+    args.ringdl = str(Path(args.ringdl).resolve()) if args.ringdl else ""
+    args.ringdl_lists = "ringdl" in args.tools and ringdl_has_lists(args.ringdl)
+    args.work, args.out_dir = args.work.resolve(), args.out_dir.resolve()
+    www, tls, logs = args.work / "www", args.work / "tls", args.work / "logs"
+    for d in (www, logs, args.out_dir, args.results):
+        d.mkdir(parents=True, exist_ok=True)
+    b.ensure_tls(tls)
+    sets = {s: ensure_set(www, *s) for s in args.sets}
+    nginx = b.Nginx(args.work, www, tls, args.port, "12500k")
+    nginx.start()
+    stamp = dt.datetime.now().astimezone()
+    m = b.machine_info(args.out_dir)
+    md = [f"# ringdl many-files benchmark {stamp.isoformat(timespec='seconds')}", "",
+          f"- machine: {m['nproc']} CPUs, {m['cpu_model']}, {m['mem_total_gib']} GiB, kernel {m['kernel']}; "
+          f"output fs: {m['output_fs']}",
+          f"- ringdl: {args.ringdl} (git {b.git_rev()}), lists: "
+          f"{'-i' if args.ringdl_lists else 'no -i yet: one process per file'}",
+          f"- method: caches dropped and sources read back before each run, tools interleaved "
+          f"(rotated), {args.runs} runs, medians; CPU and RSS of the command with its children "
+          f"(GNU time); connections and requests from nginx's log; every file SHA-256-checked"]
+    report, failures = {"date": stamp.isoformat(), "machine": m, "sets": []}, 0
+    try:
+        for proto in args.proto:
+            https = proto == "https"
+            for (count, size), (srcdir, digests) in sets.items():
+                rel = srcdir.relative_to(www)
+                urls = [f"{proto}://127.0.0.1:{nginx.ports[proto]}/{rel}/{n}" for n in digests]
+                listfile = args.work / f"list-{rel}-{proto}.txt"
+                listfile.write_text("\n".join(urls) + "\n")
+                b.log(f"set {count} x {b.fmt_size(size)} over {proto.upper()}")
+                runs = []
+                for i in range(args.runs):
+                    k = i % len(args.tools)
+                    for tool in args.tools[k:] + args.tools[:k]:
+                        lf = logs / f"many-{rel}-{proto}-{tool}-{i}.log"
+                        r = run_once(args, tool, urls, listfile, args.out_dir / f"many-{tool}", tls / "ca.pem", https,
+                                     digests, srcdir, nginx, lf)
+                        r["round"] = i
+                        runs.append(r)
+                        if "error" in r:
+                            failures += 1
+                            b.log(f"  FAILED {r['tool']}: {r['error']} (log {lf})")
+                        else:
+                            b.log(f"  {r['tool']:<32} wall {r['wall_s']:.2f} s  cpu {r['cpu_s']:.2f} s  "
+                                  f"rss {r['max_rss_kib'] / 1024:.1f} MiB  {r['connections']} conn  "
+                                  f"{r['requests']} req")
+                title = f"{proto.upper()}, {count} files of {b.fmt_size(size)}, one origin, {args.runs} runs"
+                md += ["", f"## {title}", "", table(runs)]
+                report["sets"].append({"title": title, "runs": runs})
+    finally:
+        nginx.stop()
+    text = "\n".join(md) + "\n"
+    base = args.results / f"many-{stamp.strftime('%Y%m%d-%H%M%S')}"
+    base.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    base.with_suffix(".md").write_text(text)
+    print(text)
+    b.log(f"wrote {base}.json and {base}.md")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
