@@ -989,8 +989,9 @@ def main() -> int:
                 tag = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
                 key = c["proto"] + ("-shaped" if c["shaped"] else "")
                 svg = Path(f"{base}-{key}-{size_tag(c['size'])}-x{c['connections']}-{tag}.svg")
-                title = (f"{name}: {config_title(c)} — run {run['round']}, wall {run['wall_s']:.2f} s "
-                         "(median); bars = requests as nginx logged them")
+                shaped = f", limit_rate {c['rate']}" if c["shaped"] else ""
+                title = (f"{name} — {c['proto'].upper()} {fmt_size(c['size'])}, {c['connections']} "
+                         f"connections{shaped}: median run, wall {run['wall_s']:.2f} s")
                 svg.write_text(timeline_svg(run["server"]["detail"], run["spawned_unix"],
                                             run["wall_s"], title))
                 log(f"timeline: {svg}")
