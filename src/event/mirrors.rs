@@ -337,7 +337,7 @@ impl<'a> Loop<'a> {
                 true
             }
         });
-        dropped.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        dropped.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
         for (start, end) in dropped {
             self.sh.plan.requeue(
                 Segment {
