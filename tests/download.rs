@@ -1246,16 +1246,7 @@ fn idle_connections_split_running_segments(scheme: Scheme) {
     let mut spans: Vec<(u64, u64)> = n.slow_sent(&name).iter().map(|&(a, b)| (a, a + b)).collect();
     spans.sort_unstable();
     let total: u64 = spans.iter().map(|s| s.1 - s.0).sum();
-    let twice: u64 = spans
-        .iter()
-        .enumerate()
-        .map(|(k, &(a, b))| {
-            spans[k + 1..]
-                .iter()
-                .map(|&(c, d)| b.min(d).saturating_sub(a.max(c)))
-                .sum::<u64>()
-        })
-        .sum();
+    let twice = util::sent_twice(&spans);
     eprintln!("{scheme:?}: {twice} bytes sent twice, {total} in all for {size}");
     assert!(
         twice <= STEAL_SLACK && total <= size + STEAL_SLACK,

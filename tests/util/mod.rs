@@ -82,6 +82,21 @@ impl TestDir {
 // ---------------------------------------------------------------------------
 // Running commands
 
+/// Bytes covered more than once by `spans` (`[start, end)` each), counted once per
+/// extra cover: what a server sent twice, given each request's span of bytes sent.
+pub fn sent_twice(spans: &[(u64, u64)]) -> u64 {
+    spans
+        .iter()
+        .enumerate()
+        .map(|(k, &(a, b))| {
+            spans[k + 1..]
+                .iter()
+                .map(|&(c, d)| b.min(d).saturating_sub(a.max(c)))
+                .sum::<u64>()
+        })
+        .sum()
+}
+
 /// Path of the `ringdl` binary Cargo built for these tests.
 pub fn ringdl_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_ringdl"))
