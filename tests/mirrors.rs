@@ -365,3 +365,137 @@ fn the_json_final_url_is_the_reference_not_a_dropped_first_url() {
     );
     assert!(json.contains("\"redirects\":0"), "{json}");
 }
+
+/// Runs per variant of the dropped-stale-mirror tests: the race they look for came in
+/// most runs before the fix (issue 22 §1), so a handful would do; these many make a
+/// pass mean something.
+const STALE_RUNS: usize = 15;
+
+/// Issue 22 §1: `good` (the reference, given first) and `stale` serve files of the same
+/// size with other bytes and validators that differ; with `-x 8` four connections go to
+/// the stale mirror, and all of them have answers in flight when the first one's head
+/// drops it. Over [`STALE_RUNS`] runs: exit 0, the stale mirror dropped for `why`, served
+/// nothing, and the output equals `good_body` in every 64 KiB block (a block of the stale
+/// file's is named as such).
+#[track_caller]
+fn stale_mirror_writes_nothing(name: &str, good: &str, stale: &str, good_body: &[u8], stale_body: &[u8], why: &str) {
+    assert_eq!(good_body.len(), stale_body.len());
+    let want = crate::util::sha256_bytes(good_body);
+    let mut wrong_runs = Vec::new();
+    for run in 0..STALE_RUNS {
+        let dir = TestDir::new(&format!("{name}-{run}"));
+        let out = fetch(&dir, &["-x", "8", good, stale]);
+        out.assert_success();
+        let err = out.stderr_text();
+        assert!(
+            err.contains(&format!("mirror {stale} dropped: ")) && err.contains(why),
+            "run {run}: no drop for {why:?}\n{err}"
+        );
+        let got = fs::read(dir.join("out.bin")).unwrap();
+        assert_eq!(got.len(), good_body.len(), "run {run}\n{err}");
+        let block = 64 << 10;
+        let (mut differ, mut stale_blocks) = (0, 0);
+        for (at, (g, w)) in got.chunks(block).zip(good_body.chunks(block)).enumerate() {
+            if g != w {
+                differ += 1;
+                if g == &stale_body[at * block..at * block + g.len()] {
+                    stale_blocks += 1;
+                }
+            }
+        }
+        if differ > 0 || crate::util::sha256_bytes(&got) != want {
+            wrong_runs.push(format!(
+                "run {run}: {differ} blocks of 64 KiB differ, {stale_blocks} of them the stale file's; summary {:?}",
+                out.summary()
+            ));
+            continue;
+        }
+        assert!(
+            out.summary().contains("from 1 of 2 mirrors"),
+            "run {run}: {}\n{err}",
+            out.summary()
+        );
+        let json = json_mirrors(&dir);
+        assert!(
+            json[1].contains("\"used\":false") && json[1].contains("\"dropped_reason\":\"") && json[1].contains(why),
+            "run {run}: {json:?}"
+        );
+    }
+    assert!(
+        wrong_runs.is_empty(),
+        "{} of {STALE_RUNS} runs put other bytes than the good file's in the output:\n{}",
+        wrong_runs.len(),
+        wrong_runs.join("\n")
+    );
+}
+
+/// Size of the stale-mirror tests' file: the first request asks for 4 MiB
+/// (`schedule::FIRST_SEGMENT`), the rest is planned in 1 MiB segments, one per connection.
+const STALE_SIZE: u64 = 12 * MIB;
+
+#[test]
+fn a_stale_mirror_with_another_etag_writes_no_byte() {
+    let dir = TestDir::new("mirrors-stale-etag");
+    let (good, _) = root(&dir, "good", STALE_SIZE, 81, 1_700_000_000);
+    // Other bytes, the same size, an older file: another ETag and Last-Modified.
+    let (stale, _) = root(&dir, "stale", STALE_SIZE, 82, 1_600_000_000);
+    let sites = MirrorSites::start(&[site(&good, false), site(&stale, false)]);
+    let good_body = fs::read(good.join(FILE)).unwrap();
+    let stale_body = fs::read(stale.join(FILE)).unwrap();
+    stale_mirror_writes_nothing(
+        "mirrors-stale-etag",
+        &sites.url(0, FILE),
+        &sites.url(1, FILE),
+        &good_body,
+        &stale_body,
+        "ETag",
+    );
+    assert!(
+        sites.requests(1).len() >= 2 * STALE_RUNS,
+        "the stale mirror was asked too little to race: {:?}",
+        sites.requests(1)
+    );
+}
+
+#[test]
+fn a_stale_mirror_without_validators_writes_no_byte() {
+    let dir = TestDir::new("mirrors-stale-none");
+    let (good, _) = root(&dir, "good", STALE_SIZE, 83, 1_700_000_000);
+    let sites = MirrorSites::start(&[site(&good, false)]);
+    // No ETag, no Last-Modified: nothing proves it serves the same file.
+    let stale = FaultServer::builder().size(STALE_SIZE).seed(84).start();
+    let good_body = fs::read(good.join(FILE)).unwrap();
+    stale_mirror_writes_nothing(
+        "mirrors-stale-none",
+        &sites.url(0, FILE),
+        &stale.url(FILE),
+        &good_body,
+        stale.body(),
+        "no validator",
+    );
+    assert!(stale.requests().len() >= 2 * STALE_RUNS, "{}", stale.describe());
+}
+
+#[test]
+fn a_stale_mirror_with_another_last_modified_writes_no_byte() {
+    // Neither sends an ETag: Last-Modified decides.
+    let good = FaultServer::builder()
+        .size(STALE_SIZE)
+        .seed(85)
+        .fault(Fault::LastModified("Tue, 14 Nov 2023 22:13:20 GMT".into()))
+        .start();
+    let stale = FaultServer::builder()
+        .size(STALE_SIZE)
+        .seed(86)
+        .fault(Fault::LastModified("Sun, 13 Sep 2020 12:26:40 GMT".into()))
+        .start();
+    stale_mirror_writes_nothing(
+        "mirrors-stale-lm",
+        &good.url(FILE),
+        &stale.url(FILE),
+        good.body(),
+        stale.body(),
+        "Last-Modified",
+    );
+    assert!(stale.requests().len() >= 2 * STALE_RUNS, "{}", stale.describe());
+}

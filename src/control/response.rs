@@ -156,12 +156,16 @@ fn first_answer_of_mirror(
     validator: &Option<Vec<u8>>,
 ) -> std::result::Result<(), Fail> {
     let k = job.mirror;
-    if sh.mirrors[k].standing != Standing::Pending {
+    if sh.mirrors[k].standing == Standing::Accepted {
         return Ok(());
     }
     let host = sh.url.host();
     let Some(r) = sh.reference else {
-        return Ok(());
+        // (Only the first request goes out before the reference answered.)
+        return Err(Fail::retry(
+            Kind::Protocol,
+            format!("{host}: answered before the reference mirror did"),
+        ));
     };
     let total = sh.total.unwrap_or(0);
     if complete != total {
@@ -190,6 +194,12 @@ fn first_answer_of_mirror(
 /// Validates a response head against the request (RFC 9110 §14.4, §15) and sets up the body.
 /// `part`: the one part of a 206 in `multipart/byteranges` form and the boundary
 /// ([`one_part`]); its Content-Range stands for the response's, and the body is its bytes.
+///
+/// Every answer is accepted here before a byte of its body is placed: one of a dropped
+/// mirror never; a mirror's first answer only once its size and validators agree with
+/// the reference's ([`first_answer_of_mirror`]), which decides its standing right then;
+/// every later one only with the size and validator its mirror was accepted with, and the
+/// Content-Range asked for. A refused answer's body is not read.
 pub(crate) fn on_head(
     job: &mut Job,
     sh: &mut Shared<'_>,
@@ -199,6 +209,14 @@ pub(crate) fn on_head(
     let host = sh.url.host();
     let proto = |m: String| Fail::retry(Kind::Protocol, format!("{host}: {m}"));
     let code = resp.code;
+    if sh.mirrors[job.mirror].standing == Standing::Dropped {
+        // No byte of a dropped mirror's is placed, whatever it answers (the failure
+        // releases the connection: `Loop::release_conn`).
+        return Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: an answer of a dropped mirror"),
+        ));
+    }
     if (100..200).contains(&code) {
         return Ok(HeadAction::Interim);
     }
@@ -415,7 +433,7 @@ pub(crate) fn on_head(
                 }
             };
             job.seg.end = end;
-            job.placer = Placer::new(0, end);
+            job.placer = Placer::new(0, end).with_source(job.mirror);
             job.placer.begin(delim, end);
             sh.report.note(Note::NoRanges);
             Ok(HeadAction::Body)
@@ -434,7 +452,7 @@ pub(crate) fn on_head(
             Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
                 sh.total = Some(0);
                 sh.plan.set_queue(VecDeque::new());
-                job.placer = Placer::new(0, 0);
+                job.placer = Placer::new(0, 0).with_source(job.mirror);
                 job.seg.end = 0;
                 Ok(HeadAction::Complete)
             }

@@ -14,6 +14,9 @@ pub struct WriteBlock {
     pub off: u64,
     /// Bytes filled so far.
     pub fill: usize,
+    /// The source the bytes came from (a mirror's index in the URLs given; 0 with one
+    /// URL): a dropped source's blocks are found by it and discarded, never written.
+    pub source: usize,
 }
 
 impl WriteBlock {
@@ -23,6 +26,7 @@ impl WriteBlock {
             buf: Some(buf),
             off,
             fill: 0,
+            source: 0,
         }
     }
 

@@ -111,6 +111,8 @@ pub struct Placer {
     spill: Vec<u8>,
     /// Bytes came after the body's end: the connection cannot carry another request.
     overrun: bool,
+    /// The source the body comes from ([`WriteBlock::source`] of its blocks).
+    source: usize,
 }
 
 impl Placer {
@@ -124,7 +126,16 @@ impl Placer {
             wb: None,
             spill: Vec::new(),
             overrun: false,
+            source: 0,
         }
+    }
+
+    /// The body comes from source `source` (a mirror's index): its write blocks carry it
+    /// ([`WriteBlock::source`]).
+    #[must_use]
+    pub fn with_source(mut self, source: usize) -> Placer {
+        self.source = source;
+        self
     }
 
     /// The head is parsed: the body is framed by `delim` and carries bytes up to `end`
@@ -422,6 +433,22 @@ impl Placer {
         from
     }
 
+    /// The body's source was disqualified (a dropped mirror): drops the block being
+    /// filled and held input, unqueued and unwritten. Returns the file offset from which
+    /// this response's bytes are not queued: the dropped block's start, else `pos`. (The
+    /// blocks it queued before carry its [`WriteBlock::source`]: the caller drops those.)
+    /// Call it with no RECV target out.
+    pub fn discard(&mut self) -> u64 {
+        self.spill.clear();
+        match self.wb.take() {
+            Some(wb) => {
+                debug_assert!(wb.buf.is_some(), "discard while a RECV target is out");
+                wb.off
+            }
+            None => self.pos,
+        }
+    }
+
     /// Queues the current block and takes a fresh one at `pos`.
     fn next_block(&mut self, blocks: &mut Blocks<'_>) -> bool {
         if let Some(wb) = self.wb.take()
@@ -430,7 +457,9 @@ impl Placer {
             blocks.queue.push_back(wb);
         }
         let Some(buf) = blocks.pool.alloc() else { return false };
-        self.wb = Some(WriteBlock::new(buf, self.pos));
+        let mut wb = WriteBlock::new(buf, self.pos);
+        wb.source = self.source;
+        self.wb = Some(wb);
         true
     }
 

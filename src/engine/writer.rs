@@ -27,12 +27,14 @@ impl Loop<'_> {
     /// all the bytes that reached the file. Connections are not driven any more.
     pub(crate) fn settle(&mut self) {
         // What connections hold in their blocks is good too: queue it (the aligned part,
-        // under O_DIRECT), except where a RECV into the block is in flight, and except
-        // for standard output, which only takes bytes in order.
+        // under O_DIRECT), except where a RECV into the block is in flight, except for a
+        // dropped mirror's (not another byte of it is written: `Loop::release_conn`), and
+        // except for standard output, which only takes bytes in order.
         if !self.sh.sequential {
             let trim = self.sh.direct.then_some(self.sh.align);
             for c in &mut self.conns {
                 if c.op != InFlight::RecvDirect
+                    && self.sh.mirrors[c.mirror].standing != crate::event::mirrors::Standing::Dropped
                     && let Some(job) = c.rx.job.as_mut()
                 {
                     job.placer.release(trim, &mut self.sh.to_write);

@@ -138,7 +138,7 @@ impl Loop<'_> {
             seg,
             mirror: c.mirror,
             probe,
-            placer: Placer::new(seg.start, seg.end),
+            placer: Placer::new(seg.start, seg.end).with_source(c.mirror),
             keep_alive: true,
             got_bytes: false,
             started: Instant::now(),

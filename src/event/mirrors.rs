@@ -273,6 +273,7 @@ impl<'a> Loop<'a> {
         // What a dropped mirror served differently is no change of the file.
         self.sh.changed = false;
         self.sh.report.note(Note::MirrorDropped { url, why, hint });
+        self.discard_queued(k);
         for j in 0..self.conns.len() {
             if self.conns[j].mirror == k {
                 self.release_conn(j)?;
@@ -281,17 +282,32 @@ impl<'a> Loop<'a> {
         Ok(())
     }
 
-    /// Connection `j` is on a dropped mirror: its unfinished segment goes back to the
-    /// queue with fresh tries (another mirror takes it), and the connection moves to the
-    /// mirror with the fewest connections. A connection with an operation in flight is
-    /// cancelled first; its completion brings it back here.
+    /// Connection `j` is on a dropped mirror: not another byte of that mirror's is written.
+    /// What its job holds and did not hand to the kernel yet (the block being filled, input
+    /// held back) is discarded, and the segment goes back to the queue from the first byte
+    /// not on its way to the file, with fresh tries (another mirror takes it); the
+    /// connection moves to the mirror with the fewest connections. A connection with an
+    /// operation in flight is cancelled first; its completion brings it back here (see
+    /// [`Loop::after`]), and what that completion carried is discarded too.
+    ///
+    /// Bytes in a splice pipe are the kernel's already, like a write in flight: they land,
+    /// with the block before them. Every byte placed passed its answer's check
+    /// (`control::response`), so what lands is the file's.
     pub(crate) fn release_conn(&mut self, j: usize) -> Result<()> {
         if self.conns[j].busy() {
             return self.cancel_op(j);
         }
+        let k = self.conns[j].mirror;
+        // A completion that came before the cancel may have queued a full block.
+        self.discard_queued(k);
         if let Some(mut job) = self.conns[j].rx.job.take() {
-            let trim = self.sh.direct.then_some(self.sh.align);
-            let from = job.placer.release(trim, &mut self.sh.to_write);
+            let piped = self.conns[j].pipe.as_ref().is_some_and(|p| !p.is_idle());
+            let from = if piped {
+                let trim = self.sh.direct.then_some(self.sh.align);
+                job.placer.release(trim, &mut self.sh.to_write)
+            } else {
+                job.placer.discard()
+            };
             let seg = Segment {
                 start: if self.sh.ranges { from } else { 0 },
                 tries: 0,
@@ -303,6 +319,36 @@ impl<'a> Loop<'a> {
         self.close(j);
         self.reassign(j);
         Ok(())
+    }
+
+    /// Mirror `k` was dropped: its blocks waiting for a write SQE are discarded (never
+    /// written) and their ranges go back to the queue, lowest offset first. (A write
+    /// already submitted lands: its bytes passed their answer's check.)
+    fn discard_queued(&mut self, k: usize) {
+        if !self.sh.to_write.iter().any(|wb| wb.source == k) {
+            return;
+        }
+        let mut dropped: Vec<(u64, u64)> = Vec::new();
+        self.sh.to_write.retain(|wb| {
+            if wb.source == k {
+                dropped.push((wb.off, wb.off + wb.fill as u64));
+                false
+            } else {
+                true
+            }
+        });
+        dropped.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
+        for (start, end) in dropped {
+            self.sh.plan.requeue(
+                Segment {
+                    start,
+                    end,
+                    tries: 0,
+                    grace: false,
+                },
+                false,
+            );
+        }
     }
 
     /// Moves closed connection `j` to the mirror left with the fewest connections (the

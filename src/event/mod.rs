@@ -650,6 +650,11 @@ impl Loop<'_> {
     /// Handles a connection's failure, or drives it on.
     pub(crate) fn after(&mut self, i: usize, r: std::result::Result<(), Fail>) -> Result<()> {
         self.enter_conn(i);
+        if self.sh.mirrors[self.conns[i].mirror].standing == mirrors::Standing::Dropped {
+            // A completion that was in the ring when the mirror was dropped: nothing it
+            // brought is placed (a response head is not even parsed), see `release_conn`.
+            return self.release_conn(i);
+        }
         let r = r.and_then(|()| self.drive(i));
         if let Err(f) = r {
             self.fail(i, f)?;

@@ -262,6 +262,7 @@ pub struct Builder {
     tls: bool,
     rules: Vec<(When, Fault)>,
     etag: Option<String>,
+    rate: Option<u64>,
 }
 
 impl Builder {
@@ -292,6 +293,14 @@ impl Builder {
     /// Default validator sent on every response: `ETag: "<value>"` (default none).
     pub fn etag(mut self, value: &str) -> Builder {
         self.etag = Some(value.to_owned());
+        self
+    }
+
+    /// Sends every body at most `bytes_per_sec` fast (each write of 64 KiB or less waits
+    /// its turn; no burst at the start, unlike nginx's `limit_rate`), so that what
+    /// [`FaultServer::sent`] counts is about what the client read (default: unpaced).
+    pub fn rate(mut self, bytes_per_sec: u64) -> Builder {
+        self.rate = Some(bytes_per_sec.max(1));
         self
     }
 
@@ -332,6 +341,8 @@ impl Builder {
             spent: self.rules.iter().map(|_| AtomicBool::new(false)).collect(),
             rules: self.rules,
             etag: self.etag,
+            rate: self.rate,
+            sent: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
             next_req: AtomicU64::new(1),
             stop: AtomicBool::new(false),
@@ -374,7 +385,17 @@ impl FaultServer {
             tls: false,
             rules: Vec::new(),
             etag: None,
+            rate: None,
         }
+    }
+
+    /// Per request that got body bytes, in arrival order: the file offset of its first
+    /// body byte and the body bytes written to its socket (what the client read, plus
+    /// what the kernel still held when it closed).
+    pub fn sent(&self) -> Vec<(u64, u64)> {
+        let mut v = self.shared.sent.lock().unwrap().clone();
+        v.sort_unstable_by_key(|e| e.0);
+        v.into_iter().map(|(_, start, n)| (start, n)).collect()
     }
 
     /// `scheme://127.0.0.1:port/<path>` (`path` without the leading slash).
@@ -588,6 +609,10 @@ struct Shared {
     /// Per rule: a [`When::Once`] rule that already took effect.
     spent: Vec<AtomicBool>,
     etag: Option<String>,
+    /// [`Builder::rate`].
+    rate: Option<u64>,
+    /// Per request: (number, first file offset, body bytes written).
+    sent: Mutex<Vec<(u64, u64, u64)>>,
     log: Mutex<Vec<Request>>,
     next_req: AtomicU64,
     stop: AtomicBool,
@@ -605,6 +630,16 @@ impl Shared {
         let b = Arc::new(content(self.size, seed));
         alt.push((seed, b.clone()));
         b
+    }
+
+    /// `n` more body bytes of request `req` (whose body starts at file offset `start`)
+    /// went to its socket.
+    fn count_sent(&self, req: u64, start: u64, n: u64) {
+        let mut sent = self.sent.lock().unwrap();
+        match sent.iter_mut().find(|e| e.0 == req) {
+            Some(e) => e.2 += n,
+            None => sent.push((req, start, n)),
+        }
     }
 
     /// Records that rule `rule` took effect on `req` at file offset `at`.
@@ -1317,6 +1352,7 @@ fn respond(conn: &mut Conn, sh: &Shared, req: &Request, p: &Plan, head_only: boo
     let file_at = |sent: u64| p.start + sent * body.len() as u64 / total.max(1);
     let cut_at = p.cut.map(|(n, _)| n.min(total));
     let mut stalled = false;
+    let mut next_slot = Instant::now();
     while sent < total || cut_at == Some(sent) {
         if cut_at == Some(sent) {
             sh.fire_opt(p.cut_rule, req, file_at(sent));
@@ -1345,7 +1381,17 @@ fn respond(conn: &mut Conn, sh: &Shared, req: &Request, p: &Plan, head_only: boo
         {
             next = next.min(at);
         }
+        if let Some(rate) = sh.rate {
+            // Paced: this write goes when the one before has had its time (after a stall
+            // the pace starts again, without catching up).
+            let now = Instant::now();
+            if next_slot > now && !sh.sleep(next_slot - now) {
+                return Ok(Some(Close::Rst));
+            }
+            next_slot = next_slot.max(now) + Duration::from_secs_f64((next - sent) as f64 / rate as f64);
+        }
         conn.write_all(&wire_body[sent as usize..next as usize])?;
+        sh.count_sent(req.n, p.start, next - sent);
         sent = next;
     }
     conn.flush()?;

@@ -82,6 +82,21 @@ impl TestDir {
 // ---------------------------------------------------------------------------
 // Running commands
 
+/// Bytes covered more than once by `spans` (`[start, end)` each), counted once per
+/// extra cover: what a server sent twice, given each request's span of bytes sent.
+pub fn sent_twice(spans: &[(u64, u64)]) -> u64 {
+    spans
+        .iter()
+        .enumerate()
+        .map(|(k, &(a, b))| {
+            spans[k + 1..]
+                .iter()
+                .map(|&(c, d)| b.min(d).saturating_sub(a.max(c)))
+                .sum::<u64>()
+        })
+        .sum()
+}
+
 /// Path of the `ringdl` binary Cargo built for these tests.
 pub fn ringdl_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_ringdl"))
@@ -993,6 +1008,35 @@ impl Nginx {
             .collect()
     }
 
+    /// What the `/slow/` locations (HTTP and HTTPS) sent for `path`: per request, the
+    /// first byte asked for (0 without Range) and the body bytes nginx sent
+    /// (`$body_bytes_sent`: what it wrote to the socket, including what the client left
+    /// unread when it closed). A line is written when its request ends.
+    pub fn slow_sent(&self, path: &str) -> Vec<(u64, u64)> {
+        let uri = format!("/slow/{path} ");
+        fs::read_to_string(self.run.join("sent.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.strip_prefix(&uri)?.split(' ');
+                let _status = f.next()?;
+                let sent = f.next()?.parse().ok()?;
+                let start = f
+                    .next()
+                    .and_then(|r| r.strip_prefix("bytes="))
+                    .and_then(|r| r.split('-').next())
+                    .and_then(|a| a.parse().ok())
+                    .unwrap_or(0);
+                Some((start, sent))
+            })
+            .collect()
+    }
+
+    /// `https://127.0.0.1:<https_port>/slow/<path>`: the same files at 256 KiB/s.
+    pub fn slow_https_url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}/slow/{path}", self.https_port)
+    }
+
     /// `http://127.0.0.1:<http_port>/slow/<path>`: the same files at 256 KiB/s.
     pub fn slow_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}/slow/{path}", self.http_port)
@@ -1095,12 +1139,13 @@ http {{
     limit_conn_zone $binary_remote_addr zone=cap_https:1m;
     limit_conn_zone $binary_remote_addr zone=cap_ra:1m;
     log_format users '$host:$server_port $request_uri auth=[$http_authorization] cookie=[$http_cookie] ua=[$http_user_agent] token=[$http_x_token]';
+    log_format sent '$request_uri $status $body_bytes_sent $http_range';
     root "{www}";
     ssl_certificate "{tls}/server.pem";
     ssl_certificate_key "{tls}/server.key";
     server {{
         {http_listen}
-        location /slow/ {{ alias "{www}/"; limit_rate 256k; }}
+        location /slow/ {{ alias "{www}/"; limit_rate 256k; access_log "{run}/sent.log" sent; }}
         location /paced/ {{ alias "{www}/"; limit_rate 4m; }}
         location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_http 2; }}
         location /capped-retry-after/ {{
@@ -1125,6 +1170,7 @@ http {{
     server {{
         {https_listen}
         ssl_protocols TLSv1.2 TLSv1.3;
+        location /slow/ {{ alias "{www}/"; limit_rate 256k; access_log "{run}/sent.log" sent; }}
         location /paced/ {{ alias "{www}/"; limit_rate 4m; }}
         location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_https 2; }}
     }}

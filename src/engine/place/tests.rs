@@ -342,3 +342,26 @@ fn cipher_target_and_landed_keep_the_block_in_file_order() {
     assert_eq!(p.landed(1000), 904);
     assert!(p.overrun() && p.is_done());
 }
+
+#[test]
+fn discard_drops_the_held_block_and_blocks_carry_their_source() {
+    let pool = BufPool::new(4096, 2).unwrap();
+    let mut queue = VecDeque::new();
+    let mut p = Placer::new(8192, 8192 + 20_000).with_source(3);
+    p.begin(Delimiter::Length(20_000), 8192 + 20_000);
+    let mut blocks = Blocks {
+        pool: &pool,
+        queue: &mut queue,
+    };
+    // The first block fills and is queued; the second holds 1904 bytes.
+    assert_eq!(p.feed(&[7; 6000], &mut blocks).unwrap(), Fed::More);
+    assert_eq!(queue.len(), 1);
+    assert_eq!((queue[0].off, queue[0].fill, queue[0].source), (8192, 4096, 3));
+    assert_eq!(p.block(), Some((12288, 1904)));
+    assert_eq!(pool.available(), 0);
+    // Not a byte of the held block is queued; its buffer goes back to the pool.
+    assert_eq!(p.discard(), 12288);
+    assert_eq!(p.block(), None);
+    assert_eq!(queue.len(), 1);
+    assert_eq!(pool.available(), 1);
+}
