@@ -161,24 +161,14 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
     let dir = TestDir::new("fullfs");
     let mnt = dir.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    let mount = |opts: &str| {
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
-            .arg(&mnt)
-            .status()
-            .unwrap()
-    };
-    if !mount("size=40m").success() {
-        util::skip("mount -t tmpfs failed");
-        return;
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
+    // Unmounted at the end; the test fails if the filesystem is still busy then.
+    let mut mount = match util::Mount::new("tmpfs", "size=40m", &mnt) {
+        Ok(m) => m,
+        Err(e) => {
+            util::skip(&e);
+            return;
         }
-    }
-    let _guard = Unmount(mnt.clone());
+    };
     let out = mnt.join("out.bin");
     let o = dir
         .ringdl()
@@ -197,15 +187,7 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
         !mnt.join("out.bin.part.ringdl.tmp").exists(),
         "a temporary control file was left after the full disk"
     );
-    assert!(
-        Command::new("mount")
-            .args(["-o", "remount,size=200m"])
-            .arg(&mnt)
-            .status()
-            .unwrap()
-            .success(),
-        "remount with more space"
-    );
+    assert!(mount.remount("size=200m"), "remount with more space");
     dir.ringdl()
         .args(["-c", "-x", "4", "-o"])
         .arg(&out)
@@ -213,6 +195,7 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
         .run()
         .assert_success();
     assert_eq!(sha256_file(&out), f.sha256);
+    mount.unmount().unwrap();
 }
 
 /// Review finding: `-c` with a control file whose `.part` is gone (or shorter than its

@@ -634,6 +634,89 @@ pub fn have_program(program: &str) -> bool {
         .is_ok()
 }
 
+/// A filesystem a test mounted on a directory of its own (root only). Dropping it
+/// unmounts, and a failed unmount FAILS the test: something — ringdl's ring, a thread, an
+/// fd — still holds the filesystem, which is a bug, and a mount must not be left behind
+/// (after a failure the mount is detached lazily, `umount -l`, so nothing stays).
+pub struct Mount {
+    point: PathBuf,
+    mounted: bool,
+}
+
+impl Mount {
+    /// `mount -t FSTYPE -o OPTIONS FSTYPE POINT`.
+    ///
+    /// # Errors
+    /// mount(8)'s words when it refuses (no such filesystem, not root).
+    pub fn new(fstype: &str, options: &str, point: &Path) -> Result<Mount, String> {
+        let o = Command::new("mount")
+            .args(["-t", fstype, "-o", options, fstype])
+            .arg(point)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "mount -t {fstype} {}: {}",
+                point.display(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+        Ok(Mount {
+            point: point.to_owned(),
+            mounted: true,
+        })
+    }
+
+    /// `mount -o remount,OPTIONS`; true when it worked.
+    pub fn remount(&self, options: &str) -> bool {
+        Command::new("mount")
+            .args(["-o", &format!("remount,{options}")])
+            .arg(&self.point)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// umount(8) once, now — no retry, no wait.
+    ///
+    /// # Errors
+    /// umount's words ("target is busy") when the filesystem is still in use; it stays
+    /// mounted (dropping the `Mount` then fails the test).
+    pub fn unmount(&mut self) -> Result<(), String> {
+        if !self.mounted {
+            return Ok(());
+        }
+        let o = Command::new("umount")
+            .arg(&self.point)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("umount: {e}"))?;
+        if o.status.success() {
+            self.mounted = false;
+            return Ok(());
+        }
+        Err(format!(
+            "umount {}: {} ({})",
+            self.point.display(),
+            String::from_utf8_lossy(&o.stderr).trim(),
+            o.status
+        ))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmount() {
+            let _ = Command::new("umount").arg("-l").arg(&self.point).status();
+            if thread::panicking() {
+                let _ = writeln!(std::io::stderr(), "{e} (detached with umount -l)");
+            } else {
+                panic!("{e}: the filesystem is still held after the test (detached with umount -l)");
+            }
+        }
+    }
+}
+
 /// Filesystem type of the mount holding `path` (`ext4`, `tmpfs`, `ramfs`, …), from
 /// `/proc/self/mountinfo` (proc(5)): the longest mount point that is a prefix of the
 /// canonical path wins; for stacked mounts the last entry wins.
