@@ -908,8 +908,7 @@ impl UringRing {
 
 impl Drop for UringRing {
     fn drop(&mut self) {
-        let settled = (self.cqes_outstanding == 0 && self.raw.sq_pending() == 0)
-            || self.cancel_all_and_wait(DROP_WAIT);
+        let settled = (self.cqes_outstanding == 0 && self.raw.sq_pending() == 0) || self.cancel_all_and_wait(DROP_WAIT);
         if !settled {
             // Some op did not confirm completion: the kernel may still write
             // into its buffer, msghdr or control Vec (an io-wq worker mid-read
