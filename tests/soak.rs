@@ -260,3 +260,87 @@ fn regression_restart_without_continue_removes_the_old_control_file() {
         });
     assert!(!control.exists(), "the stale control file survived a restart");
 }
+
+/// Interrupts a download of `url` into `out` at 6 MiB/s with SIGINT after 1.2 s:
+/// exit 8, a `.part` and a control file that names some bytes but not all. Returns the
+/// bytes the control file names.
+fn interrupted(dir: &TestDir, out: &std::path::Path, url: &str, total: u64) -> u64 {
+    let o = dir
+        .ringdl()
+        .args(["-x", "2", "--limit-rate", "6M", "-o"])
+        .arg(out)
+        .arg(url)
+        .timeout(Duration::from_secs(60))
+        .run_with(|pid| {
+            std::thread::sleep(Duration::from_millis(1200));
+            let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+        });
+    o.assert_code(util::exit::INTERRUPTED);
+    let control = format!("{}.ringdl", util::part_path(out).display());
+    let kept = control_file_bytes(std::path::Path::new(&control));
+    assert!(
+        (1..total).contains(&kept),
+        "the interrupted run kept {kept} of {total} bytes\n{}",
+        o.stderr_text()
+    );
+    kept
+}
+
+/// Issue 22: running again WITHOUT `-c` over a `.part` whose control file is valid resumes
+/// (as aria2c does): nginx's access log shows that the second run was sent only the
+/// missing bytes, and the file is exact. `--no-continue` starts over: every byte is sent
+/// again.
+#[test]
+fn resume_is_the_default_and_no_continue_starts_over() {
+    let ng = nginx();
+    let f = ng.file(16 * MIB);
+    let total = f.size;
+    let dir = TestDir::new("resume_default");
+    let out = dir.join("out.bin");
+    // A query of this test's own to find its lines in the access log.
+    let tag = "resume-default-issue22";
+    let url = format!("{}?{tag}", ng.http_url(&f.name));
+    // What nginx logged so far (it logs an aborted request when its connection closes).
+    let logged = || {
+        std::thread::sleep(Duration::from_millis(300));
+        ng.bytes_served(tag).len()
+    };
+
+    let kept = interrupted(&dir, &out, &url, total);
+    let before = logged();
+    let o = dir.ringdl().args(["-x", "2", "-o"]).arg(&out).arg(&url).run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), f.sha256);
+    let err = o.stderr_text();
+    assert!(
+        err.contains(&format!("resuming {}", util::part_path(&out).display()))
+            && err.contains(&format!("{kept} of {total} bytes kept")),
+        "{err}"
+    );
+    let served: u64 = ng.bytes_served(tag)[before..].iter().sum();
+    // Only what was missing, give or take the blocks at the edges of each gap (and what a
+    // work-stealing split leaves in flight).
+    assert!(
+        served >= total - kept && served <= total - kept + 512 * 1024,
+        "the run without -c was sent {served} bytes; {} were missing\n{err}",
+        total - kept
+    );
+    assert!(fetched_now(&o.summary()).is_some(), "{}", o.summary());
+
+    // --no-continue: every byte again, and it says so.
+    std::fs::remove_file(&out).unwrap();
+    interrupted(&dir, &out, &url, total);
+    let before = logged();
+    let o = dir
+        .ringdl()
+        .args(["-x", "2", "--no-continue", "-o"])
+        .arg(&out)
+        .arg(&url)
+        .run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), f.sha256);
+    assert!(o.stderr_text().contains("exists: starting over"), "{}", o.stderr_text());
+    let served: u64 = ng.bytes_served(tag)[before..].iter().sum();
+    assert!(served >= total, "--no-continue was sent {served} of {total} bytes");
+    assert_eq!(fetched_now(&o.summary()), None, "{}", o.summary());
+}

@@ -1063,6 +1063,25 @@ impl Nginx {
         }
     }
 
+    /// Body bytes sent (`$body_bytes_sent` of nginx's combined format, after the request
+    /// line and the status) for each request in the main access log whose line contains
+    /// `needle`, in log order. nginx writes a line when a request ends, aborted ones too.
+    pub fn bytes_served(&self, needle: &str) -> Vec<u64> {
+        fs::read_to_string(self.run.join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(|l| {
+                let after = l.split('"').nth(2).unwrap_or_else(|| panic!("access log line: {l}"));
+                after
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|b| b.parse().ok())
+                    .unwrap_or_else(|| panic!("no body bytes in access log line: {l}"))
+            })
+            .collect()
+    }
+
     /// The lines of `users.log` (format `users`: host:port, request URI, then
     /// `auth=[..] cookie=[..] ua=[..] token=[..]`, `-` for a missing field) that hold
     /// `needle`: what the header and redirect locations (`/auth/`, `/token/`,
