@@ -14,6 +14,25 @@ cd "$(repo_root)"
 
 [ "${1:-}" = "--" ] && shift
 
+# The verdict, always the last line: every `test result:` line cargo printed is summed
+# (passed, failed, ignored) and the step that failed, if one did, is named. `.ci/run`
+# and a developer read the same line.
+results=$(mktemp "${TMPDIR:-/tmp}/ringdl-test-results.XXXXXX")
+step="setup"
+verdict() {
+    local rc=$? sums
+    sums=$(awk '/^test result: /{for(i=1;i<=NF;i++){v=$i+0; if($(i+1)~/^passed/)p+=v; if($(i+1)~/^failed/)f+=v; if($(i+1)~/^ignored/)g+=v}} END{printf "%d passed, %d failed, %d ignored", p, f, g}' "$results")
+    rm -f "$results"
+    if [ "$rc" -eq 0 ]; then
+        printf 'test.sh: all steps passed: %s\n' "$sums"
+    else
+        printf 'test.sh: FAILED in step "%s" (exit %d): %s\n' "$step" "$rc" "$sums"
+    fi
+}
+trap verdict EXIT
+# Runs a cargo test command, its output also kept for the verdict.
+run_tests() { "$@" 2>&1 | tee -a "$results"; }
+
 # Tools the tests and the static build use, and the Debian package of each.
 # (nginx-light pulls nginx; util-linux provides setpriv, prlimit and mount; tinyproxy is
 # the real HTTP proxy of the proxy tests, started by them, never as a service.)
@@ -38,12 +57,15 @@ fi
 
 log "toolchain: $(rustc --version); $(/usr/sbin/nginx -v 2>&1)"
 
+step="cargo fmt --check"
 log "cargo fmt --check"
 cargo fmt --all -- --check
 
+step="cargo clippy"
 log "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step="static build"
 RINGDL_STATIC_BIN="$(build_static)"
 export RINGDL_STATIC_BIN
 log "static binary: $RINGDL_STATIC_BIN"
@@ -62,6 +84,7 @@ export RINGDL_VM_TESTS
 
 # Fuzzing, short pass (issue 5): every target for a few seconds on nightly; the corpus is
 # also replayed on stable by tests/fuzz_corpus.rs. The long run: fuzz/run.sh 1800.
+step="fuzz short pass"
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
     log "fuzz: short pass (${RINGDL_FUZZ_SECONDS:-10} s per target)"
@@ -73,13 +96,24 @@ fi
 # The corpus replay with overflow checks on, as the fuzzer runs (a release build wraps
 # silently): the dev/test profile, one more build of the workspace (~3 min on 2 cores);
 # under --release below the test is listed as ignored.
+step="fuzz corpus replay"
 log "fuzz corpus replay with overflow checks (test profile)"
-cargo test --test tests -- fuzz_corpus::
+run_tests cargo test --test tests -- fuzz_corpus::
 
+step="cargo test (release)"
 log "cargo test (release)"
-cargo test --workspace --release --no-fail-fast "$@"
+run_tests cargo test --workspace --release --no-fail-fast "$@"
+
+# The kTLS VM cases are #[ignore]d for a plain `cargo test` (they boot qemu for minutes):
+# run here unless RINGDL_VM_TESTS=0 or a filter was given.
+if [ "$RINGDL_VM_TESTS" != 0 ] && [ "$#" -eq 0 ]; then
+    step="kTLS VM cases"
+    log "kTLS VM cases (tests/vm/run.sh under qemu)"
+    run_tests cargo test --release --no-fail-fast --test tests -- --ignored vm::
+fi
 
 # The same download and fault suites on the epoll backend (issue 12): every ringdl run
 # gets --io epoll, and the summary check asserts it ran there.
+step="cargo test (release) on epoll"
 log "cargo test (release) on the epoll backend: download and fault suites"
-RINGDL_TEST_IO=epoll cargo test --release --no-fail-fast --test tests -- download:: faults:: "$@"
+run_tests env RINGDL_TEST_IO=epoll cargo test --release --no-fail-fast --test tests -- download:: faults:: "$@"

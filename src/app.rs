@@ -123,17 +123,35 @@ fn real_main(record: &mut Record) -> Result<()> {
     // another ringdl's download.
     let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;
     let control = final_path.as_deref().map(|p| resume::path_for(&output::part_path(p)));
-    let resume_state = match (&control, opts.resume) {
+    // Without -c a `.part` whose control file is there resumes too (aria2c does the same),
+    // validated as -c validates; --no-continue or --force starts over.
+    let implicit = !opts.resume
+        && !opts.no_continue
+        && !opts.force
+        && special.is_none()
+        && control.as_deref().is_some_and(|c| std::fs::symlink_metadata(c).is_ok());
+    let resume_state = match (&control, opts.resume || implicit) {
         (Some(c), true) => load_resume(c, &opts.url),
         _ => None,
     };
+    if implicit
+        && !opts.quiet
+        && let (Some(c), Some(st)) = (&control, &resume_state)
+    {
+        eprintln!(
+            "ringdl: resuming {} from its control file: {} of {} bytes kept (--no-continue starts over)",
+            c.with_extension("").display(),
+            st.ranges.iter().map(|r| r.1 - r.0).sum::<u64>(),
+            st.total
+        );
+    }
     let out = Output::open(
         final_path,
         select::opens_direct(opts.engine),
         special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
         opts.force,
         resume_state.is_some(),
-        opts.resume,
+        opts.resume || implicit,
         Some(signals.as_fd()),
     )
     .inspect_err(|_| {
@@ -323,7 +341,7 @@ fn real_main(record: &mut Record) -> Result<()> {
                     String::new()
                 },
                 progress::human(rate as u64),
-                engine_label(engine, &s, engine_note),
+                s.engine_label(engine, engine_note),
                 s.io,
                 s.connections,
                 if s.connections == 1 { "" } else { "s" },
@@ -383,48 +401,6 @@ fn mirrors_served(mirrors: &[crate::report::MirrorReport]) -> String {
     format!(" from {served} of {} mirrors", mirrors.len())
 }
 
-/// The engine as the summary names it: what ran, with why kTLS did not, when it did not.
-fn engine_label(engine: EngineKind, s: &download::Summary, note: &str) -> String {
-    match engine {
-        EngineKind::KtlsDirect | EngineKind::Splice if s.ktls_conns == 0 && s.tls != "plain" => {
-            let why = s.ktls_refused.as_deref().unwrap_or("no connection handed off");
-            let ran = if engine == EngineKind::KtlsDirect {
-                "direct"
-            } else {
-                "splice"
-            };
-            format!("{ran} (kTLS refused: {why}; user-space TLS)")
-        }
-        EngineKind::KtlsDirect | EngineKind::Splice if s.tls != "plain" => {
-            format!(
-                "{} (kTLS on {} of {} TLS connections{})",
-                engine.name(),
-                s.ktls_conns,
-                s.tls_conns,
-                match s.ktls_rekeys {
-                    0 => String::new(),
-                    1 => ", 1 KeyUpdate rekeyed in place".to_owned(),
-                    n => format!(", {n} KeyUpdates rekeyed in place"),
-                }
-            )
-        }
-        // (The note is about TLS: a redirect may have ended on plain http.)
-        _ if s.tls == "plain" => engine.name().to_owned(),
-        EngineKind::Direct if s.soft_conns > 0 => format!(
-            "{} (TLS records opened in place on {} of {} TLS connections{})",
-            engine.name(),
-            s.soft_conns,
-            s.tls_conns,
-            match s.soft_rekeys {
-                0 => String::new(),
-                1 => ", 1 KeyUpdate taken in place".to_owned(),
-                n => format!(", {n} KeyUpdates taken in place"),
-            }
-        ),
-        _ => format!("{}{note}", engine.name()),
-    }
-}
-
 /// `--checksum-file`: the digest for the output's file name, else the URL's, read before
 /// anything is fetched.
 ///
@@ -447,7 +423,7 @@ fn checksum_from_file(
             names.push(n);
         }
     }
-    crate::config::Checksum::from_sums(&String::from_utf8_lossy(&text), &names, &sums.display().to_string())
+    crate::config::Checksum::from_sums(&crate::config::sums_text(&text), &names, &sums.display().to_string())
 }
 
 /// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.

@@ -32,7 +32,11 @@ Output:
   -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
                             last path segment in the current directory
       --force               replace FILE if it exists
-  -c, --continue            resume FILE.part from its control file (FILE.part.ringdl)
+  -c, --continue            resume FILE.part from its control file (FILE.part.ringdl);
+                            without -c ringdl resumes too when that control file is
+                            there, and starts over when it is not valid
+      --no-continue         start over even when FILE.part can be resumed (so does
+                            --force)
       --content-disposition name the file from Content-Disposition (base name only)
       --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
       --checksum-file FILE  take the digest from a SHA256SUMS / SHA512SUMS file: the line
@@ -139,6 +143,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         connect_timeout_s: 30.0,
         stall_timeout_s: 60.0,
         resume: false,
+        no_continue: false,
         max_redirects: 10,
         allow_downgrade: false,
         retry_wait_s: 0.5,
@@ -226,6 +231,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Long("connect-timeout") => o.connect_timeout_s = timeout(&mut p, "--connect-timeout")?,
             Long("stall-timeout") => o.stall_timeout_s = timeout(&mut p, "--stall-timeout")?,
             Short('c') | Long("continue") => o.resume = true,
+            Long("no-continue") => o.no_continue = true,
             Long("max-redirects") => o.max_redirects = number(&mut p, "--max-redirects")?,
             Long("allow-downgrade") => o.allow_downgrade = true,
             Long("retry-wait") => {
@@ -296,6 +302,9 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Usage,
             "--sqpoll is an io_uring setup flag: it cannot go with --io epoll"
         ));
+    }
+    if o.resume && o.no_continue {
+        return Err(err!(Usage, "give -c or --no-continue, not both"));
     }
     if o.checksum.is_some() && o.checksum_file.is_some() {
         return Err(err!(Usage, "give --checksum or --checksum-file, not both"));

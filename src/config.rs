@@ -71,8 +71,13 @@ pub struct Config {
     /// `--stall-timeout SECONDS`: a connection that moves no byte this long is reset;
     /// finite, more than 0, at most [`MAX_TIMEOUT_S`]; fractions allowed (`0.5`).
     pub stall_timeout_s: f64,
-    /// `-c/--continue`: resume `FILE.part` from its control file.
+    /// `-c/--continue`: resume `FILE.part` from its control file (asked for: a `.part`
+    /// without one, or a finished `FILE`, is then said; without `-c` a valid control file
+    /// resumes too, see [`Config::no_continue`]).
     pub resume: bool,
+    /// `--no-continue`: start over even when `FILE.part` has a valid control file (by
+    /// default ringdl resumes it, as aria2c does; `--force` starts over too).
+    pub no_continue: bool,
     /// `--max-redirects N`.
     pub max_redirects: u32,
     /// `--allow-downgrade`: follow a redirect from https to http.
@@ -254,6 +259,8 @@ impl Checksum {
     /// [`crate::error::Kind::Usage`] when no line names any of `names`, or when lines for
     /// the same name in different directories disagree.
     pub fn from_sums(text: &str, names: &[&str], source: &str) -> Result<Checksum> {
+        // A byte-order mark (Notepad, PowerShell) is not part of the first line.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let lines: Vec<(&str, String)> = text.lines().filter_map(sums_line).collect();
         for want in names {
             let exact: Vec<&str> = lines
@@ -305,6 +312,23 @@ impl Checksum {
         } else {
             Checksum::from_hex(&ring::digest::SHA512, "sha-512", hex)
         }
+    }
+}
+
+/// A checksum file's bytes as text: UTF-8, with or without a byte-order mark (EF BB BF,
+/// which Windows tools write), or UTF-16 with its byte-order mark (FF FE little-endian,
+/// FE FF big-endian: what Windows PowerShell 5's `Out-File` and `>` write). Bytes that are
+/// not valid in the encoding become U+FFFD, so such a line matches no digest.
+pub fn sums_text(bytes: &[u8]) -> String {
+    let utf16 = |rest: &[u8], from: fn([u8; 2]) -> u16| {
+        let units: Vec<u16> = rest.chunks(2).map(|c| from([c[0], *c.get(1).unwrap_or(&0)])).collect();
+        String::from_utf16_lossy(&units)
+    };
+    match bytes {
+        [0xEF, 0xBB, 0xBF, rest @ ..] => String::from_utf8_lossy(rest).into_owned(),
+        [0xFF, 0xFE, rest @ ..] => utf16(rest, u16::from_le_bytes),
+        [0xFE, 0xFF, rest @ ..] => utf16(rest, u16::from_be_bytes),
+        _ => String::from_utf8_lossy(bytes).into_owned(),
     }
 }
 
@@ -388,5 +412,36 @@ mod tests {
         }
         let both = format!("{A}  x.bin\n{b512}  x.bin\n{A}  ./x.bin\n");
         assert_eq!(Checksum::from_sums(&both, &["x.bin"], "SUMS").unwrap().name, "sha-256");
+    }
+
+    /// Issue 22: Windows tools write a byte-order mark and upper-case hex; the line for
+    /// the file may be the first one, right after the mark.
+    #[test]
+    fn sums_files_with_a_byte_order_mark_and_upper_case_hex() {
+        let upper = A.to_uppercase();
+        let want = Checksum::from_sums(&format!("{A}  fw.bin\n"), &["fw.bin"], "SUMS").unwrap();
+        let text = format!("{upper} *fw.bin\r\n{}  other.bin\r\n", "0".repeat(64));
+        let mut utf8 = b"\xEF\xBB\xBF".to_vec();
+        utf8.extend_from_slice(text.as_bytes());
+        let mut le = vec![0xFF, 0xFE];
+        let mut be = vec![0xFE, 0xFF];
+        for u in text.encode_utf16() {
+            le.extend_from_slice(&u.to_le_bytes());
+            be.extend_from_slice(&u.to_be_bytes());
+        }
+        for bytes in [&utf8, &le, &be, &text.as_bytes().to_vec()] {
+            let got = Checksum::from_sums(&sums_text(bytes), &["fw.bin"], "SUMS").unwrap();
+            assert_eq!(got, want);
+        }
+        // The mark given to from_sums directly (text read some other way).
+        let marked = format!("\u{feff}{upper}  fw.bin\n");
+        assert_eq!(Checksum::from_sums(&marked, &["fw.bin"], "SUMS").unwrap(), want);
+        // The BSD/--tag form, upper-case hex after a mark.
+        let tagged = format!("\u{feff}SHA256 (fw.bin) = {upper}\n");
+        assert_eq!(Checksum::from_sums(&tagged, &["fw.bin"], "SUMS").unwrap(), want);
+        // Without the fix the mark made the first line no line at all.
+        assert_eq!(sums_line(&format!("\u{feff}{A}  fw.bin")), None);
+        // Invalid bytes are no digest.
+        assert!(Checksum::from_sums(&sums_text(&[0xFF, 0xFE, 0x41]), &["fw.bin"], "SUMS").is_err());
     }
 }

@@ -428,7 +428,7 @@ pub struct Record {
     pub engine: Option<String>,
     /// I/O backend: `io_uring` or `epoll`.
     pub io: Option<String>,
-    /// TLS version (`TLSv1_3`).
+    /// TLS version (`TLSv1.3`, `TLSv1.2`).
     pub tls_version: Option<String>,
     /// TLS cipher suite (`TLS13_AES_256_GCM_SHA384`).
     pub tls_suite: Option<String>,

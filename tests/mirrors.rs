@@ -95,13 +95,26 @@ fn two_http_mirrors_share_the_file() {
         );
     }
     assert!(out.summary().contains("from 2 of 2 mirrors"), "{}", out.summary());
-    let json = json_mirrors(&dir);
-    assert_eq!(json.len(), 2, "{json:?}");
+    // Each mirror's record, by value: its URL, used, not dropped, and the bytes it served
+    // add up to the file (a split may leave a few blocks received twice).
+    let j: serde_json::Value = serde_json::from_str(&fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let mirrors = j["mirrors"].as_array().unwrap_or_else(|| panic!("{j}"));
+    assert_eq!(mirrors.len(), 2, "{j}");
+    for (k, m) in mirrors.iter().enumerate() {
+        assert_eq!(m["url"], sites.url(k, FILE), "{j}");
+        assert_eq!(
+            (&m["used"], &m["dropped_reason"]),
+            (&true.into(), &serde_json::Value::Null),
+            "{j}"
+        );
+        assert_eq!(m["bytes"].as_u64().map(|b| b > 0), Some(true), "{j}");
+    }
+    let served: u64 = mirrors.iter().filter_map(|m| m["bytes"].as_u64()).sum();
     assert!(
-        json.iter()
-            .all(|m| m.contains("\"used\":true") && m.contains("\"dropped_reason\":null")),
-        "{json:?}"
+        (32 * MIB..=34 * MIB).contains(&served),
+        "the mirrors served {served} bytes: {j}"
     );
+    assert_eq!(j["bytes"], 32 * MIB, "{j}");
 }
 
 #[test]
@@ -134,10 +147,33 @@ fn a_mirror_of_another_size_is_dropped() {
         "{err}"
     );
     assert!(sites.ranges_served(0) >= 1, "{err}");
-    let json = json_mirrors(&dir);
+    // The dropped mirror's record, by value: unused, nothing served, the sizes named.
+    let j: serde_json::Value = serde_json::from_str(&fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let (m0, m1) = (&j["mirrors"][0], &j["mirrors"][1]);
+    assert_eq!(
+        (&m0["url"], &m0["used"]),
+        (&sites.url(0, FILE).into(), &true.into()),
+        "{j}"
+    );
+    assert!(m0["dropped_reason"].is_null(), "{j}");
+    // Every byte from the other (a split may leave a few blocks received twice).
     assert!(
-        json[1].contains("\"used\":false") && json[1].contains("size"),
-        "{json:?}"
+        m0["bytes"].as_u64().is_some_and(|b| (16 * MIB..=18 * MIB).contains(&b)),
+        "{j}"
+    );
+    assert_eq!(
+        (&m1["url"], &m1["used"], &m1["bytes"]),
+        (&sites.url(1, FILE).into(), &false.into(), &0.into()),
+        "{j}"
+    );
+    let reason = m1["dropped_reason"].as_str().unwrap_or_else(|| panic!("{j}"));
+    assert!(
+        reason.ends_with(&format!(
+            "size {} differs from the reference's {}",
+            16 * MIB + 4096,
+            16 * MIB
+        )),
+        "{j}"
     );
 }
 

@@ -161,24 +161,14 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
     let dir = TestDir::new("fullfs");
     let mnt = dir.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    let mount = |opts: &str| {
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
-            .arg(&mnt)
-            .status()
-            .unwrap()
-    };
-    if !mount("size=40m").success() {
-        util::skip("mount -t tmpfs failed");
-        return;
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
+    // Unmounted at the end; the test fails if the filesystem is still busy then.
+    let mut mount = match util::Mount::new("tmpfs", "size=40m", &mnt) {
+        Ok(m) => m,
+        Err(e) => {
+            util::skip(&e);
+            return;
         }
-    }
-    let _guard = Unmount(mnt.clone());
+    };
     let out = mnt.join("out.bin");
     let o = dir
         .ringdl()
@@ -197,15 +187,7 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
         !mnt.join("out.bin.part.ringdl.tmp").exists(),
         "a temporary control file was left after the full disk"
     );
-    assert!(
-        Command::new("mount")
-            .args(["-o", "remount,size=200m"])
-            .arg(&mnt)
-            .status()
-            .unwrap()
-            .success(),
-        "remount with more space"
-    );
+    assert!(mount.remount("size=200m"), "remount with more space");
     dir.ringdl()
         .args(["-c", "-x", "4", "-o"])
         .arg(&out)
@@ -213,6 +195,7 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
         .run()
         .assert_success();
     assert_eq!(sha256_file(&out), f.sha256);
+    mount.unmount().unwrap();
 }
 
 /// Review finding: `-c` with a control file whose `.part` is gone (or shorter than its
@@ -276,4 +259,88 @@ fn regression_restart_without_continue_removes_the_old_control_file() {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         });
     assert!(!control.exists(), "the stale control file survived a restart");
+}
+
+/// Interrupts a download of `url` into `out` at 6 MiB/s with SIGINT after 1.2 s:
+/// exit 8, a `.part` and a control file that names some bytes but not all. Returns the
+/// bytes the control file names.
+fn interrupted(dir: &TestDir, out: &std::path::Path, url: &str, total: u64) -> u64 {
+    let o = dir
+        .ringdl()
+        .args(["-x", "2", "--limit-rate", "6M", "-o"])
+        .arg(out)
+        .arg(url)
+        .timeout(Duration::from_secs(60))
+        .run_with(|pid| {
+            std::thread::sleep(Duration::from_millis(1200));
+            let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+        });
+    o.assert_code(util::exit::INTERRUPTED);
+    let control = format!("{}.ringdl", util::part_path(out).display());
+    let kept = control_file_bytes(std::path::Path::new(&control));
+    assert!(
+        (1..total).contains(&kept),
+        "the interrupted run kept {kept} of {total} bytes\n{}",
+        o.stderr_text()
+    );
+    kept
+}
+
+/// Issue 22: running again WITHOUT `-c` over a `.part` whose control file is valid resumes
+/// (as aria2c does): nginx's access log shows that the second run was sent only the
+/// missing bytes, and the file is exact. `--no-continue` starts over: every byte is sent
+/// again.
+#[test]
+fn resume_is_the_default_and_no_continue_starts_over() {
+    let ng = nginx();
+    let f = ng.file(16 * MIB);
+    let total = f.size;
+    let dir = TestDir::new("resume_default");
+    let out = dir.join("out.bin");
+    // A query of this test's own to find its lines in the access log.
+    let tag = "resume-default-issue22";
+    let url = format!("{}?{tag}", ng.http_url(&f.name));
+    // What nginx logged so far (it logs an aborted request when its connection closes).
+    let logged = || {
+        std::thread::sleep(Duration::from_millis(300));
+        ng.bytes_served(tag).len()
+    };
+
+    let kept = interrupted(&dir, &out, &url, total);
+    let before = logged();
+    let o = dir.ringdl().args(["-x", "2", "-o"]).arg(&out).arg(&url).run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), f.sha256);
+    let err = o.stderr_text();
+    assert!(
+        err.contains(&format!("resuming {}", util::part_path(&out).display()))
+            && err.contains(&format!("{kept} of {total} bytes kept")),
+        "{err}"
+    );
+    let served: u64 = ng.bytes_served(tag)[before..].iter().sum();
+    // Only what was missing, give or take the blocks at the edges of each gap (and what a
+    // work-stealing split leaves in flight).
+    assert!(
+        served >= total - kept && served <= total - kept + 512 * 1024,
+        "the run without -c was sent {served} bytes; {} were missing\n{err}",
+        total - kept
+    );
+    assert!(fetched_now(&o.summary()).is_some(), "{}", o.summary());
+
+    // --no-continue: every byte again, and it says so.
+    std::fs::remove_file(&out).unwrap();
+    interrupted(&dir, &out, &url, total);
+    let before = logged();
+    let o = dir
+        .ringdl()
+        .args(["-x", "2", "--no-continue", "-o"])
+        .arg(&out)
+        .arg(&url)
+        .run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), f.sha256);
+    assert!(o.stderr_text().contains("exists: starting over"), "{}", o.stderr_text());
+    let served: u64 = ng.bytes_served(tag)[before..].iter().sum();
+    assert!(served >= total, "--no-continue was sent {served} of {total} bytes");
+    assert_eq!(fetched_now(&o.summary()), None, "{}", o.summary());
 }

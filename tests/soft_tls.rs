@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use util::{MIB, TestDir, sha256_file, write_random_file};
 
-/// `vm_server`, or `None` (skipped loudly; a failure under `CI=true`).
+/// `vm_server`: `RINGDL_VM_SERVER_BIN`, else the example beside these tests (`cargo test`
+/// without `--test` builds examples), else built now ([`util::cargo_build`]) — never a
+/// skip.
 fn server_bin() -> Option<PathBuf> {
     if let Some(b) = std::env::var_os("RINGDL_VM_SERVER_BIN") {
         return Some(PathBuf::from(b));
@@ -29,11 +31,10 @@ fn server_bin() -> Option<PathBuf> {
     if bin.exists() {
         return Some(bin);
     }
-    util::skip(&format!(
-        "no vm_server: set RINGDL_VM_SERVER_BIN or build it (cargo build --release --example vm_server); looked at {}",
-        bin.display()
-    ));
-    None
+    let target = util::cargo_build(&["-p", "ringdl", "--example", "vm_server"], &[]);
+    let bin = target.join("release/examples/vm_server");
+    assert!(bin.exists(), "cargo built no {}", bin.display());
+    Some(bin)
 }
 
 /// A running `vm_server -v` serving `root` on a free loopback port; stderr in a file.

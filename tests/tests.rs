@@ -20,5 +20,6 @@ mod seccomp;
 mod soak;
 mod soft_tls;
 mod static_binary;
+mod teardown;
 mod users;
 mod vm;

@@ -241,7 +241,7 @@ fn json_record_matches_the_download() {
     let url = n.https_url(&file.name);
     let o = dir
         .ringdl()
-        .args(["-x", "4", "--checksum"])
+        .args(["-x", "4", "-v", "--checksum"])
         .arg(format!("sha-256={}", file.sha256))
         .arg("--json")
         .arg(&json)
@@ -259,25 +259,29 @@ fn json_record_matches_the_download() {
     assert_eq!(j["output"], out.to_str().unwrap());
     assert_eq!(j["bytes"], file.size);
     assert_eq!(j["fetched"], file.size);
+    let summary = o.summary();
+    // The time and rate the summary prints (`in 0.12 s`), to its two decimals.
     let secs = j["seconds"].as_f64().unwrap();
+    let printed: f64 = summary
+        .split_once(" bytes in ")
+        .and_then(|(_, r)| r.split_once(" s,"))
+        .and_then(|(s, _)| s.parse().ok())
+        .unwrap_or_else(|| panic!("no time in {summary}"));
+    assert!(secs > 0.0 && (secs - printed).abs() <= 0.006, "{j}\n{summary}");
     let rate = j["rate"].as_f64().unwrap();
+    assert!((rate - file.size as f64 / secs).abs() <= rate * 0.01 + 1.0, "{j}");
+    let engine = expected_engine(&dir);
+    assert_eq!(j["engine"], engine, "{j}\n{summary}");
     assert!(
-        secs > 0.0 && (rate - file.size as f64 / secs).abs() <= rate * 0.01 + 1.0,
-        "{j}"
+        summary.contains(&format!(", engine {} ", engine.as_str().unwrap())),
+        "{summary}"
     );
-    assert!(
-        ["direct", "buffered", "ktls-direct"].contains(&j["engine"].as_str().unwrap()),
-        "{j}"
-    );
-    assert!(["io_uring", "epoll"].contains(&j["io"].as_str().unwrap()), "{j}");
-    assert!(
-        o.summary()
-            .contains(&format!("engine {}", j["engine"].as_str().unwrap())),
-        "{j}"
-    );
-    assert!(j["tls_version"].as_str().unwrap().starts_with("TLSv1_"), "{j}");
-    assert!(j["tls_suite"].as_str().unwrap().starts_with("TLS"), "{j}");
-    assert!(o.summary().contains(j["tls_suite"].as_str().unwrap()), "{j}");
+    assert_eq!(j["io"], expected_io(), "{j}");
+    assert!(summary.contains(&format!(", I/O {}, ", expected_io())), "{summary}");
+    // nginx speaks TLS 1.3 and both sides rank AES-256-GCM first; named as other tools do.
+    assert_eq!(j["tls_version"], "TLSv1.3", "{j}");
+    assert_eq!(j["tls_suite"], "TLS13_AES_256_GCM_SHA384", "{j}");
+    assert!(summary.contains(", TLSv1.3 TLS13_AES_256_GCM_SHA384, "), "{summary}");
     assert_eq!(j["ktls_connections"], 0);
     // Records opened in place on every TLS connection, and the summary says the same.
     let tls_conns = j["tls_connections"].as_u64().unwrap();
@@ -290,9 +294,15 @@ fn json_record_matches_the_download() {
     );
     let conns = j["connections"].as_u64().unwrap();
     assert!((1..=4).contains(&conns), "{j}");
-    assert!(o.summary().contains(&format!("{conns} connection")), "{j}");
+    let plural = if conns == 1 { "" } else { "s" };
+    assert!(
+        summary.contains(&format!(", {conns} connection{plural}, ")),
+        "{j}\n{summary}"
+    );
     assert_eq!(j["retries"], 0);
-    assert!(j["steals"].as_u64().is_some(), "{j}");
+    // Each split is one `-v` line: `connection C: takes bytes A-B from connection D`.
+    let splits = o.stderr_text().lines().filter(|l| l.contains(": takes bytes ")).count();
+    assert_eq!(j["steals"], splits as u64, "{j}");
     assert_eq!(j["redirects"], 0);
     assert_eq!(j["checksum_verified"], true);
     assert_eq!(j["exit_code"], 0);
@@ -355,23 +365,49 @@ fn json_record_on_stdout_for_a_failure_and_after_a_redirect() {
         .assert_code(exit::USAGE);
 }
 
+/// The engine `--engine auto` picks for an HTTPS download into `dir` on this host (no
+/// kTLS here): `direct` where O_DIRECT surely works, else whatever the filesystem allows.
+fn expected_engine(dir: &TestDir) -> serde_json::Value {
+    if crate::util::surely_supports_o_direct(dir.path()) {
+        "direct".into()
+    } else if crate::util::fs_type(dir.path()).as_deref() == Some("tmpfs") {
+        // tmpfs takes O_DIRECT from 6.6 on.
+        use std::os::unix::fs::OpenOptionsExt;
+        let dio = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(0o40000)
+            .open(dir.join("o_direct_probe"))
+            .is_ok();
+        if dio { "direct" } else { "buffered" }.into()
+    } else {
+        "buffered".into()
+    }
+}
+
+/// The I/O backend the runs use: the one `RINGDL_TEST_IO` forces, else io_uring (this
+/// host allows it; `seccomp::` covers the fallback).
+fn expected_io() -> &'static str {
+    match crate::util::test_io() {
+        Some("epoll") => "epoll",
+        _ => "io_uring",
+    }
+}
+
 /// The fields of a failed run's record that say what the transfer got to: engine, I/O
-/// backend, TLS, connections, retries, time. Returns `(bytes, fetched, seconds)`.
+/// backend, TLS, connections, retries, time, for an HTTPS run into `dir` on the test
+/// nginx (TLS 1.3) without failed attempts. Returns `(bytes, fetched, seconds)`.
 #[track_caller]
-fn assert_failure_record_filled(j: &serde_json::Value) -> (u64, u64, f64) {
-    assert!(
-        ["direct", "buffered", "ktls-direct"].contains(&j["engine"].as_str().unwrap_or("")),
-        "{j}"
-    );
-    assert!(["io_uring", "epoll"].contains(&j["io"].as_str().unwrap_or("")), "{j}");
-    assert!(
-        j["tls_version"].as_str().is_some_and(|v| v.starts_with("TLSv1_")),
-        "{j}"
-    );
-    assert!(j["tls_suite"].as_str().is_some_and(|v| v.starts_with("TLS")), "{j}");
+fn assert_failure_record_filled(j: &serde_json::Value, dir: &TestDir) -> (u64, u64, f64) {
+    assert_eq!(j["engine"], expected_engine(dir), "{j}");
+    assert_eq!(j["io"], expected_io(), "{j}");
+    assert_eq!(j["tls_version"], "TLSv1.3", "{j}");
+    assert_eq!(j["tls_suite"], "TLS13_AES_256_GCM_SHA384", "{j}");
     assert_eq!(j["ktls_connections"], 0, "{j}");
     assert!(j["connections"].as_u64().is_some_and(|c| c >= 1), "{j}");
-    assert!(j["retries"].as_u64().is_some() && j["steals"].as_u64().is_some(), "{j}");
+    assert_eq!(j["retries"], 0, "{j}");
+    assert!(j["steals"].as_u64().is_some(), "{j}");
     assert!(
         j["final_url"].as_str().is_some_and(|u| u.starts_with("https://")),
         "{j}"
@@ -399,7 +435,7 @@ fn json_record_after_an_https_404_has_the_transfer_fields() {
     o.assert_code(exit::HTTP_STATUS);
     let j = parse_json(&o.stdout_text());
     assert!(j["error"].as_str().unwrap().contains("404"), "{j}");
-    let (bytes, fetched, seconds) = assert_failure_record_filled(&j);
+    let (bytes, fetched, seconds) = assert_failure_record_filled(&j, &dir);
     assert_eq!((bytes, fetched), (0, 0), "{j}");
     assert!(seconds > 0.0 && seconds < 20.0, "{j}");
     assert_eq!(j["connections"], 1, "{j}");
@@ -435,7 +471,7 @@ fn json_record_after_sigint_mid_download_has_the_transfer_fields() {
     let j = parse_json(&std::fs::read_to_string(&json).unwrap());
     assert_eq!(j["exit_code"], exit::INTERRUPTED);
     assert!(j["error"].as_str().unwrap().contains("interrupted"), "{j}");
-    let (bytes, fetched, seconds) = assert_failure_record_filled(&j);
+    let (bytes, fetched, seconds) = assert_failure_record_filled(&j, &dir);
     // About 2 s at 2 MiB/s: some bytes fetched, far from all; what is kept is what landed
     // (aligned writes of what was fetched), never more. (How much depends on the machine's
     // load — the review once saw 0.45 MB in 4.4 s while the whole suite ran — so only the
@@ -551,6 +587,68 @@ fn checksum_file_takes_sha512_and_the_url_name() {
     o.assert_success();
     assert!(o.summary().contains("sha-512 verified"), "{}", o.summary());
     assert_same_bytes(&out, file);
+}
+
+/// Checksum files as Windows tools write them: a UTF-8 byte-order mark (or UTF-16 with
+/// its mark, PowerShell's `Out-File`), upper-case hex, CRLF, the file's line first. Each
+/// is taken and verified; an upper-case digest that does not match still fails (exit 9),
+/// so the digest was compared, not skipped.
+#[test]
+fn checksum_file_with_a_byte_order_mark_and_upper_case_hex() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let other = n.file(4 * MIB);
+    let dir = TestDir::new("users_sums_windows");
+    let text = |digest: &str| {
+        format!(
+            "{} *{}\r\n{}  {}\r\n",
+            digest.to_uppercase(),
+            file.name,
+            other.sha256.to_uppercase(),
+            other.name
+        )
+    };
+    let utf8_bom = |t: String| [b"\xEF\xBB\xBF".as_slice(), t.as_bytes()].concat();
+    let utf16_bom = |t: String| {
+        let mut b = vec![0xFF, 0xFE];
+        t.encode_utf16().for_each(|u| b.extend_from_slice(&u.to_le_bytes()));
+        b
+    };
+    for (k, bytes) in [utf8_bom(text(&file.sha256)), utf16_bom(text(&file.sha256))]
+        .into_iter()
+        .enumerate()
+    {
+        let sums = dir.join(format!("SHA256SUMS-{k}"));
+        std::fs::write(&sums, bytes).unwrap();
+        let out = dir.join(format!("{k}")).join(&file.name);
+        std::fs::create_dir(dir.join(format!("{k}"))).unwrap();
+        let o = dir
+            .ringdl()
+            .args(["-x", "2", "--checksum-file"])
+            .arg(&sums)
+            .arg("-o")
+            .arg(&out)
+            .arg(n.http_url(&file.name))
+            .run();
+        o.assert_success();
+        assert!(o.summary().contains("sha-256 verified"), "{k}: {}", o.summary());
+        assert_same_bytes(&out, file);
+    }
+    // The other file's digest under this file's name, upper-case after a mark: mismatch.
+    let sums = dir.join("WRONG256SUMS");
+    std::fs::write(&sums, utf8_bom(text(&other.sha256))).unwrap();
+    let out = dir.join("wrong.bin");
+    let o = dir
+        .ringdl()
+        .args(["--checksum-file"])
+        .arg(&sums)
+        .arg("-o")
+        .arg(&out)
+        .arg(n.http_url(&file.name))
+        .run();
+    o.assert_code(9);
+    assert!(o.stderr_text().contains("sha-256 mismatch"), "{}", o.stderr_text());
+    assert!(!out.exists());
 }
 
 // ---------------------------------------------------------------------------

@@ -44,6 +44,7 @@ fn usage_errors() {
         &["--io", "poll", "u"],
         &["--sqpoll", "--io", "epoll", "u"],
         &["--io", "epoll", "--sqpoll", "u"],
+        &["-c", "--no-continue", "u"],
     ] {
         let e = p(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
         assert_eq!(e.kind, crate::error::Kind::Usage, "{args:?}");

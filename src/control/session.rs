@@ -142,7 +142,7 @@ pub(crate) fn pump_tls(
         };
         *rlo += discard;
         if handshake_done && tls_info.is_none() {
-            let v = tls.protocol_version().map(|v| format!("{v:?}")).unwrap_or_default();
+            let v = tls.protocol_version().map(version_name).unwrap_or_default();
             let s = tls
                 .negotiated_cipher_suite()
                 .map(|s| format!("{:?}", s.suite()))
@@ -175,5 +175,25 @@ pub(crate) fn encrypt(
             Err(EncryptError::InsufficientSize(s)) => out.resize(at + s.required_size, 0),
             Err(e) => return Err(Fail::retry(Kind::Tls, format!("TLS encrypt: {e}"))),
         }
+    }
+}
+
+/// The TLS version as OpenSSL, curl and wget print it (`TLSv1.3`, `TLSv1.2`), not
+/// rustls' Rust name (`TLSv1_3`).
+pub(crate) fn version_name(v: rustls::ProtocolVersion) -> String {
+    match v {
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3".to_owned(),
+        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2".to_owned(),
+        other => format!("{other:?}").replace('_', "."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tls_versions_are_named_as_other_tools_name_them() {
+        assert_eq!(super::version_name(rustls::ProtocolVersion::TLSv1_3), "TLSv1.3");
+        assert_eq!(super::version_name(rustls::ProtocolVersion::TLSv1_2), "TLSv1.2");
+        assert_eq!(super::version_name(rustls::ProtocolVersion::TLSv1_1), "TLSv1.1");
     }
 }

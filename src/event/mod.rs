@@ -401,7 +401,7 @@ pub fn run<'a>(
             {
                 if saved {
                     e.msg.push_str(&format!(
-                        "; {} of {} bytes kept in {}: run again with -c to fetch only the rest",
+                        "; {} of {} bytes kept in {}: run the same command again to fetch only the rest",
                         dl.sh.landed.bytes(),
                         dl.sh.total.unwrap_or(0),
                         part.display()

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::engine::EngineKind;
 use crate::event::Loop;
 
 /// What the summary line reports.
@@ -16,7 +17,7 @@ pub struct Summary {
     /// The mirror (index in the URLs given to [`run`]) whose first answer planned the
     /// segments; `None` when none answered (or with one URL before its first answer).
     pub reference: Option<usize>,
-    /// `TLSv1_3 TLS13_AES_256_GCM_SHA384`, or `plain`.
+    /// `TLSv1.3 TLS13_AES_256_GCM_SHA384`, or `plain`.
     pub tls: String,
     /// Wall time of the transfer.
     pub elapsed: Duration,
@@ -86,5 +87,144 @@ impl Loop<'_> {
             steals: self.sh.steals,
             mirrors: self.mirror_reports(),
         }
+    }
+}
+
+impl Summary {
+    /// The engine as the summary line names it: the engine that ran (`engine`, as
+    /// selected; `note` is the selection's note), then what carried TLS — the kernel
+    /// (kTLS, on however many connections it took, whatever the engine: `buffered` and
+    /// `direct` hand connections to kTLS too), the software record layer, or why kTLS
+    /// was refused where it was tried.
+    pub fn engine_label(&self, engine: EngineKind, note: &str) -> String {
+        let tls = self.tls != "plain";
+        let tried = matches!(engine, EngineKind::KtlsDirect | EngineKind::Splice) || self.ktls_refused.is_some();
+        match engine {
+            // (The note is about TLS: a redirect may have ended on plain http.)
+            _ if !tls => engine.name().to_owned(),
+            _ if self.ktls_conns > 0 => format!(
+                "{} (kTLS on {} of {} TLS connections{})",
+                engine.name(),
+                self.ktls_conns,
+                self.tls_conns,
+                match self.ktls_rekeys {
+                    0 => String::new(),
+                    1 => ", 1 KeyUpdate rekeyed in place".to_owned(),
+                    n => format!(", {n} KeyUpdates rekeyed in place"),
+                }
+            ),
+            _ if tried => {
+                let why = self.ktls_refused.as_deref().unwrap_or("no connection handed off");
+                let ran = match engine {
+                    EngineKind::KtlsDirect => "direct",
+                    e => e.name(),
+                };
+                format!("{ran} (kTLS refused: {why}; user-space TLS)")
+            }
+            EngineKind::Direct if self.soft_conns > 0 => format!(
+                "{} (TLS records opened in place on {} of {} TLS connections{})",
+                engine.name(),
+                self.soft_conns,
+                self.tls_conns,
+                match self.soft_rekeys {
+                    0 => String::new(),
+                    1 => ", 1 KeyUpdate taken in place".to_owned(),
+                    n => format!(", {n} KeyUpdates taken in place"),
+                }
+            ),
+            _ => format!("{}{note}", engine.name()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(tls: &str, ktls: usize, tls_conns: usize) -> Summary {
+        Summary {
+            bytes: 1,
+            fetched: 1,
+            connections: tls_conns.max(1),
+            reference: None,
+            tls: tls.to_owned(),
+            elapsed: Duration::ZERO,
+            registered: true,
+            digest: None,
+            disposition: None,
+            ktls_conns: ktls,
+            ktls_refused: None,
+            ktls_rekeys: 0,
+            soft_conns: 0,
+            soft_rekeys: 0,
+            tls_conns,
+            capped_at: None,
+            io: "io_uring".to_owned(),
+            retries: 0,
+            steals: 0,
+            mirrors: Vec::new(),
+        }
+    }
+
+    const TLS13: &str = "TLSv1.3 TLS13_AES_256_GCM_SHA384";
+
+    /// Issue 22: on a 6.1 kernel with /tmp on tmpfs, `--engine auto` ran `buffered` with
+    /// the kernel decrypting every connection, and the summary did not say kTLS.
+    #[test]
+    fn ktls_is_named_whatever_the_engine() {
+        for engine in [
+            EngineKind::Buffered,
+            EngineKind::Direct,
+            EngineKind::KtlsDirect,
+            EngineKind::Splice,
+        ] {
+            let s = summary(TLS13, 4, 4);
+            assert_eq!(
+                s.engine_label(engine, ""),
+                format!("{} (kTLS on 4 of 4 TLS connections)", engine.name())
+            );
+        }
+        let mut s = summary(TLS13, 3, 4);
+        s.ktls_rekeys = 2;
+        assert_eq!(
+            s.engine_label(EngineKind::Buffered, ""),
+            "buffered (kTLS on 3 of 4 TLS connections, 2 KeyUpdates rekeyed in place)"
+        );
+    }
+
+    #[test]
+    fn ktls_refused_says_why_and_what_ran() {
+        let mut s = summary(TLS13, 0, 4);
+        assert_eq!(
+            s.engine_label(EngineKind::KtlsDirect, ""),
+            "direct (kTLS refused: no connection handed off; user-space TLS)"
+        );
+        s.ktls_refused = Some("TCP_ULP: ENOENT".to_owned());
+        assert_eq!(
+            s.engine_label(EngineKind::Splice, ""),
+            "splice (kTLS refused: TCP_ULP: ENOENT; user-space TLS)"
+        );
+        assert_eq!(
+            s.engine_label(EngineKind::Buffered, ""),
+            "buffered (kTLS refused: TCP_ULP: ENOENT; user-space TLS)"
+        );
+    }
+
+    #[test]
+    fn user_space_tls_and_plain() {
+        let mut s = summary(TLS13, 0, 4);
+        assert_eq!(s.engine_label(EngineKind::Buffered, ""), "buffered");
+        assert_eq!(
+            s.engine_label(EngineKind::Direct, " (no kTLS on this kernel: user-space TLS)"),
+            "direct (no kTLS on this kernel: user-space TLS)"
+        );
+        s.soft_conns = 4;
+        assert_eq!(
+            s.engine_label(EngineKind::Direct, ""),
+            "direct (TLS records opened in place on 4 of 4 TLS connections)"
+        );
+        let plain = summary("plain", 0, 0);
+        assert_eq!(plain.engine_label(EngineKind::Splice, " (x)"), "splice");
+        assert_eq!(plain.engine_label(EngineKind::Buffered, " (x)"), "buffered");
     }
 }

@@ -618,24 +618,79 @@ pub fn is_root() -> bool {
     euid() == 0
 }
 
-/// Skips the rest of a test whose host lacks something: locally it says so loudly on
-/// stderr and the caller returns (the test passes); under CI (`CI=true`) a skip is a
-/// failure, so a CI run never counts a test that did not run as passed.
+/// A test whose host lacks what it needs (root, IPv6 on loopback, a tool) did not run,
+/// and a test that did not run must not look green: this FAILS it with the reason. Only
+/// with `RINGDL_ALLOW_SKIPS=1` (a developer who knows the machine lacks it) does the
+/// caller return and the test pass, said loudly on stderr; under `CI=true` never. What a
+/// test can build itself (the test servers, the static binary) it builds instead
+/// ([`cargo_build`]).
 ///
 /// # Panics
-/// Under `CI=true`, always.
+/// Unless `RINGDL_ALLOW_SKIPS=1` and not `CI=true`.
 #[track_caller]
 pub fn skip(reason: &str) {
+    let name = thread::current().name().unwrap_or("a test").to_owned();
     if std::env::var_os("CI").is_some_and(|v| v == "true") {
         panic!("CI=true: this test may not skip: {reason}");
+    }
+    if std::env::var_os("RINGDL_ALLOW_SKIPS").is_none_or(|v| v != "1") {
+        panic!(
+            "NOT RUN (counted as a failure): {reason}. Give the machine what it lacks, or set \
+             RINGDL_ALLOW_SKIPS=1 to let {name} pass without running"
+        );
     }
     // Straight to fd 2, past the test harness's capture of `eprintln!`: seen even when
     // the test passes.
     let _ = writeln!(
         std::io::stderr(),
-        "*** SKIPPED {} (passes without running; CI=true fails it): {reason}",
-        thread::current().name().unwrap_or("a test")
+        "*** SKIPPED {name} (passes without running: RINGDL_ALLOW_SKIPS=1): {reason}"
     );
+}
+
+/// Builds what a test needs with `cargo build --release ARGS` (extra `env`), once per
+/// test run, into a target directory of its own (`<target>/nested`): `cargo test` holds the
+/// lock of its own target directory while tests run, so a build there would wait forever.
+/// Returns that target directory. The first build compiles the dependencies again (a few
+/// minutes on 2 cores); later runs reuse them.
+///
+/// # Panics
+/// When cargo fails (its stderr's tail in the message).
+pub fn cargo_build(args: &[&str], env: &[(&str, &str)]) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let target = ringdl_bin()
+        .parent()
+        .and_then(Path::parent)
+        .expect("the ringdl binary lives in <target>/release")
+        .join("nested");
+    let key = format!("{args:?} {env:?}");
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if built.contains(&key) {
+        return target;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let _ = writeln!(
+        std::io::stderr(),
+        "building for the tests: cargo build --release {} (into {})",
+        args.join(" "),
+        target.display()
+    );
+    let out = Command::new(cargo)
+        .args(["build", "--release"])
+        .args(args)
+        .envs(env.iter().copied())
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running cargo build {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "cargo build --release {args:?} failed ({}):\n{}",
+        out.status,
+        tail(&String::from_utf8_lossy(&out.stderr))
+    );
+    built.push(key);
+    target
 }
 
 /// True when `program --version` (or `-V`) starts; used to skip or fail clearly.
@@ -647,6 +702,89 @@ pub fn have_program(program: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok()
+}
+
+/// A filesystem a test mounted on a directory of its own (root only). Dropping it
+/// unmounts, and a failed unmount FAILS the test: something — ringdl's ring, a thread, an
+/// fd — still holds the filesystem, which is a bug, and a mount must not be left behind
+/// (after a failure the mount is detached lazily, `umount -l`, so nothing stays).
+pub struct Mount {
+    point: PathBuf,
+    mounted: bool,
+}
+
+impl Mount {
+    /// `mount -t FSTYPE -o OPTIONS FSTYPE POINT`.
+    ///
+    /// # Errors
+    /// mount(8)'s words when it refuses (no such filesystem, not root).
+    pub fn new(fstype: &str, options: &str, point: &Path) -> Result<Mount, String> {
+        let o = Command::new("mount")
+            .args(["-t", fstype, "-o", options, fstype])
+            .arg(point)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "mount -t {fstype} {}: {}",
+                point.display(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+        Ok(Mount {
+            point: point.to_owned(),
+            mounted: true,
+        })
+    }
+
+    /// `mount -o remount,OPTIONS`; true when it worked.
+    pub fn remount(&self, options: &str) -> bool {
+        Command::new("mount")
+            .args(["-o", &format!("remount,{options}")])
+            .arg(&self.point)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// umount(8) once, now — no retry, no wait.
+    ///
+    /// # Errors
+    /// umount's words ("target is busy") when the filesystem is still in use; it stays
+    /// mounted (dropping the `Mount` then fails the test).
+    pub fn unmount(&mut self) -> Result<(), String> {
+        if !self.mounted {
+            return Ok(());
+        }
+        let o = Command::new("umount")
+            .arg(&self.point)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("umount: {e}"))?;
+        if o.status.success() {
+            self.mounted = false;
+            return Ok(());
+        }
+        Err(format!(
+            "umount {}: {} ({})",
+            self.point.display(),
+            String::from_utf8_lossy(&o.stderr).trim(),
+            o.status
+        ))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmount() {
+            let _ = Command::new("umount").arg("-l").arg(&self.point).status();
+            if thread::panicking() {
+                let _ = writeln!(std::io::stderr(), "{e} (detached with umount -l)");
+            } else {
+                panic!("{e}: the filesystem is still held after the test (detached with umount -l)");
+            }
+        }
+    }
 }
 
 /// Filesystem type of the mount holding `path` (`ext4`, `tmpfs`, `ramfs`, …), from
@@ -993,6 +1131,25 @@ impl Nginx {
         } else {
             format!("http://127.0.0.1:{}/capped/{path}", self.http_port)
         }
+    }
+
+    /// Body bytes sent (`$body_bytes_sent` of nginx's combined format, after the request
+    /// line and the status) for each request in the main access log whose line contains
+    /// `needle`, in log order. nginx writes a line when a request ends, aborted ones too.
+    pub fn bytes_served(&self, needle: &str) -> Vec<u64> {
+        fs::read_to_string(self.run.join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(|l| {
+                let after = l.split('"').nth(2).unwrap_or_else(|| panic!("access log line: {l}"));
+                after
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|b| b.parse().ok())
+                    .unwrap_or_else(|| panic!("no body bytes in access log line: {l}"))
+            })
+            .collect()
     }
 
     /// The lines of `users.log` (format `users`: host:port, request URI, then

@@ -908,11 +908,8 @@ impl UringRing {
 
 impl Drop for UringRing {
     fn drop(&mut self) {
-        self.forget_registrations();
-        if self.cqes_outstanding == 0 && self.raw.sq_pending() == 0 {
-            return;
-        }
-        if !self.cancel_all_and_wait(DROP_WAIT) {
+        let settled = (self.cqes_outstanding == 0 && self.raw.sq_pending() == 0) || self.cancel_all_and_wait(DROP_WAIT);
+        if !settled {
             // Some op did not confirm completion: the kernel may still write
             // into its buffer, msghdr or control Vec (an io-wq worker mid-read
             // keeps doing so after close(2) of the ring). Freeing that memory
@@ -921,8 +918,39 @@ impl Drop for UringRing {
             core::mem::forget(core::mem::take(&mut self.slots));
             core::mem::forget(core::mem::take(&mut self.args));
         }
+        self.release_registrations(settled);
         // Fields drop next: the slot table (if not leaked), then `raw`, which
         // unmaps its rings before closing the fd.
+    }
+}
+
+impl UringRing {
+    /// Gives back, before the ring fd closes, what the ring holds of the process: the
+    /// fixed-file table (a reference to each file, so to its filesystem) and the fixed
+    /// buffers (pinned pages). close(2) of the last ring fd only queues the ring's
+    /// teardown (io_ring_exit_work on a kernel workqueue); that work drops the table's
+    /// file references from a kworker, whose fput(2) goes to the delayed-fput list, so the
+    /// output stayed open — `umount` of its filesystem failed with EBUSY — for 20–40 ms
+    /// after ringdl exited. IORING_UNREGISTER_FILES from this thread instead drops them
+    /// now: the last fput runs as task work before the syscall returns to user space, so
+    /// the file is closed when this function returns (io_uring/rsrc.c,
+    /// io_sqe_files_unregister; fs/file_table.c, fput). Only when every op has
+    /// completed (`settled`): before 6.13 unregistering waits for requests that still use
+    /// the table, which an op that ignored its cancel could make endless.
+    fn release_registrations(&mut self, settled: bool) {
+        if settled {
+            if !self.files.is_empty() {
+                self.files.clear();
+                // ENXIO: no table; EINTR (a signal while an older kernel waits for the
+                // table's users): the close of the ring fd drops it, as before.
+                let _ = self.raw.unregister_files();
+            }
+            // Before `pools` lets go of the mappings the registration pins.
+            if !self.pools.is_empty() {
+                let _ = self.raw.unregister_buffers();
+            }
+        }
+        self.forget_registrations();
     }
 }
 
