@@ -20,6 +20,7 @@ cd "$(repo_root)"
 ensure_tools \
     /usr/sbin/nginx:nginx-light \
     /usr/bin/tinyproxy:tinyproxy \
+    /usr/bin/microsocks:microsocks \
     musl-gcc:musl-tools \
     curl:curl \
     /etc/ssl/certs/ca-certificates.crt:ca-certificates \

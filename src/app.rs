@@ -582,16 +582,17 @@ fn mirror_route<'a>(
     )? {
         Ok(p) => {
             if opts.verbose > 0 {
-                eprintln!(
-                    "ringdl: proxy {} (from {}){}",
-                    p.url,
-                    p.source,
-                    if p.tunnel {
-                        ": a CONNECT tunnel per connection"
-                    } else {
-                        ": requests in absolute-form"
+                let how = match p.url.scheme() {
+                    http::ProxyScheme::Socks5h => {
+                        format!(": a SOCKS5 tunnel per connection, the proxy resolves {}", url.host())
                     }
-                );
+                    http::ProxyScheme::Socks5 => {
+                        format!(": a SOCKS5 tunnel per connection, {} resolved here", url.host())
+                    }
+                    http::ProxyScheme::Http if p.tunnel => ": a CONNECT tunnel per connection".to_owned(),
+                    http::ProxyScheme::Http => ": requests in absolute-form".to_owned(),
+                };
+                eprintln!("ringdl: proxy {} (from {}){how}", p.url, p.source);
             }
             Some(p)
         }
@@ -606,7 +607,19 @@ fn mirror_route<'a>(
             None
         }
     };
-    // Through a proxy only the proxy's name is resolved: the proxy resolves the origin.
+    // socks5:// (not socks5h://): the origin's name is resolved here (with --resolve), and
+    // the proxy is given the first address; the proxy connects to it.
+    let mut proxy = proxy;
+    if let Some(socks) = proxy
+        .as_mut()
+        .filter(|p| p.url.scheme() == http::ProxyScheme::Socks5)
+        .and_then(|p| p.socks.as_mut())
+    {
+        let target = resolve::resolve(url.host(), url.port(), &opts.resolve, opts.verbose)?;
+        socks.target = target.first().copied();
+    }
+    // Through a proxy only the proxy's name is resolved (but see socks5:// above): the
+    // proxy resolves the origin.
     let (host, port) = match &proxy {
         Some(p) => (p.url.host(), p.url.port()),
         None => (url.host(), url.port()),

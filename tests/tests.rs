@@ -18,6 +18,7 @@ mod proxy;
 mod reach;
 mod seccomp;
 mod soak;
+mod socks;
 mod soft_tls;
 mod static_binary;
 mod users;
