@@ -310,6 +310,11 @@ fn real_main(record: &mut Record) -> Result<()> {
         if let Some(c) = &control {
             resume::remove(c);
         }
+        if opts.verbose > 0 && s.tls != "plain" {
+            // Connections to one origin share the run's TLS configuration and its session
+            // cache: after the first full handshake, tickets let the next ones resume.
+            eprintln!("ringdl: TLS handshakes: {} full, {} resumed", s.tls_full, s.tls_resumed);
+        }
         if !opts.quiet {
             let secs = s.elapsed.as_secs_f64();
             // The rate of what this run fetched (a resume fetched only the rest).
@@ -368,6 +373,10 @@ impl Record {
         self.ktls_connections = Some(s.ktls_conns as u64);
         self.records_in_place_connections = Some(s.soft_conns as u64);
         self.tls_connections = Some(s.tls_conns as u64);
+        if s.tls != "plain" {
+            self.tls_full_handshakes = Some(s.tls_full as u64);
+            self.tls_resumed_handshakes = Some(s.tls_resumed as u64);
+        }
         self.connections = Some(s.connections as u64);
         self.retries = Some(s.retries);
         self.steals = Some(s.steals);
