@@ -21,5 +21,6 @@ mod soak;
 mod socks;
 mod soft_tls;
 mod static_binary;
+mod trust;
 mod users;
 mod vm;

@@ -1,8 +1,12 @@
 //! TLS client configuration: rustls with the ring provider, trust anchors from
 //! webpki-roots, `SSL_CERT_FILE`, `SSL_CERT_DIR` and `--ca-certificate`.
 
+mod refused;
 mod roots;
 mod x509;
+
+pub use refused::Refused;
+use refused::{name_small_key, name_weak_signature};
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -216,7 +220,8 @@ impl ServerCertVerifier for Verifier {
         let verified = if self.insecure {
             ServerCertVerified::assertion()
         } else {
-            self.verify_anchored(end_entity, intermediates, server_name, ocsp_response, now)?
+            self.verify_anchored(end_entity, intermediates, server_name, ocsp_response, now)
+                .map_err(|e| name_weak_signature(e, end_entity, intermediates))?
         };
         self.check_pin(end_entity)?;
         Ok(verified)
@@ -229,6 +234,7 @@ impl ServerCertVerifier for Verifier {
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+            .map_err(|e| name_small_key(e, cert))
     }
 
     fn verify_tls13_signature(
@@ -238,6 +244,7 @@ impl ServerCertVerifier for Verifier {
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+            .map_err(|e| name_small_key(e, cert))
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -479,7 +486,41 @@ pub fn explain(e: &rustls::Error) -> String {
         E::InvalidCertificate(C::InvalidPurpose) => {
             "the server certificate is not for TLS servers (extended key usage)".into()
         }
-        E::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<PinMismatch>().is_some() => o.0.to_string(),
+        E::InvalidCertificate(C::Other(o))
+            if o.0.downcast_ref::<PinMismatch>().is_some() || o.0.downcast_ref::<Refused>().is_some() =>
+        {
+            o.0.to_string()
+        }
+        E::InvalidCertificate(C::UnsupportedSignatureAlgorithmContext { signature_algorithm_id, .. }) => {
+            // The AlgorithmIdentifier's content: the OID's tag, length and octets.
+            let arcs = match signature_algorithm_id.as_slice() {
+                [0x06, n, rest @ ..] if rest.len() >= usize::from(*n) => x509::oid_arcs(&rest[..usize::from(*n)]),
+                _ => Vec::new(),
+            };
+            let oid: Vec<String> = arcs.iter().map(ToString::to_string).collect();
+            format!(
+                "a certificate of the chain is signed with an algorithm ringdl does not accept (OID {})",
+                oid.join(".")
+            )
+        }
+        E::InvalidMessage(rustls::InvalidMessage::HandshakePayloadTooLarge) => {
+            "the server sent a certificate message larger than 64 KiB (its certificate chain is too long; \
+             a TLS handshake message may not exceed 64 KiB in ringdl)"
+                .into()
+        }
+        E::AlertReceived(a @ (rustls::AlertDescription::HandshakeFailure | rustls::AlertDescription::InsufficientSecurity)) => {
+            format!(
+                "the server refused the handshake (TLS alert {a:?}): the server offers no TLS 1.2/1.3 cipher suite \
+                 ringdl accepts (ECDHE with AES-GCM or ChaCha20-Poly1305)"
+            )
+        }
+        E::AlertReceived(a @ rustls::AlertDescription::ProtocolVersion) => format!(
+            "the server refused the handshake (TLS alert {a:?}): it offers no TLS version ringdl accepts (TLS 1.2, 1.3)"
+        ),
+        E::PeerIncompatible(p) => format!(
+            "the server's TLS is one ringdl does not speak ({p:?}): ringdl accepts TLS 1.2/1.3 with ECDHE and \
+             AES-GCM or ChaCha20-Poly1305"
+        ),
         E::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<KeyUsageRefused>().is_some() => {
             format!("the server certificate is not for TLS servers: {}", o.0)
         }
