@@ -7,8 +7,9 @@ use std::collections::VecDeque;
 
 use http::{
     ByteRange, ChunkedDecoder, ChunkedError, ContentRange, Framing, Header, MAX_BOUNDARY, MAX_FIELDS, MAX_PART_FIELDS,
-    ProxyUrl, Request, Status, Url, byteranges_boundary, content_disposition_filename, no_proxy_matches,
-    parse_byteranges_part, parse_content_range, parse_head, sanitize_file_name,
+    ProxyUrl, Request, Socks5Handshake, Socks5Step, Socks5Target, Status, Url, byteranges_boundary,
+    content_disposition_filename, no_proxy_matches, parse_byteranges_part, parse_content_range, parse_head,
+    sanitize_file_name,
 };
 use ringdl::engine::blocks::WriteBlock;
 use ringdl::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer, content_range_fits};
@@ -33,6 +34,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("multipart", multipart),
     ("proxy_url", proxy_url),
     ("no_proxy", no_proxy),
+    ("socks5_reply", socks5_reply),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -1800,16 +1802,17 @@ fn percent_encode(s: &str) -> String {
 }
 
 /// `proxy_url`: never panics; a parsed proxy has a host and a port, its Display is
-/// `http://` + (`***@` exactly when it has credentials) + `host:port` and never shows a
-/// password, and the Display parses back to the same host and port; the credentials,
-/// percent-encoded again into that URL, parse back to themselves.
+/// its scheme + `://` + (`***@` exactly when it has credentials) + `host:port` and never
+/// shows a password, and the Display parses back to the same scheme, host and port; the
+/// credentials, percent-encoded again into that URL, parse back to themselves.
 pub fn proxy_url(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else { return };
     let Ok(p) = ProxyUrl::parse(s) else { return };
     assert!(!p.host().is_empty(), "empty host: {s:?}");
     assert_ne!(p.port(), 0, "port 0: {s:?}");
     let shown = p.to_string();
-    let rest = shown.strip_prefix("http://").expect("Display starts with http://");
+    let scheme = format!("{}://", p.scheme().as_str());
+    let rest = shown.strip_prefix(&scheme).expect("Display starts with the scheme");
     let authority = match (rest.strip_prefix("***@"), p.credentials()) {
         (Some(a), Some(_)) => a,
         (None, None) => rest,
@@ -1822,14 +1825,14 @@ pub fn proxy_url(data: &[u8]) {
         !authority.contains('@'),
         "credentials in the shown authority: {shown:?}"
     );
-    let again = ProxyUrl::parse(&format!("http://{authority}")).unwrap_or_else(|e| panic!("{shown:?}: {e}"));
+    let again = ProxyUrl::parse(&format!("{scheme}{authority}")).unwrap_or_else(|e| panic!("{shown:?}: {e}"));
     assert_eq!(
-        (again.host(), again.port(), again.credentials()),
-        (p.host(), p.port(), None)
+        (again.scheme(), again.host(), again.port(), again.credentials()),
+        (p.scheme(), p.host(), p.port(), None)
     );
     if let Some((user, password)) = p.credentials() {
         let url = format!(
-            "http://{}:{}@{authority}",
+            "{scheme}{}:{}@{authority}",
             percent_encode(user),
             percent_encode(password)
         );
@@ -1888,4 +1891,53 @@ pub fn no_proxy(data: &[u8]) {
             assert!(!no_proxy_matches(h, &longer), "{h:?} matches {longer:?}");
         }
     }
+}
+
+/// `socks5_reply`: a flag byte (odd: the handshake offers a user name and password), then
+/// the proxy's bytes, fed to a handshake for a domain target at the split points the
+/// input's hash picks. Never panics;
+/// every step consumes no more than it was given; `Send` appends a message and `Open`
+/// none; a handshake opens only after method selection and the reply (at least 2 + 7
+/// bytes), and the same bytes in one piece give the same outcome as in pieces.
+pub fn socks5_reply(data: &[u8]) {
+    let Some((&flag, data)) = data.split_first() else {
+        return;
+    };
+    let creds = (flag & 1 == 1).then(|| (b"user".to_vec(), b"pw".to_vec()));
+    let run = |splits: &mut dyn FnMut(usize) -> usize| -> (Result<usize, http::Socks5Error>, usize) {
+        let mut out = Vec::new();
+        let target = Socks5Target::Domain("example.com".into(), 443);
+        let mut h = Socks5Handshake::start(target, creds.clone(), &mut out).expect("valid start");
+        let (mut at, mut avail, mut sends) = (0usize, 0usize, 0usize);
+        loop {
+            avail = (avail + splits(data.len() - avail)).min(data.len());
+            let before = out.len();
+            match h.advance(&data[at..avail], &mut out) {
+                Ok(Socks5Step::NeedMore) => {
+                    assert_eq!(out.len(), before, "NeedMore appended bytes");
+                    if avail == data.len() {
+                        return (Ok(usize::MAX), sends);
+                    }
+                }
+                Ok(Socks5Step::Send(n)) => {
+                    assert!(n <= avail - at, "Send consumed {n} of {}", avail - at);
+                    assert!(out.len() > before, "Send appended nothing");
+                    at += n;
+                    sends += 1;
+                }
+                Ok(Socks5Step::Open(n)) => {
+                    assert!(n <= avail - at, "Open consumed {n} of {}", avail - at);
+                    assert_eq!(out.len(), before, "Open appended bytes");
+                    // (The shortest reply: ATYP 3 with an empty BND.ADDR, 7 bytes.)
+                    assert!(at + n >= 2 + 7, "opened after {} bytes", at + n);
+                    return (Ok(at + n), sends);
+                }
+                Err(e) => return (Err(e), sends),
+            }
+        }
+    };
+    let whole = run(&mut |left| left);
+    let mut rng = Rng::from(data);
+    let pieces = run(&mut |left| if left == 0 { 0 } else { 1 + rng.below(left) });
+    assert_eq!(whole, pieces, "one piece and many pieces differ");
 }

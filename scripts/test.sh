@@ -39,6 +39,7 @@ run_tests() { "$@" 2>&1 | tee -a "$results"; }
 ensure_tools \
     /usr/sbin/nginx:nginx-light \
     /usr/bin/tinyproxy:tinyproxy \
+    /usr/bin/microsocks:microsocks \
     musl-gcc:musl-tools \
     curl:curl \
     /etc/ssl/certs/ca-certificates.crt:ca-certificates \

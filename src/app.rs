@@ -328,6 +328,11 @@ fn real_main(record: &mut Record) -> Result<()> {
         if let Some(c) = &control {
             resume::remove(c);
         }
+        if opts.verbose > 0 && s.tls != "plain" {
+            // Connections to one origin share the run's TLS configuration and its session
+            // cache: after the first full handshake, tickets let the next ones resume.
+            eprintln!("ringdl: TLS handshakes: {} full, {} resumed", s.tls_full, s.tls_resumed);
+        }
         if !opts.quiet {
             let secs = s.elapsed.as_secs_f64();
             // The rate of what this run fetched (a resume fetched only the rest).
@@ -386,6 +391,10 @@ impl Record {
         self.ktls_connections = Some(s.ktls_conns as u64);
         self.records_in_place_connections = Some(s.soft_conns as u64);
         self.tls_connections = Some(s.tls_conns as u64);
+        if s.tls != "plain" {
+            self.tls_full_handshakes = Some(s.tls_full as u64);
+            self.tls_resumed_handshakes = Some(s.tls_resumed as u64);
+        }
         self.connections = Some(s.connections as u64);
         self.retries = Some(s.retries);
         self.steals = Some(s.steals);
@@ -558,16 +567,17 @@ fn mirror_route<'a>(
     )? {
         Ok(p) => {
             if opts.verbose > 0 {
-                eprintln!(
-                    "ringdl: proxy {} (from {}){}",
-                    p.url,
-                    p.source,
-                    if p.tunnel {
-                        ": a CONNECT tunnel per connection"
-                    } else {
-                        ": requests in absolute-form"
+                let how = match p.url.scheme() {
+                    http::ProxyScheme::Socks5h => {
+                        format!(": a SOCKS5 tunnel per connection, the proxy resolves {}", url.host())
                     }
-                );
+                    http::ProxyScheme::Socks5 => {
+                        format!(": a SOCKS5 tunnel per connection, {} resolved here", url.host())
+                    }
+                    http::ProxyScheme::Http if p.tunnel => ": a CONNECT tunnel per connection".to_owned(),
+                    http::ProxyScheme::Http => ": requests in absolute-form".to_owned(),
+                };
+                eprintln!("ringdl: proxy {} (from {}){how}", p.url, p.source);
             }
             Some(p)
         }
@@ -582,7 +592,19 @@ fn mirror_route<'a>(
             None
         }
     };
-    // Through a proxy only the proxy's name is resolved: the proxy resolves the origin.
+    // socks5:// (not socks5h://): the origin's name is resolved here (with --resolve), and
+    // the proxy is given the first address; the proxy connects to it.
+    let mut proxy = proxy;
+    if let Some(socks) = proxy
+        .as_mut()
+        .filter(|p| p.url.scheme() == http::ProxyScheme::Socks5)
+        .and_then(|p| p.socks.as_mut())
+    {
+        let target = resolve::resolve(url.host(), url.port(), &opts.resolve, opts.verbose)?;
+        socks.target = target.first().copied();
+    }
+    // Through a proxy only the proxy's name is resolved (but see socks5:// above): the
+    // proxy resolves the origin.
     let (host, port) = match &proxy {
         Some(p) => (p.url.host(), p.url.port()),
         None => (url.host(), url.port()),

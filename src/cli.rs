@@ -59,14 +59,16 @@ Connections and I/O:
       --write-threshold B   splice: bytes held in the pipe before writing (default 1048576)
 
 Network:
-      --proxy URL           HTTP proxy: [http://][user:password@]host[:port] (port
-                            default 1080); https goes through a CONNECT tunnel; \"\"
-                            = none. Default: the environment, as curl reads it
-                            (https_proxy, http_proxy, all_proxy; upper case too,
-                            except HTTP_PROXY)
+      --proxy URL           proxy: [SCHEME://][user:password@]host[:port] (port
+                            default 1080). SCHEME http (default; https goes through
+                            a CONNECT tunnel), socks5 (SOCKS5, names resolved here)
+                            or socks5h (the proxy resolves them); \"\" = none.
+                            Default: the environment, as curl reads it (https_proxy,
+                            http_proxy, all_proxy; upper case too, except HTTP_PROXY)
       --proxy-user USER:PASSWORD
-                            the proxy's Basic credentials, apart from the proxy URL
-                            (over its user:password@); never printed
+                            the proxy's credentials (HTTP Basic, or SOCKS5 username/
+                            password), apart from the proxy URL (over its
+                            user:password@); never printed
       --noproxy LIST        hosts that go direct: comma-separated names (suffix
                             match), IP addresses, CIDR networks, or '*'; default
                             no_proxy / NO_PROXY

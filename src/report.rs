@@ -439,6 +439,9 @@ pub struct Record {
     /// TLS connections that reached the hand-off after their handshake (reconnects
     /// included): the "of M" of the two counts above.
     pub tls_connections: Option<u64>,
+    /// TLS handshakes in full, and resumed (a session of an earlier connection).
+    pub tls_full_handshakes: Option<u64>,
+    pub tls_resumed_handshakes: Option<u64>,
     /// Connections that carried a request.
     pub connections: Option<u64>,
     /// Failed attempts tried again (a segment requeued, a connection reopened).
@@ -475,6 +478,8 @@ impl Record {
         o.u64("ktls_connections", self.ktls_connections);
         o.u64("records_in_place_connections", self.records_in_place_connections);
         o.u64("tls_connections", self.tls_connections);
+        o.u64("tls_full_handshakes", self.tls_full_handshakes);
+        o.u64("tls_resumed_handshakes", self.tls_resumed_handshakes);
         o.u64("connections", self.connections);
         o.u64("retries", self.retries);
         o.u64("steals", self.steals);

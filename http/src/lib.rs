@@ -1,7 +1,7 @@
 //! HTTP/1.1 pieces for ringdl: URL parsing and `Location` resolution, the request
 //! head, the response head, field values (`Content-Length`, `Content-Range`,
 //! validators), the chunked coding, `Content-Disposition` file names, and the one part of
-//! a `multipart/byteranges` 206.
+//! a `multipart/byteranges` 206, and the SOCKS5 handshake (RFC 1928, RFC 1929).
 //!
 //! Everything is a pure function over byte slices: no I/O. Parsers borrow their input
 //! and report incomplete input as [`Status::Partial`]. The body-side functions
@@ -52,6 +52,7 @@ mod multipart;
 mod proxy;
 mod request;
 mod response;
+mod socks5;
 mod url;
 
 pub use crate::chunked::{ChunkedDecoder, ChunkedError, MAX_CHUNK_LINE, MAX_CHUNK_SIZE_DIGITS, MAX_TRAILER, Step};
@@ -64,10 +65,15 @@ pub use crate::multipart::{
     MAX_BOUNDARY, MAX_PART_FIELDS, MAX_PART_HEAD, Part, PartError, byteranges_boundary, parse_byteranges_part,
 };
 pub use crate::proxy::{
-    DEFAULT_PROXY_PORT, ProxyError, ProxyUrl, authority, no_proxy_matches, write_connect_request, write_proxied_request,
+    DEFAULT_PROXY_PORT, ProxyError, ProxyScheme, ProxyUrl, authority, no_proxy_matches, write_connect_request,
+    write_proxied_request,
 };
 pub use crate::request::{ByteRange, MANAGED_FIELDS, Request, RequestError, check_field};
 pub use crate::response::{HeadError, Header, MAX_FIELDS, MAX_HEAD, Response, Status, parse_head};
+pub use crate::socks5::{
+    Socks5Error, Socks5Handshake, Socks5Reply, Socks5Step, Socks5Target, parse_socks5_auth, parse_socks5_method,
+    parse_socks5_reply, write_socks5_connect,
+};
 pub use crate::url::{MAX_URL_LEN, Scheme, SchemeName, Url, UrlError, Userinfo, split_userinfo};
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ pub const DEFAULT_PROXY_PORT: u16 = 1080;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProxyError {
-    /// A scheme other than `http` (`https://` TLS to the proxy and `socks*://` are not
-    /// supported).
+    /// A scheme other than `http`, `socks5` and `socks5h` (`https://` TLS to the proxy,
+    /// `socks4://` and `socks4a://` are not supported).
     UnsupportedScheme,
     /// The host or port after the credentials is not valid (as in a [`Url`]).
     Host(UrlError),
@@ -28,7 +28,7 @@ impl fmt::Display for ProxyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ProxyError::UnsupportedScheme => {
-                f.write_str("unsupported proxy scheme: only http:// proxies (CONNECT for https) are supported")
+                f.write_str("unsupported proxy scheme: only http://, socks5:// and socks5h:// proxies are supported")
             }
             ProxyError::Host(e) => write!(f, "{e}"),
             ProxyError::InvalidCredentials => f.write_str("control character in proxy user name or password"),
@@ -38,15 +38,41 @@ impl fmt::Display for ProxyError {
 
 impl std::error::Error for ProxyError {}
 
-/// An HTTP proxy: `[http://][user[:password]@]host[:port][/]`.
+/// How ringdl talks to a proxy, from its URL's scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyScheme {
+    /// `http://`: HTTP, a `CONNECT` tunnel for https (RFC 9110 §9.3.6), absolute-form
+    /// requests for http.
+    Http,
+    /// `socks5://`: SOCKS5 (RFC 1928), the client resolves the destination's name.
+    Socks5,
+    /// `socks5h://`: SOCKS5, the proxy resolves the name (sent as ATYP 3, DOMAINNAME).
+    Socks5h,
+}
+
+impl ProxyScheme {
+    /// `http`, `socks5` or `socks5h`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyScheme::Http => "http",
+            ProxyScheme::Socks5 => "socks5",
+            ProxyScheme::Socks5h => "socks5h",
+        }
+    }
+}
+
+/// A proxy: `[SCHEME://][user[:password]@]host[:port][/]`, SCHEME `http`, `socks5` or
+/// `socks5h` (case-insensitive).
 ///
 /// Without a scheme the proxy speaks HTTP, without a port it listens on
 /// [`DEFAULT_PROXY_PORT`] (curl's rules). User and password are percent-decoded; a path
 /// is ignored. [`fmt::Display`] never shows the credentials.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProxyUrl {
-    // INVARIANT: scheme http, path "/", the port explicit.
+    // INVARIANT: scheme http, path "/", the port explicit (the proxy's own scheme is
+    // `scheme`).
     origin: Url,
+    scheme: ProxyScheme,
     user: Option<String>,
     password: Option<String>,
 }
@@ -55,14 +81,20 @@ impl ProxyUrl {
     /// Parses a proxy URL as curl's `--proxy` and `http_proxy` take it.
     ///
     /// # Errors
-    /// [`ProxyError::UnsupportedScheme`] for `https://`, `socks5://` and the like;
+    /// [`ProxyError::UnsupportedScheme`] for `https://`, `socks4://` and the like;
     /// [`ProxyError::Host`] for a bad host or port; [`ProxyError::InvalidCredentials`].
     pub fn parse(s: &str) -> Result<ProxyUrl, ProxyError> {
         let s = s.trim();
-        let rest = match s.find("://") {
-            Some(i) if s[..i].eq_ignore_ascii_case("http") => &s[i + 3..],
-            Some(_) => return Err(ProxyError::UnsupportedScheme),
-            None => s,
+        let (scheme, rest) = match s.find("://") {
+            Some(i) => {
+                let name = &s[..i];
+                let scheme = [ProxyScheme::Http, ProxyScheme::Socks5, ProxyScheme::Socks5h]
+                    .into_iter()
+                    .find(|k| name.eq_ignore_ascii_case(k.as_str()))
+                    .ok_or(ProxyError::UnsupportedScheme)?;
+                (scheme, &s[i + 3..])
+            }
+            None => (ProxyScheme::Http, s),
         };
         let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
         let (userinfo, hostport) = match authority.rfind('@') {
@@ -93,7 +125,17 @@ impl ProxyUrl {
                 None => (Some(decode(ui)?), None),
             },
         };
-        Ok(ProxyUrl { origin, user, password })
+        Ok(ProxyUrl {
+            origin,
+            scheme,
+            user,
+            password,
+        })
+    }
+
+    /// How the proxy is spoken to.
+    pub fn scheme(&self) -> ProxyScheme {
+        self.scheme
     }
 
     /// The proxy's host: a name, an IPv4 address, or an IPv6 address without brackets.
@@ -116,9 +158,10 @@ impl ProxyUrl {
 }
 
 impl fmt::Display for ProxyUrl {
-    /// `http://host:port`, or `http://***@host:port` when the URL has credentials.
+    /// `SCHEME://host:port`, or `SCHEME://***@host:port` when the URL has credentials.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("http://")?;
+        f.write_str(self.scheme.as_str())?;
+        f.write_str("://")?;
         if self.user.is_some() {
             f.write_str("***@")?;
         }
@@ -318,10 +361,18 @@ mod tests {
         let p = ProxyUrl::parse("http://user@[::1]").unwrap();
         assert_eq!((p.port(), p.credentials()), (1080, Some(("user", ""))));
         assert_eq!(p.to_string(), "http://***@[::1]:1080");
+        let p = ProxyUrl::parse("SOCKS5h://u:p%40@[::1]:9050").unwrap();
+        assert_eq!((p.scheme(), p.host(), p.port()), (ProxyScheme::Socks5h, "::1", 9050));
+        assert_eq!(p.credentials(), Some(("u", "p@")));
+        assert_eq!(p.to_string(), "socks5h://***@[::1]:9050");
+        let p = ProxyUrl::parse("socks5://127.0.0.1").unwrap();
+        assert_eq!((p.scheme(), p.port()), (ProxyScheme::Socks5, 1080));
+        assert_eq!(p.to_string(), "socks5://127.0.0.1:1080");
         for bad in [
             "https://p:3128",
-            "socks5://p",
-            "socks5h://p:1",
+            "socks4://p",
+            "socks4a://p:1",
+            "socks5h://",
             "http://",
             "http://p:x",
             "http://p:0",
@@ -330,7 +381,7 @@ mod tests {
             assert!(ProxyUrl::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(ProxyUrl::parse("http://a%0a:b@p"), Err(ProxyError::InvalidCredentials));
-        assert_eq!(ProxyUrl::parse("socks5://p"), Err(ProxyError::UnsupportedScheme));
+        assert_eq!(ProxyUrl::parse("socks://p"), Err(ProxyError::UnsupportedScheme));
     }
 
     #[test]

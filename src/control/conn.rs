@@ -171,7 +171,9 @@ impl Loop<'_> {
             if res < 0 {
                 return Err(self.io_fail(i, "recv", res));
             }
-            if res > 0 {
+            // (A proxy's answer while the tunnel opens is no progress: a proxy that refuses
+            // every tunnel must still run out of tries.)
+            if res > 0 && c.st != St::Tunnel {
                 c.failures = 0;
             }
             if res == 0 {
@@ -334,7 +336,9 @@ impl Loop<'_> {
             // Through a proxy, an https connection first waits for its tunnel.
             if c.st == St::Tunnel {
                 self.tunnel_answer(i)?;
-                if self.conns[i].st == St::Tunnel {
+                // (A SOCKS5 step may have queued its next message: send it.)
+                let c = &self.conns[i];
+                if c.st == St::Tunnel && (c.busy() || c.out.is_empty()) {
                     return Ok(());
                 }
                 continue;
@@ -442,6 +446,7 @@ impl Loop<'_> {
         c.st = St::Closed;
         c.op = InFlight::Idle;
         c.tls = None;
+        c.socks = None;
         c.kconn = None;
         c.soft = None;
         c.no_ktls = false;

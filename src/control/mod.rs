@@ -8,6 +8,7 @@ pub(crate) mod proxy;
 pub(crate) mod resolve;
 pub(crate) mod response;
 pub(crate) mod session;
+mod socks;
 pub(crate) mod tls;
 
 use crate::engine::place::Placer;
@@ -82,7 +83,8 @@ pub(crate) enum St {
     Closed,
     /// CONNECT in flight.
     Connecting,
-    /// Connected to the proxy; its `CONNECT` is being sent, or its answer awaited.
+    /// Connected to the proxy; its `CONNECT` (or a SOCKS5 handshake message) is being
+    /// sent, or its answer awaited.
     Tunnel,
     /// Connected (TLS may still be handshaking).
     Open,
@@ -158,6 +160,8 @@ pub(crate) struct Conn {
     /// turn to race the next address (Happy Eyeballs, see `Loop::next_attempt`).
     pub(crate) deferred: bool,
     pub(crate) tls: Option<Box<UnbufferedClientConnection>>,
+    /// The SOCKS5 handshake while the tunnel is being opened (`St::Tunnel`).
+    pub(crate) socks: Option<Box<http::Socks5Handshake>>,
     pub(crate) rbuf: Option<Buf>,
     /// Unprocessed input is `rbuf[rlo..rhi]`.
     pub(crate) rlo: usize,
@@ -214,6 +218,7 @@ impl Conn {
             addr: 0,
             deferred: false,
             tls: None,
+            socks: None,
             rbuf: Some(rbuf),
             rlo: 0,
             rhi: 0,

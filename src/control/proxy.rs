@@ -1,6 +1,7 @@
-//! HTTP proxies: which proxy a URL goes through (`--proxy`, `--noproxy` and the
-//! environment, read as curl reads it), and the `CONNECT` tunnel each https connection
-//! opens through it before its TLS handshake (RFC 9110 §9.3.6).
+//! Proxies: which proxy a URL goes through (`--proxy`, `--noproxy` and the environment,
+//! read as curl reads it), and the `CONNECT` tunnel each https connection opens through
+//! an HTTP proxy before its TLS handshake (RFC 9110 §9.3.6). SOCKS5 tunnels are in
+//! [`crate::control::socks`].
 
 use crate::control::*;
 use crate::err;
@@ -13,13 +14,39 @@ use http::{Header, ProxyUrl, Status, Url};
 pub struct Proxy {
     /// Where the proxy listens; its Display hides the credentials.
     pub url: ProxyUrl,
-    /// `Basic base64(user:password)` (RFC 7617), sent as `Proxy-Authorization`.
+    /// `Basic base64(user:password)` (RFC 7617), sent as `Proxy-Authorization` (HTTP
+    /// proxies only).
     pub authorization: Option<String>,
-    /// An https origin: each connection asks for a `CONNECT` tunnel and runs TLS with the
-    /// origin inside it. Plain http: requests go to the proxy in absolute-form.
+    /// Each connection opens a tunnel to the origin first: a `CONNECT` for an https
+    /// origin through an HTTP proxy, a SOCKS5 CONNECT for any origin through a SOCKS5
+    /// proxy. False for plain http through an HTTP proxy: requests go to the proxy in
+    /// absolute-form.
     pub tunnel: bool,
+    /// SOCKS5 (`socks5://`, `socks5h://`): the user name and password (RFC 1929), and,
+    /// for `socks5://`, the origin's address resolved here (set by the caller).
+    pub socks: Option<Socks>,
     /// Where the proxy came from: `--proxy`, `https_proxy`, `ALL_PROXY`...
     pub source: &'static str,
+}
+
+/// What a SOCKS5 proxy is told: credentials and the destination's address.
+#[derive(Clone)]
+pub struct Socks {
+    /// User name and password (RFC 1929), from `--proxy-user` or the proxy URL.
+    pub credentials: Option<(Vec<u8>, Vec<u8>)>,
+    /// `socks5://`: the origin's address, resolved here; `None` for `socks5h://` (the
+    /// proxy resolves the name).
+    pub target: Option<std::net::SocketAddr>,
+}
+
+impl std::fmt::Debug for Socks {
+    /// Never shows the credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Socks")
+            .field("credentials", &self.credentials.as_ref().map(|_| "***"))
+            .field("target", &self.target)
+            .finish()
+    }
 }
 
 /// Where a download's connections go: the addresses to connect to (the proxy's when
@@ -53,12 +80,17 @@ pub enum Direct {
 ///    `all_proxy`, then `ALL_PROXY`. The first variable that is set decides; set and
 ///    empty means no proxy.
 ///
-/// `proxy_user` (`--proxy-user USER:PASSWORD`, curl's flag) gives the proxy's Basic
-/// credentials apart from its URL, and wins over the URL's userinfo. `env` looks a
-/// variable up (`std::env::var` in the program, a table in tests).
+/// The proxy URL's scheme says how: `http://` (or none), `socks5://`, `socks5h://`
+/// (as curl, also when the variable is `https_proxy` or `http_proxy`).
+///
+/// `proxy_user` (`--proxy-user USER:PASSWORD`, curl's flag) gives the proxy's
+/// credentials (Basic for HTTP, RFC 1929 for SOCKS5) apart from its URL, and wins over
+/// the URL's userinfo. `env` looks a variable up (`std::env::var` in the program, a
+/// table in tests).
 ///
 /// # Errors
-/// [`Kind::Usage`] for a proxy URL that does not parse or is not `http://`.
+/// [`Kind::Usage`] for a proxy URL that does not parse or has another scheme, or SOCKS5
+/// credentials longer than 255 bytes.
 pub fn choose(
     url: &Url,
     proxy: Option<&str>,
@@ -97,15 +129,45 @@ pub fn choose(
         return Ok(Err(Direct::Disabled(source)));
     }
     let parsed = ProxyUrl::parse(&value).map_err(|e| err!(Usage, "bad proxy in {source}: {e}"))?;
-    let basic = |user_pass: &[u8]| format!("Basic {}", crate::control::tls::base64_encode(user_pass));
-    let authorization = match proxy_user {
-        Some(c) => Some(basic(&[&c.user[..], b":", &c.password[..]].concat())),
-        None => parsed.credentials().map(|(u, p)| basic(format!("{u}:{p}").as_bytes())),
+    let credentials = match proxy_user {
+        Some(c) => Some((c.user.clone(), c.password.clone())),
+        None => parsed
+            .credentials()
+            .map(|(u, p)| (u.as_bytes().to_vec(), p.as_bytes().to_vec())),
     };
+    if parsed.scheme() != http::ProxyScheme::Http {
+        if credentials
+            .as_ref()
+            .is_some_and(|(u, p)| u.is_empty() || u.len() > 255 || p.len() > 255)
+        {
+            return Err(err!(
+                Usage,
+                "proxy {parsed} (from {source}): {}",
+                http::Socks5Error::CredentialsTooLong
+            ));
+        }
+        return Ok(Ok(Proxy {
+            url: parsed,
+            authorization: None,
+            tunnel: true,
+            socks: Some(Socks {
+                credentials,
+                target: None,
+            }),
+            source,
+        }));
+    }
+    let authorization = credentials.map(|(u, p)| {
+        format!(
+            "Basic {}",
+            crate::control::tls::base64_encode(&[&u[..], b":", &p[..]].concat())
+        )
+    });
     Ok(Ok(Proxy {
         url: parsed,
         authorization,
         tunnel: https,
+        socks: None,
         source,
     }))
 }
@@ -128,9 +190,13 @@ impl Proxy {
 }
 
 impl Loop<'_> {
-    /// Connection `i` is connected to the proxy: queue its `CONNECT` for the origin.
+    /// Connection `i` is connected to the proxy: queue its `CONNECT` for the origin (or
+    /// its SOCKS5 greeting).
     pub(crate) fn start_tunnel(&mut self, i: usize) -> std::result::Result<(), Fail> {
         let proxy = self.sh.proxy.as_ref().expect("a tunnel needs a proxy");
+        if proxy.socks.is_some() {
+            return self.start_socks(i);
+        }
         let c = &mut self.conns[i];
         c.st = St::Tunnel;
         c.out.clear();
@@ -147,6 +213,9 @@ impl Loop<'_> {
     /// (TLS with the origin starts; bytes after the head stay for it), an incomplete head
     /// asks for more, anything else fails the connection with the proxy's status.
     pub(crate) fn tunnel_answer(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        if self.conns[i].socks.is_some() {
+            return self.socks_answer(i);
+        }
         let proxy = self.sh.proxy.as_ref().expect("a tunnel needs a proxy");
         let target = http::authority(self.sh.url);
         let c = &mut self.conns[i];
@@ -306,9 +375,17 @@ mod tests {
             .unwrap_err(),
             Direct::Exempt("no_proxy")
         );
+        let p = pick("http://h/f", None, None, &[("http_proxy", "socks5h://u:pw@s")]).unwrap();
+        assert_eq!((p.url.host(), p.url.port(), p.tunnel), ("s", 1080, true));
+        let socks = p.socks.expect("a SOCKS5 proxy");
+        assert_eq!(socks.credentials, Some((b"u".to_vec(), b"pw".to_vec())));
+        assert_eq!(p.authorization, None);
+        assert!(!format!("{socks:?}").contains("pw"));
+        let p = pick("https://h/f", None, None, &[("ALL_PROXY", "socks5://s:9")]).unwrap();
+        assert_eq!((p.source, p.tunnel, p.socks.is_some()), ("ALL_PROXY", true, true));
         let bad = choose(
             &Url::parse("http://h/").unwrap(),
-            Some("socks5://s"),
+            Some("socks4://s"),
             None,
             None,
             |_| None,

@@ -504,7 +504,8 @@ pub(crate) fn on_head(
             };
             Err(if code == 503 { f.busy() } else { f })
         }
-        407 if sh.proxy.is_some() => {
+        // (A SOCKS5 proxy never answers in HTTP: a 407 through it is the origin's.)
+        407 if sh.proxy.as_ref().is_some_and(|p| p.socks.is_none()) => {
             let p = sh.proxy.as_ref().expect("checked");
             Err(p.auth_failure(code, &String::from_utf8_lossy(resp.reason)))
         }

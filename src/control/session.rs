@@ -58,6 +58,7 @@ pub(crate) fn pump_tls(
             Fail::retry(Kind::Tls, format!("TLS: {e}"))
         }
     };
+    let mut counted = false;
     loop {
         let mut handshake_done = false;
         let UnbufferedStatus { mut discard, state } = tls.process_tls_records(&mut rbuf[*rlo..*rhi]);
@@ -141,6 +142,14 @@ pub(crate) fn pump_tls(
             _ => Some(Pumped::NeedData),
         };
         *rlo += discard;
+        if handshaking && !counted && !tls.is_handshaking() {
+            counted = true;
+            if tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                sh.tls_resumed += 1;
+            } else {
+                sh.tls_full += 1;
+            }
+        }
         if handshake_done && tls_info.is_none() {
             let v = tls.protocol_version().map(version_name).unwrap_or_default();
             let s = tls

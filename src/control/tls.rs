@@ -1,32 +1,40 @@
 //! TLS client configuration: rustls with the ring provider, trust anchors from
 //! webpki-roots, `SSL_CERT_FILE`, `SSL_CERT_DIR` and `--ca-certificate`.
 
+mod refused;
+mod roots;
 mod x509;
 
+pub use refused::Refused;
+use refused::{name_small_key, name_weak_signature};
+
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, ExtendedKeyPurpose, RootCertStore, SignatureScheme};
+use rustls::{ClientConfig, DigitallySignedStruct, ExtendedKeyPurpose, SignatureScheme};
 
 use crate::err;
 use crate::error::Result;
 
-/// Builds the client configuration shared by every connection of a download.
+/// Builds the client configuration shared by every connection of a run (one
+/// configuration, one TLS session cache: connections to an origin resume its sessions).
 ///
-/// TLS 1.2 and 1.3, ALPN `http/1.1`. Trust anchors: webpki-roots, then the PEM file
-/// `SSL_CERT_FILE` names and the PEM files in each directory of `SSL_CERT_DIR` (a path
-/// that cannot be read is reported once on stderr and skipped), then `ca_file`. The
-/// server's host name is checked whatever the anchor (see [`Verifier`]). With
-/// `insecure`, the certificate chain and name are not checked (handshake signatures
+/// TLS 1.2 and 1.3, ALPN `http/1.1`. Trust anchors (see [`roots::load`]): webpki-roots,
+/// then the PEM file `SSL_CERT_FILE` names and the PEM files in each directory of
+/// `SSL_CERT_DIR` (a path that cannot be read is reported once on stderr and skipped),
+/// then `ca_file` — loaded when the first certificate must be verified, never with
+/// `insecure`. The server's host name is checked whatever the anchor (see [`Verifier`]).
+/// With `insecure`, the certificate chain and name are not checked (handshake signatures
 /// still are). `pins` (`--pinnedpubkey`, see [`parse_pins`]), when not empty: the server
 /// key must be one of them, with or without `insecure`.
 ///
 /// # Errors
-/// [`crate::error::Kind::LocalIo`] when `ca_file` cannot be read or holds no certificate.
+/// [`crate::error::Kind::LocalIo`] when `ca_file` cannot be read or holds no certificate
+/// (read at once, with or without `insecure`: a bad option is said before any request).
 pub fn client_config(
     ca_file: Option<&Path>,
     pins: &[[u8; 32]],
@@ -34,45 +42,6 @@ pub fn client_config(
     verbose: u8,
 ) -> Result<Arc<ClientConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    // Compiled in: a host without any CA file (an initramfs, a scratch container) still
-    // verifies public servers; no system path is read unless SSL_CERT_FILE/DIR name one.
-    if verbose > 0 {
-        eprintln!("ringdl: {} trust anchors bundled (webpki-roots, Mozilla)", roots.len());
-    }
-    if let Some(p) = std::env::var_os("SSL_CERT_FILE") {
-        let p = Path::new(&p);
-        match add_pem_file(&mut roots, p) {
-            Ok(n) if verbose > 0 => eprintln!("ringdl: {n} trust anchors from SSL_CERT_FILE={}", p.display()),
-            Ok(_) => {}
-            Err(e) => eprintln!(
-                "ringdl: warning: SSL_CERT_FILE={}: {e}; going on with the other trust anchors",
-                p.display()
-            ),
-        }
-    }
-    if let Some(d) = std::env::var_os("SSL_CERT_DIR") {
-        for dir in std::env::split_paths(&d).filter(|d| !d.as_os_str().is_empty()) {
-            let entries = match std::fs::read_dir(&dir) {
-                Ok(entries) => entries,
-                Err(e) => {
-                    eprintln!(
-                        "ringdl: warning: SSL_CERT_DIR {}: {e}; going on with the other trust anchors",
-                        dir.display()
-                    );
-                    continue;
-                }
-            };
-            let mut n = 0;
-            for e in entries.flatten() {
-                n += add_pem_file(&mut roots, &e.path()).unwrap_or(0);
-            }
-            if verbose > 0 {
-                eprintln!("ringdl: {n} trust anchors from SSL_CERT_DIR {}", dir.display());
-            }
-        }
-    }
     let mut own_anchors = Vec::new();
     if let Some(f) = ca_file {
         let certs: Vec<_> = CertificateDer::pem_file_iter(f)
@@ -86,19 +55,16 @@ pub fn client_config(
                 f.display()
             ));
         }
-        // webpki may refuse some as anchors (a v1 certificate, say); they still serve as
-        // their own anchor when the server presents them exactly.
-        roots.add_parsable_certificates(certs.iter().cloned());
         own_anchors = certs;
     }
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| err!(Internal, "TLS configuration: {e}"))?;
-    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .map_err(|e| err!(LocalIo, "trust anchors: {e}"))?;
     let verifier = Verifier {
-        inner,
+        inner: OnceLock::new(),
+        provider: provider.clone(),
+        algorithms: provider.signature_verification_algorithms,
+        ca_file: ca_file.map(Path::to_path_buf),
         own_anchors,
         pins: pins.to_vec(),
         insecure,
@@ -114,17 +80,6 @@ pub fn client_config(
     // The kTLS hand-off needs the traffic secrets; they never leave the process otherwise.
     config.enable_secret_extraction = true;
     Ok(Arc::new(config))
-}
-
-/// Parses every certificate of a PEM file into `roots`; returns how many webpki took.
-///
-/// # Errors
-/// The file cannot be opened or read.
-fn add_pem_file(roots: &mut RootCertStore, path: &Path) -> std::io::Result<usize> {
-    let file = std::fs::File::open(path)?;
-    Ok(roots
-        .add_parsable_certificates(CertificateDer::pem_reader_iter(file).flatten())
-        .0)
 }
 
 /// The TLS server name for `host`: an IP address (no SNI is sent) or a DNS name.
@@ -150,7 +105,14 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>> {
 /// checked). Handshake signatures are always checked against the certificate's key.
 #[derive(Debug)]
 struct Verifier {
-    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    /// WebPKI over the trust store, made on the first certificate to verify (see
+    /// [`roots::load`]); the error when it cannot be made.
+    inner: OnceLock<std::result::Result<Arc<rustls::client::WebPkiServerVerifier>, rustls::Error>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    /// The provider's algorithms for handshake signatures (checked with `-k` too).
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+    /// `--ca-certificate`'s path (for `-v`).
+    ca_file: Option<std::path::PathBuf>,
     /// The certificates of `--ca-certificate`, DER.
     own_anchors: Vec<CertificateDer<'static>>,
     /// `--pinnedpubkey`: SHA-256 of SubjectPublicKeyInfo DER.
@@ -164,6 +126,28 @@ struct Verifier {
 }
 
 impl Verifier {
+    /// The WebPKI verifier, the trust store loaded on the first call.
+    fn webpki(&self) -> std::result::Result<&Arc<rustls::client::WebPkiServerVerifier>, rustls::Error> {
+        self.inner
+            .get_or_init(|| {
+                let file = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
+                let dirs: Vec<_> = std::env::var_os("SSL_CERT_DIR")
+                    .map(|d| {
+                        std::env::split_paths(&d)
+                            .filter(|d| !d.as_os_str().is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let own = self.ca_file.as_deref().map(|f| (f, &self.own_anchors[..]));
+                let roots = roots::load(file.as_deref(), &dirs, own, self.verbose);
+                rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
+                    .build()
+                    .map_err(|e| rustls::Error::General(format!("trust anchors: {e}")))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     /// WebPKI, or the own-anchor case; see [`Verifier`].
     fn verify_anchored(
         &self,
@@ -174,7 +158,7 @@ impl Verifier {
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
         match self
-            .inner
+            .webpki()?
             .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
         {
             Err(_) if self.own_anchors.iter().any(|a| a.as_ref() == end_entity.as_ref()) => {
@@ -236,7 +220,8 @@ impl ServerCertVerifier for Verifier {
         let verified = if self.insecure {
             ServerCertVerified::assertion()
         } else {
-            self.verify_anchored(end_entity, intermediates, server_name, ocsp_response, now)?
+            self.verify_anchored(end_entity, intermediates, server_name, ocsp_response, now)
+                .map_err(|e| name_weak_signature(e, end_entity, intermediates))?
         };
         self.check_pin(end_entity)?;
         Ok(verified)
@@ -248,7 +233,8 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+            .map_err(|e| name_small_key(e, cert))
     }
 
     fn verify_tls13_signature(
@@ -257,11 +243,12 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+            .map_err(|e| name_small_key(e, cert))
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
@@ -499,7 +486,41 @@ pub fn explain(e: &rustls::Error) -> String {
         E::InvalidCertificate(C::InvalidPurpose) => {
             "the server certificate is not for TLS servers (extended key usage)".into()
         }
-        E::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<PinMismatch>().is_some() => o.0.to_string(),
+        E::InvalidCertificate(C::Other(o))
+            if o.0.downcast_ref::<PinMismatch>().is_some() || o.0.downcast_ref::<Refused>().is_some() =>
+        {
+            o.0.to_string()
+        }
+        E::InvalidCertificate(C::UnsupportedSignatureAlgorithmContext { signature_algorithm_id, .. }) => {
+            // The AlgorithmIdentifier's content: the OID's tag, length and octets.
+            let arcs = match signature_algorithm_id.as_slice() {
+                [0x06, n, rest @ ..] if rest.len() >= usize::from(*n) => x509::oid_arcs(&rest[..usize::from(*n)]),
+                _ => Vec::new(),
+            };
+            let oid: Vec<String> = arcs.iter().map(ToString::to_string).collect();
+            format!(
+                "a certificate of the chain is signed with an algorithm ringdl does not accept (OID {})",
+                oid.join(".")
+            )
+        }
+        E::InvalidMessage(rustls::InvalidMessage::HandshakePayloadTooLarge) => {
+            "the server sent a certificate message larger than 64 KiB (its certificate chain is too long; \
+             a TLS handshake message may not exceed 64 KiB in ringdl)"
+                .into()
+        }
+        E::AlertReceived(a @ (rustls::AlertDescription::HandshakeFailure | rustls::AlertDescription::InsufficientSecurity)) => {
+            format!(
+                "the server refused the handshake (TLS alert {a:?}): the server offers no TLS 1.2/1.3 cipher suite \
+                 ringdl accepts (ECDHE with AES-GCM or ChaCha20-Poly1305)"
+            )
+        }
+        E::AlertReceived(a @ rustls::AlertDescription::ProtocolVersion) => format!(
+            "the server refused the handshake (TLS alert {a:?}): it offers no TLS version ringdl accepts (TLS 1.2, 1.3)"
+        ),
+        E::PeerIncompatible(p) => format!(
+            "the server's TLS is one ringdl does not speak ({p:?}): ringdl accepts TLS 1.2/1.3 with ECDHE and \
+             AES-GCM or ChaCha20-Poly1305"
+        ),
         E::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<KeyUsageRefused>().is_some() => {
             format!("the server certificate is not for TLS servers: {}", o.0)
         }

@@ -126,6 +126,9 @@ pub(crate) struct Shared<'a> {
     pub(crate) soft_rekeys: usize,
     /// TLS connections that reached the hand-off (reconnects included).
     pub(crate) tls_conns: usize,
+    /// TLS handshakes completed in full, and by resuming a session (RFC 8446 §2.2).
+    pub(crate) tls_full: usize,
+    pub(crate) tls_resumed: usize,
     pub(crate) used: Vec<bool>,
     /// Control-file state to validate against the first 206.
     pub(crate) resume: Option<State>,
@@ -280,6 +283,8 @@ pub fn run<'a>(
         soft_conns: 0,
         soft_rekeys: 0,
         tls_conns: 0,
+        tls_full: 0,
+        tls_resumed: 0,
         used: vec![false; n],
         resume,
         disposition: None,

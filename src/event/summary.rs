@@ -42,6 +42,10 @@ pub struct Summary {
     /// TLS connections that reached the hand-off after their handshake (to kTLS or the
     /// software record layer), reconnects included: the "of M" of the engine's note.
     pub tls_conns: usize,
+    /// TLS handshakes completed in full (certificate verified), and by resuming a session
+    /// of an earlier connection (a TLS 1.3 ticket or a TLS 1.2 session; RFC 8446 §2.2).
+    pub tls_full: usize,
+    pub tls_resumed: usize,
     /// The server turned extra connections away (503, refused connects): how many it
     /// allowed.
     pub capped_at: Option<usize>,
@@ -81,6 +85,8 @@ impl Loop<'_> {
             soft_conns: self.sh.soft_conns,
             soft_rekeys: self.sh.soft_rekeys,
             tls_conns: self.sh.tls_conns,
+            tls_full: self.sh.tls_full,
+            tls_resumed: self.sh.tls_resumed,
             capped_at: self.sh.capped_at,
             io,
             retries: self.sh.retries,

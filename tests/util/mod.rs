@@ -1194,6 +1194,17 @@ impl Nginx {
         format!("https://127.0.0.1:{}/slow/{path}", self.https_port)
     }
 
+    /// The lines of the main `access.log` (nginx's `combined` format: the client's
+    /// address first, then the request line) that hold `needle`.
+    pub fn access_log(&self, needle: &str) -> Vec<String> {
+        fs::read_to_string(self.run.join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// `http://127.0.0.1:<http_port>/slow/<path>`: the same files at 256 KiB/s.
     pub fn slow_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}/slow/{path}", self.http_port)
@@ -1494,6 +1505,15 @@ impl CertServers {
     /// # Panics
     /// When nginx does not start (the message holds its log).
     pub fn start(www: &Path, servers: &[CertServer]) -> CertServers {
+        CertServers::start_with(www, servers, &[])
+    }
+
+    /// As [`CertServers::start`], with `extra[k]` (when there is one) added to server
+    /// `k`'s block: `ssl_protocols TLSv1.2; ssl_ciphers AES128-SHA;`.
+    ///
+    /// # Panics
+    /// When nginx does not start (the message holds its log).
+    pub fn start_with(www: &Path, servers: &[CertServer], extra: &[&str]) -> CertServers {
         let base = tempfile::Builder::new()
             .prefix("ringdl-nginx-certs-")
             .tempdir()
@@ -1514,15 +1534,16 @@ impl CertServers {
             };
             let mut conf = conf_head(&run, &modules);
             conf.push_str(&format!("    access_log off;\n    root \"{}\";\n", www.display()));
-            for (s, port) in servers.iter().zip(&ports) {
+            for (k, (s, port)) in servers.iter().zip(&ports).enumerate() {
                 let mut listen = format!("listen 127.0.0.1:{port} ssl;");
                 if ipv6 {
                     listen.push_str(&format!(" listen [::1]:{port} ssl;"));
                 }
                 conf.push_str(&format!(
-                    "    server {{ {listen} ssl_certificate \"{b}/{l}.pem\"; ssl_certificate_key \"{b}/{l}.key\"; }}\n",
+                    "    server {{ {listen} ssl_certificate \"{b}/{l}.pem\"; ssl_certificate_key \"{b}/{l}.key\"; {e} }}\n",
                     b = base.display(),
-                    l = s.label
+                    l = s.label,
+                    e = extra.get(k).copied().unwrap_or("")
                 ));
             }
             conf.push_str("}\n");

@@ -1,7 +1,8 @@
 //! The X.509 fields a certificate trusted as its own anchor is checked against, which
 //! webpki does not expose: the validity period and the key usage / extended key usage
-//! extensions (RFC 5280 §4.1.2.5, §4.2.1.3, §4.2.1.12). A DER reader over the bytes, no
-//! allocation but the EKU list; nothing else of the certificate is interpreted.
+//! extensions (RFC 5280 §4.1.2.5, §4.2.1.3, §4.2.1.12); and, for refusal messages, the
+//! subject's common name, the signature's hash and the RSA key size. A DER reader over the bytes, no
+//! allocation but the EKU list and the common name.
 
 /// What the self-anchor check needs from a certificate.
 #[derive(Debug, PartialEq, Eq)]
@@ -32,6 +33,7 @@ const OID_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x0f];
 const OID_EXT_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x25];
 
 const SEQUENCE: u8 = 0x30;
+const SET: u8 = 0x31;
 const INTEGER: u8 = 0x02;
 const BOOLEAN: u8 = 0x01;
 const BIT_STRING: u8 = 0x03;
@@ -96,6 +98,82 @@ pub fn facts(cert: &[u8]) -> Option<Facts<'_>> {
         }
     }
     Some(facts)
+}
+
+/// What a refusal message names of a certificate: its subject's common name, the hash
+/// of its signature algorithm when that is one ringdl refuses, the size of an RSA key.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The subject's first commonName (RFC 5280 §4.1.2.6, OID 2.5.4.3), lossy UTF-8.
+    pub common_name: Option<String>,
+    /// `SHA-1`, `MD5`, `MD2` when the certificate is signed with that hash (the outer
+    /// signatureAlgorithm, RFC 5280 §4.1.1.2); `None` for any other algorithm.
+    pub weak_hash: Option<&'static str>,
+    /// The modulus size in bits of an rsaEncryption subjectPublicKey (RFC 8017 A.1.1).
+    pub rsa_bits: Option<usize>,
+}
+
+/// id-at-commonName, 2.5.4.3.
+const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+/// rsaEncryption, 1.2.840.113549.1.1.1.
+const OID_RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+
+/// The hash of a signature algorithm ringdl refuses, by its OID: md2/md5/sha1 with RSA
+/// (1.2.840.113549.1.1.2/4/5), ecdsa-with-SHA1 (1.2.840.10045.4.1), dsa-with-sha1
+/// (1.2.840.10040.4.3), sha1WithRSA (1.3.14.3.2.29).
+pub fn weak_hash(oid: &[u8]) -> Option<&'static str> {
+    const PKCS1: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
+    match oid {
+        [p @ .., 2] if p == PKCS1 => Some("MD2"),
+        [p @ .., 4] if p == PKCS1 => Some("MD5"),
+        [p @ .., 5] if p == PKCS1 => Some("SHA-1"),
+        [0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x01] | [0x2a, 0x86, 0x48, 0xce, 0x38, 0x04, 0x03] => Some("SHA-1"),
+        [0x2b, 0x0e, 0x03, 0x02, 0x1d] => Some("SHA-1"),
+        _ => None,
+    }
+}
+
+/// Reads [`Identity`] from a DER certificate; `None` when it does not parse.
+pub fn identity(cert: &[u8]) -> Option<Identity> {
+    let mut certificate = Der(Der(cert).expect(SEQUENCE)?);
+    let mut tbs = Der(certificate.expect(SEQUENCE)?);
+    let signature_oid = Der(certificate.expect(SEQUENCE)?).expect(OID)?;
+    if tbs.peek() == Some(VERSION) {
+        tbs.read()?;
+    }
+    tbs.expect(INTEGER)?; // serialNumber
+    tbs.expect(SEQUENCE)?; // signature
+    tbs.expect(SEQUENCE)?; // issuer
+    tbs.expect(SEQUENCE)?; // validity
+    let mut subject = Der(tbs.expect(SEQUENCE)?);
+    let mut common_name = None;
+    while common_name.is_none() && !subject.0.is_empty() {
+        let mut rdn = Der(subject.expect(SET)?);
+        while !rdn.0.is_empty() {
+            let mut atv = Der(rdn.expect(SEQUENCE)?);
+            if atv.expect(OID)? == OID_COMMON_NAME {
+                common_name = Some(String::from_utf8_lossy(atv.read()?.1).into_owned());
+                break;
+            }
+        }
+    }
+    let mut spki = Der(tbs.expect(SEQUENCE)?);
+    let key_oid = Der(spki.expect(SEQUENCE)?).expect(OID)?;
+    let rsa_bits = if key_oid == OID_RSA {
+        let bits = spki.expect(BIT_STRING)?;
+        let mut key = Der(Der(bits.get(1..)?).expect(SEQUENCE)?);
+        let modulus = key.expect(INTEGER)?;
+        let start = modulus.iter().position(|&b| b != 0)?;
+        let m = &modulus[start..];
+        Some(m.len() * 8 - m[0].leading_zeros() as usize)
+    } else {
+        None
+    };
+    Some(Identity {
+        common_name,
+        weak_hash: weak_hash(signature_oid),
+        rsa_bits,
+    })
 }
 
 /// The arcs of an OID's content octets (`2b 06 01 …` → `[1, 3, 6, 1, …]`), for messages.
@@ -225,6 +303,28 @@ mod tests {
         edit(&mut params);
         let key = KeyPair::generate().unwrap();
         params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn identity_names_the_subject_and_key() {
+        let der = cert(|p| {
+            p.distinguished_name.push(rcgen::DnType::OrganizationName, "org");
+            p.distinguished_name.push(rcgen::DnType::CommonName, "leaf.example");
+        });
+        let id = identity(&der).expect("parses");
+        assert_eq!(id.common_name.as_deref(), Some("leaf.example"));
+        // rcgen signs with ECDSA P-256 / SHA-256: not refused, not RSA.
+        assert_eq!((id.weak_hash, id.rsa_bits), (None, None));
+        let sha1_rsa = [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x05];
+        assert_eq!(weak_hash(&sha1_rsa), Some("SHA-1"));
+        assert_eq!(
+            weak_hash(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x04]),
+            Some("MD5")
+        );
+        assert_eq!(weak_hash(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b]), None);
+        for cut in 0..der.len() {
+            let _ = identity(&der[..cut]);
+        }
     }
 
     #[test]
