@@ -164,6 +164,8 @@ mod tests {
             soft_conns: 0,
             soft_rekeys: 0,
             tls_conns,
+            tls_full: tls_conns,
+            tls_resumed: 0,
             capped_at: None,
             io: "io_uring".to_owned(),
             retries: 0,
