@@ -157,8 +157,22 @@ pub enum Note {
     },
     /// A connection failed with no range to retry.
     ConnectionFailed { conn: usize, why: String },
-    /// The server turned an extra connection away; `using` connections go on.
-    Capped { conn: usize, why: String, using: usize },
+    /// The server (or, `proxy`, the proxy refusing an extra `CONNECT` tunnel) turned an
+    /// extra connection away; `using` connections go on.
+    Capped {
+        conn: usize,
+        why: String,
+        using: usize,
+        proxy: bool,
+    },
+    /// The only busy connection was turned away while `closed` idle ones stayed open (a
+    /// server that counts them toward its cap): those closed; `using` connections go on.
+    Crowded {
+        conn: usize,
+        why: String,
+        closed: usize,
+        using: usize,
+    },
     /// At the end: the most connections the server let download at once.
     Allowed { connections: usize },
     /// kTLS not used on this connection (suite, kernel); it stays in user-space TLS.
@@ -276,9 +290,34 @@ impl std::fmt::Display for Note {
                     "connection {conn}: connect to {addr} abandoned: {winner} answered first"
                 )
             }
-            Note::Capped { conn, why, using } => write!(
+            Note::Capped {
+                conn,
+                why,
+                using,
+                proxy: false,
+            } => write!(
                 f,
                 "connection {conn}: {why}: the server turns extra connections away; going on with {using}"
+            ),
+            Note::Capped {
+                conn,
+                why,
+                using,
+                proxy: true,
+            } => write!(
+                f,
+                "connection {conn}: {why}: the proxy turns extra tunnels away; going on with {using}"
+            ),
+            Note::Crowded {
+                conn,
+                why,
+                closed,
+                using,
+            } => write!(
+                f,
+                "connection {conn}: {why} while {closed} idle connection{} stayed open: closed {}, going on with {using}",
+                if *closed == 1 { "" } else { "s" },
+                if *closed == 1 { "it" } else { "them" }
             ),
             Note::Allowed { connections: n } => {
                 write!(

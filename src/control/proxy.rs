@@ -203,10 +203,22 @@ impl Loop<'_> {
                     ));
                 }
                 _ => {
-                    return Err(Fail::fatal(
-                        Kind::HttpStatus,
-                        format!("proxy {} refused CONNECT {target}: {code} {reason}", proxy.url),
-                    ));
+                    let msg = format!("proxy {} refused CONNECT {target}: {code} {reason}", proxy.url);
+                    // A refusal of an extra tunnel while others to the same target are open
+                    // is the proxy's cap on tunnels per client (squid's `maxconn` ACL answers
+                    // 403): fewer tunnels, not an error. The first tunnel's refusal is one.
+                    let k = c.mirror;
+                    let others_open = self
+                        .conns
+                        .iter()
+                        .enumerate()
+                        .any(|(j, o)| j != i && o.mirror == k && o.st == St::Open);
+                    if others_open {
+                        let mut f = Fail::retry(Kind::HttpStatus, msg).busy();
+                        f.extra = true;
+                        return Err(f);
+                    }
+                    return Err(Fail::fatal(Kind::HttpStatus, msg));
                 }
             }
         }

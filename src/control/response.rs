@@ -474,9 +474,10 @@ pub(crate) fn on_head(
                 }),
                 None => None,
             };
-            // The wait is applied when the failure is judged (event::retry): every new request
-            // waits, or only this connection when the server merely caps connections (a 503
-            // while others download; a 429 is about the request rate: everyone waits).
+            // The wait is applied when the failure is judged (event::retry): the segment waits,
+            // and a 503 or 429 (about the server, not the request) holds every request to this
+            // origin; only the connection turned away waits when the server merely caps
+            // connections (a 503 while others download).
             let f = Fail {
                 delay: wait,
                 ..Fail::retry(
@@ -484,7 +485,11 @@ pub(crate) fn on_head(
                     format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
                 )
             };
-            Err(if code == 503 { f.busy() } else { f })
+            Err(match code {
+                503 => f.busy(),
+                429 => f.server_wide(),
+                _ => f,
+            })
         }
         407 if sh.proxy.is_some() => {
             let p = sh.proxy.as_ref().expect("checked");
