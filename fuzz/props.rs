@@ -1250,6 +1250,7 @@ pub fn scheduler(data: &[u8]) {
                     planned: plan_.is_planned(),
                     extra: arg & 16 == 16,
                     idle_others: idle_others && arg & 32 == 32,
+                    asked_wait: arg & 64 == 64,
                 };
                 let mut seg = Segment { start: j.pos, ..j.seg };
                 let before = seg.tries;
@@ -1265,7 +1266,7 @@ pub fn scheduler(data: &[u8]) {
                     assert!(a.busy && ((a.planned && others_progress) || a.extra));
                 }
                 if v == Verdict::Crowded {
-                    assert!(a.busy && a.idle_others && !others_progress);
+                    assert!(a.busy && a.idle_others && a.asked_wait && !others_progress);
                 }
                 assert!(seg.tries <= max_tries);
                 if seg.tries >= max_tries {

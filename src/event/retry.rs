@@ -73,6 +73,7 @@ impl Loop<'_> {
             reused: self.conns[i].reused,
             extra: f.extra,
             idle_others: !self.idle_to(k, i).is_empty(),
+            asked_wait: f.delay.is_some(),
             ..Attempt::default()
         };
         let capped = retry::parked(&attempt);

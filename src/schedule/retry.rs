@@ -40,6 +40,9 @@ pub struct Attempt {
     /// Other connections to the same origin sit open with no request: a server that counts
     /// idle keep-alive connections toward its per-client cap turns the busy one away.
     pub idle_others: bool,
+    /// The answer asked for a wait (Retry-After). Without one the backoff is short anyway,
+    /// and closing the idle connections would cost the concurrency for a brief outage.
+    pub asked_wait: bool,
 }
 
 /// How a failed attempt is counted.
@@ -76,7 +79,7 @@ pub fn judge(seg: &mut Segment, a: &Attempt) -> Verdict {
     if parked(a) {
         return Verdict::Parked;
     }
-    if a.busy && a.idle_others && !a.others_progress {
+    if a.busy && a.idle_others && a.asked_wait && !a.others_progress {
         seg.tries += 1;
         return Verdict::Crowded;
     }
@@ -295,6 +298,7 @@ mod tests {
         let a = Attempt {
             busy: true,
             idle_others: true,
+            asked_wait: true,
             planned: false,
             ..Attempt::default()
         };
@@ -310,7 +314,11 @@ mod tests {
             ..a
         };
         assert_eq!(judge(&mut s, &cap), Verdict::Parked);
-        for b in [Attempt { idle_others: false, ..a }, Attempt { busy: false, ..a }] {
+        for b in [
+            Attempt { idle_others: false, ..a },
+            Attempt { busy: false, ..a },
+            Attempt { asked_wait: false, ..a },
+        ] {
             let mut s = seg();
             assert_eq!(judge(&mut s, &b), Verdict::Counted, "{b:?}");
         }
