@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::fault::proxy::ConnectProxy;
 use crate::fault::{Fault, FaultServer, When};
 use crate::util::{self, MIB, TestDir, assert_same_bytes, exit, free_port, nginx};
 
@@ -415,5 +416,71 @@ fn a_redirect_to_another_host_chooses_the_proxy_again() {
             !reqs.iter().any(|r| r.starts_with(&format!("CONNECT {direct}:"))),
             "no_proxy={exempt}: {direct} should go direct: {reqs:?}"
         );
+    }
+}
+
+/// Issue 22, item 3: a proxy that answers 403 to a `CONNECT` beyond two open tunnels per
+/// client (squid's `acl … maxconn 2`): `-x 6` goes on with the tunnels it has, lands exact
+/// bytes, and `-v` says the proxy turns extra tunnels away. (It ended with exit 5, "refused
+/// CONNECT … 403", while `-x 2` worked through the same proxy.)
+#[test]
+fn a_proxy_capping_tunnels_per_client_gives_fewer_tunnels_and_exact_bytes() {
+    let srv = FaultServer::builder().size(16 * MIB).tls().start();
+    let proxy = ConnectProxy::start(2, None);
+    let dir = TestDir::new("proxy_tunnel_cap");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args(["-v", "-x", "6", "--proxy", &proxy.url(), "--ca-certificate"])
+        .arg(srv.ca_pem())
+        .arg("-o")
+        .arg(&out)
+        .arg(srv.url("file.bin"))
+        .run();
+    let err = o.stderr_text();
+    o.assert_success();
+    assert_eq!(util::sha256_file(&out), srv.sha256(), "{err}");
+    assert!(proxy.refused() >= 1, "the cap never fired: {:?}", proxy.connects());
+    assert!(proxy.most_open() <= 2, "{} tunnels open at once", proxy.most_open());
+    assert!(
+        err.contains(&format!(
+            "proxy {} refused CONNECT 127.0.0.1:{}: 403 Forbidden: the proxy turns extra tunnels away; going on with",
+            proxy.url(),
+            srv.port()
+        )),
+        "-v does not say the proxy capped the tunnels:\n{err}"
+    );
+}
+
+/// Issue 22, item 3: a refusal of the first tunnel (a proxy that refuses every `CONNECT`)
+/// stays an error, exit 5, at `-x 1` and `-x 6`, and names the proxy's answer.
+#[test]
+fn a_proxy_refusing_the_first_tunnel_is_still_an_error() {
+    let srv = FaultServer::builder().size(MIB).tls().start();
+    let proxy = ConnectProxy::start(0, None);
+    for x in ["1", "6"] {
+        let dir = TestDir::new("proxy_first_tunnel_refused");
+        let out = dir.join("out.bin");
+        let o = dir
+            .ringdl()
+            .args(["-x", x, "--proxy", &proxy.url(), "--ca-certificate"])
+            .arg(srv.ca_pem())
+            .arg("-o")
+            .arg(&out)
+            .arg(srv.url("file.bin"))
+            .run();
+        o.assert_code(exit::HTTP_STATUS);
+        let err = o.stderr_text();
+        assert!(
+            err.contains(&format!(
+                "proxy {} refused CONNECT 127.0.0.1:{}: 403 Forbidden",
+                proxy.url(),
+                srv.port()
+            )),
+            "-x {x}: {err}"
+        );
+        assert!(proxy.refused() >= 1);
+        assert!(!out.exists());
+        assert!(srv.requests().is_empty(), "a request reached the server");
     }
 }
