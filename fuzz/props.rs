@@ -1107,7 +1107,10 @@ pub fn scheduler(data: &[u8]) {
                       seg_waits: &mut Vec<(u64, u64, Duration)>,
                       probe_wait: Duration,
                       holds: &[Duration; 2]| {
-        assert!(now >= holds[origin], "a request to origin {origin} went out while it was held");
+        assert!(
+            now >= holds[origin],
+            "a request to origin {origin} went out while it was held"
+        );
         if probe {
             assert!(now >= probe_wait, "the first request went out before its wait");
         } else if let Some(k) = seg_waits.iter().position(|w| (w.0, w.1) == (seg.start, seg.end)) {

@@ -4,6 +4,8 @@
 //! and the `--json` record written at the end.
 
 use std::io::Write;
+
+use crate::schedule::retry::Cap;
 use std::time::Duration;
 
 /// Time constant of the rate shown, seconds: an exponentially weighted rate over about
@@ -157,22 +159,8 @@ pub enum Note {
     },
     /// A connection failed with no range to retry.
     ConnectionFailed { conn: usize, why: String },
-    /// The server (or, `proxy`, the proxy refusing an extra `CONNECT` tunnel) turned an
-    /// extra connection away; `using` connections go on.
-    Capped {
-        conn: usize,
-        why: String,
-        using: usize,
-        proxy: bool,
-    },
-    /// The only busy connection was turned away while `closed` idle ones stayed open (a
-    /// server that counts them toward its cap): those closed; `using` connections go on.
-    Crowded {
-        conn: usize,
-        why: String,
-        closed: usize,
-        using: usize,
-    },
+    /// The server (or proxy) turned a connection away: see [`Cap`].
+    Capped { conn: usize, why: String, cap: Cap },
     /// At the end: the most connections the server let download at once.
     Allowed { connections: usize },
     /// kTLS not used on this connection (suite, kernel); it stays in user-space TLS.
@@ -290,35 +278,7 @@ impl std::fmt::Display for Note {
                     "connection {conn}: connect to {addr} abandoned: {winner} answered first"
                 )
             }
-            Note::Capped {
-                conn,
-                why,
-                using,
-                proxy: false,
-            } => write!(
-                f,
-                "connection {conn}: {why}: the server turns extra connections away; going on with {using}"
-            ),
-            Note::Capped {
-                conn,
-                why,
-                using,
-                proxy: true,
-            } => write!(
-                f,
-                "connection {conn}: {why}: the proxy turns extra tunnels away; going on with {using}"
-            ),
-            Note::Crowded {
-                conn,
-                why,
-                closed,
-                using,
-            } => write!(
-                f,
-                "connection {conn}: {why} while {closed} idle connection{} stayed open: closed {}, going on with {using}",
-                if *closed == 1 { "" } else { "s" },
-                if *closed == 1 { "it" } else { "them" }
-            ),
+            Note::Capped { conn, why, cap } => write!(f, "connection {conn}: {why}: {cap}"),
             Note::Allowed { connections: n } => {
                 write!(
                     f,

@@ -757,7 +757,7 @@ fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
     r.assert_exact(&srv);
     let err = r.o.stderr_text();
     assert!(
-        err.contains("idle connections stayed open: closed them, going on with"),
+        err.contains("idle connections stayed open: closed them; going on with"),
         "-v does not say the idle connections were closed\n{}",
         r.explain(&srv)
     );

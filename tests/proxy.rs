@@ -547,10 +547,17 @@ fn each_hop_receives_only_its_own_credentials() {
     let srv = FaultServer::builder().size(8 * MIB).tls().start();
     run(&srv, rec.port());
     let connects = rec.connects();
-    assert!(!connects.is_empty() && connects.iter().all(|c| c.status == 200), "{connects:?}");
+    assert!(
+        !connects.is_empty() && connects.iter().all(|c| c.status == 200),
+        "{connects:?}"
+    );
     for c in &connects {
         assert_eq!(c.header("proxy-authorization"), Some(proxy_auth.as_str()), "{c:?}");
-        assert_eq!(c.header("authorization"), None, "the origin's credentials on a CONNECT: {c:?}");
+        assert_eq!(
+            c.header("authorization"),
+            None,
+            "the origin's credentials on a CONNECT: {c:?}"
+        );
     }
     origin_got_only_its_own(&srv, "CONNECT tunnel (recording proxy)");
     // https through tinyproxy (which refuses a CONNECT without them: 407).
@@ -630,12 +637,21 @@ fn origin_credentials_do_not_follow_a_redirect_to_another_port_or_scheme() {
             o.assert_success();
             (o, util::sha256_file(&out), dir)
         };
-        let case = format!("{} -> {}{}", first.base(), to.base(), if via_proxy { " via proxy" } else { "" });
+        let case = format!(
+            "{} -> {}{}",
+            first.base(),
+            to.base(),
+            if via_proxy { " via proxy" } else { "" }
+        );
         // Another origin: the credentials stay behind.
         let (o, sha, _d) = get("start");
         assert_eq!(sha, to.sha256(), "{case}");
         let start = first.requests().into_iter().find(|r| r.path() == "/start").unwrap();
-        assert_eq!(start.header("authorization"), Some(origin_auth.as_str()), "{case}: first hop");
+        assert_eq!(
+            start.header("authorization"),
+            Some(origin_auth.as_str()),
+            "{case}: first hop"
+        );
         let reached = &to.requests()[before..];
         assert!(!reached.is_empty(), "{case}");
         for r in reached {
@@ -653,10 +669,18 @@ fn origin_credentials_do_not_follow_a_redirect_to_another_port_or_scheme() {
         // The same origin: they stay on every request.
         let (_o, sha, _d) = get("same");
         assert_eq!(sha, first.sha256(), "{case}");
-        let files: Vec<_> = first.requests().into_iter().filter(|r| r.path() == "/file.bin").collect();
+        let files: Vec<_> = first
+            .requests()
+            .into_iter()
+            .filter(|r| r.path() == "/file.bin")
+            .collect();
         assert!(!files.is_empty());
         for r in files {
-            assert_eq!(r.header("authorization"), Some(origin_auth.as_str()), "{case}: same origin");
+            assert_eq!(
+                r.header("authorization"),
+                Some(origin_auth.as_str()),
+                "{case}: same origin"
+            );
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::event::mirrors::Standing;
 use crate::event::*;
 use crate::report::Note;
 use crate::schedule::Segment;
-use crate::schedule::retry::{self, Attempt, Verdict, n_tries};
+use crate::schedule::retry::{self, Attempt, Cap, Verdict, n_tries};
 use std::time::{Duration, Instant};
 
 /// A slot the server turned away (a per-client connection cap) asks again after this.
@@ -203,12 +203,19 @@ impl Loop<'_> {
                 o.capped = true;
                 o.not_before = Some(back);
             }
-            let using = self.conns.iter().filter(|o| o.mirror == k && !o.capped && !o.dead).count();
-            self.sh.report.note(Note::Crowded {
+            let using = self
+                .conns
+                .iter()
+                .filter(|o| o.mirror == k && !o.capped && !o.dead)
+                .count();
+            self.sh.report.note(Note::Capped {
                 conn: i,
                 why: f.msg.clone(),
-                closed: idle.len(),
-                using,
+                cap: Cap {
+                    proxy: false,
+                    closed: idle.len(),
+                    using,
+                },
             });
             self.sh.capped_at = Some(self.sh.capped_at.unwrap_or(0).max(using));
         }
@@ -231,8 +238,11 @@ impl Loop<'_> {
             self.sh.report.note(Note::Capped {
                 conn: i,
                 why: f.msg.clone(),
-                using,
-                proxy: f.extra,
+                cap: Cap {
+                    proxy: f.extra,
+                    closed: 0,
+                    using,
+                },
             });
             self.sh.capped_at = Some(self.sh.capped_at.unwrap_or(0).max(using));
             return Ok(());

@@ -130,7 +130,14 @@ pub struct Wait {
 /// Retry-After says otherwise; a parked attempt puts no wait on the segment (the
 /// connections the server allows take it). `server_wide`: a counted try's wait holds the
 /// origin (RFC 9110 §15.6.4 503, RFC 6585 §4 429).
-pub fn wait(v: Verdict, base_s: f64, tries: u32, jitter: f64, retry_after: Option<Duration>, server_wide: bool) -> Wait {
+pub fn wait(
+    v: Verdict,
+    base_s: f64,
+    tries: u32,
+    jitter: f64,
+    retry_after: Option<Duration>,
+    server_wide: bool,
+) -> Wait {
     let segment = match v {
         Verdict::Parked => Duration::ZERO,
         Verdict::Crowded => backoff(base_s, tries, jitter),
@@ -140,6 +147,33 @@ pub fn wait(v: Verdict, base_s: f64, tries: u32, jitter: f64, retry_after: Optio
     Wait {
         segment,
         origin: server_wide && matches!(v, Verdict::Counted) && !segment.is_zero(),
+    }
+}
+
+/// A connection turned away, as `-v` says it: by whom, and with how many the download goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cap {
+    /// A proxy refused an extra `CONNECT` tunnel (else the server an extra connection).
+    pub proxy: bool,
+    /// Idle connections closed because the server counts them toward its cap
+    /// ([`Verdict::Crowded`]); 0 for a cap on extra connections.
+    pub closed: usize,
+    /// Connections that go on.
+    pub using: usize,
+}
+
+impl std::fmt::Display for Cap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let using = self.using;
+        match (self.closed, self.proxy) {
+            (0, false) => write!(f, "the server turns extra connections away; going on with {using}"),
+            (0, true) => write!(f, "the proxy turns extra tunnels away; going on with {using}"),
+            (1, _) => write!(f, "1 idle connection stayed open: closed it; going on with {using}"),
+            (n, _) => write!(
+                f,
+                "{n} idle connections stayed open: closed them; going on with {using}"
+            ),
+        }
     }
 }
 
@@ -315,7 +349,10 @@ mod tests {
         };
         assert_eq!(judge(&mut s, &cap), Verdict::Parked);
         for b in [
-            Attempt { idle_others: false, ..a },
+            Attempt {
+                idle_others: false,
+                ..a
+            },
             Attempt { busy: false, ..a },
             Attempt { asked_wait: false, ..a },
         ] {
@@ -329,24 +366,87 @@ mod tests {
         let half = 0.5;
         // Counted: the backoff for the try number, at least the Retry-After.
         let w = wait(Verdict::Counted, 0.5, 1, half, None, false);
-        assert_eq!(w, Wait { segment: Duration::from_secs_f64(0.5), origin: false });
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs_f64(0.5),
+                origin: false
+            }
+        );
         let w = wait(Verdict::Counted, 0.5, 3, half, None, true);
-        assert_eq!(w, Wait { segment: Duration::from_secs(2), origin: true });
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs(2),
+                origin: true
+            }
+        );
         let w = wait(Verdict::Counted, 0.5, 1, half, Some(Duration::from_secs(7)), true);
-        assert_eq!(w, Wait { segment: Duration::from_secs(7), origin: true });
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs(7),
+                origin: true
+            }
+        );
         // No wait configured and no Retry-After: nothing to hold.
         let w = wait(Verdict::Counted, 0.0, 1, half, None, true);
-        assert_eq!(w, Wait { segment: Duration::ZERO, origin: false });
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::ZERO,
+                origin: false
+            }
+        );
         // A cap puts no wait on the segment and holds no origin; crowding waits the
         // backoff, not the Retry-After, and holds no origin either.
         let w = wait(Verdict::Parked, 0.5, 4, half, Some(Duration::from_secs(60)), true);
-        assert_eq!(w, Wait { segment: Duration::ZERO, origin: false });
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::ZERO,
+                origin: false
+            }
+        );
         let w = wait(Verdict::Crowded, 0.5, 1, half, Some(Duration::from_secs(60)), true);
-        assert_eq!(w, Wait { segment: Duration::from_secs_f64(0.5), origin: false });
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs_f64(0.5),
+                origin: false
+            }
+        );
         // Progress and a free retry: at once, or after the Retry-After for the segment.
-        assert_eq!(wait(Verdict::Progress, 0.5, 2, half, None, true).segment, Duration::ZERO);
+        assert_eq!(
+            wait(Verdict::Progress, 0.5, 2, half, None, true).segment,
+            Duration::ZERO
+        );
         let w = wait(Verdict::FreeRetry, 0.5, 0, half, Some(Duration::from_secs(1)), false);
-        assert_eq!(w, Wait { segment: Duration::from_secs(1), origin: false });
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs(1),
+                origin: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_cap_is_said_by_whom_and_how_many_go_on() {
+        let cap = |proxy, closed, using| Cap { proxy, closed, using }.to_string();
+        assert_eq!(
+            cap(false, 0, 2),
+            "the server turns extra connections away; going on with 2"
+        );
+        assert_eq!(cap(true, 0, 2), "the proxy turns extra tunnels away; going on with 2");
+        assert_eq!(
+            cap(false, 1, 1),
+            "1 idle connection stayed open: closed it; going on with 1"
+        );
+        assert_eq!(
+            cap(false, 3, 1),
+            "3 idle connections stayed open: closed them; going on with 1"
+        );
     }
 
     #[test]
