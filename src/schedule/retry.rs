@@ -52,8 +52,8 @@ pub enum Verdict {
     Parked,
     /// The only busy connection was turned away while idle ones to the same origin stay
     /// open (a server may count them toward its per-client cap): the idle ones close, and
-    /// the segment waits its backoff but not the server's Retry-After (which was about the
-    /// crowd). One of the segment's tries is spent.
+    /// the segment waits its backoff, not a Retry-After beyond [`MAX_BACKOFF_S`] (which was
+    /// about the crowd). One of the segment's tries is spent.
     Crowded,
     /// The attempt moved ≥ [`MIN_PROGRESS`] forward: no try spent.
     Progress,
@@ -125,8 +125,8 @@ pub struct Wait {
 
 /// The wait after attempt verdict `v` on a segment now at `tries` (as counted): a counted
 /// try waits [`backoff`]`(base_s, tries, jitter)`, at least `retry_after` (the server's
-/// Retry-After); a crowded one its backoff only (the idle connections it closed were what
-/// the Retry-After was about); a free retry or progress goes again at once unless a
+/// Retry-After); a crowded one its backoff, and a Retry-After only up to
+/// [`MAX_BACKOFF_S`] (a longer one was about the idle connections it closed); a free retry or progress goes again at once unless a
 /// Retry-After says otherwise; a parked attempt puts no wait on the segment (the
 /// connections the server allows take it). `server_wide`: a counted try's wait holds the
 /// origin (RFC 9110 §15.6.4 503, RFC 6585 §4 429).
@@ -140,7 +140,12 @@ pub fn wait(
 ) -> Wait {
     let segment = match v {
         Verdict::Parked => Duration::ZERO,
-        Verdict::Crowded => backoff(base_s, tries, jitter),
+        // A Retry-After longer than the longest backoff was about the crowd just closed.
+        Verdict::Crowded => backoff(base_s, tries, jitter).max(
+            retry_after
+                .filter(|d| d.as_secs_f64() <= MAX_BACKOFF_S)
+                .unwrap_or_default(),
+        ),
         Verdict::Progress | Verdict::FreeRetry => retry_after.unwrap_or_default(),
         Verdict::Counted => backoff(base_s, tries, jitter).max(retry_after.unwrap_or_default()),
     };
@@ -416,6 +421,10 @@ mod tests {
                 origin: false
             }
         );
+        // ... but a short Retry-After is honoured.
+        let w = wait(Verdict::Crowded, 0.5, 1, half, Some(Duration::from_secs(2)), true);
+        assert_eq!(w.segment, Duration::from_secs(2));
+        assert!(!w.origin);
         // Progress and a free retry: at once, or after the Retry-After for the segment.
         assert_eq!(
             wait(Verdict::Progress, 0.5, 2, half, None, true).segment,
