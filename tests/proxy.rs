@@ -552,6 +552,7 @@ fn each_hop_receives_only_its_own_credentials() {
         "{connects:?}"
     );
     for c in &connects {
+        assert_eq!(c.target, format!("127.0.0.1:{}", srv.port()), "{c:?}");
         assert_eq!(c.header("proxy-authorization"), Some(proxy_auth.as_str()), "{c:?}");
         assert_eq!(
             c.header("authorization"),
