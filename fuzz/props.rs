@@ -1035,15 +1035,18 @@ pub fn compaction(data: &[u8]) {
 /// driven the way the event loop drives it, by a model of N connections fetching a file.
 /// Fuzz bytes choose the file size, `-x`, `--max-tries`, an optional resumed part, and a
 /// sequence of events: a connection asks for work, a body moves forward (the first one
-/// plans the rest), a request fails in a random way (stall, idle close, cap, cut after
-/// some bytes, short reply), an idle connection steals, the clock moves, Retry-After holds.
-/// Then every connection behaves until the end.
+/// plans the rest), a request fails in a random way (stall, idle close, cap, crowding, a
+/// refused extra tunnel, cut after some bytes, short reply), an idle connection steals, the
+/// clock moves, Retry-After holds. Connections go to two origins (mirrors). Then every
+/// connection behaves until the end.
 ///
 /// Properties: every range handed out is non-empty, aligned at its start, inside the file
 /// and overlaps no other running request; it re-asks at most one alignment unit of landed
 /// bytes at each edge; every byte not landed is always covered by the first request, a
 /// queued segment or a running body (nothing is lost); tries never pass `--max-tries`
-/// (the download gives up exactly there); a steal splits inside a body; and with no more
+/// (the download gives up exactly there); no segment goes out before the wait its last
+/// failure put on it, and no request to an origin while that origin is held (a wait
+/// belongs to what failed, not to the connection); a steal splits inside a body; and with no more
 /// faults the download ends with every byte landed, in a bounded number of steps.
 pub fn scheduler(data: &[u8]) {
     use ringdl::schedule::queue::Plan;
@@ -1094,6 +1097,29 @@ pub fn scheduler(data: &[u8]) {
     // Counted failures of the first request before the first reply: the plan must hand it
     // out again with exactly these tries.
     let mut probe_counted = 0u32;
+    // Waits put on failed segments ((start, end) → not before; the first request's apart),
+    // and on each origin: connection `c` goes to origin `c % 2`.
+    let mut seg_waits: Vec<(u64, u64, Duration)> = Vec::new();
+    let mut probe_wait = Duration::ZERO;
+    let mut origin_holds = [Duration::ZERO; 2];
+    let check_wait = |seg: &Segment,
+                      probe: bool,
+                      now: Duration,
+                      origin: usize,
+                      seg_waits: &mut Vec<(u64, u64, Duration)>,
+                      probe_wait: Duration,
+                      holds: &[Duration; 2]| {
+        assert!(
+            now >= holds[origin],
+            "a request to origin {origin} went out while it was held"
+        );
+        if probe {
+            assert!(now >= probe_wait, "the first request went out before its wait");
+        } else if let Some(k) = seg_waits.iter().position(|w| (w.0, w.1) == (seg.start, seg.end)) {
+            assert!(now >= seg_waits[k].2, "{seg:?} went out before its wait");
+            seg_waits.remove(k);
+        }
+    };
 
     // Every byte not landed is covered by something that will fetch it.
     let check_nothing_lost = |plan_: &Plan, jobs: &[Option<Job>], landed: &Landed| {
@@ -1159,8 +1185,9 @@ pub fn scheduler(data: &[u8]) {
                 if jobs[c].is_some() {
                     continue;
                 }
-                if let Some((seg, probe)) = plan_.next(now) {
+                if let Some((seg, probe)) = plan_.next(now, c % 2) {
                     check_handout(&seg, probe, &jobs, &landed);
+                    check_wait(&seg, probe, now, c % 2, &mut seg_waits, probe_wait, &origin_holds);
                     if probe {
                         assert_eq!(seg.tries, probe_counted, "the first request lost its tries");
                     }
@@ -1170,7 +1197,7 @@ pub fn scheduler(data: &[u8]) {
                         pos: seg.start,
                         probe,
                     });
-                } else if plan_.is_planned() && !plan_.held(now) && op % 8 == 1 {
+                } else if plan_.is_planned() && !plan_.held(now, c % 2) && op % 8 == 1 {
                     // Steal the body with the most left, at its aligned middle.
                     let Some(v) = (0..n)
                         .filter(|&v| jobs[v].is_some_and(|j| j.seg.end > j.pos))
@@ -1216,6 +1243,7 @@ pub fn scheduler(data: &[u8]) {
                     first_reply(&mut plan_, &mut j, &landed);
                 }
                 let others_progress = jobs.iter().flatten().any(|o| o.pos > o.seg.start);
+                let idle_others = (0..n).any(|o| o != c && jobs[o].is_none());
                 let a = Attempt {
                     advanced: j.pos - j.seg.start,
                     ranges: true,
@@ -1225,6 +1253,9 @@ pub fn scheduler(data: &[u8]) {
                     busy: arg & 8 == 8,
                     others_progress,
                     planned: plan_.is_planned(),
+                    extra: arg & 16 == 16,
+                    idle_others: idle_others && arg & 32 == 32,
+                    asked_wait: arg & 64 == 64,
                 };
                 let mut seg = Segment { start: j.pos, ..j.seg };
                 let before = seg.tries;
@@ -1233,24 +1264,43 @@ pub fn scheduler(data: &[u8]) {
                     probe_counted += 1;
                 }
                 match v {
-                    Verdict::Counted => assert_eq!(seg.tries, before + 1),
+                    Verdict::Counted | Verdict::Crowded => assert_eq!(seg.tries, before + 1),
                     _ => assert_eq!(seg.tries, before, "{v:?} spent a try"),
                 }
                 if v == Verdict::Parked {
-                    assert!(a.busy && a.planned && others_progress);
+                    assert!(a.busy && ((a.planned && others_progress) || a.extra));
+                }
+                if v == Verdict::Crowded {
+                    assert!(a.busy && a.idle_others && a.asked_wait && !others_progress);
                 }
                 assert!(seg.tries <= max_tries);
                 if seg.tries >= max_tries {
                     gave_up = true;
                     break;
                 }
-                plan_.requeue(seg, j.probe);
+                // The wait belongs to the segment (and, server-wide, to its origin).
+                let retry_after = (arg & 64 == 64).then(|| Duration::from_millis(u64::from(op) * 40));
+                let w = retry::wait(v, 0.5, seg.tries, f64::from(op) / 256.0, retry_after, a.busy);
+                let until = now + w.segment;
+                if w.origin {
+                    plan_.hold(c % 2, until);
+                    origin_holds[c % 2] = origin_holds[c % 2].max(until);
+                }
+                if j.probe && !plan_.is_planned() {
+                    probe_wait = until;
+                } else if seg.start < seg.end {
+                    seg_waits.retain(|w| (w.0, w.1) != (seg.start, seg.end));
+                    seg_waits.push((seg.start, seg.end, until));
+                }
+                plan_.requeue_after(seg, j.probe, until);
             }
-            // The clock moves; a Retry-After holds every new request for a while.
+            // The clock moves; a Retry-After holds every new request to an origin for a while.
             _ => {
                 now += Duration::from_millis(u64::from(arg) * 10);
                 if arg & 1 == 1 {
-                    plan_.hold(now + Duration::from_millis(u64::from(arg) * 20));
+                    let until = now + Duration::from_millis(u64::from(arg) * 20);
+                    plan_.hold(c % 2, until);
+                    origin_holds[c % 2] = origin_holds[c % 2].max(until);
                 }
             }
         }
@@ -1269,8 +1319,9 @@ pub fn scheduler(data: &[u8]) {
         for c in 0..n {
             match jobs[c] {
                 None => {
-                    if let Some((seg, probe)) = plan_.next(now) {
+                    if let Some((seg, probe)) = plan_.next(now, c % 2) {
                         check_handout(&seg, probe, &jobs, &landed);
+                        check_wait(&seg, probe, now, c % 2, &mut seg_waits, probe_wait, &origin_holds);
                         jobs[c] = Some(Job {
                             seg,
                             pos: seg.start,

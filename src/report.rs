@@ -4,6 +4,8 @@
 //! and the `--json` record written at the end.
 
 use std::io::Write;
+
+use crate::schedule::retry::Cap;
 use std::time::Duration;
 
 mod bar;
@@ -176,8 +178,8 @@ pub enum Note {
     },
     /// A connection failed with no range to retry.
     ConnectionFailed { conn: usize, why: String },
-    /// The server turned an extra connection away; `using` connections go on.
-    Capped { conn: usize, why: String, using: usize },
+    /// The server (or proxy) turned a connection away: see [`Cap`].
+    Capped { conn: usize, why: String, cap: Cap },
     /// At the end: the most connections the server let download at once.
     Allowed { connections: usize },
     /// kTLS not used on this connection (suite, kernel); it stays in user-space TLS.
@@ -295,10 +297,7 @@ impl std::fmt::Display for Note {
                     "connection {conn}: connect to {addr} abandoned: {winner} answered first"
                 )
             }
-            Note::Capped { conn, why, using } => write!(
-                f,
-                "connection {conn}: {why}: the server turns extra connections away; going on with {using}"
-            ),
+            Note::Capped { conn, why, cap } => write!(f, "connection {conn}: {why}: {cap}"),
             Note::Allowed { connections: n } => {
                 write!(
                     f,

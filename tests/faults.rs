@@ -686,6 +686,90 @@ fn http_503_retry_after_then_gives_up_with_exit_5() {
     assert_eq!(srv.requests().len(), 3, "retried up to --max-tries\n{}", srv.describe());
 }
 
+/// Issue 22, item 2: a server that answers `code` without Retry-After for its first 1.5 s
+/// (a restart, an S3 "slow down") is waited out at `-x 1`, `4` and `16`: the wait after a
+/// refusal belongs to the request that failed and to the server, so no idle connection
+/// asks again earlier, and the refusals stay within `--max-tries`. (The backoff was set on
+/// the connection that saw the refusal and the request went straight back to the queue,
+/// where another connection took it at once: `-x 16` gave up after 5 tries in 0.0 s.)
+fn refused_for_the_first_1_5_s(test: &str, code: u16, tls: bool) {
+    for x in [1u32, 4, 16] {
+        let srv = FaultServer::builder()
+            .size(8 * MIB)
+            .tls_if(tls)
+            .fault_on(
+                When::Within(Duration::from_millis(1500)),
+                Fault::Status {
+                    code,
+                    retry_after: None,
+                },
+            )
+            .start();
+        let r = get(&format!("{test}-x{x}"), &srv, &["-v", "-x", &x.to_string()]);
+        r.assert_exact(&srv);
+        let refused = srv.fired_on(0);
+        // --retry-wait 0.5 doubles with jitter (x 0.5 to 1.5): waits of at least 0.25, 0.5
+        // and 1 s, so 1.5 s of refusals take at most 4 tries of --max-tries 5.
+        assert!(
+            refused.len() <= 4,
+            "-x {x}: {} answers {code} in 1.5 s\n{}",
+            refused.len(),
+            r.explain(&srv)
+        );
+        for w in refused.windows(2) {
+            let gap = w[1].request.at.duration_since(w[0].request.at);
+            assert!(
+                gap >= Duration::from_millis(200),
+                "-x {x}: asked again {gap:?} after a {code} (the least backoff is 0.25 s)\n{}",
+                r.explain(&srv)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_server_answering_503_for_its_first_1_5_s_is_waited_out_at_x_1_4_16() {
+    refused_for_the_first_1_5_s("503-first-1.5s", 503, false);
+}
+
+#[test]
+fn a_server_answering_429_for_its_first_1_5_s_is_waited_out_at_x_1_4_16_https() {
+    refused_for_the_first_1_5_s("429-first-1.5s", 429, true);
+}
+
+/// Issue 22, item 2: a server that counts idle keep-alive connections toward its
+/// per-client cap of 2 answers the only busy connection 503 with `Retry-After: 120` while
+/// ringdl's other connections sit idle. ringdl closes the idle ones (`-v` says so) and goes
+/// on with fewer: exact bytes in seconds, not every request held for two minutes.
+#[test]
+fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
+    let srv = FaultServer::builder()
+        .size(8 * MIB)
+        .fault_on(
+            When::Crowded(2),
+            Fault::Status {
+                code: 503,
+                retry_after: Some(RetryAfter::Seconds(120)),
+            },
+        )
+        .start();
+    let r = get("crowded-by-idle", &srv, &["-v", "-x", "4"]);
+    r.assert_exact(&srv);
+    let err = r.o.stderr_text();
+    assert!(
+        err.contains("idle connections stayed open: closed them; going on with"),
+        "-v does not say the idle connections were closed\n{}",
+        r.explain(&srv)
+    );
+    assert!(
+        r.took < Duration::from_secs(20),
+        "took {:?}: the Retry-After held the download\n{}",
+        r.took,
+        r.explain(&srv)
+    );
+    assert!(srv.fired_on(0).len() <= 2, "{}", r.explain(&srv));
+}
+
 // ---------------------------------------------------------------------------
 // Redirects
 

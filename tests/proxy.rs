@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::fault::proxy::ConnectProxy;
 use crate::fault::{Fault, FaultServer, When};
 use crate::util::{self, MIB, TestDir, assert_same_bytes, exit, free_port, nginx};
 
@@ -415,5 +416,272 @@ fn a_redirect_to_another_host_chooses_the_proxy_again() {
             !reqs.iter().any(|r| r.starts_with(&format!("CONNECT {direct}:"))),
             "no_proxy={exempt}: {direct} should go direct: {reqs:?}"
         );
+    }
+}
+
+/// Issue 22, item 3: a proxy that answers 403 to a `CONNECT` beyond two open tunnels per
+/// client (squid's `acl … maxconn 2`): `-x 6` goes on with the tunnels it has, lands exact
+/// bytes, and `-v` says the proxy turns extra tunnels away. (It ended with exit 5, "refused
+/// CONNECT … 403", while `-x 2` worked through the same proxy.)
+#[test]
+fn a_proxy_capping_tunnels_per_client_gives_fewer_tunnels_and_exact_bytes() {
+    let srv = FaultServer::builder().size(16 * MIB).tls().start();
+    let proxy = ConnectProxy::start(2, None);
+    let dir = TestDir::new("proxy_tunnel_cap");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args(["-v", "-x", "6", "--proxy", &proxy.url(), "--ca-certificate"])
+        .arg(srv.ca_pem())
+        .arg("-o")
+        .arg(&out)
+        .arg(srv.url("file.bin"))
+        .run();
+    let err = o.stderr_text();
+    o.assert_success();
+    assert_eq!(util::sha256_file(&out), srv.sha256(), "{err}");
+    assert!(proxy.refused() >= 1, "the cap never fired: {:?}", proxy.connects());
+    assert!(proxy.most_open() <= 2, "{} tunnels open at once", proxy.most_open());
+    assert!(
+        err.contains(&format!(
+            "proxy {} refused CONNECT 127.0.0.1:{}: 403 Forbidden: the proxy turns extra tunnels away; going on with",
+            proxy.url(),
+            srv.port()
+        )),
+        "-v does not say the proxy capped the tunnels:\n{err}"
+    );
+}
+
+/// Issue 22, item 3: a refusal of the first tunnel (a proxy that refuses every `CONNECT`)
+/// stays an error, exit 5, at `-x 1` and `-x 6`, and names the proxy's answer.
+#[test]
+fn a_proxy_refusing_the_first_tunnel_is_still_an_error() {
+    let srv = FaultServer::builder().size(MIB).tls().start();
+    let proxy = ConnectProxy::start(0, None);
+    for x in ["1", "6"] {
+        let dir = TestDir::new("proxy_first_tunnel_refused");
+        let out = dir.join("out.bin");
+        let o = dir
+            .ringdl()
+            .args(["-x", x, "--proxy", &proxy.url(), "--ca-certificate"])
+            .arg(srv.ca_pem())
+            .arg("-o")
+            .arg(&out)
+            .arg(srv.url("file.bin"))
+            .run();
+        o.assert_code(exit::HTTP_STATUS);
+        let err = o.stderr_text();
+        assert!(
+            err.contains(&format!(
+                "proxy {} refused CONNECT 127.0.0.1:{}: 403 Forbidden",
+                proxy.url(),
+                srv.port()
+            )),
+            "-x {x}: {err}"
+        );
+        assert!(proxy.refused() >= 1);
+        assert!(!out.exists());
+        assert!(srv.requests().is_empty(), "a request reached the server");
+    }
+}
+
+/// `Basic base64(user:password)` (RFC 7617) for the two pairs these tests use, as each
+/// hop should receive it (encoded by `base64(1)`, not by ringdl's encoder).
+fn basic(user_pass: &str) -> String {
+    let b64 = match user_pass {
+        "ringdl:s3cr3t" => "cmluZ2RsOnMzY3IzdA==",
+        "alice:origin-pw" => "YWxpY2U6b3JpZ2luLXB3",
+        other => panic!("no encoding for {other}"),
+    };
+    format!("Basic {b64}")
+}
+
+/// Issue 22, item 6: with a password for the proxy and another for the origin, each hop
+/// receives only its own. Through a `CONNECT` tunnel (tinyproxy with `BasicAuth`, and the
+/// recording proxy of `tests/fault/proxy.rs`, which keeps every `CONNECT` head) the proxy
+/// credentials go on each `CONNECT` and never inside the tunnel, and the origin's (`-u`)
+/// only inside it; plain http through tinyproxy carries the origin's to the origin and
+/// never the proxy's. The fault server records every field that reached the origin.
+#[test]
+fn each_hop_receives_only_its_own_credentials() {
+    let proxy_auth = basic("ringdl:s3cr3t");
+    let origin_auth = basic("alice:origin-pw");
+    let tiny = Tinyproxy::start(&["BasicAuth ringdl s3cr3t"]);
+    let rec = ConnectProxy::start(16, Some(&proxy_auth));
+    let run = |srv: &FaultServer, proxy_port: u16| {
+        let dir = TestDir::new("proxy_hops");
+        let out = dir.join("out.bin");
+        let mut cmd = dir.ringdl();
+        cmd.args(["-x", "4", "-u", "alice:origin-pw", "--proxy"])
+            .arg(format!("http://ringdl:s3cr3t@127.0.0.1:{proxy_port}"));
+        if srv.is_tls() {
+            cmd.arg("--ca-certificate").arg(srv.ca_pem());
+        }
+        let o = cmd.arg("-o").arg(&out).arg(srv.url("file.bin")).run();
+        o.assert_success();
+        assert_eq!(util::sha256_file(&out), srv.sha256(), "{}", o.stderr_text());
+    };
+    // What reached the origin: its own credentials on every request, never the proxy's.
+    let origin_got_only_its_own = |srv: &FaultServer, via: &str| {
+        let reqs = srv.requests();
+        assert!(!reqs.is_empty());
+        for r in &reqs {
+            assert_eq!(
+                r.header("proxy-authorization"),
+                None,
+                "{via}: the proxy's credentials reached the origin on {} {}",
+                r.method,
+                r.target
+            );
+            assert_eq!(
+                r.header("authorization"),
+                Some(origin_auth.as_str()),
+                "{via}: the origin's credentials missing on {} {}",
+                r.method,
+                r.target
+            );
+        }
+    };
+    // https through the recording proxy: each CONNECT head carries the proxy's
+    // credentials, never the origin's.
+    let srv = FaultServer::builder().size(8 * MIB).tls().start();
+    run(&srv, rec.port());
+    let connects = rec.connects();
+    assert!(
+        !connects.is_empty() && connects.iter().all(|c| c.status == 200),
+        "{connects:?}"
+    );
+    for c in &connects {
+        assert_eq!(c.target, format!("127.0.0.1:{}", srv.port()), "{c:?}");
+        assert_eq!(c.header("proxy-authorization"), Some(proxy_auth.as_str()), "{c:?}");
+        assert_eq!(
+            c.header("authorization"),
+            None,
+            "the origin's credentials on a CONNECT: {c:?}"
+        );
+    }
+    origin_got_only_its_own(&srv, "CONNECT tunnel (recording proxy)");
+    // https through tinyproxy (which refuses a CONNECT without them: 407).
+    let srv = FaultServer::builder().size(8 * MIB).tls().start();
+    run(&srv, tiny.port);
+    assert!(
+        tiny.requests()
+            .iter()
+            .any(|r| *r == format!("CONNECT 127.0.0.1:{} HTTP/1.1", srv.port())),
+        "{:?}",
+        tiny.requests()
+    );
+    origin_got_only_its_own(&srv, "CONNECT tunnel (tinyproxy)");
+    // Plain http through tinyproxy: absolute-form requests to the proxy.
+    let srv = FaultServer::builder().size(8 * MIB).start();
+    run(&srv, tiny.port);
+    assert!(
+        tiny.requests()
+            .iter()
+            .any(|r| r.starts_with(&format!("GET {} ", srv.url("file.bin")))),
+        "{:?}",
+        tiny.requests()
+    );
+    origin_got_only_its_own(&srv, "plain http (tinyproxy)");
+}
+
+/// Issue 22, item 6: the origin's credentials (`-u`) go only to their origin: a redirect
+/// to another port of the same host, or to https on another port, gets none of them (and
+/// `-v` says so); a redirect that stays on the origin keeps them. Directly and through a
+/// `CONNECT` tunnel.
+#[test]
+fn origin_credentials_do_not_follow_a_redirect_to_another_port_or_scheme() {
+    let origin_auth = basic("alice:origin-pw");
+    let rec = ConnectProxy::start(16, None);
+    let other_http = FaultServer::builder().size(3 * MIB).seed(2).start();
+    let other_https = FaultServer::builder().size(3 * MIB).seed(3).tls().start();
+    for (to, via_proxy, https_first) in [
+        (&other_http, false, false),
+        (&other_https, false, false),
+        (&other_https, true, true),
+    ] {
+        let first = FaultServer::builder()
+            .size(3 * MIB)
+            .tls_if(https_first)
+            .fault_on(
+                When::path("/start"),
+                Fault::Redirect {
+                    code: 302,
+                    location: to.url("file.bin"),
+                },
+            )
+            .fault_on(
+                When::path("/same"),
+                Fault::Redirect {
+                    code: 302,
+                    location: "/file.bin".into(),
+                },
+            )
+            .start();
+        let before = to.requests().len();
+        let get = |path: &str| {
+            let dir = TestDir::new("redirect_credentials");
+            let out = dir.join("out.bin");
+            let mut cmd = dir.ringdl();
+            // One bundle with both test CAs (the two https servers have one each).
+            let mut cas = fs::read(other_https.ca_pem()).unwrap();
+            if https_first {
+                cas.extend(fs::read(first.ca_pem()).unwrap());
+            }
+            fs::write(dir.join("cas.pem"), cas).unwrap();
+            cmd.args(["-v", "-x", "2", "-u", "alice:origin-pw", "--ca-certificate"])
+                .arg(dir.join("cas.pem"));
+            if via_proxy {
+                cmd.args(["--proxy", &rec.url()]);
+            }
+            let o = cmd.arg("-o").arg(&out).arg(first.url(path)).run();
+            o.assert_success();
+            (o, util::sha256_file(&out), dir)
+        };
+        let case = format!(
+            "{} -> {}{}",
+            first.base(),
+            to.base(),
+            if via_proxy { " via proxy" } else { "" }
+        );
+        // Another origin: the credentials stay behind.
+        let (o, sha, _d) = get("start");
+        assert_eq!(sha, to.sha256(), "{case}");
+        let start = first.requests().into_iter().find(|r| r.path() == "/start").unwrap();
+        assert_eq!(
+            start.header("authorization"),
+            Some(origin_auth.as_str()),
+            "{case}: first hop"
+        );
+        let reached = &to.requests()[before..];
+        assert!(!reached.is_empty(), "{case}");
+        for r in reached {
+            assert_eq!(
+                r.header("authorization"),
+                None,
+                "{case}: the credentials followed the redirect to another origin"
+            );
+        }
+        assert!(
+            o.stderr_text().contains("not sending the credentials to"),
+            "{case}: {}",
+            o.stderr_text()
+        );
+        // The same origin: they stay on every request.
+        let (_o, sha, _d) = get("same");
+        assert_eq!(sha, first.sha256(), "{case}");
+        let files: Vec<_> = first
+            .requests()
+            .into_iter()
+            .filter(|r| r.path() == "/file.bin")
+            .collect();
+        assert!(!files.is_empty());
+        for r in files {
+            assert_eq!(
+                r.header("authorization"),
+                Some(origin_auth.as_str()),
+                "{case}: same origin"
+            );
+        }
     }
 }

@@ -42,6 +42,13 @@ pub(crate) struct Fail {
     /// A connect was refused (or reset): nothing listens there, so its retries start with
     /// short waits.
     pub(crate) refused: bool,
+    /// The answer is about the server, not this request (a 503 or 429, a refused or reset
+    /// connect): the wait after it holds every request to that origin, not only this
+    /// segment.
+    pub(crate) server_wide: bool,
+    /// Refused while other connections to the same target are open (a proxy's cap on
+    /// `CONNECT` tunnels per client): a cap by itself, the download goes on with fewer.
+    pub(crate) extra: bool,
     /// Said after the message when the failure drops a mirror (how to use it anyway).
     pub(crate) hint: &'static str,
 }
@@ -56,6 +63,8 @@ impl Fail {
             stalled: false,
             busy: false,
             refused: false,
+            server_wide: false,
+            extra: false,
             hint: "",
         }
     }
@@ -68,11 +77,21 @@ impl Fail {
             stalled: false,
             busy: false,
             refused: false,
+            server_wide: false,
+            extra: false,
             hint: "",
         }
     }
+    /// The server turned this connection away (see [`Fail::busy`]); that is about the
+    /// server, so it is server-wide too.
     pub(crate) fn busy(mut self) -> Fail {
         self.busy = true;
+        self.server_wide = true;
+        self
+    }
+    /// The answer is about the server (a 429): its wait holds the origin.
+    pub(crate) fn server_wide(mut self) -> Fail {
+        self.server_wide = true;
         self
     }
 }

@@ -272,10 +272,24 @@ impl Loop<'_> {
                     ));
                 }
                 _ => {
-                    return Err(Fail::fatal(
-                        Kind::HttpStatus,
-                        format!("proxy {} refused CONNECT {target}: {code} {reason}", proxy.url),
-                    ));
+                    let msg = format!("proxy {} refused CONNECT {target}: {code} {reason}", proxy.url);
+                    // A refusal of an extra tunnel while others to the same target are open
+                    // is the proxy's cap on tunnels per client (squid's `maxconn` ACL answers
+                    // 403): fewer tunnels, not an error. The first tunnel's refusal is one:
+                    // a refusal while the others still wait for their answer is judged as a
+                    // cap, and the last of a proxy that refuses every tunnel ends it.
+                    let k = c.mirror;
+                    let others_open = self
+                        .conns
+                        .iter()
+                        .enumerate()
+                        .any(|(j, o)| j != i && o.mirror == k && matches!(o.st, St::Open | St::Tunnel));
+                    if others_open {
+                        let mut f = Fail::retry(Kind::HttpStatus, msg).busy();
+                        f.extra = true;
+                        return Err(f);
+                    }
+                    return Err(Fail::fatal(Kind::HttpStatus, msg));
                 }
             }
         }

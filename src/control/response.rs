@@ -492,9 +492,10 @@ pub(crate) fn on_head(
                 }),
                 None => None,
             };
-            // The wait is applied when the failure is judged (event::retry): every new request
-            // waits, or only this connection when the server merely caps connections (a 503
-            // while others download; a 429 is about the request rate: everyone waits).
+            // The wait is applied when the failure is judged (event::retry): the segment waits,
+            // and a 503 or 429 (about the server, not the request) holds every request to this
+            // origin; only the connection turned away waits when the server merely caps
+            // connections (a 503 while others download).
             let f = Fail {
                 delay: wait,
                 ..Fail::retry(
@@ -502,7 +503,11 @@ pub(crate) fn on_head(
                     format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
                 )
             };
-            Err(if code == 503 { f.busy() } else { f })
+            Err(match code {
+                503 => f.busy(),
+                429 => f.server_wide(),
+                _ => f,
+            })
         }
         // (A SOCKS5 proxy never answers in HTTP: a 407 through it is the origin's.)
         407 if sh.proxy.as_ref().is_some_and(|p| p.socks.is_none()) => {

@@ -22,9 +22,10 @@ impl Loop<'_> {
             return Ok(false);
         }
         let now = self.sh.started.elapsed();
-        let (seg, probe) = if let Some(next) = self.sh.plan.next(now) {
+        let origin = self.conns[i].mirror;
+        let (seg, probe) = if let Some(next) = self.sh.plan.next(now, origin) {
             next
-        } else if !self.sh.plan.held(now)
+        } else if !self.sh.plan.held(now, origin)
             && let Some(s) = self.steal(i)
         {
             (s, false)

@@ -8,7 +8,7 @@ use crate::event::mirrors::Standing;
 use crate::event::*;
 use crate::report::Note;
 use crate::schedule::Segment;
-use crate::schedule::retry::{self, Attempt, n_tries};
+use crate::schedule::retry::{self, Attempt, Cap, Verdict, n_tries};
 use std::time::{Duration, Instant};
 
 /// A slot the server turned away (a per-client connection cap) asks again after this.
@@ -71,9 +71,15 @@ impl Loop<'_> {
             planned: self.sh.plan.is_planned(),
             ranges: self.sh.ranges,
             reused: self.conns[i].reused,
+            extra: f.extra,
+            idle_others: !self.idle_to(k, i).is_empty(),
+            asked_wait: f.delay.is_some(),
             ..Attempt::default()
         };
         let capped = retry::parked(&attempt);
+        let mut crowded = false;
+        // The wait of the failed segment, which this slot waits too before it reconnects.
+        let mut seg_wait = None;
         let c = &mut self.conns[i];
         let job = c.rx.job.take();
         let head_empty = c.rx.head.is_empty();
@@ -112,7 +118,7 @@ impl Loop<'_> {
             // the file size bounds how often that can happen (see retry::judge).
             let advanced = seg.start.saturating_sub(job.seg.start);
             let tries_before = seg.tries;
-            retry::judge(
+            let verdict = retry::judge(
                 &mut seg,
                 &Attempt {
                     advanced,
@@ -120,6 +126,7 @@ impl Loop<'_> {
                     ..attempt
                 },
             );
+            crowded = verdict == Verdict::Crowded;
             tries_seen = seg.tries;
             if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, &f) {
                 // Another mirror takes the segment, with the tries it had.
@@ -150,17 +157,28 @@ impl Loop<'_> {
                     last: seg.end - 1,
                     attempt: seg.tries + 1,
                 });
-            }
-            // The server asked every new request to wait; under a connection cap only the
-            // connection it turned away waits (below), the ones it allows go on, this segment
-            // included.
-            if let Some(d) = f.delay.filter(|_| !capped) {
-                self.sh.plan.hold(self.sh.started.elapsed() + d);
-            }
-            if !capped {
                 self.sh.retries += 1;
             }
-            self.sh.plan.requeue(seg, job.probe);
+            // The wait belongs to what failed: the segment waits it out whatever connection
+            // asks for it next, and a server-wide answer (503, 429) holds every request to
+            // this origin too. Under a connection cap only the connection turned away waits
+            // (below); the ones the server allows go on, this segment included.
+            let w = retry::wait(
+                verdict,
+                self.sh.opts.retry_wait_s,
+                seg.tries,
+                jitter(),
+                f.delay,
+                f.server_wide,
+            );
+            let until = self.sh.started.elapsed() + w.segment;
+            if w.origin {
+                self.sh.plan.hold(k, until);
+            }
+            if !capped {
+                seg_wait = Some(w.segment);
+            }
+            self.sh.plan.requeue_after(seg, job.probe, until);
         } else if capped {
             tries_seen = 0;
         } else {
@@ -174,6 +192,33 @@ impl Loop<'_> {
                 why: f.msg.clone(),
             });
         }
+        if crowded {
+            // The server counts the idle connections toward its cap: they close and wait as
+            // parked ones do (its Retry-After, at least 2 s); the download goes on with fewer.
+            let idle = self.idle_to(k, i);
+            let back = Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default());
+            for &j in &idle {
+                self.close(j);
+                let o = &mut self.conns[j];
+                o.capped = true;
+                o.not_before = Some(back);
+            }
+            let using = self
+                .conns
+                .iter()
+                .filter(|o| o.mirror == k && !o.capped && !o.dead)
+                .count();
+            self.sh.report.note(Note::Capped {
+                conn: i,
+                why: f.msg.clone(),
+                cap: Cap {
+                    proxy: false,
+                    closed: idle.len(),
+                    using,
+                },
+            });
+            self.sh.capped_at = Some(self.sh.capped_at.unwrap_or(0).max(using));
+        }
         // Bytes already spliced into this slot's pipe are good: let them reach the file.
         self.drain(i)?;
         let connect_failed = self.conns[i].st == St::Connecting;
@@ -184,11 +229,20 @@ impl Loop<'_> {
             let c = &mut self.conns[i];
             c.capped = true;
             c.not_before = Some(Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default()));
-            let using = self.receiving();
+            // A proxy's tunnel cap shows before any body runs: count the open tunnels.
+            let using = if f.extra {
+                self.conns.iter().filter(|o| o.mirror == k && o.st == St::Open).count()
+            } else {
+                self.receiving()
+            };
             self.sh.report.note(Note::Capped {
                 conn: i,
                 why: f.msg.clone(),
-                using,
+                cap: Cap {
+                    proxy: f.extra,
+                    closed: 0,
+                    using,
+                },
             });
             self.sh.capped_at = Some(self.sh.capped_at.unwrap_or(0).max(using));
             return Ok(());
@@ -223,19 +277,42 @@ impl Loop<'_> {
             c.not_before = None;
             return Ok(());
         }
-        let (base, attempt) = if connect_failed {
-            let base = if f.busy || f.refused {
-                self.sh.opts.retry_wait_s.min(REFUSED_WAIT)
-            } else {
-                self.sh.opts.retry_wait_s
-            };
-            // One wait per round over the addresses.
-            (base, (c.addr_i / n_addrs) as u32)
-        } else {
-            (self.sh.opts.retry_wait_s, tries_seen)
+        let wait = match seg_wait {
+            Some(w) => w,
+            None => {
+                let (base, attempt) = if connect_failed {
+                    let base = if f.busy || f.refused {
+                        self.sh.opts.retry_wait_s.min(REFUSED_WAIT)
+                    } else {
+                        self.sh.opts.retry_wait_s
+                    };
+                    // One wait per round over the addresses.
+                    (base, (c.addr_i / n_addrs) as u32)
+                } else {
+                    (self.sh.opts.retry_wait_s, tries_seen)
+                };
+                retry::backoff(base, attempt, jitter()).max(f.delay.unwrap_or_default())
+            }
         };
-        let wait = retry::backoff(base, attempt, jitter()).max(f.delay.unwrap_or_default());
         c.not_before = Some(Instant::now() + wait);
         Ok(())
+    }
+
+    /// Connections to mirror `k` other than `i` that sit open with no request and nothing
+    /// in flight (a keep-alive connection waiting for work).
+    fn idle_to(&self, k: usize, i: usize) -> Vec<usize> {
+        self.conns
+            .iter()
+            .enumerate()
+            .filter(|&(j, o)| {
+                j != i
+                    && o.mirror == k
+                    && o.st == St::Open
+                    && o.rx.job.is_none()
+                    && !o.busy()
+                    && o.pipe.as_ref().is_none_or(crate::engine::splice::Pipe::is_idle)
+            })
+            .map(|(j, _)| j)
+            .collect()
     }
 }

@@ -1,6 +1,8 @@
 //! Which range an idle connection asks for next: the first request until it is answered,
-//! then the planned segments in order, failed ones first again. Pure: time is given as the
-//! duration since the download started.
+//! then the planned segments in order, failed ones first again. A wait belongs to what
+//! failed: a segment that failed waits out its backoff whatever connection asks for it,
+//! and a server-wide answer (503, 429, a Retry-After) holds every request to that origin
+//! (a mirror). Pure: time is given as the duration since the download started.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -14,16 +16,19 @@ use super::Segment;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     /// Planned segments waiting for a connection, in file order except that failed ones go
-    /// to the front.
-    queue: VecDeque<Segment>,
+    /// to the front; each with the time before which no connection may ask for it.
+    queue: VecDeque<(Segment, Duration)>,
     /// The first request: its range, tries and free retry.
     probe: Segment,
+    /// No connection asks for the first request again before this time (its backoff).
+    probe_not_before: Duration,
     /// A connection carries the first request now.
     probe_out: bool,
     /// The first reply came: size and range support are known, the queue is planned.
     planned: bool,
-    /// No new request before this time since the download started (Retry-After).
-    hold_until: Option<Duration>,
+    /// Per origin (index: the mirror, in the order given): no new request to it before
+    /// this time since the download started (its backoff after a 503 or 429, a Retry-After).
+    holds: Vec<Duration>,
 }
 
 impl Plan {
@@ -38,37 +43,44 @@ impl Plan {
                 tries: 0,
                 grace: false,
             },
+            probe_not_before: Duration::ZERO,
             probe_out: false,
             planned: false,
-            hold_until: None,
+            holds: Vec::new(),
         }
     }
 
-    /// The next range for an idle connection at `now` and whether it is the first request;
-    /// `None` while requests are held, while the first request is out and unanswered, or
-    /// when the queue is empty (work stealing may then split a running body).
-    pub fn next(&mut self, now: Duration) -> Option<(Segment, bool)> {
-        if self.held(now) {
+    /// The next range for an idle connection to `origin` at `now` and whether it is the
+    /// first request; `None` while `origin` is held, while the first request is out and
+    /// unanswered or waits out its backoff, or when no queued segment may go yet (the
+    /// first one whose wait has passed goes; work stealing may then split a running body).
+    pub fn next(&mut self, now: Duration, origin: usize) -> Option<(Segment, bool)> {
+        if self.held(now, origin) {
             return None;
         }
         if !self.planned {
-            if self.probe_out {
+            if self.probe_out || self.probe_not_before > now {
                 return None;
             }
             self.probe_out = true;
             return Some((self.probe, true));
         }
-        self.queue.pop_front().map(|s| (s, false))
+        let k = self.queue.iter().position(|&(_, t)| t <= now)?;
+        self.queue.remove(k).map(|(s, _)| (s, false))
     }
 
-    /// New requests wait until `until` (e.g. a Retry-After).
-    pub fn hold(&mut self, until: Duration) {
-        self.hold_until = Some(self.hold_until.map_or(until, |u| u.max(until)));
+    /// New requests to `origin` wait until `until` (its backoff after a server-wide answer,
+    /// a Retry-After); a hold is never shortened.
+    pub fn hold(&mut self, origin: usize, until: Duration) {
+        if self.holds.len() <= origin {
+            self.holds.resize(origin + 1, Duration::ZERO);
+        }
+        self.holds[origin] = self.holds[origin].max(until);
     }
 
-    /// Requests are held at `now`.
-    pub fn held(&self, now: Duration) -> bool {
-        self.hold_until.is_some_and(|t| t > now)
+    /// Requests to `origin` are held at `now`.
+    pub fn held(&self, now: Duration, origin: usize) -> bool {
+        self.holds.get(origin).is_some_and(|&t| t > now)
     }
 
     /// Work is waiting for a connection: the first request, or queued segments.
@@ -96,7 +108,7 @@ impl Plan {
     pub fn set_queue(&mut self, queue: VecDeque<Segment>) {
         self.planned = true;
         self.probe_out = false;
-        self.queue = queue;
+        self.queue = queue.into_iter().map(|s| (s, Duration::ZERO)).collect();
     }
 
     /// The first request starts over at `[start, end)` (a resume point past a shrunk file);
@@ -110,18 +122,26 @@ impl Plan {
     /// counted), goes first again. Before the first reply, the first request is asked
     /// again (its own range, `seg`'s tries); an empty remainder is dropped.
     pub fn requeue(&mut self, seg: Segment, probe: bool) {
+        self.requeue_after(seg, probe, Duration::ZERO);
+    }
+
+    /// [`Plan::requeue`], and no connection asks for `seg` again before `not_before` (its
+    /// backoff, a Retry-After): the wait belongs to the segment, not to the connection
+    /// that saw it fail.
+    pub fn requeue_after(&mut self, seg: Segment, probe: bool, not_before: Duration) {
         if probe && !self.planned {
             self.probe_out = false;
             self.probe.tries = seg.tries;
             self.probe.grace = seg.grace;
+            self.probe_not_before = not_before;
         } else if seg.start < seg.end {
-            self.queue.push_front(seg);
+            self.queue.push_front((seg, not_before));
         }
     }
 
     /// The queued segments, in the order they will be handed out.
     pub fn segments(&self) -> impl Iterator<Item = &Segment> {
-        self.queue.iter()
+        self.queue.iter().map(|(s, _)| s)
     }
 }
 
@@ -144,9 +164,9 @@ mod tests {
     fn the_first_request_goes_out_once_until_it_fails_or_is_answered() {
         let mut p = Plan::new(0, 100);
         assert!(p.has_work());
-        assert_eq!(p.next(T0), Some((seg(0, 100), true)));
+        assert_eq!(p.next(T0, 0), Some((seg(0, 100), true)));
         assert!(!p.has_work());
-        assert_eq!(p.next(T0), None);
+        assert_eq!(p.next(T0, 0), None);
         // Failed: asked again with its tries, from its own start.
         p.requeue(
             Segment {
@@ -157,7 +177,7 @@ mod tests {
             true,
         );
         assert_eq!(
-            p.next(T0),
+            p.next(T0, 0),
             Some((
                 Segment {
                     tries: 1,
@@ -168,13 +188,13 @@ mod tests {
         );
         p.set_queue(VecDeque::from([seg(100, 200), seg(200, 300)]));
         assert!(p.is_planned() && p.has_work());
-        assert_eq!(p.next(T0), Some((seg(100, 200), false)));
+        assert_eq!(p.next(T0, 0), Some((seg(100, 200), false)));
         // A failed segment goes first again; an empty remainder is dropped.
         p.requeue(seg(150, 200), false);
         p.requeue(seg(200, 200), false);
-        assert_eq!(p.next(T0), Some((seg(150, 200), false)));
-        assert_eq!(p.next(T0), Some((seg(200, 300), false)));
-        assert_eq!(p.next(T0), None);
+        assert_eq!(p.next(T0, 0), Some((seg(150, 200), false)));
+        assert_eq!(p.next(T0, 0), Some((seg(200, 300), false)));
+        assert_eq!(p.next(T0, 0), None);
         assert!(p.is_drained());
     }
 
@@ -183,7 +203,7 @@ mod tests {
         let mut p = Plan::new(0, 100);
         assert!(!p.is_drained(), "nothing planned yet");
         assert_eq!(p.queued(), 0);
-        p.next(T0);
+        p.next(T0, 0);
         p.set_queue(VecDeque::from([seg(100, 200), seg(200, 300)]));
         assert_eq!(p.queued(), 2);
         assert_eq!(
@@ -191,8 +211,8 @@ mod tests {
             vec![seg(100, 200), seg(200, 300)]
         );
         assert!(p.has_work() && !p.is_drained());
-        p.next(T0);
-        p.next(T0);
+        p.next(T0, 0);
+        p.next(T0, 0);
         assert_eq!(p.queued(), 0);
         assert!(!p.has_work(), "planned, queue empty: no work");
         assert!(p.is_drained());
@@ -201,7 +221,7 @@ mod tests {
     #[test]
     fn a_first_request_that_fails_after_the_first_reply_is_queued_like_any_segment() {
         let mut p = Plan::new(0, 4096);
-        let (s, probe) = p.next(T0).unwrap();
+        let (s, probe) = p.next(T0, 0).unwrap();
         assert!(probe);
         p.set_queue(VecDeque::new());
         // Its body broke at 1000 (the reply came, so the plan is made).
@@ -214,7 +234,7 @@ mod tests {
             true,
         );
         assert_eq!(
-            p.next(T0),
+            p.next(T0, 0),
             Some((
                 Segment {
                     start: 1000,
@@ -227,22 +247,79 @@ mod tests {
     }
 
     #[test]
-    fn a_hold_stops_every_new_request_until_it_passes() {
+    fn a_hold_stops_every_new_request_to_its_origin_until_it_passes() {
         let mut p = Plan::new(0, 100);
-        p.hold(Duration::from_secs(5));
-        p.hold(Duration::from_secs(2)); // never shortened
-        assert_eq!(p.next(Duration::from_secs(4)), None);
-        assert!(p.next(Duration::from_secs(5)).is_some());
+        p.hold(0, Duration::from_secs(5));
+        p.hold(0, Duration::from_secs(2)); // never shortened
+        assert!(p.held(Duration::from_secs(4), 0));
+        assert_eq!(p.next(Duration::from_secs(4), 0), None);
+        assert!(p.next(Duration::from_secs(5), 0).is_some());
+        // Another origin (a mirror) is not held by it.
+        let mut p = Plan::new(0, 100);
+        p.hold(1, Duration::from_secs(5));
+        assert!(!p.held(T0, 0) && p.held(T0, 1) && !p.held(T0, 2));
+        assert_eq!(p.next(T0, 1), None);
+        assert!(p.next(T0, 0).is_some());
+    }
+
+    #[test]
+    fn a_failed_first_request_waits_out_its_backoff_whatever_connection_asks() {
+        let mut p = Plan::new(0, 100);
+        let (s, _) = p.next(T0, 0).unwrap();
+        let wait = Duration::from_millis(500);
+        p.requeue_after(Segment { tries: 1, ..s }, true, wait);
+        assert!(p.has_work(), "the first request is still to do");
+        for now in [T0, Duration::from_millis(499)] {
+            for origin in [0, 1] {
+                assert_eq!(p.next(now, origin), None, "asked again at {now:?}");
+            }
+        }
+        assert_eq!(
+            p.next(wait, 0),
+            Some((
+                Segment {
+                    tries: 1,
+                    ..seg(0, 100)
+                },
+                true
+            ))
+        );
+    }
+
+    #[test]
+    fn a_waiting_segment_lets_the_others_go_and_goes_first_once_its_wait_passed() {
+        let mut p = Plan::new(0, 100);
+        p.next(T0, 0);
+        p.set_queue(VecDeque::from([seg(100, 200), seg(200, 300)]));
+        let (s, _) = p.next(T0, 0).unwrap();
+        let wait = Duration::from_secs(1);
+        p.requeue_after(Segment { tries: 1, ..s }, false, wait);
+        // Before its wait: the next segment that may go goes instead.
+        assert_eq!(p.next(T0, 0), Some((seg(200, 300), false)));
+        assert_eq!(p.next(T0, 0), None);
+        assert!(p.has_work() && !p.is_drained(), "the waiting segment is still work");
+        assert_eq!(p.segments().count(), 1);
+        assert_eq!(
+            p.next(wait, 0),
+            Some((
+                Segment {
+                    tries: 1,
+                    ..seg(100, 200)
+                },
+                false
+            ))
+        );
+        assert!(p.is_drained());
     }
 
     #[test]
     fn a_restarted_first_request_keeps_its_tries() {
         let mut p = Plan::new(4096, 8192);
-        let (s, _) = p.next(T0).unwrap();
+        let (s, _) = p.next(T0, 0).unwrap();
         p.restart_probe(0, 100);
         p.requeue(Segment { tries: 1, ..s }, true);
         assert_eq!(
-            p.next(T0),
+            p.next(T0, 0),
             Some((
                 Segment {
                     tries: 1,

@@ -1,6 +1,7 @@
-//! Try accounting: whether a failed attempt spends one of its segment's tries, and how long
-//! a connection slot waits before it reconnects. Pure: the caller says what happened (and
-//! gives the jitter); nothing here reads a clock or touches a socket.
+//! Try accounting: whether a failed attempt spends one of its segment's tries, how long the
+//! segment (and, for a server-wide answer, its origin) then waits, and how long a
+//! connection slot waits before it reconnects. Pure: the caller says what happened (and
+//! gives the jitter and the time); nothing here reads a clock or touches a socket.
 
 use std::time::Duration;
 
@@ -33,6 +34,15 @@ pub struct Attempt {
     pub others_progress: bool,
     /// The first reply came (size and range support are known).
     pub planned: bool,
+    /// The refusal came while other connections to the same target are open: a proxy
+    /// that refuses an extra `CONNECT` tunnel. A cap by itself, whatever the others do.
+    pub extra: bool,
+    /// Other connections to the same origin sit open with no request: a server that counts
+    /// idle keep-alive connections toward its per-client cap turns the busy one away.
+    pub idle_others: bool,
+    /// The answer asked for a wait (Retry-After). Without one the backoff is short anyway,
+    /// and closing the idle connections would cost the concurrency for a brief outage.
+    pub asked_wait: bool,
 }
 
 /// How a failed attempt is counted.
@@ -40,6 +50,11 @@ pub struct Attempt {
 pub enum Verdict {
     /// A server's per-client connection cap: the slot waits and asks again; no try spent.
     Parked,
+    /// The only busy connection was turned away while idle ones to the same origin stay
+    /// open (a server may count them toward its per-client cap): the idle ones close, and
+    /// the segment waits its backoff, not a Retry-After beyond [`MAX_BACKOFF_S`] (which was
+    /// about the crowd). One of the segment's tries is spent.
+    Crowded,
     /// The attempt moved ≥ [`MIN_PROGRESS`] forward: no try spent.
     Progress,
     /// A kept-alive connection the server closed while it was idle: the segment's one free
@@ -53,7 +68,7 @@ pub enum Verdict {
 /// the concurrency instead of spending tries (also for a slot with no request, whose
 /// connect was refused).
 pub fn parked(a: &Attempt) -> bool {
-    a.busy && a.planned && a.others_progress
+    a.busy && ((a.planned && a.others_progress) || a.extra)
 }
 
 /// Judges a failed attempt on `seg` and counts it there (`tries`, `grace`).
@@ -63,6 +78,10 @@ pub fn parked(a: &Attempt) -> bool {
 pub fn judge(seg: &mut Segment, a: &Attempt) -> Verdict {
     if parked(a) {
         return Verdict::Parked;
+    }
+    if a.busy && a.idle_others && a.asked_wait && !a.others_progress {
+        seg.tries += 1;
+        return Verdict::Crowded;
     }
     if a.ranges && a.advanced >= MIN_PROGRESS {
         return Verdict::Progress;
@@ -89,6 +108,77 @@ pub fn backoff(base_s: f64, attempt: u32, jitter: f64) -> Duration {
         Duration::from_secs_f64(s)
     } else {
         Duration::ZERO
+    }
+}
+
+/// How long a failed attempt's segment waits before any connection asks for it again, and
+/// whether the same wait holds every request to its origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait {
+    /// No connection asks for the segment before this much time has passed.
+    pub segment: Duration,
+    /// The answer was about the server, not the request (a 503 or 429, a refused
+    /// connect): no request goes to that origin (the server, or that mirror) before
+    /// `segment` has passed either.
+    pub origin: bool,
+}
+
+/// The wait after attempt verdict `v` on a segment now at `tries` (as counted): a counted
+/// try waits [`backoff`]`(base_s, tries, jitter)`, at least `retry_after` (the server's
+/// Retry-After); a crowded one its backoff, and a Retry-After only up to
+/// [`MAX_BACKOFF_S`] (a longer one was about the idle connections it closed); a free retry or progress goes again at once unless a
+/// Retry-After says otherwise; a parked attempt puts no wait on the segment (the
+/// connections the server allows take it). `server_wide`: a counted try's wait holds the
+/// origin (RFC 9110 §15.6.4 503, RFC 6585 §4 429).
+pub fn wait(
+    v: Verdict,
+    base_s: f64,
+    tries: u32,
+    jitter: f64,
+    retry_after: Option<Duration>,
+    server_wide: bool,
+) -> Wait {
+    let segment = match v {
+        Verdict::Parked => Duration::ZERO,
+        // A Retry-After longer than the longest backoff was about the crowd just closed.
+        Verdict::Crowded => backoff(base_s, tries, jitter).max(
+            retry_after
+                .filter(|d| d.as_secs_f64() <= MAX_BACKOFF_S)
+                .unwrap_or_default(),
+        ),
+        Verdict::Progress | Verdict::FreeRetry => retry_after.unwrap_or_default(),
+        Verdict::Counted => backoff(base_s, tries, jitter).max(retry_after.unwrap_or_default()),
+    };
+    Wait {
+        segment,
+        origin: server_wide && matches!(v, Verdict::Counted) && !segment.is_zero(),
+    }
+}
+
+/// A connection turned away, as `-v` says it: by whom, and with how many the download goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cap {
+    /// A proxy refused an extra `CONNECT` tunnel (else the server an extra connection).
+    pub proxy: bool,
+    /// Idle connections closed because the server counts them toward its cap
+    /// ([`Verdict::Crowded`]); 0 for a cap on extra connections.
+    pub closed: usize,
+    /// Connections that go on.
+    pub using: usize,
+}
+
+impl std::fmt::Display for Cap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let using = self.using;
+        match (self.closed, self.proxy) {
+            (0, false) => write!(f, "the server turns extra connections away; going on with {using}"),
+            (0, true) => write!(f, "the proxy turns extra tunnels away; going on with {using}"),
+            (1, _) => write!(f, "1 idle connection stayed open: closed it; going on with {using}"),
+            (n, _) => write!(
+                f,
+                "{n} idle connections stayed open: closed them; going on with {using}"
+            ),
+        }
     }
 }
 
@@ -225,6 +315,147 @@ mod tests {
         assert!(backoff(1.0, 1, 0.999) < Duration::from_secs_f64(1.5));
         assert_eq!(backoff(-1.0, 2, 0.5), Duration::ZERO);
         assert_eq!(backoff(f64::NAN, 2, 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_refused_extra_tunnel_is_a_cap_even_before_the_first_reply() {
+        let a = Attempt {
+            busy: true,
+            extra: true,
+            ..Attempt::default()
+        };
+        let mut s = seg();
+        assert_eq!(judge(&mut s, &a), Verdict::Parked);
+        assert_eq!(s.tries, 0);
+        // Not turned away (busy unset): no cap, whatever else is open.
+        let mut s = seg();
+        assert_eq!(judge(&mut s, &Attempt { busy: false, ..a }), Verdict::Counted);
+    }
+
+    #[test]
+    fn a_busy_answer_with_idle_connections_open_is_crowding() {
+        let a = Attempt {
+            busy: true,
+            idle_others: true,
+            asked_wait: true,
+            planned: false,
+            ..Attempt::default()
+        };
+        let mut s = seg();
+        assert_eq!(judge(&mut s, &a), Verdict::Crowded);
+        assert_eq!((s.tries, s.grace), (1, false), "a try is spent: bounded as every retry");
+        // While others download it is the ordinary cap; with no idle connection, or an
+        // answer that is not a refusal, a try is spent.
+        let mut s = seg();
+        let cap = Attempt {
+            planned: true,
+            others_progress: true,
+            ..a
+        };
+        assert_eq!(judge(&mut s, &cap), Verdict::Parked);
+        for b in [
+            Attempt {
+                idle_others: false,
+                ..a
+            },
+            Attempt { busy: false, ..a },
+            Attempt { asked_wait: false, ..a },
+        ] {
+            let mut s = seg();
+            assert_eq!(judge(&mut s, &b), Verdict::Counted, "{b:?}");
+        }
+    }
+
+    #[test]
+    fn a_counted_try_waits_its_backoff_and_a_server_wide_answer_holds_the_origin() {
+        let half = 0.5;
+        // Counted: the backoff for the try number, at least the Retry-After.
+        let w = wait(Verdict::Counted, 0.5, 1, half, None, false);
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs_f64(0.5),
+                origin: false
+            }
+        );
+        let w = wait(Verdict::Counted, 0.5, 3, half, None, true);
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs(2),
+                origin: true
+            }
+        );
+        let w = wait(Verdict::Counted, 0.5, 1, half, Some(Duration::from_secs(7)), true);
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs(7),
+                origin: true
+            }
+        );
+        // No wait configured and no Retry-After: nothing to hold.
+        let w = wait(Verdict::Counted, 0.0, 1, half, None, true);
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::ZERO,
+                origin: false
+            }
+        );
+        // A cap puts no wait on the segment and holds no origin; crowding waits the
+        // backoff, not the Retry-After, and holds no origin either.
+        let w = wait(Verdict::Parked, 0.5, 4, half, Some(Duration::from_secs(60)), true);
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::ZERO,
+                origin: false
+            }
+        );
+        let w = wait(Verdict::Crowded, 0.5, 1, half, Some(Duration::from_secs(60)), true);
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs_f64(0.5),
+                origin: false
+            }
+        );
+        // ... but a short Retry-After is honoured.
+        let w = wait(Verdict::Crowded, 0.5, 1, half, Some(Duration::from_secs(2)), true);
+        assert_eq!(w.segment, Duration::from_secs(2));
+        assert!(!w.origin);
+        // Progress and a free retry: at once, or after the Retry-After for the segment.
+        assert_eq!(
+            wait(Verdict::Progress, 0.5, 2, half, None, true).segment,
+            Duration::ZERO
+        );
+        let w = wait(Verdict::FreeRetry, 0.5, 0, half, Some(Duration::from_secs(1)), false);
+        assert_eq!(
+            w,
+            Wait {
+                segment: Duration::from_secs(1),
+                origin: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_cap_is_said_by_whom_and_how_many_go_on() {
+        let cap = |proxy, closed, using| Cap { proxy, closed, using }.to_string();
+        assert_eq!(
+            cap(false, 0, 2),
+            "the server turns extra connections away; going on with 2"
+        );
+        assert_eq!(cap(true, 0, 2), "the proxy turns extra tunnels away; going on with 2");
+        assert_eq!(
+            cap(false, 1, 1),
+            "1 idle connection stayed open: closed it; going on with 1"
+        );
+        assert_eq!(
+            cap(false, 3, 1),
+            "3 idle connections stayed open: closed them; going on with 1"
+        );
     }
 
     #[test]

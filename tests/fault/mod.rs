@@ -24,6 +24,7 @@
 //! the server finished reading them (across all connections).
 //!
 //! Random choices use [`crate::util::XorShift`], the one generator of the test crate.
+pub mod proxy;
 mod tls;
 
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -85,6 +86,14 @@ pub enum When {
     /// The first request this selects on which the fault takes effect (a short 206 on
     /// a range already shorter than its `max` does not count), and no other.
     Once(Box<When>),
+    /// Requests that arrive less than this after the server's first request (a server
+    /// restarting, an S3 "slow down" burst).
+    Within(Duration),
+    /// Requests that arrive while more than this many connections are open (a server that
+    /// counts idle keep-alive connections toward a per-client cap). Counted 50 ms after
+    /// the request's head was read, so that connections the client opened together have
+    /// all been accepted.
+    Crowded(u64),
 }
 
 impl When {
@@ -347,6 +356,8 @@ impl Builder {
             next_req: AtomicU64::new(1),
             stop: AtomicBool::new(false),
             conns: AtomicU64::new(0),
+            open: AtomicU64::new(0),
+            first_at: Mutex::new(None),
             fired: Mutex::new(Vec::new()),
         });
         let sh = shared.clone();
@@ -617,6 +628,10 @@ struct Shared {
     next_req: AtomicU64,
     stop: AtomicBool,
     conns: AtomicU64,
+    /// Connections open now (accepted, not yet closed by either side).
+    open: AtomicU64,
+    /// When the first request arrived ([`When::Within`]).
+    first_at: Mutex<Option<Instant>>,
     /// Every fault that took effect, in order.
     fired: Mutex<Vec<Fired>>,
 }
@@ -695,6 +710,7 @@ fn accept_loop(listener: TcpListener, sh: Arc<Shared>, tls: Option<Arc<ServerCon
         };
         let _ = stream.set_nonblocking(false);
         let id = sh.conns.fetch_add(1, Ordering::SeqCst) + 1;
+        sh.open.fetch_add(1, Ordering::SeqCst);
         let sh = sh.clone();
         let tls = tls.clone();
         thread::spawn(move || {
@@ -703,11 +719,15 @@ fn accept_loop(listener: TcpListener, sh: Arc<Shared>, tls: Option<Arc<ServerCon
             let conn = match tls {
                 Some(cfg) => match ServerConnection::new(cfg) {
                     Ok(c) => Conn::Tls(Box::new(StreamOwned::new(c, stream))),
-                    Err(_) => return,
+                    Err(_) => {
+                        sh.open.fetch_sub(1, Ordering::SeqCst);
+                        return;
+                    }
                 },
                 None => Conn::Plain(stream),
             };
             let _ = serve(conn, id, &sh);
+            sh.open.fetch_sub(1, Ordering::SeqCst);
         });
     }
 }
@@ -928,16 +948,24 @@ fn reason(code: u16) -> &'static str {
     }
 }
 
-fn matches(when: &When, req: &Request, partial_range: Option<u64>) -> bool {
+fn matches(sh: &Shared, when: &When, req: &Request, partial_range: Option<u64>) -> bool {
     match when {
+        When::Within(d) => {
+            let first = *sh.first_at.lock().unwrap().get_or_insert(req.at);
+            req.at.duration_since(first) < *d
+        }
+        When::Crowded(n) => {
+            thread::sleep(Duration::from_millis(50));
+            sh.open.load(Ordering::SeqCst) > *n
+        }
         When::Always => true,
         When::Request(n) => req.n == *n,
         When::Requests(v) => v.contains(&req.n),
         When::From(n) => req.n >= *n,
         When::Path(p) => req.path() == p,
         When::Segment => partial_range.is_some_and(|a| a != 0),
-        When::And(a, b) => matches(a, req, partial_range) && matches(b, req, partial_range),
-        When::Once(w) => matches(w, req, partial_range),
+        When::And(a, b) => matches(sh, a, req, partial_range) && matches(sh, b, req, partial_range),
+        When::Once(w) => matches(sh, w, req, partial_range),
     }
 }
 
@@ -1014,7 +1042,7 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
     };
     p.asked_start = partial_start.unwrap_or(0);
     for (i, (when, fault)) in sh.rules.iter().enumerate() {
-        if !matches(when, req, partial_start) {
+        if !matches(sh, when, req, partial_start) {
             continue;
         }
         let once = matches!(when, When::Once(_));
@@ -1204,6 +1232,7 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
             headers,
             at: Instant::now(),
         };
+        sh.first_at.lock().unwrap().get_or_insert(req.at);
         sh.log.lock().unwrap().push(req.clone());
         let p = plan(sh, &req);
         if p.silent {
