@@ -993,6 +993,17 @@ impl Nginx {
             .collect()
     }
 
+    /// The lines of the main `access.log` (nginx's `combined` format: `"GET /path HTTP/1.1"
+    /// STATUS BODY_BYTES ...`) that hold `needle`.
+    pub fn access_log(&self, needle: &str) -> Vec<String> {
+        fs::read_to_string(self.run.join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// `http://127.0.0.1:<http_port>/slow/<path>`: the same files at 256 KiB/s.
     pub fn slow_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}/slow/{path}", self.http_port)
