@@ -151,7 +151,7 @@ fn real_main(record: &mut Record) -> Result<()> {
         }
     })?;
     let resume_state = match (&control, &out.room, opts.resume) {
-        (Some(c), Some(room), true) => updates::device_resume(c, &opts.url, room),
+        (Some(c), Some(room), true) => updates::device_resume(c, &opts, room),
         _ => resume_state,
     };
     // A resumed `.part` is checked by its own validator: the rest is fetched whatever
@@ -319,6 +319,8 @@ fn real_main(record: &mut Record) -> Result<()> {
         record.mirrors.extend(left_out.iter().cloned());
         record.checksum_verified = match (&opts.checksum, &s.digest) {
             (Some(want), Some(got)) => Some(want.expected == got.as_ref()),
+            // Never "verified" when nothing was read back.
+            (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {}", out.describe())),
             _ => None,
         };
         if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)

@@ -74,9 +74,18 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
 
 /// `-c` on a block device: the control file at `--control` `path`, if it describes this
 /// URL and an image that fits `room`. Any doubt means starting from zero, said on stderr.
-pub(super) fn device_resume(path: &Path, url: &str, room: &device::Room) -> Option<State> {
+pub(super) fn device_resume(path: &Path, opts: &Config, room: &device::Room) -> Option<State> {
+    let (url, target) = (&opts.url, room.target(opts));
     match resume::load(path) {
-        Ok(Some(st)) if st.url != url => {
+        Ok(Some(st)) if st.target.as_ref() != Some(&target) => {
+            eprintln!(
+                "ringdl: {} was written for {}, not {target} (device and --offset): starting from zero",
+                path.display(),
+                st.target.as_deref().unwrap_or("a file")
+            );
+            None
+        }
+        Ok(Some(st)) if st.url != *url => {
             eprintln!("ringdl: {} belongs to {}: starting from zero", path.display(), st.url);
             None
         }

@@ -116,6 +116,16 @@ fn room(block: u64, size: u64, offset: u64, path: &Path) -> Result<Room> {
 }
 
 impl Room {
+    /// The control file's `target` for this room: the device (as `-o` named it) and the
+    /// offset, `"/dev/sdb2 1048576"`.
+    pub fn target(&self, opts: &crate::config::Config) -> String {
+        let dev = match &opts.output {
+            crate::config::OutputTarget::File(p) => p.display().to_string(),
+            _ => String::new(),
+        };
+        format!("{dev} {}", self.base)
+    }
+
     /// Fills `pad` with what the device holds from byte `at` (absolute, inside one logical
     /// block, after the image's last byte): the padded O_DIRECT write of the image's last
     /// block then writes those bytes back unchanged. One aligned pread(2) of that block.
