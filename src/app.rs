@@ -16,6 +16,8 @@ use crate::output::resume;
 use crate::output::{self, Output};
 use crate::report::{self as progress, Progress, Record};
 
+mod updates;
+
 /// Runs ringdl with the process arguments; the exit code is documented in README.md.
 pub fn main() -> ExitCode {
     let started = std::time::Instant::now();
@@ -87,6 +89,8 @@ fn real_main(record: &mut Record) -> Result<()> {
     if let Some(sums) = &opts.checksum_file {
         opts.checksum = Some(checksum_from_file(sums, final_path.as_deref(), &url)?);
     }
+    let device = final_path.as_deref().is_some_and(output::device::is_block_device);
+    updates::prepare(&mut opts, final_path.as_deref(), device)?;
     // Standard output, a FIFO, a terminal, a socket, a device: bytes go in order, on one
     // connection (several would deliver blocks out of order). A sink (/dev/null) takes any.
     let special = match &final_path {
@@ -95,6 +99,7 @@ fn real_main(record: &mut Record) -> Result<()> {
             sink: false,
             fd: Some(1),
         }),
+        Some(_) if device => None,
         Some(p) => output::special(p),
     };
     if let Some(sp) = special.as_ref().filter(|sp| !sp.sink) {
@@ -122,16 +127,18 @@ fn real_main(record: &mut Record) -> Result<()> {
     // Held until exit: nothing below may read the control file or touch the `.part` of
     // another ringdl's download.
     let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;
-    let control = final_path.as_deref().map(|p| resume::path_for(&output::part_path(p)));
+    let control = updates::control_path(&opts, final_path.as_deref(), device);
     // Without -c a `.part` whose control file is there resumes too (aria2c does the same),
-    // validated as -c validates; --no-continue or --force starts over.
-    let implicit = !opts.resume
+    // validated as -c validates; --no-continue or --force starts over. (A device resumes
+    // only with -c and --control: its control file is the user's to name.)
+    let implicit = !device
+        && !opts.resume
         && !opts.no_continue
         && !opts.force
         && special.is_none()
         && control.as_deref().is_some_and(|c| std::fs::symlink_metadata(c).is_ok());
     let resume_state = match (&control, opts.resume || implicit) {
-        (Some(c), true) => load_resume(c, &opts.url),
+        (Some(c), true) if !device => load_resume(c, &opts.url),
         _ => None,
     };
     if implicit
@@ -145,22 +152,38 @@ fn real_main(record: &mut Record) -> Result<()> {
             st.total
         );
     }
-    let out = Output::open(
-        final_path,
-        select::opens_direct(opts.engine),
-        special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
-        opts.force,
-        resume_state.is_some(),
-        opts.resume || implicit,
-        Some(signals.as_fd()),
-    )
+    let out = match final_path.clone().filter(|_| device) {
+        Some(dev) => Output::open_device(dev, opts.offset),
+        None => Output::open(
+            final_path,
+            select::opens_direct(opts.engine),
+            special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
+            opts.force,
+            resume_state.is_some(),
+            opts.resume || implicit,
+            Some(signals.as_fd()),
+        ),
+    }
     .inspect_err(|_| {
         // An output that cannot be opened leaves nothing behind.
         if let Some(l) = &lock {
             l.remove_if_unused();
         }
     })?;
+    let resume_state = match (&control, &out.room, opts.resume) {
+        (Some(c), Some(room), true) => updates::device_resume(c, &opts, room),
+        _ => resume_state,
+    };
+    // A resumed `.part` is checked by its own validator: the rest is fetched whatever
+    // changed, so no precondition goes out.
+    if resume_state.is_some() && opts.condition.take().is_some() && opts.verbose > 0 {
+        eprintln!("ringdl: resuming: the first request is not conditional");
+    }
     let sink = match (&out.part, not_a_file) {
+        (None, _) if out.room.is_some() => Sink::File {
+            direct: true,
+            path: out.final_path.as_deref().expect("a device has a path"),
+        },
         (Some(part), _) => Sink::File {
             direct: out.direct,
             path: part,
@@ -243,6 +266,15 @@ fn real_main(record: &mut Record) -> Result<()> {
         };
         let s = match download::run(routes, &opts, target, &mut progress) {
             Ok(Outcome::Done(s)) => s,
+            Ok(Outcome::NotModified { mirror }) => {
+                progress.clear();
+                out.discard_if_empty();
+                record.final_url = Some(urls[mirror].to_string());
+                record.fetched = Some(0);
+                record.not_modified = true;
+                updates::say_not_modified(&opts, &out, &urls[mirror]);
+                return Ok(());
+            }
             Ok(Outcome::Redirect { mirror, to }) => {
                 hops[mirror] += 1;
                 let url = &urls[mirror];
@@ -281,9 +313,13 @@ fn real_main(record: &mut Record) -> Result<()> {
                 }
                 continue;
             }
-            Err(e) => {
+            Err(mut e) => {
                 progress.clear();
                 out.discard_if_empty();
+                if out.room.is_some() && failed.as_ref().is_some_and(|s| s.bytes > 0) {
+                    e.msg
+                        .push_str(&format!("; {} now holds an incomplete image", out.describe()));
+                }
                 // What the transfer knew when it failed (bytes kept, TLS, connections…).
                 if let Some(s) = &failed {
                     let k = s.reference.unwrap_or(0);
@@ -303,6 +339,8 @@ fn real_main(record: &mut Record) -> Result<()> {
         record.mirrors.extend(left_out.iter().cloned());
         record.checksum_verified = match (&opts.checksum, &s.digest) {
             (Some(want), Some(got)) => Some(want.expected == got.as_ref()),
+            // Never "verified" when nothing was read back.
+            (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {}", out.describe())),
             _ => None,
         };
         if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
@@ -311,11 +349,14 @@ fn real_main(record: &mut Record) -> Result<()> {
             let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
             return Err(err!(
                 Checksum,
-                "{} mismatch: expected {}, got {} (data kept in {})",
+                "{} mismatch: expected {}, got {} ({})",
                 want.name,
                 hex(&want.expected),
                 hex(got.as_ref()),
-                out.describe()
+                match out.room {
+                    Some(_) => format!("{} now holds an image that failed verification", out.describe()),
+                    None => format!("data kept in {}", out.describe()),
+                }
             ));
         }
         if let (Some(name), OutputTarget::Default) = (&s.disposition, &opts.output) {
@@ -323,7 +364,9 @@ fn real_main(record: &mut Record) -> Result<()> {
             Output::check_free(&p, opts.force)?;
             out.final_path = Some(p);
         }
+        updates::before_commit(&opts, &out, s.last_modified.as_deref())?;
         out.commit()?;
+        updates::after_landing(&opts, s.etag.as_deref())?;
         record.output = out.final_path.as_ref().map(|p| p.display().to_string());
         if let Some(c) = &control {
             resume::remove(c);

@@ -43,6 +43,16 @@ Output:
                             for the output's file name (or the URL's); none = error
                             before the download
 
+      --etag-compare FILE   send the ETag saved in FILE as If-None-Match; 304 Not
+                            Modified leaves the output untouched and exits 0 (a
+                            missing or empty FILE: no condition)
+      --etag-save FILE      when the file has landed, save its ETag in FILE
+  -N, --timestamping        send If-Modified-Since from the output's modification
+                            time; set that time from Last-Modified when it lands
+      --offset BYTES        block-device output: write the image at this offset (a
+                            multiple of the logical block size)
+      --control FILE        block-device output: keep the control file for -c here
+
 Connections and I/O:
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
       --engine NAME         auto | direct | buffered | splice | ktls-direct (default auto:
@@ -162,6 +172,12 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         credentials: None,
         json: None,
         checksum_file: None,
+        etag_compare: None,
+        etag_save: None,
+        timestamping: false,
+        condition: None,
+        offset: 0,
+        control: None,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -256,6 +272,11 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 o.resolve.push(Resolve::parse(&v.to_string_lossy())?);
             }
             Long("checksum-file") => o.checksum_file = Some(p.value().map_err(usage)?.into()),
+            Long("etag-compare") => o.etag_compare = Some(path_value(&mut p, "--etag-compare")?),
+            Long("etag-save") => o.etag_save = Some(path_value(&mut p, "--etag-save")?),
+            Short('N') | Long("timestamping") => o.timestamping = true,
+            Long("offset") => o.offset = number(&mut p, "--offset")?,
+            Long("control") => o.control = Some(path_value(&mut p, "--control")?),
             Long("json") => {
                 let v = p.value().map_err(usage)?;
                 if v.is_empty() {
@@ -307,6 +328,18 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     }
     if o.resume && o.no_continue {
         return Err(err!(Usage, "give -c or --no-continue, not both"));
+    }
+    if o.timestamping && o.etag_compare.is_some() {
+        return Err(err!(
+            Usage,
+            "give -N or --etag-compare, not both (a server ignores If-Modified-Since when If-None-Match is sent)"
+        ));
+    }
+    if o.timestamping && o.output == OutputTarget::Stdout {
+        return Err(err!(
+            Usage,
+            "-N compares the output file's time: it cannot go with -o -"
+        ));
     }
     if o.checksum.is_some() && o.checksum_file.is_some() {
         return Err(err!(Usage, "give --checksum or --checksum-file, not both"));
@@ -360,6 +393,15 @@ fn rate(v: &str) -> Result<u64> {
         return Err(err!(Usage, "--limit-rate must be at least 1 byte/s, not {v:?}"));
     }
     Ok(bytes as u64)
+}
+
+/// The value of option `name` as a file name (not empty).
+fn path_value(p: &mut lexopt::Parser, name: &str) -> Result<PathBuf> {
+    let v = p.value().map_err(|e| err!(Usage, "{e} (see ringdl --help)"))?;
+    if v.is_empty() {
+        return Err(err!(Usage, "{name} needs a file name"));
+    }
+    Ok(PathBuf::from(v))
 }
 
 /// The value of option `name` as UTF-8 text.

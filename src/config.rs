@@ -116,6 +116,25 @@ pub struct Config {
     /// `--json FILE`: write the run's record there at the end (`-` = standard output,
     /// only when the data goes elsewhere).
     pub json: Option<PathBuf>,
+    /// `--etag-compare FILE` (curl's): the entity-tag saved there goes out as
+    /// `If-None-Match` (RFC 9110 §13.1.2); a missing or empty file sends no condition.
+    pub etag_compare: Option<PathBuf>,
+    /// `--etag-save FILE` (curl's): the strong ETag of the file that landed is written
+    /// there (atomically) once it has landed; nothing is written on a 304 or a failure.
+    pub etag_save: Option<PathBuf>,
+    /// `-N/--timestamping` (wget's): `If-Modified-Since` from the output's modification
+    /// time (RFC 9110 §13.1.3), and the output's time set from `Last-Modified` when it lands.
+    pub timestamping: bool,
+    /// The precondition of the first request to each mirror, read by `app` from
+    /// `--etag-compare` or the output for `-N` (`None`: unconditional). A 304 to the
+    /// download's first request leaves the output untouched.
+    pub condition: Option<http::Condition>,
+    /// `--offset BYTES`: where the image starts within a block-device output, bytes; a
+    /// multiple of the device's logical block size (0 for any other output).
+    pub offset: u64,
+    /// `--control FILE`: the control file of a block-device output (a device has no
+    /// directory of its own for `DEVICE.part.ringdl`); `-c` on a device needs it.
+    pub control: Option<PathBuf>,
 }
 
 /// One `--resolve HOST:PORT:ADDR[,ADDR…]` (curl's syntax): connect to these addresses,

@@ -451,6 +451,8 @@ pub struct Record {
     pub redirects: u64,
     /// `--checksum` matched (`true`), did not (`false`), or none was asked (`None`).
     pub checksum_verified: Option<bool>,
+    /// The conditional first request got 304 Not Modified: nothing was fetched.
+    pub not_modified: bool,
 }
 
 impl Record {
@@ -484,6 +486,7 @@ impl Record {
         o.u64("steals", self.steals);
         o.u64("redirects", Some(self.redirects));
         o.bool("checksum_verified", self.checksum_verified);
+        o.bool("not_modified", Some(self.not_modified));
         if !self.mirrors.is_empty() {
             let items: Vec<String> = self.mirrors.iter().map(MirrorReport::to_json).collect();
             o.raw("mirrors", &format!("[{}]", items.join(",")));

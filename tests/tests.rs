@@ -8,8 +8,10 @@
 mod fault;
 mod util;
 
+mod blockdev;
 mod download;
 mod faults;
+mod fresh;
 mod fuzz_corpus;
 mod limit_rate;
 mod mirrors;

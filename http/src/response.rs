@@ -824,6 +824,34 @@ mod tests {
         assert_eq!(v("Last-Modified:\r\n"), None);
     }
 
+    /// The 304 nginx answers a conditional GET with (RFC 9110 §15.4.5): no body whatever
+    /// its fields say, and the validators it carries are the current ones.
+    #[test]
+    fn a_304_has_no_body_and_carries_the_validators() {
+        let buf = b"HTTP/1.1 304 Not Modified\r\nServer: nginx\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n\
+            Last-Modified: Tue, 01 Dec 2026 09:00:00 GMT\r\nConnection: keep-alive\r\n\
+            ETag: \"692d5a50-1000\"\r\nContent-Length: 4096\r\n\r\nHTTP/1.1 200 OK\r\n";
+        let mut headers = [Header::EMPTY; MAX_FIELDS];
+        let Ok(Status::Complete((len, r))) = parse_head(buf, &mut headers) else {
+            panic!("a complete head");
+        };
+        // The next response starts right after the head: nothing of it is a body.
+        assert!(buf[len..].starts_with(b"HTTP/1.1 200"));
+        assert_eq!(r.code, 304);
+        assert_eq!(r.body_framing(false), Ok(Framing::NoBody));
+        assert_eq!(
+            r.validator(),
+            Some(Validator::ETag {
+                value: b"\"692d5a50-1000\"",
+                weak: false
+            })
+        );
+        assert_eq!(
+            r.header("last-modified").and_then(crate::parse_http_date),
+            crate::parse_http_date(b"Tue, 01 Dec 2026 09:00:00 GMT")
+        );
+    }
+
     #[test]
     fn redirects_and_retry_after() {
         for code in [301, 302, 303, 307, 308] {

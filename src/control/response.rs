@@ -461,6 +461,7 @@ pub(crate) fn on_head(
                 format!("{host}: 416 Range Not Satisfiable for bytes=0-"),
             )),
         },
+        304 if sh.opts.condition.is_some() => not_modified(job, sh),
         301 | 302 | 303 | 307 | 308 if job.probe || sh.mirrors[job.mirror].standing == Standing::Pending => {
             let Some(loc) = resp.header("location") else {
                 return Err(Fail::fatal(
@@ -548,6 +549,29 @@ pub(crate) fn on_head(
             format!("{host}: unexpected status {code} for a download"),
         )),
     }
+}
+
+/// 304 Not Modified (RFC 9110 §15.4.5) to a conditional request. To the download's first
+/// request: the precondition held, nothing is fetched from any mirror and the output is
+/// left as it is. To another mirror's first request, after the reference sent the file:
+/// that mirror still serves the copy the saved validator names (fatal: it is dropped).
+fn not_modified(job: &mut Job, sh: &mut Shared<'_>) -> std::result::Result<HeadAction, Fail> {
+    if !job.probe {
+        return Err(Fail::fatal(
+            Kind::Protocol,
+            format!(
+                "{}: 304 Not Modified: it still serves the copy the saved validator names, while the reference sent a changed file",
+                sh.url.host()
+            ),
+        ));
+    }
+    sh.reference = Some(job.mirror);
+    sh.not_modified = true;
+    sh.total = Some(0);
+    sh.plan.set_queue(VecDeque::new());
+    job.placer = Placer::new(0, 0);
+    job.seg.end = 0;
+    Ok(HeadAction::Complete)
 }
 
 /// `--content-disposition`: takes a sanitized base name (shortened to fit, see

@@ -115,7 +115,7 @@ impl Loop<'_> {
             let off = if self.sh.sequential {
                 u64::MAX
             } else {
-                slot.off + slot.done as u64
+                self.sh.room.map_or(0, |r| r.base) + slot.off + slot.done as u64
             };
             let range = slot.done..slot.len;
             return self.push(
@@ -161,6 +161,15 @@ impl Loop<'_> {
             if self.sh.sequential && self.writes_in_flight > 0 {
                 break;
             }
+            if let Some(room) = self.sh.room
+                && let Some(why) = self.beyond_room(room)
+            {
+                // Nothing past the device's end, and nothing at all of an image that
+                // cannot fit: what is queued is dropped (not counted as landed).
+                self.sh.to_write.clear();
+                self.sh.fatal.get_or_insert(why);
+                break;
+            }
             let Some(s) = self.slots.iter().position(Option::is_none) else {
                 break;
             };
@@ -169,8 +178,12 @@ impl Loop<'_> {
             let mut len = wb.fill;
             if self.sh.direct && !(len as u64).is_multiple_of(self.sh.align) {
                 // Only the file's last block may be short: pad it, ftruncate fixes the size.
+                // On a device the pad is what the device holds there (read first).
                 let padded = align_up(len as u64, self.sh.align) as usize;
-                buf[len..padded].fill(0);
+                match self.sh.room {
+                    Some(room) => room.read_tail(room.base + wb.off + len as u64, &mut buf[len..padded])?,
+                    None => buf[len..padded].fill(0),
+                }
                 len = padded;
             }
             if wb.fill == 0 {
@@ -182,7 +195,11 @@ impl Loop<'_> {
             if self.sh.sequential {
                 self.emitted += wb.fill as u64;
             }
-            let offset = if self.sh.sequential { u64::MAX } else { wb.off };
+            let offset = if self.sh.sequential {
+                u64::MAX
+            } else {
+                self.sh.room.map_or(0, |r| r.base) + wb.off
+            };
             self.slots[s] = Some(WriteSlot {
                 off: wb.off,
                 len,
@@ -201,5 +218,26 @@ impl Loop<'_> {
             )?;
         }
         Ok(())
+    }
+
+    /// A block device's limit: an image whose known size exceeds the room (refused before
+    /// its first write), or a block of an image of unknown size that would cross the
+    /// device's end. The fatal error to raise, or `None`.
+    fn beyond_room(&self, room: &crate::output::device::Room) -> Option<crate::error::Error> {
+        let what = &self.sh.out_name;
+        if let Some(total) = self.sh.total {
+            return room.refuse(total, what).map(|m| err!(LocalIo, "{m}"));
+        }
+        let wb = self.sh.to_write.front()?;
+        let end = wb.off + align_up(wb.fill as u64, self.sh.align);
+        (end > room.len).then(|| {
+            err!(
+                LocalIo,
+                "the image (unknown size) goes past the end of {what} ({} bytes from offset {}): \
+                 {what} now holds an incomplete image",
+                room.len,
+                room.base
+            )
+        })
     }
 }

@@ -117,7 +117,14 @@ impl Loop<'_> {
         let range =
             ((probe && !self.sh.plain_get) || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
         let mut req = Vec::with_capacity(256);
-        let extra: Vec<(&str, &str)> = self.sh.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let mut extra: Vec<(&str, &str)> = self.sh.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        // Fetch only if changed: the precondition goes with each mirror's first request.
+        let condition = (self.sh.mirrors[c.mirror].standing == crate::event::mirrors::Standing::Pending)
+            .then(|| self.sh.opts.condition.as_ref().map(http::Condition::field))
+            .flatten();
+        if let Some((name, value)) = &condition {
+            extra.push((name, value));
+        }
         let request = Request {
             url: self.sh.url,
             range,

@@ -81,6 +81,9 @@ pub enum Outcome {
     /// The first response of mirror `mirror` (index in the URLs given) redirected to `to`
     /// (3xx with Location).
     Redirect { mirror: usize, to: Url },
+    /// The first request was conditional and mirror `mirror` answered 304 Not Modified:
+    /// nothing was written.
+    NotModified { mirror: usize },
 }
 
 /// Download-wide state the connections share.
@@ -155,6 +158,10 @@ pub(crate) struct Shared<'a> {
     pub(crate) reference: Option<usize>,
     /// The mirror [`Shared::redirect`] is for.
     pub(crate) redirect_mirror: usize,
+    /// The first request's precondition held: 304 Not Modified, nothing to fetch.
+    pub(crate) not_modified: bool,
+    /// A block-device output: every write goes at `room.base` + its offset, within `room.len`.
+    pub(crate) room: Option<&'a crate::output::device::Room>,
 }
 
 /// Where a download goes and what it resumes.
@@ -299,6 +306,8 @@ pub fn run<'a>(
         mirrors: states,
         reference: None,
         redirect_mirror: 0,
+        not_modified: false,
+        room: out.room.as_ref(),
     };
     let mut dl = Loop {
         ring,
@@ -370,6 +379,12 @@ pub fn run<'a>(
             }
             return Ok(Outcome::Redirect { mirror, to });
         }
+        Ok(None) if dl.sh.not_modified => {
+            dl.sh.report.clear();
+            return Ok(Outcome::NotModified {
+                mirror: dl.sh.reference.unwrap_or(0),
+            });
+        }
         Ok(None) => {
             if let Some(n) = dl.sh.capped_at {
                 dl.sh.report.note(Note::Allowed { connections: n });
@@ -387,7 +402,7 @@ pub fn run<'a>(
                 // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
                 // as long. The control file keeps its last (synced) state.
                 dl.sh.report.note(Note::WritesPending);
-            } else if dl.control.is_some() && dl.sh.file {
+            } else if dl.control.is_some() && (dl.sh.file || out.room.is_some()) {
                 // The control file may only name bytes that are on disk: fdatasync first.
                 // If that fails, the control file keeps its last (synced) state.
                 match dl.wait_for(
@@ -432,8 +447,10 @@ pub fn run<'a>(
             dl.sh.landed.bytes()
         ));
     }
-    if dl.sh.file {
-        out.truncate(total)?;
+    if dl.sh.file || out.room.is_some() {
+        if dl.sh.file {
+            out.truncate(total)?;
+        }
         let r = dl.wait_for(
             Op::Fsync {
                 fd: dl.out_fd,
@@ -446,12 +463,13 @@ pub fn run<'a>(
         }
     }
     dl.sh.report.clear();
-    let digest = match (&opts.checksum, &out.part) {
-        (Some(c), Some(part)) => Some(crate::output::verify::file_digest(
+    let digest = match (&opts.checksum, out.read_back()) {
+        (Some(c), Some((part, base))) => Some(crate::output::verify::file_digest(
             &mut dl.ring,
             &dl.sh.pool,
             part,
             out.direct,
+            base,
             total,
             c.algorithm,
         )?),

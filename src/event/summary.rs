@@ -57,6 +57,10 @@ pub struct Summary {
     pub steals: u64,
     /// What each mirror served, in the order given (empty with one URL).
     pub mirrors: Vec<crate::report::MirrorReport>,
+    /// The reference's strong `ETag` and `Last-Modified`, as sent (`--etag-save`, `-N`).
+    pub etag: Option<Vec<u8>>,
+    /// (See `etag`.)
+    pub last_modified: Option<Vec<u8>>,
 }
 
 impl Loop<'_> {
@@ -92,6 +96,14 @@ impl Loop<'_> {
             retries: self.sh.retries,
             steals: self.sh.steals,
             mirrors: self.mirror_reports(),
+            etag: self
+                .sh
+                .reference
+                .and_then(|k| self.sh.mirrors[k].validators.etag.clone()),
+            last_modified: self
+                .sh
+                .reference
+                .and_then(|k| self.sh.mirrors[k].validators.last_modified.clone()),
         }
     }
 }

@@ -101,6 +101,7 @@ impl Loop<'_> {
             total,
             validator: self.sh.validator.clone(),
             ranges,
+            target: self.sh.room.map(|r| r.target(self.sh.opts)),
         };
         match crate::output::resume::save(path, &st) {
             Ok(()) => true,

@@ -8,6 +8,8 @@ use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
 use crate::config::OutputTarget;
 use crate::err;
 
+pub(crate) mod device;
+pub(crate) mod fresh;
 pub(crate) mod resume;
 pub(crate) mod verify;
 use crate::error::Result;
@@ -30,6 +32,8 @@ pub struct Output {
     force: bool,
     /// Not a regular file: what it is, for messages ("the FIFO out", "standard output").
     what: Option<String>,
+    /// A block device: where the image goes on it (`--offset`, room, logical block).
+    pub room: Option<device::Room>,
 }
 
 /// `FILE` → `FILE.part`, where the bytes land until the download is complete.
@@ -343,6 +347,7 @@ impl Output {
                 final_path: path,
                 force,
                 what: Some(sp.what),
+                room: None,
             });
         }
         let final_path = path.expect("a regular file has a path");
@@ -383,7 +388,38 @@ impl Output {
             final_path: Some(final_path),
             force,
             what: None,
+            room: None,
         })
+    }
+
+    /// Opens a block device for an image at `offset` ([`device::open`]): O_DIRECT at its
+    /// logical block size, positional writes over any number of connections, no `.part`.
+    ///
+    /// # Errors
+    /// As [`device::open`].
+    pub fn open_device(path: PathBuf, offset: u64) -> Result<Output> {
+        let (fd, room) = device::open(&path, offset)?;
+        Ok(Output {
+            fd,
+            direct: true,
+            align: room.block,
+            sequential: false,
+            part: None,
+            what: Some(format!("the block device {}", path.display())),
+            final_path: Some(path),
+            force: false,
+            room: Some(room),
+        })
+    }
+
+    /// What a `--checksum` reads back: the `.part`, or the device (from the image's
+    /// offset), and that offset in bytes; `None` for a stream.
+    pub fn read_back(&self) -> Option<(&Path, u64)> {
+        match (&self.part, &self.room, &self.final_path) {
+            (Some(p), _, _) => Some((p, 0)),
+            (None, Some(r), Some(dev)) => Some((dev, r.base)),
+            _ => None,
+        }
     }
 
     /// Sets the exact size: the last O_DIRECT block was padded to the alignment.

@@ -24,6 +24,9 @@ pub struct State {
     pub validator: Option<Vec<u8>>,
     /// Written ranges `[start, end)`, sorted and disjoint.
     pub ranges: Vec<(u64, u64)>,
+    /// A block-device output: the device and `--offset` the ranges are relative to
+    /// (`target /dev/sdb2 1048576`); a resume elsewhere would put bytes in the wrong place.
+    pub target: Option<String>,
 }
 
 /// `FILE.part` → `FILE.part.ringdl`.
@@ -58,6 +61,7 @@ fn parse(text: &str) -> Result<State, String> {
         let num = |s: &str| s.parse::<u64>().map_err(|_| format!("bad number in {line:?}"));
         match key {
             "url" => st.url = val.to_owned(),
+            "target" => st.target = Some(val.to_owned()),
             "total" => total = Some(num(val)?),
             "validator" => st.validator = Some(unhex(val).ok_or_else(|| format!("bad validator {val:?}"))?),
             "range" => {
@@ -86,6 +90,9 @@ pub fn save(path: &Path, st: &State) -> Result<(), String> {
     let mut text = format!("{MAGIC}\nurl {}\ntotal {}\n", st.url, st.total);
     if let Some(v) = &st.validator {
         text += &format!("validator {}\n", hex(v));
+    }
+    if let Some(t) = &st.target {
+        text += &format!("target {t}\n");
     }
     for (a, b) in &st.ranges {
         text += &format!("range {a} {b}\n");
@@ -138,6 +145,7 @@ mod tests {
             total: 1 << 33,
             validator: Some(b"\"abc\"".to_vec()),
             ranges: vec![(0, 4096), (8192, 1 << 33)],
+            target: Some("/dev/loop0 1048576".into()),
         };
         save(&p, &st).unwrap();
         assert_eq!(load(&p).unwrap(), Some(st));

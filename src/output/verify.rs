@@ -16,8 +16,8 @@ use crate::tag::Tag;
 /// Reads in flight while hashing.
 const DEPTH: usize = 4;
 
-/// Reads `total` bytes of `path` in pool-block reads (up to four in flight) and hashes them
-/// in file order.
+/// Reads `total` bytes of `path` from offset `base` (a block device's `--offset`; 0 for a
+/// file) in pool-block reads (up to four in flight) and hashes them in file order.
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] when the file cannot be opened or read, or is shorter
@@ -27,6 +27,7 @@ pub fn file_digest(
     pool: &BufPool,
     path: &Path,
     direct: bool,
+    base: u64,
     total: u64,
     alg: &'static Algorithm,
 ) -> Result<Digest> {
@@ -54,7 +55,7 @@ pub fn file_digest(
                     fd: raw,
                     buf,
                     range: 0..len,
-                    offset: off,
+                    offset: base + off,
                 },
                 Tag::Verify(next_read as usize).encode(),
             )
@@ -77,7 +78,7 @@ pub fn file_digest(
                     LocalIo,
                     "verify {}: read at offset {}: {e}",
                     path.display(),
-                    idx * bs
+                    base + idx * bs
                 ));
             }
             if (c.result as u64) < want {

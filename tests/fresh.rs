@@ -1,0 +1,272 @@
+//! Fetch only if changed (README "Fetch only if changed"): `--etag-save` /
+//! `--etag-compare` (curl's) and `-N` (wget's timestamping) against the real test nginx,
+//! which answers `If-None-Match` and `If-Modified-Since` with 304 for static files. Each
+//! test proves the 304 in nginx's access log (status 304, 0 body bytes, one request) and
+//! that the output kept its bytes and modification time; then changes the file on the
+//! server and sees the new bytes land.
+
+use std::fs;
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::util::{MIB, TestDir, nginx, sha256_file, write_random_file};
+
+/// A file of `size` bytes in nginx's document root under a name of this test's own;
+/// returns its name and SHA-256.
+fn serve(name: &str, size: u64, seed: u64) -> (String, String) {
+    let name = format!("fresh-{name}-{}.bin", std::process::id());
+    let sha = write_random_file(&nginx().www().join(&name), size, seed);
+    (name, sha)
+}
+
+/// The access-log lines of requests for `name` (and how many there were before).
+fn log_lines(name: &str) -> Vec<String> {
+    nginx().access_log(&format!("GET /{name} "))
+}
+
+/// The status and body bytes of a `combined` access-log line.
+fn status_and_bytes(line: &str) -> (u16, u64) {
+    let after = line
+        .split("\" ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no status in {line:?}"));
+    let mut it = after.split_whitespace();
+    let status = it
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let bytes = it
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    (status, bytes)
+}
+
+fn mtime(p: &Path) -> SystemTime {
+    fs::metadata(p).unwrap().modified().unwrap()
+}
+
+/// Sets `p`'s modification time to `secs` since the epoch (touch(1), so the server's
+/// Last-Modified and ETag change deterministically).
+fn touch(p: &Path, secs: u64) {
+    let st = std::process::Command::new("touch")
+        .arg("-d")
+        .arg(format!("@{secs}"))
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(st.success(), "touch {p:?}");
+}
+
+#[test]
+fn etag_saved_then_304_leaves_the_output_untouched_then_a_change_lands() {
+    let n = nginx();
+    let (name, sha) = serve("etag", 3 * MIB + 5, 71);
+    let dir = TestDir::new("fresh-etag");
+    let out = dir.join("image.bin");
+    let etag = dir.join("image.etag");
+    let url = n.http_url(&name);
+    // First run: no etag file yet, so no condition; the ETag is saved once the file landed.
+    let o = dir
+        .ringdl()
+        .args(["-v", "-x", "4", "--etag-compare"])
+        .arg(&etag)
+        .arg("--etag-save")
+        .arg(&etag)
+        .arg("-o")
+        .arg(&out)
+        .arg(&url)
+        .run();
+    o.assert_success();
+    assert!(
+        o.stderr_text().contains("the first request is unconditional"),
+        "{}",
+        o.stderr_text()
+    );
+    assert_eq!(sha256_file(&out), sha);
+    let saved = fs::read_to_string(&etag).unwrap();
+    assert!(
+        saved.starts_with('"') && saved.ends_with("\"\n"),
+        "saved ETag {saved:?}"
+    );
+    // Second run: If-None-Match → 304; the output keeps its bytes and its time.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let before = (sha256_file(&out), mtime(&out));
+    let logged = log_lines(&name).len();
+    let json = dir.join("run.json");
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--etag-compare"])
+        .arg(&etag)
+        .arg("--etag-save")
+        .arg(&etag)
+        .arg("--json")
+        .arg(&json)
+        .arg("-o")
+        .arg(&out)
+        .arg(&url)
+        .run();
+    o.assert_success();
+    assert!(o.stderr_text().contains("not modified: 304"), "{}", o.stderr_text());
+    assert_eq!((sha256_file(&out), mtime(&out)), before, "a 304 touched the output");
+    assert!(!dir.join("image.bin.part").exists(), "a 304 left a .part");
+    assert_eq!(fs::read_to_string(&etag).unwrap(), saved, "a 304 rewrote the etag file");
+    let j = fs::read_to_string(&json).unwrap();
+    assert!(
+        j.contains("\"not_modified\":true") && j.contains("\"fetched\":0"),
+        "{j}"
+    );
+    let new_lines = log_lines(&name)[logged..].to_vec();
+    assert_eq!(
+        new_lines.len(),
+        1,
+        "one request, nothing fetched after it: {new_lines:?}"
+    );
+    assert_eq!(status_and_bytes(&new_lines[0]), (304, 0), "{new_lines:?}");
+    // The file changes on the server (another size, so another ETag): 206 and new bytes.
+    let sha2 = write_random_file(&n.www().join(&name), 2 * MIB + 9, 72);
+    let logged = log_lines(&name).len();
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--etag-compare"])
+        .arg(&etag)
+        .arg("--etag-save")
+        .arg(&etag)
+        .arg("-o")
+        .arg(&out)
+        .arg(&url)
+        .run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), sha2);
+    let saved2 = fs::read_to_string(&etag).unwrap();
+    assert_ne!(saved2, saved, "the new ETag was not saved");
+    let first = &log_lines(&name)[logged];
+    assert_eq!(status_and_bytes(first).0, 206, "{first}");
+    let _ = fs::remove_file(n.www().join(&name));
+}
+
+#[test]
+fn a_missing_or_empty_compare_file_means_an_unconditional_request() {
+    let n = nginx();
+    let (name, sha) = serve("missing", MIB, 73);
+    let dir = TestDir::new("fresh-missing");
+    let out = dir.join("f.bin");
+    for compare in ["does-not-exist", "empty"] {
+        if compare == "empty" {
+            fs::write(dir.join("empty"), "").unwrap();
+        }
+        let logged = log_lines(&name).len();
+        let o = dir
+            .ringdl()
+            .args(["-x", "2", "--etag-compare", compare, "-o"])
+            .arg(&out)
+            .arg(n.http_url(&name))
+            .run();
+        // (An existing output is replaced: -N and --etag-compare imply --force.)
+        o.assert_success();
+        assert_eq!(sha256_file(&out), sha);
+        let lines = log_lines(&name)[logged..].to_vec();
+        assert!(
+            lines.iter().all(|l| status_and_bytes(l).0 == 206) && !lines.is_empty(),
+            "{compare}: {lines:?}"
+        );
+    }
+    let _ = fs::remove_file(n.www().join(&name));
+}
+
+#[test]
+fn an_etag_file_holding_no_entity_tag_is_a_usage_error_before_any_request() {
+    let n = nginx();
+    let dir = TestDir::new("fresh-garbage");
+    fs::write(dir.join("etag"), "abc\r\nX-Injected: 1\n").unwrap();
+    let o = dir
+        .ringdl()
+        .args(["--etag-compare", "etag", "-o", "f"])
+        .arg(n.http_url(&n.file(4096).name))
+        .run();
+    o.assert_code(2);
+    assert!(o.stderr_text().contains("not an entity-tag"), "{}", o.stderr_text());
+    assert!(!dir.join("f").exists() && !dir.join("f.part").exists());
+}
+
+#[test]
+fn timestamping_sends_if_modified_since_and_sets_the_time_from_last_modified() {
+    let n = nginx();
+    let (name, sha) = serve("n", 2 * MIB + 1, 74);
+    let served = n.www().join(&name);
+    touch(&served, 1_700_000_000);
+    let dir = TestDir::new("fresh-n");
+    let out = dir.join("f.bin");
+    let o = dir
+        .ringdl()
+        .args(["-N", "-x", "4", "-o"])
+        .arg(&out)
+        .arg(n.http_url(&name))
+        .run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), sha);
+    let t = mtime(&out).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+    assert_eq!(t, 1_700_000_000, "the output's time is not the server's Last-Modified");
+    // Unchanged on the server: 304, nothing touched.
+    let logged = log_lines(&name).len();
+    let o = dir
+        .ringdl()
+        .args(["-N", "-x", "4", "--json", "-", "-o"])
+        .arg(&out)
+        .arg(n.http_url(&name))
+        .run();
+    o.assert_success();
+    assert!(o.stdout_text().contains("\"not_modified\":true"), "{}", o.stdout_text());
+    assert_eq!(sha256_file(&out), sha);
+    let lines = log_lines(&name)[logged..].to_vec();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(status_and_bytes(&lines[0]), (304, 0), "{lines:?}");
+    // Newer on the server: the new bytes and the new time.
+    let sha2 = write_random_file(&served, 2 * MIB + 1, 75);
+    touch(&served, 1_700_000_600);
+    let o = dir
+        .ringdl()
+        .args(["-N", "-x", "4", "-o"])
+        .arg(&out)
+        .arg(n.http_url(&name))
+        .run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), sha2);
+    let t = mtime(&out).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+    assert_eq!(t, 1_700_000_600);
+    let _ = fs::remove_file(&served);
+}
+
+#[test]
+fn with_mirrors_a_304_to_the_first_request_fetches_from_none() {
+    let n = nginx();
+    let (name, sha) = serve("mirrors", 4 * MIB, 76);
+    let dir = TestDir::new("fresh-mirrors");
+    let out = dir.join("f.bin");
+    let etag = dir.join("etag");
+    // The same file through two origins of the same nginx (http and https).
+    let urls = [n.http_url(&name), n.https_url(&name)];
+    let run = |dir: &TestDir| {
+        dir.ringdl()
+            .args(["-x", "4", "--ca-certificate"])
+            .arg(n.ca_pem())
+            .arg("--etag-compare")
+            .arg(&etag)
+            .arg("--etag-save")
+            .arg(&etag)
+            .arg("-o")
+            .arg(&out)
+            .args(&urls)
+            .run()
+    };
+    run(&dir).assert_success();
+    assert_eq!(sha256_file(&out), sha);
+    let logged = log_lines(&name).len();
+    let o = run(&dir);
+    o.assert_success();
+    assert!(o.stderr_text().contains("not modified"), "{}", o.stderr_text());
+    let lines = log_lines(&name)[logged..].to_vec();
+    assert_eq!(lines.len(), 1, "only the first request, to the first mirror: {lines:?}");
+    assert_eq!(status_and_bytes(&lines[0]), (304, 0));
+    let _ = fs::remove_file(n.www().join(&name));
+}
