@@ -178,6 +178,8 @@ mod tests {
             tls_conns,
             tls_full: tls_conns,
             tls_resumed: 0,
+            etag: None,
+            last_modified: None,
             capped_at: None,
             io: "io_uring".to_owned(),
             retries: 0,
