@@ -237,6 +237,50 @@ fn a_mirror_that_fails_mid_transfer_is_dropped_and_its_segments_refetched() {
             f.at
         );
     }
+    // Its connections went to the mirror left: the dropped one saw no connection after
+    // the drop beyond those already opening (not one reopened to it per loop turn).
+    assert!(
+        flaky.connections() <= flaky.requests().len() as u64 + 4,
+        "{} connections to the dropped mirror for {} requests\n{err}",
+        flaky.connections(),
+        flaky.requests().len()
+    );
+}
+
+/// A mirror is dropped after `--max-tries` failed tries in a row, not at its first: one
+/// answer cut after its head is retried and the mirror keeps serving (issue 22 §6: the
+/// mutant `failures >= max` → `<` in `mirror_failing` was missed).
+#[test]
+fn a_mirror_that_fails_once_is_kept() {
+    let dir = TestDir::new("mirrors-once");
+    let size = 16 * MIB;
+    let good = FaultServer::builder().size(size).seed(80).etag("same").start();
+    // Its second request (a segment) is cut right after the head; every other is served.
+    let flaky = FaultServer::builder()
+        .size(size)
+        .seed(80)
+        .etag("same")
+        .fault_on(
+            When::Request(2),
+            Fault::Close {
+                after: 0,
+                how: Close::Rst,
+            },
+        )
+        .start();
+    let out = fetch(
+        &dir,
+        &["-x", "4", "--max-tries", "3", &good.url(FILE), &flaky.url(FILE)],
+    );
+    assert_exact(&dir, &out, good.sha256());
+    let err = out.stderr_text();
+    assert!(!flaky.fired_on(0).is_empty(), "the flaky mirror cut nothing\n{err}");
+    assert!(!err.contains("dropped"), "{err}");
+    assert!(
+        out.summary().contains("from 2 of 2 mirrors"),
+        "{}\n{err}",
+        out.summary()
+    );
 }
 
 #[test]

@@ -499,6 +499,8 @@ impl Run {
             err.lines().any(|l| l.starts_with("ringdl: ") && l.len() > 10),
             "failure without a message on stderr:\n{err}"
         );
+        // One URL: no mirror to have been left (`no_mirror_left` adds it with mirrors only).
+        assert!(!err.contains("no mirror left"), "{err}");
     }
 
     /// Either exact bytes `sha` with exit 0, or exit `code` without FILE: the two
