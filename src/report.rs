@@ -430,6 +430,8 @@ pub struct Record {
     pub redirects: u64,
     /// `--checksum` matched (`true`), did not (`false`), or none was asked (`None`).
     pub checksum_verified: Option<bool>,
+    /// `--signature` (or a PGP signature seen and not checked): a JSON object.
+    pub signature: Option<String>,
 }
 
 impl Record {
@@ -461,6 +463,9 @@ impl Record {
         o.u64("steals", self.steals);
         o.u64("redirects", Some(self.redirects));
         o.bool("checksum_verified", self.checksum_verified);
+        if let Some(sig) = &self.signature {
+            o.raw("signature", sig);
+        }
         if !self.mirrors.is_empty() {
             let items: Vec<String> = self.mirrors.iter().map(MirrorReport::to_json).collect();
             o.raw("mirrors", &format!("[{}]", items.join(",")));
@@ -564,7 +569,7 @@ impl JsonObject {
 
 /// Appends `s` as a JSON string (RFC 8259 §7): `"` and `\\` escaped, control
 /// characters as `\n`, `\r`, `\t` or `\u00XX`; everything else as UTF-8.
-fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {

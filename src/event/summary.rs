@@ -52,6 +52,9 @@ pub struct Summary {
     pub steals: u64,
     /// What each mirror served, in the order given (empty with one URL).
     pub mirrors: Vec<crate::report::MirrorReport>,
+    /// What `--signature` needs from the file (its digest, or its bytes), read back
+    /// with the checksum's (`Some(None)`: bytes over [`crate::signature::MAX_MESSAGE`]).
+    pub signed: Option<Option<Vec<u8>>>,
 }
 
 impl Loop<'_> {
@@ -85,6 +88,7 @@ impl Loop<'_> {
             retries: self.sh.retries,
             steals: self.sh.steals,
             mirrors: self.mirror_reports(),
+            signed: None,
         }
     }
 }
