@@ -17,6 +17,7 @@ mod multipart;
 mod proxy;
 mod reach;
 mod seccomp;
+mod signature;
 mod soak;
 mod soft_tls;
 mod static_binary;
