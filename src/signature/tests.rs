@@ -150,3 +150,13 @@ fn prehash_matches_the_algorithms() {
     big.update(b"x");
     assert!(big.finish().is_none(), "a message over the bound is dropped, not held");
 }
+
+/// The committed fuzz seeds (`fuzz/corpus/signature_*`) hold their properties
+/// (`fuzz/props.rs`): round trips, keys from their lines.
+#[test]
+fn fuzz_corpora_replay() {
+    crate::replay_corpus("signature_sshsig", crate::fuzz_props::signature_sshsig);
+    crate::replay_corpus("signature_signify", crate::fuzz_props::signature_signify);
+    crate::replay_corpus("signature_minisign", crate::fuzz_props::signature_minisign);
+    crate::replay_corpus("signature_keys", crate::fuzz_props::signature_keys);
+}
