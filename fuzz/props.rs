@@ -1922,7 +1922,10 @@ pub fn signature_signify(data: &[u8]) {
         assert_eq!(signify::parse(&s.encode()).as_ref(), Ok(&s), "does not round-trip");
         let sig = Signature::Signify(s.clone());
         assert_eq!(sig.input(), Input::Message);
-        let key = TrustedKey::Ed(ringdl::signature::EdKey { id: s.keynum, key: [9; 32] });
+        let key = TrustedKey::Ed(ringdl::signature::EdKey {
+            id: s.keynum,
+            key: [9; 32],
+        });
         let _ = s.verify(&[key], data);
     }
     let _ = parse(data);
@@ -1937,7 +1940,10 @@ pub fn signature_minisign(data: &[u8]) {
         assert_eq!(minisign::parse(&s.encode()).as_ref(), Ok(&s), "does not round-trip");
         let want = if s.prehashed { Input::Blake2b512 } else { Input::Message };
         assert_eq!(Signature::Minisign(s.clone()).input(), want);
-        let key = TrustedKey::Ed(ringdl::signature::EdKey { id: s.key_id, key: [9; 32] });
+        let key = TrustedKey::Ed(ringdl::signature::EdKey {
+            id: s.key_id,
+            key: [9; 32],
+        });
         let _ = s.verify(&[key], data);
     }
     let _ = parse(data);
@@ -1953,7 +1959,10 @@ pub fn signature_keys(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     for k in keys {
         if let TrustedKey::Ssh(s) = k {
-            let n = s.blob.get(..4).map(|b| u32::from_be_bytes(b.try_into().unwrap()) as usize);
+            let n = s
+                .blob
+                .get(..4)
+                .map(|b| u32::from_be_bytes(b.try_into().unwrap()) as usize);
             assert_eq!(n.and_then(|n| s.blob.get(4..4 + n)), Some(s.key_type.as_bytes()));
             assert!(text.contains(&s.key_type));
             if let Some(p) = &s.principals {

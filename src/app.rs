@@ -490,7 +490,6 @@ fn checksum_from_file(
     crate::config::Checksum::from_sums(&String::from_utf8_lossy(text), &names, sums)
 }
 
-
 /// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.
 fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
     let part = control.with_extension("");

@@ -320,7 +320,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     if o.checksum.is_some() && o.checksum_file.is_some() {
         return Err(err!(Usage, "give --checksum or --checksum-file, not both"));
     }
-    if o.signature.is_some() != !o.trusted_keys.is_empty() {
+    if o.signature.is_some() == o.trusted_keys.is_empty() {
         return Err(err!(
             Usage,
             "--signature and --trusted-key go together: a signature is checked against the keys you trust"

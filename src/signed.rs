@@ -27,7 +27,11 @@ fn read_small(path: &Path, what: &str, kind: Kind) -> Result<Vec<u8>> {
     if meta.len() > sig::MAX_FILE {
         return Err(Error::new(
             kind,
-            format!("{what} {}: {} bytes, more than a signature or key file holds (64 KiB)", path.display(), meta.len()),
+            format!(
+                "{what} {}: {} bytes, more than a signature or key file holds (64 KiB)",
+                path.display(),
+                meta.len()
+            ),
         ));
     }
     std::fs::read(path).map_err(|e| Error::new(kind, format!("{what} {}: {e}", path.display())))
@@ -111,7 +115,13 @@ impl Plan {
     /// # Errors
     /// [`Kind::Signature`] naming the key and the file; `Usage` for a raw-message signature
     /// over more than [`sig::MAX_MESSAGE`] bytes.
-    pub(crate) fn check(&self, input: Option<&[u8]>, name: &str, opts: &Config, json: &mut Option<String>) -> Result<()> {
+    pub(crate) fn check(
+        &self,
+        input: Option<&[u8]>,
+        name: &str,
+        opts: &Config,
+        json: &mut Option<String>,
+    ) -> Result<()> {
         let Some(input) = input else {
             return Err(err!(Usage, "{name}: {}", self.bound_reason()));
         };
@@ -206,9 +216,7 @@ pub(crate) fn fetch_small(url: &str, opts: &Config, run: impl FnOnce(Box<Config>
         crate::signature::MAX_FILE,
         "a signature file is a few hundred bytes (at most 64 KiB here)".to_owned(),
     ));
-    let got = run(sub).and_then(|()| {
-        std::fs::read(&file).map_err(|e| err!(LocalIo, "{}: {e}", file.display()))
-    });
+    let got = run(sub).and_then(|()| std::fs::read(&file).map_err(|e| err!(LocalIo, "{}: {e}", file.display())));
     let _ = std::fs::remove_dir_all(&dir);
     got
 }

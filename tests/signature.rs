@@ -61,7 +61,10 @@ impl Site {
     /// `ringdl -x 4 -o OUT --signature SIG --trusted-key KEY… URL(image.bin)` plus `extra`.
     fn fetch(&self, sig: &str, keys: &[&Path], extra: &[&str]) -> crate::util::Output {
         let mut c = self.dir.ringdl();
-        c.args(["-x", "4", "-v", "-o"]).arg(self.out()).arg("--signature").arg(sig);
+        c.args(["-x", "4", "-v", "-o"])
+            .arg(self.out())
+            .arg("--signature")
+            .arg(sig);
         for k in keys {
             c.arg("--trusted-key").arg(k);
         }
@@ -115,7 +118,16 @@ fn ssh_sign(key: &Path, namespace: &str, file: &Path) -> PathBuf {
     let priv_key = key.with_extension("");
     tool(
         SSH_KEYGEN,
-        &["-q", "-Y", "sign", "-n", namespace, "-f", priv_key.to_str().unwrap(), file.to_str().unwrap()],
+        &[
+            "-q",
+            "-Y",
+            "sign",
+            "-n",
+            namespace,
+            "-f",
+            priv_key.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ],
         file.parent().unwrap(),
     );
     PathBuf::from(format!("{}.sig", file.display()))
@@ -124,7 +136,11 @@ fn ssh_sign(key: &Path, namespace: &str, file: &Path) -> PathBuf {
 /// The `SHA256:…` fingerprint `ssh-keygen -l` prints for `key`.
 fn ssh_fingerprint(key: &Path) -> String {
     let o = Command::new(SSH_KEYGEN).arg("-lf").arg(key).output().unwrap();
-    String::from_utf8_lossy(&o.stdout).split_whitespace().nth(1).unwrap().to_owned()
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_owned()
 }
 
 /// A signify key pair in `dir`: returns the `.pub`.
@@ -139,7 +155,15 @@ fn signify_sign(key: &Path, file: &Path, sig: &Path) {
     let sec = key.with_extension("sec");
     tool(
         SIGNIFY,
-        &["-S", "-s", sec.to_str().unwrap(), "-m", file.to_str().unwrap(), "-x", sig.to_str().unwrap()],
+        &[
+            "-S",
+            "-s",
+            sec.to_str().unwrap(),
+            "-m",
+            file.to_str().unwrap(),
+            "-x",
+            sig.to_str().unwrap(),
+        ],
         file.parent().unwrap(),
     );
 }
@@ -158,7 +182,14 @@ fn minisign_sign(key: &Path, file: &Path, sig: &Path, legacy: bool) {
     if legacy {
         args.push("-l");
     }
-    args.extend(["-s", sec.to_str().unwrap(), "-m", file.to_str().unwrap(), "-x", sig.to_str().unwrap()]);
+    args.extend([
+        "-s",
+        sec.to_str().unwrap(),
+        "-m",
+        file.to_str().unwrap(),
+        "-x",
+        sig.to_str().unwrap(),
+    ]);
     tool(MINISIGN, &args, file.parent().unwrap());
 }
 
@@ -185,7 +216,10 @@ fn sshsig_every_key_type_lands_the_file_and_a_changed_byte_stays_in_the_part() {
         site.assert_landed(&o);
         let fp = ssh_fingerprint(&key);
         let err = o.stderr_text();
-        assert!(err.contains("sshsig signature") && err.contains(&format!("key {fp}")), "{kind}: {err}");
+        assert!(
+            err.contains("sshsig signature") && err.contains(&format!("key {fp}")),
+            "{kind}: {err}"
+        );
         let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(j["signature"]["format"], "sshsig", "{j}");
         assert_eq!(j["signature"]["key"], fp.as_str(), "{j}");
@@ -199,9 +233,17 @@ fn sshsig_every_key_type_lands_the_file_and_a_changed_byte_stays_in_the_part() {
         let err = site.assert_refused(&o, SIGNATURE);
         assert!(err.contains("BAD signature") && err.contains(&fp), "{kind}: {err}");
         assert!(err.contains(".part"), "{kind}: the message names the file: {err}");
-        assert_eq!(sha256_file(&part_path(&site.out())), changed, "{kind}: the .part holds what came");
+        assert_eq!(
+            sha256_file(&part_path(&site.out())),
+            changed,
+            "{kind}: the .part holds what came"
+        );
         let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        assert_eq!((j["exit_code"].as_u64(), &j["signature"]["verified"]), (Some(10), &false.into()), "{j}");
+        assert_eq!(
+            (j["exit_code"].as_u64(), &j["signature"]["verified"]),
+            (Some(10), &false.into()),
+            "{j}"
+        );
     }
 }
 
@@ -214,7 +256,10 @@ fn sshsig_other_key_wrong_namespace_and_allowed_signers() {
 
     let o = site.fetch(s(&sig), &[&other], &[]);
     let err = site.assert_refused(&o, SIGNATURE);
-    assert!(err.contains("no --trusted-key holds") && err.contains(&ssh_fingerprint(&key)), "{err}");
+    assert!(
+        err.contains("no --trusted-key holds") && err.contains(&ssh_fingerprint(&key)),
+        "{err}"
+    );
 
     // Signed for the namespace "git": refused for "file" (the default), taken for "git".
     // (ssh-keygen does not replace an existing .sig: sign a copy of the same bytes.)
@@ -254,7 +299,10 @@ fn truncated_signature_fails_before_the_download() {
     let o = site.fetch(s(&cut), &[&key], &[]);
     let err = site.assert_refused(&o, SIGNATURE);
     assert!(err.contains("truncated") && err.contains("cut.sig"), "{err}");
-    assert!(!part_path(&site.out()).exists(), "a bad signature file is found before the output is touched");
+    assert!(
+        !part_path(&site.out()).exists(),
+        "a bad signature file is found before the output is touched"
+    );
 
     let spub = signify_key(site.dir.path(), "sf");
     let ssig = site.dir.join("image.bin.sig");
@@ -282,13 +330,21 @@ fn signify_and_minisign_over_the_file() {
     minisign_sign(&mpub, &site.image(), &prehashed, false);
     let legacy = site.dir.join("image.bin.legacy.minisig");
     minisign_sign(&mpub, &site.image(), &legacy, true);
-    for (i, (sig, key, what)) in [(&ssig, &spub, "signify"), (&prehashed, &mpub, "minisign"), (&legacy, &mpub, "minisign")]
-        .into_iter()
-        .enumerate()
+    for (i, (sig, key, what)) in [
+        (&ssig, &spub, "signify"),
+        (&prehashed, &mpub, "minisign"),
+        (&legacy, &mpub, "minisign"),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let o = site.fetch(s(sig), &[key], &[]);
         site.assert_landed(&o);
-        assert!(o.stderr_text().contains(&format!("{what} signature")), "{}", o.stderr_text());
+        assert!(
+            o.stderr_text().contains(&format!("{what} signature")),
+            "{}",
+            o.stderr_text()
+        );
         std::fs::remove_file(site.out()).unwrap();
         // Another key of the same format.
         let other = if what == "signify" {
@@ -346,7 +402,10 @@ fn signed_sha256sums_checks_the_file() {
     let o = site.fetch(s(&ssig), &[&spub], &["--checksum-file", s(&sums)]);
     let err = site.assert_refused(&o, SIGNATURE);
     assert!(err.contains("BAD signature") && err.contains("SHA256SUMS"), "{err}");
-    assert!(!part_path(&site.out()).exists(), "nothing fetched before the signature failed");
+    assert!(
+        !part_path(&site.out()).exists(),
+        "nothing fetched before the signature failed"
+    );
 }
 
 #[test]
@@ -367,7 +426,11 @@ fn signature_given_as_a_url() {
         .arg(site.url("image.bin"))
         .run();
     site.assert_landed(&o);
-    assert!(o.stderr_text().contains("image.bin.sig verified"), "{}", o.stderr_text());
+    assert!(
+        o.stderr_text().contains("image.bin.sig verified"),
+        "{}",
+        o.stderr_text()
+    );
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "a temporary copy is left");
     std::fs::remove_file(site.out()).unwrap();
 
@@ -404,10 +467,16 @@ fn raw_message_signature_over_a_large_file_is_refused_before_the_download() {
             .run();
         o.assert_code(exit::USAGE);
         let err = o.stderr_text();
-        assert!(err.contains("64 MiB") && err.contains(&format!("{}", 100 * MIB)), "{err}");
+        assert!(
+            err.contains("64 MiB") && err.contains(&format!("{}", 100 * MIB)),
+            "{err}"
+        );
         assert!(!out.exists() && !part_path(&out).exists(), "bytes landed: {err}");
         let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        assert!(j["fetched"].as_u64().unwrap_or(0) < MIB, "the body was not fetched: {j}");
+        assert!(
+            j["fetched"].as_u64().unwrap_or(0) < MIB,
+            "the body was not fetched: {j}"
+        );
     }
 }
 

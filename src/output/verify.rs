@@ -16,6 +16,10 @@ use crate::tag::Tag;
 /// Reads in flight while hashing.
 const DEPTH: usize = 4;
 
+/// What `--signature` needs from the file: a digest, or the bytes (`None`: more than
+/// [`crate::signature::MAX_MESSAGE`]).
+pub type Signed = Option<Vec<u8>>;
+
 /// What the finished `.part` (`path`, opened O_DIRECT when `direct`, `total` bytes) owes
 /// in one read-back: the `--checksum` digest (`checksum`) and what `--signature` needs
 /// (`signed`: a SHA-256/512 or BLAKE2b-512, or the bytes themselves; `Some(None)` when
@@ -30,7 +34,7 @@ pub fn digests(
     (path, direct, total): (&Path, bool, u64),
     checksum: Option<&'static Algorithm>,
     signed: Option<crate::signature::Input>,
-) -> Result<(Option<Digest>, Option<Option<Vec<u8>>>)> {
+) -> Result<(Option<Digest>, Option<Signed>)> {
     if checksum.is_none() && signed.is_none() {
         return Ok((None, None));
     }

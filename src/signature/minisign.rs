@@ -44,7 +44,9 @@ pub fn parse(text: &str) -> Result<Signature, Malformed> {
         .and_then(|l| l.strip_prefix(COMMENT))
         .ok_or(Malformed("minisign: no \"untrusted comment:\" line"))?;
     let untrusted = untrusted.strip_prefix(' ').unwrap_or(untrusted);
-    let sig_line = lines.next().ok_or(Malformed("minisign: truncated: no signature line"))?;
+    let sig_line = lines
+        .next()
+        .ok_or(Malformed("minisign: truncated: no signature line"))?;
     let raw = super::base64(sig_line).map_err(|_| Malformed("minisign: the signature line is not base64"))?;
     if raw.len() != 74 {
         return Err(Malformed(

@@ -231,7 +231,9 @@ pub fn parse_keys(bytes: &[u8]) -> Result<Vec<TrustedKey>, Malformed> {
     };
     if first.starts_with(COMMENT) || (lines.len() == 1 && !first.contains(' ')) {
         let b64 = if first.starts_with(COMMENT) {
-            lines.get(1).ok_or(Malformed("no base64 line after the untrusted comment"))?
+            lines
+                .get(1)
+                .ok_or(Malformed("no base64 line after the untrusted comment"))?
         } else {
             first
         };
@@ -251,7 +253,9 @@ pub fn parse_keys(bytes: &[u8]) -> Result<Vec<TrustedKey>, Malformed> {
 pub fn parse_ed_key(b64: &str) -> Result<EdKey, Malformed> {
     let raw = base64(b64)?;
     if raw.len() != 42 || &raw[..2] != b"Ed" {
-        return Err(Malformed("a signify/minisign public key is base64 of \"Ed\", an 8-byte key number and 32 bytes"));
+        return Err(Malformed(
+            "a signify/minisign public key is base64 of \"Ed\", an 8-byte key number and 32 bytes",
+        ));
     }
     Ok(EdKey {
         id: raw[2..10].try_into().expect("8 bytes"),
@@ -309,10 +313,16 @@ impl fmt::Display for Refused {
                 write!(f, "signed for namespace {got:?}, not {want:?} (--signature-namespace)")
             }
             Refused::NotAllowed { key, namespace } => {
-                write!(f, "key {key} is not allowed to sign namespace {namespace:?} (its namespaces= option)")
+                write!(
+                    f,
+                    "key {key} is not allowed to sign namespace {namespace:?} (its namespaces= option)"
+                )
             }
             Refused::TrustedComment(k) => {
-                write!(f, "BAD signature: the trusted comment's global signature does not verify with key {k}")
+                write!(
+                    f,
+                    "BAD signature: the trusted comment's global signature does not verify with key {k}"
+                )
             }
         }
     }

@@ -37,9 +37,10 @@ pub fn parse(text: &str) -> Result<Signature, Malformed> {
     if comment.len() > COMMENT_MAX {
         return Err(Malformed("signify: the untrusted comment is longer than 1024 bytes"));
     }
-    let b64 = lines.next().filter(|l| !l.trim().is_empty()).ok_or(Malformed(
-        "signify: truncated: no signature line after the comment",
-    ))?;
+    let b64 = lines
+        .next()
+        .filter(|l| !l.trim().is_empty())
+        .ok_or(Malformed("signify: truncated: no signature line after the comment"))?;
     if lines.any(|l| !l.trim().is_empty()) {
         return Err(Malformed(
             "signify: text after the signature (an embedded-message signature, signify -e, is not detached)",
@@ -47,7 +48,9 @@ pub fn parse(text: &str) -> Result<Signature, Malformed> {
     }
     let raw = super::base64(b64).map_err(|_| Malformed("signify: the signature line is not base64"))?;
     if raw.len() != 74 {
-        return Err(Malformed("signify: the signature is not 74 bytes (\"Ed\", keynum, 64-byte signature): truncated?"));
+        return Err(Malformed(
+            "signify: the signature is not 74 bytes (\"Ed\", keynum, 64-byte signature): truncated?",
+        ));
     }
     if &raw[..2] != b"Ed" {
         return Err(Malformed("signify: unknown algorithm (not \"Ed\")"));

@@ -92,7 +92,9 @@ pub fn parse_armored(text: &str) -> Result<Signature, Malformed> {
 /// [`Malformed`]: not `SSHSIG`, a version other than 1, an empty namespace, a hash other
 /// than sha256/sha512, truncated fields or trailing bytes.
 pub fn parse_blob(blob: &[u8]) -> Result<Signature, Malformed> {
-    let rest = blob.strip_prefix(MAGIC).ok_or(Malformed("sshsig: the blob does not start with SSHSIG"))?;
+    let rest = blob
+        .strip_prefix(MAGIC)
+        .ok_or(Malformed("sshsig: the blob does not start with SSHSIG"))?;
     let mut r = Reader(rest);
     if r.u32()? != 1 {
         return Err(Malformed("sshsig: version is not 1"));
@@ -173,7 +175,9 @@ impl Signature {
             })
             .ok_or_else(|| Refused::UnknownKey(fp.clone()))?;
         if let Some(allowed) = &signer.namespaces
-            && !allowed.iter().any(|p| pattern_match(p.as_bytes(), namespace.as_bytes()))
+            && !allowed
+                .iter()
+                .any(|p| pattern_match(p.as_bytes(), namespace.as_bytes()))
         {
             return Err(Refused::NotAllowed {
                 key: fp,
@@ -345,10 +349,9 @@ pub fn parse_allowed_signer(line: &str) -> Result<AllowedSigner, Malformed> {
         key_type: String::new(),
         blob: Vec::new(),
     };
-    let at = t
-        .iter()
-        .position(|x| is_key_type(x))
-        .ok_or(Malformed("ssh key: no key type (ssh-ed25519, ecdsa-sha2-nistp256, ssh-rsa, …) on the line"))?;
+    let at = t.iter().position(|x| is_key_type(x)).ok_or(Malformed(
+        "ssh key: no key type (ssh-ed25519, ecdsa-sha2-nistp256, ssh-rsa, …) on the line",
+    ))?;
     match at {
         0 => {}
         1 | 2 => {
@@ -367,10 +370,16 @@ pub fn parse_allowed_signer(line: &str) -> Result<AllowedSigner, Malformed> {
                 }
             }
         }
-        _ => return Err(Malformed("allowed signers: more than principals and options before the key type")),
+        _ => {
+            return Err(Malformed(
+                "allowed signers: more than principals and options before the key type",
+            ));
+        }
     }
     signer.key_type = t[at].to_owned();
-    let b64 = t.get(at + 1).ok_or(Malformed("ssh key: no base64 key after the key type"))?;
+    let b64 = t
+        .get(at + 1)
+        .ok_or(Malformed("ssh key: no base64 key after the key type"))?;
     signer.blob = super::base64(b64).map_err(|_| Malformed("ssh key: the key is not base64"))?;
     let mut r = Reader(&signer.blob);
     if r.string().ok() != Some(signer.key_type.as_bytes()) {
@@ -384,7 +393,9 @@ pub fn parse_allowed_signer(line: &str) -> Result<AllowedSigner, Malformed> {
         _ => return Ok(signer),
     };
     if !whole || r.end().is_err() {
-        return Err(Malformed("ssh key: the key blob is truncated or has bytes after its fields"));
+        return Err(Malformed(
+            "ssh key: the key blob is truncated or has bytes after its fields",
+        ));
     }
     Ok(signer)
 }

@@ -18,9 +18,18 @@ fn check(sig: &[u8], key: &[u8], msg: &[u8]) -> Result<Verified, Refused> {
 fn sshsig_each_key_type_verifies_and_a_changed_byte_does_not() {
     let cases: [(&[u8], &[u8]); 4] = [
         (include_bytes!("testdata/msg.ed.sig"), include_bytes!("testdata/ed.pub")),
-        (include_bytes!("testdata/msg.p256.sig"), include_bytes!("testdata/p256.pub")),
-        (include_bytes!("testdata/msg.p384.sig"), include_bytes!("testdata/p384.pub")),
-        (include_bytes!("testdata/msg.rsa.sig"), include_bytes!("testdata/rsa.pub")),
+        (
+            include_bytes!("testdata/msg.p256.sig"),
+            include_bytes!("testdata/p256.pub"),
+        ),
+        (
+            include_bytes!("testdata/msg.p384.sig"),
+            include_bytes!("testdata/p384.pub"),
+        ),
+        (
+            include_bytes!("testdata/msg.rsa.sig"),
+            include_bytes!("testdata/rsa.pub"),
+        ),
     ];
     let mut bad = MSG.to_vec();
     bad[0] ^= 1;
@@ -35,16 +44,22 @@ fn sshsig_each_key_type_verifies_and_a_changed_byte_does_not() {
             assert!(matches!(check(sig, other, MSG), Err(Refused::UnknownKey(_))));
         }
         // Round trip of the blob.
-        let Signature::Sshsig(s) = parse(sig).unwrap() else { panic!() };
+        let Signature::Sshsig(s) = parse(sig).unwrap() else {
+            panic!()
+        };
         assert_eq!(sshsig::parse_blob(&s.encode_blob()).unwrap(), s);
     }
 }
 
 #[test]
 fn sshsig_fingerprint_is_ssh_keygens() {
-    let Signature::Sshsig(s) = parse(include_bytes!("testdata/msg.ed.sig")).unwrap() else { panic!() };
+    let Signature::Sshsig(s) = parse(include_bytes!("testdata/msg.ed.sig")).unwrap() else {
+        panic!()
+    };
     let line = std::str::from_utf8(include_bytes!("testdata/ed.pub")).unwrap();
-    let TrustedKey::Ssh(k) = &keys(line.as_bytes())[0] else { panic!() };
+    let TrustedKey::Ssh(k) = &keys(line.as_bytes())[0] else {
+        panic!()
+    };
     assert_eq!(k.blob, s.public_key);
     // ssh-keygen -lf ed.pub prints the same SHA256:… (checked when the vector was made).
     assert_eq!(sshsig::fingerprint(&k.blob).len(), "SHA256:".len() + 43);
@@ -60,7 +75,10 @@ fn sshsig_namespace_and_allowed_signers() {
     assert!(matches!(verify(&s, &k, "git", &h), Err(Refused::Namespace { .. })));
     let allowed = format!("me@example.org namespaces=\"git,fi*\" {key}\n");
     assert_eq!(
-        verify(&s, &keys(allowed.as_bytes()), "file", &h).unwrap().principals.as_deref(),
+        verify(&s, &keys(allowed.as_bytes()), "file", &h)
+            .unwrap()
+            .principals
+            .as_deref(),
         Some("me@example.org")
     );
     let only_git = format!("me@example.org namespaces=\"git\" {key}\n");
@@ -69,7 +87,10 @@ fn sshsig_namespace_and_allowed_signers() {
         Err(Refused::NotAllowed { .. })
     ));
     let ca = format!("* cert-authority {key}\n");
-    assert!(matches!(verify(&s, &keys(ca.as_bytes()), "file", &h), Err(Refused::UnknownKey(_))));
+    assert!(matches!(
+        verify(&s, &keys(ca.as_bytes()), "file", &h),
+        Err(Refused::UnknownKey(_))
+    ));
 }
 
 #[test]
@@ -93,7 +114,9 @@ fn signify_verifies_and_refuses() {
         check(sig, include_bytes!("testdata/mi.pub"), MSG),
         Err(Refused::UnknownKey(_))
     ));
-    let Signature::Signify(s) = parse(sig).unwrap() else { panic!() };
+    let Signature::Signify(s) = parse(sig).unwrap() else {
+        panic!()
+    };
     assert_eq!(parse(s.encode().as_bytes()).unwrap(), Signature::Signify(s));
     let text = std::str::from_utf8(sig).unwrap();
     assert!(parse(&sig[..text.len() - 20]).is_err());
@@ -116,7 +139,10 @@ fn minisign_both_forms_and_the_trusted_comment() {
         assert!(matches!(check(sig, key, &bad), Err(Refused::Bad(_))));
         // A changed trusted comment breaks the global signature.
         let text = std::str::from_utf8(sig).unwrap().replace("timestamp:", "timestamp:1");
-        assert!(matches!(check(text.as_bytes(), key, MSG), Err(Refused::TrustedComment(_))));
+        assert!(matches!(
+            check(text.as_bytes(), key, MSG),
+            Err(Refused::TrustedComment(_))
+        ));
         let Signature::Minisign(m) = s else { panic!() };
         assert_eq!(parse(m.encode().as_bytes()).unwrap(), Signature::Minisign(m));
         let lines: Vec<&str> = std::str::from_utf8(sig).unwrap().lines().collect();
