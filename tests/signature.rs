@@ -506,3 +506,21 @@ fn pgp_clear_signed_sums_are_said_unchecked() {
     assert_eq!(j["signature"]["format"], "openpgp", "{j}");
     assert_eq!(j["signature"]["verified"], false, "{j}");
 }
+
+#[test]
+fn a_good_signature_later_lands_the_kept_part_with_c() {
+    let site = Site::new("later", 4 * MIB + 4097);
+    let key = ssh_key(site.dir.path(), "signer", "ed25519");
+    let other = ssh_key(site.dir.path(), "other", "ed25519");
+    let sig = ssh_sign(&key, "file", &site.image());
+    let o = site.fetch(s(&sig), &[&other], &[]);
+    site.assert_refused(&o, SIGNATURE);
+    assert_eq!(
+        sha256_file(&part_path(&site.out())),
+        site.sha,
+        "the .part holds the bytes"
+    );
+    // The right key with -c: the kept bytes are verified and renamed into place.
+    let o = site.fetch(s(&sig), &[&key], &["-c"]);
+    site.assert_landed(&o);
+}
