@@ -35,6 +35,10 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("proxy_url", proxy_url),
     ("no_proxy", no_proxy),
     ("socks5_reply", socks5_reply),
+    ("signature_sshsig", signature_sshsig),
+    ("signature_signify", signature_signify),
+    ("signature_minisign", signature_minisign),
+    ("signature_keys", signature_keys),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -1991,4 +1995,82 @@ pub fn socks5_reply(data: &[u8]) {
     let mut rng = Rng::from(data);
     let pieces = run(&mut |left| if left == 0 { 0 } else { 1 + rng.below(left) });
     assert_eq!(whole, pieces, "one piece and many pieces differ");
+}
+
+/// `signature_sshsig`: an armored signature or a bare blob that parses encodes back to
+/// itself (the blob exactly: its encoding is canonical); verification over any split of
+/// the input into key / signature / data never panics (whether a chosen key verifies its
+/// own garbage — a small-order Ed25519 key can — is not a property of the parser).
+pub fn signature_sshsig(data: &[u8]) {
+    use ringdl::signature::{Signature, parse, sshsig};
+    if let Ok(s) = sshsig::parse_blob(data) {
+        assert_eq!(s.encode_blob(), data, "a parsed blob does not encode back to itself");
+        assert!(!s.namespace.is_empty());
+    }
+    if let Ok(Signature::Sshsig(s)) = parse(data) {
+        assert_eq!(sshsig::parse_blob(&s.encode_blob()).as_ref(), Ok(&s));
+    }
+    let mut rng = Rng::from(data);
+    let a = rng.below(data.len() + 1);
+    let b = a + rng.below(data.len() - a + 1);
+    let _ = sshsig::verify_blob(&data[..a], &data[a..b], &data[b..]);
+}
+
+/// `signature_signify`: a parsed `.sig` re-encodes to a file that parses to the same signature; it
+/// needs the message (never a prehash); verifying it does not panic.
+pub fn signature_signify(data: &[u8]) {
+    use ringdl::signature::{Input, Signature, TrustedKey, parse, signify};
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Ok(s) = signify::parse(text) {
+        assert_eq!(signify::parse(&s.encode()).as_ref(), Ok(&s), "does not round-trip");
+        let sig = Signature::Signify(s.clone());
+        assert_eq!(sig.input(), Input::Message);
+        let key = TrustedKey::Ed(ringdl::signature::EdKey {
+            id: s.keynum,
+            key: [9; 32],
+        });
+        let _ = s.verify(&[key], data);
+    }
+    let _ = parse(data);
+}
+
+/// `signature_minisign`: a parsed `.minisig` re-encodes to a file that parses to the same signature;
+/// `ED` asks for BLAKE2b-512, `Ed` for the message; verifying it does not panic.
+pub fn signature_minisign(data: &[u8]) {
+    use ringdl::signature::{Input, Signature, TrustedKey, minisign, parse};
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Ok(s) = minisign::parse(text) {
+        assert_eq!(minisign::parse(&s.encode()).as_ref(), Ok(&s), "does not round-trip");
+        let want = if s.prehashed { Input::Blake2b512 } else { Input::Message };
+        assert_eq!(Signature::Minisign(s.clone()).input(), want);
+        let key = TrustedKey::Ed(ringdl::signature::EdKey {
+            id: s.key_id,
+            key: [9; 32],
+        });
+        let _ = s.verify(&[key], data);
+    }
+    let _ = parse(data);
+}
+
+/// `signature_keys`: every key parsed from a trusted-key file is well formed: an SSH key's
+/// blob starts with the type its line names; an allowed-signers line's principals and
+/// namespaces come from the line.
+pub fn signature_keys(data: &[u8]) {
+    use ringdl::signature::{TrustedKey, parse_keys};
+    let Ok(keys) = parse_keys(data) else { return };
+    assert!(!keys.is_empty(), "Ok with no key");
+    let text = String::from_utf8_lossy(data);
+    for k in keys {
+        if let TrustedKey::Ssh(s) = k {
+            let n = s
+                .blob
+                .get(..4)
+                .map(|b| u32::from_be_bytes(b.try_into().unwrap()) as usize);
+            assert_eq!(n.and_then(|n| s.blob.get(4..4 + n)), Some(s.key_type.as_bytes()));
+            assert!(text.contains(&s.key_type));
+            if let Some(p) = &s.principals {
+                assert!(text.contains(p.as_str()), "principals not from the line: {p:?}");
+            }
+        }
+    }
 }

@@ -49,7 +49,10 @@ ensure_tools \
     openssl:openssl \
     qemu-system-x86_64:qemu-system-x86 \
     cpio:cpio \
-    /var/lib/dpkg/info/busybox-static.list:busybox-static
+    /var/lib/dpkg/info/busybox-static.list:busybox-static \
+    /usr/bin/ssh-keygen:openssh-client \
+    /usr/bin/signify-openbsd:signify-openbsd \
+    /usr/bin/minisign:minisign
 
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
     command -v rustup >/dev/null 2>&1 || die "cargo fmt / cargo clippy missing and no rustup"

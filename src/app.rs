@@ -52,7 +52,7 @@ pub fn main() -> ExitCode {
 }
 
 fn real_main(record: &mut Record) -> Result<()> {
-    let mut opts = match cli::parse(std::env::args_os().skip(1))? {
+    let opts = match cli::parse(std::env::args_os().skip(1))? {
         Command::Help => {
             print!("{}", cli::HELP);
             return Ok(());
@@ -63,6 +63,11 @@ fn real_main(record: &mut Record) -> Result<()> {
         }
         Command::Download(o) => o,
     };
+    run(opts, record)
+}
+
+/// One download as `opts` asks (the command's, or a `--signature` URL's).
+fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
     if let Some(p) = opts.json.as_ref().filter(|p| p.as_os_str() != "-") {
         // A record that cannot be written is found out now, not after the download.
         std::fs::OpenOptions::new()
@@ -86,8 +91,25 @@ fn real_main(record: &mut Record) -> Result<()> {
     }
     let final_path = output::final_path(&opts.output, &url);
     record.output = final_path.as_ref().map(|p| p.display().to_string());
+    // A signature (and its keys) is read, fetched and parsed before anything is.
+    let plan = crate::signed::load(&opts, |u| {
+        crate::signed::fetch_small(u, &opts, |sub| run(sub, &mut Record::default()))
+    })?;
+    let signed_input = plan.as_ref().and_then(|p| p.over_file(&mut opts));
     if let Some(sums) = &opts.checksum_file {
-        opts.checksum = Some(checksum_from_file(sums, final_path.as_deref(), &url)?);
+        let text = std::fs::read(sums).map_err(|e| err!(LocalIo, "--checksum-file {}: {e}", sums.display()))?;
+        let name = sums.display().to_string();
+        match &plan {
+            // Over the checksum file: checked now, before a byte of the file is fetched.
+            Some(p) => p.check(
+                crate::signature::prehash(p.sig.input(), &text).as_deref(),
+                &name,
+                &opts,
+                &mut record.signature,
+            )?,
+            None => crate::signed::pgp_unchecked(&text, &name, &mut record.signature),
+        }
+        opts.checksum = Some(checksum_from_file(&text, &name, final_path.as_deref(), &url)?);
     }
     let device = final_path.as_deref().is_some_and(output::device::is_block_device);
     updates::prepare(&mut opts, final_path.as_deref(), device)?;
@@ -102,6 +124,14 @@ fn real_main(record: &mut Record) -> Result<()> {
         Some(_) if device => None,
         Some(p) => output::special(p),
     };
+    if let (Some(sp), Some(_)) = (&special, signed_input) {
+        return Err(err!(
+            Usage,
+            "--signature over {}: a signature is checked before the file is renamed into place, \
+             so it needs a file output (or sign a checksum file: --checksum-file)",
+            sp.what
+        ));
+    }
     if let Some(sp) = special.as_ref().filter(|sp| !sp.sink) {
         if opts.connections > 1 && opts.verbose > 0 {
             eprintln!(
@@ -263,6 +293,7 @@ fn real_main(record: &mut Record) -> Result<()> {
             engine,
             ktls: ktls_on,
             failed: &mut failed,
+            signed: signed_input,
         };
         let s = match download::run(routes, &opts, target, &mut progress) {
             Ok(Outcome::Done(s)) => s,
@@ -343,6 +374,15 @@ fn real_main(record: &mut Record) -> Result<()> {
             (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {}", out.describe())),
             _ => None,
         };
+        if let (Some(p), Some(input)) = (&plan, &s.signed) {
+            // Before the checksum and the rename: a bad signature leaves the `.part`.
+            let name = out.describe();
+            p.check(input.as_deref(), &name, &opts, &mut record.signature)
+                .map_err(|mut e| {
+                    e.msg.push_str(&format!(" (data kept in {name}, not renamed)"));
+                    e
+                })?;
+        }
         if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
             && want.expected != got.as_ref()
         {
@@ -460,11 +500,11 @@ fn mirrors_served(mirrors: &[crate::report::MirrorReport]) -> String {
 /// [`crate::error::Kind::LocalIo`] when the file cannot be read; `Usage` when no line
 /// names the file ([`crate::config::Checksum::from_sums`]).
 fn checksum_from_file(
-    sums: &std::path::Path,
+    text: &[u8],
+    sums: &str,
     output: Option<&std::path::Path>,
     url: &http::Url,
 ) -> Result<crate::config::Checksum> {
-    let text = std::fs::read(sums).map_err(|e| err!(LocalIo, "--checksum-file {}: {e}", sums.display()))?;
     let from_output = output
         .and_then(|p| p.file_name())
         .map(|n| n.to_string_lossy().into_owned());
@@ -475,7 +515,7 @@ fn checksum_from_file(
             names.push(n);
         }
     }
-    crate::config::Checksum::from_sums(&crate::config::sums_text(&text), &names, &sums.display().to_string())
+    crate::config::Checksum::from_sums(&crate::config::sums_text(text), &names, sums)
 }
 
 /// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.

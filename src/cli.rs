@@ -42,6 +42,13 @@ Output:
       --checksum-file FILE  take the digest from a SHA256SUMS / SHA512SUMS file: the line
                             for the output's file name (or the URL's); none = error
                             before the download
+      --signature FILE|URL  a detached signature (SSHSIG from ssh-keygen -Y sign, signify
+                            / usign, minisign) over the file, or over --checksum-file when
+                            one is given; checked before the rename (exit 10 if it fails)
+      --trusted-key FILE    a key the signature may come from (repeatable): an OpenSSH
+                            public key or allowed-signers file, a signify or minisign .pub
+      --signature-namespace NAME
+                            the SSHSIG namespace to require (default file)
 
       --etag-compare FILE   send the ETag saved in FILE as If-None-Match; 304 Not
                             Modified leaves the output untouched and exits 0 (a
@@ -125,7 +132,8 @@ plus --ca-certificate (CAs, or the server's own certificate). The host name is c
 against the certificate's names whatever the anchor; only -k skips it.
 
 Exit status: 0 ok, 1 internal error, 2 usage, 3 network, 4 TLS, 5 HTTP status,
-6 protocol violation, 7 local I/O, 8 interrupted, 9 checksum mismatch.
+6 protocol violation, 7 local I/O, 8 interrupted, 9 checksum mismatch,
+10 signature not verified.
 The manual: man ./ringdl.1 (in the source tree).
 ";
 
@@ -178,6 +186,10 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         condition: None,
         offset: 0,
         control: None,
+        signature: None,
+        trusted_keys: Vec::new(),
+        signature_namespace: "file".to_owned(),
+        size_bound: None,
     };
     let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
     while let Some(arg) = p.next().map_err(usage)? {
@@ -277,6 +289,14 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Short('N') | Long("timestamping") => o.timestamping = true,
             Long("offset") => o.offset = number(&mut p, "--offset")?,
             Long("control") => o.control = Some(path_value(&mut p, "--control")?),
+            Long("signature") => o.signature = Some(utf8(p.value().map_err(usage)?, "--signature")?),
+            Long("trusted-key") => o.trusted_keys.push(p.value().map_err(usage)?.into()),
+            Long("signature-namespace") => {
+                o.signature_namespace = utf8(p.value().map_err(usage)?, "--signature-namespace")?;
+                if o.signature_namespace.is_empty() {
+                    return Err(err!(Usage, "--signature-namespace: the namespace may not be empty"));
+                }
+            }
             Long("json") => {
                 let v = p.value().map_err(usage)?;
                 if v.is_empty() {
@@ -343,6 +363,12 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     }
     if o.checksum.is_some() && o.checksum_file.is_some() {
         return Err(err!(Usage, "give --checksum or --checksum-file, not both"));
+    }
+    if o.signature.is_some() == o.trusted_keys.is_empty() {
+        return Err(err!(
+            Usage,
+            "--signature and --trusted-key go together: a signature is checked against the keys you trust"
+        ));
     }
     let mut urls = urls.into_iter();
     let url = urls

@@ -113,6 +113,17 @@ pub struct Config {
     /// `--checksum-file FILE`: a SHA256SUMS / SHA512SUMS file; the line for the output's
     /// name becomes [`Config::checksum`] before the download (see [`Checksum::from_sums`]).
     pub checksum_file: Option<PathBuf>,
+    /// `--signature FILE|URL`: a detached signature over the output (or over
+    /// `checksum_file`), verified before the rename (see [`crate::signature`]).
+    pub signature: Option<String>,
+    /// `--trusted-key FILE` (repeatable): the keys `signature` may come from.
+    pub trusted_keys: Vec<PathBuf>,
+    /// `--signature-namespace NAME`: the SSHSIG namespace required (default `file`).
+    pub signature_namespace: String,
+    /// Not an option: the most bytes the file may have, with why (a raw-message
+    /// signature holds the whole file in memory); a larger Content-Length is refused
+    /// (exit 2) before a byte is written.
+    pub size_bound: Option<(u64, String)>,
     /// `--json FILE`: write the run's record there at the end (`-` = standard output,
     /// only when the data goes elsewhere).
     pub json: Option<PathBuf>,

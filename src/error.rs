@@ -26,6 +26,8 @@ pub enum Kind {
     Interrupted,
     /// The file does not match `--checksum` (exit 9).
     Checksum,
+    /// `--signature` missing, malformed, by no trusted key, wrong namespace, or bad (exit 10).
+    Signature,
 }
 
 impl Kind {
@@ -41,6 +43,7 @@ impl Kind {
             Kind::LocalIo => 7,
             Kind::Interrupted => 8,
             Kind::Checksum => 9,
+            Kind::Signature => 10,
         }
     }
 }

@@ -49,6 +49,8 @@ mod io;
 mod output;
 mod report;
 pub mod schedule;
+pub mod signature;
+mod signed;
 mod tag;
 
 pub use app::main;

@@ -453,6 +453,8 @@ pub struct Record {
     pub checksum_verified: Option<bool>,
     /// The conditional first request got 304 Not Modified: nothing was fetched.
     pub not_modified: bool,
+    /// `--signature` (or a PGP signature seen and not checked): a JSON object.
+    pub signature: Option<String>,
 }
 
 impl Record {
@@ -487,6 +489,9 @@ impl Record {
         o.u64("redirects", Some(self.redirects));
         o.bool("checksum_verified", self.checksum_verified);
         o.bool("not_modified", Some(self.not_modified));
+        if let Some(sig) = &self.signature {
+            o.raw("signature", sig);
+        }
         if !self.mirrors.is_empty() {
             let items: Vec<String> = self.mirrors.iter().map(MirrorReport::to_json).collect();
             o.raw("mirrors", &format!("[{}]", items.join(",")));
@@ -590,7 +595,7 @@ impl JsonObject {
 
 /// Appends `s` as a JSON string (RFC 8259 §7): `"` and `\\` escaped, control
 /// characters as `\n`, `\r`, `\t` or `\u00XX`; everything else as UTF-8.
-fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {

@@ -19,6 +19,7 @@ mod multipart;
 mod proxy;
 mod reach;
 mod seccomp;
+mod signature;
 mod soak;
 mod socks;
 mod soft_tls;

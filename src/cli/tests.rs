@@ -274,3 +274,25 @@ fn help_manual_and_readme_name_the_same_options() {
         assert!(help.contains(o), "ringdl.1 names --{o}, which --help does not list");
     }
 }
+
+#[test]
+fn signature_and_trusted_key_go_together() {
+    let e = p(&["--signature", "f.sig", "http://h/f"]).err().unwrap();
+    assert!(e.msg.contains("--trusted-key"), "{}", e.msg);
+    assert!(p(&["--trusted-key", "k.pub", "http://h/f"]).is_err());
+    assert!(p(&["--signature-namespace", "", "http://h/f"]).is_err());
+    let Command::Download(o) = p(&[
+        "--signature",
+        "https://h/f.sig",
+        "--trusted-key",
+        "a",
+        "--trusted-key",
+        "b",
+        "u",
+    ])
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(o.trusted_keys.len(), 2);
+    assert_eq!(o.signature_namespace, "file");
+}

@@ -280,6 +280,7 @@ pub(crate) fn on_head(
                         job.seg.start
                     )));
                 }
+                within_bound(sh.opts, complete)?;
                 sh.total = Some(complete);
                 sh.ranges = true;
                 sh.need_fallocate = true;
@@ -421,6 +422,7 @@ pub(crate) fn on_head(
             job.seg.start = 0;
             let (delim, end) = match framing {
                 Framing::Length(l) => {
+                    within_bound(sh.opts, l)?;
                     sh.total = Some(l);
                     sh.need_fallocate = true;
                     (Delimiter::Length(l), l)
@@ -592,4 +594,16 @@ pub(crate) fn take_disposition(sh: &mut Shared<'_>, resp: &http::Response<'_, '_
         }
     }
     Ok(())
+}
+
+/// A size over [`crate::config::Config::size_bound`] (a raw-message signature must hold
+/// the file in memory) fails the download before a body byte is written (exit 2).
+fn within_bound(opts: &crate::config::Config, size: u64) -> std::result::Result<(), Fail> {
+    match &opts.size_bound {
+        Some((max, why)) if size > *max => Err(Fail::fatal(
+            Kind::Usage,
+            format!("the file is {size} bytes, more than {max}: {why}"),
+        )),
+        _ => Ok(()),
+    }
 }

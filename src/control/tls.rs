@@ -395,7 +395,7 @@ pub(crate) fn base64_encode(bytes: &[u8]) -> String {
 
 /// Decodes base64 (RFC 4648 §4); the `=` padding may be left out. `None` for any other
 /// character, a lone sixth-bit group, or non-zero bits after the last byte.
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let s = s.trim_end_matches('=');
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     let (mut acc, mut bits) = (0u32, 0u32);

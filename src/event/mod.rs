@@ -181,6 +181,9 @@ pub struct Target<'a> {
     /// Where a failed download leaves what it knew at the failure (for `--json`): `bytes`
     /// is then what the `.part` holds, not the file's size.
     pub failed: &'a mut Option<Box<Summary>>,
+    /// `--signature` over the file: what its verification needs from the file's bytes,
+    /// computed in the checksum's read-back ([`Summary::signed`]).
+    pub signed: Option<crate::signature::Input>,
 }
 
 /// Runs one download into `out` from the URLs of `mirrors` (one, or several serving the
@@ -203,6 +206,7 @@ pub fn run<'a>(
         engine,
         ktls,
         failed,
+        signed,
     } = target;
     let states: Vec<mirrors::Mirror> = mirrors.iter().map(|m| mirrors::Mirror::new(m.url)).collect();
     let m = mirrors.len();
@@ -463,18 +467,16 @@ pub fn run<'a>(
         }
     }
     dl.sh.report.clear();
-    let digest = match (&opts.checksum, out.read_back()) {
-        (Some(c), Some((part, base))) => Some(crate::output::verify::file_digest(
+    let (digest, signed) = match (&opts.checksum, out.read_back()) {
+        (_, Some((part, base))) => crate::output::verify::digests(
             &mut dl.ring,
             &dl.sh.pool,
-            part,
-            out.direct,
-            base,
-            total,
-            c.algorithm,
-        )?),
-        (Some(_), None) => dl.stream_digest.take().map(|d| d.finish()),
-        _ => None,
+            (part, out.direct, base, total),
+            opts.checksum.as_ref().map(|c| c.algorithm),
+            signed,
+        )?,
+        (Some(_), None) => (dl.stream_digest.take().map(|d| d.finish()), None),
+        _ => (None, None),
     };
     if fixed_files {
         let ops = dl.ring.fixed_file_ops();
@@ -486,7 +488,9 @@ pub fn run<'a>(
         // Not in the process's rusage until the thread exits: say it here.
         dl.sh.report.note(Note::SqpollCpu { cpu });
     }
-    Ok(Outcome::Done(Box::new(dl.summary(total, io, registered, digest))))
+    let mut summary = dl.summary(total, io, registered, digest);
+    summary.signed = signed;
+    Ok(Outcome::Done(Box::new(summary)))
 }
 
 pub(crate) struct Loop<'a> {

@@ -61,6 +61,9 @@ pub struct Summary {
     pub etag: Option<Vec<u8>>,
     /// (See `etag`.)
     pub last_modified: Option<Vec<u8>>,
+    /// What `--signature` needs from the file (its digest, or its bytes), read back
+    /// with the checksum's (`Some(None)`: bytes over [`crate::signature::MAX_MESSAGE`]).
+    pub signed: Option<Option<Vec<u8>>>,
 }
 
 impl Loop<'_> {
@@ -104,6 +107,7 @@ impl Loop<'_> {
                 .sh
                 .reference
                 .and_then(|k| self.sh.mirrors[k].validators.last_modified.clone()),
+            signed: None,
         }
     }
 }

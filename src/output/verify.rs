@@ -1,4 +1,4 @@
-//! `--checksum`: the digest of the finished `.part`, read back once through the ring
+//! `--checksum` and `--signature`: the digests of the finished `.part`, read back once through the ring
 //! (O_DIRECT when the download used it, so verifying does not fill the page cache either).
 
 use std::collections::BTreeMap;
@@ -16,21 +16,53 @@ use crate::tag::Tag;
 /// Reads in flight while hashing.
 const DEPTH: usize = 4;
 
-/// Reads `total` bytes of `path` from offset `base` (a block device's `--offset`; 0 for a
-/// file) in pool-block reads (up to four in flight) and hashes them in file order.
+/// What `--signature` needs from the file: a digest, or the bytes (`None`: more than
+/// [`crate::signature::MAX_MESSAGE`]).
+pub type Signed = Option<Vec<u8>>;
+
+/// What the finished `.part` (`path`, opened O_DIRECT when `direct`, `total` bytes from
+/// offset `base`: a block device's `--offset`, 0 for a file) owes
+/// in one read-back: the `--checksum` digest (`checksum`) and what `--signature` needs
+/// (`signed`: a SHA-256/512 or BLAKE2b-512, or the bytes themselves; `Some(None)` when
+/// they are more than [`crate::signature::MAX_MESSAGE`]).
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] when the file cannot be opened or read, or is shorter
-/// than `total`.
-pub fn file_digest(
+/// than `total`; nothing is read when neither is asked for.
+pub fn digests(
+    ring: &mut Ring,
+    pool: &BufPool,
+    (path, direct, base, total): (&Path, bool, u64, u64),
+    checksum: Option<&'static Algorithm>,
+    signed: Option<crate::signature::Input>,
+) -> Result<(Option<Digest>, Option<Signed>)> {
+    if checksum.is_none() && signed.is_none() {
+        return Ok((None, None));
+    }
+    let mut ctx = checksum.map(Context::new);
+    let mut pre = signed.map(crate::signature::Prehasher::new);
+    read_back(ring, pool, path, direct, base, total, |b| {
+        if let Some(c) = &mut ctx {
+            c.update(b);
+        }
+        if let Some(p) = &mut pre {
+            p.update(b);
+        }
+    })?;
+    Ok((ctx.map(Context::finish), pre.map(crate::signature::Prehasher::finish)))
+}
+
+/// Reads `total` bytes of `path` in pool-block reads (up to four in flight) and gives them
+/// to `f` in file order.
+fn read_back(
     ring: &mut Ring,
     pool: &BufPool,
     path: &Path,
     direct: bool,
     base: u64,
     total: u64,
-    alg: &'static Algorithm,
-) -> Result<Digest> {
+    mut f: impl FnMut(&[u8]),
+) -> Result<()> {
     let mut flags = OFlags::RDONLY | OFlags::CLOEXEC;
     if direct {
         flags |= OFlags::DIRECT;
@@ -40,7 +72,6 @@ pub fn file_digest(
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
     let bs = pool.block_size() as u64;
     let blocks = total.div_ceil(bs);
-    let mut ctx = Context::new(alg);
     let (mut next_read, mut next_hash, mut in_flight) = (0u64, 0u64, 0usize);
     let mut done = BTreeMap::new();
     while next_hash < blocks {
@@ -92,9 +123,9 @@ pub fn file_digest(
             done.insert(idx, (c.buf.expect("a read carries its block"), want as usize));
         }
         while let Some((buf, len)) = done.remove(&next_hash) {
-            ctx.update(&buf[..len]);
+            f(&buf[..len]);
             next_hash += 1;
         }
     }
-    Ok(ctx.finish())
+    Ok(())
 }

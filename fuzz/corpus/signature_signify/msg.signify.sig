@@ -1,0 +1,2 @@
+untrusted comment: verify with sf.pub
+RWQKd7Lj/j9lRYRNMRGJoIw3NK3jrjQn4vgcX08FX8/rni8+e7B1zQPWUXn9vxH8HL3q3/JpFoPfVZFqpLF+o19ZC2R4geKIxwQ=

@@ -1,0 +1,526 @@
+//! `--signature` / `--trusted-key`: detached signatures made at test time by the real tools
+//! (ssh-keygen -Y sign with ed25519, ecdsa P-256/P-384 and rsa keys; signify-openbsd;
+//! minisign, default prehashed and legacy -l), over files the test nginx serves. Checked:
+//! a good signature lands the file; a changed byte, another key, another namespace, a
+//! truncated signature each exit 10 and rename nothing (the `.part` stays); a signed
+//! SHA256SUMS that names another digest verifies and then fails the checksum (9); a
+//! signature as a URL; a raw-message signature over a file above the 64 MiB bound is
+//! refused (exit 2) before a byte lands; a PGP clear-signed SHA256SUMS is said unchecked.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{MIB, TestDir, exit, nginx, part_path, sha256_file, write_random_file};
+
+/// `--checksum` mismatch.
+const CHECKSUM: i32 = 9;
+/// Signature not verified.
+const SIGNATURE: i32 = 10;
+
+/// The tools, by the paths Debian's packages install (scripts/test.sh installs them).
+const SSH_KEYGEN: &str = "/usr/bin/ssh-keygen";
+const SIGNIFY: &str = "/usr/bin/signify-openbsd";
+const MINISIGN: &str = "/usr/bin/minisign";
+
+/// A directory the test nginx serves (`sig-<name>/`), a work dir, and a served image.
+struct Site {
+    dir: TestDir,
+    www: PathBuf,
+    name: String,
+    /// SHA-256 of `image.bin` as served.
+    sha: String,
+}
+
+impl Site {
+    fn new(name: &str, size: u64) -> Site {
+        let n = nginx();
+        let www = n.www().join(format!("sig-{name}"));
+        let _ = std::fs::remove_dir_all(&www);
+        std::fs::create_dir_all(&www).unwrap();
+        let sha = write_random_file(&www.join("image.bin"), size, 23);
+        Site {
+            dir: TestDir::new(&format!("signature_{name}")),
+            www,
+            name: name.to_owned(),
+            sha,
+        }
+    }
+
+    fn url(&self, file: &str) -> String {
+        nginx().http_url(&format!("sig-{}/{file}", self.name))
+    }
+
+    fn image(&self) -> PathBuf {
+        self.www.join("image.bin")
+    }
+
+    fn out(&self) -> PathBuf {
+        self.dir.join("image.bin")
+    }
+
+    /// `ringdl -x 4 -o OUT --signature SIG --trusted-key KEY… URL(image.bin)` plus `extra`.
+    fn fetch(&self, sig: &str, keys: &[&Path], extra: &[&str]) -> crate::util::Output {
+        let mut c = self.dir.ringdl();
+        c.args(["-x", "4", "-v", "-o"])
+            .arg(self.out())
+            .arg("--signature")
+            .arg(sig);
+        for k in keys {
+            c.arg("--trusted-key").arg(k);
+        }
+        c.args(extra).arg(self.url("image.bin")).run()
+    }
+
+    /// The file landed with the served bytes, no `.part` left.
+    fn assert_landed(&self, o: &crate::util::Output) {
+        o.assert_success();
+        assert_eq!(sha256_file(&self.out()), self.sha, "{}", o.stderr_text());
+        assert!(!part_path(&self.out()).exists());
+    }
+
+    /// Exit `code`, nothing renamed into place.
+    fn assert_refused(&self, o: &crate::util::Output, code: i32) -> String {
+        o.assert_code(code);
+        assert!(!self.out().exists(), "renamed into place: {}", o.stderr_text());
+        o.stderr_text()
+    }
+}
+
+/// Runs a tool; panics with its output when it fails.
+fn tool(program: &str, args: &[&str], dir: &Path) {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/test.sh installs it)"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An OpenSSH key pair `name` of `kind` (`ed25519`, `ecdsa-256`, `ecdsa-384`, `rsa`) in `dir`.
+fn ssh_key(dir: &Path, name: &str, kind: &str) -> PathBuf {
+    let (t, bits) = kind.split_once('-').unwrap_or((kind, ""));
+    let mut args = vec!["-q", "-t", t, "-N", "", "-C", name, "-f", name];
+    if !bits.is_empty() {
+        args.extend(["-b", bits]);
+    }
+    tool(SSH_KEYGEN, &args, dir);
+    dir.join(format!("{name}.pub"))
+}
+
+/// `ssh-keygen -Y sign -n NAMESPACE -f KEY FILE` → FILE.sig.
+fn ssh_sign(key: &Path, namespace: &str, file: &Path) -> PathBuf {
+    let priv_key = key.with_extension("");
+    tool(
+        SSH_KEYGEN,
+        &[
+            "-q",
+            "-Y",
+            "sign",
+            "-n",
+            namespace,
+            "-f",
+            priv_key.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ],
+        file.parent().unwrap(),
+    );
+    PathBuf::from(format!("{}.sig", file.display()))
+}
+
+/// The `SHA256:…` fingerprint `ssh-keygen -l` prints for `key`.
+fn ssh_fingerprint(key: &Path) -> String {
+    let o = Command::new(SSH_KEYGEN).arg("-lf").arg(key).output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_owned()
+}
+
+/// A signify key pair in `dir`: returns the `.pub`.
+fn signify_key(dir: &Path, name: &str) -> PathBuf {
+    let (p, s) = (format!("{name}.pub"), format!("{name}.sec"));
+    tool(SIGNIFY, &["-G", "-n", "-p", &p, "-s", &s], dir);
+    dir.join(p)
+}
+
+/// `signify-openbsd -S -s KEY.sec -m FILE -x SIG`.
+fn signify_sign(key: &Path, file: &Path, sig: &Path) {
+    let sec = key.with_extension("sec");
+    tool(
+        SIGNIFY,
+        &[
+            "-S",
+            "-s",
+            sec.to_str().unwrap(),
+            "-m",
+            file.to_str().unwrap(),
+            "-x",
+            sig.to_str().unwrap(),
+        ],
+        file.parent().unwrap(),
+    );
+}
+
+/// A minisign key pair (no password, `-W`) in `dir`: returns the `.pub`.
+fn minisign_key(dir: &Path, name: &str) -> PathBuf {
+    let (p, s) = (format!("{name}.pub"), format!("{name}.key"));
+    tool(MINISIGN, &["-G", "-W", "-p", &p, "-s", &s], dir);
+    dir.join(p)
+}
+
+/// `minisign -S [-l] -s KEY -m FILE -x SIG`.
+fn minisign_sign(key: &Path, file: &Path, sig: &Path, legacy: bool) {
+    let sec = key.with_extension("key");
+    let mut args = vec!["-S"];
+    if legacy {
+        args.push("-l");
+    }
+    args.extend([
+        "-s",
+        sec.to_str().unwrap(),
+        "-m",
+        file.to_str().unwrap(),
+        "-x",
+        sig.to_str().unwrap(),
+    ]);
+    tool(MINISIGN, &args, file.parent().unwrap());
+}
+
+/// Flips one byte in the middle of `file` (on the server, after signing).
+fn flip_byte(file: &Path) {
+    let mut b = std::fs::read(file).unwrap();
+    let i = b.len() / 2;
+    b[i] ^= 0x40;
+    std::fs::write(file, b).unwrap();
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn sshsig_every_key_type_lands_the_file_and_a_changed_byte_stays_in_the_part() {
+    for kind in ["ed25519", "ecdsa-256", "ecdsa-384", "rsa"] {
+        let site = Site::new(&format!("ssh-{kind}"), 4 * MIB + 4097);
+        let key = ssh_key(site.dir.path(), "signer", kind);
+        let sig = ssh_sign(&key, "file", &site.image());
+        let json = site.dir.join("record.json");
+        let o = site.fetch(s(&sig), &[&key], &["--json", s(&json)]);
+        site.assert_landed(&o);
+        let fp = ssh_fingerprint(&key);
+        let err = o.stderr_text();
+        assert!(
+            err.contains("sshsig signature") && err.contains(&format!("key {fp}")),
+            "{kind}: {err}"
+        );
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(j["signature"]["format"], "sshsig", "{j}");
+        assert_eq!(j["signature"]["key"], fp.as_str(), "{j}");
+        assert_eq!(j["signature"]["verified"], true, "{j}");
+        std::fs::remove_file(site.out()).unwrap();
+
+        // One byte changed on the server after signing: exit 10, the bytes kept in .part.
+        flip_byte(&site.image());
+        let changed = sha256_file(&site.image());
+        let o = site.fetch(s(&sig), &[&key], &["--json", s(&json)]);
+        let err = site.assert_refused(&o, SIGNATURE);
+        assert!(err.contains("BAD signature") && err.contains(&fp), "{kind}: {err}");
+        assert!(err.contains(".part"), "{kind}: the message names the file: {err}");
+        assert_eq!(
+            sha256_file(&part_path(&site.out())),
+            changed,
+            "{kind}: the .part holds what came"
+        );
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(
+            (j["exit_code"].as_u64(), &j["signature"]["verified"]),
+            (Some(10), &false.into()),
+            "{j}"
+        );
+    }
+}
+
+#[test]
+fn sshsig_other_key_wrong_namespace_and_allowed_signers() {
+    let site = Site::new("ssh-keys", MIB + 1);
+    let key = ssh_key(site.dir.path(), "signer", "ed25519");
+    let other = ssh_key(site.dir.path(), "other", "ed25519");
+    let sig = ssh_sign(&key, "file", &site.image());
+
+    let o = site.fetch(s(&sig), &[&other], &[]);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(
+        err.contains("no --trusted-key holds") && err.contains(&ssh_fingerprint(&key)),
+        "{err}"
+    );
+
+    // Signed for the namespace "git": refused for "file" (the default), taken for "git".
+    // (ssh-keygen does not replace an existing .sig: sign a copy of the same bytes.)
+    let copy = site.dir.join("copy.bin");
+    std::fs::copy(site.image(), &copy).unwrap();
+    let git_sig = ssh_sign(&key, "git", &copy);
+    let o = site.fetch(s(&git_sig), &[&key], &["--force"]);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(err.contains("namespace \"git\""), "{err}");
+    let o = site.fetch(s(&git_sig), &[&key], &["--signature-namespace", "git", "--force"]);
+    site.assert_landed(&o);
+    std::fs::remove_file(site.out()).unwrap();
+
+    // An allowed-signers file: the principal is named; a namespaces= that leaves out
+    // "file" refuses the key.
+    let line = std::fs::read_to_string(&key).unwrap();
+    let allowed = site.dir.join("allowed_signers");
+    std::fs::write(&allowed, format!("release@example.org namespaces=\"file\" {line}")).unwrap();
+    let o = site.fetch(s(&sig), &[&other, &allowed], &[]);
+    site.assert_landed(&o);
+    assert!(o.stderr_text().contains("(release@example.org)"), "{}", o.stderr_text());
+    std::fs::remove_file(site.out()).unwrap();
+    std::fs::write(&allowed, format!("release@example.org namespaces=\"git\" {line}")).unwrap();
+    let o = site.fetch(s(&sig), &[&allowed], &["--force"]);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(err.contains("not allowed to sign namespace \"file\""), "{err}");
+}
+
+#[test]
+fn truncated_signature_fails_before_the_download() {
+    let site = Site::new("truncated", MIB + 1);
+    let key = ssh_key(site.dir.path(), "signer", "ed25519");
+    let sig = ssh_sign(&key, "file", &site.image());
+    let text = std::fs::read(&sig).unwrap();
+    let cut = site.dir.join("cut.sig");
+    std::fs::write(&cut, &text[..text.len() / 2]).unwrap();
+    let o = site.fetch(s(&cut), &[&key], &[]);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(err.contains("truncated") && err.contains("cut.sig"), "{err}");
+    assert!(
+        !part_path(&site.out()).exists(),
+        "a bad signature file is found before the output is touched"
+    );
+
+    let spub = signify_key(site.dir.path(), "sf");
+    let ssig = site.dir.join("image.bin.sig");
+    signify_sign(&spub, &site.image(), &ssig);
+    let text = std::fs::read(&ssig).unwrap();
+    std::fs::write(&cut, &text[..text.len() - 12]).unwrap();
+    let o = site.fetch(s(&cut), &[&spub], &[]);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(err.contains("signify"), "{err}");
+
+    // A missing signature file: the signature's exit code too.
+    let o = site.fetch(s(&site.dir.join("absent.sig")), &[&spub], &[]);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(err.contains("absent.sig"), "{err}");
+}
+
+#[test]
+fn signify_and_minisign_over_the_file() {
+    let site = Site::new("ed-file", 4 * MIB + 4097);
+    let spub = signify_key(site.dir.path(), "sf");
+    let mpub = minisign_key(site.dir.path(), "mi");
+    let ssig = site.dir.join("image.bin.sig");
+    signify_sign(&spub, &site.image(), &ssig);
+    let prehashed = site.dir.join("image.bin.minisig");
+    minisign_sign(&mpub, &site.image(), &prehashed, false);
+    let legacy = site.dir.join("image.bin.legacy.minisig");
+    minisign_sign(&mpub, &site.image(), &legacy, true);
+    for (i, (sig, key, what)) in [
+        (&ssig, &spub, "signify"),
+        (&prehashed, &mpub, "minisign"),
+        (&legacy, &mpub, "minisign"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let o = site.fetch(s(sig), &[key], &[]);
+        site.assert_landed(&o);
+        assert!(
+            o.stderr_text().contains(&format!("{what} signature")),
+            "{}",
+            o.stderr_text()
+        );
+        std::fs::remove_file(site.out()).unwrap();
+        // Another key of the same format.
+        let other = if what == "signify" {
+            signify_key(site.dir.path(), &format!("other-{i}"))
+        } else {
+            minisign_key(site.dir.path(), &format!("other-{i}"))
+        };
+        let o = site.fetch(s(sig), &[&other], &["--force"]);
+        let err = site.assert_refused(&o, SIGNATURE);
+        assert!(err.contains("no --trusted-key holds"), "{err}");
+    }
+    flip_byte(&site.image());
+    for (sig, key) in [(&ssig, &spub), (&prehashed, &mpub), (&legacy, &mpub)] {
+        let o = site.fetch(s(sig), &[key], &["--force"]);
+        let err = site.assert_refused(&o, SIGNATURE);
+        assert!(err.contains("BAD signature"), "{err}");
+        assert!(part_path(&site.out()).exists(), "the .part stays");
+    }
+}
+
+#[test]
+fn signed_sha256sums_checks_the_file() {
+    let site = Site::new("sums", 4 * MIB + 4097);
+    let spub = signify_key(site.dir.path(), "sf");
+    let mpub = minisign_key(site.dir.path(), "mi");
+    let sums = site.dir.join("SHA256SUMS");
+    std::fs::write(&sums, format!("{}  image.bin\n", site.sha)).unwrap();
+    let ssig = site.dir.join("SHA256SUMS.sig");
+    signify_sign(&spub, &sums, &ssig);
+    let msig = site.dir.join("SHA256SUMS.minisig");
+    minisign_sign(&mpub, &sums, &msig, false);
+    for (sig, key) in [(&ssig, &spub), (&msig, &mpub)] {
+        let o = site.fetch(s(sig), &[key], &["--checksum-file", s(&sums)]);
+        site.assert_landed(&o);
+        let err = o.stderr_text();
+        assert!(err.contains("verified over") && err.contains("SHA256SUMS"), "{err}");
+        assert!(o.summary().contains("sha-256 verified"), "{}", o.summary());
+        std::fs::remove_file(site.out()).unwrap();
+    }
+
+    // A SHA256SUMS naming another digest, properly signed: the signature verifies, the
+    // checksum fails (9), the bytes stay in .part.
+    let other = "0123456789abcdef".repeat(4);
+    std::fs::write(&sums, format!("{other}  image.bin\n")).unwrap();
+    signify_sign(&spub, &sums, &ssig);
+    let o = site.fetch(s(&ssig), &[&spub], &["--checksum-file", s(&sums)]);
+    let err = site.assert_refused(&o, CHECKSUM);
+    assert!(err.contains("sha-256 mismatch") && err.contains(&other), "{err}");
+    assert_eq!(sha256_file(&part_path(&site.out())), site.sha);
+    std::fs::remove_file(part_path(&site.out())).unwrap();
+    let _ = std::fs::remove_file(crate::util::part_path(&site.out()).with_extension("part.ringdl"));
+
+    // The SHA256SUMS changed after signing: exit 10 before any byte is fetched.
+    std::fs::write(&sums, format!("{}  image.bin\n", site.sha)).unwrap();
+    let o = site.fetch(s(&ssig), &[&spub], &["--checksum-file", s(&sums)]);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(err.contains("BAD signature") && err.contains("SHA256SUMS"), "{err}");
+    assert!(
+        !part_path(&site.out()).exists(),
+        "nothing fetched before the signature failed"
+    );
+}
+
+#[test]
+fn signature_given_as_a_url() {
+    let site = Site::new("url", MIB + 1);
+    let key = ssh_key(site.dir.path(), "signer", "ecdsa-256");
+    let sig = ssh_sign(&key, "file", &site.image());
+    assert!(sig.starts_with(&site.www), "the signature is served beside the image");
+    // The signature lands in a private directory under TMPDIR, removed after reading.
+    let tmp = site.dir.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let o = site
+        .dir
+        .ringdl()
+        .env("TMPDIR", &tmp)
+        .args(["-v", "-o", s(&site.out()), "--trusted-key", s(&key), "--signature"])
+        .arg(site.url("image.bin.sig"))
+        .arg(site.url("image.bin"))
+        .run();
+    site.assert_landed(&o);
+    assert!(
+        o.stderr_text().contains("image.bin.sig verified"),
+        "{}",
+        o.stderr_text()
+    );
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "a temporary copy is left");
+    std::fs::remove_file(site.out()).unwrap();
+
+    // A signature URL that is not there: the signature's exit code, nothing fetched.
+    let o = site.fetch(&site.url("missing.sig"), &[&key], &[]);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(err.contains("missing.sig") && err.contains("404"), "{err}");
+    assert!(!part_path(&site.out()).exists());
+}
+
+#[test]
+fn raw_message_signature_over_a_large_file_is_refused_before_the_download() {
+    // 100 MiB served, more than the 64 MiB bound of signify and minisign -l: refused
+    // when the size is learned, before a byte lands (no .part).
+    let n = nginx();
+    let big = n.file(100 * MIB);
+    let site = Site::new("bound", 4097);
+    let spub = signify_key(site.dir.path(), "sf");
+    let mpub = minisign_key(site.dir.path(), "mi");
+    let ssig = site.dir.join("x.sig");
+    signify_sign(&spub, &site.image(), &ssig);
+    let msig = site.dir.join("x.minisig");
+    minisign_sign(&mpub, &site.image(), &msig, true);
+    for (sig, key) in [(&ssig, &spub), (&msig, &mpub)] {
+        let out = site.dir.join(&big.name);
+        let json = site.dir.join("bound.json");
+        let o = site
+            .dir
+            .ringdl()
+            .args(["-x", "4", "-o"])
+            .arg(&out)
+            .args(["--signature", s(sig), "--trusted-key", s(key), "--json", s(&json)])
+            .arg(n.http_url(&big.name))
+            .run();
+        o.assert_code(exit::USAGE);
+        let err = o.stderr_text();
+        assert!(
+            err.contains("64 MiB") && err.contains(&format!("{}", 100 * MIB)),
+            "{err}"
+        );
+        assert!(!out.exists() && !part_path(&out).exists(), "bytes landed: {err}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert!(
+            j["fetched"].as_u64().unwrap_or(0) < MIB,
+            "the body was not fetched: {j}"
+        );
+    }
+}
+
+#[test]
+fn pgp_clear_signed_sums_are_said_unchecked() {
+    let site = Site::new("pgp", MIB + 1);
+    let sums = site.dir.join("SHA256SUMS.asc");
+    std::fs::write(
+        &sums,
+        format!(
+            "-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA256\n\n{}  image.bin\n-----BEGIN PGP SIGNATURE-----\n\niQEzBAEBCAAdFiEE\n=abcd\n-----END PGP SIGNATURE-----\n",
+            site.sha
+        ),
+    )
+    .unwrap();
+    let json = site.dir.join("pgp.json");
+    let o = site
+        .dir
+        .ringdl()
+        .args(["-o", s(&site.out()), "--checksum-file", s(&sums), "--json", s(&json)])
+        .arg(site.url("image.bin"))
+        .run();
+    site.assert_landed(&o);
+    let err = o.stderr_text();
+    assert!(err.contains("PGP signature") && err.contains("NOT check"), "{err}");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(j["signature"]["format"], "openpgp", "{j}");
+    assert_eq!(j["signature"]["verified"], false, "{j}");
+}
+
+#[test]
+fn a_good_signature_later_lands_the_kept_part_with_c() {
+    let site = Site::new("later", 4 * MIB + 4097);
+    let key = ssh_key(site.dir.path(), "signer", "ed25519");
+    let other = ssh_key(site.dir.path(), "other", "ed25519");
+    let sig = ssh_sign(&key, "file", &site.image());
+    let o = site.fetch(s(&sig), &[&other], &[]);
+    site.assert_refused(&o, SIGNATURE);
+    assert_eq!(
+        sha256_file(&part_path(&site.out())),
+        site.sha,
+        "the .part holds the bytes"
+    );
+    // The right key with -c: the kept bytes are verified and renamed into place.
+    let o = site.fetch(s(&sig), &[&key], &["-c"]);
+    site.assert_landed(&o);
+}
