@@ -29,7 +29,7 @@ use uring::{BufPool, Completion, Op, Ring};
 use crate::config::Config;
 use crate::control::*;
 use crate::engine::EngineKind;
-use crate::engine::blocks::{WriteBlock, align_down};
+use crate::engine::blocks::{WriteBlock, align_down, write_block};
 use crate::engine::splice::Pipe;
 use crate::engine::writer::*;
 use crate::err;
@@ -43,25 +43,6 @@ use crate::tag::Tag;
 
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
-
-/// Write block, bytes: one O_DIRECT write (the build-time default; see [`write_block`]).
-pub(crate) const WRITE_BLOCK: usize = 256 << 10;
-
-/// The write-block size in bytes: [`WRITE_BLOCK`], or `RINGDL_BLOCK_KIB` KiB (read once;
-/// a benchmarking knob, not an option: a power of two from 64 to 4096, anything else is
-/// ignored). README "Copy budget" has the measurements that chose the default.
-pub(crate) fn write_block() -> usize {
-    static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *SIZE.get_or_init(|| block_kib(std::env::var("RINGDL_BLOCK_KIB").ok().as_deref()))
-}
-
-/// [`write_block`] for the knob's value `v`.
-fn block_kib(v: Option<&str>) -> usize {
-    match v.and_then(|v| v.trim().parse::<usize>().ok()) {
-        Some(k) if k.is_power_of_two() && (64..=4096).contains(&k) => k << 10,
-        _ => WRITE_BLOCK,
-    }
-}
 
 /// Largest response head we accept (RFC 9112 leaves it to us).
 pub(crate) const MAX_HEAD: usize = http::MAX_HEAD;
@@ -687,20 +668,5 @@ impl Loop<'_> {
             self.fail(i, f)?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_knob_takes_powers_of_two_in_range_only() {
-        assert_eq!(block_kib(None), WRITE_BLOCK);
-        assert_eq!(block_kib(Some("1024")), 1 << 20);
-        assert_eq!(block_kib(Some("64")), 64 << 10);
-        for bad in ["", "0", "32", "300", "8192", "1M", "-256"] {
-            assert_eq!(block_kib(Some(bad)), WRITE_BLOCK, "{bad}");
-        }
     }
 }

@@ -184,6 +184,7 @@ mod tests {
             tls_resumed: 0,
             etag: None,
             last_modified: None,
+            signed: None,
             capped_at: None,
             io: "io_uring".to_owned(),
             retries: 0,

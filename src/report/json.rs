@@ -1,0 +1,214 @@
+//! The `--json` record: what one run reports at its end, success or failure, as one JSON
+//! object on one line (RFC 8259), written by a small writer of our own (no serde at run
+//! time).
+
+/// What `--json FILE` reports about one run, filled as the run learns it; `None` is
+/// written as `null` (not known: the run failed before it learned it, or it does not
+/// apply, as the TLS fields of a plain-http download).
+#[derive(Debug, Default)]
+pub struct Record {
+    /// `--json`: where the record goes (`-` = standard output); `None` = no record.
+    pub json: Option<std::path::PathBuf>,
+    /// The URL given, without credentials.
+    pub url: Option<String>,
+    /// The further URLs given (mirrors), without credentials.
+    pub mirror_urls: Vec<String>,
+    /// What each URL served, with mirrors (empty with one URL).
+    pub mirrors: Vec<MirrorReport>,
+    /// The URL the body came from, after redirects.
+    pub final_url: Option<String>,
+    /// The output file (`None` for standard output).
+    pub output: Option<String>,
+    /// The file's size, bytes.
+    pub bytes: Option<u64>,
+    /// Body bytes this run fetched (less than `bytes` after a resume).
+    pub fetched: Option<u64>,
+    /// Wall time of the transfer, seconds (of the whole run when it failed).
+    pub seconds: Option<f64>,
+    /// Engine that ran: `direct`, `ktls-direct`, `splice`, `buffered`.
+    pub engine: Option<String>,
+    /// I/O backend: `io_uring` or `epoll`.
+    pub io: Option<String>,
+    /// TLS version (`TLSv1.3`, `TLSv1.2`).
+    pub tls_version: Option<String>,
+    /// TLS cipher suite (`TLS13_AES_256_GCM_SHA384`).
+    pub tls_suite: Option<String>,
+    /// Connections handed to kTLS.
+    pub ktls_connections: Option<u64>,
+    /// Connections whose TLS records the software record layer opened in place.
+    pub records_in_place_connections: Option<u64>,
+    /// TLS connections that reached the hand-off after their handshake (reconnects
+    /// included): the "of M" of the two counts above.
+    pub tls_connections: Option<u64>,
+    /// TLS handshakes in full, and resumed (a session of an earlier connection).
+    pub tls_full_handshakes: Option<u64>,
+    pub tls_resumed_handshakes: Option<u64>,
+    /// Connections that carried a request.
+    pub connections: Option<u64>,
+    /// Failed attempts tried again (a segment requeued, a connection reopened).
+    pub retries: Option<u64>,
+    /// Work-stealing splits.
+    pub steals: Option<u64>,
+    /// Redirects followed.
+    pub redirects: u64,
+    /// `--checksum` matched (`true`), did not (`false`), or none was asked (`None`).
+    pub checksum_verified: Option<bool>,
+    /// The conditional first request got 304 Not Modified: nothing was fetched.
+    pub not_modified: bool,
+    /// `--signature` (or a PGP signature seen and not checked): a JSON object.
+    pub signature: Option<String>,
+}
+
+impl Record {
+    /// The record as one JSON object (RFC 8259) on one line, with the run's exit code
+    /// and error message (`null` on success), newline-terminated.
+    pub fn to_json(&self, exit_code: u8, error: Option<&str>) -> String {
+        let mut o = JsonObject::default();
+        let urls: Vec<String> = self.url.iter().chain(&self.mirror_urls).cloned().collect();
+        o.strs("urls", &urls);
+        o.str("final_url", self.final_url.as_deref());
+        o.str("output", self.output.as_deref());
+        o.u64("bytes", self.bytes);
+        o.u64("fetched", self.fetched);
+        o.f64("seconds", self.seconds);
+        let rate = match (self.fetched, self.seconds) {
+            (Some(b), Some(s)) if s > 0.0 => Some(b as f64 / s),
+            _ => None,
+        };
+        o.f64("rate", rate);
+        o.str("engine", self.engine.as_deref());
+        o.str("io", self.io.as_deref());
+        o.str("tls_version", self.tls_version.as_deref());
+        o.str("tls_suite", self.tls_suite.as_deref());
+        o.u64("ktls_connections", self.ktls_connections);
+        o.u64("records_in_place_connections", self.records_in_place_connections);
+        o.u64("tls_connections", self.tls_connections);
+        o.u64("tls_full_handshakes", self.tls_full_handshakes);
+        o.u64("tls_resumed_handshakes", self.tls_resumed_handshakes);
+        o.u64("connections", self.connections);
+        o.u64("retries", self.retries);
+        o.u64("steals", self.steals);
+        o.u64("redirects", Some(self.redirects));
+        o.bool("checksum_verified", self.checksum_verified);
+        o.bool("not_modified", Some(self.not_modified));
+        if let Some(sig) = &self.signature {
+            o.raw("signature", sig);
+        }
+        if !self.mirrors.is_empty() {
+            let items: Vec<String> = self.mirrors.iter().map(MirrorReport::to_json).collect();
+            o.raw("mirrors", &format!("[{}]", items.join(",")));
+        }
+        o.u64("exit_code", Some(u64::from(exit_code)));
+        o.str("error", error);
+        o.finish()
+    }
+}
+
+/// What one URL of a download with mirrors served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorReport {
+    /// The URL (after redirects), without credentials.
+    pub url: String,
+    /// Body bytes it delivered.
+    pub bytes: u64,
+    /// Why it was dropped, if it was.
+    pub dropped: Option<String>,
+}
+
+impl MirrorReport {
+    /// `{"url":…,"used":…,"bytes":…,"dropped_reason":…}` (`used`: it served bytes).
+    fn to_json(&self) -> String {
+        let mut o = JsonObject::default();
+        o.str("url", Some(&self.url));
+        o.bool("used", Some(self.bytes > 0));
+        o.u64("bytes", Some(self.bytes));
+        o.str("dropped_reason", self.dropped.as_deref());
+        o.finish().trim_end().to_owned()
+    }
+}
+
+/// A flat JSON object written by hand (RFC 8259): string, number, boolean and `null`
+/// members, and arrays of strings.
+#[derive(Default)]
+struct JsonObject {
+    buf: String,
+}
+
+impl JsonObject {
+    fn key(&mut self, k: &str) {
+        self.buf.push(if self.buf.is_empty() { '{' } else { ',' });
+        push_json_string(&mut self.buf, k);
+        self.buf.push(':');
+    }
+    fn str(&mut self, k: &str, v: Option<&str>) {
+        self.key(k);
+        match v {
+            Some(v) => push_json_string(&mut self.buf, v),
+            None => self.buf.push_str("null"),
+        }
+    }
+    fn strs(&mut self, k: &str, v: &[String]) {
+        self.key(k);
+        self.buf.push('[');
+        for (i, s) in v.iter().enumerate() {
+            if i > 0 {
+                self.buf.push(',');
+            }
+            push_json_string(&mut self.buf, s);
+        }
+        self.buf.push(']');
+    }
+    /// `v` is already JSON (an array of objects).
+    fn raw(&mut self, k: &str, v: &str) {
+        self.key(k);
+        self.buf.push_str(v);
+    }
+    fn u64(&mut self, k: &str, v: Option<u64>) {
+        self.key(k);
+        match v {
+            Some(v) => self.buf.push_str(&v.to_string()),
+            None => self.buf.push_str("null"),
+        }
+    }
+    /// Six decimals (seconds to the microsecond); NaN and infinities (no JSON number) as `null`.
+    fn f64(&mut self, k: &str, v: Option<f64>) {
+        self.key(k);
+        match v.filter(|v| v.is_finite()) {
+            Some(v) => self.buf.push_str(&format!("{v:.6}")),
+            None => self.buf.push_str("null"),
+        }
+    }
+    fn bool(&mut self, k: &str, v: Option<bool>) {
+        self.key(k);
+        self.buf.push_str(match v {
+            Some(true) => "true",
+            Some(false) => "false",
+            None => "null",
+        });
+    }
+    fn finish(mut self) -> String {
+        if self.buf.is_empty() {
+            self.buf.push('{');
+        }
+        self.buf.push_str("}\n");
+        self.buf
+    }
+}
+
+/// Appends `s` as a JSON string (RFC 8259 §7): `"` and `\\` escaped, control
+/// characters as `\n`, `\r`, `\t` or `\u00XX`; everything else as UTF-8.
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
