@@ -1264,7 +1264,9 @@ pub fn scheduler(data: &[u8]) {
                 let mut seg = Segment { start: j.pos, ..j.seg };
                 let before = seg.tries;
                 let v = retry::judge(&mut seg, &a);
-                if v == Verdict::Counted && j.probe && !plan_.is_planned() {
+                // (Crowded spends a try too: the idle connections are closed, the request
+                // is asked again after its backoff.)
+                if matches!(v, Verdict::Counted | Verdict::Crowded) && j.probe && !plan_.is_planned() {
                     probe_counted += 1;
                 }
                 match v {
