@@ -498,7 +498,7 @@ mod tests {
         );
         assert!(
             j.ends_with(
-                r#""checksum_verified":false,"exit_code":9,"error":"sha-256 mismatch"}
+                r#""checksum_verified":false,"not_modified":false,"exit_code":9,"error":"sha-256 mismatch"}
 "#
             ),
             "{j}"
