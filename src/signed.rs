@@ -211,6 +211,10 @@ pub(crate) fn fetch_small(url: &str, opts: &Config, run: impl FnOnce(Box<Config>
     sub.connections = 1;
     (sub.resume, sub.force, sub.quiet, sub.content_disposition) = (false, false, true, false);
     (sub.checksum, sub.checksum_file, sub.signature, sub.json) = (None, None, None, None);
+    // The signature is fetched whole every time: the conditions and the device options
+    // are the file's (a signature fetch saved its own ETag into the file's --etag-save).
+    (sub.etag_compare, sub.etag_save, sub.timestamping, sub.condition) = (None, None, false, None);
+    (sub.offset, sub.control) = (0, None);
     sub.trusted_keys.clear();
     sub.size_bound = Some((
         crate::signature::MAX_FILE,

@@ -441,6 +441,40 @@ fn signature_given_as_a_url() {
     assert!(!part_path(&site.out()).exists());
 }
 
+/// README's worked example, step 1: a signature URL with `--etag-compare`/`--etag-save`.
+/// The second poll of an unchanged file is "not modified"; the signature's own fetch
+/// neither sends the file's condition nor saves its ETag into the file's etag file (it did:
+/// the file's next request then carried the signature's ETag and was fetched every poll).
+#[test]
+fn a_signature_url_does_not_take_the_files_etag() {
+    let site = Site::new("etag", MIB + 1);
+    let key = ssh_key(site.dir.path(), "signer", "ed25519");
+    ssh_sign(&key, "file", &site.image());
+    let etag = site.dir.join("image.etag");
+    let poll = |json: &std::path::Path| {
+        site.dir
+            .ringdl()
+            .args(["-v", "-o", s(&site.out()), "--trusted-key", s(&key)])
+            .args(["--etag-compare", s(&etag), "--etag-save", s(&etag), "--json", s(json)])
+            .arg("--signature")
+            .arg(site.url("image.bin.sig"))
+            .arg(site.url("image.bin"))
+            .run()
+    };
+    let first = site.dir.join("first.json");
+    let o = poll(&first);
+    site.assert_landed(&o);
+    let saved = std::fs::read_to_string(&etag).unwrap();
+    let second = site.dir.join("second.json");
+    let o = poll(&second);
+    let err = o.stderr_text();
+    assert!(o.status.success(), "{err}");
+    let j = std::fs::read_to_string(&second).unwrap();
+    assert!(j.contains("\"not_modified\":true"), "the unchanged file was fetched again: {j}\n{err}");
+    assert!(err.contains("not modified"), "{err}");
+    assert_eq!(std::fs::read_to_string(&etag).unwrap(), saved, "the etag file changed");
+}
+
 #[test]
 fn raw_message_signature_over_a_large_file_is_refused_before_the_download() {
     // 100 MiB served, more than the 64 MiB bound of signify and minisign -l: refused
