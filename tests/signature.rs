@@ -470,7 +470,10 @@ fn a_signature_url_does_not_take_the_files_etag() {
     let err = o.stderr_text();
     assert!(o.status.success(), "{err}");
     let j = std::fs::read_to_string(&second).unwrap();
-    assert!(j.contains("\"not_modified\":true"), "the unchanged file was fetched again: {j}\n{err}");
+    assert!(
+        j.contains("\"not_modified\":true"),
+        "the unchanged file was fetched again: {j}\n{err}"
+    );
     assert!(err.contains("not modified"), "{err}");
     assert_eq!(std::fs::read_to_string(&etag).unwrap(), saved, "the etag file changed");
 }
