@@ -78,8 +78,8 @@ pub fn format_http_date(secs: u64) -> String {
 }
 
 /// (year, month 1–12, day 1–31) of a day count since 1970-01-01 (Howard Hinnant's
-/// algorithm, the inverse of the one in `date.rs`).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
+/// `civil_from_days`, the inverse of the one in `date.rs`); proleptic Gregorian.
+pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let doe = z - era * 146_097;

@@ -57,7 +57,7 @@ mod socks5;
 mod url;
 
 pub use crate::chunked::{ChunkedDecoder, ChunkedError, MAX_CHUNK_LINE, MAX_CHUNK_SIZE_DIGITS, MAX_TRAILER, Step};
-pub use crate::conditional::{Condition, ConditionError, format_http_date};
+pub use crate::conditional::{Condition, ConditionError, civil_from_days, format_http_date};
 pub use crate::date::parse_http_date;
 pub use crate::disposition::{content_disposition_filename, sanitize_file_name};
 pub use crate::fields::{
