@@ -1,5 +1,5 @@
 //! Unit tests of the command line (`super`): options, usage errors, and that `--help`,
-//! `ringdl.1` and README's options table name the same options.
+//! `ringdl.1` and the options table of docs/options.md name the same options.
 
 use super::*;
 
@@ -239,10 +239,10 @@ fn proxy_user_is_user_colon_password_and_never_echoed() {
     );
 }
 
-/// Every long option `--help` lists is in the manual page and in README's options
+/// Every long option `--help` lists is in the manual page and in docs/options.md's
 /// table, and the manual names no option `--help` does not list.
 #[test]
-fn help_manual_and_readme_name_the_same_options() {
+fn help_manual_and_options_doc_name_the_same_options() {
     let longs = |text: &str, dash: &str| {
         let mut v: Vec<String> = text
             .match_indices(dash)
@@ -261,13 +261,13 @@ fn help_manual_and_readme_name_the_same_options() {
     };
     let help = longs(HELP, "--");
     let man = longs(include_str!("../../ringdl.1"), "\\-\\-");
-    let readme = include_str!("../../README.md");
+    let options_doc = include_str!("../../docs/options.md");
     assert!(help.len() > 30, "{help:?}");
     for o in &help {
         assert!(man.contains(o), "--{o} is in --help but not in ringdl.1");
         assert!(
-            readme.contains(&format!("`--{o}")) || readme.contains(&format!(", --{o}")),
-            "--{o} is in --help but not in README.md"
+            options_doc.contains(&format!("`--{o}")) || options_doc.contains(&format!(", --{o}")),
+            "--{o} is in --help but not in docs/options.md"
         );
     }
     for o in &man {
