@@ -21,7 +21,8 @@ mod updates;
 
 use inputs::{checksum_from_file, load_resume};
 
-/// Runs ringdl with the process arguments; the exit code is documented in README.md.
+/// Runs ringdl with the process arguments; the exit code is documented in README.md
+/// "Exit status".
 pub fn main() -> ExitCode {
     let started = std::time::Instant::now();
     let mut record = Record::default();

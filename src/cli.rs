@@ -26,7 +26,7 @@ Usage: ringdl [OPTIONS] URL [MIRROR-URL...]
 More than one URL: mirrors of one file (as aria2c takes them). Connections are spread
 over them; the first URL names the output; a mirror whose size or validator (ETag, else
 Last-Modified; any validator with --checksum) differs from the first that answers, or
-that fails, is dropped with a note. See README, Mirrors.
+that fails, is dropped with a note. See docs/guide/mirrors.md.
 
 Output:
   -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
@@ -69,7 +69,7 @@ Connections and I/O:
       --sqpoll              io_uring: a kernel thread polls the submission queue
                             (IORING_SETUP_SQPOLL, Linux 5.13+ unprivileged): fewer
                             syscalls, one more busy core while data flows; not with
-                            --io epoll (README \"Copy budget\" has the costs)
+                            --io epoll (docs/design.md \"Copy budget\" has the costs)
       --limit-rate RATE     most bytes/s for the whole download (all connections):
                             500K, 10M, 1G (powers of 1024); default: no limit
       --buf-size BYTES      splice: most bytes per socket->pipe SPLICE (default 1048576)

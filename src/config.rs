@@ -37,7 +37,7 @@ pub struct Config {
     pub url: String,
     /// The further URLs of the same file (aria2c's mirrors), in the order given: each
     /// probed, checked against the first that answers, and given a share of the
-    /// connections (README "Mirrors").
+    /// connections (docs/guide/mirrors.md "Mirrors").
     pub mirrors: Vec<MirrorUrl>,
     /// `-o/--output`.
     pub output: OutputTarget,

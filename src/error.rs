@@ -5,7 +5,8 @@ use std::fmt;
 
 /// What went wrong, as far as the exit status is concerned.
 ///
-/// The numbers are part of the command-line interface and documented in README.md.
+/// The numbers are part of the command-line interface and documented in
+/// README.md "Exit status".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// A bug or an impossible state inside ringdl (exit 1).

@@ -1,10 +1,11 @@
-//! Images written to block devices (README "Images to block devices"): loop devices
-//! (`losetup -f --show`) on sparse files in each test's own directory, filled with a
-//! pattern first, so every test can check both the image's bytes at `--offset` (SHA-256
-//! of that range read back from the device) and that every byte outside it is still the
-//! pattern. A [`LoopDev`] guard detaches the device even when the test fails, and fails
-//! the test when `losetup -d` does. Needs root and loop devices: without them the tests
-//! skip loudly through [`crate::util::skip`] (a failure under CI=true).
+//! Images written to block devices (docs/guide/block-devices.md "Images to block
+//! devices"): loop devices (`losetup -f --show`) on sparse files in each test's own
+//! directory, filled with a pattern first, so every test can check both the image's
+//! bytes at `--offset` (SHA-256 of that range read back from the device) and that every
+//! byte outside it is still the pattern. A [`LoopDev`] guard detaches the device even
+//! when the test fails, and fails the test when `losetup -d` does. Needs root and loop
+//! devices: without them the tests skip loudly through [`crate::util::skip`] (a failure
+//! under CI=true).
 
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};

@@ -1,6 +1,7 @@
 //! Behaviour tests: the real `ringdl` binary against a real nginx, bytes compared by
-//! SHA-256. The CLI contract they rely on (options, summary line, exit codes) is the
-//! one in the README; the fixture is in `util/mod.rs`.
+//! SHA-256. The CLI contract they rely on is the documented one: options in
+//! docs/options.md, the summary line in docs/guide/progress-and-json.md, exit codes in
+//! README.md "Exit status"; the fixture is in `util/mod.rs`.
 //!
 //! Tests named `harness_*` check the fixture itself and pass without `ringdl`.
 

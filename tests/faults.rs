@@ -401,10 +401,11 @@ fn fin_in_first_request_is_retried() {
 
 #[test]
 fn cut_first_request_resumes_from_the_last_aligned_offset() {
-    // README: a dropped connection re-requests the rest from the last aligned offset,
-    // for the first request as for the others: no byte before 1_000_000 - 256 KiB is
-    // asked twice. (FIN, not RST: an RST makes the client's kernel discard data it had
-    // not yet read, so after an RST fewer bytes arrive and an earlier restart is right.)
+    // docs/design.md "How it works": a dropped connection re-requests the rest from the
+    // last aligned offset, for the first request as for the others: no byte before
+    // 1_000_000 - 256 KiB is asked twice. (FIN, not RST: an RST makes the client's
+    // kernel discard data it had not yet read, so after an RST fewer bytes arrive and an
+    // earlier restart is right.)
     let srv = FaultServer::builder()
         .size(6 * MIB)
         .fault_on(
@@ -1355,8 +1356,9 @@ fn failed_download_leaves_a_partial_that_resume_completes() {
 /// keeping its size; `old` and `new` are the validator rules of the first request and of
 /// every later one (the later ones also serve other bytes, `Fault::Content`). The first
 /// run (`-x 1`) stalls after 3 MiB of its one request and is interrupted there (SIGINT);
-/// the `-c` run must notice the change and give exactly the new file (README "Resume":
-/// "starting from zero"), never the old bytes it kept with the new ones.
+/// the `-c` run must notice the change and give exactly the new file
+/// (docs/guide/resume.md, "Resume": "starting from zero"), never the old bytes it kept
+/// with the new ones.
 fn resume_after_a_same_size_change(test: &str, old: Vec<Fault>, new: Vec<Fault>) {
     let size = 8 * MIB;
     let mut b = FaultServer::builder().size(size).seed(91).fault_on(

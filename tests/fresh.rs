@@ -1,9 +1,9 @@
-//! Fetch only if changed (README "Fetch only if changed"): `--etag-save` /
-//! `--etag-compare` (curl's) and `-N` (wget's timestamping) against the real test nginx,
-//! which answers `If-None-Match` and `If-Modified-Since` with 304 for static files. Each
-//! test proves the 304 in nginx's access log (status 304, 0 body bytes, one request) and
-//! that the output kept its bytes and modification time; then changes the file on the
-//! server and sees the new bytes land.
+//! Fetch only if changed (docs/guide/fetch-if-changed.md "Fetch only if changed"):
+//! `--etag-save` / `--etag-compare` (curl's) and `-N` (wget's timestamping) against the
+//! real test nginx, which answers `If-None-Match` and `If-Modified-Since` with 304 for
+//! static files. Each test proves the 304 in nginx's access log (status 304, 0 body
+//! bytes, one request) and that the output kept its bytes and modification time; then
+//! changes the file on the server and sees the new bytes land.
 
 use std::fs;
 use std::path::Path;

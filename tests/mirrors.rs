@@ -1,6 +1,6 @@
-//! Mirrors (`ringdl URL1 URL2 …`, README "Mirrors"): one file from several real nginx
-//! servers ([`MirrorSites`], each with its own access log) or fault servers; the bytes
-//! compared by SHA-256, and the logs say which mirror served ranges.
+//! Mirrors (`ringdl URL1 URL2 …`, docs/guide/mirrors.md "Mirrors"): one file from
+//! several real nginx servers ([`MirrorSites`], each with its own access log) or fault
+//! servers; the bytes compared by SHA-256, and the logs say which mirror served ranges.
 
 use std::fs;
 use std::path::Path;

@@ -441,10 +441,11 @@ fn signature_given_as_a_url() {
     assert!(!part_path(&site.out()).exists());
 }
 
-/// README's worked example, step 1: a signature URL with `--etag-compare`/`--etag-save`.
-/// The second poll of an unchanged file is "not modified"; the signature's own fetch
-/// neither sends the file's condition nor saves its ETag into the file's etag file (it did:
-/// the file's next request then carried the signature's ETag and was fetched every poll).
+/// The worked example of docs/guide/updates.md, step 1: a signature URL with
+/// `--etag-compare`/`--etag-save`. The second poll of an unchanged file is "not
+/// modified"; the signature's own fetch neither sends the file's condition nor saves its
+/// ETag into the file's etag file (it did: the file's next request then carried the
+/// signature's ETag and was fetched every poll).
 #[test]
 fn a_signature_url_does_not_take_the_files_etag() {
     let site = Site::new("etag", MIB + 1);

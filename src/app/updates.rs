@@ -1,7 +1,7 @@
 //! What the command prepares and finishes for update jobs: the conditional first request
 //! (`--etag-compare`, `-N`) and what lands after it (`--etag-save`, the output's time),
-//! and block-device outputs (`--offset`, `--control`). README "Updates: signatures,
-//! fetch-if-changed, block devices".
+//! and block-device outputs (`--offset`, `--control`). docs/guide/updates.md "Updates:
+//! signatures, fetch-if-changed, block devices".
 
 use std::path::{Path, PathBuf};
 

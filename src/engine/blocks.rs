@@ -8,7 +8,7 @@ pub(crate) const WRITE_BLOCK: usize = 256 << 10;
 
 /// The write-block size in bytes: [`WRITE_BLOCK`], or `RINGDL_BLOCK_KIB` KiB (read once;
 /// a benchmarking knob, not an option: a power of two from 64 to 4096, anything else is
-/// ignored). README "Copy budget" has the measurements that chose the default.
+/// ignored). docs/design.md "Copy budget" has the measurements that chose the default.
 pub(crate) fn write_block() -> usize {
     static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *SIZE.get_or_init(|| block_kib(std::env::var("RINGDL_BLOCK_KIB").ok().as_deref()))
