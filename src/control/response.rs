@@ -24,6 +24,7 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result
         rx.extra = true;
         return Ok(());
     };
+    let url = sh.url(job.mirror);
     if job.placer.delimiter().is_some() {
         with_placer(rx, sh, |p, blocks| p.feed(data, blocks))?;
         return Ok(());
@@ -36,14 +37,14 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result
                 if rx.head.len() > MAX_HEAD {
                     return Err(Fail::fatal(
                         Kind::Protocol,
-                        format!("response head from {} is larger than {MAX_HEAD} bytes", sh.url.host()),
+                        format!("response head from {} is larger than {MAX_HEAD} bytes", url.host()),
                     ));
                 }
                 return Ok(());
             }
             Ok(Status::Complete((len, resp))) => {
                 let mut part_headers = [Header::EMPTY; http::MAX_PART_FIELDS];
-                match one_part(sh, &resp, &rx.head[len..], &mut part_headers)? {
+                match one_part(url, &resp, &rx.head[len..], &mut part_headers)? {
                     None => (len, on_head(job, sh, &resp, None)?),
                     Some(Status::Complete((part, boundary))) => {
                         (len + part.head_len, on_head(job, sh, &resp, Some((&part, boundary)))?)
@@ -57,7 +58,7 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result
             Err(e) => {
                 return Err(Fail::retry(
                     Kind::Protocol,
-                    format!("malformed response head from {}: {e}", sh.url.host()),
+                    format!("malformed response head from {}: {e}", url.host()),
                 ));
             }
         };
@@ -95,7 +96,7 @@ type OnePart<'b, 'h> = (http::Part<'b, 'h>, &'b [u8]);
 /// A retryable [`Kind::Protocol`] failure for a missing or garbled boundary, a body that
 /// does not start with it, no part, or a malformed part header or Content-Range.
 fn one_part<'b, 'h>(
-    sh: &Shared<'_>,
+    url: &http::Url,
     resp: &http::Response<'b, '_>,
     body: &'b [u8],
     headers: &'h mut [Header<'b>],
@@ -106,7 +107,7 @@ fn one_part<'b, 'h>(
     let bad = |e: http::PartError| {
         Fail::retry(
             Kind::Protocol,
-            format!("{}: 206 in multipart/byteranges form: {e}", sh.url.host()),
+            format!("{}: 206 in multipart/byteranges form: {e}", url.host()),
         )
     };
     let Some(boundary) = resp
@@ -159,7 +160,7 @@ fn first_answer_of_mirror(
     if sh.mirrors[k].standing == Standing::Accepted {
         return Ok(());
     }
-    let host = sh.url.host();
+    let host = sh.url(k).host();
     let Some(r) = sh.reference else {
         // (Only the first request goes out before the reference answered.)
         return Err(Fail::retry(
@@ -206,7 +207,8 @@ pub(crate) fn on_head(
     resp: &http::Response<'_, '_>,
     part: Option<(&http::Part<'_, '_>, &[u8])>,
 ) -> std::result::Result<HeadAction, Fail> {
-    let host = sh.url.host();
+    let url = sh.url(job.mirror);
+    let host = url.host();
     let proto = |m: String| Fail::retry(Kind::Protocol, format!("{host}: {m}"));
     let code = resp.code;
     if sh.mirrors[job.mirror].standing == Standing::Dropped {
@@ -230,7 +232,7 @@ pub(crate) fn on_head(
     // A forwarding proxy's client connection carries one request: tinyproxy, for one,
     // closes it after each response and says nothing (no `Connection: close`), and a
     // request on it would die before its head. (A CONNECT tunnel stays open.)
-    if sh.proxy.as_ref().is_some_and(|p| !p.tunnel) {
+    if sh.origin(job.mirror).forwarding().is_some() {
         job.keep_alive = false;
     }
     let framing = resp
@@ -471,7 +473,7 @@ pub(crate) fn on_head(
                     format!("{host}: {code} redirect without Location"),
                 ));
             };
-            let to = sh.url.join(loc).map_err(|e| {
+            let to = url.join(loc).map_err(|e| {
                 // Credentials in it are refused, and never printed.
                 let shown = match http::split_userinfo(&String::from_utf8_lossy(loc)) {
                     (rest, Some(_)) => rest.replacen("://", "://***@", 1),
@@ -503,7 +505,7 @@ pub(crate) fn on_head(
                 delay: wait,
                 ..Fail::retry(
                     Kind::HttpStatus,
-                    format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
+                    format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), url),
                 )
             };
             Err(match code {
@@ -513,19 +515,19 @@ pub(crate) fn on_head(
             })
         }
         // (A SOCKS5 proxy never answers in HTTP: a 407 through it is the origin's.)
-        407 if sh.proxy.as_ref().is_some_and(|p| p.socks.is_none()) => {
-            let p = sh.proxy.as_ref().expect("checked");
+        407 if sh.origin(job.mirror).proxy.as_ref().is_some_and(|p| p.socks.is_none()) => {
+            let p = sh.origin(job.mirror).proxy.as_ref().expect("checked");
             Err(p.auth_failure(code, &String::from_utf8_lossy(resp.reason)))
         }
         400..=599 => {
             // A TLS server that got plain HTTP answers 400 (nginx: "The plain HTTP request
             // was sent to HTTPS port"): say what to try, as the other way round does.
-            let forwarding = sh.proxy.as_ref().filter(|p| !p.tunnel);
-            let hint = if code == 400 && sh.url.scheme() == http::Scheme::Http {
+            let forwarding = sh.origin(job.mirror).forwarding();
+            let hint = if code == 400 && url.scheme() == http::Scheme::Http {
                 format!(
                     " (if that port speaks TLS, try https://{}{})",
-                    http::authority(sh.url),
-                    sh.url.path_and_query()
+                    http::authority(url),
+                    url.path_and_query()
                 )
             } else if let Some(p) = forwarding.filter(|p| code == 401 && p.authorization.is_some()) {
                 // The answer came through the proxy, and some proxies (tinyproxy 1.11)
@@ -539,11 +541,7 @@ pub(crate) fn on_head(
             };
             Err(Fail::fatal(
                 Kind::HttpStatus,
-                format!(
-                    "HTTP {code} {} for {}{hint}",
-                    String::from_utf8_lossy(resp.reason),
-                    sh.url
-                ),
+                format!("HTTP {code} {} for {}{hint}", String::from_utf8_lossy(resp.reason), url),
             ))
         }
         _ => Err(Fail::fatal(
@@ -563,7 +561,7 @@ fn not_modified(job: &mut Job, sh: &mut Shared<'_>) -> std::result::Result<HeadA
             Kind::Protocol,
             format!(
                 "{}: 304 Not Modified: it still serves the copy the saved validator names, while the reference sent a changed file",
-                sh.url.host()
+                sh.url(job.mirror).host()
             ),
         ));
     }

@@ -43,7 +43,6 @@ impl Loop<'_> {
     }
 
     pub(crate) fn drain_completion(&mut self, i: usize, res: i32) -> Result<()> {
-        self.enter_conn(i);
         let pipe = self.conns[i].pipe.as_mut().expect("drain of a pipe");
         pipe.draining = false;
         if res <= 0 {
@@ -53,7 +52,7 @@ impl Loop<'_> {
             } else {
                 errno(res).to_string()
             };
-            self.sh.fatal = Some(err!(LocalIo, "splice to {} at offset {at}: {e}", self.sh.url));
+            self.sh.fatal = Some(err!(LocalIo, "splice to {} at offset {at}: {e}", self.sh.out_name));
             return Ok(());
         }
         let n = res as usize;

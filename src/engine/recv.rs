@@ -82,7 +82,7 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
             sh.fatal = Some(err!(
                 Protocol,
                 "{}: replies to bytes {}-{} stop short at {end} (gave up after {})",
-                sh.url.host(),
+                sh.url(job.mirror).host(),
                 job.seg.start,
                 seg_end - 1,
                 crate::schedule::retry::n_tries(tries)

@@ -103,8 +103,8 @@ impl Loop<'_> {
     }
 
     pub(crate) fn start_job(&mut self, i: usize, seg: Segment, probe: bool) {
-        self.enter_conn(i);
         let c = &mut self.conns[i];
+        let k = c.mirror;
         self.sh.used[i] = true;
         // A request on a connection that sat idle may meet the server's keep-alive close: a
         // failure before any byte then does not count as a try.
@@ -117,21 +117,25 @@ impl Loop<'_> {
         let range =
             ((probe && !self.sh.plain_get) || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
         let mut req = Vec::with_capacity(256);
-        let mut extra: Vec<(&str, &str)> = self.sh.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let mut extra: Vec<(&str, &str)> = self.sh.mirrors[k]
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
         // Fetch only if changed: the precondition goes with each mirror's first request.
-        let condition = (self.sh.mirrors[c.mirror].standing == crate::event::mirrors::Standing::Pending)
+        let condition = (self.sh.mirrors[k].standing == crate::event::mirrors::Standing::Pending)
             .then(|| self.sh.opts.condition.as_ref().map(http::Condition::field))
             .flatten();
         if let Some((name, value)) = &condition {
             extra.push((name, value));
         }
         let request = Request {
-            url: self.sh.url,
+            url: self.sh.url(k),
             range,
             user_agent: crate::control::USER_AGENT,
             extra_headers: &extra,
         };
-        match self.sh.proxy.as_ref().filter(|p| !p.tunnel) {
+        match self.sh.origin(k).forwarding() {
             // Plain http through a proxy: absolute-form, with the proxy's credentials.
             Some(p) => http::write_proxied_request(&request, p.authorization.as_deref(), &mut req)
                 .expect("the program's own request and a checked authorization are valid"),
@@ -169,11 +173,11 @@ impl Loop<'_> {
     /// Hands queued segments to idle connections and reopens closed ones while work is left.
     pub(crate) fn kick(&mut self) -> Result<()> {
         for i in 0..self.conns.len() {
-            self.enter_conn(i);
             let c = &self.conns[i];
             if c.deferred && c.st == St::Closed {
-                if let Some(k) = self.next_attempt() {
-                    self.addr_next = k;
+                if let Some(a) = self.next_attempt(c.mirror) {
+                    let k = c.mirror;
+                    self.sh.origin_mut(k).addr_next = a;
                     self.connect(i)?;
                 }
                 continue;

@@ -6,20 +6,16 @@
 //! its unfinished segments go back to the queue for the others, and its connections move
 //! to the mirrors left. The download fails only when no mirror is left.
 //!
-//! The loop's connection machinery (addresses, Happy Eyeballs, proxy, TLS name, request
-//! fields) works on one URL at a time: each mirror keeps its own copy in a [`Way`], and
-//! [`Loop::enter`] swaps the way of the connection being handled into the loop's fields.
-//! With one URL nothing is ever swapped.
+//! Each mirror names its URL, its request fields and its origin
+//! ([`crate::control::origin::Origin`]: addresses, Happy Eyeballs, proxy, TLS): a
+//! connection's mirror says where everything it needs is, and nothing is swapped.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use http::Url;
 use rustls::ClientConfig;
-use rustls::pki_types::ServerName;
 
-use crate::control::proxy::{Proxy, Route};
+use crate::control::proxy::Route;
 use crate::error::{Kind, Result};
 use crate::event::Loop;
 use crate::report::{MirrorReport, Note};
@@ -41,76 +37,6 @@ pub struct MirrorRoute<'a> {
     pub route: Route,
 }
 
-/// A mirror's connection state while another mirror's is in the loop's fields.
-pub(crate) struct Way<'a> {
-    url: &'a Url,
-    headers: &'a [(String, String)],
-    proxy: Option<Proxy>,
-    tls: Option<Arc<ClientConfig>>,
-    server_name: Option<ServerName<'static>>,
-    addrs: Vec<SocketAddr>,
-    addr_next: usize,
-    addr_proven: bool,
-    attempt_started: Option<Instant>,
-}
-
-impl<'a> Way<'a> {
-    /// The way of `m`: its TLS name is checked here (an https URL's host must be a valid
-    /// server name).
-    ///
-    /// # Errors
-    /// `Usage` for a host that is no valid TLS server name.
-    pub(crate) fn new(m: MirrorRoute<'a>) -> Result<Way<'a>> {
-        let server_name = match &m.tls {
-            Some(_) => Some(crate::control::tls::server_name(m.url.host())?),
-            None => None,
-        };
-        Ok(Way {
-            url: m.url,
-            headers: m.headers,
-            proxy: m.route.proxy,
-            tls: m.tls,
-            server_name,
-            addrs: m.route.addrs,
-            addr_next: 0,
-            addr_proven: false,
-            attempt_started: None,
-        })
-    }
-
-    /// Moves the pieces out for the loop's fields, leaving a stand-in: (url, headers,
-    /// proxy, tls, server name, addresses).
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn take(
-        &mut self,
-    ) -> (
-        &'a Url,
-        &'a [(String, String)],
-        Option<Proxy>,
-        Option<Arc<ClientConfig>>,
-        Option<ServerName<'static>>,
-        Vec<SocketAddr>,
-    ) {
-        let w = std::mem::replace(self, Way::placeholder(self.url, self.headers));
-        (w.url, w.headers, w.proxy, w.tls, w.server_name, w.addrs)
-    }
-
-    /// A stand-in for the way that is in the loop's fields.
-    fn placeholder(url: &'a Url, headers: &'a [(String, String)]) -> Way<'a> {
-        Way {
-            url,
-            headers,
-            proxy: None,
-            tls: None,
-            server_name: None,
-            addrs: Vec::new(),
-            addr_next: 0,
-            addr_proven: false,
-            attempt_started: None,
-        }
-    }
-}
-
 /// Where a mirror stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Standing {
@@ -124,7 +50,14 @@ pub(crate) enum Standing {
 
 /// A mirror's standing and what it served.
 #[derive(Clone, Debug)]
-pub(crate) struct Mirror {
+pub(crate) struct Mirror<'a> {
+    /// The URL requests go to.
+    pub(crate) target: &'a Url,
+    /// Extra request fields for it: `-H`, and credentials on its origin.
+    pub(crate) headers: &'a [(String, String)],
+    /// Index of its origin in [`crate::event::Shared::origins`].
+    pub(crate) origin: usize,
+    /// The URL as the summary and notes print it.
     pub(crate) url: String,
     pub(crate) standing: Standing,
     /// The validators of its first answer.
@@ -142,9 +75,13 @@ pub(crate) struct Mirror {
     pub(crate) dropped: Option<String>,
 }
 
-impl Mirror {
-    pub(crate) fn new(url: &Url) -> Mirror {
+impl<'a> Mirror<'a> {
+    /// Mirror `url` with request fields `headers`, fetched from origin `origin`.
+    pub(crate) fn new(url: &'a Url, headers: &'a [(String, String)], origin: usize) -> Mirror<'a> {
         Mirror {
+            target: url,
+            headers,
+            origin,
             url: url.to_string(),
             standing: Standing::Pending,
             validators: Validators::default(),
@@ -202,43 +139,10 @@ impl Validators {
     }
 }
 
-impl<'a> Loop<'a> {
-    /// Swaps mirror `k`'s way into the loop's fields (the one there goes back to its slot).
-    pub(crate) fn enter(&mut self, k: usize) {
-        if k == self.active {
-            return;
-        }
-        let from = self.active;
-        self.swap_way(from);
-        self.swap_way(k);
-        self.active = k;
-    }
-
-    /// [`Loop::enter`] for connection `i`'s mirror.
-    pub(crate) fn enter_conn(&mut self, i: usize) {
-        self.enter(self.conns[i].mirror);
-    }
-
-    fn swap_way(&mut self, k: usize) {
-        let w = &mut self.ways[k];
-        std::mem::swap(&mut self.sh.url, &mut w.url);
-        std::mem::swap(&mut self.sh.headers, &mut w.headers);
-        std::mem::swap(&mut self.sh.proxy, &mut w.proxy);
-        std::mem::swap(&mut self.tls, &mut w.tls);
-        std::mem::swap(&mut self.server_name, &mut w.server_name);
-        std::mem::swap(&mut self.addrs, &mut w.addrs);
-        std::mem::swap(&mut self.addr_next, &mut w.addr_next);
-        std::mem::swap(&mut self.addr_proven, &mut w.addr_proven);
-        std::mem::swap(&mut self.attempt_started, &mut w.attempt_started);
-    }
-
-    /// How many addresses mirror `k` has.
+impl Loop<'_> {
+    /// How many addresses mirror `k`'s origin has.
     pub(crate) fn addr_count(&self, k: usize) -> usize {
-        if k == self.active {
-            self.addrs.len()
-        } else {
-            self.ways[k].addrs.len()
-        }
+        self.sh.origin(k).addrs.len()
     }
 
     /// The mirror the first request goes to: the first one given that is not dropped.

@@ -15,18 +15,15 @@ mod tick;
 pub use summary::Summary;
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::Url;
-use rustls::ClientConfig;
-use rustls::pki_types::ServerName;
 use uring::{BufPool, Completion, Op, Ring};
 
 use crate::config::Config;
+use crate::control::origin::Origin;
 use crate::control::*;
 use crate::engine::EngineKind;
 use crate::engine::blocks::{WriteBlock, align_down, write_block};
@@ -71,7 +68,6 @@ pub enum Outcome {
 pub(crate) struct Shared<'a> {
     /// Progress and notes: everything the loop has to say goes through it.
     pub(crate) report: &'a mut Progress,
-    pub(crate) url: &'a Url,
     pub(crate) opts: &'a Config,
     pub(crate) pool: BufPool,
     pub(crate) align: u64,
@@ -123,17 +119,15 @@ pub(crate) struct Shared<'a> {
     pub(crate) capped_at: Option<usize>,
     /// The output in messages ("standard output", "the FIFO out.bin").
     pub(crate) out_name: String,
-    /// The HTTP proxy the connections go through (`addrs` are its addresses).
-    pub(crate) proxy: Option<crate::control::proxy::Proxy>,
-    /// Extra request fields for this URL (`-H`, credentials), already checked.
-    pub(crate) headers: &'a [(String, String)],
     /// Failed attempts tried again, and work-stealing splits (for the summary).
     pub(crate) retries: u64,
     pub(crate) steals: u64,
     /// The first 206 had no complete length (`bytes a-b/*`): requests go without Range.
     pub(crate) plain_get: bool,
     /// Every URL of the file, in the order given (one without mirrors).
-    pub(crate) mirrors: Vec<mirrors::Mirror>,
+    pub(crate) mirrors: Vec<mirrors::Mirror<'a>>,
+    /// The origins the mirrors are fetched from (each mirror names its own).
+    pub(crate) origins: Vec<Origin>,
     /// The mirror whose first answer came first (in the order given): the others must
     /// agree with it.
     pub(crate) reference: Option<usize>,
@@ -189,11 +183,13 @@ pub fn run<'a>(
         failed,
         signed,
     } = target;
-    let states: Vec<mirrors::Mirror> = mirrors.iter().map(|m| mirrors::Mirror::new(m.url)).collect();
     let m = mirrors.len();
-    let mut ways = mirrors.into_iter().map(mirrors::Way::new).collect::<Result<Vec<_>>>()?;
-    // The first mirror's way starts in the loop's fields.
-    let (url, headers, proxy, tls, server_name, addrs) = ways[0].take();
+    let mut states = Vec::with_capacity(m);
+    let mut origins = Vec::with_capacity(m);
+    for (k, route) in mirrors.into_iter().enumerate() {
+        states.push(mirrors::Mirror::new(route.url, route.headers, k));
+        origins.push(Origin::new(route.url, route.tls, route.route)?);
+    }
     let resuming = resume.is_some();
     // A resumed download asks first for the first block it lacks, not for byte 0 again.
     let resume_start = resume.as_ref().map_or(0, |st| {
@@ -249,7 +245,6 @@ pub fn run<'a>(
         .collect();
     let sh = Shared {
         report: progress,
-        url,
         opts,
         pool: wpool,
         align: out.align,
@@ -283,12 +278,11 @@ pub fn run<'a>(
         changed: false,
         capped_at: None,
         out_name: out.describe(),
-        proxy,
-        headers,
         retries: 0,
         steals: 0,
         plain_get: false,
         mirrors: states,
+        origins,
         reference: None,
         redirect_mirror: 0,
         not_modified: false,
@@ -298,12 +292,6 @@ pub fn run<'a>(
         ring,
         conns,
         sh,
-        tls,
-        server_name,
-        addrs,
-        addr_next: 0,
-        addr_proven: false,
-        attempt_started: None,
         out_fd: out.fd.as_raw_fd(),
         slots: (0..wcount).map(|_| None).collect(),
         writes_in_flight: 0,
@@ -328,8 +316,6 @@ pub fn run<'a>(
             .map(|r| crate::schedule::pace::Bucket::new(r, Duration::ZERO)),
         paced: VecDeque::new(),
         pace_timer: false,
-        ways,
-        active: 0,
     };
     dl.push(Op::Timeout { after: dl.tick }, Tag::Tick.encode())?;
     // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
@@ -478,16 +464,6 @@ pub(crate) struct Loop<'a> {
     pub(crate) ring: Ring,
     pub(crate) conns: Vec<Conn>,
     pub(crate) sh: Shared<'a>,
-    pub(crate) tls: Option<Arc<ClientConfig>>,
-    pub(crate) server_name: Option<ServerName<'static>>,
-    /// Where to connect, families interleaved (RFC 8305 §4); at least one.
-    pub(crate) addrs: Vec<SocketAddr>,
-    /// The address the next connect goes to: the last one a connect went through
-    /// (`addr_proven`), or the next one after those that failed.
-    pub(crate) addr_next: usize,
-    pub(crate) addr_proven: bool,
-    /// When the newest connect started while no address was proven (Happy Eyeballs).
-    pub(crate) attempt_started: Option<Instant>,
     pub(crate) out_fd: RawFd,
     pub(crate) slots: Vec<Option<WriteSlot>>,
     pub(crate) writes_in_flight: usize,
@@ -518,11 +494,23 @@ pub(crate) struct Loop<'a> {
     pub(crate) paced: VecDeque<usize>,
     /// The [`Tag::Pace`] TIMEOUT is in flight.
     pub(crate) pace_timer: bool,
-    /// Each mirror's way to its server; the active one's pieces are in the fields above
-    /// (`sh.url`, `sh.headers`, `sh.proxy`, `tls`, `server_name`, `addrs`, …).
-    pub(crate) ways: Vec<mirrors::Way<'a>>,
-    /// The mirror whose way is in the loop's fields.
-    pub(crate) active: usize,
+}
+
+impl<'a> Shared<'a> {
+    /// Mirror `k`'s URL.
+    pub(crate) fn url(&self, k: usize) -> &'a Url {
+        self.mirrors[k].target
+    }
+
+    /// Mirror `k`'s origin.
+    pub(crate) fn origin(&self, k: usize) -> &Origin {
+        &self.origins[self.mirrors[k].origin]
+    }
+
+    /// Mirror `k`'s origin, to update its Happy Eyeballs state.
+    pub(crate) fn origin_mut(&mut self, k: usize) -> &mut Origin {
+        &mut self.origins[self.mirrors[k].origin]
+    }
 }
 
 pub(crate) fn errno(res: i32) -> rustix::io::Errno {
@@ -605,7 +593,6 @@ impl Loop<'_> {
     pub(crate) fn complete(&mut self, c: Completion) -> Result<()> {
         match Tag::decode(c.tag) {
             Some(Tag::Conn(i)) => {
-                self.enter_conn(i);
                 let r = self.conn_completion(i, c);
                 self.after(i, r)?;
             }
@@ -657,7 +644,6 @@ impl Loop<'_> {
 
     /// Handles a connection's failure, or drives it on.
     pub(crate) fn after(&mut self, i: usize, r: std::result::Result<(), Fail>) -> Result<()> {
-        self.enter_conn(i);
         if self.sh.mirrors[self.conns[i].mirror].standing == mirrors::Standing::Dropped {
             // A completion that was in the ring when the mirror was dropped: nothing it
             // brought is placed (a response head is not even parsed), see `release_conn`.

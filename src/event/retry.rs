@@ -38,7 +38,6 @@ impl Loop<'_> {
     /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
     /// segment, close it, and reconnect when work is left.
     pub(crate) fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
-        self.enter_conn(i);
         let k = self.conns[i].mirror;
         if self.sh.mirrors[k].standing == Standing::Dropped {
             // Its mirror was dropped while an operation was in flight.
@@ -248,7 +247,7 @@ impl Loop<'_> {
             return Ok(());
         }
         let c = &mut self.conns[i];
-        if (connect_failed && c.addr_i >= self.addrs.len() * self.sh.opts.max_tries as usize)
+        if (connect_failed && c.addr_i >= self.sh.origin(k).addrs.len() * self.sh.opts.max_tries as usize)
             || c.failures >= self.sh.opts.max_tries
         {
             // Every address had its chances: this slot stops; the download fails when no
@@ -271,7 +270,7 @@ impl Loop<'_> {
         // Exponential backoff with jitter before this slot reconnects; `kick` reopens it. A
         // refused connect (nothing listening) is answered at once, and waiting long for it
         // only delays the error: its waits start short (a wrong port fails in about a second).
-        let n_addrs = self.addrs.len();
+        let n_addrs = self.sh.origin(k).addrs.len();
         if connect_failed && !f.busy && !c.addr_i.is_multiple_of(n_addrs) {
             // An address this slot has not tried in this round: at once (RFC 8305 §5).
             c.not_before = None;
