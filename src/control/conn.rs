@@ -19,7 +19,7 @@ impl Loop<'_> {
     pub(crate) fn connect(&mut self, i: usize) -> Result<()> {
         let c = &mut self.conns[i];
         let k = c.mirror;
-        let origin = &mut self.sh.origins[self.sh.mirrors[k].origin];
+        let origin = &mut self.sh.origins[self.sh.tr.mirrors[k].origin];
         // Every connection starts where the download's last good connect went (or, before
         // one, at the next address no connect has failed on yet): a family that fails is
         // paid for once, not once per connection.
@@ -215,7 +215,7 @@ impl Loop<'_> {
             let origin = self
                 .sh
                 .origins
-                .get_mut(self.sh.mirrors[mirror].origin)
+                .get_mut(self.sh.tr.mirrors[mirror].origin)
                 .expect("a mirror's origin");
             let addr = origin.addrs[k];
             let n_addrs = origin.addrs.len();
@@ -319,7 +319,7 @@ impl Loop<'_> {
     /// Advances connection `i` until it has an operation in flight or nothing to do.
     pub(crate) fn drive(&mut self, i: usize) -> std::result::Result<(), Fail> {
         loop {
-            if self.sh.fatal.is_some() || self.sh.redirect.is_some() {
+            if self.sh.fatal.is_some() || self.sh.tr.redirect.is_some() {
                 return Ok(());
             }
             let c = &mut self.conns[i];
@@ -438,7 +438,7 @@ impl Loop<'_> {
                 ))
             }
             Some(Delimiter::Close) => {
-                self.sh.total = Some(job.placer.pos());
+                self.sh.tr.total = Some(job.placer.pos());
                 finish_job(&mut c.rx, &mut self.sh);
                 self.recycle(i)
             }

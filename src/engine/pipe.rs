@@ -52,11 +52,11 @@ impl Loop<'_> {
             } else {
                 errno(res).to_string()
             };
-            self.sh.fatal = Some(err!(LocalIo, "splice to {} at offset {at}: {e}", self.sh.out_name));
+            self.sh.fatal = Some(err!(LocalIo, "splice to {} at offset {at}: {e}", self.sh.tr.out_name));
             return Ok(());
         }
         let n = res as usize;
-        self.sh.landed.add(pipe.file_pos, pipe.file_pos + n as u64);
+        self.sh.tr.landed.add(pipe.file_pos, pipe.file_pos + n as u64);
         pipe.file_pos += n as u64;
         pipe.held -= n;
         self.drain(i)?;

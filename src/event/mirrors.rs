@@ -20,6 +20,7 @@ use crate::error::{Kind, Result};
 use crate::event::Loop;
 use crate::report::{MirrorReport, Note};
 use crate::schedule::Segment;
+pub(crate) use crate::transfer::mirror::{Mirror, Standing, Validators};
 
 /// Said after dropping a mirror whose validator differs (no `--checksum` was given).
 pub(crate) const CHECKSUM_HINT: &str =
@@ -37,108 +38,6 @@ pub struct MirrorRoute<'a> {
     pub route: Route,
 }
 
-/// Where a mirror stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Standing {
-    /// Its first answer has not come yet.
-    Pending,
-    /// It agrees with the reference (or is the reference): it serves segments.
-    Accepted,
-    /// Left out for the rest of the download.
-    Dropped,
-}
-
-/// A mirror's standing and what it served.
-#[derive(Clone, Debug)]
-pub(crate) struct Mirror<'a> {
-    /// The URL requests go to.
-    pub(crate) target: &'a Url,
-    /// Extra request fields for it: `-H`, and credentials on its origin.
-    pub(crate) headers: &'a [(String, String)],
-    /// Index of its origin in [`crate::event::Shared::origins`].
-    pub(crate) origin: usize,
-    /// The URL as the summary and notes print it.
-    pub(crate) url: String,
-    pub(crate) standing: Standing,
-    /// The validators of its first answer.
-    pub(crate) validators: Validators,
-    /// Its first answer's validator as the download compares it (see
-    /// [`http::Response::validator`]): later answers must carry the same.
-    pub(crate) validator: Option<Vec<u8>>,
-    /// Body bytes it delivered.
-    pub(crate) bytes: u64,
-    /// Counted tries in a row that failed on it (any segment): a mirror that fails
-    /// `--max-tries` times in a row is dropped even while each segment's own tries last
-    /// (the segments succeed on the other mirrors).
-    pub(crate) failures: u32,
-    /// Why it was dropped.
-    pub(crate) dropped: Option<String>,
-}
-
-impl<'a> Mirror<'a> {
-    /// Mirror `url` with request fields `headers`, fetched from origin `origin`.
-    pub(crate) fn new(url: &'a Url, headers: &'a [(String, String)], origin: usize) -> Mirror<'a> {
-        Mirror {
-            target: url,
-            headers,
-            origin,
-            url: url.to_string(),
-            standing: Standing::Pending,
-            validators: Validators::default(),
-            validator: None,
-            bytes: 0,
-            failures: 0,
-            dropped: None,
-        }
-    }
-}
-
-/// The validators of an answer that mirrors are compared by (RFC 9110 §8.8): a strong
-/// `ETag` and `Last-Modified`, as sent.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Validators {
-    pub(crate) etag: Option<Vec<u8>>,
-    pub(crate) last_modified: Option<Vec<u8>>,
-}
-
-impl Validators {
-    /// The strong `ETag` (a weak one proves nothing about the bytes, RFC 9110 §8.8.1) and
-    /// the `Last-Modified` of `resp`.
-    pub(crate) fn of(resp: &http::Response<'_, '_>) -> Validators {
-        let etag = match resp.validator() {
-            Some(http::Validator::ETag { value, weak: false }) => Some(value.to_vec()),
-            _ => None,
-        };
-        let last_modified = resp
-            .header("last-modified")
-            .filter(|v| !v.is_empty())
-            .map(<[u8]>::to_vec);
-        Validators { etag, last_modified }
-    }
-
-    /// Whether a mirror with these validators serves the same file as `reference`: both
-    /// strong ETags equal, else (one has none) both Last-Modified equal. `Err` says why not.
-    pub(crate) fn agree_with(&self, reference: &Validators) -> std::result::Result<(), String> {
-        let show = |v: &[u8]| String::from_utf8_lossy(v).into_owned();
-        if let (Some(a), Some(b)) = (&self.etag, &reference.etag) {
-            return if a == b {
-                Ok(())
-            } else {
-                Err(format!("ETag {} differs from the reference's {}", show(a), show(b)))
-            };
-        }
-        match (&self.last_modified, &reference.last_modified) {
-            (Some(a), Some(b)) if a == b => Ok(()),
-            (Some(a), Some(b)) => Err(format!(
-                "Last-Modified {} differs from the reference's {}",
-                show(a),
-                show(b)
-            )),
-            _ => Err("no validator (strong ETag or Last-Modified) to compare with the reference's".to_owned()),
-        }
-    }
-}
-
 impl Loop<'_> {
     /// How many addresses mirror `k`'s origin has.
     pub(crate) fn addr_count(&self, k: usize) -> usize {
@@ -147,7 +46,7 @@ impl Loop<'_> {
 
     /// The mirror the first request goes to: the first one given that is not dropped.
     pub(crate) fn probe_mirror(&self) -> Option<usize> {
-        self.sh.mirrors.iter().position(|m| m.standing != Standing::Dropped)
+        self.sh.tr.mirrors.iter().position(|m| m.standing != Standing::Dropped)
     }
 
     /// A failure of `kind` on mirror `k` drops that mirror instead of failing the
@@ -156,6 +55,7 @@ impl Loop<'_> {
     pub(crate) fn drops_mirror(&self, k: usize, kind: Kind) -> bool {
         let left = self
             .sh
+            .tr
             .mirrors
             .iter()
             .enumerate()
@@ -167,7 +67,7 @@ impl Loop<'_> {
     /// Leaves mirror `k` out: says why, moves its connections (and their unfinished
     /// segments) to the mirrors left.
     pub(crate) fn drop_mirror(&mut self, k: usize, why: String, hint: &'static str) -> Result<()> {
-        let m = &mut self.sh.mirrors[k];
+        let m = &mut self.sh.tr.mirrors[k];
         if m.standing == Standing::Dropped {
             return Ok(());
         }
@@ -175,7 +75,7 @@ impl Loop<'_> {
         m.dropped = Some(why.clone());
         let url = m.url.clone();
         // What a dropped mirror served differently is no change of the file.
-        self.sh.changed = false;
+        self.sh.tr.changed = false;
         self.sh.report.note(Note::MirrorDropped { url, why, hint });
         self.discard_queued(k);
         for j in 0..self.conns.len() {
@@ -207,17 +107,17 @@ impl Loop<'_> {
         if let Some(mut job) = self.conns[j].rx.job.take() {
             let piped = self.conns[j].pipe.as_ref().is_some_and(|p| !p.is_idle());
             let from = if piped {
-                let trim = self.sh.direct.then_some(self.sh.align);
+                let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
                 job.placer.release(trim, &mut self.sh.to_write)
             } else {
                 job.placer.discard()
             };
             let seg = Segment {
-                start: if self.sh.ranges { from } else { 0 },
+                start: if self.sh.tr.ranges { from } else { 0 },
                 tries: 0,
                 ..job.seg
             };
-            self.sh.plan.requeue(seg, job.probe);
+            self.sh.tr.plan.requeue(seg, job.probe);
         }
         self.drain(j)?;
         self.close(j);
@@ -243,7 +143,7 @@ impl Loop<'_> {
         });
         dropped.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
         for (start, end) in dropped {
-            self.sh.plan.requeue(
+            self.sh.tr.plan.requeue(
                 Segment {
                     start,
                     end,
@@ -258,7 +158,7 @@ impl Loop<'_> {
     /// Moves closed connection `j` to the mirror left with the fewest connections (the
     /// first given on a tie); with none left it stays dead.
     fn reassign(&mut self, j: usize) {
-        let counts: Vec<usize> = (0..self.sh.mirrors.len())
+        let counts: Vec<usize> = (0..self.sh.tr.mirrors.len())
             .map(|k| {
                 self.conns
                     .iter()
@@ -269,6 +169,7 @@ impl Loop<'_> {
             .collect();
         let to = self
             .sh
+            .tr
             .mirrors
             .iter()
             .enumerate()
@@ -295,7 +196,7 @@ impl Loop<'_> {
     /// left. A try that moved bytes forward starts the count again.
     pub(crate) fn mirror_failing(&mut self, k: usize, counted: bool, f: &crate::control::Fail) -> Option<String> {
         let max = self.sh.opts.max_tries;
-        let m = &mut self.sh.mirrors[k];
+        let m = &mut self.sh.tr.mirrors[k];
         m.failures = if counted { m.failures + 1 } else { 0 };
         let failures = m.failures;
         (failures >= max && self.drops_mirror(k, f.kind))
@@ -307,11 +208,12 @@ impl Loop<'_> {
     pub(crate) fn no_mirror_left(&self, msg: String) -> String {
         let left = self
             .sh
+            .tr
             .mirrors
             .iter()
             .filter(|m| m.standing != Standing::Dropped)
             .count();
-        if self.sh.mirrors.len() < 2 || left > 1 {
+        if self.sh.tr.mirrors.len() < 2 || left > 1 {
             return msg;
         }
         format!("{msg}; no mirror left (the others were dropped)")
@@ -327,10 +229,11 @@ impl Loop<'_> {
 
     /// What each mirror served, for the summary (empty with one URL).
     pub(crate) fn mirror_reports(&self) -> Vec<MirrorReport> {
-        if self.sh.mirrors.len() < 2 {
+        if self.sh.tr.mirrors.len() < 2 {
             return Vec::new();
         }
         self.sh
+            .tr
             .mirrors
             .iter()
             .map(|m| MirrorReport {
@@ -339,39 +242,5 @@ impl Loop<'_> {
                 dropped: m.dropped.clone(),
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn v(etag: Option<&str>, lm: Option<&str>) -> Validators {
-        Validators {
-            etag: etag.map(|s| s.as_bytes().to_vec()),
-            last_modified: lm.map(|s| s.as_bytes().to_vec()),
-        }
-    }
-
-    #[test]
-    fn strong_etags_decide_when_both_have_one() {
-        let r = v(Some("\"a\""), Some("Mon"));
-        assert!(v(Some("\"a\""), Some("Tue")).agree_with(&r).is_ok());
-        let e = v(Some("\"b\""), Some("Mon")).agree_with(&r).unwrap_err();
-        assert!(e.contains("ETag \"b\" differs"), "{e}");
-    }
-
-    #[test]
-    fn last_modified_decides_without_two_etags() {
-        let r = v(Some("\"a\""), Some("Mon"));
-        assert!(v(None, Some("Mon")).agree_with(&r).is_ok());
-        assert!(
-            v(None, Some("Tue"))
-                .agree_with(&r)
-                .unwrap_err()
-                .contains("Last-Modified")
-        );
-        assert!(v(None, None).agree_with(&r).unwrap_err().contains("no validator"));
-        assert!(v(Some("\"a\""), None).agree_with(&v(None, None)).is_err());
     }
 }

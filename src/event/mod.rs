@@ -37,6 +37,7 @@ use crate::report::{Note, Progress};
 use crate::schedule::queue::Plan;
 use crate::schedule::{FIRST_SEGMENT, Landed};
 use crate::tag::Tag;
+use crate::transfer::Transfer;
 
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
@@ -64,32 +65,16 @@ pub enum Outcome {
     NotModified { mirror: usize },
 }
 
-/// Download-wide state the connections share.
+/// Run-wide state the connections share: the report, the options, the write pool, the
+/// engine's switches and counts, the origins — and the transfer.
 pub(crate) struct Shared<'a> {
     /// Progress and notes: everything the loop has to say goes through it.
     pub(crate) report: &'a mut Progress,
     pub(crate) opts: &'a Config,
     pub(crate) pool: BufPool,
-    pub(crate) align: u64,
-    pub(crate) direct: bool,
-    pub(crate) sequential: bool,
-    pub(crate) file: bool,
-    /// Which range goes out next: the first request (from 0, or the first byte a resumed
-    /// `.part` lacks, to [`FIRST_SEGMENT`] later or where the `.part` has bytes again), then
-    /// the planned segments; Retry-After holds.
-    pub(crate) plan: Plan,
-    /// When the download started (the plan's clock).
-    pub(crate) started: Instant,
-    pub(crate) ranges: bool,
-    pub(crate) total: Option<u64>,
-    pub(crate) validator: Option<Vec<u8>>,
     /// Full or final blocks waiting for a write SQE.
     pub(crate) to_write: VecDeque<WriteBlock>,
-    pub(crate) landed: Landed,
-    pub(crate) received: u64,
     pub(crate) fatal: Option<Error>,
-    pub(crate) redirect: Option<Url>,
-    pub(crate) need_fallocate: bool,
     /// Engine `splice`: bodies go socket → pipe → file.
     pub(crate) splice: bool,
     /// Hand finished TLS handshakes to the kernel.
@@ -109,34 +94,12 @@ pub(crate) struct Shared<'a> {
     /// TLS handshakes completed in full, and by resuming a session (RFC 8446 §2.2).
     pub(crate) tls_full: usize,
     pub(crate) tls_resumed: usize,
+    /// Which connection slots sent a request (for the summary's count).
     pub(crate) used: Vec<bool>,
-    /// Control-file state to validate against the first 206.
-    pub(crate) resume: Option<State>,
-    pub(crate) disposition: Option<String>,
-    /// The file on the server changed under the download: what is kept is of the old one.
-    pub(crate) changed: bool,
-    /// The server turned extra connections away: the number it allows (for the summary).
-    pub(crate) capped_at: Option<usize>,
-    /// The output in messages ("standard output", "the FIFO out.bin").
-    pub(crate) out_name: String,
-    /// Failed attempts tried again, and work-stealing splits (for the summary).
-    pub(crate) retries: u64,
-    pub(crate) steals: u64,
-    /// The first 206 had no complete length (`bytes a-b/*`): requests go without Range.
-    pub(crate) plain_get: bool,
-    /// Every URL of the file, in the order given (one without mirrors).
-    pub(crate) mirrors: Vec<mirrors::Mirror<'a>>,
     /// The origins the mirrors are fetched from (each mirror names its own).
     pub(crate) origins: Vec<Origin>,
-    /// The mirror whose first answer came first (in the order given): the others must
-    /// agree with it.
-    pub(crate) reference: Option<usize>,
-    /// The mirror [`Shared::redirect`] is for.
-    pub(crate) redirect_mirror: usize,
-    /// The first request's precondition held: 304 Not Modified, nothing to fetch.
-    pub(crate) not_modified: bool,
-    /// A block-device output: every write goes at `room.base` + its offset, within `room.len`.
-    pub(crate) room: Option<&'a crate::output::device::Room>,
+    /// The file being fetched.
+    pub(crate) tr: Transfer<'a>,
 }
 
 /// Where a download goes and what it resumes.
@@ -243,25 +206,40 @@ pub fn run<'a>(
             c
         })
         .collect();
-    let sh = Shared {
-        report: progress,
-        opts,
-        pool: wpool,
+    let tr = Transfer {
         align: out.align,
         direct: out.direct,
         sequential: out.sequential,
         file: out.part.is_some(),
+        room: out.room.as_ref(),
+        out_name: out.describe(),
         plan: Plan::new(resume_start, resume_end),
         started: Instant::now(),
         ranges: false,
         total: None,
         validator: None,
-        to_write: VecDeque::new(),
         landed: Landed::default(),
         received: 0,
-        fatal: None,
         redirect: None,
+        redirect_mirror: 0,
         need_fallocate: false,
+        resume,
+        disposition: None,
+        changed: false,
+        capped_at: None,
+        retries: 0,
+        steals: 0,
+        plain_get: false,
+        mirrors: states,
+        reference: None,
+        not_modified: false,
+    };
+    let sh = Shared {
+        report: progress,
+        opts,
+        pool: wpool,
+        to_write: VecDeque::new(),
+        fatal: None,
         splice,
         ktls,
         ktls_conns: 0,
@@ -273,20 +251,8 @@ pub fn run<'a>(
         tls_full: 0,
         tls_resumed: 0,
         used: vec![false; n],
-        resume,
-        disposition: None,
-        changed: false,
-        capped_at: None,
-        out_name: out.describe(),
-        retries: 0,
-        steals: 0,
-        plain_get: false,
-        mirrors: states,
         origins,
-        reference: None,
-        redirect_mirror: 0,
-        not_modified: false,
-        room: out.room.as_ref(),
+        tr,
     };
     let mut dl = Loop {
         ring,
@@ -343,21 +309,21 @@ pub fn run<'a>(
     }
     match dl.event_loop() {
         Ok(Some((mirror, to))) => {
-            if dl.sh.mirrors.len() > 1 {
+            if dl.sh.tr.mirrors.len() > 1 {
                 // A mirror's redirect may come while bytes are on their way to the file:
                 // they land before the ring goes (the next run fetches them again).
                 dl.settle();
             }
             return Ok(Outcome::Redirect { mirror, to });
         }
-        Ok(None) if dl.sh.not_modified => {
+        Ok(None) if dl.sh.tr.not_modified => {
             dl.sh.report.clear();
             return Ok(Outcome::NotModified {
-                mirror: dl.sh.reference.unwrap_or(0),
+                mirror: dl.sh.tr.reference.unwrap_or(0),
             });
         }
         Ok(None) => {
-            if let Some(n) = dl.sh.capped_at {
+            if let Some(n) = dl.sh.tr.capped_at {
                 dl.sh.report.note(Note::Allowed { connections: n });
             }
         }
@@ -367,13 +333,13 @@ pub fn run<'a>(
             // preallocated zeros) is removed.
             dl.settle();
             let mut saved = false;
-            if dl.sh.landed.bytes() == 0 && !resuming {
+            if dl.sh.tr.landed.bytes() == 0 && !resuming {
                 out.remove_part();
             } else if dl.writes_in_flight > 0 {
                 // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
                 // as long. The control file keeps its last (synced) state.
                 dl.sh.report.note(Note::WritesPending);
-            } else if dl.control.is_some() && (dl.sh.file || out.room.is_some()) {
+            } else if dl.control.is_some() && (dl.sh.tr.file || out.room.is_some()) {
                 // The control file may only name bytes that are on disk: fdatasync first.
                 // If that fails, the control file keeps its last (synced) state.
                 match dl.wait_for(
@@ -383,43 +349,43 @@ pub fn run<'a>(
                     },
                     Tag::Fsync(1).encode(),
                 ) {
-                    Ok(r) if r >= 0 => saved = dl.save_control(None) && dl.sh.landed.bytes() > 0,
+                    Ok(r) if r >= 0 => saved = dl.save_control(None) && dl.sh.tr.landed.bytes() > 0,
                     _ => dl.sh.report.note(Note::SyncFailed),
                 }
             }
             if let Some(part) = &out.part
-                && !dl.sh.changed
+                && !dl.sh.tr.changed
             {
                 if saved {
                     e.msg.push_str(&format!(
                         "; {} of {} bytes kept in {}: run the same command again to fetch only the rest",
-                        dl.sh.landed.bytes(),
-                        dl.sh.total.unwrap_or(0),
+                        dl.sh.tr.landed.bytes(),
+                        dl.sh.tr.total.unwrap_or(0),
                         part.display()
                     ));
-                } else if dl.sh.landed.bytes() > 0 && dl.sh.plan.is_planned() && !dl.sh.ranges {
+                } else if dl.sh.tr.landed.bytes() > 0 && dl.sh.tr.plan.is_planned() && !dl.sh.tr.ranges {
                     e.msg.push_str(&format!(
                         "; {} bytes kept in {}, but the server does not serve ranges: a new run starts over",
-                        dl.sh.landed.bytes(),
+                        dl.sh.tr.landed.bytes(),
                         part.display()
                     ));
                 }
             }
             dl.sh.report.clear();
-            *failed = Some(Box::new(dl.summary(dl.sh.landed.bytes(), io, registered, None)));
+            *failed = Some(Box::new(dl.summary(dl.sh.tr.landed.bytes(), io, registered, None)));
             return Err(e);
         }
     }
-    let total = dl.sh.total.unwrap_or(dl.sh.received);
-    if !dl.sh.landed.is_complete(total) {
+    let total = dl.sh.tr.total.unwrap_or(dl.sh.tr.received);
+    if !dl.sh.tr.landed.is_complete(total) {
         return Err(err!(
             Internal,
             "download ended with {} of {total} bytes on disk",
-            dl.sh.landed.bytes()
+            dl.sh.tr.landed.bytes()
         ));
     }
-    if dl.sh.file || out.room.is_some() {
-        if dl.sh.file {
+    if dl.sh.tr.file || out.room.is_some() {
+        if dl.sh.tr.file {
             out.truncate(total)?;
         }
         let r = dl.wait_for(
@@ -499,17 +465,17 @@ pub(crate) struct Loop<'a> {
 impl<'a> Shared<'a> {
     /// Mirror `k`'s URL.
     pub(crate) fn url(&self, k: usize) -> &'a Url {
-        self.mirrors[k].target
+        self.tr.mirrors[k].target
     }
 
     /// Mirror `k`'s origin.
     pub(crate) fn origin(&self, k: usize) -> &Origin {
-        &self.origins[self.mirrors[k].origin]
+        &self.origins[self.tr.mirrors[k].origin]
     }
 
     /// Mirror `k`'s origin, to update its Happy Eyeballs state.
     pub(crate) fn origin_mut(&mut self, k: usize) -> &mut Origin {
-        &mut self.origins[self.mirrors[k].origin]
+        &mut self.origins[self.tr.mirrors[k].origin]
     }
 }
 
@@ -527,8 +493,8 @@ impl Loop<'_> {
             if let Some(e) = self.sh.fatal.take() {
                 return Err(e);
             }
-            if let Some(u) = self.sh.redirect.take() {
-                return Ok(Some((self.sh.redirect_mirror, u)));
+            if let Some(u) = self.sh.tr.redirect.take() {
+                return Ok(Some((self.sh.tr.redirect_mirror, u)));
             }
             if self.finished() {
                 return Ok(None);
@@ -581,7 +547,7 @@ impl Loop<'_> {
 
     /// All segments fetched and written.
     pub(crate) fn finished(&self) -> bool {
-        self.sh.plan.is_drained()
+        self.sh.tr.plan.is_drained()
             && self
                 .conns
                 .iter()
@@ -618,7 +584,7 @@ impl Loop<'_> {
                     self.sh.fatal = Some(err!(
                         LocalIo,
                         "not enough space for {} bytes: {e}",
-                        self.sh.total.unwrap_or(0)
+                        self.sh.tr.total.unwrap_or(0)
                     ));
                 } else {
                     self.sh.report.note(Note::NoPreallocation { why: e.to_string() });
@@ -644,7 +610,7 @@ impl Loop<'_> {
 
     /// Handles a connection's failure, or drives it on.
     pub(crate) fn after(&mut self, i: usize, r: std::result::Result<(), Fail>) -> Result<()> {
-        if self.sh.mirrors[self.conns[i].mirror].standing == mirrors::Standing::Dropped {
+        if self.sh.tr.mirrors[self.conns[i].mirror].standing == mirrors::Standing::Dropped {
             // A completion that was in the ring when the mirror was dropped: nothing it
             // brought is placed (a response head is not even parsed), see `release_conn`.
             return self.release_conn(i);
