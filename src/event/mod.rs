@@ -8,10 +8,12 @@
 
 pub(crate) mod assign;
 pub mod mirrors;
+mod reactor;
 pub(crate) mod retry;
 mod summary;
 mod tick;
 
+pub use reactor::Reactor;
 pub use summary::Summary;
 
 use std::collections::VecDeque;
@@ -125,7 +127,9 @@ pub struct Target<'a> {
 }
 
 /// Runs one download into `out` from the URLs of `mirrors` (one, or several serving the
-/// same file: see [`mirrors`]).
+/// same file: see [`mirrors`]), on connections `reactor` kept open from the transfers
+/// before it where they go to the same origins; the connections this one leaves open and
+/// idle are kept in `reactor` for the next (only when it is [`Outcome::Done`]).
 ///
 /// # Errors
 /// Any [`Kind`]: the first fatal failure of a connection, a refused ring, a failed write;
@@ -135,6 +139,21 @@ pub fn run<'a>(
     opts: &'a Config,
     target: Target<'a>,
     progress: &'a mut Progress,
+    reactor: &mut Reactor,
+) -> Result<Outcome> {
+    let r = run_on(mirrors, opts, target, progress, reactor);
+    if !matches!(r, Ok(Outcome::Done(_))) {
+        reactor.reset();
+    }
+    r
+}
+
+fn run_on<'a>(
+    mirrors: Vec<mirrors::MirrorRoute<'a>>,
+    opts: &'a Config,
+    target: Target<'a>,
+    progress: &'a mut Progress,
+    reactor: &mut Reactor,
 ) -> Result<Outcome> {
     let Target {
         out,
@@ -149,9 +168,16 @@ pub fn run<'a>(
     let m = mirrors.len();
     let mut states = Vec::with_capacity(m);
     let mut origins = Vec::with_capacity(m);
+    let mut keys = Vec::with_capacity(m);
+    let mut kept_tls_info = Vec::with_capacity(m);
     for (k, route) in mirrors.into_iter().enumerate() {
         states.push(mirrors::Mirror::new(route.url, route.headers, k));
-        origins.push(Origin::new(route.url, route.tls, route.route)?);
+        let fresh = Origin::new(route.url, route.tls, route.route)?;
+        let key = reactor::origin_key(route.url, &fresh);
+        let (origin, tls_info) = reactor.origin(&key, fresh);
+        origins.push(origin);
+        keys.push(key);
+        kept_tls_info.push(tls_info);
     }
     let resuming = resume.is_some();
     // A resumed download asks first for the first block it lacks, not for byte 0 again.
@@ -182,10 +208,19 @@ pub fn run<'a>(
         label: io,
         sqpoll_tid,
     } = crate::io::build_ring(opts.io, entries, splice, opts.sqpoll, opts.verbose)?;
-    let rpool =
-        BufPool::new(READ_BLOCK, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {READ_BLOCK} bytes): {e}"))?;
-    let wpool =
-        BufPool::new(block, wcount).map_err(|e| err!(LocalIo, "write blocks ({wcount} x {block} bytes): {e}"))?;
+    let (rpool, wpool) = reactor.pools(READ_BLOCK, n, block, wcount)?;
+    // Connections the transfers before left open to these origins go first (keep-alive,
+    // RFC 9112 §9.3); the others are closed.
+    let mut kept: Vec<Conn> = Vec::new();
+    let mut tls_info = None;
+    for (k, key) in keys.iter().enumerate() {
+        for mut c in reactor.take_idle(key, n - kept.len(), (engine, ktls)) {
+            c.mirror = k;
+            tls_info = tls_info.or_else(|| kept_tls_info[k].clone());
+            kept.push(c);
+        }
+    }
+    reactor.close_idle();
     let registered = match ring.register_pools(&[&rpool, &wpool]) {
         Ok(()) => true,
         Err(e) => {
@@ -198,14 +233,20 @@ pub fn run<'a>(
     let fixed_files = std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0")
         && ring.backend() == uring::Backend::Uring
         && ring.register_files(&[out.fd.as_raw_fd()]).is_ok();
-    // The connections are spread over the mirrors in turn.
-    let conns = (0..n)
-        .map(|i| {
+    // The new connections are spread over the mirrors in turn.
+    let fresh = n - kept.len();
+    let conns: Vec<Conn> = kept
+        .into_iter()
+        .chain((0..fresh).map(|i| {
             let mut c = Conn::new(rpool.alloc().expect("one read block per connection"));
             c.mirror = i % m;
             c
-        })
+        }))
         .collect();
+    for c in &conns {
+        // A kept connection starts on a clean slate for this transfer's tries.
+        debug_assert!(c.st == St::Closed || c.rx.job.is_none());
+    }
     let tr = Transfer {
         align: out.align,
         direct: out.direct,
@@ -242,12 +283,15 @@ pub fn run<'a>(
         fatal: None,
         splice,
         ktls,
-        ktls_conns: 0,
+        ktls_conns: conns.iter().filter(|c| c.kconn.is_some()).count(),
         ktls_refused: None,
         ktls_rekeys: 0,
-        soft_conns: 0,
+        soft_conns: conns.iter().filter(|c| c.soft.is_some()).count(),
         soft_rekeys: 0,
-        tls_conns: 0,
+        tls_conns: conns
+            .iter()
+            .filter(|c| c.tls.is_some() || c.kconn.is_some() || c.soft.is_some())
+            .count(),
         tls_full: 0,
         tls_resumed: 0,
         used: vec![false; n],
@@ -263,7 +307,8 @@ pub fn run<'a>(
         writes_in_flight: 0,
         waiting: VecDeque::new(),
         started: Instant::now(),
-        tls_info: None,
+        tls_info,
+        interrupted: None,
         tick: Duration::from_millis(250),
         control,
         saved_bytes: 0,
@@ -298,14 +343,22 @@ pub fn run<'a>(
         )?;
     }
     // One name with several addresses: the first connect goes alone; the others follow
-    // where it lands, or race the next address after its head start (RFC 8305 §5).
+    // where it lands, or race the next address after its head start (RFC 8305 §5). A
+    // mirror with a kept connection has its address already.
+    let mut started: Vec<bool> = (0..m)
+        .map(|k| dl.conns.iter().any(|c| c.mirror == k && c.st == St::Open))
+        .collect();
     for i in 0..n {
+        if dl.conns[i].st == St::Open {
+            continue;
+        }
         let k = dl.conns[i].mirror;
-        if dl.addr_count(k) > 1 && i >= m {
+        if dl.addr_count(k) > 1 && started[k] {
             dl.conns[i].deferred = true;
         } else {
             dl.connect(i)?;
         }
+        started[k] = true;
     }
     match dl.event_loop() {
         Ok(Some((mirror, to))) => {
@@ -407,6 +460,7 @@ pub fn run<'a>(
             (part, out.direct, base, total),
             opts.checksum.as_ref().map(|c| c.algorithm),
             signed,
+            &mut dl.interrupted,
         )?,
         (Some(_), None) => (dl.stream_digest.take().map(|d| d.finish()), None),
         _ => (None, None),
@@ -421,8 +475,17 @@ pub fn run<'a>(
         // Not in the process's rusage until the thread exits: say it here.
         dl.sh.report.note(Note::SqpollCpu { cpu });
     }
+    let info = dl.tls_info.clone();
     let mut summary = dl.summary(total, io, registered, digest);
     summary.signed = signed;
+    reactor.interrupted = dl.interrupted;
+    // What this transfer leaves open goes to the next one from the same origin.
+    let conns = std::mem::take(&mut dl.conns)
+        .into_iter()
+        .map(|c| (keys[c.mirror].clone(), c))
+        .collect();
+    let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
+    reactor.keep(origins, info, conns);
     Ok(Outcome::Done(Box::new(summary)))
 }
 
@@ -460,6 +523,9 @@ pub(crate) struct Loop<'a> {
     pub(crate) paced: VecDeque<usize>,
     /// The [`Tag::Pace`] TIMEOUT is in flight.
     pub(crate) pace_timer: bool,
+    /// SIGINT/SIGTERM came while the loop was no longer running (the final fsync or
+    /// read-back): the file lands, and the run stops before the next.
+    pub(crate) interrupted: Option<&'static str>,
 }
 
 impl<'a> Shared<'a> {
@@ -509,7 +575,8 @@ impl Loop<'_> {
     }
 
     /// Submits one operation and waits for its completion (end of the download only:
-    /// other completions that arrive meanwhile are dropped).
+    /// other completions that arrive meanwhile are dropped, but a signal is remembered in
+    /// [`Loop::interrupted`]).
     pub(crate) fn wait_for(&mut self, op: Op, tag: u64) -> Result<i32> {
         self.push(op, tag)?;
         loop {
@@ -519,6 +586,9 @@ impl Loop<'_> {
             while let Some(c) = self.ring.next_completion() {
                 if c.tag == tag {
                     return Ok(c.result);
+                }
+                if c.tag == Tag::Signal.encode() {
+                    self.interrupted = Some(crate::tag::signal_name(c.buf.as_deref()));
                 }
             }
         }
@@ -597,10 +667,7 @@ impl Loop<'_> {
                 }
             }
             Some(Tag::Signal) => {
-                let name = match c.buf.as_deref().and_then(uring::signal::signo) {
-                    Some(15) => "SIGTERM",
-                    _ => "SIGINT",
-                };
+                let name = crate::tag::signal_name(c.buf.as_deref());
                 self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
             }
             _ => {}
