@@ -248,6 +248,8 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
     }
     let mut progress = Progress::new(opts.quiet, opts.verbose);
     let mut tls_config = None;
+    // One file: the reactor's kept connections serve its redirects' hops to one origin.
+    let mut reactor = download::Reactor::new();
     // Each URL given (with its credentials), where it points now, and its redirects.
     let mut given = given;
     let mut urls: Vec<http::Url> = given.iter().map(|g| g.0.clone()).collect();
@@ -299,7 +301,7 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
             failed: &mut failed,
             signed: signed_input,
         };
-        let s = match download::run(routes, &opts, target, &mut progress) {
+        let s = match download::run(routes, &opts, target, &mut progress, &mut reactor) {
             Ok(Outcome::Done(s)) => s,
             Ok(Outcome::NotModified { mirror }) => {
                 progress.clear();

@@ -52,6 +52,7 @@ pub mod schedule;
 pub mod signature;
 mod signed;
 mod tag;
+mod transfer;
 
 pub use app::main;
 

@@ -32,6 +32,15 @@ pub(crate) enum Tag {
     Pace,
 }
 
+/// The signal a [`Tag::Signal`] completion's siginfo names, for messages (SIGTERM, else
+/// SIGINT: the only two the signalfd takes).
+pub(crate) fn signal_name(siginfo: Option<&[u8]>) -> &'static str {
+    match siginfo.and_then(uring::signal::signo) {
+        Some(15) => "SIGTERM",
+        _ => "SIGINT",
+    }
+}
+
 const KIND_SHIFT: u32 = 32;
 const INDEX_MASK: u64 = 0xffff_ffff;
 

@@ -17,14 +17,15 @@ use uring::{Completion, Op};
 
 impl Loop<'_> {
     pub(crate) fn connect(&mut self, i: usize) -> Result<()> {
-        self.enter_conn(i);
         let c = &mut self.conns[i];
+        let k = c.mirror;
+        let origin = &mut self.sh.origins[self.sh.tr.mirrors[k].origin];
         // Every connection starts where the download's last good connect went (or, before
         // one, at the next address no connect has failed on yet): a family that fails is
         // paid for once, not once per connection.
-        c.addr = self.addr_next;
+        c.addr = origin.addr_next;
         c.deferred = false;
-        let addr = self.addrs[c.addr];
+        let addr = origin.addrs[c.addr];
         let domain = if addr.is_ipv4() {
             rustix::net::AddressFamily::INET
         } else {
@@ -55,10 +56,10 @@ impl Loop<'_> {
         self.ring
             .push_with_timeout(Op::Connect { fd: raw, addr }, Tag::Conn(i).encode(), timeout)
             .map_err(|_| err!(Internal, "submission queue full"))?;
-        if !self.addr_proven && self.addrs.len() > 1 {
+        if !origin.addr_proven && origin.addrs.len() > 1 {
             // Happy Eyeballs: if this attempt has not answered after the Connection Attempt
             // Delay, `kick` starts the next address on a deferred connection; this wakes it.
-            self.attempt_started = Some(Instant::now());
+            origin.attempt_started = Some(Instant::now());
             if self.conns.iter().any(|c| c.deferred) {
                 self.push(Op::Timeout { after: ATTEMPT_DELAY }, Tag::Ignore.encode())?;
             }
@@ -70,15 +71,16 @@ impl Loop<'_> {
     /// address has taken a connect, one attempt runs at a time, and the next address gets
     /// its own attempt once the newest has gone [`ATTEMPT_DELAY`] without an answer (its
     /// head start); once one has, every connection goes there. Returns the address index
-    /// to try, or `None` to wait.
-    pub(crate) fn next_attempt(&self) -> Option<usize> {
-        if self.addr_proven {
-            return Some(self.addr_next);
+    /// to try on mirror `k`'s origin, or `None` to wait.
+    pub(crate) fn next_attempt(&self, k: usize) -> Option<usize> {
+        let origin = self.sh.origin(k);
+        if origin.addr_proven {
+            return Some(origin.addr_next);
         }
         let trying: Vec<usize> = self
             .conns
             .iter()
-            .filter(|c| c.st == St::Connecting && c.mirror == self.active)
+            .filter(|c| c.st == St::Connecting && c.mirror == k)
             .map(|c| c.addr)
             .collect();
         if trying.is_empty() {
@@ -88,15 +90,15 @@ impl Loop<'_> {
             let backing_off = self
                 .conns
                 .iter()
-                .any(|c| c.mirror == self.active && !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
-            return (!backing_off).then_some(self.addr_next);
+                .any(|c| c.mirror == k && !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
+            return (!backing_off).then_some(origin.addr_next);
         }
-        if self.attempt_started.is_some_and(|t| t.elapsed() < ATTEMPT_DELAY) {
+        if origin.attempt_started.is_some_and(|t| t.elapsed() < ATTEMPT_DELAY) {
             return None;
         }
         // The first address after the newest attempt's that nothing is trying yet.
-        let n = self.addrs.len();
-        (1..n).map(|d| (self.addr_next + d) % n).find(|k| !trying.contains(k))
+        let n = origin.addrs.len();
+        (1..n).map(|d| (origin.addr_next + d) % n).find(|a| !trying.contains(a))
     }
 
     pub(crate) fn conn_completion(&mut self, i: usize, cq: Completion) -> std::result::Result<(), Fail> {
@@ -209,15 +211,21 @@ impl Loop<'_> {
         // CONNECT
         if c.st == St::Connecting {
             let k = c.addr;
-            let addr = self.addrs[k];
-            let n_addrs = self.addrs.len();
-            if res < 0 && c.cancel_sent && self.addr_proven && self.addr_next != k {
+            let mirror = c.mirror;
+            let origin = self
+                .sh
+                .origins
+                .get_mut(self.sh.tr.mirrors[mirror].origin)
+                .expect("a mirror's origin");
+            let addr = origin.addrs[k];
+            let n_addrs = origin.addrs.len();
+            if res < 0 && c.cancel_sent && origin.addr_proven && origin.addr_next != k {
                 // Another address answered first: this attempt was cancelled (RFC 8305 §5);
                 // the connection goes where the winner went, and no try is spent.
                 self.sh.report.note(Note::Abandoned {
                     conn: i,
                     addr,
-                    winner: self.addrs[self.addr_next],
+                    winner: origin.addrs[origin.addr_next],
                 });
                 self.close(i);
                 self.connect(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
@@ -226,7 +234,7 @@ impl Loop<'_> {
             if res < 0 {
                 let e = errno(res);
                 c.addr_i += 1;
-                let to = match &self.sh.proxy {
+                let to = match &origin.proxy {
                     Some(p) => format!("proxy {} ({addr})", p.url),
                     None => addr.to_string(),
                 };
@@ -240,13 +248,13 @@ impl Loop<'_> {
                 // else to go): the server turns this connection away. Refused elsewhere:
                 // nothing listens on that address; the next one is tried at once (RFC 8305
                 // §5: on to the next address, the other family first).
-                let cap = refused && (n_addrs == 1 || (self.addr_proven && self.addr_next == k));
+                let cap = refused && (n_addrs == 1 || (origin.addr_proven && origin.addr_next == k));
                 if !cap && n_addrs > 1 {
-                    if self.addr_next == k {
-                        self.addr_next = (k + 1) % n_addrs;
-                        self.addr_proven = false;
+                    if origin.addr_next == k {
+                        origin.addr_next = (k + 1) % n_addrs;
+                        origin.addr_proven = false;
                     }
-                    let next = self.addrs[self.addr_next];
+                    let next = origin.addrs[origin.addr_next];
                     if next.is_ipv6() != addr.is_ipv6() {
                         msg.push_str(&format!("; trying {} next: {next}", resolve::family(&next)));
                     } else {
@@ -257,24 +265,24 @@ impl Loop<'_> {
                 f.refused = refused;
                 return Err(if cap { f.busy() } else { f });
             }
-            if !self.addr_proven {
+            if !origin.addr_proven {
+                origin.addr_next = k;
+                origin.addr_proven = true;
                 if k != 0 {
                     self.sh.report.note(Note::Connected {
                         addr,
                         family: resolve::family(&addr),
                     });
                 }
-                self.addr_next = k;
-                self.addr_proven = true;
                 // The attempts still racing to other addresses are called off.
                 for j in 0..self.conns.len() {
                     let o = &self.conns[j];
-                    if j != i && o.mirror == self.active && o.st == St::Connecting && o.addr != k {
+                    if j != i && o.mirror == mirror && o.st == St::Connecting && o.addr != k {
                         self.cancel_op(j).map_err(|e| Fail::fatal(e.kind, e.msg))?;
                     }
                 }
             }
-            if self.sh.proxy.as_ref().is_some_and(|p| p.tunnel) {
+            if self.sh.origin(mirror).tunnel() {
                 return self.start_tunnel(i);
             }
             self.conns[i].st = St::Open;
@@ -294,7 +302,10 @@ impl Loop<'_> {
             f.stalled = true;
             return f;
         }
-        let f = Fail::retry(Kind::Network, format!("{what} from {}: {e}", self.sh.url.host()));
+        let f = Fail::retry(
+            Kind::Network,
+            format!("{what} from {}: {e}", self.sh.url(c.mirror).host()),
+        );
         // A reset before any byte of the response is how some servers turn away a
         // connection beyond their per-client limit.
         let before_response = c.rx.job.as_ref().is_some_and(|j| !j.got_bytes) && c.rx.head.is_empty();
@@ -308,7 +319,7 @@ impl Loop<'_> {
     /// Advances connection `i` until it has an operation in flight or nothing to do.
     pub(crate) fn drive(&mut self, i: usize) -> std::result::Result<(), Fail> {
         loop {
-            if self.sh.fatal.is_some() || self.sh.redirect.is_some() {
+            if self.sh.fatal.is_some() || self.sh.tr.redirect.is_some() {
                 return Ok(());
             }
             let c = &mut self.conns[i];
@@ -427,7 +438,7 @@ impl Loop<'_> {
                 ))
             }
             Some(Delimiter::Close) => {
-                self.sh.total = Some(job.placer.pos());
+                self.sh.tr.total = Some(job.placer.pos());
                 finish_job(&mut c.rx, &mut self.sh);
                 self.recycle(i)
             }

@@ -4,6 +4,7 @@
 mod conn;
 pub(crate) mod handoff;
 pub(crate) mod headers;
+pub(crate) mod origin;
 pub(crate) mod proxy;
 pub(crate) mod resolve;
 pub(crate) mod response;

@@ -193,7 +193,8 @@ impl Loop<'_> {
     /// Connection `i` is connected to the proxy: queue its `CONNECT` for the origin (or
     /// its SOCKS5 greeting).
     pub(crate) fn start_tunnel(&mut self, i: usize) -> std::result::Result<(), Fail> {
-        let proxy = self.sh.proxy.as_ref().expect("a tunnel needs a proxy");
+        let k = self.conns[i].mirror;
+        let proxy = self.sh.origin(k).proxy.as_ref().expect("a tunnel needs a proxy");
         if proxy.socks.is_some() {
             return self.start_socks(i);
         }
@@ -201,7 +202,7 @@ impl Loop<'_> {
         c.st = St::Tunnel;
         c.out.clear();
         http::write_connect_request(
-            self.sh.url,
+            self.sh.url(k),
             crate::control::USER_AGENT,
             proxy.authorization.as_deref(),
             &mut c.out,
@@ -216,8 +217,9 @@ impl Loop<'_> {
         if self.conns[i].socks.is_some() {
             return self.socks_answer(i);
         }
-        let proxy = self.sh.proxy.as_ref().expect("a tunnel needs a proxy");
-        let target = http::authority(self.sh.url);
+        let k = self.conns[i].mirror;
+        let proxy = self.sh.origin(k).proxy.as_ref().expect("a tunnel needs a proxy");
+        let target = http::authority(self.sh.url(k));
         let c = &mut self.conns[i];
         loop {
             let rbuf = c.rbuf.as_ref().expect("idle connection holds its read block");
@@ -298,7 +300,8 @@ impl Loop<'_> {
     /// Connection `i` reaches the origin (directly, or through an open tunnel): an https
     /// download starts its TLS session here (SNI and verification for the origin).
     pub(crate) fn start_tls(&mut self, i: usize) -> std::result::Result<(), Fail> {
-        if let (Some(cfg), Some(name)) = (&self.tls, &self.server_name) {
+        let origin = self.sh.origin(self.conns[i].mirror);
+        if let (Some(cfg), Some(name)) = (&origin.tls, &origin.server_name) {
             let conn = rustls::client::UnbufferedClientConnection::new(cfg.clone(), name.clone())
                 .map_err(|e| Fail::fatal(Kind::Tls, format!("TLS: {e}")))?;
             self.conns[i].tls = Some(Box::new(conn));

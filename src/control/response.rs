@@ -24,6 +24,7 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result
         rx.extra = true;
         return Ok(());
     };
+    let url = sh.url(job.mirror);
     if job.placer.delimiter().is_some() {
         with_placer(rx, sh, |p, blocks| p.feed(data, blocks))?;
         return Ok(());
@@ -36,14 +37,14 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result
                 if rx.head.len() > MAX_HEAD {
                     return Err(Fail::fatal(
                         Kind::Protocol,
-                        format!("response head from {} is larger than {MAX_HEAD} bytes", sh.url.host()),
+                        format!("response head from {} is larger than {MAX_HEAD} bytes", url.host()),
                     ));
                 }
                 return Ok(());
             }
             Ok(Status::Complete((len, resp))) => {
                 let mut part_headers = [Header::EMPTY; http::MAX_PART_FIELDS];
-                match one_part(sh, &resp, &rx.head[len..], &mut part_headers)? {
+                match one_part(url, &resp, &rx.head[len..], &mut part_headers)? {
                     None => (len, on_head(job, sh, &resp, None)?),
                     Some(Status::Complete((part, boundary))) => {
                         (len + part.head_len, on_head(job, sh, &resp, Some((&part, boundary)))?)
@@ -57,7 +58,7 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result
             Err(e) => {
                 return Err(Fail::retry(
                     Kind::Protocol,
-                    format!("malformed response head from {}: {e}", sh.url.host()),
+                    format!("malformed response head from {}: {e}", url.host()),
                 ));
             }
         };
@@ -95,7 +96,7 @@ type OnePart<'b, 'h> = (http::Part<'b, 'h>, &'b [u8]);
 /// A retryable [`Kind::Protocol`] failure for a missing or garbled boundary, a body that
 /// does not start with it, no part, or a malformed part header or Content-Range.
 fn one_part<'b, 'h>(
-    sh: &Shared<'_>,
+    url: &http::Url,
     resp: &http::Response<'b, '_>,
     body: &'b [u8],
     headers: &'h mut [Header<'b>],
@@ -106,7 +107,7 @@ fn one_part<'b, 'h>(
     let bad = |e: http::PartError| {
         Fail::retry(
             Kind::Protocol,
-            format!("{}: 206 in multipart/byteranges form: {e}", sh.url.host()),
+            format!("{}: 206 in multipart/byteranges form: {e}", url.host()),
         )
     };
     let Some(boundary) = resp
@@ -137,11 +138,11 @@ pub(crate) enum HeadAction {
 
 /// Mirror `k` answered the first request: it is the reference the others must agree with.
 fn accept_reference(k: usize, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>, validator: &Option<Vec<u8>>) {
-    let m = &mut sh.mirrors[k];
+    let m = &mut sh.tr.mirrors[k];
     m.standing = Standing::Accepted;
     m.validators = Validators::of(resp);
     m.validator = validator.clone();
-    sh.reference = Some(k);
+    sh.tr.reference = Some(k);
 }
 
 /// The first answer (a 206 for `complete` bytes) of a mirror that is not the reference:
@@ -156,18 +157,18 @@ fn first_answer_of_mirror(
     validator: &Option<Vec<u8>>,
 ) -> std::result::Result<(), Fail> {
     let k = job.mirror;
-    if sh.mirrors[k].standing == Standing::Accepted {
+    if sh.tr.mirrors[k].standing == Standing::Accepted {
         return Ok(());
     }
-    let host = sh.url.host();
-    let Some(r) = sh.reference else {
+    let host = sh.url(k).host();
+    let Some(r) = sh.tr.reference else {
         // (Only the first request goes out before the reference answered.)
         return Err(Fail::retry(
             Kind::Protocol,
             format!("{host}: answered before the reference mirror did"),
         ));
     };
-    let total = sh.total.unwrap_or(0);
+    let total = sh.tr.total.unwrap_or(0);
     if complete != total {
         return Err(Fail::fatal(
             Kind::Protocol,
@@ -176,13 +177,13 @@ fn first_answer_of_mirror(
     }
     let validators = Validators::of(resp);
     if sh.opts.checksum.is_none()
-        && let Err(why) = validators.agree_with(&sh.mirrors[r].validators)
+        && let Err(why) = validators.agree_with(&sh.tr.mirrors[r].validators)
     {
         let mut f = Fail::fatal(Kind::Protocol, format!("{host}: {why}"));
         f.hint = crate::event::mirrors::CHECKSUM_HINT;
         return Err(f);
     }
-    let m = &mut sh.mirrors[k];
+    let m = &mut sh.tr.mirrors[k];
     m.standing = Standing::Accepted;
     m.validators = validators;
     m.validator = validator.clone();
@@ -206,10 +207,11 @@ pub(crate) fn on_head(
     resp: &http::Response<'_, '_>,
     part: Option<(&http::Part<'_, '_>, &[u8])>,
 ) -> std::result::Result<HeadAction, Fail> {
-    let host = sh.url.host();
+    let url = sh.url(job.mirror);
+    let host = url.host();
     let proto = |m: String| Fail::retry(Kind::Protocol, format!("{host}: {m}"));
     let code = resp.code;
-    if sh.mirrors[job.mirror].standing == Standing::Dropped {
+    if sh.tr.mirrors[job.mirror].standing == Standing::Dropped {
         // No byte of a dropped mirror's is placed, whatever it answers (the failure
         // releases the connection: `Loop::release_conn`).
         return Err(Fail::fatal(
@@ -230,7 +232,7 @@ pub(crate) fn on_head(
     // A forwarding proxy's client connection carries one request: tinyproxy, for one,
     // closes it after each response and says nothing (no `Connection: close`), and a
     // request on it would die before its head. (A CONNECT tunnel stays open.)
-    if sh.proxy.as_ref().is_some_and(|p| !p.tunnel) {
+    if sh.origin(job.mirror).forwarding().is_some() {
         job.keep_alive = false;
     }
     let framing = resp
@@ -257,10 +259,10 @@ pub(crate) fn on_head(
                 }
             };
             let Some(complete) = complete else {
-                if job.probe && !sh.plain_get {
+                if job.probe && !sh.tr.plain_get {
                     // No size to plan segments with (RFC 9110 §14.4 allows `*`): ask again
                     // without Range, for the whole file on one connection.
-                    sh.plain_get = true;
+                    sh.tr.plain_get = true;
                     sh.report.note(Note::UnknownTotal {
                         host: host.to_string(),
                         first,
@@ -281,28 +283,28 @@ pub(crate) fn on_head(
                     )));
                 }
                 within_bound(sh.opts, complete)?;
-                sh.total = Some(complete);
-                sh.ranges = true;
-                sh.need_fallocate = true;
+                sh.tr.total = Some(complete);
+                sh.tr.ranges = true;
+                sh.tr.need_fallocate = true;
                 // The rest is planned from an aligned offset: a server that caps range replies
                 // at an odd size must not make later O_DIRECT writes unaligned.
                 let first_end = if last + 1 >= complete {
                     complete
-                } else if sh.direct {
-                    align_down(last + 1, sh.align)
+                } else if sh.tr.direct {
+                    align_down(last + 1, sh.tr.align)
                 } else {
                     last + 1
                 };
                 job.seg.end = first_end;
                 take_disposition(sh, resp)?;
-                let queue = match sh.resume.take() {
+                let queue = match sh.tr.resume.take() {
                     Some(st) if st.total == complete && st.validator == validator => {
-                        sh.landed = Landed::from_ranges(&st.ranges);
+                        sh.tr.landed = Landed::from_ranges(&st.ranges);
                         sh.report.note(Note::Resuming {
-                            have: sh.landed.bytes(),
+                            have: sh.tr.landed.bytes(),
                             total: complete,
                         });
-                        schedule::plan_missing(&sh.landed, first_end, complete, sh.opts.connections, sh.align)
+                        schedule::plan_missing(&sh.tr.landed, first_end, complete, sh.opts.connections, sh.tr.align)
                     }
                     Some(st) => {
                         let what = if st.total != complete {
@@ -313,33 +315,33 @@ pub(crate) fn on_head(
                         sh.report.note(Note::Changed { what });
                         // Everything but what this first reply carries.
                         let got = Landed::from_ranges(&[(job.seg.start, first_end)]);
-                        schedule::plan_missing(&got, 0, complete, sh.opts.connections, sh.align)
+                        schedule::plan_missing(&got, 0, complete, sh.opts.connections, sh.tr.align)
                     }
-                    None => schedule::plan(first_end, complete, sh.opts.connections, sh.align),
+                    None => schedule::plan(first_end, complete, sh.opts.connections, sh.tr.align),
                 };
-                sh.plan.set_queue(queue);
+                sh.tr.plan.set_queue(queue);
                 accept_reference(job.mirror, sh, resp, &validator);
-                sh.validator = validator;
-                let segments = sh.plan.queued();
+                sh.tr.validator = validator;
+                let segments = sh.tr.plan.queued();
                 sh.report.note(Note::Planned {
                     total: complete,
                     segments,
                 });
             } else {
                 first_answer_of_mirror(job, sh, resp, complete, &validator)?;
-                if Some(complete) != sh.total {
-                    sh.changed = true;
+                if Some(complete) != sh.tr.total {
+                    sh.tr.changed = true;
                     return Err(Fail::fatal(
                         Kind::Protocol,
                         format!(
                             "{host}: the file size changed from {} to {complete} during the download",
-                            sh.total.unwrap_or(0)
+                            sh.tr.total.unwrap_or(0)
                         ),
                     ));
                 }
-                let known = &sh.mirrors[job.mirror].validator;
+                let known = &sh.tr.mirrors[job.mirror].validator;
                 if validator.is_some() && known.is_some() && validator != *known {
-                    sh.changed = true;
+                    sh.tr.changed = true;
                     return Err(Fail::fatal(
                         Kind::Protocol,
                         format!("{host}: the file changed during the download (validator differs)"),
@@ -385,13 +387,13 @@ pub(crate) fn on_head(
             Ok(HeadAction::Body)
         }
         200 => {
-            if !job.probe && sh.ranges && sh.mirrors[job.mirror].standing == Standing::Pending {
+            if !job.probe && sh.tr.ranges && sh.tr.mirrors[job.mirror].standing == Standing::Pending {
                 return Err(Fail::fatal(
                     Kind::Protocol,
                     format!("{host}: does not serve ranges (answered 200 to a Range request) while the reference does"),
                 ));
             }
-            if !job.probe && sh.ranges {
+            if !job.probe && sh.tr.ranges {
                 // Not the segment: often an error page or a captive portal sent with 200.
                 let ctype = resp
                     .header("content-type")
@@ -407,30 +409,30 @@ pub(crate) fn on_head(
                      of a {}-byte file: not that range",
                     job.seg.start,
                     job.seg.end - 1,
-                    sh.total.unwrap_or(0)
+                    sh.tr.total.unwrap_or(0)
                 )));
             }
-            if sh.resume.take().is_some() {
+            if sh.tr.resume.take().is_some() {
                 sh.report.note(Note::NoRangesNoResume);
             }
             take_disposition(sh, resp)?;
-            sh.ranges = false;
-            sh.plan.set_queue(VecDeque::new());
+            sh.tr.ranges = false;
+            sh.tr.plan.set_queue(VecDeque::new());
             accept_reference(job.mirror, sh, resp, &validator);
-            sh.validator = validator;
+            sh.tr.validator = validator;
             job.probe = false;
             job.seg.start = 0;
             let (delim, end) = match framing {
                 Framing::Length(l) => {
                     within_bound(sh.opts, l)?;
-                    sh.total = Some(l);
-                    sh.need_fallocate = true;
+                    sh.tr.total = Some(l);
+                    sh.tr.need_fallocate = true;
                     (Delimiter::Length(l), l)
                 }
                 Framing::Chunked => (Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX),
                 Framing::Close => (Delimiter::Close, u64::MAX),
                 Framing::NoBody => {
-                    sh.total = Some(0);
+                    sh.tr.total = Some(0);
                     (Delimiter::Length(0), 0)
                 }
             };
@@ -442,8 +444,8 @@ pub(crate) fn on_head(
         }
         416 if job.probe && job.seg.start > 0 => {
             // The resume point lies past the end: the file shrank. Start over from zero.
-            sh.resume = None;
-            sh.plan.restart_probe(0, FIRST_SEGMENT);
+            sh.tr.resume = None;
+            sh.tr.plan.restart_probe(0, FIRST_SEGMENT);
             sh.report.note(Note::Shrunk);
             Err(Fail::retry(
                 Kind::HttpStatus,
@@ -452,8 +454,8 @@ pub(crate) fn on_head(
         }
         416 if job.probe => match resp.content_range() {
             Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
-                sh.total = Some(0);
-                sh.plan.set_queue(VecDeque::new());
+                sh.tr.total = Some(0);
+                sh.tr.plan.set_queue(VecDeque::new());
                 job.placer = Placer::new(0, 0).with_source(job.mirror);
                 job.seg.end = 0;
                 Ok(HeadAction::Complete)
@@ -464,14 +466,14 @@ pub(crate) fn on_head(
             )),
         },
         304 if sh.opts.condition.is_some() => not_modified(job, sh),
-        301 | 302 | 303 | 307 | 308 if job.probe || sh.mirrors[job.mirror].standing == Standing::Pending => {
+        301 | 302 | 303 | 307 | 308 if job.probe || sh.tr.mirrors[job.mirror].standing == Standing::Pending => {
             let Some(loc) = resp.header("location") else {
                 return Err(Fail::fatal(
                     Kind::Protocol,
                     format!("{host}: {code} redirect without Location"),
                 ));
             };
-            let to = sh.url.join(loc).map_err(|e| {
+            let to = url.join(loc).map_err(|e| {
                 // Credentials in it are refused, and never printed.
                 let shown = match http::split_userinfo(&String::from_utf8_lossy(loc)) {
                     (rest, Some(_)) => rest.replacen("://", "://***@", 1),
@@ -479,8 +481,8 @@ pub(crate) fn on_head(
                 };
                 Fail::fatal(Kind::Protocol, format!("{host}: bad Location {shown:?}: {e}"))
             })?;
-            sh.redirect = Some(to);
-            sh.redirect_mirror = job.mirror;
+            sh.tr.redirect = Some(to);
+            sh.tr.redirect_mirror = job.mirror;
             Ok(HeadAction::Complete)
         }
         408 | 429 | 500 | 502 | 503 | 504 => {
@@ -503,7 +505,7 @@ pub(crate) fn on_head(
                 delay: wait,
                 ..Fail::retry(
                     Kind::HttpStatus,
-                    format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), sh.url),
+                    format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), url),
                 )
             };
             Err(match code {
@@ -513,19 +515,19 @@ pub(crate) fn on_head(
             })
         }
         // (A SOCKS5 proxy never answers in HTTP: a 407 through it is the origin's.)
-        407 if sh.proxy.as_ref().is_some_and(|p| p.socks.is_none()) => {
-            let p = sh.proxy.as_ref().expect("checked");
+        407 if sh.origin(job.mirror).proxy.as_ref().is_some_and(|p| p.socks.is_none()) => {
+            let p = sh.origin(job.mirror).proxy.as_ref().expect("checked");
             Err(p.auth_failure(code, &String::from_utf8_lossy(resp.reason)))
         }
         400..=599 => {
             // A TLS server that got plain HTTP answers 400 (nginx: "The plain HTTP request
             // was sent to HTTPS port"): say what to try, as the other way round does.
-            let forwarding = sh.proxy.as_ref().filter(|p| !p.tunnel);
-            let hint = if code == 400 && sh.url.scheme() == http::Scheme::Http {
+            let forwarding = sh.origin(job.mirror).forwarding();
+            let hint = if code == 400 && url.scheme() == http::Scheme::Http {
                 format!(
                     " (if that port speaks TLS, try https://{}{})",
-                    http::authority(sh.url),
-                    sh.url.path_and_query()
+                    http::authority(url),
+                    url.path_and_query()
                 )
             } else if let Some(p) = forwarding.filter(|p| code == 401 && p.authorization.is_some()) {
                 // The answer came through the proxy, and some proxies (tinyproxy 1.11)
@@ -539,11 +541,7 @@ pub(crate) fn on_head(
             };
             Err(Fail::fatal(
                 Kind::HttpStatus,
-                format!(
-                    "HTTP {code} {} for {}{hint}",
-                    String::from_utf8_lossy(resp.reason),
-                    sh.url
-                ),
+                format!("HTTP {code} {} for {}{hint}", String::from_utf8_lossy(resp.reason), url),
             ))
         }
         _ => Err(Fail::fatal(
@@ -563,14 +561,14 @@ fn not_modified(job: &mut Job, sh: &mut Shared<'_>) -> std::result::Result<HeadA
             Kind::Protocol,
             format!(
                 "{}: 304 Not Modified: it still serves the copy the saved validator names, while the reference sent a changed file",
-                sh.url.host()
+                sh.url(job.mirror).host()
             ),
         ));
     }
-    sh.reference = Some(job.mirror);
-    sh.not_modified = true;
-    sh.total = Some(0);
-    sh.plan.set_queue(VecDeque::new());
+    sh.tr.reference = Some(job.mirror);
+    sh.tr.not_modified = true;
+    sh.tr.total = Some(0);
+    sh.tr.plan.set_queue(VecDeque::new());
     job.placer = Placer::new(0, 0);
     job.seg.end = 0;
     Ok(HeadAction::Complete)
@@ -587,8 +585,8 @@ pub(crate) fn take_disposition(sh: &mut Shared<'_>, resp: &http::Response<'_, '_
     if sh.opts.content_disposition
         && let Some(v) = resp.header("content-disposition")
     {
-        sh.disposition = http::content_disposition_filename(v).map(crate::output::fit_name);
-        if let Some(name) = &sh.disposition {
+        sh.tr.disposition = http::content_disposition_filename(v).map(crate::output::fit_name);
+        if let Some(name) = &sh.tr.disposition {
             Output::check_free(std::path::Path::new(name), sh.opts.force)
                 .map_err(|e| Fail::fatal(e.kind, format!("Content-Disposition names {name:?}: {}", e.msg)))?;
         }

@@ -26,6 +26,7 @@ pub(crate) fn pump_tls(
     sh: &mut Shared<'_>,
     tls_info: &mut Option<String>,
 ) -> std::result::Result<Pumped, Fail> {
+    let url = sh.url(c.mirror);
     let Conn {
         tls,
         rbuf,
@@ -50,7 +51,7 @@ pub(crate) fn pump_tls(
                 Kind::Tls,
                 format!(
                     "TLS handshake with {}: {}",
-                    sh.url.host(),
+                    url.host(),
                     crate::control::tls::explain(&e)
                 ),
             )
@@ -66,10 +67,10 @@ pub(crate) fn pump_tls(
             Ok(s) => s,
             Err(e) => {
                 if handshaking && crate::control::tls::is_plain_http_answer(&e, &rbuf[*rlo..*rhi]) {
-                    let why = crate::control::tls::plain_http_message(sh.url);
+                    let why = crate::control::tls::plain_http_message(url);
                     return Err(Fail::fatal(
                         Kind::Tls,
-                        format!("TLS handshake with {}: {why}", sh.url.host()),
+                        format!("TLS handshake with {}: {why}", url.host()),
                     ));
                 }
                 return Err(tls_fail(e));

@@ -11,11 +11,13 @@ use http::{Socks5Error, Socks5Step, Socks5Target};
 impl Loop<'_> {
     /// Connection `i` is connected to a SOCKS5 proxy: queue its greeting.
     pub(crate) fn start_socks(&mut self, i: usize) -> std::result::Result<(), Fail> {
-        let proxy = self.sh.proxy.as_ref().expect("a tunnel needs a proxy");
+        let k = self.conns[i].mirror;
+        let proxy = self.sh.origin(k).proxy.as_ref().expect("a tunnel needs a proxy");
         let socks = proxy.socks.as_ref().expect("a SOCKS5 proxy");
+        let url = self.sh.url(k);
         let target = match socks.target {
             Some(addr) => Socks5Target::Addr(addr),
-            None => Socks5Target::Domain(self.sh.url.host().to_owned(), self.sh.url.port()),
+            None => Socks5Target::Domain(url.host().to_owned(), url.port()),
         };
         let c = &mut self.conns[i];
         c.st = St::Tunnel;
@@ -32,7 +34,12 @@ impl Loop<'_> {
     /// with the proxy's reason in words: worth a retry for a transient reply code (as an
     /// HTTP proxy's 502/503/504), not for the others, nor for refused credentials.
     pub(crate) fn socks_answer(&mut self, i: usize) -> std::result::Result<(), Fail> {
-        let proxy = self.sh.proxy.as_ref().expect("a tunnel needs a proxy");
+        let proxy = self
+            .sh
+            .origin(self.conns[i].mirror)
+            .proxy
+            .as_ref()
+            .expect("a tunnel needs a proxy");
         let c = &mut self.conns[i];
         let hs = c.socks.as_mut().expect("a SOCKS5 handshake");
         let target = hs.target().to_string();

@@ -43,7 +43,6 @@ impl Loop<'_> {
     }
 
     pub(crate) fn drain_completion(&mut self, i: usize, res: i32) -> Result<()> {
-        self.enter_conn(i);
         let pipe = self.conns[i].pipe.as_mut().expect("drain of a pipe");
         pipe.draining = false;
         if res <= 0 {
@@ -53,11 +52,11 @@ impl Loop<'_> {
             } else {
                 errno(res).to_string()
             };
-            self.sh.fatal = Some(err!(LocalIo, "splice to {} at offset {at}: {e}", self.sh.url));
+            self.sh.fatal = Some(err!(LocalIo, "splice to {} at offset {at}: {e}", self.sh.tr.out_name));
             return Ok(());
         }
         let n = res as usize;
-        self.sh.landed.add(pipe.file_pos, pipe.file_pos + n as u64);
+        self.sh.tr.landed.add(pipe.file_pos, pipe.file_pos + n as u64);
         pipe.file_pos += n as u64;
         pipe.held -= n;
         self.drain(i)?;

@@ -29,8 +29,8 @@ pub(crate) fn with_placer(
     };
     let r = f(&mut job.placer, &mut blocks);
     let moved = job.placer.pos() - before;
-    sh.received += moved;
-    sh.mirrors[job.mirror].bytes += moved;
+    sh.tr.received += moved;
+    sh.tr.mirrors[job.mirror].bytes += moved;
     job.got_bytes |= moved > 0;
     if moved > 0 && job.first_byte.is_none() {
         job.first_byte = Some(Instant::now());
@@ -44,9 +44,9 @@ pub(crate) fn with_placer(
         Fail::retry(kind, e.to_string())
     })?;
     if fed == Fed::Done {
-        if matches!(job.placer.delimiter(), Some(Delimiter::Chunked(_))) && !sh.ranges {
+        if matches!(job.placer.delimiter(), Some(Delimiter::Chunked(_))) && !sh.tr.ranges {
             // A chunked 200 tells the file size only at its end.
-            sh.total = Some(job.placer.pos());
+            sh.tr.total = Some(job.placer.pos());
         }
         finish_job(rx, sh);
     }
@@ -58,18 +58,18 @@ pub(crate) fn with_placer(
 pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
     let mut job = rx.job.take().expect("finish_job with a job");
     let end = job.placer.pos();
-    let file_end = sh.total.is_some_and(|t| end >= t);
+    let file_end = sh.tr.total.is_some_and(|t| end >= t);
     if job.placer.overrun() {
         rx.extra = true;
     }
     // A short response that ended inside a block (O_DIRECT): keep the aligned part, fetch
     // the rest again. The file's last block is kept whole (padded when written).
-    let trim = (sh.direct && !file_end).then_some(sh.align);
+    let trim = (sh.tr.direct && !file_end).then_some(sh.tr.align);
     let requeue_from = job.placer.release(trim, &mut sh.to_write);
-    let seg_end = if sh.ranges {
+    let seg_end = if sh.tr.ranges {
         job.seg.end
     } else {
-        sh.total.unwrap_or(end)
+        sh.tr.total.unwrap_or(end)
     };
     if requeue_from < seg_end && !file_end {
         // A short reply that moved nothing (aligned) forward counts as a failed try.
@@ -82,13 +82,13 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
             sh.fatal = Some(err!(
                 Protocol,
                 "{}: replies to bytes {}-{} stop short at {end} (gave up after {})",
-                sh.url.host(),
+                sh.url(job.mirror).host(),
                 job.seg.start,
                 seg_end - 1,
                 crate::schedule::retry::n_tries(tries)
             ));
         }
-        sh.plan.requeue(
+        sh.tr.plan.requeue(
             Segment {
                 start: requeue_from,
                 end: seg_end,

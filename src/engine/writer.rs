@@ -30,11 +30,11 @@ impl Loop<'_> {
         // under O_DIRECT), except where a RECV into the block is in flight, except for a
         // dropped mirror's (not another byte of it is written: `Loop::release_conn`), and
         // except for standard output, which only takes bytes in order.
-        if !self.sh.sequential {
-            let trim = self.sh.direct.then_some(self.sh.align);
+        if !self.sh.tr.sequential {
+            let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
             for c in &mut self.conns {
                 if c.op != InFlight::RecvDirect
-                    && self.sh.mirrors[c.mirror].standing != crate::event::mirrors::Standing::Dropped
+                    && self.sh.tr.mirrors[c.mirror].standing != crate::event::mirrors::Standing::Dropped
                     && let Some(job) = c.rx.job.as_mut()
                 {
                     job.placer.release(trim, &mut self.sh.to_write);
@@ -62,7 +62,7 @@ impl Loop<'_> {
                         if let Some(slot) = self.slots[idx].take() {
                             self.writes_in_flight -= 1;
                             if c.result >= 0 && slot.done + c.result as usize >= slot.len {
-                                self.sh.landed.add(slot.off, slot.off + slot.fill as u64);
+                                self.sh.tr.landed.add(slot.off, slot.off + slot.fill as u64);
                             }
                         }
                     }
@@ -70,7 +70,7 @@ impl Loop<'_> {
                         if let Some(p) = self.conns[idx].pipe.as_mut() {
                             p.draining = false;
                             if c.result > 0 {
-                                self.sh.landed.add(p.file_pos, p.file_pos + c.result as u64);
+                                self.sh.tr.landed.add(p.file_pos, p.file_pos + c.result as u64);
                             }
                         }
                     }
@@ -101,7 +101,7 @@ impl Loop<'_> {
         }
         slot.done += c.result as usize;
         if c.result == 0 || slot.done < slot.len {
-            if c.result == 0 || (self.sh.direct && !(slot.done as u64).is_multiple_of(self.sh.align)) {
+            if c.result == 0 || (self.sh.tr.direct && !(slot.done as u64).is_multiple_of(self.sh.tr.align)) {
                 self.writes_in_flight -= 1;
                 self.sh.fatal = Some(err!(
                     LocalIo,
@@ -112,10 +112,10 @@ impl Loop<'_> {
                 ));
                 return Ok(());
             }
-            let off = if self.sh.sequential {
+            let off = if self.sh.tr.sequential {
                 u64::MAX
             } else {
-                self.sh.room.map_or(0, |r| r.base) + slot.off + slot.done as u64
+                self.sh.tr.room.map_or(0, |r| r.base) + slot.off + slot.done as u64
             };
             let range = slot.done..slot.len;
             return self.push(
@@ -130,7 +130,7 @@ impl Loop<'_> {
         }
         let slot = self.slots[s].take().expect("write slot in use");
         self.writes_in_flight -= 1;
-        self.sh.landed.add(slot.off, slot.off + slot.fill as u64);
+        self.sh.tr.landed.add(slot.off, slot.off + slot.fill as u64);
         drop(buf);
         // A block is free again: wake connections that waited for one.
         let waiting: Vec<usize> = self.waiting.drain(..).collect();
@@ -143,9 +143,9 @@ impl Loop<'_> {
 
     /// Submits queued blocks (in order, one at a time, for standard output).
     pub(crate) fn flush_writes(&mut self) -> Result<()> {
-        if self.sh.need_fallocate {
-            self.sh.need_fallocate = false;
-            if let Some(total) = self.sh.total.filter(|t| *t > 0 && self.sh.file) {
+        if self.sh.tr.need_fallocate {
+            self.sh.tr.need_fallocate = false;
+            if let Some(total) = self.sh.tr.total.filter(|t| *t > 0 && self.sh.tr.file) {
                 self.push(
                     Op::Fallocate {
                         fd: self.out_fd,
@@ -158,10 +158,10 @@ impl Loop<'_> {
             }
         }
         while !self.sh.to_write.is_empty() {
-            if self.sh.sequential && self.writes_in_flight > 0 {
+            if self.sh.tr.sequential && self.writes_in_flight > 0 {
                 break;
             }
-            if let Some(room) = self.sh.room
+            if let Some(room) = self.sh.tr.room
                 && let Some(why) = self.beyond_room(room)
             {
                 // Nothing past the device's end, and nothing at all of an image that
@@ -176,11 +176,11 @@ impl Loop<'_> {
             let mut wb = self.sh.to_write.pop_front().expect("non-empty");
             let mut buf = wb.buf.take().expect("queued block has its buffer");
             let mut len = wb.fill;
-            if self.sh.direct && !(len as u64).is_multiple_of(self.sh.align) {
+            if self.sh.tr.direct && !(len as u64).is_multiple_of(self.sh.tr.align) {
                 // Only the file's last block may be short: pad it, ftruncate fixes the size.
                 // On a device the pad is what the device holds there (read first).
-                let padded = align_up(len as u64, self.sh.align) as usize;
-                match self.sh.room {
+                let padded = align_up(len as u64, self.sh.tr.align) as usize;
+                match self.sh.tr.room {
                     Some(room) => room.read_tail(room.base + wb.off + len as u64, &mut buf[len..padded])?,
                     None => buf[len..padded].fill(0),
                 }
@@ -192,13 +192,13 @@ impl Loop<'_> {
             if let Some(d) = self.stream_digest.as_mut() {
                 d.update(&buf[..wb.fill]);
             }
-            if self.sh.sequential {
+            if self.sh.tr.sequential {
                 self.emitted += wb.fill as u64;
             }
-            let offset = if self.sh.sequential {
+            let offset = if self.sh.tr.sequential {
                 u64::MAX
             } else {
-                self.sh.room.map_or(0, |r| r.base) + wb.off
+                self.sh.tr.room.map_or(0, |r| r.base) + wb.off
             };
             self.slots[s] = Some(WriteSlot {
                 off: wb.off,
@@ -224,12 +224,12 @@ impl Loop<'_> {
     /// its first write), or a block of an image of unknown size that would cross the
     /// device's end. The fatal error to raise, or `None`.
     fn beyond_room(&self, room: &crate::output::device::Room) -> Option<crate::error::Error> {
-        let what = &self.sh.out_name;
-        if let Some(total) = self.sh.total {
+        let what = &self.sh.tr.out_name;
+        if let Some(total) = self.sh.tr.total {
             return room.refuse(total, what).map(|m| err!(LocalIo, "{m}"));
         }
         let wb = self.sh.to_write.front()?;
-        let end = wb.off + align_up(wb.fill as u64, self.sh.align);
+        let end = wb.off + align_up(wb.fill as u64, self.sh.tr.align);
         (end > room.len).then(|| {
             err!(
                 LocalIo,

@@ -18,14 +18,14 @@ impl Loop<'_> {
             return Ok(false);
         }
         // The first request goes to the first mirror given that is left.
-        if !self.sh.plan.is_planned() && self.probe_mirror() != Some(self.conns[i].mirror) {
+        if !self.sh.tr.plan.is_planned() && self.probe_mirror() != Some(self.conns[i].mirror) {
             return Ok(false);
         }
-        let now = self.sh.started.elapsed();
+        let now = self.sh.tr.started.elapsed();
         let origin = self.conns[i].mirror;
-        let (seg, probe) = if let Some(next) = self.sh.plan.next(now, origin) {
+        let (seg, probe) = if let Some(next) = self.sh.tr.plan.next(now, origin) {
             next
-        } else if !self.sh.plan.held(now, origin)
+        } else if !self.sh.tr.plan.held(now, origin)
             && let Some(s) = self.steal(i)
         {
             (s, false)
@@ -39,16 +39,16 @@ impl Loop<'_> {
     /// The running body with the most bytes still to come, if splitting it is worth a
     /// request: (connection, split point: aligned, inside what is still to come).
     pub(crate) fn steal_victim(&self, thief: Option<usize>) -> Option<(usize, u64)> {
-        if !self.sh.plan.is_planned() || !self.sh.ranges || self.sh.splice || self.sh.sequential {
+        if !self.sh.tr.plan.is_planned() || !self.sh.tr.ranges || self.sh.splice || self.sh.tr.sequential {
             return None;
         }
-        let align = self.sh.align;
+        let align = self.sh.tr.align;
         let busy = self.conns.iter().filter(|c| c.rx.job.is_some()).count().max(1);
         let ran = self.started.elapsed().as_secs_f64();
         let rate = if self.recent_rate > 0.0 {
             self.recent_rate
         } else if ran > 0.0 {
-            self.sh.received as f64 / ran
+            self.sh.tr.received as f64 / ran
         } else {
             0.0
         };
@@ -92,7 +92,7 @@ impl Loop<'_> {
             grace: job.seg.grace,
         };
         job.seg.end = at;
-        self.sh.steals += 1;
+        self.sh.tr.steals += 1;
         self.sh.report.note(Note::Steal {
             conn: thief,
             from: v,
@@ -103,8 +103,8 @@ impl Loop<'_> {
     }
 
     pub(crate) fn start_job(&mut self, i: usize, seg: Segment, probe: bool) {
-        self.enter_conn(i);
         let c = &mut self.conns[i];
+        let k = c.mirror;
         self.sh.used[i] = true;
         // A request on a connection that sat idle may meet the server's keep-alive close: a
         // failure before any byte then does not count as a try.
@@ -115,23 +115,27 @@ impl Loop<'_> {
         // The first request, and every request once ranges are known to work, asks for its
         // segment; a server without ranges gets a plain GET.
         let range =
-            ((probe && !self.sh.plain_get) || self.sh.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
+            ((probe && !self.sh.tr.plain_get) || self.sh.tr.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
         let mut req = Vec::with_capacity(256);
-        let mut extra: Vec<(&str, &str)> = self.sh.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let mut extra: Vec<(&str, &str)> = self.sh.tr.mirrors[k]
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
         // Fetch only if changed: the precondition goes with each mirror's first request.
-        let condition = (self.sh.mirrors[c.mirror].standing == crate::event::mirrors::Standing::Pending)
+        let condition = (self.sh.tr.mirrors[k].standing == crate::event::mirrors::Standing::Pending)
             .then(|| self.sh.opts.condition.as_ref().map(http::Condition::field))
             .flatten();
         if let Some((name, value)) = &condition {
             extra.push((name, value));
         }
         let request = Request {
-            url: self.sh.url,
+            url: self.sh.url(k),
             range,
             user_agent: crate::control::USER_AGENT,
             extra_headers: &extra,
         };
-        match self.sh.proxy.as_ref().filter(|p| !p.tunnel) {
+        match self.sh.origin(k).forwarding() {
             // Plain http through a proxy: absolute-form, with the proxy's credentials.
             Some(p) => http::write_proxied_request(&request, p.authorization.as_deref(), &mut req)
                 .expect("the program's own request and a checked authorization are valid"),
@@ -163,17 +167,17 @@ impl Loop<'_> {
 
     /// Work exists that an idle connection could take.
     pub(crate) fn wants_connection(&self) -> bool {
-        self.sh.plan.has_work() || self.steal_victim(None).is_some()
+        self.sh.tr.plan.has_work() || self.steal_victim(None).is_some()
     }
 
     /// Hands queued segments to idle connections and reopens closed ones while work is left.
     pub(crate) fn kick(&mut self) -> Result<()> {
         for i in 0..self.conns.len() {
-            self.enter_conn(i);
             let c = &self.conns[i];
             if c.deferred && c.st == St::Closed {
-                if let Some(k) = self.next_attempt() {
-                    self.addr_next = k;
+                if let Some(a) = self.next_attempt(c.mirror) {
+                    let k = c.mirror;
+                    self.sh.origin_mut(k).addr_next = a;
                     self.connect(i)?;
                 }
                 continue;
@@ -181,9 +185,9 @@ impl Loop<'_> {
             if c.busy() || c.dead || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
                 continue;
             }
-            let single = self.sh.plan.is_planned() && !self.sh.ranges;
+            let single = self.sh.tr.plan.is_planned() && !self.sh.tr.ranges;
             match c.st {
-                St::Open if single && self.sh.plan.queued() == 0 => self.close(i),
+                St::Open if single && self.sh.tr.plan.queued() == 0 => self.close(i),
                 St::Open if self.wants_connection() => {
                     self.after(i, Ok(()))?;
                 }

@@ -6,24 +6,21 @@
 //! its unfinished segments go back to the queue for the others, and its connections move
 //! to the mirrors left. The download fails only when no mirror is left.
 //!
-//! The loop's connection machinery (addresses, Happy Eyeballs, proxy, TLS name, request
-//! fields) works on one URL at a time: each mirror keeps its own copy in a [`Way`], and
-//! [`Loop::enter`] swaps the way of the connection being handled into the loop's fields.
-//! With one URL nothing is ever swapped.
+//! Each mirror names its URL, its request fields and its origin
+//! ([`crate::control::origin::Origin`]: addresses, Happy Eyeballs, proxy, TLS): a
+//! connection's mirror says where everything it needs is, and nothing is swapped.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use http::Url;
 use rustls::ClientConfig;
-use rustls::pki_types::ServerName;
 
-use crate::control::proxy::{Proxy, Route};
+use crate::control::proxy::Route;
 use crate::error::{Kind, Result};
 use crate::event::Loop;
 use crate::report::{MirrorReport, Note};
 use crate::schedule::Segment;
+pub(crate) use crate::transfer::mirror::{Mirror, Standing, Validators};
 
 /// Said after dropping a mirror whose validator differs (no `--checksum` was given).
 pub(crate) const CHECKSUM_HINT: &str =
@@ -41,209 +38,15 @@ pub struct MirrorRoute<'a> {
     pub route: Route,
 }
 
-/// A mirror's connection state while another mirror's is in the loop's fields.
-pub(crate) struct Way<'a> {
-    url: &'a Url,
-    headers: &'a [(String, String)],
-    proxy: Option<Proxy>,
-    tls: Option<Arc<ClientConfig>>,
-    server_name: Option<ServerName<'static>>,
-    addrs: Vec<SocketAddr>,
-    addr_next: usize,
-    addr_proven: bool,
-    attempt_started: Option<Instant>,
-}
-
-impl<'a> Way<'a> {
-    /// The way of `m`: its TLS name is checked here (an https URL's host must be a valid
-    /// server name).
-    ///
-    /// # Errors
-    /// `Usage` for a host that is no valid TLS server name.
-    pub(crate) fn new(m: MirrorRoute<'a>) -> Result<Way<'a>> {
-        let server_name = match &m.tls {
-            Some(_) => Some(crate::control::tls::server_name(m.url.host())?),
-            None => None,
-        };
-        Ok(Way {
-            url: m.url,
-            headers: m.headers,
-            proxy: m.route.proxy,
-            tls: m.tls,
-            server_name,
-            addrs: m.route.addrs,
-            addr_next: 0,
-            addr_proven: false,
-            attempt_started: None,
-        })
-    }
-
-    /// Moves the pieces out for the loop's fields, leaving a stand-in: (url, headers,
-    /// proxy, tls, server name, addresses).
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn take(
-        &mut self,
-    ) -> (
-        &'a Url,
-        &'a [(String, String)],
-        Option<Proxy>,
-        Option<Arc<ClientConfig>>,
-        Option<ServerName<'static>>,
-        Vec<SocketAddr>,
-    ) {
-        let w = std::mem::replace(self, Way::placeholder(self.url, self.headers));
-        (w.url, w.headers, w.proxy, w.tls, w.server_name, w.addrs)
-    }
-
-    /// A stand-in for the way that is in the loop's fields.
-    fn placeholder(url: &'a Url, headers: &'a [(String, String)]) -> Way<'a> {
-        Way {
-            url,
-            headers,
-            proxy: None,
-            tls: None,
-            server_name: None,
-            addrs: Vec::new(),
-            addr_next: 0,
-            addr_proven: false,
-            attempt_started: None,
-        }
-    }
-}
-
-/// Where a mirror stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Standing {
-    /// Its first answer has not come yet.
-    Pending,
-    /// It agrees with the reference (or is the reference): it serves segments.
-    Accepted,
-    /// Left out for the rest of the download.
-    Dropped,
-}
-
-/// A mirror's standing and what it served.
-#[derive(Clone, Debug)]
-pub(crate) struct Mirror {
-    pub(crate) url: String,
-    pub(crate) standing: Standing,
-    /// The validators of its first answer.
-    pub(crate) validators: Validators,
-    /// Its first answer's validator as the download compares it (see
-    /// [`http::Response::validator`]): later answers must carry the same.
-    pub(crate) validator: Option<Vec<u8>>,
-    /// Body bytes it delivered.
-    pub(crate) bytes: u64,
-    /// Counted tries in a row that failed on it (any segment): a mirror that fails
-    /// `--max-tries` times in a row is dropped even while each segment's own tries last
-    /// (the segments succeed on the other mirrors).
-    pub(crate) failures: u32,
-    /// Why it was dropped.
-    pub(crate) dropped: Option<String>,
-}
-
-impl Mirror {
-    pub(crate) fn new(url: &Url) -> Mirror {
-        Mirror {
-            url: url.to_string(),
-            standing: Standing::Pending,
-            validators: Validators::default(),
-            validator: None,
-            bytes: 0,
-            failures: 0,
-            dropped: None,
-        }
-    }
-}
-
-/// The validators of an answer that mirrors are compared by (RFC 9110 §8.8): a strong
-/// `ETag` and `Last-Modified`, as sent.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Validators {
-    pub(crate) etag: Option<Vec<u8>>,
-    pub(crate) last_modified: Option<Vec<u8>>,
-}
-
-impl Validators {
-    /// The strong `ETag` (a weak one proves nothing about the bytes, RFC 9110 §8.8.1) and
-    /// the `Last-Modified` of `resp`.
-    pub(crate) fn of(resp: &http::Response<'_, '_>) -> Validators {
-        let etag = match resp.validator() {
-            Some(http::Validator::ETag { value, weak: false }) => Some(value.to_vec()),
-            _ => None,
-        };
-        let last_modified = resp
-            .header("last-modified")
-            .filter(|v| !v.is_empty())
-            .map(<[u8]>::to_vec);
-        Validators { etag, last_modified }
-    }
-
-    /// Whether a mirror with these validators serves the same file as `reference`: both
-    /// strong ETags equal, else (one has none) both Last-Modified equal. `Err` says why not.
-    pub(crate) fn agree_with(&self, reference: &Validators) -> std::result::Result<(), String> {
-        let show = |v: &[u8]| String::from_utf8_lossy(v).into_owned();
-        if let (Some(a), Some(b)) = (&self.etag, &reference.etag) {
-            return if a == b {
-                Ok(())
-            } else {
-                Err(format!("ETag {} differs from the reference's {}", show(a), show(b)))
-            };
-        }
-        match (&self.last_modified, &reference.last_modified) {
-            (Some(a), Some(b)) if a == b => Ok(()),
-            (Some(a), Some(b)) => Err(format!(
-                "Last-Modified {} differs from the reference's {}",
-                show(a),
-                show(b)
-            )),
-            _ => Err("no validator (strong ETag or Last-Modified) to compare with the reference's".to_owned()),
-        }
-    }
-}
-
-impl<'a> Loop<'a> {
-    /// Swaps mirror `k`'s way into the loop's fields (the one there goes back to its slot).
-    pub(crate) fn enter(&mut self, k: usize) {
-        if k == self.active {
-            return;
-        }
-        let from = self.active;
-        self.swap_way(from);
-        self.swap_way(k);
-        self.active = k;
-    }
-
-    /// [`Loop::enter`] for connection `i`'s mirror.
-    pub(crate) fn enter_conn(&mut self, i: usize) {
-        self.enter(self.conns[i].mirror);
-    }
-
-    fn swap_way(&mut self, k: usize) {
-        let w = &mut self.ways[k];
-        std::mem::swap(&mut self.sh.url, &mut w.url);
-        std::mem::swap(&mut self.sh.headers, &mut w.headers);
-        std::mem::swap(&mut self.sh.proxy, &mut w.proxy);
-        std::mem::swap(&mut self.tls, &mut w.tls);
-        std::mem::swap(&mut self.server_name, &mut w.server_name);
-        std::mem::swap(&mut self.addrs, &mut w.addrs);
-        std::mem::swap(&mut self.addr_next, &mut w.addr_next);
-        std::mem::swap(&mut self.addr_proven, &mut w.addr_proven);
-        std::mem::swap(&mut self.attempt_started, &mut w.attempt_started);
-    }
-
-    /// How many addresses mirror `k` has.
+impl Loop<'_> {
+    /// How many addresses mirror `k`'s origin has.
     pub(crate) fn addr_count(&self, k: usize) -> usize {
-        if k == self.active {
-            self.addrs.len()
-        } else {
-            self.ways[k].addrs.len()
-        }
+        self.sh.origin(k).addrs.len()
     }
 
     /// The mirror the first request goes to: the first one given that is not dropped.
     pub(crate) fn probe_mirror(&self) -> Option<usize> {
-        self.sh.mirrors.iter().position(|m| m.standing != Standing::Dropped)
+        self.sh.tr.mirrors.iter().position(|m| m.standing != Standing::Dropped)
     }
 
     /// A failure of `kind` on mirror `k` drops that mirror instead of failing the
@@ -252,6 +55,7 @@ impl<'a> Loop<'a> {
     pub(crate) fn drops_mirror(&self, k: usize, kind: Kind) -> bool {
         let left = self
             .sh
+            .tr
             .mirrors
             .iter()
             .enumerate()
@@ -263,7 +67,7 @@ impl<'a> Loop<'a> {
     /// Leaves mirror `k` out: says why, moves its connections (and their unfinished
     /// segments) to the mirrors left.
     pub(crate) fn drop_mirror(&mut self, k: usize, why: String, hint: &'static str) -> Result<()> {
-        let m = &mut self.sh.mirrors[k];
+        let m = &mut self.sh.tr.mirrors[k];
         if m.standing == Standing::Dropped {
             return Ok(());
         }
@@ -271,7 +75,7 @@ impl<'a> Loop<'a> {
         m.dropped = Some(why.clone());
         let url = m.url.clone();
         // What a dropped mirror served differently is no change of the file.
-        self.sh.changed = false;
+        self.sh.tr.changed = false;
         self.sh.report.note(Note::MirrorDropped { url, why, hint });
         self.discard_queued(k);
         for j in 0..self.conns.len() {
@@ -303,17 +107,17 @@ impl<'a> Loop<'a> {
         if let Some(mut job) = self.conns[j].rx.job.take() {
             let piped = self.conns[j].pipe.as_ref().is_some_and(|p| !p.is_idle());
             let from = if piped {
-                let trim = self.sh.direct.then_some(self.sh.align);
+                let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
                 job.placer.release(trim, &mut self.sh.to_write)
             } else {
                 job.placer.discard()
             };
             let seg = Segment {
-                start: if self.sh.ranges { from } else { 0 },
+                start: if self.sh.tr.ranges { from } else { 0 },
                 tries: 0,
                 ..job.seg
             };
-            self.sh.plan.requeue(seg, job.probe);
+            self.sh.tr.plan.requeue(seg, job.probe);
         }
         self.drain(j)?;
         self.close(j);
@@ -339,7 +143,7 @@ impl<'a> Loop<'a> {
         });
         dropped.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
         for (start, end) in dropped {
-            self.sh.plan.requeue(
+            self.sh.tr.plan.requeue(
                 Segment {
                     start,
                     end,
@@ -354,7 +158,7 @@ impl<'a> Loop<'a> {
     /// Moves closed connection `j` to the mirror left with the fewest connections (the
     /// first given on a tie); with none left it stays dead.
     fn reassign(&mut self, j: usize) {
-        let counts: Vec<usize> = (0..self.sh.mirrors.len())
+        let counts: Vec<usize> = (0..self.sh.tr.mirrors.len())
             .map(|k| {
                 self.conns
                     .iter()
@@ -365,6 +169,7 @@ impl<'a> Loop<'a> {
             .collect();
         let to = self
             .sh
+            .tr
             .mirrors
             .iter()
             .enumerate()
@@ -391,7 +196,7 @@ impl<'a> Loop<'a> {
     /// left. A try that moved bytes forward starts the count again.
     pub(crate) fn mirror_failing(&mut self, k: usize, counted: bool, f: &crate::control::Fail) -> Option<String> {
         let max = self.sh.opts.max_tries;
-        let m = &mut self.sh.mirrors[k];
+        let m = &mut self.sh.tr.mirrors[k];
         m.failures = if counted { m.failures + 1 } else { 0 };
         let failures = m.failures;
         (failures >= max && self.drops_mirror(k, f.kind))
@@ -403,11 +208,12 @@ impl<'a> Loop<'a> {
     pub(crate) fn no_mirror_left(&self, msg: String) -> String {
         let left = self
             .sh
+            .tr
             .mirrors
             .iter()
             .filter(|m| m.standing != Standing::Dropped)
             .count();
-        if self.sh.mirrors.len() < 2 || left > 1 {
+        if self.sh.tr.mirrors.len() < 2 || left > 1 {
             return msg;
         }
         format!("{msg}; no mirror left (the others were dropped)")
@@ -423,10 +229,11 @@ impl<'a> Loop<'a> {
 
     /// What each mirror served, for the summary (empty with one URL).
     pub(crate) fn mirror_reports(&self) -> Vec<MirrorReport> {
-        if self.sh.mirrors.len() < 2 {
+        if self.sh.tr.mirrors.len() < 2 {
             return Vec::new();
         }
         self.sh
+            .tr
             .mirrors
             .iter()
             .map(|m| MirrorReport {
@@ -435,39 +242,5 @@ impl<'a> Loop<'a> {
                 dropped: m.dropped.clone(),
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn v(etag: Option<&str>, lm: Option<&str>) -> Validators {
-        Validators {
-            etag: etag.map(|s| s.as_bytes().to_vec()),
-            last_modified: lm.map(|s| s.as_bytes().to_vec()),
-        }
-    }
-
-    #[test]
-    fn strong_etags_decide_when_both_have_one() {
-        let r = v(Some("\"a\""), Some("Mon"));
-        assert!(v(Some("\"a\""), Some("Tue")).agree_with(&r).is_ok());
-        let e = v(Some("\"b\""), Some("Mon")).agree_with(&r).unwrap_err();
-        assert!(e.contains("ETag \"b\" differs"), "{e}");
-    }
-
-    #[test]
-    fn last_modified_decides_without_two_etags() {
-        let r = v(Some("\"a\""), Some("Mon"));
-        assert!(v(None, Some("Mon")).agree_with(&r).is_ok());
-        assert!(
-            v(None, Some("Tue"))
-                .agree_with(&r)
-                .unwrap_err()
-                .contains("Last-Modified")
-        );
-        assert!(v(None, None).agree_with(&r).unwrap_err().contains("no validator"));
-        assert!(v(Some("\"a\""), None).agree_with(&v(None, None)).is_err());
     }
 }

@@ -8,25 +8,24 @@
 
 pub(crate) mod assign;
 pub mod mirrors;
+mod reactor;
 pub(crate) mod retry;
 mod summary;
 mod tick;
 
+pub use reactor::Reactor;
 pub use summary::Summary;
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::Url;
-use rustls::ClientConfig;
-use rustls::pki_types::ServerName;
 use uring::{BufPool, Completion, Op, Ring};
 
 use crate::config::Config;
+use crate::control::origin::Origin;
 use crate::control::*;
 use crate::engine::EngineKind;
 use crate::engine::blocks::{WriteBlock, align_down, write_block};
@@ -40,6 +39,7 @@ use crate::report::{Note, Progress};
 use crate::schedule::queue::Plan;
 use crate::schedule::{FIRST_SEGMENT, Landed};
 use crate::tag::Tag;
+use crate::transfer::Transfer;
 
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
@@ -67,33 +67,16 @@ pub enum Outcome {
     NotModified { mirror: usize },
 }
 
-/// Download-wide state the connections share.
+/// Run-wide state the connections share: the report, the options, the write pool, the
+/// engine's switches and counts, the origins — and the transfer.
 pub(crate) struct Shared<'a> {
     /// Progress and notes: everything the loop has to say goes through it.
     pub(crate) report: &'a mut Progress,
-    pub(crate) url: &'a Url,
     pub(crate) opts: &'a Config,
     pub(crate) pool: BufPool,
-    pub(crate) align: u64,
-    pub(crate) direct: bool,
-    pub(crate) sequential: bool,
-    pub(crate) file: bool,
-    /// Which range goes out next: the first request (from 0, or the first byte a resumed
-    /// `.part` lacks, to [`FIRST_SEGMENT`] later or where the `.part` has bytes again), then
-    /// the planned segments; Retry-After holds.
-    pub(crate) plan: Plan,
-    /// When the download started (the plan's clock).
-    pub(crate) started: Instant,
-    pub(crate) ranges: bool,
-    pub(crate) total: Option<u64>,
-    pub(crate) validator: Option<Vec<u8>>,
     /// Full or final blocks waiting for a write SQE.
     pub(crate) to_write: VecDeque<WriteBlock>,
-    pub(crate) landed: Landed,
-    pub(crate) received: u64,
     pub(crate) fatal: Option<Error>,
-    pub(crate) redirect: Option<Url>,
-    pub(crate) need_fallocate: bool,
     /// Engine `splice`: bodies go socket → pipe → file.
     pub(crate) splice: bool,
     /// Hand finished TLS handshakes to the kernel.
@@ -113,36 +96,12 @@ pub(crate) struct Shared<'a> {
     /// TLS handshakes completed in full, and by resuming a session (RFC 8446 §2.2).
     pub(crate) tls_full: usize,
     pub(crate) tls_resumed: usize,
+    /// Which connection slots sent a request (for the summary's count).
     pub(crate) used: Vec<bool>,
-    /// Control-file state to validate against the first 206.
-    pub(crate) resume: Option<State>,
-    pub(crate) disposition: Option<String>,
-    /// The file on the server changed under the download: what is kept is of the old one.
-    pub(crate) changed: bool,
-    /// The server turned extra connections away: the number it allows (for the summary).
-    pub(crate) capped_at: Option<usize>,
-    /// The output in messages ("standard output", "the FIFO out.bin").
-    pub(crate) out_name: String,
-    /// The HTTP proxy the connections go through (`addrs` are its addresses).
-    pub(crate) proxy: Option<crate::control::proxy::Proxy>,
-    /// Extra request fields for this URL (`-H`, credentials), already checked.
-    pub(crate) headers: &'a [(String, String)],
-    /// Failed attempts tried again, and work-stealing splits (for the summary).
-    pub(crate) retries: u64,
-    pub(crate) steals: u64,
-    /// The first 206 had no complete length (`bytes a-b/*`): requests go without Range.
-    pub(crate) plain_get: bool,
-    /// Every URL of the file, in the order given (one without mirrors).
-    pub(crate) mirrors: Vec<mirrors::Mirror>,
-    /// The mirror whose first answer came first (in the order given): the others must
-    /// agree with it.
-    pub(crate) reference: Option<usize>,
-    /// The mirror [`Shared::redirect`] is for.
-    pub(crate) redirect_mirror: usize,
-    /// The first request's precondition held: 304 Not Modified, nothing to fetch.
-    pub(crate) not_modified: bool,
-    /// A block-device output: every write goes at `room.base` + its offset, within `room.len`.
-    pub(crate) room: Option<&'a crate::output::device::Room>,
+    /// The origins the mirrors are fetched from (each mirror names its own).
+    pub(crate) origins: Vec<Origin>,
+    /// The file being fetched.
+    pub(crate) tr: Transfer<'a>,
 }
 
 /// Where a download goes and what it resumes.
@@ -168,7 +127,9 @@ pub struct Target<'a> {
 }
 
 /// Runs one download into `out` from the URLs of `mirrors` (one, or several serving the
-/// same file: see [`mirrors`]).
+/// same file: see [`mirrors`]), on connections `reactor` kept open from the transfers
+/// before it where they go to the same origins; the connections this one leaves open and
+/// idle are kept in `reactor` for the next (only when it is [`Outcome::Done`]).
 ///
 /// # Errors
 /// Any [`Kind`]: the first fatal failure of a connection, a refused ring, a failed write;
@@ -178,6 +139,21 @@ pub fn run<'a>(
     opts: &'a Config,
     target: Target<'a>,
     progress: &'a mut Progress,
+    reactor: &mut Reactor,
+) -> Result<Outcome> {
+    let r = run_on(mirrors, opts, target, progress, reactor);
+    if !matches!(r, Ok(Outcome::Done(_))) {
+        reactor.reset();
+    }
+    r
+}
+
+fn run_on<'a>(
+    mirrors: Vec<mirrors::MirrorRoute<'a>>,
+    opts: &'a Config,
+    target: Target<'a>,
+    progress: &'a mut Progress,
+    reactor: &mut Reactor,
 ) -> Result<Outcome> {
     let Target {
         out,
@@ -189,11 +165,20 @@ pub fn run<'a>(
         failed,
         signed,
     } = target;
-    let states: Vec<mirrors::Mirror> = mirrors.iter().map(|m| mirrors::Mirror::new(m.url)).collect();
     let m = mirrors.len();
-    let mut ways = mirrors.into_iter().map(mirrors::Way::new).collect::<Result<Vec<_>>>()?;
-    // The first mirror's way starts in the loop's fields.
-    let (url, headers, proxy, tls, server_name, addrs) = ways[0].take();
+    let mut states = Vec::with_capacity(m);
+    let mut origins = Vec::with_capacity(m);
+    let mut keys = Vec::with_capacity(m);
+    let mut kept_tls_info = Vec::with_capacity(m);
+    for (k, route) in mirrors.into_iter().enumerate() {
+        states.push(mirrors::Mirror::new(route.url, route.headers, k));
+        let fresh = Origin::new(route.url, route.tls, route.route)?;
+        let key = reactor::origin_key(route.url, &fresh);
+        let (origin, tls_info) = reactor.origin(&key, fresh);
+        origins.push(origin);
+        keys.push(key);
+        kept_tls_info.push(tls_info);
+    }
     let resuming = resume.is_some();
     // A resumed download asks first for the first block it lacks, not for byte 0 again.
     let resume_start = resume.as_ref().map_or(0, |st| {
@@ -223,10 +208,19 @@ pub fn run<'a>(
         label: io,
         sqpoll_tid,
     } = crate::io::build_ring(opts.io, entries, splice, opts.sqpoll, opts.verbose)?;
-    let rpool =
-        BufPool::new(READ_BLOCK, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {READ_BLOCK} bytes): {e}"))?;
-    let wpool =
-        BufPool::new(block, wcount).map_err(|e| err!(LocalIo, "write blocks ({wcount} x {block} bytes): {e}"))?;
+    let (rpool, wpool) = reactor.pools(READ_BLOCK, n, block, wcount)?;
+    // Connections the transfers before left open to these origins go first (keep-alive,
+    // RFC 9112 §9.3); the others are closed.
+    let mut kept: Vec<Conn> = Vec::new();
+    let mut tls_info = None;
+    for (k, key) in keys.iter().enumerate() {
+        for mut c in reactor.take_idle(key, n - kept.len(), (engine, ktls)) {
+            c.mirror = k;
+            tls_info = tls_info.or_else(|| kept_tls_info[k].clone());
+            kept.push(c);
+        }
+    }
+    reactor.close_idle();
     let registered = match ring.register_pools(&[&rpool, &wpool]) {
         Ok(()) => true,
         Err(e) => {
@@ -239,77 +233,82 @@ pub fn run<'a>(
     let fixed_files = std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0")
         && ring.backend() == uring::Backend::Uring
         && ring.register_files(&[out.fd.as_raw_fd()]).is_ok();
-    // The connections are spread over the mirrors in turn.
-    let conns = (0..n)
-        .map(|i| {
+    // The new connections are spread over the mirrors in turn.
+    let fresh = n - kept.len();
+    let conns: Vec<Conn> = kept
+        .into_iter()
+        .chain((0..fresh).map(|i| {
             let mut c = Conn::new(rpool.alloc().expect("one read block per connection"));
             c.mirror = i % m;
             c
-        })
+        }))
         .collect();
-    let sh = Shared {
-        report: progress,
-        url,
-        opts,
-        pool: wpool,
+    for c in &conns {
+        // A kept connection starts on a clean slate for this transfer's tries.
+        debug_assert!(c.st == St::Closed || c.rx.job.is_none());
+    }
+    let tr = Transfer {
         align: out.align,
         direct: out.direct,
         sequential: out.sequential,
         file: out.part.is_some(),
+        room: out.room.as_ref(),
+        out_name: out.describe(),
         plan: Plan::new(resume_start, resume_end),
         started: Instant::now(),
         ranges: false,
         total: None,
         validator: None,
-        to_write: VecDeque::new(),
         landed: Landed::default(),
         received: 0,
-        fatal: None,
         redirect: None,
+        redirect_mirror: 0,
         need_fallocate: false,
-        splice,
-        ktls,
-        ktls_conns: 0,
-        ktls_refused: None,
-        ktls_rekeys: 0,
-        soft_conns: 0,
-        soft_rekeys: 0,
-        tls_conns: 0,
-        tls_full: 0,
-        tls_resumed: 0,
-        used: vec![false; n],
         resume,
         disposition: None,
         changed: false,
         capped_at: None,
-        out_name: out.describe(),
-        proxy,
-        headers,
         retries: 0,
         steals: 0,
         plain_get: false,
         mirrors: states,
         reference: None,
-        redirect_mirror: 0,
         not_modified: false,
-        room: out.room.as_ref(),
+    };
+    let sh = Shared {
+        report: progress,
+        opts,
+        pool: wpool,
+        to_write: VecDeque::new(),
+        fatal: None,
+        splice,
+        ktls,
+        ktls_conns: conns.iter().filter(|c| c.kconn.is_some()).count(),
+        ktls_refused: None,
+        ktls_rekeys: 0,
+        soft_conns: conns.iter().filter(|c| c.soft.is_some()).count(),
+        soft_rekeys: 0,
+        tls_conns: conns
+            .iter()
+            .filter(|c| c.tls.is_some() || c.kconn.is_some() || c.soft.is_some())
+            .count(),
+        tls_full: 0,
+        tls_resumed: 0,
+        used: vec![false; n],
+        origins,
+        tr,
     };
     let mut dl = Loop {
         ring,
         conns,
         sh,
-        tls,
-        server_name,
-        addrs,
-        addr_next: 0,
-        addr_proven: false,
-        attempt_started: None,
         out_fd: out.fd.as_raw_fd(),
         slots: (0..wcount).map(|_| None).collect(),
         writes_in_flight: 0,
         waiting: VecDeque::new(),
         started: Instant::now(),
-        tls_info: None,
+        tls_info,
+        interrupted: None,
         tick: Duration::from_millis(250),
         control,
         saved_bytes: 0,
@@ -328,8 +327,6 @@ pub fn run<'a>(
             .map(|r| crate::schedule::pace::Bucket::new(r, Duration::ZERO)),
         paced: VecDeque::new(),
         pace_timer: false,
-        ways,
-        active: 0,
     };
     dl.push(Op::Timeout { after: dl.tick }, Tag::Tick.encode())?;
     // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
@@ -346,32 +343,40 @@ pub fn run<'a>(
         )?;
     }
     // One name with several addresses: the first connect goes alone; the others follow
-    // where it lands, or race the next address after its head start (RFC 8305 §5).
+    // where it lands, or race the next address after its head start (RFC 8305 §5). A
+    // mirror with a kept connection has its address already.
+    let mut started: Vec<bool> = (0..m)
+        .map(|k| dl.conns.iter().any(|c| c.mirror == k && c.st == St::Open))
+        .collect();
     for i in 0..n {
+        if dl.conns[i].st == St::Open {
+            continue;
+        }
         let k = dl.conns[i].mirror;
-        if dl.addr_count(k) > 1 && i >= m {
+        if dl.addr_count(k) > 1 && started[k] {
             dl.conns[i].deferred = true;
         } else {
             dl.connect(i)?;
         }
+        started[k] = true;
     }
     match dl.event_loop() {
         Ok(Some((mirror, to))) => {
-            if dl.sh.mirrors.len() > 1 {
+            if dl.sh.tr.mirrors.len() > 1 {
                 // A mirror's redirect may come while bytes are on their way to the file:
                 // they land before the ring goes (the next run fetches them again).
                 dl.settle();
             }
             return Ok(Outcome::Redirect { mirror, to });
         }
-        Ok(None) if dl.sh.not_modified => {
+        Ok(None) if dl.sh.tr.not_modified => {
             dl.sh.report.clear();
             return Ok(Outcome::NotModified {
-                mirror: dl.sh.reference.unwrap_or(0),
+                mirror: dl.sh.tr.reference.unwrap_or(0),
             });
         }
         Ok(None) => {
-            if let Some(n) = dl.sh.capped_at {
+            if let Some(n) = dl.sh.tr.capped_at {
                 dl.sh.report.note(Note::Allowed { connections: n });
             }
         }
@@ -381,13 +386,13 @@ pub fn run<'a>(
             // preallocated zeros) is removed.
             dl.settle();
             let mut saved = false;
-            if dl.sh.landed.bytes() == 0 && !resuming {
+            if dl.sh.tr.landed.bytes() == 0 && !resuming {
                 out.remove_part();
             } else if dl.writes_in_flight > 0 {
                 // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
                 // as long. The control file keeps its last (synced) state.
                 dl.sh.report.note(Note::WritesPending);
-            } else if dl.control.is_some() && (dl.sh.file || out.room.is_some()) {
+            } else if dl.control.is_some() && (dl.sh.tr.file || out.room.is_some()) {
                 // The control file may only name bytes that are on disk: fdatasync first.
                 // If that fails, the control file keeps its last (synced) state.
                 match dl.wait_for(
@@ -397,43 +402,43 @@ pub fn run<'a>(
                     },
                     Tag::Fsync(1).encode(),
                 ) {
-                    Ok(r) if r >= 0 => saved = dl.save_control(None) && dl.sh.landed.bytes() > 0,
+                    Ok(r) if r >= 0 => saved = dl.save_control(None) && dl.sh.tr.landed.bytes() > 0,
                     _ => dl.sh.report.note(Note::SyncFailed),
                 }
             }
             if let Some(part) = &out.part
-                && !dl.sh.changed
+                && !dl.sh.tr.changed
             {
                 if saved {
                     e.msg.push_str(&format!(
                         "; {} of {} bytes kept in {}: run the same command again to fetch only the rest",
-                        dl.sh.landed.bytes(),
-                        dl.sh.total.unwrap_or(0),
+                        dl.sh.tr.landed.bytes(),
+                        dl.sh.tr.total.unwrap_or(0),
                         part.display()
                     ));
-                } else if dl.sh.landed.bytes() > 0 && dl.sh.plan.is_planned() && !dl.sh.ranges {
+                } else if dl.sh.tr.landed.bytes() > 0 && dl.sh.tr.plan.is_planned() && !dl.sh.tr.ranges {
                     e.msg.push_str(&format!(
                         "; {} bytes kept in {}, but the server does not serve ranges: a new run starts over",
-                        dl.sh.landed.bytes(),
+                        dl.sh.tr.landed.bytes(),
                         part.display()
                     ));
                 }
             }
             dl.sh.report.clear();
-            *failed = Some(Box::new(dl.summary(dl.sh.landed.bytes(), io, registered, None)));
+            *failed = Some(Box::new(dl.summary(dl.sh.tr.landed.bytes(), io, registered, None)));
             return Err(e);
         }
     }
-    let total = dl.sh.total.unwrap_or(dl.sh.received);
-    if !dl.sh.landed.is_complete(total) {
+    let total = dl.sh.tr.total.unwrap_or(dl.sh.tr.received);
+    if !dl.sh.tr.landed.is_complete(total) {
         return Err(err!(
             Internal,
             "download ended with {} of {total} bytes on disk",
-            dl.sh.landed.bytes()
+            dl.sh.tr.landed.bytes()
         ));
     }
-    if dl.sh.file || out.room.is_some() {
-        if dl.sh.file {
+    if dl.sh.tr.file || out.room.is_some() {
+        if dl.sh.tr.file {
             out.truncate(total)?;
         }
         let r = dl.wait_for(
@@ -455,6 +460,7 @@ pub fn run<'a>(
             (part, out.direct, base, total),
             opts.checksum.as_ref().map(|c| c.algorithm),
             signed,
+            &mut dl.interrupted,
         )?,
         (Some(_), None) => (dl.stream_digest.take().map(|d| d.finish()), None),
         _ => (None, None),
@@ -469,8 +475,17 @@ pub fn run<'a>(
         // Not in the process's rusage until the thread exits: say it here.
         dl.sh.report.note(Note::SqpollCpu { cpu });
     }
+    let info = dl.tls_info.clone();
     let mut summary = dl.summary(total, io, registered, digest);
     summary.signed = signed;
+    reactor.interrupted = dl.interrupted;
+    // What this transfer leaves open goes to the next one from the same origin.
+    let conns = std::mem::take(&mut dl.conns)
+        .into_iter()
+        .map(|c| (keys[c.mirror].clone(), c))
+        .collect();
+    let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
+    reactor.keep(origins, info, conns);
     Ok(Outcome::Done(Box::new(summary)))
 }
 
@@ -478,16 +493,6 @@ pub(crate) struct Loop<'a> {
     pub(crate) ring: Ring,
     pub(crate) conns: Vec<Conn>,
     pub(crate) sh: Shared<'a>,
-    pub(crate) tls: Option<Arc<ClientConfig>>,
-    pub(crate) server_name: Option<ServerName<'static>>,
-    /// Where to connect, families interleaved (RFC 8305 §4); at least one.
-    pub(crate) addrs: Vec<SocketAddr>,
-    /// The address the next connect goes to: the last one a connect went through
-    /// (`addr_proven`), or the next one after those that failed.
-    pub(crate) addr_next: usize,
-    pub(crate) addr_proven: bool,
-    /// When the newest connect started while no address was proven (Happy Eyeballs).
-    pub(crate) attempt_started: Option<Instant>,
     pub(crate) out_fd: RawFd,
     pub(crate) slots: Vec<Option<WriteSlot>>,
     pub(crate) writes_in_flight: usize,
@@ -518,11 +523,26 @@ pub(crate) struct Loop<'a> {
     pub(crate) paced: VecDeque<usize>,
     /// The [`Tag::Pace`] TIMEOUT is in flight.
     pub(crate) pace_timer: bool,
-    /// Each mirror's way to its server; the active one's pieces are in the fields above
-    /// (`sh.url`, `sh.headers`, `sh.proxy`, `tls`, `server_name`, `addrs`, …).
-    pub(crate) ways: Vec<mirrors::Way<'a>>,
-    /// The mirror whose way is in the loop's fields.
-    pub(crate) active: usize,
+    /// SIGINT/SIGTERM came while the loop was no longer running (the final fsync or
+    /// read-back): the file lands, and the run stops before the next.
+    pub(crate) interrupted: Option<&'static str>,
+}
+
+impl<'a> Shared<'a> {
+    /// Mirror `k`'s URL.
+    pub(crate) fn url(&self, k: usize) -> &'a Url {
+        self.tr.mirrors[k].target
+    }
+
+    /// Mirror `k`'s origin.
+    pub(crate) fn origin(&self, k: usize) -> &Origin {
+        &self.origins[self.tr.mirrors[k].origin]
+    }
+
+    /// Mirror `k`'s origin, to update its Happy Eyeballs state.
+    pub(crate) fn origin_mut(&mut self, k: usize) -> &mut Origin {
+        &mut self.origins[self.tr.mirrors[k].origin]
+    }
 }
 
 pub(crate) fn errno(res: i32) -> rustix::io::Errno {
@@ -539,8 +559,8 @@ impl Loop<'_> {
             if let Some(e) = self.sh.fatal.take() {
                 return Err(e);
             }
-            if let Some(u) = self.sh.redirect.take() {
-                return Ok(Some((self.sh.redirect_mirror, u)));
+            if let Some(u) = self.sh.tr.redirect.take() {
+                return Ok(Some((self.sh.tr.redirect_mirror, u)));
             }
             if self.finished() {
                 return Ok(None);
@@ -555,7 +575,8 @@ impl Loop<'_> {
     }
 
     /// Submits one operation and waits for its completion (end of the download only:
-    /// other completions that arrive meanwhile are dropped).
+    /// other completions that arrive meanwhile are dropped, but a signal is remembered in
+    /// [`Loop::interrupted`]).
     pub(crate) fn wait_for(&mut self, op: Op, tag: u64) -> Result<i32> {
         self.push(op, tag)?;
         loop {
@@ -565,6 +586,9 @@ impl Loop<'_> {
             while let Some(c) = self.ring.next_completion() {
                 if c.tag == tag {
                     return Ok(c.result);
+                }
+                if c.tag == Tag::Signal.encode() {
+                    self.interrupted = Some(crate::tag::signal_name(c.buf.as_deref()));
                 }
             }
         }
@@ -593,7 +617,7 @@ impl Loop<'_> {
 
     /// All segments fetched and written.
     pub(crate) fn finished(&self) -> bool {
-        self.sh.plan.is_drained()
+        self.sh.tr.plan.is_drained()
             && self
                 .conns
                 .iter()
@@ -605,7 +629,6 @@ impl Loop<'_> {
     pub(crate) fn complete(&mut self, c: Completion) -> Result<()> {
         match Tag::decode(c.tag) {
             Some(Tag::Conn(i)) => {
-                self.enter_conn(i);
                 let r = self.conn_completion(i, c);
                 self.after(i, r)?;
             }
@@ -631,7 +654,7 @@ impl Loop<'_> {
                     self.sh.fatal = Some(err!(
                         LocalIo,
                         "not enough space for {} bytes: {e}",
-                        self.sh.total.unwrap_or(0)
+                        self.sh.tr.total.unwrap_or(0)
                     ));
                 } else {
                     self.sh.report.note(Note::NoPreallocation { why: e.to_string() });
@@ -644,10 +667,7 @@ impl Loop<'_> {
                 }
             }
             Some(Tag::Signal) => {
-                let name = match c.buf.as_deref().and_then(uring::signal::signo) {
-                    Some(15) => "SIGTERM",
-                    _ => "SIGINT",
-                };
+                let name = crate::tag::signal_name(c.buf.as_deref());
                 self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
             }
             _ => {}
@@ -657,8 +677,7 @@ impl Loop<'_> {
 
     /// Handles a connection's failure, or drives it on.
     pub(crate) fn after(&mut self, i: usize, r: std::result::Result<(), Fail>) -> Result<()> {
-        self.enter_conn(i);
-        if self.sh.mirrors[self.conns[i].mirror].standing == mirrors::Standing::Dropped {
+        if self.sh.tr.mirrors[self.conns[i].mirror].standing == mirrors::Standing::Dropped {
             // A completion that was in the ring when the mirror was dropped: nothing it
             // brought is placed (a response head is not even parsed), see `release_conn`.
             return self.release_conn(i);

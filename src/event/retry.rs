@@ -38,9 +38,8 @@ impl Loop<'_> {
     /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
     /// segment, close it, and reconnect when work is left.
     pub(crate) fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
-        self.enter_conn(i);
         let k = self.conns[i].mirror;
-        if self.sh.mirrors[k].standing == Standing::Dropped {
+        if self.sh.tr.mirrors[k].standing == Standing::Dropped {
             // Its mirror was dropped while an operation was in flight.
             return self.release_conn(i);
         }
@@ -68,8 +67,8 @@ impl Loop<'_> {
             busy: f.busy,
             stalled: f.stalled,
             others_progress,
-            planned: self.sh.plan.is_planned(),
-            ranges: self.sh.ranges,
+            planned: self.sh.tr.plan.is_planned(),
+            ranges: self.sh.tr.ranges,
             reused: self.conns[i].reused,
             extra: f.extra,
             idle_others: !self.idle_to(k, i).is_empty(),
@@ -89,12 +88,12 @@ impl Loop<'_> {
             // Buffered and splice keep every byte: under splice the block holds only what
             // came with the head, and the pipe (drained below) holds the rest, so the
             // retry starts at the body's position.
-            let trim = self.sh.direct.then_some(self.sh.align);
+            let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
             let silent = !job.got_bytes && job.placer.delimiter().is_none() && head_empty;
             let from = job.placer.release(trim, &mut self.sh.to_write);
-            if job.probe && !self.sh.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
+            if job.probe && !self.sh.tr.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
                 if self.drops_mirror(k, f.kind) {
-                    self.sh.plan.requeue(Segment { tries: 0, ..job.seg }, true);
+                    self.sh.tr.plan.requeue(Segment { tries: 0, ..job.seg }, true);
                     return self.drop_mirror(k, f.msg, "");
                 }
                 self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(f.msg)));
@@ -102,14 +101,14 @@ impl Loop<'_> {
             }
             let mut seg = job.seg;
             // Without Range support a stream can only start again from zero.
-            seg.start = if self.sh.ranges { from } else { 0 };
-            if self.sh.sequential && seg.start < self.emitted {
+            seg.start = if self.sh.tr.ranges { from } else { 0 };
+            if self.sh.tr.sequential && seg.start < self.emitted {
                 self.sh.fatal = Some(err!(
                     Network,
                     "{}; cannot start over: {} bytes already went to {}",
                     f.msg,
                     self.emitted,
-                    self.sh.out_name
+                    self.sh.tr.out_name
                 ));
                 return Ok(());
             }
@@ -130,7 +129,7 @@ impl Loop<'_> {
             tries_seen = seg.tries;
             if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, &f) {
                 // Another mirror takes the segment, with the tries it had.
-                self.sh.plan.requeue(
+                self.sh.tr.plan.requeue(
                     Segment {
                         tries: tries_before,
                         ..seg
@@ -143,7 +142,7 @@ impl Loop<'_> {
                 let msg = format!("{} (gave up after {})", f.msg, n_tries(seg.tries));
                 if self.drops_mirror(k, f.kind) {
                     // Another mirror takes the segment, with fresh tries.
-                    self.sh.plan.requeue(Segment { tries: 0, ..seg }, job.probe);
+                    self.sh.tr.plan.requeue(Segment { tries: 0, ..seg }, job.probe);
                     return self.drop_mirror(k, msg, "");
                 }
                 self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(msg)));
@@ -157,7 +156,7 @@ impl Loop<'_> {
                     last: seg.end - 1,
                     attempt: seg.tries + 1,
                 });
-                self.sh.retries += 1;
+                self.sh.tr.retries += 1;
             }
             // The wait belongs to what failed: the segment waits it out whatever connection
             // asks for it next, and a server-wide answer (503, 429) holds every request to
@@ -171,21 +170,21 @@ impl Loop<'_> {
                 f.delay,
                 f.server_wide,
             );
-            let until = self.sh.started.elapsed() + w.segment;
+            let until = self.sh.tr.started.elapsed() + w.segment;
             if w.origin {
-                self.sh.plan.hold(k, until);
+                self.sh.tr.plan.hold(k, until);
             }
             if !capped {
                 seg_wait = Some(w.segment);
             }
-            self.sh.plan.requeue_after(seg, job.probe, until);
+            self.sh.tr.plan.requeue_after(seg, job.probe, until);
         } else if capped {
             tries_seen = 0;
         } else {
             // No request was lost, but a server that accepts and then fails every connection
             // must not keep us busy forever: count these too.
             self.conns[i].failures += 1;
-            self.sh.retries += 1;
+            self.sh.tr.retries += 1;
             tries_seen = self.conns[i].failures;
             self.sh.report.note(Note::ConnectionFailed {
                 conn: i,
@@ -217,7 +216,7 @@ impl Loop<'_> {
                     using,
                 },
             });
-            self.sh.capped_at = Some(self.sh.capped_at.unwrap_or(0).max(using));
+            self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
         }
         // Bytes already spliced into this slot's pipe are good: let them reach the file.
         self.drain(i)?;
@@ -244,11 +243,11 @@ impl Loop<'_> {
                     using,
                 },
             });
-            self.sh.capped_at = Some(self.sh.capped_at.unwrap_or(0).max(using));
+            self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
             return Ok(());
         }
         let c = &mut self.conns[i];
-        if (connect_failed && c.addr_i >= self.addrs.len() * self.sh.opts.max_tries as usize)
+        if (connect_failed && c.addr_i >= self.sh.origin(k).addrs.len() * self.sh.opts.max_tries as usize)
             || c.failures >= self.sh.opts.max_tries
         {
             // Every address had its chances: this slot stops; the download fails when no
@@ -271,7 +270,7 @@ impl Loop<'_> {
         // Exponential backoff with jitter before this slot reconnects; `kick` reopens it. A
         // refused connect (nothing listening) is answered at once, and waiting long for it
         // only delays the error: its waits start short (a wrong port fails in about a second).
-        let n_addrs = self.addrs.len();
+        let n_addrs = self.sh.origin(k).addrs.len();
         if connect_failed && !f.busy && !c.addr_i.is_multiple_of(n_addrs) {
             // An address this slot has not tried in this round: at once (RFC 8305 §5).
             c.not_before = None;

@@ -78,14 +78,14 @@ impl Loop<'_> {
     ) -> Summary {
         Summary {
             bytes,
-            fetched: self.sh.received,
+            fetched: self.sh.tr.received,
             connections: self.sh.used.iter().filter(|u| **u).count().max(1),
-            reference: self.sh.reference,
+            reference: self.sh.tr.reference,
             tls: self.tls_info.take().unwrap_or_else(|| "plain".to_owned()),
             elapsed: self.started.elapsed(),
             registered,
             digest,
-            disposition: self.sh.disposition.take(),
+            disposition: self.sh.tr.disposition.take(),
             ktls_conns: self.sh.ktls_conns,
             ktls_refused: self.sh.ktls_refused.take(),
             ktls_rekeys: self.sh.ktls_rekeys,
@@ -94,19 +94,21 @@ impl Loop<'_> {
             tls_conns: self.sh.tls_conns,
             tls_full: self.sh.tls_full,
             tls_resumed: self.sh.tls_resumed,
-            capped_at: self.sh.capped_at,
+            capped_at: self.sh.tr.capped_at,
             io,
-            retries: self.sh.retries,
-            steals: self.sh.steals,
+            retries: self.sh.tr.retries,
+            steals: self.sh.tr.steals,
             mirrors: self.mirror_reports(),
             etag: self
                 .sh
+                .tr
                 .reference
-                .and_then(|k| self.sh.mirrors[k].validators.etag.clone()),
+                .and_then(|k| self.sh.tr.mirrors[k].validators.etag.clone()),
             last_modified: self
                 .sh
+                .tr
                 .reference
-                .and_then(|k| self.sh.mirrors[k].validators.last_modified.clone()),
+                .and_then(|k| self.sh.tr.mirrors[k].validators.last_modified.clone()),
             signed: None,
         }
     }

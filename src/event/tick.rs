@@ -13,12 +13,12 @@ impl Loop<'_> {
     pub(crate) fn on_tick(&mut self) -> Result<()> {
         let window = self.rate_mark.0.elapsed();
         if window >= Duration::from_millis(500) {
-            self.recent_rate = (self.sh.received - self.rate_mark.1) as f64 / window.as_secs_f64();
-            self.rate_mark = (Instant::now(), self.sh.received);
+            self.recent_rate = (self.sh.tr.received - self.rate_mark.1) as f64 / window.as_secs_f64();
+            self.rate_mark = (Instant::now(), self.sh.tr.received);
         }
         // Under a server's connection cap: how many connections it lets download at once.
-        if let Some(n) = self.sh.capped_at {
-            self.sh.capped_at = Some(n.max(self.receiving()));
+        if let Some(n) = self.sh.tr.capped_at {
+            self.sh.tr.capped_at = Some(n.max(self.receiving()));
         }
         let stall = Duration::from_secs_f64(self.sh.opts.stall_timeout_s);
         for i in 0..self.conns.len() {
@@ -28,17 +28,17 @@ impl Loop<'_> {
             }
         }
         // Every CONTROL_INTERVAL: make what landed durable (fdatasync on the ring), then record it.
-        let landed = self.sh.landed.bytes();
+        let landed = self.sh.tr.landed.bytes();
         if self.control.is_some()
             && self.sync_snapshot.is_none()
             && landed != self.saved_bytes
-            && self.sh.plan.is_planned()
-            && self.sh.ranges
+            && self.sh.tr.plan.is_planned()
+            && self.sh.tr.ranges
             && self.last_sync.elapsed() >= CONTROL_INTERVAL
         {
             self.last_sync = Instant::now();
             self.saved_bytes = landed;
-            self.sync_snapshot = Some(self.sh.landed.ranges().to_vec());
+            self.sync_snapshot = Some(self.sh.tr.landed.ranges().to_vec());
             self.push(
                 Op::Fsync {
                     fd: self.out_fd,
@@ -65,21 +65,21 @@ impl Loop<'_> {
             }
             let state = format!(
                 "queue={} to_write={} writes={} landed={}",
-                self.sh.plan.queued(),
+                self.sh.tr.plan.queued(),
                 self.sh.to_write.len(),
                 self.writes_in_flight,
-                self.sh.landed.bytes()
+                self.sh.tr.landed.bytes()
             );
             self.sh.report.note(Note::State(state));
         }
         let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
         self.sh.report.update(
-            self.sh.landed.bytes(),
-            self.sh.received,
-            self.sh.total,
+            self.sh.tr.landed.bytes(),
+            self.sh.tr.received,
+            self.sh.tr.total,
             live,
             self.started.elapsed(),
-            self.sh.landed.ranges(),
+            self.sh.tr.landed.ranges(),
         );
         Ok(())
     }
@@ -90,18 +90,18 @@ impl Loop<'_> {
     pub(crate) fn save_control(&mut self, ranges: Option<Vec<(u64, u64)>>) -> bool {
         let (Some(path), Some(total), true) = (
             &self.control,
-            self.sh.total,
-            self.sh.plan.is_planned() && self.sh.ranges,
+            self.sh.tr.total,
+            self.sh.tr.plan.is_planned() && self.sh.tr.ranges,
         ) else {
             return false;
         };
-        let ranges = ranges.unwrap_or_else(|| self.sh.landed.ranges().to_vec());
+        let ranges = ranges.unwrap_or_else(|| self.sh.tr.landed.ranges().to_vec());
         let st = State {
             url: self.sh.opts.url.clone(),
             total,
-            validator: self.sh.validator.clone(),
+            validator: self.sh.tr.validator.clone(),
             ranges,
-            target: self.sh.room.map(|r| r.target(self.sh.opts)),
+            target: self.sh.tr.room.map(|r| r.target(self.sh.opts)),
         };
         match crate::output::resume::save(path, &st) {
             Ok(()) => true,

@@ -24,7 +24,8 @@ pub type Signed = Option<Vec<u8>>;
 /// offset `base`: a block device's `--offset`, 0 for a file) owes
 /// in one read-back: the `--checksum` digest (`checksum`) and what `--signature` needs
 /// (`signed`: a SHA-256/512 or BLAKE2b-512, or the bytes themselves; `Some(None)` when
-/// they are more than [`crate::signature::MAX_MESSAGE`]).
+/// they are more than [`crate::signature::MAX_MESSAGE`]). A SIGINT/SIGTERM that completes
+/// on the ring meanwhile is named in `interrupted` (the read-back goes on: the file is whole).
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] when the file cannot be opened or read, or is shorter
@@ -35,13 +36,14 @@ pub fn digests(
     (path, direct, base, total): (&Path, bool, u64, u64),
     checksum: Option<&'static Algorithm>,
     signed: Option<crate::signature::Input>,
+    interrupted: &mut Option<&'static str>,
 ) -> Result<(Option<Digest>, Option<Signed>)> {
     if checksum.is_none() && signed.is_none() {
         return Ok((None, None));
     }
     let mut ctx = checksum.map(Context::new);
     let mut pre = signed.map(crate::signature::Prehasher::new);
-    read_back(ring, pool, path, direct, base, total, |b| {
+    read_back(ring, pool, (path, direct, base, total), interrupted, |b| {
         if let Some(c) = &mut ctx {
             c.update(b);
         }
@@ -57,10 +59,8 @@ pub fn digests(
 fn read_back(
     ring: &mut Ring,
     pool: &BufPool,
-    path: &Path,
-    direct: bool,
-    base: u64,
-    total: u64,
+    (path, direct, base, total): (&Path, bool, u64, u64),
+    interrupted: &mut Option<&'static str>,
     mut f: impl FnMut(&[u8]),
 ) -> Result<()> {
     let mut flags = OFlags::RDONLY | OFlags::CLOEXEC;
@@ -97,8 +97,13 @@ fn read_back(
         ring.submit_and_wait(1)
             .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
         while let Some(c) = ring.next_completion() {
-            let Some(Tag::Verify(idx)) = Tag::decode(c.tag) else {
-                continue;
+            let idx = match Tag::decode(c.tag) {
+                Some(Tag::Verify(idx)) => idx,
+                Some(Tag::Signal) => {
+                    *interrupted = Some(crate::tag::signal_name(c.buf.as_deref()));
+                    continue;
+                }
+                _ => continue,
             };
             in_flight -= 1;
             let idx = idx as u64;

@@ -1,0 +1,141 @@
+//! A mirror of a transfer: one URL of the file, its origin, its standing (pending until
+//! its first answer agrees with the reference's, RFC 9110 §8.8 validators) and what it
+//! served. What the loop does when a mirror is accepted or dropped is `event::mirrors`.
+
+use http::Url;
+
+/// Where a mirror stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Its first answer has not come yet.
+    Pending,
+    /// It agrees with the reference (or is the reference): it serves segments.
+    Accepted,
+    /// Left out for the rest of the download.
+    Dropped,
+}
+
+/// A mirror's standing and what it served.
+#[derive(Clone, Debug)]
+pub(crate) struct Mirror<'a> {
+    /// The URL requests go to.
+    pub(crate) target: &'a Url,
+    /// Extra request fields for it: `-H`, and credentials on its origin.
+    pub(crate) headers: &'a [(String, String)],
+    /// Index of its origin in [`crate::event::Shared::origins`].
+    pub(crate) origin: usize,
+    /// The URL as the summary and notes print it.
+    pub(crate) url: String,
+    pub(crate) standing: Standing,
+    /// The validators of its first answer.
+    pub(crate) validators: Validators,
+    /// Its first answer's validator as the download compares it (see
+    /// [`http::Response::validator`]): later answers must carry the same.
+    pub(crate) validator: Option<Vec<u8>>,
+    /// Body bytes it delivered.
+    pub(crate) bytes: u64,
+    /// Counted tries in a row that failed on it (any segment): a mirror that fails
+    /// `--max-tries` times in a row is dropped even while each segment's own tries last
+    /// (the segments succeed on the other mirrors).
+    pub(crate) failures: u32,
+    /// Why it was dropped.
+    pub(crate) dropped: Option<String>,
+}
+
+impl<'a> Mirror<'a> {
+    /// Mirror `url` with request fields `headers`, fetched from origin `origin`.
+    pub(crate) fn new(url: &'a Url, headers: &'a [(String, String)], origin: usize) -> Mirror<'a> {
+        Mirror {
+            target: url,
+            headers,
+            origin,
+            url: url.to_string(),
+            standing: Standing::Pending,
+            validators: Validators::default(),
+            validator: None,
+            bytes: 0,
+            failures: 0,
+            dropped: None,
+        }
+    }
+}
+
+/// The validators of an answer that mirrors are compared by (RFC 9110 §8.8): a strong
+/// `ETag` and `Last-Modified`, as sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Validators {
+    pub(crate) etag: Option<Vec<u8>>,
+    pub(crate) last_modified: Option<Vec<u8>>,
+}
+
+impl Validators {
+    /// The strong `ETag` (a weak one proves nothing about the bytes, RFC 9110 §8.8.1) and
+    /// the `Last-Modified` of `resp`.
+    pub(crate) fn of(resp: &http::Response<'_, '_>) -> Validators {
+        let etag = match resp.validator() {
+            Some(http::Validator::ETag { value, weak: false }) => Some(value.to_vec()),
+            _ => None,
+        };
+        let last_modified = resp
+            .header("last-modified")
+            .filter(|v| !v.is_empty())
+            .map(<[u8]>::to_vec);
+        Validators { etag, last_modified }
+    }
+
+    /// Whether a mirror with these validators serves the same file as `reference`: both
+    /// strong ETags equal, else (one has none) both Last-Modified equal. `Err` says why not.
+    pub(crate) fn agree_with(&self, reference: &Validators) -> std::result::Result<(), String> {
+        let show = |v: &[u8]| String::from_utf8_lossy(v).into_owned();
+        if let (Some(a), Some(b)) = (&self.etag, &reference.etag) {
+            return if a == b {
+                Ok(())
+            } else {
+                Err(format!("ETag {} differs from the reference's {}", show(a), show(b)))
+            };
+        }
+        match (&self.last_modified, &reference.last_modified) {
+            (Some(a), Some(b)) if a == b => Ok(()),
+            (Some(a), Some(b)) => Err(format!(
+                "Last-Modified {} differs from the reference's {}",
+                show(a),
+                show(b)
+            )),
+            _ => Err("no validator (strong ETag or Last-Modified) to compare with the reference's".to_owned()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(etag: Option<&str>, lm: Option<&str>) -> Validators {
+        Validators {
+            etag: etag.map(|s| s.as_bytes().to_vec()),
+            last_modified: lm.map(|s| s.as_bytes().to_vec()),
+        }
+    }
+
+    #[test]
+    fn strong_etags_decide_when_both_have_one() {
+        let r = v(Some("\"a\""), Some("Mon"));
+        assert!(v(Some("\"a\""), Some("Tue")).agree_with(&r).is_ok());
+        let e = v(Some("\"b\""), Some("Mon")).agree_with(&r).unwrap_err();
+        assert!(e.contains("ETag \"b\" differs"), "{e}");
+    }
+
+    #[test]
+    fn last_modified_decides_without_two_etags() {
+        let r = v(Some("\"a\""), Some("Mon"));
+        assert!(v(None, Some("Mon")).agree_with(&r).is_ok());
+        assert!(
+            v(None, Some("Tue"))
+                .agree_with(&r)
+                .unwrap_err()
+                .contains("Last-Modified")
+        );
+        assert!(v(None, None).agree_with(&r).unwrap_err().contains("no validator"));
+        assert!(v(Some("\"a\""), None).agree_with(&v(None, None)).is_err());
+    }
+}

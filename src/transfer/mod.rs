@@ -1,0 +1,76 @@
+//! Transfers: one output each, and what the download knows of it — the plan of ranges
+//! still to fetch and the ranges landed (`schedule/`), the size and validator the server
+//! answered with, the mirrors it is fetched from and their standing, the resume state,
+//! the counts for its summary. A transfer is state fed by the loop's events; it holds no
+//! ring, connection or buffer, so one loop can carry several and a transfer does not
+//! assume it shares a ring with any other.
+
+pub(crate) mod mirror;
+
+use std::time::Instant;
+
+use http::Url;
+
+use crate::output::device::Room;
+use crate::output::resume::State;
+use crate::schedule::Landed;
+use crate::schedule::queue::Plan;
+use mirror::Mirror;
+
+/// One output's download state.
+pub(crate) struct Transfer<'a> {
+    /// The output's alignment for O_DIRECT writes, bytes (1 when buffered).
+    pub(crate) align: u64,
+    /// Writes bypass the page cache (O_DIRECT).
+    pub(crate) direct: bool,
+    /// The output takes bytes in order only (standard output, a FIFO).
+    pub(crate) sequential: bool,
+    /// The output is a regular file (a `.part` to truncate, sync and rename).
+    pub(crate) file: bool,
+    /// A block-device output: every write goes at `room.base` + its offset, within `room.len`.
+    pub(crate) room: Option<&'a Room>,
+    /// The output in messages ("standard output", "the FIFO out.bin").
+    pub(crate) out_name: String,
+    /// Which range goes out next: the first request (from 0, or the first byte a resumed
+    /// `.part` lacks, to [`crate::schedule::FIRST_SEGMENT`] later or where the `.part` has
+    /// bytes again), then the planned segments; Retry-After holds.
+    pub(crate) plan: Plan,
+    /// When the download started (the plan's clock).
+    pub(crate) started: Instant,
+    /// The server serves byte ranges (RFC 9110 §14): segments go out as ranged requests.
+    pub(crate) ranges: bool,
+    /// The file's size, bytes, once an answer said it.
+    pub(crate) total: Option<u64>,
+    /// The validator (strong or weak ETag, else Last-Modified) later answers must carry.
+    pub(crate) validator: Option<Vec<u8>>,
+    /// Ranges on disk (written, or synced for the control file).
+    pub(crate) landed: Landed,
+    /// Body bytes received, bytes.
+    pub(crate) received: u64,
+    /// A mirror's first answer redirected here (3xx with Location) ...
+    pub(crate) redirect: Option<Url>,
+    /// ... and the mirror it is for.
+    pub(crate) redirect_mirror: usize,
+    /// The size is known and the output wants a FALLOCATE.
+    pub(crate) need_fallocate: bool,
+    /// Control-file state to validate against the first 206.
+    pub(crate) resume: Option<State>,
+    /// The Content-Disposition file name the server suggested.
+    pub(crate) disposition: Option<String>,
+    /// The file on the server changed under the download: what is kept is of the old one.
+    pub(crate) changed: bool,
+    /// The server turned extra connections away: the number it allows (for the summary).
+    pub(crate) capped_at: Option<usize>,
+    /// Failed attempts tried again, and work-stealing splits (for the summary).
+    pub(crate) retries: u64,
+    pub(crate) steals: u64,
+    /// The first 206 had no complete length (`bytes a-b/*`): requests go without Range.
+    pub(crate) plain_get: bool,
+    /// Every URL of the file, in the order given (one without mirrors).
+    pub(crate) mirrors: Vec<Mirror<'a>>,
+    /// The mirror whose first answer came first (in the order given): the others must
+    /// agree with it.
+    pub(crate) reference: Option<usize>,
+    /// The first request's precondition held: 304 Not Modified, nothing to fetch.
+    pub(crate) not_modified: bool,
+}
