@@ -1,5 +1,6 @@
 //! A connection's life on the ring: CONNECT, SEND/RECV completions, driving it on, close.
 
+use crate::control::proxy::{Tunnel, start_tls, start_tunnel, tunnel_answer};
 use crate::control::resolve;
 use crate::control::response::*;
 use crate::control::session::*;
@@ -283,10 +284,10 @@ impl Loop<'_> {
                 }
             }
             if self.sh.origin(mirror).tunnel() {
-                return self.start_tunnel(i);
+                return start_tunnel(&mut self.conns[i], self.sh.origin(mirror), self.sh.url(mirror));
             }
             self.conns[i].st = St::Open;
-            return self.start_tls(i);
+            return start_tls(&mut self.conns[i], self.sh.origin(mirror));
         }
         Ok(())
     }
@@ -346,7 +347,18 @@ impl Loop<'_> {
             }
             // Through a proxy, an https connection first waits for its tunnel.
             if c.st == St::Tunnel {
-                self.tunnel_answer(i)?;
+                let k = c.mirror;
+                let others_open = self
+                    .conns
+                    .iter()
+                    .enumerate()
+                    .any(|(j, o)| j != i && o.mirror == k && matches!(o.st, St::Open | St::Tunnel));
+                let (origin, url) = (self.sh.origin(k), self.sh.url(k));
+                match tunnel_answer(&mut self.conns[i], i, origin, url, self.sh.opts.verbose, others_open)? {
+                    Tunnel::NeedMore => return self.post_recv(i),
+                    Tunnel::Sent => {}
+                    Tunnel::Open => start_tls(&mut self.conns[i], origin)?,
+                }
                 // (A SOCKS5 step may have queued its next message: send it.)
                 let c = &self.conns[i];
                 if c.st == St::Tunnel && (c.busy() || c.out.is_empty()) {

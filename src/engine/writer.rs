@@ -34,7 +34,7 @@ impl Loop<'_> {
             let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
             for c in &mut self.conns {
                 if c.op != InFlight::RecvDirect
-                    && self.sh.tr.mirrors[c.mirror].standing != crate::event::mirrors::Standing::Dropped
+                    && self.sh.tr.mirrors[c.mirror].standing != crate::transfer::mirror::Standing::Dropped
                     && let Some(job) = c.rx.job.as_mut()
                 {
                     job.placer.release(trim, &mut self.sh.to_write);
