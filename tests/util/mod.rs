@@ -1207,6 +1207,24 @@ impl Nginx {
             .collect()
     }
 
+    /// The connections the `/conn/` and `/once/` locations (HTTP and HTTPS; `/once/` closes
+    /// each connection after one response) served requests whose URI starts with
+    /// `prefix` on: per request, nginx's connection serial number (`$connection`, unique
+    /// per accepted connection) and the URI, in the order the requests ended.
+    pub fn conn_log(&self, prefix: &str) -> Vec<(u64, String)> {
+        fs::read_to_string(self.run.join("conn.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split(' ');
+                let conn = f.next()?.parse().ok()?;
+                let _requests = f.next()?;
+                let uri = f.next()?;
+                uri.starts_with(prefix).then(|| (conn, uri.to_owned()))
+            })
+            .collect()
+    }
+
     /// `http://127.0.0.1:<http_port>/slow/<path>`: the same files at 256 KiB/s.
     pub fn slow_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}/slow/{path}", self.http_port)
@@ -1310,6 +1328,7 @@ http {{
     limit_conn_zone $binary_remote_addr zone=cap_ra:1m;
     log_format users '$host:$server_port $request_uri auth=[$http_authorization] cookie=[$http_cookie] ua=[$http_user_agent] token=[$http_x_token]';
     log_format sent '$request_uri $status $body_bytes_sent $http_range';
+    log_format conn '$connection $connection_requests $request_uri $status';
     root "{www}";
     ssl_certificate "{tls}/server.pem";
     ssl_certificate_key "{tls}/server.key";
@@ -1317,6 +1336,8 @@ http {{
         {http_listen}
         location /slow/ {{ alias "{www}/"; limit_rate 256k; access_log "{run}/sent.log" sent; }}
         location /paced/ {{ alias "{www}/"; limit_rate 4m; }}
+        location /conn/ {{ alias "{www}/"; access_log "{run}/conn.log" conn; }}
+        location /once/ {{ alias "{www}/"; access_log "{run}/conn.log" conn; keepalive_timeout 0; }}
         location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_http 2; }}
         location /capped-retry-after/ {{
             alias "{www}/"; limit_rate 512k; limit_conn cap_ra 2; error_page 503 @retry_after;
@@ -1342,6 +1363,8 @@ http {{
         ssl_protocols TLSv1.2 TLSv1.3;
         location /slow/ {{ alias "{www}/"; limit_rate 256k; access_log "{run}/sent.log" sent; }}
         location /paced/ {{ alias "{www}/"; limit_rate 4m; }}
+        location /conn/ {{ alias "{www}/"; access_log "{run}/conn.log" conn; }}
+        location /once/ {{ alias "{www}/"; access_log "{run}/conn.log" conn; keepalive_timeout 0; }}
         location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_https 2; }}
     }}
     server {{
