@@ -269,6 +269,11 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_corpus_keeps_its_properties() {
+        crate::replay_corpus("input_list", crate::fuzz_props::input_list);
+    }
+
+    #[test]
     fn comments_and_indented_comments_are_skipped() {
         let e = one("#c\nhttp://h/f\n  # a note about it\n  out=g\n");
         assert_eq!(e.out.as_deref(), Some(Path::new("g")));
