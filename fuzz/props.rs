@@ -2106,15 +2106,26 @@ pub fn input_list(data: &[u8]) {
     let text_lines: Vec<&str> = text.split('\n').collect();
     let mut last = 0;
     for e in &entries {
-        assert!(e.line > last && e.line <= lines, "line {} after {last} of {lines}", e.line);
+        assert!(
+            e.line > last && e.line <= lines,
+            "line {} after {last} of {lines}",
+            e.line
+        );
         last = e.line;
         assert!(!e.urls.is_empty(), "an entry without a URL: {e:?}");
         for u in &e.urls {
-            assert!(text_lines[e.line - 1].contains(u.as_str()), "{u:?} is not on line {}", e.line);
+            assert!(
+                text_lines[e.line - 1].contains(u.as_str()),
+                "{u:?} is not on line {}",
+                e.line
+            );
         }
         if let Some(out) = &e.out {
             assert!(out.is_relative(), "{out:?}");
-            assert!(!out.components().any(|c| c == std::path::Component::ParentDir), "{out:?}");
+            assert!(
+                !out.components().any(|c| c == std::path::Component::ParentDir),
+                "{out:?}"
+            );
         }
         assert!(e.connections.is_none_or(|c| (1..=64).contains(&c)));
     }

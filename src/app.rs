@@ -202,7 +202,11 @@ fn run(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Resu
     select::refusal(opts.engine, https, ktls_here, not_a_file)?;
     // Held until exit: nothing below may read the control file or touch the `.part` of
     // another ringdl's download.
-    if let Some(dir) = final_path.as_deref().and_then(|p| p.parent()).filter(|_| opts.dir.is_some()) {
+    if let Some(dir) = final_path
+        .as_deref()
+        .and_then(|p| p.parent())
+        .filter(|_| opts.dir.is_some())
+    {
         std::fs::create_dir_all(dir).map_err(|e| err!(LocalIo, "creating {}: {e}", dir.display()))?;
     }
     let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;

@@ -456,11 +456,31 @@ pub(crate) fn set_urls(o: &mut Config, urls: Vec<String>) {
 /// [`crate::error::Kind::Usage`] naming the option and what to use instead.
 fn refuse_with_files(o: &Config) -> Result<()> {
     let one_file = [
-        (o.output != OutputTarget::Default, "-o", "give each file its name with out= in a list (-i)"),
-        (o.checksum.is_some(), "--checksum", "give each file its digest with checksum= in a list, or use --checksum-file"),
-        (o.signature.is_some(), "--signature", "fetch and check the signed file in a run of its own"),
-        (o.etag_compare.is_some() || o.etag_save.is_some(), "--etag-compare/--etag-save", "they keep one file's ETag"),
-        (o.offset != 0 || o.control.is_some(), "--offset/--control", "a block device takes one image"),
+        (
+            o.output != OutputTarget::Default,
+            "-o",
+            "give each file its name with out= in a list (-i)",
+        ),
+        (
+            o.checksum.is_some(),
+            "--checksum",
+            "give each file its digest with checksum= in a list, or use --checksum-file",
+        ),
+        (
+            o.signature.is_some(),
+            "--signature",
+            "fetch and check the signed file in a run of its own",
+        ),
+        (
+            o.etag_compare.is_some() || o.etag_save.is_some(),
+            "--etag-compare/--etag-save",
+            "they keep one file's ETag",
+        ),
+        (
+            o.offset != 0 || o.control.is_some(),
+            "--offset/--control",
+            "a block device takes one image",
+        ),
     ];
     match one_file.iter().find(|(given, ..)| *given) {
         Some((_, name, instead)) => Err(err!(

@@ -62,14 +62,20 @@ pub fn parse(bytes: &[u8], source: &str) -> Result<Vec<Entry>> {
         let n = i + 1;
         let line = raw.strip_suffix('\r').unwrap_or(raw);
         // A UTF-8 byte-order mark (Windows editors write one) opens the first line only.
-        let line = if n == 1 { line.strip_prefix('\u{feff}').unwrap_or(line) } else { line };
+        let line = if n == 1 {
+            line.strip_prefix('\u{feff}').unwrap_or(line)
+        } else {
+            line
+        };
         let bad = |msg: String| err!(Usage, "{source}, line {n}: {msg}");
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
             continue;
         }
         if line.starts_with([' ', '\t']) {
             let Some(e) = entries.last_mut() else {
-                return Err(bad("an option line (it starts with a space or a tab) before any URL line".into()));
+                return Err(bad(
+                    "an option line (it starts with a space or a tab) before any URL line".into(),
+                ));
             };
             option(e, line.trim()).map_err(bad)?;
         } else {
@@ -110,9 +116,7 @@ fn check_url(u: &str) -> std::result::Result<(), String> {
 
 /// Applies option line `kv` (trimmed) to `e`; `Err` says what is wrong with it.
 fn option(e: &mut Entry, kv: &str) -> std::result::Result<(), String> {
-    let (key, value) = kv
-        .split_once('=')
-        .ok_or_else(|| format!("{kv:?} is not key=value"))?;
+    let (key, value) = kv.split_once('=').ok_or_else(|| format!("{kv:?} is not key=value"))?;
     let key = key.trim();
     let twice = || format!("{key}= given twice for the file of line {}", e.line);
     match key {
@@ -170,8 +174,12 @@ fn relative_name(v: &str) -> std::result::Result<PathBuf, String> {
     if v.is_empty() {
         return Err("out= is empty".into());
     }
-    if p.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
-        return Err(format!("out={v:?} must be a name relative to the directory, without '..'"));
+    if p.components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "out={v:?} must be a name relative to the directory, without '..'"
+        ));
     }
     // (`Path::components` drops a trailing `.`: `sub/.` and `.` name directories.)
     if matches!(v.rsplit('/').next(), Some("" | ".")) {
@@ -215,7 +223,10 @@ mod tests {
         assert_eq!(e.checksum.as_ref().unwrap().expected, vec![0xaa; 32]);
         assert_eq!(
             e.headers,
-            [("X-Token".to_owned(), "abc".to_owned()), ("Accept".to_owned(), "*/*".to_owned())]
+            [
+                ("X-Token".to_owned(), "abc".to_owned()),
+                ("Accept".to_owned(), "*/*".to_owned())
+            ]
         );
         assert_eq!(e.connections, Some(8));
         assert_eq!(v[1].line, 10);

@@ -113,7 +113,10 @@ fn each_file_gets_its_own_outcome_and_the_first_failure_is_the_exit_code() {
     o.assert_code(exit::HTTP_STATUS);
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
     assert_eq!(sha256_file(&dir.join("f2.bin")), shas[2], "{err}");
-    assert!(!dir.join("f1.bin").exists(), "a file that failed its checksum landed\n{err}");
+    assert!(
+        !dir.join("f1.bin").exists(),
+        "a file that failed its checksum landed\n{err}"
+    );
     let j = json(&dir);
     let codes: Vec<u64> = j["files"]
         .as_array()
@@ -124,10 +127,16 @@ fn each_file_gets_its_own_outcome_and_the_first_failure_is_the_exit_code() {
     assert_eq!(codes, [0, 5, 3, 9, 0], "{j}\n{err}");
     assert_eq!(j["files"][4]["mirrors"].as_array().map(Vec::len), Some(2), "{j}");
     assert_eq!(j["files"][3]["checksum_verified"], false);
-    assert_eq!((j["run"]["ok"].as_u64(), j["run"]["failed"].as_u64()), (Some(2), Some(3)));
+    assert_eq!(
+        (j["run"]["ok"].as_u64(), j["run"]["failed"].as_u64()),
+        (Some(2), Some(3))
+    );
     assert_eq!(j["run"]["exit_code"], 5);
     assert!(err.contains("2 ok, 3 failed (first: file 2, exit 5)"), "{err}");
-    assert!(err.contains(&format!("{}, line 2", l.display())), "the 404 names its line\n{err}");
+    assert!(
+        err.contains(&format!("{}, line 2", l.display())),
+        "the 404 names its line\n{err}"
+    );
 }
 
 /// `--fail-fast`: the first failure stops the run; the files after it are not requested.
@@ -142,7 +151,11 @@ fn fail_fast_stops_at_the_first_failure() {
     let o = ringdl(&dir, &["-Z", "--fail-fast", &first, &missing, &last]);
     o.assert_code(exit::HTTP_STATUS);
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0]);
-    assert_eq!(requests(&format!("/{base}/f1.bin")), 0, "a file after --fail-fast's stop was requested");
+    assert_eq!(
+        requests(&format!("/{base}/f1.bin")),
+        0,
+        "a file after --fail-fast's stop was requested"
+    );
     assert!(!dir.join("f1.bin").exists());
     let j = json(&dir);
     assert_eq!(j["files"].as_array().unwrap().len(), 2, "{j}");
@@ -172,7 +185,10 @@ fn a_malformed_line_or_one_path_twice_is_exit_2_before_any_request() {
     );
     // The same name from two URLs, and out= naming another entry's file.
     let other = n.http_url("list-malformed-elsewhere/f0.bin");
-    for text in [format!("{good}\n{other}\n"), format!("{good}\n{other}\n  out=./f0.bin\n")] {
+    for text in [
+        format!("{good}\n{other}\n"),
+        format!("{good}\n{other}\n  out=./f0.bin\n"),
+    ] {
         let l = list(&dir, &text);
         let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
         o.assert_code(exit::USAGE);
@@ -192,7 +208,10 @@ fn a_list_from_standard_input() {
     let n = nginx();
     let (base, shas) = serve("stdin", &[33 * KIB]);
     let dir = TestDir::new("list-stdin");
-    let l = list(&dir, &format!("{}\n  out=from-stdin.bin\n", n.http_url(&format!("{base}/f0.bin"))));
+    let l = list(
+        &dir,
+        &format!("{}\n  out=from-stdin.bin\n", n.http_url(&format!("{base}/f0.bin"))),
+    );
     let mut cmd = ringdl_cmd(&dir, &["-i", "-"]);
     cmd.command_mut().stdin(fs::File::open(&l).unwrap());
     cmd.run().assert_success();
@@ -223,7 +242,11 @@ fn z_makes_each_url_its_own_file_and_d_places_them() {
 fn one_file_options_are_refused_with_several_files() {
     let dir = TestDir::new("list-refused");
     let h = "0".repeat(64);
-    for (opt, val) in [("-o", "x.bin"), ("--checksum", &*format!("sha-256={h}")), ("--offset", "4096")] {
+    for (opt, val) in [
+        ("-o", "x.bin"),
+        ("--checksum", &*format!("sha-256={h}")),
+        ("--offset", "4096"),
+    ] {
         let o = ringdl(&dir, &["-Z", opt, val, "http://127.0.0.1:9/a", "http://127.0.0.1:9/b"]);
         o.assert_code(exit::USAGE);
         let err = o.stderr_text();
@@ -254,7 +277,10 @@ fn tls_sessions_are_resumed_across_files() {
         .map(|f| f["tls_resumed_handshakes"].as_u64().unwrap())
         .collect();
     assert_eq!(resumed[0], 0, "{j}");
-    assert!(resumed[1] > 0 && resumed[2] > 0, "later files made full handshakes: {resumed:?}\n{j}");
+    assert!(
+        resumed[1] > 0 && resumed[2] > 0,
+        "later files made full handshakes: {resumed:?}\n{j}"
+    );
     assert_eq!(j["run"]["tls_resumed_handshakes"], resumed.iter().sum::<u64>());
 }
 
@@ -278,12 +304,17 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(1000));
-        let _ = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status();
     });
     first.assert_code(exit::INTERRUPTED);
     let err = first.stderr_text();
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
-    assert!(dir.join("f1.bin.part").exists() && dir.join("f1.bin.part.ringdl").exists(), "{err}");
+    assert!(
+        dir.join("f1.bin.part").exists() && dir.join("f1.bin.part.ringdl").exists(),
+        "{err}"
+    );
     assert!(served(2).is_empty(), "the file after the interrupt was started\n{err}");
     assert_eq!(json(&dir)["run"]["not_started"], 1);
     let before = served(1).len();
@@ -294,7 +325,11 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     for (k, sha) in shas.iter().enumerate() {
         assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
     }
-    assert_eq!(served(0).len(), first_file_requests, "the finished file was fetched again\n{err}");
+    assert_eq!(
+        served(0).len(),
+        first_file_requests,
+        "the finished file was fetched again\n{err}"
+    );
     assert!(err.contains("already there, not fetched again (-c)"), "{err}");
     let rest: u64 = served(1)[before..].iter().map(|r| r.1).sum();
     assert!(

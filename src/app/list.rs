@@ -144,7 +144,11 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
 
 /// The run's line: files ok / failed / not started, bytes, time, rate.
 fn say_totals(t: &RunTotals, first_failure: Option<(u8, usize)>) {
-    let rate = if t.seconds > 0.0 { t.fetched as f64 / t.seconds } else { 0.0 };
+    let rate = if t.seconds > 0.0 {
+        t.fetched as f64 / t.seconds
+    } else {
+        0.0
+    };
     eprintln!(
         "ringdl: {} of {}: {} ok, {} failed{}{}; {} fetched in {:.2} s, {}/s",
         plural(t.ok + t.failed, "file"),
@@ -152,7 +156,11 @@ fn say_totals(t: &RunTotals, first_failure: Option<(u8, usize)>) {
         t.ok,
         t.failed,
         first_failure.map_or(String::new(), |(c, k)| format!(" (first: file {}, exit {c})", k + 1)),
-        if t.not_started > 0 { format!(", {} not started", t.not_started) } else { String::new() },
+        if t.not_started > 0 {
+            format!(", {} not started", t.not_started)
+        } else {
+            String::new()
+        },
         progress::human(t.fetched),
         t.seconds,
         progress::human(rate as u64),
