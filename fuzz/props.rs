@@ -39,6 +39,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("signature_signify", signature_signify),
     ("signature_minisign", signature_minisign),
     ("signature_keys", signature_keys),
+    ("input_list", input_list),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -2075,4 +2076,82 @@ pub fn signature_keys(data: &[u8]) {
             }
         }
     }
+}
+
+/// `-i` lists (`ringdl::input::parse`): never a panic; an error names a line that exists
+/// (or says the list has no URL); every entry's line is a line of the input, in
+/// increasing order, and holds its URLs; `out=` stays relative without `..`;
+/// `connections=` is within 1..=64; and writing the entries back as a list parses to the
+/// same entries (line numbers aside).
+pub fn input_list(data: &[u8]) {
+    use ringdl::input::{Entry, parse};
+    let lines = data.split(|&b| b == b'\n').count();
+    let entries = match parse(data, "L") {
+        Ok(e) => e,
+        Err(e) => {
+            let m = &e.msg;
+            let n: Option<usize> = m
+                .strip_prefix("L, line ")
+                .and_then(|r| r.split(':').next())
+                .and_then(|n| n.parse().ok());
+            assert!(
+                n.is_some_and(|n| (1..=lines).contains(&n)) || m == "L: no URL in the list",
+                "an error that names no line of the input: {m}"
+            );
+            return;
+        }
+    };
+    assert!(!entries.is_empty());
+    let text = String::from_utf8_lossy(data);
+    let text_lines: Vec<&str> = text.split('\n').collect();
+    let mut last = 0;
+    for e in &entries {
+        assert!(
+            e.line > last && e.line <= lines,
+            "line {} after {last} of {lines}",
+            e.line
+        );
+        last = e.line;
+        assert!(!e.urls.is_empty(), "an entry without a URL: {e:?}");
+        for u in &e.urls {
+            assert!(
+                text_lines[e.line - 1].contains(u.as_str()),
+                "{u:?} is not on line {}",
+                e.line
+            );
+        }
+        if let Some(out) = &e.out {
+            assert!(out.is_relative(), "{out:?}");
+            assert!(
+                !out.components().any(|c| c == std::path::Component::ParentDir),
+                "{out:?}"
+            );
+        }
+        assert!(e.connections.is_none_or(|c| (1..=64).contains(&c)));
+    }
+    let mut again = String::new();
+    for e in &entries {
+        again.push_str(&e.urls.join("\t"));
+        again.push('\n');
+        let mut opt = |k: &str, v: &str| again.push_str(&format!(" {k}={v}\n"));
+        if let Some(o) = &e.out {
+            opt("out", &o.to_string_lossy());
+        }
+        if let Some(d) = &e.dir {
+            opt("dir", &d.to_string_lossy());
+        }
+        if let Some(c) = &e.checksum {
+            let hex: String = c.expected.iter().map(|b| format!("{b:02x}")).collect();
+            opt("checksum", &format!("{}={hex}", c.name));
+        }
+        for (n, v) in &e.headers {
+            opt("header", &format!("{n}: {v}"));
+        }
+        if let Some(c) = e.connections {
+            opt("connections", &c.to_string());
+        }
+    }
+    let back = parse(again.as_bytes(), "L").unwrap_or_else(|e| panic!("{again:?} does not parse back: {}", e.msg));
+    let strip = |v: &[Entry]| -> Vec<Entry> { v.iter().cloned().map(|e| Entry { line: 0, ..e }).collect() };
+    assert_eq!(strip(&back), strip(&entries), "written back as {again:?}");
 }

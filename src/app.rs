@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use crate::cli::{self, Command};
 use crate::config::{Config, OutputTarget};
-use crate::control::{headers, proxy, resolve, tls};
 use crate::engine::EngineKind;
 use crate::engine::select::{self, Sink};
 use crate::err;
@@ -17,61 +16,112 @@ use crate::output::{self, Output};
 use crate::report::{self as progress, Progress, Record};
 
 mod inputs;
+mod list;
+mod route;
 mod updates;
 
 use inputs::{checksum_from_file, load_resume};
+use route::{given_urls, hop_headers, leave_out, mirror_route};
 
 /// Runs ringdl with the process arguments; the exit code is documented in README.md
 /// "Exit status".
 pub fn main() -> ExitCode {
-    let started = std::time::Instant::now();
-    let mut record = Record::default();
-    let result = real_main(&mut record);
-    let mut code = match &result {
-        Ok(()) => 0,
+    let opts = match cli::parse(std::env::args_os().skip(1)) {
         Err(e) => {
             eprintln!("ringdl: {e}");
-            e.kind.exit_code()
+            return ExitCode::from(e.kind.exit_code());
         }
+        Ok(Command::Help) => {
+            print!("{}", cli::HELP);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Version) => {
+            println!("ringdl {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Files(base, files)) => return ExitCode::from(list::main(base, files)),
+        Ok(Command::Download(o)) => o,
     };
+    let started = std::time::Instant::now();
+    let mut record = Record::default();
+    let result = PerRun::new().and_then(|mut per_run| run(opts, &mut record, &mut per_run));
+    let mut code = exit_code(&result);
     if let Some(dest) = record.json.take() {
-        if result.is_err() && record.seconds.is_none() {
-            record.seconds = Some(started.elapsed().as_secs_f64());
-        }
-        let msg = result.as_ref().err().map(|e| e.to_string());
-        let json = record.to_json(code, msg.as_deref());
-        let written = if dest.as_os_str() == "-" {
-            std::io::Write::write_all(&mut std::io::stdout().lock(), json.as_bytes())
-        } else {
-            std::fs::write(&dest, json)
-        };
-        if let Err(e) = written {
-            eprintln!("ringdl: --json {}: {e}", dest.display());
-            if code == 0 {
-                code = crate::error::Kind::LocalIo.exit_code();
-            }
+        let json = file_json(&mut record, &result, code, started);
+        if write_json(&dest, &json).is_err() && code == 0 {
+            code = crate::error::Kind::LocalIo.exit_code();
         }
     }
     ExitCode::from(code)
 }
 
-fn real_main(record: &mut Record) -> Result<()> {
-    let opts = match cli::parse(std::env::args_os().skip(1))? {
-        Command::Help => {
-            print!("{}", cli::HELP);
-            return Ok(());
+/// The exit code of one file's `result`, its error said on stderr.
+fn exit_code(result: &Result<()>) -> u8 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ringdl: {e}");
+            e.kind.exit_code()
         }
-        Command::Version => {
-            println!("ringdl {}", env!("CARGO_PKG_VERSION"));
-            return Ok(());
-        }
-        Command::Download(o) => o,
+    }
+}
+
+/// One file's `--json` object (see [`Record::to_json`]); a failure before the transfer
+/// reports the time since `started`.
+fn file_json(record: &mut Record, result: &Result<()>, code: u8, started: std::time::Instant) -> String {
+    if result.is_err() && record.seconds.is_none() {
+        record.seconds = Some(started.elapsed().as_secs_f64());
+    }
+    let msg = result.as_ref().err().map(|e| e.to_string());
+    record.to_json(code, msg.as_deref())
+}
+
+/// Writes `json` to `dest` (`-` = standard output); a failure is said on stderr.
+fn write_json(dest: &std::path::Path, json: &str) -> std::io::Result<()> {
+    let written = if dest.as_os_str() == "-" {
+        std::io::Write::write_all(&mut std::io::stdout().lock(), json.as_bytes())
+    } else {
+        std::fs::write(dest, json)
     };
-    run(opts, record)
+    written.inspect_err(|e| eprintln!("ringdl: --json {}: {e}", dest.display()))
+}
+
+/// What the files of one run share: the signal fd, the TLS client configuration (one
+/// `Arc`, so rustls' session cache resumes sessions across files; made at the first
+/// https URL), and where the current file stands in the run.
+pub(crate) struct PerRun {
+    /// SIGINT/SIGTERM as a readable fd (blocked from the start, so one that arrives
+    /// between files stays pending and stops the next transfer).
+    signals: std::os::fd::OwnedFd,
+    /// The TLS client configuration every https connection of the run uses.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// Several files: files done before this one, and the run's count (progress line).
+    files: Option<(usize, usize)>,
+    /// Connections, origins and buffers one file leaves for the next (keep-alive).
+    reactor: download::Reactor,
+}
+
+impl PerRun {
+    /// Blocks SIGINT and SIGTERM and takes them as a signalfd (before anything else: an
+    /// interrupt becomes a completion on the ring, so it stops a download between two
+    /// operations and keeps the `.part` consistent).
+    ///
+    /// # Errors
+    /// `LocalIo` when signalfd(2) fails.
+    fn new() -> Result<PerRun> {
+        let signals = uring::signal::block_signals(&[uring::signal::SIGINT, uring::signal::SIGTERM])
+            .map_err(|e| err!(LocalIo, "signalfd: {e}"))?;
+        Ok(PerRun {
+            signals,
+            tls: None,
+            files: None,
+            reactor: download::Reactor::new(),
+        })
+    }
 }
 
 /// One download as `opts` asks (the command's, or a `--signature` URL's).
-fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
+fn run(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
     if let Some(p) = opts.json.as_ref().filter(|p| p.as_os_str() != "-") {
         // A record that cannot be written is found out now, not after the download.
         std::fs::OpenOptions::new()
@@ -84,20 +134,16 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
     record.json = opts.json.clone();
     record.url = Some(opts.url.clone());
     record.mirror_urls = opts.mirrors.iter().map(|m| m.url.clone()).collect();
-    // Before anything else: SIGINT/SIGTERM become a completion on the ring, so an interrupt
-    // stops the download between two operations and keeps the `.part` consistent.
-    let signals = uring::signal::block_signals(&[uring::signal::SIGINT, uring::signal::SIGTERM])
-        .map_err(|e| err!(LocalIo, "signalfd: {e}"))?;
     let given = given_urls(&opts)?;
     let url = given[0].0.clone();
     if opts.insecure {
         eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
     }
-    let final_path = output::final_path(&opts.output, &url);
+    let final_path = output::final_path(&opts.output, &url).map(|p| in_dir(opts.dir.as_deref(), p));
     record.output = final_path.as_ref().map(|p| p.display().to_string());
     // A signature (and its keys) is read, fetched and parsed before anything is.
     let plan = crate::signed::load(&opts, |u| {
-        crate::signed::fetch_small(u, &opts, |sub| run(sub, &mut Record::default()))
+        crate::signed::fetch_small(u, &opts, |sub| run(sub, &mut Record::default(), per_run))
     })?;
     let signed_input = plan.as_ref().and_then(|p| p.over_file(&mut opts));
     if let Some(sums) = &opts.checksum_file {
@@ -160,6 +206,13 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
     select::refusal(opts.engine, https, ktls_here, not_a_file)?;
     // Held until exit: nothing below may read the control file or touch the `.part` of
     // another ringdl's download.
+    if let Some(dir) = final_path
+        .as_deref()
+        .and_then(|p| p.parent())
+        .filter(|_| opts.dir.is_some())
+    {
+        std::fs::create_dir_all(dir).map_err(|e| err!(LocalIo, "creating {}: {e}", dir.display()))?;
+    }
     let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;
     let control = updates::control_path(&opts, final_path.as_deref(), device);
     // Without -c a `.part` whose control file is there resumes too (aria2c does the same),
@@ -195,7 +248,7 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
             opts.force,
             resume_state.is_some(),
             opts.resume || implicit,
-            Some(signals.as_fd()),
+            Some(per_run.signals.as_fd()),
         ),
     }
     .inspect_err(|_| {
@@ -247,9 +300,9 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
         eprintln!("ringdl: engine {} ({how})", engine.name());
     }
     let mut progress = Progress::new(opts.quiet, opts.verbose);
-    let mut tls_config = None;
-    // One file: the reactor's kept connections serve its redirects' hops to one origin.
-    let mut reactor = download::Reactor::new();
+    if let Some((done, total)) = per_run.files {
+        progress.files(done, total);
+    }
     // Each URL given (with its credentials), where it points now, and its redirects.
     let mut given = given;
     let mut urls: Vec<http::Url> = given.iter().map(|g| g.0.clone()).collect();
@@ -267,7 +320,7 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
         let mut routes = Vec::with_capacity(urls.len());
         let mut unresolved = Vec::new();
         for (k, url) in urls.iter().enumerate() {
-            match mirror_route(url, &headers[k], &opts, &mut tls_config) {
+            match mirror_route(url, &headers[k], &opts, &mut per_run.tls) {
                 Ok(r) => routes.push(r),
                 Err(e) if urls.len() > 1 && e.kind == crate::error::Kind::Network => unresolved.push((k, e.msg)),
                 Err(e) => {
@@ -295,13 +348,13 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
             out: &out,
             resume: resume_state.clone(),
             control: control.clone(),
-            signals: Some(signals.as_raw_fd()),
+            signals: Some(per_run.signals.as_raw_fd()),
             engine,
             ktls: ktls_on,
             failed: &mut failed,
             signed: signed_input,
         };
-        let s = match download::run(routes, &opts, target, &mut progress, &mut reactor) {
+        let s = match download::run(routes, &opts, target, &mut progress, &mut per_run.reactor) {
             Ok(Outcome::Done(s)) => s,
             Ok(Outcome::NotModified { mirror }) => {
                 progress.clear();
@@ -406,7 +459,7 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
             ));
         }
         if let (Some(name), OutputTarget::Default) = (&s.disposition, &opts.output) {
-            let p = std::path::PathBuf::from(name);
+            let p = in_dir(opts.dir.as_deref(), std::path::PathBuf::from(name));
             Output::check_free(&p, opts.force)?;
             out.final_path = Some(p);
         }
@@ -459,6 +512,14 @@ fn run(mut opts: Box<Config>, record: &mut Record) -> Result<()> {
     }
 }
 
+/// `p` in `-d`'s directory `dir` when `p` is relative (as aria2c places `-o` under `-d`).
+pub(crate) fn in_dir(dir: Option<&std::path::Path>, p: std::path::PathBuf) -> std::path::PathBuf {
+    match dir {
+        Some(d) if p.is_relative() && d != std::path::Path::new(".") => d.join(p),
+        _ => p,
+    }
+}
+
 impl Record {
     /// Takes what the finished transfer `s` of `url` learned.
     fn fill(&mut self, url: &http::Url, engine: EngineKind, s: &download::Summary) {
@@ -497,158 +558,4 @@ fn mirrors_served(mirrors: &[crate::report::MirrorReport]) -> String {
     }
     let served = mirrors.iter().filter(|m| m.bytes > 0).count();
     format!(" from {served} of {} mirrors", mirrors.len())
-}
-
-/// Every URL given, parsed, with the credentials it may carry (`--user`, else its own
-/// userinfo; see [`crate::config::MirrorUrl`]).
-///
-/// # Errors
-/// `Usage` for a URL that does not parse, naming it.
-fn given_urls(opts: &Config) -> Result<Vec<(http::Url, Option<crate::config::Credentials>)>> {
-    let first = std::iter::once((&opts.url, opts.credentials.clone()));
-    let rest = opts.mirrors.iter().map(|m| (&m.url, m.credentials.clone()));
-    first
-        .chain(rest)
-        .map(|(u, c)| {
-            let url = http::Url::parse(u).map_err(|e| err!(Usage, "bad URL {u:?}: {e}"))?;
-            Ok((url, c))
-        })
-        .collect()
-}
-
-/// The extra request fields for `url`, a hop from `first` (a URL given): `-H` and the
-/// credentials, those that carry secrets only on `first`'s origin. Says with `-v` what is
-/// left out, with `-vv` what is sent (secrets redacted).
-fn hop_headers(
-    opts: &Config,
-    credentials: Option<&crate::config::Credentials>,
-    first: &http::Url,
-    url: &http::Url,
-) -> Vec<(String, String)> {
-    let (headers, dropped) = headers::for_hop(opts, credentials, first, url);
-    if !dropped.is_empty() && opts.verbose > 0 {
-        eprintln!(
-            "ringdl: not sending {} to {} (another origin than {})",
-            dropped.join(", "),
-            url,
-            first
-        );
-    }
-    if opts.verbose > 1 {
-        for (name, value) in &headers {
-            // An empty value sends no field (curl's `-H 'Name:'`): say so, not "Name: ".
-            if value.trim_matches([' ', '\t']).is_empty() {
-                eprintln!("ringdl: header {name}: (empty: not sent)");
-            } else {
-                eprintln!("ringdl: header {name}: {}", headers::shown(name, value));
-            }
-        }
-    }
-    headers
-}
-
-/// A mirror left out before the download (its name does not resolve, its redirect is
-/// refused): said, and kept for the summary.
-fn leave_out(url: http::Url, why: String, progress: &mut Progress) -> crate::report::MirrorReport {
-    progress.note(crate::report::Note::MirrorDropped {
-        url: url.to_string(),
-        why: why.clone(),
-        hint: "",
-    });
-    crate::report::MirrorReport {
-        url: url.to_string(),
-        bytes: 0,
-        dropped: Some(why),
-    }
-}
-
-/// How to reach `url`: the proxy for its host, the addresses to connect to, the TLS
-/// configuration for https (made once, shared by every https URL).
-///
-/// # Errors
-/// `Network` when the name (or the proxy's) does not resolve; `Usage` for a bad proxy.
-fn mirror_route<'a>(
-    url: &'a http::Url,
-    headers: &'a [(String, String)],
-    opts: &Config,
-    tls_config: &mut Option<std::sync::Arc<rustls::ClientConfig>>,
-) -> Result<download::mirrors::MirrorRoute<'a>> {
-    // Chosen again for every URL: a redirect to another host may go another way.
-    let proxy = match proxy::choose(
-        url,
-        opts.proxy.as_deref(),
-        opts.noproxy.as_deref(),
-        opts.proxy_user.as_ref(),
-        |k| std::env::var(k).ok(),
-    )? {
-        Ok(p) => {
-            if opts.verbose > 0 {
-                let how = match p.url.scheme() {
-                    http::ProxyScheme::Socks5h => {
-                        format!(": a SOCKS5 tunnel per connection, the proxy resolves {}", url.host())
-                    }
-                    http::ProxyScheme::Socks5 => {
-                        format!(": a SOCKS5 tunnel per connection, {} resolved here", url.host())
-                    }
-                    http::ProxyScheme::Http if p.tunnel => ": a CONNECT tunnel per connection".to_owned(),
-                    http::ProxyScheme::Http => ": requests in absolute-form".to_owned(),
-                };
-                eprintln!("ringdl: proxy {} (from {}){how}", p.url, p.source);
-            }
-            Some(p)
-        }
-        Err(why) => {
-            if opts.verbose > 0 {
-                match why {
-                    proxy::Direct::Exempt(src) => eprintln!("ringdl: {} matches {src}: no proxy", url.host()),
-                    proxy::Direct::Disabled(src) => eprintln!("ringdl: {src} is empty: no proxy"),
-                    proxy::Direct::NoProxy => {}
-                }
-            }
-            None
-        }
-    };
-    // socks5:// (not socks5h://): the origin's name is resolved here (with --resolve), and
-    // the proxy is given the first address; the proxy connects to it.
-    let mut proxy = proxy;
-    if let Some(socks) = proxy
-        .as_mut()
-        .filter(|p| p.url.scheme() == http::ProxyScheme::Socks5)
-        .and_then(|p| p.socks.as_mut())
-    {
-        let target = resolve::resolve(url.host(), url.port(), &opts.resolve, opts.verbose)?;
-        socks.target = target.first().copied();
-    }
-    // Through a proxy only the proxy's name is resolved (but see socks5:// above): the
-    // proxy resolves the origin.
-    let (host, port) = match &proxy {
-        Some(p) => (p.url.host(), p.url.port()),
-        None => (url.host(), url.port()),
-    };
-    // (--resolve applies to the proxy's name as to any other.)
-    let addrs = resolve::resolve(host, port, &opts.resolve, opts.verbose).map_err(|mut e| {
-        if proxy.is_some() {
-            e.msg = format!("proxy: {}", e.msg);
-        }
-        e
-    })?;
-    let tls = if url.scheme() == http::Scheme::Https {
-        if tls_config.is_none() {
-            *tls_config = Some(tls::client_config(
-                opts.ca_certificate.as_deref(),
-                &opts.pinned_public_keys,
-                opts.insecure,
-                opts.verbose,
-            )?);
-        }
-        tls_config.clone()
-    } else {
-        None
-    };
-    Ok(download::mirrors::MirrorRoute {
-        url,
-        headers,
-        tls,
-        route: proxy::Route { addrs, proxy },
-    })
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Checksum, Config, Credentials, IoChoice, MirrorUrl, OutputTarget, Resolve};
+use crate::config::{Checksum, Config, Credentials, IoChoice, MAX_CONNECTIONS, MirrorUrl, OutputTarget, Resolve};
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
@@ -11,10 +11,25 @@ use crate::error::Result;
 pub enum Command {
     /// Download with these options.
     Download(Box<Config>),
+    /// `-i` or `-Z`: several files, one after another; the options apply to each (its
+    /// URLs are not set yet: see [`set_urls`]).
+    Files(Box<Config>, Files),
     /// Print help and exit 0.
     Help,
     /// Print the version and exit 0.
     Version,
+}
+
+/// Several files in one run (`-i`, `-Z`).
+#[derive(Debug, Default)]
+pub struct Files {
+    /// `-i FILE`: the list to read (`-` = standard input).
+    pub input: Option<PathBuf>,
+    /// The files given on the command line, each as its URLs (one file of mirrors, or
+    /// with `-Z` one file per URL); they come before the list's.
+    pub given: Vec<Vec<String>>,
+    /// `--fail-fast`: stop at the first file that fails.
+    pub fail_fast: bool,
 }
 
 /// The `--help` text.
@@ -22,11 +37,24 @@ pub const HELP: &str = "\
 ringdl - download one file over HTTP or HTTPS through io_uring, O_DIRECT and rustls
 
 Usage: ringdl [OPTIONS] URL [MIRROR-URL...]
+       ringdl [OPTIONS] -Z URL...          (each URL its own file)
+       ringdl [OPTIONS] -i LIST            (the files of a list)
 
 More than one URL: mirrors of one file (as aria2c takes them). Connections are spread
 over them; the first URL names the output; a mirror whose size or validator (ETag, else
 Last-Modified; any validator with --checksum) differs from the first that answers, or
 that fails, is dropped with a note. See docs/guide/mirrors.md.
+
+Several files (one after another; the options below apply to each):
+  -i, --input-file FILE     fetch the files listed in FILE ('-' = standard input),
+                            aria2c's format: a line of TAB-separated URLs (mirrors of one
+                            file), then indented key=value lines for that file: out=,
+                            dir=, checksum=ALG=HEX, header=, connections=; # comments
+  -Z, --force-sequential    each URL on the command line is its own file (without -Z,
+                            several URLs are mirrors of one file)
+  -d, --dir DIR             where names without a directory go (created if missing)
+      --fail-fast           stop at the first file that fails (default: fetch the
+                            others, exit with the first failure's code)
 
 Output:
   -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
@@ -145,10 +173,13 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     use lexopt::prelude::*;
     let mut p = lexopt::Parser::from_args(args);
     let mut urls: Vec<String> = Vec::new();
+    let mut files = Files::default();
+    let mut each = false;
     let mut o = Config {
         url: String::new(),
         mirrors: Vec::new(),
         output: OutputTarget::Default,
+        dir: None,
         connections: 4,
         engine: None,
         io: IoChoice::Auto,
@@ -195,6 +226,10 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     while let Some(arg) = p.next().map_err(usage)? {
         match arg {
             Short('h') | Long("help") => return Ok(Command::Help),
+            Short('i') | Long("input-file") => files.input = Some(path_value(&mut p, "-i")?),
+            Short('Z') | Long("force-sequential") => each = true,
+            Short('d') | Long("dir") => o.dir = Some(path_value(&mut p, "-d")?),
+            Long("fail-fast") => files.fail_fast = true,
             Short('V') | Long("version") => return Ok(Command::Version),
             Short('o') | Long("output") => {
                 let v = p.value().map_err(usage)?;
@@ -209,8 +244,8 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             }
             Short('x') | Long("connections") => {
                 let n: usize = number(&mut p, "--connections")?;
-                if !(1..=64).contains(&n) {
-                    return Err(err!(Usage, "--connections must be 1 to 64, not {n}"));
+                if !(1..=MAX_CONNECTIONS).contains(&n) {
+                    return Err(err!(Usage, "--connections must be 1 to {MAX_CONNECTIONS}, not {n}"));
                 }
                 o.connections = n;
             }
@@ -370,12 +405,31 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             "--signature and --trusted-key go together: a signature is checked against the keys you trust"
         ));
     }
+    if files.input.is_some() || each {
+        refuse_with_files(&o)?;
+        if urls.is_empty() && files.input.is_none() {
+            return Err(err!(Usage, "missing URL (see ringdl --help)"));
+        }
+        files.given = match each {
+            true => urls.into_iter().map(|u| vec![u]).collect(),
+            false if urls.is_empty() => Vec::new(),
+            false => vec![urls],
+        };
+        return Ok(Command::Files(Box::new(o), files));
+    }
+    if urls.is_empty() {
+        return Err(err!(Usage, "missing URL (see ringdl --help)"));
+    }
+    set_urls(&mut o, urls);
+    Ok(Command::Download(Box::new(o)))
+}
+
+/// Sets the URL and the mirrors of `o` (which has none yet) from `urls` (at least one).
+/// Credentials never stay in a URL: it is printed and saved in the control file.
+/// `--user` (already in `o`) goes to every URL; a URL's own userinfo only to that URL.
+pub(crate) fn set_urls(o: &mut Config, urls: Vec<String>) {
     let mut urls = urls.into_iter();
-    let url = urls
-        .next()
-        .ok_or_else(|| err!(Usage, "missing URL (see ringdl --help)"))?;
-    // Credentials never stay in the URL: it is printed and saved in the control file.
-    // `--user` goes to every URL given; a URL's own userinfo only to that URL.
+    let url = urls.next().unwrap_or_default();
     let given = o.credentials.clone();
     let (url, userinfo) = http::split_userinfo(&url);
     o.url = url;
@@ -384,6 +438,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
     {
         o.credentials = Some(Credentials { user, password });
     }
+    o.mirrors.clear();
     for m in urls {
         let (url, userinfo) = http::split_userinfo(&m);
         let own = userinfo.map(|(user, password)| Credentials { user, password });
@@ -392,7 +447,48 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             credentials: given.clone().or(own),
         });
     }
-    Ok(Command::Download(Box::new(o)))
+}
+
+/// The options that name one file, refused with `-i` / `-Z` (exit 2): each file of a run
+/// needs its own name, digest, signature, validator file or device place.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] naming the option and what to use instead.
+fn refuse_with_files(o: &Config) -> Result<()> {
+    let one_file = [
+        (
+            o.output != OutputTarget::Default,
+            "-o",
+            "give each file its name with out= in a list (-i)",
+        ),
+        (
+            o.checksum.is_some(),
+            "--checksum",
+            "give each file its digest with checksum= in a list, or use --checksum-file",
+        ),
+        (
+            o.signature.is_some(),
+            "--signature",
+            "fetch and check the signed file in a run of its own",
+        ),
+        (
+            o.etag_compare.is_some() || o.etag_save.is_some(),
+            "--etag-compare/--etag-save",
+            "they keep one file's ETag",
+        ),
+        (
+            o.offset != 0 || o.control.is_some(),
+            "--offset/--control",
+            "a block device takes one image",
+        ),
+    ];
+    match one_file.iter().find(|(given, ..)| *given) {
+        Some((_, name, instead)) => Err(err!(
+            Usage,
+            "{name} names one file: it cannot go with several files (-i, -Z); {instead}"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// `--limit-rate` as curl takes it: bytes per second, with an optional suffix `K`, `M` or
@@ -443,7 +539,7 @@ fn utf8(v: std::ffi::OsString, name: &str) -> Result<String> {
 /// # Errors
 /// [`crate::error::Kind::Usage`] naming the header (never its value, which may be a
 /// secret) for a malformed name, a field ringdl writes itself, or a control character.
-fn add_header(headers: &mut Vec<(String, String)>, name: &str, value: &str) -> Result<()> {
+pub(crate) fn add_header(headers: &mut Vec<(String, String)>, name: &str, value: &str) -> Result<()> {
     http::check_field(name, value).map_err(|e| err!(Usage, "-H {name:?}: {e}"))?;
     if ["User-Agent", "Accept"].iter().any(|f| f.eq_ignore_ascii_case(name)) {
         headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));

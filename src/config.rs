@@ -25,9 +25,13 @@ pub enum OutputTarget {
     Stdout,
     /// A file path; written as `PATH.part`, renamed when complete.
     File(PathBuf),
-    /// Not given: the URL's last path segment in the current directory.
+    /// Not given: the URL's last path segment (or Content-Disposition's name), in
+    /// [`Config::dir`] or else the current directory.
     Default,
 }
+
+/// Most connections `-x` (and a list's `connections=`) may ask for.
+pub const MAX_CONNECTIONS: usize = 64;
 
 /// Everything one download is asked to do (from the command line).
 #[derive(Clone, Debug)]
@@ -41,7 +45,10 @@ pub struct Config {
     pub mirrors: Vec<MirrorUrl>,
     /// `-o/--output`.
     pub output: OutputTarget,
-    /// `-x/--connections`: concurrent Range connections, 1..=64.
+    /// `-d DIR`: where a name without a directory goes (the URL's, Content-Disposition's,
+    /// a relative `-o` or `out=`); created when a file is about to be written there.
+    pub dir: Option<PathBuf>,
+    /// `-x/--connections`: concurrent Range connections, 1..=[`MAX_CONNECTIONS`].
     pub connections: usize,
     /// `--engine`: the engine asked for; `None` = auto (see [`crate::engine::select`]).
     pub engine: Option<crate::engine::EngineKind>,

@@ -45,6 +45,7 @@ mod control;
 pub mod engine;
 mod error;
 mod event;
+pub mod input;
 mod io;
 mod output;
 mod report;

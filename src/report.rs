@@ -12,7 +12,7 @@ mod bar;
 mod json;
 
 pub(crate) use json::push_json_string;
-pub use json::{MirrorReport, Record};
+pub use json::{MirrorReport, Record, RunTotals};
 
 /// Time constant of the rate shown, seconds: an exponentially weighted rate over about
 /// this long (bytes land in bursts of write blocks; a per-tick rate swings 2x and more).
@@ -63,6 +63,8 @@ pub struct Progress {
     drawn: usize,
     rate: Rate,
     next_line: Duration,
+    /// Several files in the run: files done before this one and the run's count.
+    files: Option<(usize, usize)>,
 }
 
 impl Progress {
@@ -75,7 +77,14 @@ impl Progress {
             drawn: 0,
             rate: Rate::default(),
             next_line: LINE_EVERY,
+            files: None,
         }
+    }
+
+    /// Several files in one run: `done` of `total` landed or failed before this one; the
+    /// line starts with `[done/total files]`.
+    pub fn files(&mut self, done: usize, total: usize) {
+        self.files = Some((done, total));
     }
 
     /// Called each tick: `have` bytes of the file in place (resumed ones included) of
@@ -94,7 +103,10 @@ impl Progress {
         if self.quiet || (!self.tty && elapsed < self.next_line) {
             return;
         }
-        let line = line(have, total, rate, live);
+        let mut line = line(have, total, rate, live);
+        if let Some((done, n)) = self.files {
+            line = format!("[{done}/{n} files] {line}");
+        }
         if self.tty {
             // TIOCGWINSZ each redraw (a few a second): a resized terminal is followed.
             let width = rustix::termios::tcgetwinsize(std::io::stderr())

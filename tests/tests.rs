@@ -14,6 +14,7 @@ mod faults;
 mod fresh;
 mod fuzz_corpus;
 mod limit_rate;
+mod list;
 mod mirrors;
 mod multipart;
 mod proxy;

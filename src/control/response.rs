@@ -170,10 +170,14 @@ fn first_answer_of_mirror(
     };
     let total = sh.tr.total.unwrap_or(0);
     if complete != total {
-        return Err(Fail::fatal(
+        let mut f = Fail::fatal(
             Kind::Protocol,
             format!("{host}: size {complete} differs from the reference's {total}"),
-        ));
+        );
+        if crate::event::mirrors::names_differ(&sh.tr.mirrors[k].url, &sh.tr.mirrors[r].url) {
+            f.hint = crate::event::mirrors::DIFFERENT_FILES_HINT;
+        }
+        return Err(f);
     }
     let validators = Validators::of(resp);
     if sh.opts.checksum.is_none()
@@ -539,10 +543,18 @@ pub(crate) fn on_head(
             } else {
                 String::new()
             };
-            Err(Fail::fatal(
+            let mut f = Fail::fatal(
                 Kind::HttpStatus,
                 format!("HTTP {code} {} for {}{hint}", String::from_utf8_lossy(resp.reason), url),
-            ))
+            );
+            // A mirror that cannot serve a range of the reference's is shorter than it.
+            if code == 416
+                && let Some(r) = sh.tr.reference.filter(|&r| r != job.mirror)
+                && crate::event::mirrors::names_differ(&sh.tr.mirrors[job.mirror].url, &sh.tr.mirrors[r].url)
+            {
+                f.hint = crate::event::mirrors::DIFFERENT_FILES_HINT;
+            }
+            Err(f)
         }
         _ => Err(Fail::fatal(
             Kind::Protocol,

@@ -127,6 +127,53 @@ impl MirrorReport {
     }
 }
 
+/// What `--json` reports about a run of several files (`-i`, `-Z`): one object per file
+/// tried ([`Record::to_json`], unchanged) and the run's totals.
+#[derive(Debug, Default)]
+pub struct RunTotals {
+    /// Files in the run (the list's and the command line's).
+    pub files: u64,
+    /// Files that landed (or were already there with `-c`).
+    pub ok: u64,
+    /// Files that failed.
+    pub failed: u64,
+    /// Files not tried: after SIGINT, or after a failure with `--fail-fast`.
+    pub not_started: u64,
+    /// Size of the files that landed, bytes.
+    pub bytes: u64,
+    /// Body bytes fetched by this run, over every file tried.
+    pub fetched: u64,
+    /// Wall time of the run, seconds.
+    pub seconds: f64,
+    /// TLS handshakes in full and resumed, over every file tried.
+    pub tls_full_handshakes: u64,
+    pub tls_resumed_handshakes: u64,
+}
+
+impl RunTotals {
+    /// `{"files":[FILE,…],"run":{…,"exit_code":N}}` on one line, newline-terminated:
+    /// `files` holds each file's object as [`Record::to_json`] wrote it.
+    pub fn to_json(&self, files: &[String], exit_code: u8) -> String {
+        let mut run = JsonObject::default();
+        run.u64("files", Some(self.files));
+        run.u64("ok", Some(self.ok));
+        run.u64("failed", Some(self.failed));
+        run.u64("not_started", Some(self.not_started));
+        run.u64("bytes", Some(self.bytes));
+        run.u64("fetched", Some(self.fetched));
+        run.f64("seconds", Some(self.seconds));
+        run.f64("rate", (self.seconds > 0.0).then(|| self.fetched as f64 / self.seconds));
+        run.u64("tls_full_handshakes", Some(self.tls_full_handshakes));
+        run.u64("tls_resumed_handshakes", Some(self.tls_resumed_handshakes));
+        run.u64("exit_code", Some(exit_code.into()));
+        let list: Vec<&str> = files.iter().map(|f| f.trim_end()).collect();
+        let mut o = JsonObject::default();
+        o.raw("files", &format!("[{}]", list.join(",")));
+        o.raw("run", run.finish().trim_end());
+        o.finish()
+    }
+}
+
 /// A flat JSON object written by hand (RFC 8259): string, number, boolean and `null`
 /// members, and arrays of strings.
 #[derive(Default)]

@@ -1,0 +1,363 @@
+//! Several files in one run (`-i LIST`, `-Z URL...`): every file is checked before any
+//! request (the list's lines, the URLs, two files that would write one path), then the
+//! files run one after another in this process, each through the one-file path in three
+//! steps — [`prepare`] (its options and name), fetch and finish ([`super::run`]: the
+//! output, `event::run`, the checksum and the rename) — so that a reactor can later
+//! prepare many, run them at once and finish each as it completes. What is per run is
+//! made once and shared: the signal fd and the TLS client configuration (its session
+//! cache resumes sessions across files), in [`PerRun`].
+//!
+//! A failed file does not stop the others (but with `--fail-fast`); SIGINT/SIGTERM stop
+//! the run: the file in flight keeps its `.part` and control file, later files are not
+//! started. Exit status: 0 when every file landed, else the first failure's code.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::time::Instant;
+
+use super::{PerRun, file_json, in_dir, run, write_json};
+use crate::cli::{self, Files};
+use crate::config::{Checksum, Config, OutputTarget};
+use crate::err;
+use crate::error::{Kind, Result};
+use crate::input::{self, Entry};
+use crate::output;
+use crate::report::{self as progress, Record, RunTotals};
+
+/// One file of the run, checked: where it was given, its options, where it lands.
+pub(super) struct Job {
+    /// `LIST, line N` or `command line, file N` (for messages).
+    pub(super) origin: String,
+    /// The file's options: the command line's, then its entry's.
+    pub(super) opts: Box<Config>,
+    /// Where it lands (`None` with `--content-disposition` and no `out=`: named by the
+    /// server, known only after the transfer).
+    pub(super) path: Option<PathBuf>,
+}
+
+/// Runs the files of `files` with the options of `base`; returns the exit code.
+pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
+    let started = Instant::now();
+    let jobs = match plan(&base, &files) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("ringdl: {e}");
+            return e.kind.exit_code();
+        }
+    };
+    if let Some(p) = base.json.as_ref().filter(|p| p.as_os_str() != "-") {
+        // A record that cannot be written is found out now, not after the downloads.
+        if let Err(e) = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(p)
+        {
+            eprintln!("ringdl: --json {}: {e}", p.display());
+            return Kind::LocalIo.exit_code();
+        }
+    }
+    let mut per_run = match PerRun::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ringdl: {e}");
+            return e.kind.exit_code();
+        }
+    };
+    let n = jobs.len();
+    let mut totals = RunTotals {
+        files: n as u64,
+        ..RunTotals::default()
+    };
+    let mut objects = Vec::with_capacity(n);
+    let mut first_failure: Option<(u8, usize)> = None;
+    for (k, job) in jobs.into_iter().enumerate() {
+        per_run.files = Some((k, n));
+        let url = job.opts.url.clone();
+        let file_started = Instant::now();
+        let mut record = Record::default();
+        let result = match finished(&job) {
+            Some(done) => done.map(|bytes| {
+                if !base.quiet {
+                    eprintln!(
+                        "ringdl: [{}/{n}] {}: already there, not fetched again (-c)",
+                        k + 1,
+                        show(job.path.as_deref())
+                    );
+                }
+                record.url = Some(job.opts.url.clone());
+                record.output = job.path.as_ref().map(|p| p.display().to_string());
+                (record.bytes, record.fetched) = (Some(bytes), Some(0));
+            }),
+            None => {
+                // (The run's record is written at its end: none per file.)
+                let mut opts = job.opts;
+                opts.json = None;
+                run(opts, &mut record, &mut per_run)
+            }
+        };
+        let code = match &result {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("ringdl: [{}/{n}] {url} ({}): {e}", k + 1, job.origin);
+                e.kind.exit_code()
+            }
+        };
+        totals.fetched += record.fetched.unwrap_or(0);
+        totals.tls_full_handshakes += record.tls_full_handshakes.unwrap_or(0);
+        totals.tls_resumed_handshakes += record.tls_resumed_handshakes.unwrap_or(0);
+        if code == 0 {
+            totals.ok += 1;
+            totals.bytes += record.bytes.unwrap_or(0);
+        } else {
+            totals.failed += 1;
+            first_failure.get_or_insert((code, k));
+        }
+        if base.json.is_some() {
+            objects.push(file_json(&mut record, &result, code, file_started));
+        }
+        let mut interrupted = result.as_ref().is_err_and(|e| e.kind == Kind::Interrupted);
+        // A signal that came while this file's last fsync or read-back ran: the file landed,
+        // and the run stops before the next one.
+        if let Some(name) = per_run.reactor.interrupted.take()
+            && k + 1 < n
+        {
+            eprintln!("ringdl: interrupted by {name}");
+            first_failure.get_or_insert((Kind::Interrupted.exit_code(), k));
+            interrupted = true;
+        }
+        if interrupted || (code != 0 && files.fail_fast) {
+            totals.not_started = (n - k - 1) as u64;
+            if totals.not_started > 0 && !base.quiet {
+                eprintln!(
+                    "ringdl: {} not started ({})",
+                    plural(totals.not_started, "file"),
+                    if interrupted { "interrupted" } else { "--fail-fast" }
+                );
+            }
+            break;
+        }
+    }
+    totals.seconds = started.elapsed().as_secs_f64();
+    let code = first_failure.map_or(0, |(c, _)| c);
+    if !base.quiet || code != 0 {
+        say_totals(&totals, first_failure);
+    }
+    match &base.json {
+        Some(dest) if write_json(dest, &totals.to_json(&objects, code)).is_err() && code == 0 => {
+            Kind::LocalIo.exit_code()
+        }
+        _ => code,
+    }
+}
+
+/// The run's line: files ok / failed / not started, bytes, time, rate.
+fn say_totals(t: &RunTotals, first_failure: Option<(u8, usize)>) {
+    let rate = if t.seconds > 0.0 {
+        t.fetched as f64 / t.seconds
+    } else {
+        0.0
+    };
+    eprintln!(
+        "ringdl: {} of {}: {} ok, {} failed{}{}; {} fetched in {:.2} s, {}/s",
+        plural(t.ok + t.failed, "file"),
+        t.files,
+        t.ok,
+        t.failed,
+        first_failure.map_or(String::new(), |(c, k)| format!(" (first: file {}, exit {c})", k + 1)),
+        if t.not_started > 0 {
+            format!(", {} not started", t.not_started)
+        } else {
+            String::new()
+        },
+        progress::human(t.fetched),
+        t.seconds,
+        progress::human(rate as u64),
+    );
+}
+
+/// `1 file`, `3 files`.
+fn plural(n: u64, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// A path for messages (`standard output` for none).
+fn show(p: Option<&Path>) -> String {
+    p.map_or_else(|| "standard output".to_owned(), |p| p.display().to_string())
+}
+
+/// Every file of the run, checked before any request: the list read and parsed, each
+/// file's options made ([`prepare`]), and no two files writing one path.
+///
+/// # Errors
+/// `Usage` (exit 2) for a malformed line, a bad URL or two files with one path;
+/// `LocalIo` when the list cannot be read.
+pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
+    let mut entries: Vec<(String, Entry)> = files
+        .given
+        .iter()
+        .enumerate()
+        .map(|(k, urls)| {
+            let entry = Entry {
+                line: 0,
+                urls: urls.clone(),
+                out: None,
+                dir: None,
+                checksum: None,
+                headers: Vec::new(),
+                connections: None,
+            };
+            (format!("command line, file {}", k + 1), entry)
+        })
+        .collect();
+    if let Some(list) = &files.input {
+        let (bytes, source) = if list.as_os_str() == "-" {
+            let mut b = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut b)
+                .map_err(|e| err!(LocalIo, "-i -: standard input: {e}"))?;
+            (b, "standard input".to_owned())
+        } else {
+            let b = std::fs::read(list).map_err(|e| err!(LocalIo, "-i {}: {e}", list.display()))?;
+            (b, list.display().to_string())
+        };
+        for e in input::parse(&bytes, &source)? {
+            entries.push((format!("{source}, line {}", e.line), e));
+        }
+    }
+    let mut jobs: Vec<Job> = Vec::with_capacity(entries.len());
+    let mut paths: HashMap<PathBuf, usize> = HashMap::new();
+    for (origin, entry) in entries {
+        let job = prepare(base, origin, entry)?;
+        if let Some(p) = &job.path {
+            if let Some(&other) = paths.get(&same_file(p)) {
+                return Err(err!(
+                    Usage,
+                    "{} and {} would both write {} (give one of them out= in a list, or -o on its own run)",
+                    jobs[other].origin,
+                    job.origin,
+                    p.display()
+                ));
+            }
+            paths.insert(same_file(p), jobs.len());
+        }
+        jobs.push(job);
+    }
+    Ok(jobs)
+}
+
+/// The options of one file: `base` (the command line's) with its URLs and its entry's
+/// options over them (`out=`, `dir=` over `-d`, `checksum=` over `--checksum-file`,
+/// `header=` after `-H`, `connections=` over `-x`), and the path it will write.
+///
+/// # Errors
+/// `Usage` naming `origin` for a URL that does not parse, a header or a bad path.
+fn prepare(base: &Config, origin: String, e: Entry) -> Result<Job> {
+    let mut o = Box::new(base.clone());
+    cli::set_urls(&mut o, e.urls);
+    for u in std::iter::once(&o.url).chain(o.mirrors.iter().map(|m| &m.url)) {
+        http::Url::parse(u).map_err(|why| err!(Usage, "{origin}: bad URL {u:?}: {why}"))?;
+    }
+    if let Some(d) = e.dir {
+        o.dir = Some(d);
+    }
+    if let Some(out) = e.out {
+        o.output = OutputTarget::File(out);
+    }
+    if let Some(c) = e.checksum {
+        o.checksum = Some(c);
+        o.checksum_file = None;
+    }
+    for (name, value) in &e.headers {
+        cli::add_header(&mut o.headers, name, value).map_err(|mut err| {
+            err.msg = format!("{origin}: {}", err.msg);
+            err
+        })?;
+    }
+    if let Some(c) = e.connections {
+        o.connections = c;
+    }
+    let url = http::Url::parse(&o.url).map_err(|why| err!(Usage, "{origin}: bad URL: {why}"))?;
+    let named_later = o.content_disposition && o.output == OutputTarget::Default;
+    let path = output::final_path(&o.output, &url)
+        .filter(|_| !named_later)
+        .map(|p| in_dir(o.dir.as_deref(), p));
+    Ok(Job { origin, opts: o, path })
+}
+
+/// `p` as a key that two spellings of one path share (`./a`, `a`, `$PWD/a`): absolute,
+/// without `.` components. (Lexical: a symlinked directory is not seen through.)
+fn same_file(p: &Path) -> PathBuf {
+    let abs = match p.is_absolute() {
+        true => p.to_path_buf(),
+        false => std::env::current_dir().unwrap_or_default().join(p),
+    };
+    abs.components().filter(|c| *c != Component::CurDir).collect()
+}
+
+/// With `-c`, whether `job` landed in an earlier run and is not fetched again: its file
+/// is there and no `.part` of it is (a `.part` is an unfinished file, resumed). With a
+/// checksum (`checksum=`, or the `--checksum-file` line) the file is read and must match.
+/// `None`: fetch it; `Some(Ok(size))`: it is there; `Some(Err)`: it is there and does
+/// not match its checksum (exit 9; `--force` fetches it again).
+fn finished(job: &Job) -> Option<Result<u64>> {
+    let o = &job.opts;
+    let path = job.path.as_deref().filter(|_| o.resume && !o.force)?;
+    let meta = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
+    if std::fs::symlink_metadata(output::part_path(path)).is_ok() {
+        return None;
+    }
+    let want = match (&o.checksum, &o.checksum_file) {
+        (Some(c), _) => Some(c.clone()),
+        (None, Some(sums)) => {
+            let text = std::fs::read(sums).ok()?;
+            let url = http::Url::parse(&o.url).ok()?;
+            let name = sums.display().to_string();
+            Some(super::inputs::checksum_from_file(&text, &name, Some(path), &url).ok()?)
+        }
+        (None, None) => None,
+    };
+    Some(match want {
+        Some(c) => check_existing(path, &c).map(|()| meta.len()),
+        None => Ok(meta.len()),
+    })
+}
+
+/// Reads `path` whole and compares its digest with `want`.
+///
+/// # Errors
+/// `LocalIo` when it cannot be read; `Checksum` when it does not match.
+fn check_existing(path: &Path, want: &Checksum) -> Result<()> {
+    let mut f = std::fs::File::open(path).map_err(|e| err!(LocalIo, "{}: {e}", path.display()))?;
+    let mut ctx = ring::digest::Context::new(want.algorithm);
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = std::io::Read::read(&mut f, &mut buf).map_err(|e| err!(LocalIo, "{}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    if ctx.finish().as_ref() != want.expected.as_slice() {
+        return Err(err!(
+            Checksum,
+            "{} is there (-c) but does not match its {}: --force fetches it again",
+            path.display(),
+            want.name
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_path_is_one_path_however_spelled() {
+        assert_eq!(same_file(Path::new("a")), same_file(Path::new("./a")));
+        assert_eq!(same_file(Path::new("d/./a")), same_file(Path::new("d/a")));
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(same_file(Path::new("a")), same_file(&cwd.join("a")));
+        assert_ne!(same_file(Path::new("a")), same_file(Path::new("d/a")));
+    }
+}

@@ -1,0 +1,376 @@
+//! Several files in one run (`-i LIST`, `-Z`, `-d`, `--fail-fast`): lists of files
+//! served by the real nginx fixture, each test under its own directory of the document
+//! root (`list-<test>/`), so its lines in nginx's logs are its own. Bytes are compared by
+//! SHA-256; nginx's logs prove which requests went out, and how many bytes were served.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::util::{HANG, KIB, MIB, Output, TestDir, exit, free_port, nginx, sha256_file, write_random_file};
+
+/// Files of `sizes` bytes written under `list-<test>/` of nginx's document root, named
+/// `f0.bin`, `f1.bin`…; returns (the directory's URL path, their SHA-256s).
+fn serve(test: &str, sizes: &[u64]) -> (String, Vec<String>) {
+    let dir = nginx().www().join(format!("list-{test}"));
+    fs::create_dir_all(&dir).unwrap();
+    let shas = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &size)| write_random_file(&dir.join(format!("f{k}.bin")), size, 7000 + k as u64 * 31 + size))
+        .collect();
+    (format!("list-{test}"), shas)
+}
+
+/// ringdl in `dir` trusting the fixture's CA, no retry waits, `--json run.json`.
+fn ringdl(dir: &TestDir, args: &[&str]) -> Output {
+    ringdl_cmd(dir, args).run()
+}
+
+fn ringdl_cmd(dir: &TestDir, args: &[&str]) -> crate::util::TestCommand {
+    let ca = nginx().ca_pem().display().to_string();
+    let mut cmd = dir.ringdl();
+    cmd.timeout(HANG)
+        .args(["--ca-certificate", &ca, "--retry-wait", "0", "--json", "run.json"])
+        .args(args);
+    cmd
+}
+
+/// `run.json`, parsed.
+fn json(dir: &TestDir) -> serde_json::Value {
+    let text = fs::read_to_string(dir.join("run.json")).expect("run.json");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("run.json: {e}: {text}"))
+}
+
+/// Requests nginx's main access log holds for `path` (a URL path, `/list-…/f0.bin`).
+fn requests(path: &str) -> usize {
+    nginx().access_log(&format!(" {path} ")).len()
+}
+
+/// Writes `text` as `list.txt` in `dir`; returns its path.
+fn list(dir: &TestDir, text: &str) -> PathBuf {
+    let p = dir.join("list.txt");
+    fs::write(&p, text).unwrap();
+    p
+}
+
+/// Every file of a list lands with its exact bytes, over HTTP and over HTTPS, where
+/// `out=` and `dir=` say; one summary line per file, one for the run; `--json` has one
+/// object per file and the run's totals.
+#[test]
+fn every_file_of_a_list_lands_exactly_over_http_and_https() {
+    let n = nginx();
+    let (base, shas) = serve("exact", &[0, 1, 300 * KIB, MIB + 1]);
+    let dir = TestDir::new("list-exact");
+    let text = format!(
+        "# four files\n{}\n{}\n  out=one.bin\n\n{}\n  dir=sub\n{}\n  out=deep/last.bin\n  connections=2\n",
+        n.http_url(&format!("{base}/f0.bin")),
+        n.https_url(&format!("{base}/f1.bin")),
+        n.http_url(&format!("{base}/f2.bin")),
+        n.https_url(&format!("{base}/f3.bin")),
+    );
+    let l = list(&dir, &text);
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap(), "-d", "got"]);
+    o.assert_success();
+    let got = ["got/f0.bin", "got/one.bin", "sub/f2.bin", "got/deep/last.bin"];
+    for (path, sha) in got.iter().zip(&shas) {
+        assert_eq!(&sha256_file(&dir.join(path)), sha, "{path}\n{}", o.stderr_text());
+    }
+    let err = o.stderr_text();
+    assert_eq!(o.summary_lines().len(), 4, "{err}");
+    assert!(err.contains("ringdl: 4 files of 4: 4 ok, 0 failed;"), "{err}");
+    let j = json(&dir);
+    let files = j["files"].as_array().unwrap();
+    assert_eq!(files.len(), 4, "{j}");
+    assert_eq!(files[3]["bytes"], MIB + 1);
+    assert_eq!(files[3]["exit_code"], 0);
+    assert_eq!(j["run"]["ok"], 4);
+    assert_eq!(j["run"]["bytes"], 300 * KIB + MIB + 2);
+    assert_eq!(j["run"]["exit_code"], 0);
+}
+
+/// A list mixing a good file, a 404, an unreachable host, a checksum mismatch and a file
+/// of two mirrors: each gets its own outcome and code, the good ones land, and the run
+/// exits with the first failure's code (the 404's 5).
+#[test]
+fn each_file_gets_its_own_outcome_and_the_first_failure_is_the_exit_code() {
+    let n = nginx();
+    let (base, shas) = serve("mixed", &[200 * KIB, 100 * KIB, 500 * KIB]);
+    let dir = TestDir::new("list-mixed");
+    let dead = free_port(false);
+    let text = format!(
+        "{}\n{}\nhttp://127.0.0.1:{dead}/nothing.bin\n{}\n  checksum=sha-256={}\n{}\t{}\n",
+        n.http_url(&format!("{base}/f0.bin")),
+        n.http_url(&format!("{base}/missing.bin")),
+        n.http_url(&format!("{base}/f1.bin")),
+        "0".repeat(64),
+        n.http_url(&format!("{base}/f2.bin")),
+        n.https_url(&format!("{base}/f2.bin")),
+    );
+    let l = list(&dir, &text);
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap(), "--max-tries", "1", "-x", "2"]);
+    let err = o.stderr_text();
+    o.assert_code(exit::HTTP_STATUS);
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
+    assert_eq!(sha256_file(&dir.join("f2.bin")), shas[2], "{err}");
+    assert!(
+        !dir.join("f1.bin").exists(),
+        "a file that failed its checksum landed\n{err}"
+    );
+    let j = json(&dir);
+    let codes: Vec<u64> = j["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["exit_code"].as_u64().unwrap())
+        .collect();
+    assert_eq!(codes, [0, 5, 3, 9, 0], "{j}\n{err}");
+    assert_eq!(j["files"][4]["mirrors"].as_array().map(Vec::len), Some(2), "{j}");
+    assert_eq!(j["files"][3]["checksum_verified"], false);
+    assert_eq!(
+        (j["run"]["ok"].as_u64(), j["run"]["failed"].as_u64()),
+        (Some(2), Some(3))
+    );
+    assert_eq!(j["run"]["exit_code"], 5);
+    assert!(err.contains("2 ok, 3 failed (first: file 2, exit 5)"), "{err}");
+    assert!(
+        err.contains(&format!("{}, line 2", l.display())),
+        "the 404 names its line\n{err}"
+    );
+}
+
+/// `--fail-fast`: the first failure stops the run; the files after it are not requested.
+#[test]
+fn fail_fast_stops_at_the_first_failure() {
+    let n = nginx();
+    let (base, shas) = serve("failfast", &[10 * KIB, 20 * KIB]);
+    let dir = TestDir::new("list-failfast");
+    let first = n.http_url(&format!("{base}/f0.bin"));
+    let missing = n.http_url(&format!("{base}/missing.bin"));
+    let last = n.http_url(&format!("{base}/f1.bin"));
+    let o = ringdl(&dir, &["-Z", "--fail-fast", &first, &missing, &last]);
+    o.assert_code(exit::HTTP_STATUS);
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0]);
+    assert_eq!(
+        requests(&format!("/{base}/f1.bin")),
+        0,
+        "a file after --fail-fast's stop was requested"
+    );
+    assert!(!dir.join("f1.bin").exists());
+    let j = json(&dir);
+    assert_eq!(j["files"].as_array().unwrap().len(), 2, "{j}");
+    assert_eq!(j["run"]["not_started"], 1);
+    // Without it, the file after the failure is fetched.
+    let dir = TestDir::new("list-failfast-without");
+    let o = ringdl(&dir, &["-Z", &first, &missing, &last]);
+    o.assert_code(exit::HTTP_STATUS);
+    assert_eq!(sha256_file(&dir.join("f1.bin")), shas[1]);
+}
+
+/// A malformed line, or two entries that would write one path: exit 2 naming the lines,
+/// before any request (nginx's log holds none for the good URL before it).
+#[test]
+fn a_malformed_line_or_one_path_twice_is_exit_2_before_any_request() {
+    let n = nginx();
+    let (base, _) = serve("malformed", &[KIB]);
+    let dir = TestDir::new("list-malformed");
+    let good = n.http_url(&format!("{base}/f0.bin"));
+    let l = list(&dir, &format!("{good}\n  out=a.bin\n\n{good}\n  split=4\n"));
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
+    o.assert_code(exit::USAGE);
+    let err = o.stderr_text();
+    assert!(
+        err.contains(&format!("{}, line 5: unknown option \"split\"", l.display())),
+        "{err}"
+    );
+    // The same name from two URLs, and out= naming another entry's file.
+    let other = n.http_url("list-malformed-elsewhere/f0.bin");
+    for text in [
+        format!("{good}\n{other}\n"),
+        format!("{good}\n{other}\n  out=./f0.bin\n"),
+    ] {
+        let l = list(&dir, &text);
+        let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
+        o.assert_code(exit::USAGE);
+        let err = o.stderr_text();
+        assert!(
+            err.contains(&format!("{0}, line 1 and {0}, line 2 would both write", l.display())),
+            "{err}"
+        );
+    }
+    assert_eq!(requests(&format!("/{base}/f0.bin")), 0, "a request went out");
+    assert!(!dir.join("f0.bin").exists() && !dir.join("a.bin").exists());
+}
+
+/// `-i -`: the list comes from standard input.
+#[test]
+fn a_list_from_standard_input() {
+    let n = nginx();
+    let (base, shas) = serve("stdin", &[33 * KIB]);
+    let dir = TestDir::new("list-stdin");
+    let l = list(
+        &dir,
+        &format!("{}\n  out=from-stdin.bin\n", n.http_url(&format!("{base}/f0.bin"))),
+    );
+    let mut cmd = ringdl_cmd(&dir, &["-i", "-"]);
+    cmd.command_mut().stdin(fs::File::open(&l).unwrap());
+    cmd.run().assert_success();
+    assert_eq!(sha256_file(&dir.join("from-stdin.bin")), shas[0]);
+}
+
+/// `-Z`: each URL its own file; `-d`: they go to that directory, created.
+#[test]
+fn z_makes_each_url_its_own_file_and_d_places_them() {
+    let n = nginx();
+    let (base, shas) = serve("z", &[5 * KIB, 70 * KIB]);
+    let dir = TestDir::new("list-z");
+    let a = n.http_url(&format!("{base}/f0.bin"));
+    let b = n.https_url(&format!("{base}/f1.bin"));
+    let o = ringdl(&dir, &["-Z", "-d", "new/dir", &a, &b]);
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("new/dir/f0.bin")), shas[0], "{}", o.stderr_text());
+    assert_eq!(sha256_file(&dir.join("new/dir/f1.bin")), shas[1]);
+    // -d with one file, without -Z: the same place, and today's single-file record.
+    let o = ringdl(&dir, &["-d", "one", &a]);
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("one/f0.bin")), shas[0]);
+    assert!(json(&dir)["files"].is_null(), "one file keeps its flat record");
+}
+
+/// Options that name one file are refused with several (exit 2), before any request.
+#[test]
+fn one_file_options_are_refused_with_several_files() {
+    let dir = TestDir::new("list-refused");
+    let h = "0".repeat(64);
+    for (opt, val) in [
+        ("-o", "x.bin"),
+        ("--checksum", &*format!("sha-256={h}")),
+        ("--offset", "4096"),
+    ] {
+        let o = ringdl(&dir, &["-Z", opt, val, "http://127.0.0.1:9/a", "http://127.0.0.1:9/b"]);
+        o.assert_code(exit::USAGE);
+        let err = o.stderr_text();
+        assert!(err.contains(opt) && err.contains("names one file"), "{err}");
+    }
+}
+
+/// Connections of later files resume the TLS session of earlier ones: the run shares one
+/// TLS configuration (its session cache), so `tls_resumed_handshakes` counts them.
+#[test]
+fn tls_sessions_are_resumed_across_files() {
+    let n = nginx();
+    let (base, shas) = serve("tls", &[40 * KIB, 50 * KIB, 60 * KIB]);
+    let dir = TestDir::new("list-tls");
+    let urls: Vec<String> = (0..3).map(|k| n.https_url(&format!("{base}/f{k}.bin"))).collect();
+    let mut args = vec!["-Z", "-x", "1", "-v"];
+    args.extend(urls.iter().map(String::as_str));
+    let o = ringdl(&dir, &args);
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha);
+    }
+    let j = json(&dir);
+    let resumed: Vec<u64> = j["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["tls_resumed_handshakes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(resumed[0], 0, "{j}");
+    assert!(
+        resumed[1] > 0 && resumed[2] > 0,
+        "later files made full handshakes: {resumed:?}\n{j}"
+    );
+    assert_eq!(j["run"]["tls_resumed_handshakes"], resumed.iter().sum::<u64>());
+}
+
+/// SIGINT in the middle of a list stops the run (exit 8): the file in flight keeps its
+/// `.part`, later files are not started. Then `-c` fetches only what was missing: not
+/// the finished first file again, the rest of the interrupted one, the last in full
+/// (counted from the bytes nginx served).
+#[test]
+fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
+    let n = nginx();
+    let sizes = [128 * KIB, 4 * MIB, 128 * KIB];
+    let (base, shas) = serve("sigint", &sizes);
+    let dir = TestDir::new("list-sigint");
+    let urls: Vec<String> = (0..3).map(|k| n.slow_url(&format!("{base}/f{k}.bin"))).collect();
+    let l = list(&dir, &format!("{}\n{}\n{}\n", urls[0], urls[1], urls[2]));
+    let served = |k: usize| n.slow_sent(&format!("{base}/f{k}.bin"));
+    let first = ringdl_cmd(&dir, &["-i", l.to_str().unwrap(), "-x", "4"]).run_with(|pid| {
+        // Interrupted about a second into the second file.
+        let t = Instant::now();
+        while served(0).is_empty() && t.elapsed() < HANG {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status();
+    });
+    first.assert_code(exit::INTERRUPTED);
+    let err = first.stderr_text();
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
+    assert!(
+        dir.join("f1.bin.part").exists() && dir.join("f1.bin.part.ringdl").exists(),
+        "{err}"
+    );
+    assert!(served(2).is_empty(), "the file after the interrupt was started\n{err}");
+    assert_eq!(json(&dir)["run"]["not_started"], 1);
+    let before = served(1).len();
+    let first_file_requests = served(0).len();
+    let second = ringdl(&dir, &["-i", l.to_str().unwrap(), "-x", "4", "-c"]);
+    second.assert_success();
+    let err = second.stderr_text();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    assert_eq!(
+        served(0).len(),
+        first_file_requests,
+        "the finished file was fetched again\n{err}"
+    );
+    assert!(err.contains("already there, not fetched again (-c)"), "{err}");
+    let rest: u64 = served(1)[before..].iter().map(|r| r.1).sum();
+    assert!(
+        served(1)[before..].iter().all(|r| r.0 > 0) && rest < sizes[1],
+        "the interrupted file was not resumed: {:?}\n{err}",
+        served(1)
+    );
+    assert!(served(2).iter().map(|r| r.1).sum::<u64>() >= sizes[2]);
+    let j = json(&dir);
+    assert_eq!(j["files"][0]["fetched"], 0, "{j}");
+    assert!(j["files"][1]["fetched"].as_u64().unwrap() < sizes[1], "{j}");
+}
+
+/// `ringdl BASE/a BASE/b` with two different files (other names, other sizes): b is
+/// dropped as a mirror — when smaller, by its 416 to a range of a's; when larger, by its
+/// size — and the message says they look like different files and names `-Z`.
+#[test]
+fn different_files_given_as_mirrors_are_named_as_such() {
+    let n = nginx();
+    let (base, shas) = serve("hint", &[MIB, 100 * KIB, 2 * MIB]);
+    // (Paced: the second URL answers before the first is done.)
+    let a = n.slow_url(&format!("{base}/f0.bin"));
+    for k in [1, 2] {
+        let dir = TestDir::new("list-hint");
+        let b = n.slow_url(&format!("{base}/f{k}.bin"));
+        let o = ringdl(&dir, &["-x", "4", &a, &b]);
+        o.assert_success();
+        let err = o.stderr_text();
+        assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0]);
+        assert!(
+            err.contains("look like different files") && err.contains("-Z"),
+            "f{k}: no hint that these are different files:\n{err}"
+        );
+    }
+    // Mirrors of one name and another size (a wrong mirror) get no such hint.
+    let c = n.slow_url("list-hint-other/f0.bin");
+    let other = nginx().www().join("list-hint-other");
+    fs::create_dir_all(&other).unwrap();
+    write_random_file(&other.join("f0.bin"), 10 * KIB, 5);
+    let dir = TestDir::new("list-hint-same-name");
+    let o = ringdl(&dir, &["-x", "4", &a, &c]);
+    o.assert_success();
+    assert!(!o.stderr_text().contains("different files"), "{}", o.stderr_text());
+}
