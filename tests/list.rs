@@ -261,7 +261,9 @@ fn tls_sessions_are_resumed_across_files() {
     let n = nginx();
     let (base, shas) = serve("tls", &[40 * KIB, 50 * KIB, 60 * KIB]);
     let dir = TestDir::new("list-tls");
-    let urls: Vec<String> = (0..3).map(|k| n.https_url(&format!("{base}/f{k}.bin"))).collect();
+    // `/once/` closes each connection after its response (keepalive_timeout 0): every file
+    // needs a new connection, and its handshake resumes the session the first one got.
+    let urls: Vec<String> = (0..3).map(|k| n.https_url(&format!("once/{base}/f{k}.bin"))).collect();
     let mut args = vec!["-Z", "-x", "1", "-v"];
     args.extend(urls.iter().map(String::as_str));
     let o = ringdl(&dir, &args);
@@ -373,4 +375,41 @@ fn different_files_given_as_mirrors_are_named_as_such() {
     let o = ringdl(&dir, &["-x", "4", &a, &c]);
     o.assert_success();
     assert!(!o.stderr_text().contains("different files"), "{}", o.stderr_text());
+}
+
+/// A run of small files from one origin reuses its connection (HTTP/1.1 keep-alive,
+/// RFC 9112 §9.3): nginx's connection serial numbers show one connection for twelve
+/// files over HTTP and one over HTTPS, and over HTTPS the later files make no handshake
+/// at all.
+#[test]
+fn a_list_from_one_origin_reuses_its_connection() {
+    let n = nginx();
+    let (base, shas) = serve("reuse", &[100 * KIB; 12]);
+    for (scheme, url) in [("http", n.http_url("")), ("https", n.https_url(""))] {
+        let dir = TestDir::new(&format!("list-reuse-{scheme}"));
+        let urls: Vec<String> = (0..shas.len()).map(|k| format!("{url}conn/{base}/f{k}.bin")).collect();
+        let mut args = vec!["-Z", "-x", "1"];
+        args.extend(urls.iter().map(String::as_str));
+        let o = ringdl(&dir, &args);
+        o.assert_success();
+        for (k, sha) in shas.iter().enumerate() {
+            assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "{scheme} f{k}");
+        }
+        let served = n.conn_log(&format!("/conn/{base}/"));
+        let conns: std::collections::BTreeSet<u64> = served.iter().map(|r| r.0).collect();
+        assert_eq!(served.len(), 12 * if scheme == "http" { 1 } else { 2 }, "{served:?}");
+        let this: Vec<&(u64, String)> = served[served.len() - 12..].iter().collect();
+        let mine: std::collections::BTreeSet<u64> = this.iter().map(|r| r.0).collect();
+        assert_eq!(mine.len(), 1, "{scheme}: 12 files over {} connections: {this:?} (all: {conns:?})", mine.len());
+        if scheme == "https" {
+            let j = json(&dir);
+            let files = j["files"].as_array().unwrap();
+            let handshakes: Vec<u64> = files
+                .iter()
+                .map(|f| f["tls_full_handshakes"].as_u64().unwrap() + f["tls_resumed_handshakes"].as_u64().unwrap())
+                .collect();
+            assert_eq!(handshakes[0], 1, "{j}");
+            assert!(handshakes[1..].iter().all(|&h| h == 0), "later files made handshakes: {handshakes:?}");
+        }
+    }
 }
