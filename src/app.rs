@@ -11,10 +11,10 @@ use crate::engine::select::{self, Sink};
 use crate::err;
 use crate::error::Result;
 use crate::event::{self as download, Outcome};
-use crate::output::resume;
 use crate::output::{self, Output};
-use crate::report::{self as progress, Progress, Record};
+use crate::report::{Progress, Record};
 
+mod finish;
 mod inputs;
 mod list;
 mod route;
@@ -120,8 +120,46 @@ impl PerRun {
     }
 }
 
-/// One download as `opts` asks (the command's, or a `--signature` URL's).
-fn run(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
+/// One download as `opts` asks (the command's, or a `--signature` URL's), in three steps:
+/// [`prepare`] (names, output, resume state, engine), [`fetch`] (the transfer, redirects,
+/// mirrors left out) and [`finish::finish`] (checks, rename, summary).
+fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
+    let prepared = prepare(opts, record, per_run)?;
+    fetch(prepared, record, per_run)
+}
+
+/// One file made ready for its transfer by [`prepare`].
+struct Prepared {
+    /// The file's options (`--checksum-file` resolved to its digest, a condition taken).
+    opts: Box<Config>,
+    /// Each URL given, parsed, with its credentials.
+    given: Vec<(http::Url, Option<crate::config::Credentials>)>,
+    /// `--signature`'s plan, and what it needs of the file (when it signs the file).
+    plan: Option<crate::signed::Plan>,
+    signed_input: Option<crate::signature::Input>,
+    /// The output when it is not a regular file.
+    special: Option<output::Special>,
+    /// The lock on the `.part`, held until the file is done.
+    lock: Option<output::PartLock>,
+    /// The control file, and the state read from it to resume.
+    control: Option<std::path::PathBuf>,
+    resume_state: Option<crate::output::resume::State>,
+    /// The output, opened.
+    out: Output,
+    /// The engine chosen, whether kTLS is to be tried, and the note of why.
+    engine: EngineKind,
+    ktls_on: bool,
+    engine_note: &'static str,
+}
+
+/// Prepares one file: its name, signature plan and checksum, the lock on its `.part`,
+/// its resume state, its output opened and its engine chosen. Nothing is requested
+/// (but a `--signature` or key URL, fetched first).
+///
+/// # Errors
+/// `Usage` for a bad URL or a refused combination, `LocalIo` for the output, and what
+/// loading a signature or a checksum file returns.
+fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<Prepared> {
     if let Some(p) = opts.json.as_ref().filter(|p| p.as_os_str() != "-") {
         // A record that cannot be written is found out now, not after the download.
         std::fs::OpenOptions::new()
@@ -289,7 +327,6 @@ fn run(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Resu
             return Err(e);
         }
     };
-    let mut out = out;
     record.engine = Some(engine.name().to_owned());
     if opts.verbose > 0 {
         let how = if out.direct {
@@ -299,6 +336,42 @@ fn run(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Resu
         };
         eprintln!("ringdl: engine {} ({how})", engine.name());
     }
+    Ok(Prepared {
+        opts,
+        given,
+        plan,
+        signed_input,
+        special,
+        lock,
+        control,
+        resume_state,
+        out,
+        engine,
+        ktls_on,
+        engine_note,
+    })
+}
+
+/// Runs the transfer of `p` (again after each redirect, without the mirrors left out)
+/// and finishes the file ([`finish::finish`]).
+///
+/// # Errors
+/// What the transfer or the finish returns; `Network` when no mirror is left.
+fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
+    let Prepared {
+        opts,
+        given,
+        plan,
+        signed_input,
+        special,
+        lock: _lock,
+        control,
+        resume_state,
+        mut out,
+        engine,
+        ktls_on,
+        engine_note,
+    } = p;
     let mut progress = Progress::new(opts.quiet, opts.verbose);
     if let Some((done, total)) = per_run.files {
         progress.files(done, total);
@@ -423,92 +496,18 @@ fn run(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Resu
         };
         // With mirrors the body came from the reference (the first given may be dropped).
         let k = s.reference.unwrap_or(0);
-        record.fill(&urls[k], engine, &s);
-        record.redirects = hops[k].into();
-        record.mirrors = s.mirrors.clone();
-        record.mirrors.extend(left_out.iter().cloned());
-        record.checksum_verified = match (&opts.checksum, &s.digest) {
-            (Some(want), Some(got)) => Some(want.expected == got.as_ref()),
-            // Never "verified" when nothing was read back.
-            (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {}", out.describe())),
-            _ => None,
+        let landing = finish::Landing {
+            opts: &opts,
+            plan: plan.as_ref(),
+            control: control.as_deref(),
+            special: special.as_ref(),
+            engine,
+            engine_note,
+            url: &urls[k],
+            redirects: hops[k],
+            left_out: &left_out,
         };
-        if let (Some(p), Some(input)) = (&plan, &s.signed) {
-            // Before the checksum and the rename: a bad signature leaves the `.part`.
-            let name = out.describe();
-            p.check(input.as_deref(), &name, &opts, &mut record.signature)
-                .map_err(|mut e| {
-                    e.msg.push_str(&format!(" (data kept in {name}, not renamed)"));
-                    e
-                })?;
-        }
-        if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
-            && want.expected != got.as_ref()
-        {
-            let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-            return Err(err!(
-                Checksum,
-                "{} mismatch: expected {}, got {} ({})",
-                want.name,
-                hex(&want.expected),
-                hex(got.as_ref()),
-                match out.room {
-                    Some(_) => format!("{} now holds an image that failed verification", out.describe()),
-                    None => format!("data kept in {}", out.describe()),
-                }
-            ));
-        }
-        if let (Some(name), OutputTarget::Default) = (&s.disposition, &opts.output) {
-            let p = in_dir(opts.dir.as_deref(), std::path::PathBuf::from(name));
-            Output::check_free(&p, opts.force)?;
-            out.final_path = Some(p);
-        }
-        updates::before_commit(&opts, &out, s.last_modified.as_deref())?;
-        out.commit()?;
-        updates::after_landing(&opts, s.etag.as_deref())?;
-        record.output = out.final_path.as_ref().map(|p| p.display().to_string());
-        if let Some(c) = &control {
-            resume::remove(c);
-        }
-        if opts.verbose > 0 && s.tls != "plain" {
-            // Connections to one origin share the run's TLS configuration and its session
-            // cache: after the first full handshake, tickets let the next ones resume.
-            eprintln!("ringdl: TLS handshakes: {} full, {} resumed", s.tls_full, s.tls_resumed);
-        }
-        if !opts.quiet {
-            let secs = s.elapsed.as_secs_f64();
-            // The rate of what this run fetched (a resume fetched only the rest).
-            let rate = if secs > 0.0 { s.fetched as f64 / secs } else { 0.0 };
-            eprintln!(
-                "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, I/O {}, {} connection{}{}{}, {}{}{}, {}",
-                s.bytes,
-                if s.fetched < s.bytes {
-                    format!(" ({} fetched now, the rest resumed)", s.fetched)
-                } else {
-                    String::new()
-                },
-                progress::human(rate as u64),
-                s.engine_label(engine, engine_note),
-                s.io,
-                s.connections,
-                if s.connections == 1 { "" } else { "s" },
-                mirrors_served(&record.mirrors),
-                match (&special, s.capped_at) {
-                    (Some(sp), _) if !sp.sink => format!(" (in order to {})", sp.what),
-                    (_, Some(n)) => format!(" (the server allows {n})"),
-                    _ => String::new(),
-                },
-                s.tls,
-                if s.registered { "" } else { ", unregistered buffers" },
-                opts.checksum
-                    .as_ref()
-                    .map_or(String::new(), |c| format!(", {} verified", c.name)),
-                out.final_path
-                    .as_ref()
-                    .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string()),
-            );
-        }
-        return Ok(());
+        return finish::finish(s, &mut out, landing, record);
     }
 }
 

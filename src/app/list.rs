@@ -1,9 +1,10 @@
 //! Several files in one run (`-i LIST`, `-Z URL...`): every file is checked before any
-//! request (the list's lines, the URLs, two files that would write one path), then the
-//! files run one after another in this process, each through the one-file path in three
-//! steps — [`prepare`] (its options and name), fetch and finish ([`super::run`]: the
-//! output, `event::run`, the checksum and the rename) — so that a reactor can later
-//! prepare many, run them at once and finish each as it completes. What is per run is
+//! request (the list's lines, the URLs, two files that would write one path: [`plan`]),
+//! then the files run one after another in this process, each with its [`options`]
+//! through the one-file path's three steps ([`super::run`]: prepare — the output and
+//! resume state —, fetch — `event::run` —, finish — the checksum, the rename, the
+//! summary), so that a reactor can later prepare many, run them at once and finish each
+//! as it completes. What is per run is
 //! made once and shared: the signal fd and the TLS client configuration (its session
 //! cache resumes sessions across files), in [`PerRun`].
 //!
@@ -24,12 +25,14 @@ use crate::input::{self, Entry};
 use crate::output;
 use crate::report::{self as progress, Record, RunTotals};
 
-/// One file of the run, checked: where it was given, its options, where it lands.
+/// One file of the run, checked: where it was given, its entry, where it lands. (Its
+/// options, a copy of the command line's, are made again at its turn: a long list holds
+/// entries, not copies of the options.)
 pub(super) struct Job {
     /// `LIST, line N` or `command line, file N` (for messages).
     pub(super) origin: String,
-    /// The file's options: the command line's, then its entry's.
-    pub(super) opts: Box<Config>,
+    /// Its URLs and the options over the command line's.
+    pub(super) entry: Entry,
     /// Where it lands (`None` with `--content-disposition` and no `out=`: named by the
     /// server, known only after the transfer).
     pub(super) path: Option<PathBuf>,
@@ -73,10 +76,12 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
     let mut first_failure: Option<(u8, usize)> = None;
     for (k, job) in jobs.into_iter().enumerate() {
         per_run.files = Some((k, n));
-        let url = job.opts.url.clone();
         let file_started = Instant::now();
         let mut record = Record::default();
-        let result = match finished(&job) {
+        // (Checked by `plan` already: the same entry gives the same options.)
+        let made = options(&base, &job.origin, &job.entry);
+        let url = made.as_ref().map_or_else(|_| String::new(), |(o, _)| o.url.clone());
+        let result = made.and_then(|(mut opts, _)| match finished(&opts, job.path.as_deref()) {
             Some(done) => done.map(|bytes| {
                 if !base.quiet {
                     eprintln!(
@@ -85,17 +90,16 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
                         show(job.path.as_deref())
                     );
                 }
-                record.url = Some(job.opts.url.clone());
+                record.url = Some(url.clone());
                 record.output = job.path.as_ref().map(|p| p.display().to_string());
                 (record.bytes, record.fetched) = (Some(bytes), Some(0));
             }),
             None => {
                 // (The run's record is written at its end: none per file.)
-                let mut opts = job.opts;
                 opts.json = None;
                 run(opts, &mut record, &mut per_run)
             }
-        };
+        });
         let code = match &result {
             Ok(()) => 0,
             Err(e) => {
@@ -187,7 +191,7 @@ fn show(p: Option<&Path>) -> String {
 }
 
 /// Every file of the run, checked before any request: the list read and parsed, each
-/// file's options made ([`prepare`]), and no two files writing one path.
+/// file's options made ([`options`]), and no two files writing one path.
 ///
 /// # Errors
 /// `Usage` (exit 2) for a malformed line, a bad URL or two files with one path;
@@ -227,7 +231,8 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
     let mut jobs: Vec<Job> = Vec::with_capacity(entries.len());
     let mut paths: HashMap<PathBuf, usize> = HashMap::new();
     for (origin, entry) in entries {
-        let job = prepare(base, origin, entry)?;
+        let (_, path) = options(base, &origin, &entry)?;
+        let job = Job { origin, entry, path };
         if let Some(p) = &job.path {
             if let Some(&other) = paths.get(&same_file(p)) {
                 return Err(err!(
@@ -247,24 +252,25 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
 
 /// The options of one file: `base` (the command line's) with its URLs and its entry's
 /// options over them (`out=`, `dir=` over `-d`, `checksum=` over `--checksum-file`,
-/// `header=` after `-H`, `connections=` over `-x`), and the path it will write.
+/// `header=` after `-H`, `connections=` over `-x`), and the path it will write (`None`
+/// when the server names it: `--content-disposition` without `out=`).
 ///
 /// # Errors
-/// `Usage` naming `origin` for a URL that does not parse, a header or a bad path.
-fn prepare(base: &Config, origin: String, e: Entry) -> Result<Job> {
+/// `Usage` naming `origin` for a URL that does not parse, or a header.
+fn options(base: &Config, origin: &str, e: &Entry) -> Result<(Box<Config>, Option<PathBuf>)> {
     let mut o = Box::new(base.clone());
-    cli::set_urls(&mut o, e.urls);
+    cli::set_urls(&mut o, e.urls.clone());
     for u in std::iter::once(&o.url).chain(o.mirrors.iter().map(|m| &m.url)) {
         http::Url::parse(u).map_err(|why| err!(Usage, "{origin}: bad URL {u:?}: {why}"))?;
     }
-    if let Some(d) = e.dir {
-        o.dir = Some(d);
+    if let Some(d) = &e.dir {
+        o.dir = Some(d.clone());
     }
-    if let Some(out) = e.out {
-        o.output = OutputTarget::File(out);
+    if let Some(out) = &e.out {
+        o.output = OutputTarget::File(out.clone());
     }
-    if let Some(c) = e.checksum {
-        o.checksum = Some(c);
+    if let Some(c) = &e.checksum {
+        o.checksum = Some(c.clone());
         o.checksum_file = None;
     }
     for (name, value) in &e.headers {
@@ -281,7 +287,7 @@ fn prepare(base: &Config, origin: String, e: Entry) -> Result<Job> {
     let path = output::final_path(&o.output, &url)
         .filter(|_| !named_later)
         .map(|p| in_dir(o.dir.as_deref(), p));
-    Ok(Job { origin, opts: o, path })
+    Ok((o, path))
 }
 
 /// `p` as a key that two spellings of one path share (`./a`, `a`, `$PWD/a`): absolute,
@@ -294,14 +300,13 @@ fn same_file(p: &Path) -> PathBuf {
     abs.components().filter(|c| *c != Component::CurDir).collect()
 }
 
-/// With `-c`, whether `job` landed in an earlier run and is not fetched again: its file
-/// is there and no `.part` of it is (a `.part` is an unfinished file, resumed). With a
+/// With `-c` (in `o`), whether the file of `path` landed in an earlier run and is not
+/// fetched again: it is there and no `.part` of it is (a `.part` is an unfinished file, resumed). With a
 /// checksum (`checksum=`, or the `--checksum-file` line) the file is read and must match.
 /// `None`: fetch it; `Some(Ok(size))`: it is there; `Some(Err)`: it is there and does
 /// not match its checksum (exit 9; `--force` fetches it again).
-fn finished(job: &Job) -> Option<Result<u64>> {
-    let o = &job.opts;
-    let path = job.path.as_deref().filter(|_| o.resume && !o.force)?;
+fn finished(o: &Config, path: Option<&Path>) -> Option<Result<u64>> {
+    let path = path.filter(|_| o.resume && !o.force)?;
     let meta = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
     if std::fs::symlink_metadata(output::part_path(path)).is_ok() {
         return None;

@@ -296,3 +296,53 @@ fn signature_and_trusted_key_go_together() {
     assert_eq!(o.trusted_keys.len(), 2);
     assert_eq!(o.signature_namespace, "file");
 }
+
+#[test]
+fn several_files_z_i_d_and_what_they_refuse() {
+    // -Z: one file per URL; without it, mirrors of one file (as before).
+    let Command::Files(o, f) = p(&["-Z", "-d", "dl", "http://h/a", "http://h/b", "--fail-fast"]).unwrap() else {
+        panic!("-Z is several files")
+    };
+    assert_eq!(f.given, [vec!["http://h/a".to_owned()], vec!["http://h/b".to_owned()]]);
+    assert!(f.fail_fast && f.input.is_none());
+    assert_eq!(o.dir.as_deref(), Some(std::path::Path::new("dl")));
+    let Command::Download(o) = p(&["http://h/a", "http://h/b"]).unwrap() else {
+        panic!("two URLs without -Z are one file")
+    };
+    assert_eq!(o.mirrors.len(), 1);
+    // -i with URLs: theirs first, as one file of mirrors.
+    let Command::Files(_, f) = p(&["-i", "-", "http://h/a", "http://g/a"]).unwrap() else {
+        panic!()
+    };
+    assert_eq!(f.input.as_deref(), Some(std::path::Path::new("-")));
+    assert_eq!(f.given.len(), 1);
+    assert!(p(&["-Z"]).is_err(), "-Z needs a URL");
+    for bad in [
+        &["-o", "x"][..],
+        &["-o", "-"],
+        &["--etag-save", "e"],
+        &["--control", "c"],
+    ] {
+        let mut args = vec!["-i", "l.txt"];
+        args.extend_from_slice(bad);
+        let e = p(&args).err().unwrap();
+        assert!(e.msg.contains("names one file"), "{bad:?}: {}", e.msg);
+    }
+    // --user goes to every URL of a file; a URL's userinfo only to its own.
+    let (_, f) = match p(&["-Z", "http://a:b@h/x"]).unwrap() {
+        Command::Files(o, f) => (o, f),
+        _ => panic!(),
+    };
+    let mut o = Config::clone(&p_base());
+    set_urls(&mut o, f.given[0].clone());
+    assert_eq!(o.url, "http://h/x");
+    assert_eq!(o.credentials.as_ref().map(|c| c.user.clone()), Some(b"a".to_vec()));
+}
+
+/// A `Config` with the defaults (as `-Z` leaves it before its URLs are set).
+fn p_base() -> Box<Config> {
+    match p(&["-Z", "http://h/x"]).unwrap() {
+        Command::Files(o, _) => o,
+        _ => panic!(),
+    }
+}

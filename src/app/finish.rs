@@ -1,0 +1,143 @@
+//! The last step of one file, once its transfer is done: the record, the signature and
+//! the checksum checked, the rename into place, the validators saved, the summary line.
+//! (Separate from the transfer so that a reactor running many files can finish each as
+//! it completes.)
+
+use std::path::Path;
+
+use super::{in_dir, updates};
+use crate::config::{Config, OutputTarget};
+use crate::engine::EngineKind;
+use crate::err;
+use crate::error::Result;
+use crate::event as download;
+use crate::output::{self, Output, resume};
+use crate::report::{self as progress, MirrorReport, Record};
+
+/// What [`finish`] needs from the steps before it.
+pub(super) struct Landing<'a> {
+    /// The file's options.
+    pub(super) opts: &'a Config,
+    /// `--signature`'s plan (keys and signature, loaded before the transfer).
+    pub(super) plan: Option<&'a crate::signed::Plan>,
+    /// The control file of the `.part` (removed once the file landed).
+    pub(super) control: Option<&'a Path>,
+    /// The output when it is not a regular file (standard output, a FIFO…).
+    pub(super) special: Option<&'a output::Special>,
+    /// The engine chosen, and the note of why (summary line).
+    pub(super) engine: EngineKind,
+    pub(super) engine_note: &'static str,
+    /// The URL the body came from (the reference mirror's, after redirects), and the
+    /// redirects followed to it.
+    pub(super) url: &'a http::Url,
+    pub(super) redirects: u32,
+    /// Mirrors left out before the transfer.
+    pub(super) left_out: &'a [MirrorReport],
+}
+
+/// Finishes the file whose transfer `s` wrote `out`: fills `record`, checks the
+/// signature and the checksum, renames the `.part` into place, saves the validators,
+/// removes the control file and prints the summary line.
+///
+/// # Errors
+/// `Signature` (the `.part` kept), `Checksum` (the `.part` kept, or a device's image said
+/// to have failed), `LocalIo` for the rename or a validator file.
+pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>, record: &mut Record) -> Result<()> {
+    let Landing {
+        opts,
+        plan,
+        control,
+        special,
+        engine,
+        engine_note,
+        url,
+        redirects,
+        left_out,
+    } = l;
+    record.fill(url, engine, &s);
+    record.redirects = redirects.into();
+    record.mirrors = s.mirrors.clone();
+    record.mirrors.extend(left_out.iter().cloned());
+    record.checksum_verified = match (&opts.checksum, &s.digest) {
+        (Some(want), Some(got)) => Some(want.expected == got.as_ref()),
+        // Never "verified" when nothing was read back.
+        (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {}", out.describe())),
+        _ => None,
+    };
+    if let (Some(p), Some(input)) = (plan, &s.signed) {
+        // Before the checksum and the rename: a bad signature leaves the `.part`.
+        let name = out.describe();
+        p.check(input.as_deref(), &name, opts, &mut record.signature)
+            .map_err(|mut e| {
+                e.msg.push_str(&format!(" (data kept in {name}, not renamed)"));
+                e
+            })?;
+    }
+    if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
+        && want.expected != got.as_ref()
+    {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        return Err(err!(
+            Checksum,
+            "{} mismatch: expected {}, got {} ({})",
+            want.name,
+            hex(&want.expected),
+            hex(got.as_ref()),
+            match out.room {
+                Some(_) => format!("{} now holds an image that failed verification", out.describe()),
+                None => format!("data kept in {}", out.describe()),
+            }
+        ));
+    }
+    if let (Some(name), OutputTarget::Default) = (&s.disposition, &opts.output) {
+        let p = in_dir(opts.dir.as_deref(), std::path::PathBuf::from(name));
+        Output::check_free(&p, opts.force)?;
+        out.final_path = Some(p);
+    }
+    updates::before_commit(opts, out, s.last_modified.as_deref())?;
+    out.commit()?;
+    updates::after_landing(opts, s.etag.as_deref())?;
+    record.output = out.final_path.as_ref().map(|p| p.display().to_string());
+    if let Some(c) = control {
+        resume::remove(c);
+    }
+    if opts.verbose > 0 && s.tls != "plain" {
+        // Connections to one origin share the run's TLS configuration and its session
+        // cache: after the first full handshake, tickets let the next ones resume.
+        eprintln!("ringdl: TLS handshakes: {} full, {} resumed", s.tls_full, s.tls_resumed);
+    }
+    if !opts.quiet {
+        let secs = s.elapsed.as_secs_f64();
+        // The rate of what this run fetched (a resume fetched only the rest).
+        let rate = if secs > 0.0 { s.fetched as f64 / secs } else { 0.0 };
+        eprintln!(
+            "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, I/O {}, {} connection{}{}{}, {}{}{}, {}",
+            s.bytes,
+            if s.fetched < s.bytes {
+                format!(" ({} fetched now, the rest resumed)", s.fetched)
+            } else {
+                String::new()
+            },
+            progress::human(rate as u64),
+            s.engine_label(engine, engine_note),
+            s.io,
+            s.connections,
+            if s.connections == 1 { "" } else { "s" },
+            super::mirrors_served(&record.mirrors),
+            match (special, s.capped_at) {
+                (Some(sp), _) if !sp.sink => format!(" (in order to {})", sp.what),
+                (_, Some(n)) => format!(" (the server allows {n})"),
+                _ => String::new(),
+            },
+            s.tls,
+            if s.registered { "" } else { ", unregistered buffers" },
+            opts.checksum
+                .as_ref()
+                .map_or(String::new(), |c| format!(", {} verified", c.name)),
+            out.final_path
+                .as_ref()
+                .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string()),
+        );
+    }
+    Ok(())
+}
