@@ -78,6 +78,13 @@ def ringdl_has_lists(ringdl: str) -> bool:
     return "--input-file" in r.stdout
 
 
+def ringdl_has_jobs(ringdl: str) -> bool:
+    """Whether ringdl runs several files at once (`-j`); before that, a list's files go
+    one after another over its kept-alive connections."""
+    r = subprocess.run([ringdl, "--help"], capture_output=True, text=True)
+    return "--max-concurrent-downloads" in r.stdout or "  -j," in r.stdout
+
+
 def commands(args, tool: str, urls: list[str], listfile: Path, out: Path, ca: Path,
              https: bool) -> tuple[str, list[str]]:
     """(row label, argv) of `tool` fetching `urls` into `out`."""
@@ -94,9 +101,11 @@ def commands(args, tool: str, urls: list[str], listfile: Path, out: Path, ca: Pa
                  "--summary-interval=0", *([f"--ca-certificate={ca}"] if https else [])])
     if tool == "ringdl":
         tls = ["--ca-certificate", str(ca)] if https else []
-        if args.ringdl_lists:
+        if args.ringdl_lists and ringdl_has_jobs(args.ringdl):
             return (f"ringdl -i -j {args.jobs}", [args.ringdl, "-q", "-i", str(listfile), "-j", str(args.jobs),
                                                   "-d", str(out), *tls])
+        if args.ringdl_lists:
+            return ("ringdl -i (one file at a time)", [args.ringdl, "-q", "-i", str(listfile), "-d", str(out), *tls])
         loop = 'o=$1; shift; for u; do "$RINGDL" -q $TLS -o "$o/${u##*/}" "$u" || exit 1; done'
         return ("ringdl, one process per file", ["sh", "-c", loop, "sh", str(out), *urls])
     b.die(f"unknown tool {tool}")
