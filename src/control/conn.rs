@@ -24,6 +24,7 @@ impl Loop<'_> {
         // paid for once, not once per connection.
         c.addr = self.addr_next;
         c.deferred = false;
+        c.engaged = true;
         let addr = self.addrs[c.addr];
         let domain = if addr.is_ipv4() {
             rustix::net::AddressFamily::INET
@@ -219,8 +220,10 @@ impl Loop<'_> {
                     addr,
                     winner: self.addrs[self.addr_next],
                 });
+                // The slot goes back to the spares: `kick` opens it again only when the
+                // download wants another connection.
                 self.close(i);
-                self.connect(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+                self.conns[i].engaged = false;
                 return Ok(());
             }
             if res < 0 {
@@ -257,6 +260,9 @@ impl Loop<'_> {
                 f.refused = refused;
                 return Err(if cap { f.busy() } else { f });
             }
+            // The origin answers again: its connects start a new count.
+            let m = self.conns[i].mirror;
+            self.sh.mirrors[m].connects_failed = 0;
             if !self.addr_proven {
                 if k != 0 {
                     self.sh.report.note(Note::Connected {

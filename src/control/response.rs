@@ -318,6 +318,14 @@ pub(crate) fn on_head(
                     None => schedule::plan(first_end, complete, sh.opts.connections, sh.align),
                 };
                 sh.plan.set_queue(queue);
+                // The size is known and ranges are served: open as many connections as the
+                // bytes still to fetch are worth (opened = used).
+                sh.wanted = schedule::connections_for(
+                    complete.saturating_sub(sh.landed.bytes()),
+                    sh.opts.min_split_size,
+                    sh.opts.connections,
+                    sh.mirrors.len(),
+                );
                 accept_reference(job.mirror, sh, resp, &validator);
                 sh.validator = validator;
                 let segments = sh.plan.queued();

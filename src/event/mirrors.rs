@@ -138,6 +138,10 @@ pub(crate) struct Mirror {
     /// `--max-tries` times in a row is dropped even while each segment's own tries last
     /// (the segments succeed on the other mirrors).
     pub(crate) failures: u32,
+    /// Rounds of connects to it that failed in a row (refused, timed out, unreachable),
+    /// each counted once however many connections saw it: after `--max-tries` of them it
+    /// cannot be reached. A connect that goes through starts the count again.
+    pub(crate) connects_failed: u32,
     /// Why it was dropped.
     pub(crate) dropped: Option<String>,
 }
@@ -151,6 +155,7 @@ impl Mirror {
             validator: None,
             bytes: 0,
             failures: 0,
+            connects_failed: 0,
             dropped: None,
         }
     }
@@ -308,12 +313,7 @@ impl<'a> Loop<'a> {
             } else {
                 job.placer.discard()
             };
-            let seg = Segment {
-                start: if self.sh.ranges { from } else { 0 },
-                tries: 0,
-                ..job.seg
-            };
-            self.sh.plan.requeue(seg, job.probe);
+            self.sh.plan.requeue(job.seg.released(from, self.sh.ranges), job.probe);
         }
         self.drain(j)?;
         self.close(j);
@@ -415,10 +415,7 @@ impl<'a> Loop<'a> {
 
     /// Every connection of mirror `k` gave up: it cannot be reached.
     pub(crate) fn mirror_unreachable(&self, k: usize) -> bool {
-        self.conns
-            .iter()
-            .filter(|c| c.mirror == k)
-            .all(|c| c.dead || c.deferred)
+        self.conns.iter().filter(|c| c.mirror == k).all(|c| self.gone(c))
     }
 
     /// What each mirror served, for the summary (empty with one URL).

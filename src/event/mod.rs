@@ -143,6 +143,11 @@ pub(crate) struct Shared<'a> {
     pub(crate) not_modified: bool,
     /// A block-device output: every write goes at `room.base` + its offset, within `room.len`.
     pub(crate) room: Option<&'a crate::output::device::Room>,
+    /// Connection slots that may open a connection (each reconnects after a failure by its
+    /// own rules): one per mirror until the first answer tells the size, then
+    /// [`crate::schedule::connections_for`] (`--min-split-size`). A run opens no connection
+    /// it does not use.
+    pub(crate) wanted: usize,
 }
 
 /// Where a download goes and what it resumes.
@@ -293,6 +298,7 @@ pub fn run<'a>(
         redirect_mirror: 0,
         not_modified: false,
         room: out.room.as_ref(),
+        wanted: m.min(n),
     };
     let mut dl = Loop {
         ring,
@@ -345,14 +351,16 @@ pub fn run<'a>(
             Tag::Signal.encode(),
         )?;
     }
-    // One name with several addresses: the first connect goes alone; the others follow
-    // where it lands, or race the next address after its head start (RFC 8305 §5).
+    // Each mirror's first connection connects now; the others wait for the first answer
+    // (`kick`: as many as the size is worth, see `Shared::wanted`). One name with several
+    // addresses: the first connect goes alone; another races the next address after its
+    // head start (RFC 8305 §5).
     for i in 0..n {
         let k = dl.conns[i].mirror;
-        if dl.addr_count(k) > 1 && i >= m {
-            dl.conns[i].deferred = true;
-        } else {
+        if i < m {
             dl.connect(i)?;
+        } else if dl.addr_count(k) > 1 {
+            dl.conns[i].deferred = true;
         }
     }
     match dl.event_loop() {
