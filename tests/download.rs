@@ -1215,7 +1215,9 @@ fn idle_connections_split_running_segments(scheme: Scheme) {
     };
     let o = dir
         .ringdl()
-        .args(["-x", "4", "-v", "--ca-certificate"])
+        // 4 MiB is split over four connections only with a split of 1 MiB (the default
+        // 4 MiB opens one): the three idle ones must steal from the first request.
+        .args(["-x", "4", "--min-split-size", "1M", "-v", "--ca-certificate"])
         .arg(n.ca_pem())
         .arg("-o")
         .arg(&out)
@@ -1656,7 +1658,7 @@ fn progress_lines_go_to_a_log_every_few_seconds() {
     let out = dir.join("out.bin");
     let o = dir
         .ringdl()
-        .args(["-x", "2", "-o"])
+        .args(["-x", "2", "--min-split-size", "2M", "-o"])
         .arg(&out)
         .arg(n.slow_url(&file.name))
         .run();

@@ -737,10 +737,14 @@ fn a_server_answering_429_for_its_first_1_5_s_is_waited_out_at_x_1_4_16_https() 
     refused_for_the_first_1_5_s("429-first-1.5s", 429, true);
 }
 
-/// Issue 22, item 2: a server that counts idle keep-alive connections toward its
-/// per-client cap of 2 answers the only busy connection 503 with `Retry-After: 120` while
-/// ringdl's other connections sit idle. ringdl closes the idle ones (`-v` says so) and goes
-/// on with fewer: exact bytes in seconds, not every request held for two minutes.
+/// Issue 22, item 2: a server that counts every open connection toward its per-client cap
+/// of 2 answers the extra ones 503 with `Retry-After: 120`. Since a run opens connections
+/// only after the first answer (issue 21), no idle ones sit open at the start any more
+/// (that was this test's scenario: the only busy connection turned away while three idle
+/// ones stayed open); the extra connections meet the cap while the first one is served,
+/// even between two of its requests, and are parked: exact bytes in seconds, not every
+/// request held for two minutes. (With a served connection between requests not counted
+/// as going on, the 503s spent tries and held the origin 120 s: killed at 25 s.)
 #[test]
 fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
     let srv = FaultServer::builder()
@@ -753,12 +757,13 @@ fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
             },
         )
         .start();
-    let r = get("crowded-by-idle", &srv, &["-v", "-x", "4"]);
+    // Four connections on 8 MiB only with a split of 2 MiB (the default 4 MiB opens two).
+    let r = get("crowded-by-idle", &srv, &["-v", "-x", "4", "--min-split-size", "2M"]);
     r.assert_exact(&srv);
     let err = r.o.stderr_text();
     assert!(
-        err.contains("idle connections stayed open: closed them; going on with"),
-        "-v does not say the idle connections were closed\n{}",
+        err.contains("going on with"),
+        "-v does not say the download goes on with fewer connections\n{}",
         r.explain(&srv)
     );
     assert!(
@@ -767,7 +772,8 @@ fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
         r.took,
         r.explain(&srv)
     );
-    assert!(srv.fired_on(0).len() <= 2, "{}", r.explain(&srv));
+    assert!(!srv.fired_on(0).is_empty(), "the cap never fired\n{}", r.explain(&srv));
+    assert!(srv.fired_on(0).len() <= 3, "{}", r.explain(&srv));
 }
 
 // ---------------------------------------------------------------------------

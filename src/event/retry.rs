@@ -69,11 +69,18 @@ impl Loop<'_> {
         // A server that caps connections per client turns the extra ones away (503, a
         // refused or reset connect) while the others run: that lowers the concurrency, it
         // is no failed try, and the download goes on with the connections it has.
-        let others_progress = self
-            .conns
-            .iter()
-            .enumerate()
-            .any(|(j, o)| j != i && o.mirror == k && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes));
+        // Another connection to the origin is being served: receiving a body, or open
+        // after an answer on it (between two requests, or its next one not answered yet:
+        // the server took it and keeps it).
+        let others_progress = self.conns.iter().enumerate().any(|(j, o)| {
+            j != i
+                && o.mirror == k
+                && !o.capped
+                && match o.rx.job.as_ref() {
+                    Some(jb) => jb.got_bytes || (o.st == St::Open && o.requests > 1),
+                    None => o.st == St::Open && o.requests > 0,
+                }
+        });
         let attempt = Attempt {
             busy: f.busy,
             stalled: f.stalled,
