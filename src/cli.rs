@@ -90,6 +90,9 @@ Output:
 
 Connections and I/O:
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
+      --min-split-size SIZE open one connection per SIZE bytes still to fetch, up to
+                            -x: the first connection alone learns the size; 512K, 4M,
+                            1G (powers of 1024; 4K to 1G; default 4M)
       --engine NAME         auto | direct | buffered | splice | ktls-direct (default auto:
                             ktls-direct when the kernel has kTLS, else direct)
       --io NAME             auto | uring | epoll (default auto: io_uring, epoll where
@@ -181,6 +184,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         output: OutputTarget::Default,
         dir: None,
         connections: 4,
+        min_split_size: crate::schedule::MIN_SPLIT_SIZE,
         engine: None,
         io: IoChoice::Auto,
         sqpoll: false,
@@ -313,6 +317,9 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Long("content-disposition") => o.content_disposition = true,
             Long("proxy") => o.proxy = Some(utf8(p.value().map_err(usage)?, "--proxy")?),
             Long("limit-rate") => o.limit_rate = Some(rate(&utf8(p.value().map_err(usage)?, "--limit-rate")?)?),
+            Long("min-split-size") => {
+                o.min_split_size = split_size(&utf8(p.value().map_err(usage)?, "--min-split-size")?)?;
+            }
             Long("noproxy") => o.noproxy = Some(utf8(p.value().map_err(usage)?, "--noproxy")?),
             Long("resolve") => {
                 let v = p.value().map_err(usage)?;
@@ -497,22 +504,39 @@ fn refuse_with_files(o: &Config) -> Result<()> {
 /// # Errors
 /// [`crate::error::Kind::Usage`] for anything else, and for a rate below 1 byte/s.
 fn rate(v: &str) -> Result<u64> {
-    let (num, mult) = match v.as_bytes().last().map(u8::to_ascii_lowercase) {
-        Some(b'k') => (&v[..v.len() - 1], 1u64 << 10),
-        Some(b'm') => (&v[..v.len() - 1], 1 << 20),
-        Some(b'g') => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| err!(Usage, "--limit-rate: {v:?} is not a rate (bytes/s: 500K, 10M, 1G)"))?;
-    let bytes = n * mult as f64;
+    let bytes = scaled(v).ok_or_else(|| err!(Usage, "--limit-rate: {v:?} is not a rate (bytes/s: 500K, 10M, 1G)"))?;
     // NaN is in no range: it fails too.
     if bytes >= 1e18 {
         return Err(err!(Usage, "--limit-rate {v:?} is too large (at most 1e18 bytes/s)"));
     }
     if !(1.0..1e18).contains(&bytes) {
         return Err(err!(Usage, "--limit-rate must be at least 1 byte/s, not {v:?}"));
+    }
+    Ok(bytes as u64)
+}
+
+/// A number with an optional suffix `K`, `M` or `G` (either case; powers of 1024),
+/// fractions allowed (`1.5M`), as a number of units; `None` when it is not one.
+fn scaled(v: &str) -> Option<f64> {
+    let (num, mult) = match v.as_bytes().last().map(u8::to_ascii_lowercase) {
+        Some(b'k') => (&v[..v.len() - 1], 1u64 << 10),
+        Some(b'm') => (&v[..v.len() - 1], 1 << 20),
+        Some(b'g') => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<f64>().ok().map(|n| n * mult as f64)
+}
+
+/// `--min-split-size` as aria2c takes it: bytes, with an optional suffix `K`, `M` or `G`
+/// (powers of 1024), from 4096 (a block) to 1 GiB.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for anything else.
+fn split_size(v: &str) -> Result<u64> {
+    let bytes = scaled(v).ok_or_else(|| err!(Usage, "--min-split-size: {v:?} is not a size (bytes: 512K, 4M, 1G)"))?;
+    // NaN is in no range: it fails too.
+    if !(4096.0..=f64::from(1u32 << 30)).contains(&bytes) {
+        return Err(err!(Usage, "--min-split-size must be 4K to 1G, not {v:?}"));
     }
     Ok(bytes as u64)
 }

@@ -50,6 +50,10 @@ pub struct Config {
     pub dir: Option<PathBuf>,
     /// `-x/--connections`: concurrent Range connections, 1..=[`MAX_CONNECTIONS`].
     pub connections: usize,
+    /// `--min-split-size SIZE` (aria2c's name), bytes, 4096..=1 GiB: a connection beyond
+    /// the first opens only for each this many bytes still to fetch (see
+    /// [`crate::schedule::connections_for`]).
+    pub min_split_size: u64,
     /// `--engine`: the engine asked for; `None` = auto (see [`crate::engine::select`]).
     pub engine: Option<crate::engine::EngineKind>,
     /// `--io`.

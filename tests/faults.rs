@@ -738,10 +738,14 @@ fn a_server_answering_429_for_its_first_1_5_s_is_waited_out_at_x_1_4_16_https() 
     refused_for_the_first_1_5_s("429-first-1.5s", 429, true);
 }
 
-/// Issue 22, item 2: a server that counts idle keep-alive connections toward its
-/// per-client cap of 2 answers the only busy connection 503 with `Retry-After: 120` while
-/// ringdl's other connections sit idle. ringdl closes the idle ones (`-v` says so) and goes
-/// on with fewer: exact bytes in seconds, not every request held for two minutes.
+/// Issue 22, item 2: a server that counts every open connection toward its per-client cap
+/// of 2 answers the extra ones 503 with `Retry-After: 120`. Since a run opens connections
+/// only after the first answer (issue 21), no idle ones sit open at the start any more
+/// (that was this test's scenario: the only busy connection turned away while three idle
+/// ones stayed open); the extra connections meet the cap while the first one is served,
+/// even between two of its requests, and are parked: exact bytes in seconds, not every
+/// request held for two minutes. (With a served connection between requests not counted
+/// as going on, the 503s spent tries and held the origin 120 s: killed at 25 s.)
 #[test]
 fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
     let srv = FaultServer::builder()
@@ -754,12 +758,13 @@ fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
             },
         )
         .start();
-    let r = get("crowded-by-idle", &srv, &["-v", "-x", "4"]);
+    // Four connections on 8 MiB only with a split of 2 MiB (the default 4 MiB opens two).
+    let r = get("crowded-by-idle", &srv, &["-v", "-x", "4", "--min-split-size", "2M"]);
     r.assert_exact(&srv);
     let err = r.o.stderr_text();
     assert!(
-        err.contains("idle connections stayed open: closed them; going on with"),
-        "-v does not say the idle connections were closed\n{}",
+        err.contains("going on with"),
+        "-v does not say the download goes on with fewer connections\n{}",
         r.explain(&srv)
     );
     assert!(
@@ -768,7 +773,8 @@ fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
         r.took,
         r.explain(&srv)
     );
-    assert!(srv.fired_on(0).len() <= 2, "{}", r.explain(&srv));
+    assert!(!srv.fired_on(0).is_empty(), "the cap never fired\n{}", r.explain(&srv));
+    assert!(srv.fired_on(0).len() <= 3, "{}", r.explain(&srv));
 }
 
 // ---------------------------------------------------------------------------
@@ -1648,11 +1654,94 @@ fn a_refused_connection_fails_in_about_a_second() {
         .lines()
         .filter(|l| l.starts_with("ringdl: connection") && l.contains("connect to"))
         .count();
-    assert!(attempts <= 4 * 5, "{attempts} connects for -x 4 --max-tries 5:\n{err}");
+    // One connect per round (only the first connection connects before an answer, and the
+    // origin is held between rounds); --max-tries rounds end it.
+    assert!(attempts <= 5, "{attempts} connects for -x 4 --max-tries 5:\n{err}");
     assert!(
         took < Duration::from_secs(4),
         "a refused port took {took:?} to fail:\n{err}"
     );
+}
+
+/// Issue 22, item 2: a refused connect is about the origin, not the connection that saw
+/// it. A server that refuses every connect for its first 1.6 s (a restart: the port is
+/// bound late) is waited out at `-x 8` with exact bytes, and the connects stay bounded:
+/// one per round of the origin's hold, `--max-tries` rounds at most, whatever `-x` is.
+/// With a backoff per connection slot (0.05 s doubled, each slot its own five tries) the
+/// slot gave up within about 1.1 s: exit 3.
+#[test]
+fn a_server_refusing_connects_for_its_first_1_6_s_is_waited_out_at_x_8() {
+    let srv = FaultServer::builder()
+        .size(2 * MIB)
+        .listen_after(Duration::from_millis(1600))
+        .start();
+    let r = get("refused-first-1.6s", &srv, &["-v", "-x", "8", "--max-tries", "5"]);
+    r.assert_exact(&srv);
+    let err = r.o.stderr_text();
+    let refused = err
+        .lines()
+        .filter(|l| l.starts_with("ringdl: connection") && l.contains("connect to") && l.contains("refused"))
+        .count();
+    assert!(
+        refused >= 1,
+        "no connect was refused: the fault did not fire\n{}",
+        r.explain(&srv)
+    );
+    assert!(
+        refused <= 5,
+        "{refused} refused connects at -x 8 --max-tries 5: more than one per round\n{}",
+        r.explain(&srv)
+    );
+    assert!(r.took >= Duration::from_millis(1600), "{}", r.explain(&srv));
+}
+
+/// Issue 21: a run never opens a connection it does not use. A 1 MiB file at `-x 4` (the
+/// first request covers it) is one connection: the server accepts exactly one, over HTTP
+/// and HTTPS, and the summary says 1. (Before: four connects and TLS handshakes at the
+/// start, one of them used.)
+#[test]
+fn a_small_file_at_x_4_opens_one_connection() {
+    for tls in schemes() {
+        let srv = FaultServer::builder().size(MIB).tls_if(tls).start();
+        let r = get(if tls { "one-conn-https" } else { "one-conn-http" }, &srv, &[]);
+        r.assert_exact(&srv);
+        assert_eq!(
+            srv.connections(),
+            1,
+            "tls {tls}: connections accepted\n{}",
+            r.explain(&srv)
+        );
+        let summary = r.o.summary();
+        assert!(summary.contains(", 1 connection"), "tls {tls}: {summary}");
+    }
+}
+
+/// Issue 21, the split rule: after the first answer a download opens
+/// min(-x, ceil(size / --min-split-size)) connections, each of them used: 16 MiB at `-x 4`
+/// (the default 4 MiB) is four connections, 6 MiB two, and `--min-split-size 1M` makes
+/// 3 MiB three. (The server paces each body at 32 MiB/s so that each connection finds
+/// work.)
+#[test]
+fn connections_open_one_per_min_split_size_up_to_x() {
+    for (size, extra, want) in [
+        (16 * MIB, &[][..], 4u64),
+        (6 * MIB, &[][..], 2),
+        (3 * MIB, &["--min-split-size", "1M"][..], 3),
+    ] {
+        let srv = FaultServer::builder().size(size).rate(32 * MIB).start();
+        let r = get("split-rule", &srv, extra);
+        r.assert_exact(&srv);
+        assert_eq!(
+            srv.connections(),
+            want,
+            "{size} bytes {extra:?}: connections accepted\n{}",
+            r.explain(&srv)
+        );
+        let used: std::collections::BTreeSet<u64> = srv.requests().iter().map(|q| q.conn).collect();
+        assert_eq!(used.len() as u64, want, "every connection opened carried a request");
+        let summary = r.o.summary();
+        assert!(summary.contains(&format!(", {want} connections")), "{summary}");
+    }
 }
 
 /// Issue 10, kind 5: with `--content-disposition`, the final name is decided and checked

@@ -400,7 +400,12 @@ fn a_list_from_one_origin_reuses_its_connection() {
         assert_eq!(served.len(), 12 * if scheme == "http" { 1 } else { 2 }, "{served:?}");
         let this: Vec<&(u64, String)> = served[served.len() - 12..].iter().collect();
         let mine: std::collections::BTreeSet<u64> = this.iter().map(|r| r.0).collect();
-        assert_eq!(mine.len(), 1, "{scheme}: 12 files over {} connections: {this:?} (all: {conns:?})", mine.len());
+        assert_eq!(
+            mine.len(),
+            1,
+            "{scheme}: 12 files over {} connections: {this:?} (all: {conns:?})",
+            mine.len()
+        );
         if scheme == "https" {
             let j = json(&dir);
             let files = j["files"].as_array().unwrap();
@@ -409,7 +414,10 @@ fn a_list_from_one_origin_reuses_its_connection() {
                 .map(|f| f["tls_full_handshakes"].as_u64().unwrap() + f["tls_resumed_handshakes"].as_u64().unwrap())
                 .collect();
             assert_eq!(handshakes[0], 1, "{j}");
-            assert!(handshakes[1..].iter().all(|&h| h == 0), "later files made handshakes: {handshakes:?}");
+            assert!(
+                handshakes[1..].iter().all(|&h| h == 0),
+                "later files made handshakes: {handshakes:?}"
+            );
         }
     }
 }

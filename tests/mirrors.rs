@@ -464,7 +464,9 @@ fn stale_mirror_writes_nothing(name: &str, good: &str, stale: &str, good_body: &
     let mut wrong_runs = Vec::new();
     for run in 0..STALE_RUNS {
         let dir = TestDir::new(&format!("{name}-{run}"));
-        let out = fetch(&dir, &["-x", "8", good, stale]);
+        // Several connections per mirror (the race needs them): 12 MiB is worth eight
+        // only with a split of 1 MiB (the default 4 MiB opens three).
+        let out = fetch(&dir, &["-x", "8", "--min-split-size", "1M", good, stale]);
         out.assert_success();
         let err = out.stderr_text();
         assert!(

@@ -26,6 +26,7 @@ impl Loop<'_> {
         // paid for once, not once per connection.
         c.addr = origin.addr_next;
         c.deferred = false;
+        c.engaged = true;
         let addr = origin.addrs[c.addr];
         let domain = if addr.is_ipv4() {
             rustix::net::AddressFamily::INET
@@ -228,8 +229,10 @@ impl Loop<'_> {
                     addr,
                     winner: origin.addrs[origin.addr_next],
                 });
+                // The slot goes back to the spares: `kick` opens it again only when the
+                // download wants another connection.
                 self.close(i);
-                self.connect(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+                self.conns[i].engaged = false;
                 return Ok(());
             }
             if res < 0 {
@@ -266,6 +269,8 @@ impl Loop<'_> {
                 f.refused = refused;
                 return Err(if cap { f.busy() } else { f });
             }
+            // The origin answers again: its connects start a new count.
+            self.sh.tr.mirrors[mirror].connects_failed = 0;
             if !origin.addr_proven {
                 origin.addr_next = k;
                 origin.addr_proven = true;

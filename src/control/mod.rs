@@ -179,6 +179,9 @@ pub(crate) struct Conn {
     /// Not connected yet: waits for the download's first connect to answer, or for its
     /// turn to race the next address (Happy Eyeballs, see `Loop::next_attempt`).
     pub(crate) deferred: bool,
+    /// This slot opened a connection: it counts toward `Shared::wanted` and reconnects
+    /// after a failure by its own rules. (A slot that lost a Happy Eyeballs race is not.)
+    pub(crate) engaged: bool,
     pub(crate) tls: Option<Box<UnbufferedClientConnection>>,
     /// The SOCKS5 handshake while the tunnel is being opened (`St::Tunnel`).
     pub(crate) socks: Option<Box<http::Socks5Handshake>>,
@@ -237,6 +240,7 @@ impl Conn {
             addr_i: 0,
             addr: 0,
             deferred: false,
+            engaged: false,
             tls: None,
             socks: None,
             rbuf: Some(rbuf),

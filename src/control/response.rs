@@ -324,6 +324,14 @@ pub(crate) fn on_head(
                     None => schedule::plan(first_end, complete, sh.opts.connections, sh.tr.align),
                 };
                 sh.tr.plan.set_queue(queue);
+                // The size is known and ranges are served: open as many connections as the
+                // bytes still to fetch are worth (opened = used).
+                sh.tr.wanted = schedule::connections_for(
+                    complete.saturating_sub(sh.tr.landed.bytes()),
+                    sh.opts.min_split_size,
+                    sh.opts.connections,
+                    sh.tr.mirrors.len(),
+                );
                 accept_reference(job.mirror, sh, resp, &validator);
                 sh.tr.validator = validator;
                 let segments = sh.tr.plan.queued();

@@ -170,13 +170,36 @@ impl Loop<'_> {
         self.sh.tr.plan.has_work() || self.steal_victim(None).is_some()
     }
 
+    /// Room for another connection: fewer slots opened one than [`Shared::wanted`].
+    pub(crate) fn room(&self) -> bool {
+        self.conns.iter().filter(|c| c.engaged).count() < self.sh.tr.wanted
+    }
+
+    /// May slot `i` open a connection as far as the count goes: it opened one before (it
+    /// reconnects), or there is [room](Loop::room).
+    pub(crate) fn may_open(&self, i: usize) -> bool {
+        self.conns[i].engaged || self.room()
+    }
+
+    /// Slot `c` will carry nothing more: it gave up, waits for a race it will not run, or
+    /// never opened a connection and the download wants no more.
+    pub(crate) fn gone(&self, c: &Conn) -> bool {
+        c.dead || c.deferred || (!c.engaged && !self.room())
+    }
+
     /// Hands queued segments to idle connections and reopens closed ones while work is left.
     pub(crate) fn kick(&mut self) -> Result<()> {
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
             if c.deferred && c.st == St::Closed {
-                if let Some(a) = self.next_attempt(c.mirror) {
-                    let k = c.mirror;
+                // Racing the next address (no address proven yet) is Happy Eyeballs; once
+                // one is, a deferred slot opens only when the download wants it.
+                let k = c.mirror;
+                let racing = !self.sh.origin(k).addr_proven;
+                if let Some(a) = self
+                    .next_attempt(k)
+                    .filter(|_| self.may_connect(i) && (racing || self.may_open(i)))
+                {
                     self.sh.origin_mut(k).addr_next = a;
                     self.connect(i)?;
                 }
@@ -191,7 +214,12 @@ impl Loop<'_> {
                 St::Open if self.wants_connection() => {
                     self.after(i, Ok(()))?;
                 }
-                St::Closed if self.wants_connection() && !(single && self.conns.iter().any(|c| c.st != St::Closed)) => {
+                St::Closed
+                    if self.wants_connection()
+                        && !(single && self.conns.iter().any(|c| c.st != St::Closed))
+                        && self.may_connect(i)
+                        && self.may_open(i) =>
+                {
                     self.conns[i].not_before = None;
                     self.connect(i)?;
                 }

@@ -127,12 +127,10 @@ impl Loop<'_> {
             } else {
                 job.placer.discard()
             };
-            let seg = Segment {
-                start: if self.sh.tr.ranges { from } else { 0 },
-                tries: 0,
-                ..job.seg
-            };
-            self.sh.tr.plan.requeue(seg, job.probe);
+            self.sh
+                .tr
+                .plan
+                .requeue(job.seg.released(from, self.sh.tr.ranges), job.probe);
         }
         self.drain(j)?;
         self.close(j);
@@ -236,10 +234,7 @@ impl Loop<'_> {
 
     /// Every connection of mirror `k` gave up: it cannot be reached.
     pub(crate) fn mirror_unreachable(&self, k: usize) -> bool {
-        self.conns
-            .iter()
-            .filter(|c| c.mirror == k)
-            .all(|c| c.dead || c.deferred)
+        self.conns.iter().filter(|c| c.mirror == k).all(|c| self.gone(c))
     }
 
     /// What each mirror served, for the summary (empty with one URL).

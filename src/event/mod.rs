@@ -274,6 +274,7 @@ fn run_on<'a>(
         mirrors: states,
         reference: None,
         not_modified: false,
+        wanted: m.min(n),
     };
     let sh = Shared {
         report: progress,
@@ -342,9 +343,11 @@ fn run_on<'a>(
             Tag::Signal.encode(),
         )?;
     }
-    // One name with several addresses: the first connect goes alone; the others follow
-    // where it lands, or race the next address after its head start (RFC 8305 §5). A
-    // mirror with a kept connection has its address already.
+    // Each mirror's first connection connects now, unless a connection kept from the
+    // transfer before is open to its origin; the others wait for the first answer (`kick`:
+    // as many as the size is worth, see `Transfer::wanted`). One name with several
+    // addresses: the first connect goes alone; another races the next address after its
+    // head start (RFC 8305 §5).
     let mut started: Vec<bool> = (0..m)
         .map(|k| dl.conns.iter().any(|c| c.mirror == k && c.st == St::Open))
         .collect();
@@ -353,10 +356,10 @@ fn run_on<'a>(
             continue;
         }
         let k = dl.conns[i].mirror;
-        if dl.addr_count(k) > 1 && started[k] {
-            dl.conns[i].deferred = true;
-        } else {
+        if !started[k] {
             dl.connect(i)?;
+        } else if dl.addr_count(k) > 1 {
+            dl.conns[i].deferred = true;
         }
         started[k] = true;
     }

@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 /// A slot the server turned away (a per-client connection cap) asks again after this.
 pub(crate) const CAP_RETRY: Duration = Duration::from_secs(2);
 
-/// First retry wait after a refused connect, seconds (then doubled per try, with jitter):
-/// nothing listens there, and a long wait only delays the error.
-pub(crate) const REFUSED_WAIT: f64 = 0.05;
+/// First wait after a round of refused connects, seconds (then doubled per round, with
+/// jitter 0.75–1.25), holding the origin: 0.15 + 0.3 + 0.6 + 1.2 s before the fifth round
+/// waits out a server that restarts for up to about 1.7 s, while a port where nothing
+/// listens still fails in about 2.3 s.
+pub(crate) const REFUSED_WAIT: f64 = 0.15;
 
 /// A jitter in `[0, 1)` for [`retry::backoff`], from the clock's nanoseconds.
 fn jitter() -> f64 {
@@ -27,11 +29,19 @@ fn jitter() -> f64 {
 }
 
 impl Loop<'_> {
-    /// Connections receiving a body right now.
-    pub(crate) fn receiving(&self) -> usize {
+    /// How many connections to mirror `k` the server was serving when it turned connection
+    /// `i` away: those other than `i` that are open and whose answer was accepted (its
+    /// head, or body bytes, came), not ones whose request is still unanswered. Counted when
+    /// the refusal comes, not on every tick: a tick's count of every connection receiving
+    /// caught a response the server took after another was done on its side (a tail still
+    /// on its way here) and read "allows 3" under nginx `limit_conn 2`.
+    pub(crate) fn allowed(&self, k: usize, i: usize) -> usize {
         self.conns
             .iter()
-            .filter(|c| c.rx.job.as_ref().is_some_and(|j| j.got_bytes))
+            .enumerate()
+            .filter(|&(j, c)| j != i && c.mirror == k && c.st == St::Open && !c.capped)
+            .filter_map(|(_, c)| c.rx.job.as_ref())
+            .filter(|jb| jb.got_bytes || jb.placer.delimiter().is_some())
             .count()
     }
 
@@ -58,11 +68,18 @@ impl Loop<'_> {
         // A server that caps connections per client turns the extra ones away (503, a
         // refused or reset connect) while the others run: that lowers the concurrency, it
         // is no failed try, and the download goes on with the connections it has.
-        let others_progress = self
-            .conns
-            .iter()
-            .enumerate()
-            .any(|(j, o)| j != i && o.mirror == k && !o.capped && o.rx.job.as_ref().is_some_and(|jb| jb.got_bytes));
+        // Another connection to the origin is being served: receiving a body, or open
+        // after an answer on it (between two requests, or its next one not answered yet:
+        // the server took it and keeps it).
+        let others_progress = self.conns.iter().enumerate().any(|(j, o)| {
+            j != i
+                && o.mirror == k
+                && !o.capped
+                && match o.rx.job.as_ref() {
+                    Some(jb) => jb.got_bytes || (o.st == St::Open && o.requests > 1),
+                    None => o.st == St::Open && o.requests > 0,
+                }
+        });
         let attempt = Attempt {
             busy: f.busy,
             stalled: f.stalled,
@@ -76,6 +93,13 @@ impl Loop<'_> {
             ..Attempt::default()
         };
         let capped = retry::parked(&attempt);
+        let connect_failed = self.conns[i].st == St::Connecting;
+        // A failed connect that ends a round over the addresses is about the origin (a
+        // server restarting, a wrong port): one count and one hold for every connection
+        // to it, however many saw it (see `origin_connect_failed`).
+        let n_addrs = self.sh.origin(k).addrs.len();
+        let round_over = connect_failed && self.conns[i].addr_i.is_multiple_of(n_addrs);
+        let mut origin_wait = None;
         let mut crowded = false;
         // The wait of the failed segment, which this slot waits too before it reconnects.
         let mut seg_wait = None;
@@ -180,6 +204,14 @@ impl Loop<'_> {
             self.sh.tr.plan.requeue_after(seg, job.probe, until);
         } else if capped {
             tries_seen = 0;
+        } else if round_over {
+            self.sh.tr.retries += 1;
+            self.sh.report.note(Note::ConnectionFailed {
+                conn: i,
+                why: f.msg.clone(),
+            });
+            origin_wait = Some(self.origin_connect_failed(k, &f));
+            tries_seen = self.sh.tr.mirrors[k].connects_failed;
         } else {
             // No request was lost, but a server that accepts and then fails every connection
             // must not keep us busy forever: count these too.
@@ -220,7 +252,6 @@ impl Loop<'_> {
         }
         // Bytes already spliced into this slot's pipe are good: let them reach the file.
         self.drain(i)?;
-        let connect_failed = self.conns[i].st == St::Connecting;
         self.close(i);
         if capped {
             // The slot asks again later (a cap can be brief: the server may still count a
@@ -232,7 +263,8 @@ impl Loop<'_> {
             let using = if f.extra {
                 self.conns.iter().filter(|o| o.mirror == k && o.st == St::Open).count()
             } else {
-                self.receiving()
+                // Parked means another connection downloads: at least one goes on.
+                self.allowed(k, i).max(1)
             };
             self.sh.report.note(Note::Capped {
                 conn: i,
@@ -246,10 +278,22 @@ impl Loop<'_> {
             self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
             return Ok(());
         }
+        let max = self.sh.opts.max_tries;
+        let unreachable = origin_wait.is_some() && tries_seen >= max;
+        if unreachable {
+            // The origin's connects failed `--max-tries` rounds in a row: no connection to it
+            // that is not open tries again (the open ones go on).
+            for o in self
+                .conns
+                .iter_mut()
+                .filter(|o| o.mirror == k && o.st == St::Closed && !o.busy())
+            {
+                o.dead = true;
+                o.deferred = false;
+            }
+        }
         let c = &mut self.conns[i];
-        if (connect_failed && c.addr_i >= self.sh.origin(k).addrs.len() * self.sh.opts.max_tries as usize)
-            || c.failures >= self.sh.opts.max_tries
-        {
+        if unreachable || (connect_failed && c.addr_i >= n_addrs * max as usize) || c.failures >= max {
             // Every address had its chances: this slot stops; the download fails when no
             // connection is left.
             c.dead = true;
@@ -261,7 +305,7 @@ impl Loop<'_> {
                 );
                 return self.drop_mirror(k, why, "");
             }
-            if self.conns.iter().all(|c| c.dead || c.deferred) {
+            if self.conns.iter().all(|c| self.gone(c)) {
                 let msg = format!("{} (gave up after {})", f.msg, n_tries(self.sh.opts.max_tries));
                 self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(msg)));
             }
@@ -270,13 +314,12 @@ impl Loop<'_> {
         // Exponential backoff with jitter before this slot reconnects; `kick` reopens it. A
         // refused connect (nothing listening) is answered at once, and waiting long for it
         // only delays the error: its waits start short (a wrong port fails in about a second).
-        let n_addrs = self.sh.origin(k).addrs.len();
         if connect_failed && !f.busy && !c.addr_i.is_multiple_of(n_addrs) {
             // An address this slot has not tried in this round: at once (RFC 8305 §5).
             c.not_before = None;
             return Ok(());
         }
-        let wait = match seg_wait {
+        let wait = match seg_wait.or(origin_wait) {
             Some(w) => w,
             None => {
                 let (base, attempt) = if connect_failed {
@@ -295,6 +338,51 @@ impl Loop<'_> {
         };
         c.not_before = Some(Instant::now() + wait);
         Ok(())
+    }
+
+    /// A round of connects to mirror `k` failed (`f`): counts it once per hold (connects
+    /// that were already under way when another one's failure set the hold bring no news)
+    /// and holds the origin for its backoff: no connection to `k` connects or sends a
+    /// request before it has passed, and then one connection tries alone
+    /// ([`Loop::may_connect`]). Returns how long the origin is held from now (zero when
+    /// this failure was already counted).
+    ///
+    /// The waits: a refused (or reset) connect, [`REFUSED_WAIT`] s doubled per round
+    /// (about 2.3 s over 5 rounds: a server that restarts is waited out, a wrong port
+    /// still fails fast); a timed-out or unreachable one, `--retry-wait` doubled; each
+    /// times 0.75–1.25 (one timer for every connection, so little jitter is needed).
+    fn origin_connect_failed(&mut self, k: usize, f: &Fail) -> Duration {
+        let now = self.sh.tr.started.elapsed();
+        if self.sh.tr.plan.held(now, k) {
+            return Duration::ZERO;
+        }
+        let m = &mut self.sh.tr.mirrors[k];
+        m.connects_failed += 1;
+        let base = if f.busy || f.refused {
+            self.sh.opts.retry_wait_s.min(REFUSED_WAIT)
+        } else {
+            self.sh.opts.retry_wait_s
+        };
+        let wait = retry::backoff(base, m.connects_failed, 0.25 + jitter() / 2.0).max(f.delay.unwrap_or_default());
+        self.sh.tr.plan.hold(k, now + wait);
+        wait
+    }
+
+    /// May closed connection `i` connect now? Not while its origin is held; and while the
+    /// origin's last round of connects failed, only when no other connection to it is
+    /// connecting (one tries alone: a refusing server is asked once per round, not once
+    /// per connection).
+    pub(crate) fn may_connect(&self, i: usize) -> bool {
+        let k = self.conns[i].mirror;
+        if self.sh.tr.plan.held(self.sh.tr.started.elapsed(), k) {
+            return false;
+        }
+        self.sh.tr.mirrors[k].connects_failed == 0
+            || !self
+                .conns
+                .iter()
+                .enumerate()
+                .any(|(j, o)| j != i && o.mirror == k && o.st == St::Connecting)
     }
 
     /// Connections to mirror `k` other than `i` that sit open with no request and nothing

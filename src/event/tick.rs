@@ -16,10 +16,6 @@ impl Loop<'_> {
             self.recent_rate = (self.sh.tr.received - self.rate_mark.1) as f64 / window.as_secs_f64();
             self.rate_mark = (Instant::now(), self.sh.tr.received);
         }
-        // Under a server's connection cap: how many connections it lets download at once.
-        if let Some(n) = self.sh.tr.capped_at {
-            self.sh.tr.capped_at = Some(n.max(self.receiving()));
-        }
         let stall = Duration::from_secs_f64(self.sh.opts.stall_timeout_s);
         for i in 0..self.conns.len() {
             let c = &self.conns[i];

@@ -11,6 +11,10 @@ pub mod steal;
 /// Bytes the first request asks for (`Range: bytes=0-4194303`): enough to learn the total
 /// size and validator and to keep connection 1 busy while the others start.
 pub const FIRST_SEGMENT: u64 = 4 << 20;
+/// Default `--min-split-size`, bytes: the first request's size. A file the first request
+/// covers is one connection's (another would only split that request); each further
+/// connection gets at least as much as the first request asks for.
+pub const MIN_SPLIT_SIZE: u64 = FIRST_SEGMENT;
 /// Smallest planned segment, bytes.
 const MIN_SEGMENT: u64 = 1 << 20;
 /// Largest planned segment, bytes.
@@ -42,6 +46,31 @@ pub struct Segment {
     /// it was idle fails before the first byte of the reply, which is no failed try once
     /// per segment.
     pub grace: bool,
+}
+
+/// How many connections a download opens once the first answer told its size: one per
+/// `min_split` bytes of the `remaining` ones (at least one), at most `max` (`-x`), and at
+/// least one per mirror (`mirrors`; each mirror's first answer is checked against the
+/// others), never more than `max`. Before that answer, and for a file of unknown size or
+/// a server without ranges, a download opens one connection per mirror.
+pub fn connections_for(remaining: u64, min_split: u64, max: usize, mirrors: usize) -> usize {
+    let by_size = usize::try_from(remaining.div_ceil(min_split.max(1)).max(1)).unwrap_or(usize::MAX);
+    by_size.min(max).max(mirrors.min(max))
+}
+
+impl Segment {
+    /// What is left of this segment when its connection is released from a mirror that
+    /// was dropped: `[from, end)`, where `from` is the first byte (file offset) not on its
+    /// way to the file (0 when the server serves no ranges: a stream can only start over),
+    /// with fresh tries, since the mirror it goes to next has spent none of them. The free
+    /// retry ([`Segment::grace`]) is kept.
+    pub fn released(self, from: u64, ranges: bool) -> Segment {
+        Segment {
+            start: if ranges { from } else { 0 },
+            tries: 0,
+            ..self
+        }
+    }
 }
 
 /// Splits `[start, total)` into segments for `connections` connections: about four per
@@ -160,6 +189,45 @@ impl Landed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connections_open_one_per_min_split_up_to_x_and_one_per_mirror() {
+        const M: u64 = 1 << 20;
+        assert_eq!(connections_for(M, 4 * M, 4, 1), 1, "1 MiB: the first connection alone");
+        assert_eq!(connections_for(4 * M, 4 * M, 4, 1), 1);
+        assert_eq!(connections_for(4 * M + 1, 4 * M, 4, 1), 2);
+        assert_eq!(connections_for(16 * M, 4 * M, 4, 1), 4);
+        assert_eq!(connections_for(1 << 40, 4 * M, 4, 1), 4, "never more than -x");
+        assert_eq!(connections_for(0, 4 * M, 4, 1), 1, "nothing left: still the first");
+        assert_eq!(connections_for(M, 4 * M, 4, 3), 3, "each mirror its first connection");
+        assert_eq!(connections_for(M, 4 * M, 2, 3), 2, "but never more than -x");
+        assert_eq!(connections_for(8 * M, 0, 4, 1), 4, "a zero split is one byte");
+    }
+
+    /// `release_conn` (a dropped mirror's connection): the segment goes back from where its
+    /// bytes stopped, not from its start (which fetched landed bytes again), and with fresh
+    /// tries (the tries spent on the dropped mirror made the one left give up sooner).
+    #[test]
+    fn a_released_segment_goes_on_from_where_it_got_with_fresh_tries() {
+        let seg = Segment {
+            start: 1 << 20,
+            end: 5 << 20,
+            tries: 2,
+            grace: true,
+        };
+        let r = seg.released(3 << 20, true);
+        assert_eq!(
+            r,
+            Segment {
+                start: 3 << 20,
+                end: 5 << 20,
+                tries: 0,
+                grace: true
+            }
+        );
+        // No ranges: a stream starts over from byte 0.
+        assert_eq!(seg.released(3 << 20, false).start, 0);
+    }
 
     #[test]
     fn plan_covers_exactly_on_aligned_boundaries() {

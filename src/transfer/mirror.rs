@@ -38,6 +38,10 @@ pub(crate) struct Mirror<'a> {
     /// `--max-tries` times in a row is dropped even while each segment's own tries last
     /// (the segments succeed on the other mirrors).
     pub(crate) failures: u32,
+    /// Rounds of connects to it that failed in a row (refused, timed out, unreachable),
+    /// each counted once however many connections saw it: after `--max-tries` of them it
+    /// cannot be reached. A connect that goes through starts the count again.
+    pub(crate) connects_failed: u32,
     /// Why it was dropped.
     pub(crate) dropped: Option<String>,
 }
@@ -55,6 +59,7 @@ impl<'a> Mirror<'a> {
             validator: None,
             bytes: 0,
             failures: 0,
+            connects_failed: 0,
             dropped: None,
         }
     }

@@ -73,4 +73,9 @@ pub(crate) struct Transfer<'a> {
     pub(crate) reference: Option<usize>,
     /// The first request's precondition held: 304 Not Modified, nothing to fetch.
     pub(crate) not_modified: bool,
+    /// Connection slots that may open a connection (each reconnects after a failure by its
+    /// own rules): one per mirror until the first answer tells the size, then
+    /// [`crate::schedule::connections_for`] (`--min-split-size`). A run opens no connection
+    /// it does not use.
+    pub(crate) wanted: usize,
 }

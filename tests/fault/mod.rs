@@ -272,6 +272,7 @@ pub struct Builder {
     rules: Vec<(When, Fault)>,
     etag: Option<String>,
     rate: Option<u64>,
+    listen_after: Option<Duration>,
 }
 
 impl Builder {
@@ -313,6 +314,13 @@ impl Builder {
         self
     }
 
+    /// Listens only `delay` after [`Builder::start`]: until then connects to its port (picked
+    /// free beforehand) are refused (ECONNREFUSED), as from a server that is restarting.
+    pub fn listen_after(mut self, delay: Duration) -> Builder {
+        self.listen_after = Some(delay);
+        self
+    }
+
     /// A fault on every request.
     pub fn fault(self, fault: Fault) -> Builder {
         self.fault_on(When::Always, fault)
@@ -324,10 +332,13 @@ impl Builder {
         self
     }
 
-    /// Binds `127.0.0.1:0` and starts the accept thread.
+    /// Binds `127.0.0.1:0` and starts the accept thread (with [`Builder::listen_after`]:
+    /// picks the port now, binds it later).
     pub fn start(self) -> FaultServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding the fault server");
         let addr = listener.local_addr().unwrap();
+        // Listening later: the port is let go now and bound again when the delay is over.
+        let listener = self.listen_after.is_none().then_some(listener);
         let dir = tempfile::Builder::new()
             .prefix("ringdl-fault-")
             .tempdir()
@@ -361,7 +372,15 @@ impl Builder {
             fired: Mutex::new(Vec::new()),
         });
         let sh = shared.clone();
-        let accept = thread::spawn(move || accept_loop(listener, sh, tls_config));
+        let delay = self.listen_after;
+        let accept = match (listener, delay) {
+            (Some(listener), _) => thread::spawn(move || accept_loop(listener, sh, tls_config)),
+            (None, delay) => thread::spawn(move || {
+                thread::sleep(delay.unwrap_or_default());
+                let listener = TcpListener::bind(addr).expect("binding the fault server's port later");
+                accept_loop(listener, sh, tls_config)
+            }),
+        };
         FaultServer {
             addr,
             scheme,
@@ -397,6 +416,7 @@ impl FaultServer {
             rules: Vec::new(),
             etag: None,
             rate: None,
+            listen_after: None,
         }
     }
 
