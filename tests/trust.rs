@@ -337,7 +337,9 @@ fn tls_sessions_resume_across_connections_and_are_counted() {
     let out = dir.join("out.bin");
     let o = dir
         .ringdl()
-        .args(["-v", "-x", "4", "--json", "-", "--ca-certificate"])
+        // (The first request covers the 4 MiB file: the other connections open to steal
+        // from it only with a split size below it.)
+        .args(["-v", "-x", "4", "--min-split-size", "512K", "--json", "-", "--ca-certificate"])
         .arg(n.ca_pem())
         .arg("-o")
         .arg(&out)
