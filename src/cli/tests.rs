@@ -263,19 +263,7 @@ fn help_manual_and_options_doc_name_the_same_options() {
     let man = longs(include_str!("../../ringdl.1"), "\\-\\-");
     let options_doc = include_str!("../../docs/options.md");
     assert!(help.len() > 30, "{help:?}");
-    // Documentation waiting for the lead to merge it (docs/pending-<branch>.md) counts
-    // for the manual and README alike until then.
-    let pending: String = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/docs"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("pending-"))
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .collect();
     for o in &help {
-        if pending.contains(&format!("`--{o}")) {
-            continue;
-        }
         assert!(man.contains(o), "--{o} is in --help but not in ringdl.1");
         assert!(
             options_doc.contains(&format!("`--{o}")) || options_doc.contains(&format!(", --{o}")),
