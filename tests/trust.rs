@@ -339,7 +339,16 @@ fn tls_sessions_resume_across_connections_and_are_counted() {
         .ringdl()
         // (The first request covers the 4 MiB file: the other connections open to steal
         // from it only with a split size below it.)
-        .args(["-v", "-x", "4", "--min-split-size", "512K", "--json", "-", "--ca-certificate"])
+        .args([
+            "-v",
+            "-x",
+            "4",
+            "--min-split-size",
+            "512K",
+            "--json",
+            "-",
+            "--ca-certificate",
+        ])
         .arg(n.ca_pem())
         .arg("-o")
         .arg(&out)
