@@ -177,6 +177,24 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
     if opts.insecure {
         eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
     }
+    // URLs given as mirrors whose names differ may be different files: said before the
+    // download, since a small file may come whole from the first and the others are then
+    // never asked (nothing would be dropped to hint at it).
+    if !opts.quiet
+        && let Some(other) = opts
+            .mirrors
+            .iter()
+            .find(|m| download::mirrors::names_differ(&opts.url, &m.url))
+    {
+        eprintln!(
+            "ringdl: note: the URLs end in different names ({} and {}): they are taken as mirrors of one file; -Z fetches each URL as its own file",
+            url.file_name().unwrap_or_default(),
+            http::Url::parse(&other.url)
+                .ok()
+                .and_then(|u| u.file_name().map(str::to_owned))
+                .unwrap_or_default()
+        );
+    }
     let final_path = output::final_path(&opts.output, &url).map(|p| in_dir(opts.dir.as_deref(), p));
     record.output = final_path.as_ref().map(|p| p.display().to_string());
     // A signature (and its keys) is read, fetched and parsed before anything is.

@@ -117,7 +117,8 @@ fn check_url(u: &str) -> std::result::Result<(), String> {
 /// Applies option line `kv` (trimmed) to `e`; `Err` says what is wrong with it.
 fn option(e: &mut Entry, kv: &str) -> std::result::Result<(), String> {
     let (key, value) = kv.split_once('=').ok_or_else(|| format!("{kv:?} is not key=value"))?;
-    let key = key.trim();
+    // (`out = x` means `out=x`: a name does not start with the space after the `=`.)
+    let (key, value) = (key.trim(), value.trim());
     let twice = || format!("{key}= given twice for the file of line {}", e.line);
     match key {
         "out" => {
@@ -232,6 +233,13 @@ mod tests {
         assert_eq!(v[1].line, 10);
         assert_eq!(v[1].urls, ["http://c/y"]);
         assert_eq!(v[1].out, None);
+    }
+
+    #[test]
+    fn spaces_around_key_and_value_are_left_out() {
+        let e = one("http://h/f\n  out = t2.bin\n  dir =  d \n");
+        assert_eq!(e.out.as_deref(), Some(Path::new("t2.bin")));
+        assert_eq!(e.dir.as_deref(), Some(Path::new("d")));
     }
 
     #[test]

@@ -312,6 +312,8 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     });
     first.assert_code(exit::INTERRUPTED);
     let err = first.stderr_text();
+    // (Without -c the files that landed would be refused as existing.)
+    assert!(err.contains("run the same command again with -c"), "{err}");
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
     assert!(
         dir.join("f1.bin.part").exists() && dir.join("f1.bin.part.ringdl").exists(),
@@ -420,4 +422,88 @@ fn a_list_from_one_origin_reuses_its_connection() {
             );
         }
     }
+}
+
+/// URLs given as mirrors that end in different names are said to be taken as mirrors of
+/// one file, before the download: a small first file comes whole from the first URL and
+/// the others are never asked, so nothing is dropped that could hint at it.
+#[test]
+fn mirrors_with_different_names_are_named_before_the_download() {
+    let n = nginx();
+    let (base, shas) = serve("names", &[64 * KIB, 3 * MIB, 2 * MIB]);
+    let dir = TestDir::new("list-names");
+    let urls: Vec<String> = (0..3).map(|k| n.http_url(&format!("{base}/f{k}.bin"))).collect();
+    let o = ringdl(&dir, &[&urls[0], &urls[1], &urls[2]]);
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0]);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("the URLs end in different names (f0.bin and f1.bin)") && err.contains("-Z fetches each URL"),
+        "{err}"
+    );
+    // Mirrors of one name: no note.
+    let dir = TestDir::new("list-names-same");
+    let o = ringdl(&dir, &[&urls[0], &n.https_url(&format!("{base}/f0.bin"))]);
+    o.assert_success();
+    assert!(!o.stderr_text().contains("different names"), "{}", o.stderr_text());
+}
+
+/// Files from two origins in turn (HTTP and HTTPS of one nginx): each origin's connection
+/// is kept while the other's file runs, so six files use one connection per origin.
+#[test]
+fn connections_to_two_origins_are_kept_while_the_other_runs() {
+    let n = nginx();
+    let (base, shas) = serve("two-origins", &[80 * KIB; 6]);
+    let dir = TestDir::new("list-two-origins");
+    let urls: Vec<String> = (0..6)
+        .map(|k| {
+            let path = format!("conn/{base}/f{k}.bin");
+            if k % 2 == 0 {
+                n.http_url(&path)
+            } else {
+                n.https_url(&path)
+            }
+        })
+        .collect();
+    let mut args = vec!["-Z"];
+    args.extend(urls.iter().map(String::as_str));
+    let o = ringdl(&dir, &args);
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}");
+    }
+    let served = n.conn_log(&format!("/conn/{base}/"));
+    assert_eq!(served.len(), 6, "{served:?}");
+    let conns: std::collections::BTreeSet<u64> = served.iter().map(|r| r.0).collect();
+    assert_eq!(
+        conns.len(),
+        2,
+        "6 files from 2 origins over {} connections: {served:?}",
+        conns.len()
+    );
+}
+
+/// A file that runs on connections kept from the file before counts, in its summary and
+/// JSON, only the connections it used: a 16 MiB file opens 4, the small file after it
+/// uses one of them.
+#[test]
+fn a_file_on_kept_connections_counts_only_those_it_used() {
+    let n = nginx();
+    let (base, shas) = serve("kept-count", &[16 * MIB, 64 * KIB]);
+    let dir = TestDir::new("list-kept-count");
+    let big = n.https_url(&format!("{base}/f0.bin"));
+    let small = n.https_url(&format!("{base}/f1.bin"));
+    let o = ringdl(&dir, &["-Z", "-x", "4", &big, &small]);
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0]);
+    assert_eq!(sha256_file(&dir.join("f1.bin")), shas[1]);
+    let j = json(&dir);
+    let f = &j["files"][1];
+    assert_eq!(f["connections"], 1, "{j}");
+    assert_eq!(f["tls_connections"], 1, "{j}");
+    assert_eq!(
+        f["tls_full_handshakes"].as_u64().unwrap() + f["tls_resumed_handshakes"].as_u64().unwrap(),
+        0,
+        "{j}"
+    );
 }

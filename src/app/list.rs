@@ -100,6 +100,16 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
                 run(opts, &mut record, &mut per_run)
             }
         });
+        // A file's "run the same command again" holds for a list with -c: without it, the
+        // files that landed before are refused as existing.
+        let result = result.map_err(|mut e| {
+            if !base.resume {
+                e.msg = e
+                    .msg
+                    .replace("run the same command again", "run the same command again with -c");
+            }
+            e
+        });
         let code = match &result {
             Ok(()) => 0,
             Err(e) => {

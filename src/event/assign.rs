@@ -105,6 +105,14 @@ impl Loop<'_> {
     pub(crate) fn start_job(&mut self, i: usize, seg: Segment, probe: bool) {
         let c = &mut self.conns[i];
         let k = c.mirror;
+        if !self.sh.used[i] && c.requests > 0 {
+            // A connection kept open from the transfer before, used here for the first
+            // time: its TLS counts for this transfer's summary (it made no handshake).
+            let tls = c.tls.is_some() || c.kconn.is_some() || c.soft.is_some();
+            self.sh.tls_conns += usize::from(tls);
+            self.sh.ktls_conns += usize::from(c.kconn.is_some());
+            self.sh.soft_conns += usize::from(c.soft.is_some());
+        }
         self.sh.used[i] = true;
         // A request on a connection that sat idle may meet the server's keep-alive close: a
         // failure before any byte then does not count as a try.

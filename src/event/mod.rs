@@ -220,7 +220,6 @@ fn run_on<'a>(
             kept.push(c);
         }
     }
-    reactor.close_idle();
     let registered = match ring.register_pools(&[&rpool, &wpool]) {
         Ok(()) => true,
         Err(e) => {
@@ -233,8 +232,10 @@ fn run_on<'a>(
     let fixed_files = std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0")
         && ring.backend() == uring::Backend::Uring
         && ring.register_files(&[out.fd.as_raw_fd()]).is_ok();
-    // The new connections are spread over the mirrors in turn.
+    // The new connections are spread over the mirrors in turn (idle connections kept to
+    // other origins give their read blocks back if these need them).
     let fresh = n - kept.len();
+    reactor.free_blocks(&rpool, fresh);
     let conns: Vec<Conn> = kept
         .into_iter()
         .chain((0..fresh).map(|i| {
@@ -284,15 +285,12 @@ fn run_on<'a>(
         fatal: None,
         splice,
         ktls,
-        ktls_conns: conns.iter().filter(|c| c.kconn.is_some()).count(),
+        ktls_conns: 0,
         ktls_refused: None,
         ktls_rekeys: 0,
-        soft_conns: conns.iter().filter(|c| c.soft.is_some()).count(),
+        soft_conns: 0,
         soft_rekeys: 0,
-        tls_conns: conns
-            .iter()
-            .filter(|c| c.tls.is_some() || c.kconn.is_some() || c.soft.is_some())
-            .count(),
+        tls_conns: 0,
         tls_full: 0,
         tls_resumed: 0,
         used: vec![false; n],

@@ -15,6 +15,10 @@ use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
 
+/// Most idle connections kept between transfers, over every origin (each holds a socket
+/// and a read block): a run over many servers keeps the most recent ones.
+pub(crate) const MAX_IDLE: usize = 8;
+
 /// Kept-alive state between transfers (one per thread; nothing in it is shared).
 #[derive(Default)]
 pub struct Reactor {
@@ -46,7 +50,8 @@ impl Reactor {
         Reactor::default()
     }
 
-    /// Read and write pools with at least `n` read blocks of `read` bytes and `wcount`
+    /// Read and write pools with at least `n` read blocks of `read` bytes (and
+    /// [`MAX_IDLE`] more, for the idle connections kept to other origins) and `wcount`
     /// write blocks of `block` bytes: the kept ones when they are large enough.
     ///
     /// # Errors
@@ -54,7 +59,7 @@ impl Reactor {
     pub(crate) fn pools(&mut self, read: usize, n: usize, block: usize, wcount: usize) -> Result<(BufPool, BufPool)> {
         if let Some((r, w)) = &self.pools
             && r.block_size() == read
-            && r.count() >= n
+            && r.count() >= n + MAX_IDLE
             && w.block_size() == block
             && w.count() >= wcount
         {
@@ -62,7 +67,8 @@ impl Reactor {
         }
         // Connections kept hold blocks of the old pool: they go with it.
         self.idle.clear();
-        let r = BufPool::new(read, n).map_err(|e| err!(LocalIo, "read blocks ({n} x {read} bytes): {e}"))?;
+        let count = n + MAX_IDLE;
+        let r = BufPool::new(read, count).map_err(|e| err!(LocalIo, "read blocks ({count} x {read} bytes): {e}"))?;
         let w =
             BufPool::new(block, wcount).map_err(|e| err!(LocalIo, "write blocks ({wcount} x {block} bytes): {e}"))?;
         self.pools = Some((r.clone(), w.clone()));
@@ -111,10 +117,12 @@ impl Reactor {
         taken
     }
 
-    /// Closes the idle connections no transfer took (their origins are not the next
-    /// transfer's).
-    pub(crate) fn close_idle(&mut self) {
-        self.idle.clear();
+    /// Closes idle connections to other origins, oldest first, until `pool` has `want`
+    /// free read blocks for the transfer's new connections.
+    pub(crate) fn free_blocks(&mut self, pool: &BufPool, want: usize) {
+        while pool.available() < want && !self.idle.is_empty() {
+            self.idle.remove(0);
+        }
     }
 
     /// Keeps what a finished transfer leaves: its origins (under their keys, with the TLS
@@ -140,6 +148,10 @@ impl Reactor {
             if reusable {
                 self.idle.push((key, conn));
             }
+        }
+        if self.idle.len() > MAX_IDLE {
+            let extra = self.idle.len() - MAX_IDLE;
+            self.idle.drain(..extra);
         }
         for (key, origin) in origins {
             self.origins.retain(|(k, ..)| *k != key);
