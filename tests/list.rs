@@ -183,18 +183,26 @@ fn a_malformed_line_or_one_path_twice_is_exit_2_before_any_request() {
         err.contains(&format!("{}, line 5: unknown option \"split\"", l.display())),
         "{err}"
     );
-    // The same name from two URLs, and out= naming another entry's file.
+    // The same name from two URLs, and out= naming another entry's file, also through a
+    // directory spelled with `..` (one that exists, and one that does not yet).
     let other = n.http_url("list-malformed-elsewhere/f0.bin");
+    fs::create_dir_all(dir.join("D")).unwrap();
     for text in [
         format!("{good}\n{other}\n"),
         format!("{good}\n{other}\n  out=./f0.bin\n"),
+        format!("{good}\n  dir=D\n{other}\n  dir=D/../D\n"),
+        format!("{good}\n  dir=N/x\n{other}\n  dir=N/y/../x\n"),
     ] {
         let l = list(&dir, &text);
         let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
         o.assert_code(exit::USAGE);
         let err = o.stderr_text();
+        let second = if text.contains("dir=") { 3 } else { 2 };
         assert!(
-            err.contains(&format!("{0}, line 1 and {0}, line 2 would both write", l.display())),
+            err.contains(&format!(
+                "{0}, line 1 and {0}, line {second} would both write",
+                l.display()
+            )),
             "{err}"
         );
     }

@@ -300,14 +300,30 @@ fn options(base: &Config, origin: &str, e: &Entry) -> Result<(Box<Config>, Optio
     Ok((o, path))
 }
 
-/// `p` as a key that two spellings of one path share (`./a`, `a`, `$PWD/a`): absolute,
-/// without `.` components. (Lexical: a symlinked directory is not seen through.)
+/// `p` as a key that two spellings of one path share (`./a`, `a`, `$PWD/a`, `d/../d/a`):
+/// absolute, its directory resolved by the file system (realpath(3): symlinks and `..`)
+/// when it exists, else lexically (`.` left out, `..` takes the component before it).
 fn same_file(p: &Path) -> PathBuf {
     let abs = match p.is_absolute() {
         true => p.to_path_buf(),
         false => std::env::current_dir().unwrap_or_default().join(p),
     };
-    abs.components().filter(|c| *c != Component::CurDir).collect()
+    if let (Some(dir), Some(name)) = (abs.parent(), abs.file_name())
+        && let Ok(real) = std::fs::canonicalize(dir)
+    {
+        return real.join(name);
+    }
+    let mut key = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                key.pop();
+            }
+            c => key.push(c),
+        }
+    }
+    key
 }
 
 /// With `-c` (in `o`), whether the file of `path` landed in an earlier run and is not
