@@ -184,7 +184,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         && let Some(other) = opts
             .mirrors
             .iter()
-            .find(|m| download::mirrors::names_differ(&opts.url, &m.url))
+            .find(|m| crate::transfer::mirror::names_differ(&opts.url, &m.url))
     {
         eprintln!(
             "ringdl: note: the URLs end in different names ({} and {}): they are taken as mirrors of one file; -Z fetches each URL as its own file",

@@ -6,11 +6,11 @@ use crate::engine::blocks::align_down;
 use crate::engine::place::{Delimiter, Placer, content_range_fits};
 use crate::engine::recv::*;
 use crate::error::Kind;
-use crate::event::mirrors::{Standing, Validators};
 use crate::event::*;
 use crate::output::Output;
 use crate::report::Note;
 use crate::schedule::{self, FIRST_SEGMENT, Landed};
+use crate::transfer::mirror::{Standing, Validators};
 use http::{ChunkedDecoder, ContentRange, Framing, Header, Status};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -174,8 +174,8 @@ fn first_answer_of_mirror(
             Kind::Protocol,
             format!("{host}: size {complete} differs from the reference's {total}"),
         );
-        if crate::event::mirrors::names_differ(&sh.tr.mirrors[k].url, &sh.tr.mirrors[r].url) {
-            f.hint = crate::event::mirrors::DIFFERENT_FILES_HINT;
+        if crate::transfer::mirror::names_differ(&sh.tr.mirrors[k].url, &sh.tr.mirrors[r].url) {
+            f.hint = crate::transfer::mirror::DIFFERENT_FILES_HINT;
         }
         return Err(f);
     }
@@ -184,7 +184,7 @@ fn first_answer_of_mirror(
         && let Err(why) = validators.agree_with(&sh.tr.mirrors[r].validators)
     {
         let mut f = Fail::fatal(Kind::Protocol, format!("{host}: {why}"));
-        f.hint = crate::event::mirrors::CHECKSUM_HINT;
+        f.hint = crate::transfer::mirror::CHECKSUM_HINT;
         return Err(f);
     }
     let m = &mut sh.tr.mirrors[k];
@@ -558,9 +558,9 @@ pub(crate) fn on_head(
             // A mirror that cannot serve a range of the reference's is shorter than it.
             if code == 416
                 && let Some(r) = sh.tr.reference.filter(|&r| r != job.mirror)
-                && crate::event::mirrors::names_differ(&sh.tr.mirrors[job.mirror].url, &sh.tr.mirrors[r].url)
+                && crate::transfer::mirror::names_differ(&sh.tr.mirrors[job.mirror].url, &sh.tr.mirrors[r].url)
             {
-                f.hint = crate::event::mirrors::DIFFERENT_FILES_HINT;
+                f.hint = crate::transfer::mirror::DIFFERENT_FILES_HINT;
             }
             Err(f)
         }

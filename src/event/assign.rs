@@ -131,7 +131,7 @@ impl Loop<'_> {
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect();
         // Fetch only if changed: the precondition goes with each mirror's first request.
-        let condition = (self.sh.tr.mirrors[k].standing == crate::event::mirrors::Standing::Pending)
+        let condition = (self.sh.tr.mirrors[k].standing == crate::transfer::mirror::Standing::Pending)
             .then(|| self.sh.opts.condition.as_ref().map(http::Condition::field))
             .flatten();
         if let Some((name, value)) = &condition {

@@ -20,26 +20,7 @@ use crate::error::{Kind, Result};
 use crate::event::Loop;
 use crate::report::{MirrorReport, Note};
 use crate::schedule::Segment;
-pub(crate) use crate::transfer::mirror::{Mirror, Standing, Validators};
-
-/// Said after dropping a mirror whose validator differs (no `--checksum` was given).
-pub(crate) const CHECKSUM_HINT: &str =
-    " (with --checksum, mirrors whose validators differ are used: the digest proves the bytes)";
-
-/// Said after dropping a mirror of another size (its size differs, or its 416 to a range
-/// of the reference's) whose URL ends in another name than the reference's: they look
-/// like different files given as mirrors of one.
-pub(crate) const DIFFERENT_FILES_HINT: &str = ": its URL ends in another name than the reference's, so these look like \
-     different files, not mirrors of one (ringdl -Z URL... fetches each URL as its own file)";
-
-/// Whether URLs `a` and `b` end in different names (last path segments, as the output
-/// would be named); `false` when either does not parse or ends in `/`.
-pub(crate) fn names_differ(a: &str, b: &str) -> bool {
-    match (Url::parse(a), Url::parse(b)) {
-        (Ok(a), Ok(b)) => a.file_name().zip(b.file_name()).is_some_and(|(x, y)| x != y),
-        _ => false,
-    }
-}
+use crate::transfer::mirror::Standing;
 
 /// One URL of the file and how to reach it, as the command prepared it.
 pub struct MirrorRoute<'a> {

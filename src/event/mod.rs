@@ -171,7 +171,7 @@ fn run_on<'a>(
     let mut keys = Vec::with_capacity(m);
     let mut kept_tls_info = Vec::with_capacity(m);
     for (k, route) in mirrors.into_iter().enumerate() {
-        states.push(mirrors::Mirror::new(route.url, route.headers, k));
+        states.push(crate::transfer::mirror::Mirror::new(route.url, route.headers, k));
         let fresh = Origin::new(route.url, route.tls, route.route)?;
         let key = reactor::origin_key(route.url, &fresh);
         let (origin, tls_info) = reactor.origin(&key, fresh);
@@ -244,10 +244,6 @@ fn run_on<'a>(
             c
         }))
         .collect();
-    for c in &conns {
-        // A kept connection starts on a clean slate for this transfer's tries.
-        debug_assert!(c.st == St::Closed || c.rx.job.is_none());
-    }
     let tr = Transfer {
         align: out.align,
         direct: out.direct,
@@ -678,7 +674,7 @@ impl Loop<'_> {
 
     /// Handles a connection's failure, or drives it on.
     pub(crate) fn after(&mut self, i: usize, r: std::result::Result<(), Fail>) -> Result<()> {
-        if self.sh.tr.mirrors[self.conns[i].mirror].standing == mirrors::Standing::Dropped {
+        if self.sh.tr.mirrors[self.conns[i].mirror].standing == crate::transfer::mirror::Standing::Dropped {
             // A completion that was in the ring when the mirror was dropped: nothing it
             // brought is placed (a response head is not even parsed), see `release_conn`.
             return self.release_conn(i);

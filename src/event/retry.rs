@@ -4,11 +4,11 @@
 use crate::control::*;
 use crate::err;
 use crate::error::{Error, Kind, Result};
-use crate::event::mirrors::Standing;
 use crate::event::*;
 use crate::report::Note;
 use crate::schedule::Segment;
 use crate::schedule::retry::{self, Attempt, Cap, Verdict, n_tries};
+use crate::transfer::mirror::Standing;
 use std::time::{Duration, Instant};
 
 /// A slot the server turned away (a per-client connection cap) asks again after this.

@@ -4,6 +4,25 @@
 
 use http::Url;
 
+/// Said after dropping a mirror whose validator differs (no `--checksum` was given).
+pub(crate) const CHECKSUM_HINT: &str =
+    " (with --checksum, mirrors whose validators differ are used: the digest proves the bytes)";
+
+/// Said after dropping a mirror of another size (its size differs, or its 416 to a range
+/// of the reference's) whose URL ends in another name than the reference's: they look
+/// like different files given as mirrors of one.
+pub(crate) const DIFFERENT_FILES_HINT: &str = ": its URL ends in another name than the reference's, so these look like \
+     different files, not mirrors of one (ringdl -Z URL... fetches each URL as its own file)";
+
+/// Whether URLs `a` and `b` end in different names (last path segments, as the output
+/// would be named); `false` when either does not parse or ends in `/`.
+pub(crate) fn names_differ(a: &str, b: &str) -> bool {
+    match (Url::parse(a), Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.file_name().zip(b.file_name()).is_some_and(|(x, y)| x != y),
+        _ => false,
+    }
+}
+
 /// Where a mirror stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Standing {
