@@ -596,6 +596,27 @@ impl EpollRing {
 
     /// ASYNC_CANCEL of slot `t` if it is still the op found at push and has
     /// not completed: it completes with -ECANCELED first. Returns whether it did.
+    /// Ends every op that waits (readiness, a deadline) or has not started, with
+    /// `-ECANCELED`; file ops on a worker complete on their own.
+    pub(crate) fn cancel_all(&mut self) {
+        let queued = core::mem::take(&mut self.queued);
+        for idx in queued {
+            self.queued_units -= self.slots[idx as usize].units();
+            if matches!(self.slots[idx as usize].op, Some(Op::Close { .. })) {
+                // A close runs: its fd leaves the epoll set and the fd table as it should.
+                self.start(idx);
+            } else {
+                self.finish(idx, -Errno::CANCELED.raw_os_error());
+            }
+        }
+        for idx in 0..self.slots.len() as u32 {
+            if self.slots[idx as usize].state == State::Parked {
+                self.unpark(idx);
+                self.finish(idx, -Errno::CANCELED.raw_os_error());
+            }
+        }
+    }
+
     fn cancel(&mut self, t: u32, generation: u32) -> bool {
         let s = &self.slots[t as usize];
         if s.generation != generation || s.state != State::Parked {

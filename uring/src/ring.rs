@@ -542,6 +542,48 @@ impl UringRing {
         self.fixed_file_ops
     }
 
+    /// Drops the fixed-file table (IORING_UNREGISTER_FILES, 5.1), if one is
+    /// registered: the ring lets go of those files now. Before 6.13 the kernel
+    /// waits for ops that still use the table, so call it with none in flight.
+    ///
+    /// # Errors
+    /// As [`RawRing::unregister_files`]; the table is then forgotten here all the same.
+    pub fn unregister_files(&mut self) -> io::Result<()> {
+        if self.files.is_empty() {
+            return Ok(());
+        }
+        self.files.clear();
+        self.raw.unregister_files()
+    }
+
+    /// Asks the kernel to cancel every op in flight: one IORING_OP_ASYNC_CANCEL
+    /// (5.5) per op by its user_data, submitted at once. Each op then completes as
+    /// usual (through [`UringRing::next_completion`]), with `-ECANCELED` or with the
+    /// result it reached first; a file write already running in io-wq completes on
+    /// its own.
+    ///
+    /// # Errors
+    /// io_uring_enter(2) errors of the submits made when the SQ fills.
+    pub fn cancel_all(&mut self) -> io::Result<()> {
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            if s.pending == 0 || s.op_done || s.cancel_sent {
+                continue;
+            }
+            let sqe = opcode::AsyncCancel::new(s.user_data(i))
+                .build()
+                .user_data(INTERNAL_CANCEL);
+            // SAFETY: ASYNC_CANCEL carries no pointer.
+            while unsafe { self.raw.push_raw(&sqe) }.is_err() {
+                // SQ full: hand what is queued to the kernel and go on.
+                self.raw.submit()?;
+            }
+            self.slots[i].cancel_sent = true;
+        }
+        self.raw.submit()?;
+        Ok(())
+    }
+
     fn forget_registrations(&mut self) {
         for p in self.pools.drain(..) {
             if p.registration().map(|r| r.ring_id) == Some(self.id) {
@@ -1092,6 +1134,41 @@ impl Ring {
         match &mut self.inner {
             Inner::Uring(r) => r.register_files(fds),
             Inner::Epoll(_) => Err(io::ErrorKind::Unsupported.into()),
+        }
+    }
+
+    /// Drops the fixed-file table registered by [`Ring::register_files`], if any:
+    /// the ring no longer holds those files open (IORING_UNREGISTER_FILES, 5.1).
+    /// Call it with no op in flight on them (before 6.13 the kernel waits for
+    /// those). A no-op on [`Backend::Epoll`].
+    ///
+    /// # Errors
+    /// io_uring_register(2)'s (EINTR while an older kernel waits); the table is
+    /// forgotten on this side all the same, and ops use plain fds.
+    pub fn unregister_files(&mut self) -> io::Result<()> {
+        match &mut self.inner {
+            Inner::Uring(r) => r.unregister_files(),
+            Inner::Epoll(_) => Ok(()),
+        }
+    }
+
+    /// Cancels every op in flight (io_uring: one IORING_OP_ASYNC_CANCEL per op,
+    /// 5.5; epoll: ops waiting for readiness or a deadline end at once, queued
+    /// ones without running). Each still completes exactly once, through
+    /// [`Ring::next_completion`], with `-ECANCELED` or the result it reached first
+    /// — a file op already running (io-wq, an epoll file worker) completes on its
+    /// own. For a ring kept from one job to the next: cancel, then reap until
+    /// [`Ring::in_flight`] is 0.
+    ///
+    /// # Errors
+    /// io_uring_enter(2) errors of the submits made meanwhile.
+    pub fn cancel_all(&mut self) -> io::Result<()> {
+        match &mut self.inner {
+            Inner::Uring(r) => r.cancel_all(),
+            Inner::Epoll(r) => {
+                r.cancel_all();
+                Ok(())
+            }
         }
     }
 

@@ -547,6 +547,54 @@ fn cancel_pending_recv(b: Backend) {
     assert_eq!(wait_one(&mut r).result, -ENOENT);
 }
 
+/// A ring kept from one job to the next: `cancel_all` ends every op that waits (two
+/// RECVs on idle sockets, one with a link timeout, a long TIMEOUT, a queued op not yet
+/// submitted), each completes once with -ECANCELED and gives its buffer back, and the
+/// ring then runs new ops as before.
+fn cancel_all_ends_every_waiting_op(b: Backend) {
+    let (_p1, s1) = tcp_pair();
+    let (p2, s2) = tcp_pair();
+    let mut r = ring(b);
+    let pool = BufPool::new(4096, 3).unwrap();
+    let recv = |fd: i32, buf| Op::Recv {
+        fd,
+        buf,
+        range: 0..4096,
+        flags: 0,
+    };
+    r.push(recv(s1.as_raw_fd(), pool.alloc().unwrap()), 1).unwrap();
+    r.push_with_timeout(recv(s2.as_raw_fd(), pool.alloc().unwrap()), 2, Duration::from_secs(60))
+        .unwrap();
+    r.push(
+        Op::Timeout {
+            after: Duration::from_secs(60),
+        },
+        3,
+    )
+    .unwrap();
+    r.submit().unwrap();
+    // Pushed, never submitted.
+    r.push(Op::Nop, 4).unwrap();
+    let t0 = Instant::now();
+    r.cancel_all().unwrap();
+    let mut got: Vec<(u64, i32)> = (0..4).map(|_| wait_one(&mut r)).map(|c| (c.tag, c.result)).collect();
+    got.sort_unstable();
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    for (tag, res) in &got[..3] {
+        assert_eq!(*res, -ECANCELED, "tag {tag}: {got:?}");
+    }
+    // The NOP was not started on epoll; io_uring may have run it before its cancel.
+    assert!(got[3] == (4, -ECANCELED) || got[3] == (4, 0), "{got:?}");
+    assert_eq!(r.in_flight(), 0);
+    assert_eq!(pool.available(), 3, "every buffer given back");
+    // The ring goes on: a new RECV gets the peer's bytes.
+    (&p2).write_all(b"after").unwrap();
+    r.push(recv(s2.as_raw_fd(), pool.alloc().unwrap()), 5).unwrap();
+    let c = wait_one(&mut r);
+    assert_eq!((c.tag, c.result), (5, 5));
+    assert_eq!(&c.buf.as_ref().unwrap()[..5], b"after");
+}
+
 fn splice_socket_pipe_file(b: Backend) {
     let mut r = ring(b);
     if !r.probe().unwrap().supports(opcode::Splice::CODE) {
@@ -1182,6 +1230,7 @@ on_both!(
     timeout_fires_with_etime,
     link_timeout_cancels_idle_recv,
     cancel_pending_recv,
+    cancel_all_ends_every_waiting_op,
     splice_socket_pipe_file,
     builder_fallback_keeps_a_working_ring,
     each_flag_alone,
