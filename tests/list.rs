@@ -515,3 +515,47 @@ fn a_file_on_kept_connections_counts_only_those_it_used() {
         "{j}"
     );
 }
+
+/// A list longer than the ring has entries (150 files of 4 KiB and three 404s among them,
+/// `-x 2`) runs on the one ring the reactor keeps from file to file: every file lands
+/// exact and each 404 gets its own code. Nothing a file leaves in flight (its tick, its
+/// signalfd READ, the operations of connections it closed) may stay on the ring for the
+/// next: left there, they pile up file after file until the ring is full.
+#[test]
+fn a_long_list_runs_on_one_kept_ring_and_no_file_leaves_operations_on_it() {
+    let n = nginx();
+    let count = 150;
+    let (base, shas) = serve("long", &vec![4 * KIB; count]);
+    let dir = TestDir::new("list-long");
+    let mut text = String::new();
+    for k in 0..count {
+        text.push_str(&format!("{}\n", n.http_url(&format!("{base}/f{k}.bin"))));
+        if k % 50 == 25 {
+            text.push_str(&format!(
+                "{}\n  out=missing{k}.bin\n",
+                n.http_url(&format!("{base}/missing{k}.bin"))
+            ));
+        }
+    }
+    let l = list(&dir, &text);
+    let o = ringdl(
+        &dir,
+        &["-i", l.to_str().unwrap(), "-d", "got", "-x", "2", "--max-tries", "1"],
+    );
+    let err = o.stderr_text();
+    o.assert_code(exit::HTTP_STATUS);
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("got/f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    assert!(
+        err.contains(&format!(
+            "ringdl: {} files of {}: {count} ok, 3 failed",
+            count + 3,
+            count + 3
+        )),
+        "{err}"
+    );
+    let j = json(&dir);
+    assert_eq!(j["run"]["ok"], count);
+    assert_eq!(j["run"]["failed"], 3);
+}

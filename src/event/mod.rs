@@ -141,11 +141,26 @@ pub fn run<'a>(
     progress: &'a mut Progress,
     reactor: &mut Reactor,
 ) -> Result<Outcome> {
-    let r = run_on(mirrors, opts, target, progress, reactor);
+    let n = opts.connections;
+    let mut ring = reactor.take_ring(opts, ring_entries(n), target.engine == EngineKind::Splice)?;
+    let r = run_on(mirrors, opts, target, progress, reactor, &mut ring.0);
+    reactor.give_back(ring);
     if !matches!(r, Ok(Outcome::Done(_))) {
         reactor.reset();
     }
     r
+}
+
+/// Write slots (and blocks) of a transfer over `n` connections.
+fn write_slots(n: usize) -> usize {
+    (2 * n + 2).clamp(6, 64)
+}
+
+/// SQ entries for a transfer over `n` connections: a CONNECT with its LINK_TIMEOUT, or a
+/// SEND/RECV, per connection; a Happy Eyeballs wake-up per connect; the write slots; the
+/// tick, signal, fallocate, fsync, cancels.
+fn ring_entries(n: usize) -> u32 {
+    (3 * n + write_slots(n) + 8).next_power_of_two() as u32
 }
 
 fn run_on<'a>(
@@ -154,6 +169,7 @@ fn run_on<'a>(
     target: Target<'a>,
     progress: &'a mut Progress,
     reactor: &mut Reactor,
+    chosen: &'a mut crate::io::Chosen,
 ) -> Result<Outcome> {
     let Target {
         out,
@@ -199,15 +215,10 @@ fn run_on<'a>(
 
     let n = opts.connections;
     let block = write_block().max(out.align as usize);
-    let wcount = (2 * n + 2).clamp(6, 64);
-    // A CONNECT with its LINK_TIMEOUT, or a SEND/RECV, per connection; a Happy Eyeballs
-    // wake-up per connect; the write slots; the tick, signal, fallocate, fsync, cancels.
-    let entries = (3 * n + wcount + 8).next_power_of_two() as u32;
-    let crate::io::Chosen {
-        mut ring,
-        label: io,
-        sqpoll_tid,
-    } = crate::io::build_ring(opts.io, entries, splice, opts.sqpoll, opts.verbose)?;
+    let wcount = write_slots(n);
+    let io = chosen.label.clone();
+    let sqpoll_tid = chosen.sqpoll_tid;
+    let ring = &mut chosen.ring;
     let (rpool, wpool) = reactor.pools(READ_BLOCK, n, block, wcount)?;
     // Connections the transfers before left open to these origins go first (keep-alive,
     // RFC 9112 §9.3); the others are closed.
@@ -220,13 +231,15 @@ fn run_on<'a>(
             kept.push(c);
         }
     }
-    let registered = match ring.register_pools(&[&rpool, &wpool]) {
-        Ok(()) => true,
-        Err(e) => {
-            progress.note(Note::Unregistered { why: e.to_string() });
-            false
-        }
-    };
+    // Registered once with the kept ring (again only when the pools or the ring are new).
+    let registered = (rpool.is_registered() && wpool.is_registered())
+        || match ring.register_pools(&[&rpool, &wpool]) {
+            Ok(()) => true,
+            Err(e) => {
+                progress.note(Note::Unregistered { why: e.to_string() });
+                false
+            }
+        };
     // The output fd as fixed file 0: its WRITE_FIXED, FALLOCATE and FSYNC skip the per-op
     // fget/fput. Measurement knob RINGDL_FIXED_FILES=0 leaves it unregistered.
     let fixed_files = std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0")
@@ -325,7 +338,7 @@ fn run_on<'a>(
     };
     dl.push(Op::Timeout { after: dl.tick }, Tag::Tick.encode())?;
     // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
-    let sigpool = BufPool::new(4096, 1).map_err(|e| err!(LocalIo, "signal buffer: {e}"))?;
+    let sigpool = reactor.signal_block()?;
     if let (Some(fd), Some(buf)) = (signals, sigpool.alloc()) {
         dl.push(
             Op::Read {
@@ -452,7 +465,7 @@ fn run_on<'a>(
     dl.sh.report.clear();
     let (digest, signed) = match (&opts.checksum, out.read_back()) {
         (_, Some((part, base))) => crate::output::verify::digests(
-            &mut dl.ring,
+            dl.ring,
             &dl.sh.pool,
             (part, out.direct, base, total),
             opts.checksum.as_ref().map(|c| c.algorithm),
@@ -475,7 +488,9 @@ fn run_on<'a>(
     let info = dl.tls_info.clone();
     let mut summary = dl.summary(total, io, registered, digest);
     summary.signed = signed;
-    reactor.interrupted = dl.interrupted;
+    if dl.interrupted.is_some() {
+        reactor.interrupted = dl.interrupted;
+    }
     // What this transfer leaves open goes to the next one from the same origin.
     let conns = std::mem::take(&mut dl.conns)
         .into_iter()
@@ -487,7 +502,7 @@ fn run_on<'a>(
 }
 
 pub(crate) struct Loop<'a> {
-    pub(crate) ring: Ring,
+    pub(crate) ring: &'a mut Ring,
     pub(crate) conns: Vec<Conn>,
     pub(crate) sh: Shared<'a>,
     pub(crate) out_fd: RawFd,

@@ -4,24 +4,51 @@
 //! from the same origin. A run of many files passes one [`Reactor`] to each
 //! [`crate::event::run`]; a run of one file makes one and drops it.
 //!
-//! The ring itself is made per transfer (its setup is tens of microseconds; the pools,
-//! whose pages are the costly part, are reused and registered with each ring).
+//! The ring is kept too, with the pools registered with it once (IORING_REGISTER_BUFFERS
+//! pins their pages: the costliest part of a small file's setup) and the signalfd's read
+//! block. Between transfers the ring holds nothing of a transfer: [`Reactor::give_back`]
+//! cancels every op still in flight and waits for its completion, and lets go of the
+//! output registered as a fixed file — a later transfer's completion can never be taken
+//! for an earlier one's, and a finished output is not held open.
 
-use uring::BufPool;
+use std::time::{Duration, Instant};
 
+use uring::{BufPool, Ring};
+
+use crate::config::Config;
 use crate::control::origin::Origin;
 use crate::control::{Conn, St};
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
+use crate::io::Chosen;
+use crate::tag::Tag;
 
 /// Most idle connections kept between transfers, over every origin (each holds a socket
 /// and a read block): a run over many servers keeps the most recent ones.
 pub(crate) const MAX_IDLE: usize = 8;
 
+/// How long [`Reactor::give_back`] waits for the ops it cancelled; a ring whose ops do
+/// not all come back by then is dropped (its `Drop` waits again, then leaks what the
+/// kernel may still write into).
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// The ring kept between transfers and what it was built for.
+struct Kept {
+    chosen: Chosen,
+    /// SQ entries asked for.
+    entries: u32,
+    /// Probed for IORING_OP_SPLICE (engine `splice`).
+    splice: bool,
+}
+
 /// Kept-alive state between transfers (one per thread; nothing in it is shared).
 #[derive(Default)]
 pub struct Reactor {
+    /// The ring, between transfers (a transfer holds it while it runs).
+    ring: Option<Kept>,
+    /// The signalfd READ's block (one siginfo).
+    signal_block: Option<BufPool>,
     /// Read blocks (one per connection) and write blocks, sized for the largest transfer
     /// so far.
     pools: Option<(BufPool, BufPool)>,
@@ -48,6 +75,55 @@ impl Reactor {
     /// A reactor with nothing kept yet.
     pub fn new() -> Reactor {
         Reactor::default()
+    }
+
+    /// The ring for a transfer that needs `entries` SQ entries (and IORING_OP_SPLICE when
+    /// `splice`): the kept one when it is large enough and was probed for what this one
+    /// needs, else a new one ([`crate::io::build_ring`] with `opts.io`, `opts.sqpoll`).
+    /// The transfer gives it back with [`Reactor::give_back`].
+    ///
+    /// # Errors
+    /// As [`crate::io::build_ring`] (`LocalIo`).
+    pub(crate) fn take_ring(&mut self, opts: &Config, entries: u32, splice: bool) -> Result<(Chosen, u32, bool)> {
+        if let Some(k) = self.ring.take() {
+            if k.entries >= entries && (k.splice || !splice) {
+                return Ok((k.chosen, k.entries, k.splice));
+            }
+            // Too small, or not probed for SPLICE: a new one (the old one's pools
+            // registration goes with it).
+            drop(k);
+        }
+        let chosen = crate::io::build_ring(opts.io, entries, splice, opts.sqpoll, opts.verbose)?;
+        Ok((chosen, entries, splice))
+    }
+
+    /// Takes back the ring a transfer ran on, holding nothing of it: every op still in
+    /// flight (a connection's RECV, the tick, the signalfd READ) is cancelled and reaped,
+    /// a signal whose READ completed meanwhile is kept in [`Reactor::interrupted`], and
+    /// the fixed-file table (the transfer's output) is unregistered. A ring that does not
+    /// settle within [`SETTLE`] is dropped, not kept.
+    pub(crate) fn give_back(&mut self, (mut chosen, entries, splice): (Chosen, u32, bool)) {
+        let ring = &mut chosen.ring;
+        if settle(ring, &mut self.interrupted) && ring.unregister_files().is_ok() {
+            self.ring = Some(Kept {
+                chosen,
+                entries,
+                splice,
+            });
+        }
+    }
+
+    /// The block the signalfd READ goes into (one per reactor, kept).
+    ///
+    /// # Errors
+    /// `LocalIo` when it cannot be mapped.
+    pub(crate) fn signal_block(&mut self) -> Result<BufPool> {
+        if let Some(p) = &self.signal_block {
+            return Ok(p.clone());
+        }
+        let p = BufPool::new(4096, 1).map_err(|e| err!(LocalIo, "signal buffer: {e}"))?;
+        self.signal_block = Some(p.clone());
+        Ok(p)
     }
 
     /// Read and write pools with at least `n` read blocks of `read` bytes (and
@@ -164,4 +240,28 @@ impl Reactor {
     pub(crate) fn reset(&mut self) {
         self.idle.clear();
     }
+}
+
+/// Cancels every op in flight on `ring` and reaps them all (at most [`SETTLE`]); a
+/// signalfd READ that completed with a siginfo names its signal in `interrupted`.
+/// Returns whether none is left in flight.
+fn settle(ring: &mut Ring, interrupted: &mut Option<&'static str>) -> bool {
+    if ring.in_flight() == 0 {
+        return true;
+    }
+    if ring.cancel_all().is_err() {
+        return false;
+    }
+    let deadline = Instant::now() + SETTLE;
+    while ring.in_flight() > 0 {
+        if Instant::now() >= deadline || ring.submit_and_wait(1).is_err() {
+            return false;
+        }
+        while let Some(c) = ring.next_completion() {
+            if c.tag == Tag::Signal.encode() && c.result > 0 {
+                *interrupted = Some(crate::tag::signal_name(c.buf.as_deref()));
+            }
+        }
+    }
+    true
 }
