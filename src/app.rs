@@ -99,6 +99,45 @@ pub(crate) struct PerRun {
     files: Option<(usize, usize)>,
     /// Connections, origins and buffers one file leaves for the next (keep-alive).
     reactor: download::Reactor,
+    /// Whether the kernel takes TLS sockets (`ktls::probe`, one throwaway socket), once
+    /// it was asked.
+    ktls: Option<bool>,
+    /// Several files: the directories of the files renamed into place whose fsync is
+    /// still to come.
+    renamed: Option<Renamed>,
+}
+
+/// Directories with renames not yet made durable, and since when: a list's files are
+/// renamed into place one by one and their directories fsync'd together — at most every
+/// [`Renamed::EVERY`] and at the end of the run, before its exit status — instead of one
+/// directory fsync per file (1.6 ms each on this machine's ext4).
+#[derive(Default)]
+pub(crate) struct Renamed {
+    dirs: Vec<std::path::PathBuf>,
+    since: Option<std::time::Instant>,
+}
+
+impl Renamed {
+    /// Longest a rename waits for its directory's fsync while the run goes on.
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn add(&mut self, dir: std::path::PathBuf) {
+        if !self.dirs.contains(&dir) {
+            self.dirs.push(dir);
+        }
+        self.since.get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// fsyncs the directories when the oldest rename waits for longer than [`Self::EVERY`]
+    /// (or `now`).
+    fn sync(&mut self, now: bool) {
+        if now || self.since.is_some_and(|t| t.elapsed() >= Self::EVERY) {
+            for d in self.dirs.drain(..) {
+                output::sync_dir(&d);
+            }
+            self.since = None;
+        }
+    }
 }
 
 impl PerRun {
@@ -116,7 +155,16 @@ impl PerRun {
             tls: None,
             files: None,
             reactor: download::Reactor::new(),
+            ktls: None,
+            renamed: None,
         })
+    }
+
+    /// Whether this kernel has TLS sockets (probed at the first file that needs to know).
+    fn ktls_present(&mut self) -> bool {
+        *self
+            .ktls
+            .get_or_insert_with(|| !matches!(ktls::probe(), ktls::Support::Absent))
     }
 }
 
@@ -256,8 +304,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
     // A forced engine that cannot run here fails before the output is touched (an
     // existing .part and its control file stay). kTLS is probed only where it decides.
     let https = url.scheme() == http::Scheme::Https;
-    let ktls_here =
-        select::needs_ktls_probe(opts.engine, https).then(|| !matches!(ktls::probe(), ktls::Support::Absent));
+    let ktls_here = select::needs_ktls_probe(opts.engine, https).then(|| per_run.ktls_present());
     let not_a_file = special.as_ref().map(|sp| sp.what.as_str());
     select::refusal(opts.engine, https, ktls_here, not_a_file)?;
     // Held until exit: nothing below may read the control file or touch the `.part` of
@@ -524,6 +571,7 @@ fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
             url: &urls[k],
             redirects: hops[k],
             left_out: &left_out,
+            renamed: per_run.renamed.as_mut(),
         };
         return finish::finish(s, &mut out, landing, record);
     }

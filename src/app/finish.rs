@@ -33,6 +33,9 @@ pub(super) struct Landing<'a> {
     pub(super) redirects: u32,
     /// Mirrors left out before the transfer.
     pub(super) left_out: &'a [MirrorReport],
+    /// In a list, the directories whose fsync makes the run's renames durable, done
+    /// together ([`super::PerRun::renamed`]); `None`: the directory is synced at once.
+    pub(super) renamed: Option<&'a mut super::Renamed>,
 }
 
 /// Finishes the file whose transfer `s` wrote `out`: fills `record`, checks the
@@ -53,6 +56,7 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         url,
         redirects,
         left_out,
+        renamed,
     } = l;
     record.fill(url, engine, &s);
     record.redirects = redirects.into();
@@ -95,7 +99,12 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         out.final_path = Some(p);
     }
     updates::before_commit(opts, out, s.last_modified.as_deref())?;
-    out.commit()?;
+    if let Some(dir) = out.commit()? {
+        match renamed {
+            Some(r) => r.add(dir),
+            None => output::sync_dir(&dir),
+        }
+    }
     updates::after_landing(opts, s.etag.as_deref())?;
     record.output = out.final_path.as_ref().map(|p| p.display().to_string());
     if let Some(c) = control {

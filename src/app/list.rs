@@ -67,6 +67,7 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
             return e.kind.exit_code();
         }
     };
+    per_run.renamed = Some(super::Renamed::default());
     let n = jobs.len();
     let mut totals = RunTotals {
         files: n as u64,
@@ -130,6 +131,9 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         if base.json.is_some() {
             objects.push(file_json(&mut record, &result, code, file_started));
         }
+        if let Some(r) = &mut per_run.renamed {
+            r.sync(false);
+        }
         let mut interrupted = result.as_ref().is_err_and(|e| e.kind == Kind::Interrupted);
         // A signal that came while this file's last fsync or read-back ran: the file landed,
         // and the run stops before the next one.
@@ -151,6 +155,10 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
             }
             break;
         }
+    }
+    // The renames are durable before the run says how it went.
+    if let Some(r) = &mut per_run.renamed {
+        r.sync(true);
     }
     totals.seconds = started.elapsed().as_secs_f64();
     let code = first_failure.map_or(0, |(c, _)| c);

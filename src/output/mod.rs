@@ -433,12 +433,14 @@ impl Output {
 
     /// Renames `.part` to the final name; the caller has set the size and fsync'd the data.
     /// Without `--force` an existing final name is never replaced (renameat2 RENAME_NOREPLACE).
+    /// Returns the directory that holds the new entry: the rename is durable once it is
+    /// fsync'd ([`sync_dir`]; the caller may do that for several files at once).
     ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when rename fails; the `.part` stays.
-    pub fn commit(&self) -> Result<()> {
+    pub fn commit(&self) -> Result<Option<PathBuf>> {
         let (Some(part), Some(fin)) = (&self.part, &self.final_path) else {
-            return Ok(());
+            return Ok(None);
         };
         // The data is complete and synced: the control file goes first, so no crash can
         // leave one beside a finished file.
@@ -448,26 +450,21 @@ impl Output {
         } else {
             rustix::fs::RenameFlags::NOREPLACE
         };
-        let r = rustix::fs::renameat_with(CWD, part, CWD, fin, flags);
-        if r.is_ok() {
-            // Make the rename itself durable: fsync the directory that holds the entry.
-            let dir = fin
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            if let Ok(d) = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
-                let _ = rustix::fs::fsync(&d);
-            }
-        }
-        r.map_err(|e| match e {
-            rustix::io::Errno::EXIST => err!(
+        match rustix::fs::renameat_with(CWD, part, CWD, fin, flags) {
+            Ok(()) => Ok(Some(
+                fin.parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+                    .to_path_buf(),
+            )),
+            Err(rustix::io::Errno::EXIST) => Err(err!(
                 LocalIo,
                 "{} appeared during the download (use --force); data kept in {}",
                 fin.display(),
                 part.display()
-            ),
-            e => err!(LocalIo, "rename {} to {}: {e}", part.display(), fin.display()),
-        })
+            )),
+            Err(e) => Err(err!(LocalIo, "rename {} to {}: {e}", part.display(), fin.display())),
+        }
     }
 
     /// Removes an empty `.part` (and its control file) left by a download that wrote
@@ -579,6 +576,15 @@ fn dio_align(fd: &OwnedFd) -> Option<u64> {
             a.is_power_of_two().then_some(a)
         }
         _ => Some(4096),
+    }
+}
+
+/// fsync(2) of directory `dir`: the entries renamed into it (rename(2)) are then durable.
+/// Best effort: a directory that cannot be opened or synced (a filesystem without
+/// fsync on directories) leaves the renames as the filesystem keeps them.
+pub fn sync_dir(dir: &Path) {
+    if let Ok(d) = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+        let _ = rustix::fs::fsync(&d);
     }
 }
 
