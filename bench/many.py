@@ -99,6 +99,11 @@ def commands(args, tool: str, urls: list[str], listfile: Path, out: Path, ca: Pa
                 ["aria2c", "-q", "-i", str(listfile), "-j", str(args.jobs), "-d", str(out),
                  "--allow-overwrite=true", "--auto-file-renaming=false", "--console-log-level=warn",
                  "--summary-interval=0", *([f"--ca-certificate={ca}"] if https else [])])
+    if tool == "ringdl-before":
+        # A second ringdl binary (`--before PATH`), run the same way: before/after rows in one run.
+        label, argv = commands(argparse.Namespace(**{**vars(args), "ringdl": args.before}), "ringdl", urls, listfile,
+                               out, ca, https)
+        return (label.replace("ringdl", "ringdl (before)", 1), argv)
     if tool == "ringdl":
         tls = ["--ca-certificate", str(ca)] if https else []
         if args.ringdl_lists and ringdl_has_jobs(args.ringdl):
@@ -196,6 +201,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--jobs", "-j", type=int, default=4, help="files in flight for ringdl and aria2c (default 4)")
     ap.add_argument("--ringdl", help="the ringdl binary (default: the static release build)")
+    ap.add_argument("--before", help="a second ringdl binary, run as the tool `ringdl-before` (before/after)")
     ap.add_argument("--work", type=Path, default=Path("/var/tmp/ringdl-bench/work"))
     ap.add_argument("--out-dir", type=Path, default=Path("/var/tmp/ringdl-bench/out"))
     ap.add_argument("--results", type=Path, default=Path("/var/tmp/ringdl-bench/results"))
@@ -211,6 +217,9 @@ def main() -> int:
     if "ringdl" in args.tools and not (args.ringdl and os.access(args.ringdl, os.X_OK)):
         b.die("no ringdl binary: build it or pass --ringdl PATH")
     args.ringdl = str(Path(args.ringdl).resolve()) if args.ringdl else ""
+    if "ringdl-before" in args.tools and not (args.before and os.access(args.before, os.X_OK)):
+        b.die("the tool ringdl-before needs --before PATH")
+    args.before = str(Path(args.before).resolve()) if args.before else ""
     args.ringdl_lists = "ringdl" in args.tools and ringdl_has_lists(args.ringdl)
     args.work, args.out_dir = args.work.resolve(), args.out_dir.resolve()
     www, tls, logs = args.work / "www", args.work / "tls", args.work / "logs"
