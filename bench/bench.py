@@ -359,8 +359,10 @@ http {{
 
 def timeline_stats(detail: list[dict], spawned: float) -> dict:
     """From the per-request log of one run (`spawned`: Unix time of the spawn): when the
-    first request started and the last one ended, and the tail — from the moment the
-    first connection finished its last request to the end, while others still ran."""
+    first request started and the last one ended, the tail — from the moment the
+    first connection finished its last request to the end, while others still ran — and
+    the gaps: the time connections sat between two of their requests (a request's end as
+    nginx logged it to the next one's start on the same connection), summed."""
     if not detail:
         return {}
     last_end = {}
@@ -368,9 +370,14 @@ def timeline_stats(detail: list[dict], spawned: float) -> dict:
         last_end[d["conn"]] = max(last_end.get(d["conn"], 0.0), d["end"])
     first = min(d["start"] for d in detail)
     end = max(last_end.values())
+    gaps, prev = 0.0, {}
+    for d in sorted(detail, key=lambda d: (d["conn"], d["start"])):
+        if d["conn"] in prev:
+            gaps += max(d["start"] - prev[d["conn"]], 0.0)
+        prev[d["conn"]] = d["end"]
     return {"first_request_s": round(first - spawned, 3), "last_byte_s": round(end - spawned, 3),
-            "tail_s": round(end - min(last_end.values()), 3), "connections": len(last_end),
-            "requests": len(detail)}
+            "tail_s": round(end - min(last_end.values()), 3), "gaps_s": round(gaps, 3),
+            "connections": len(last_end), "requests": len(detail)}
 
 
 def timeline_svg(detail: list[dict], spawned: float, wall: float, title: str) -> str:
@@ -740,9 +747,10 @@ def median_runs(c: dict) -> dict:
 def timeline_table(c: dict) -> str:
     """Where each tool's wall time went, medians over its successful runs, from nginx's
     per-request log: when the first request reached the server, when the last byte left
-    it, the tail (first connection done → last byte), requests and connections."""
-    out = ["| tool | first request s | last byte s | tail s | requests | connections | ideal s |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+    it, the tail (first connection done → last byte), the gaps between a connection's
+    requests (summed over connections), requests and connections."""
+    out = ["| tool | first request s | last byte s | tail s | gaps s | requests | connections | ideal s |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     ideal = "—"
     if c["shaped"] and c["rate"]:
         ideal = f2(c["size"] / (parse_size(c["rate"]) * c["connections"]))
@@ -752,9 +760,10 @@ def timeline_table(c: dict) -> str:
             by_tool.setdefault(r["tool"], []).append(r["timeline"])
     for tool, ts in by_tool.items():
         med = {k: median([t.get(k) for t in ts]) for k in
-               ("first_request_s", "last_byte_s", "tail_s", "requests", "connections")}
+               ("first_request_s", "last_byte_s", "tail_s", "gaps_s", "requests", "connections")}
         out.append(f"| {tool} | {f2(med['first_request_s'], 3)} | {f2(med['last_byte_s'])} | "
-                   f"{f2(med['tail_s'])} | {f2(med['requests'], 0)} | {f2(med['connections'], 0)} | {ideal} |")
+                   f"{f2(med['tail_s'])} | {f2(med['gaps_s'], 3)} | {f2(med['requests'], 0)} | "
+                   f"{f2(med['connections'], 0)} | {ideal} |")
     return "\n".join(out)
 
 

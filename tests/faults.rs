@@ -777,6 +777,64 @@ fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
     assert!(srv.fired_on(0).len() <= 3, "{}", r.explain(&srv));
 }
 
+/// Issue 22: "the server allows N" is the count when the server turns a connection away,
+/// not the most connections ever seen receiving. Cap 2 (as nginx `limit_conn 2`), 1 MiB/s
+/// per connection, 8 MiB, `-x 3`: the first request (0-4 MiB) runs, the second connection
+/// takes a planned segment and the third meets the cap (503) while those two are served.
+/// The server then lets go of the first request, still running (its tail on its way, as
+/// nginx lets go of a request whose last bytes sit in the kernel's buffers), and admits the
+/// parked connection's next request; once the queue is empty the other two steal from
+/// the first, which goes on reading its shortened range. Three bodies arrive at once for
+/// over a second, yet the server allows two. (A count of every connection receiving,
+/// taken on every tick, read "allows 3" here.)
+fn allowed_counted_at_the_refusal(test: &str, tls: bool) {
+    let srv = FaultServer::builder()
+        .size(8 * MIB)
+        .tls_if(tls)
+        .rate(MIB)
+        .cap(2)
+        .fault_on(When::Request(1), Fault::LeaveCap { after: 256 * KIB })
+        .start();
+    let r = get(test, &srv, &["-v", "-x", "3", "--min-split-size", "1M"]);
+    r.assert_exact(&srv);
+    assert!(
+        srv.refused() >= 1,
+        "the cap never turned a request away\n{}",
+        r.explain(&srv)
+    );
+    // The situation: the victim still reading after the server let it go, while the server
+    // served two others.
+    assert!(
+        srv.peak_bodies() >= 3,
+        "never three bodies at once (peak {}): the scenario did not happen\n{}",
+        srv.peak_bodies(),
+        r.explain(&srv)
+    );
+    let err = r.o.stderr_text();
+    assert!(
+        err.contains("server allows 2 connections: using 2"),
+        "the server allows 2, which -v does not say\n{}",
+        r.explain(&srv)
+    );
+    assert!(!err.contains("server allows 3"), "{}", r.explain(&srv));
+    let summary = r.o.summary();
+    assert!(
+        summary.contains("(the server allows 2)"),
+        "{summary}\n{}",
+        r.explain(&srv)
+    );
+}
+
+#[test]
+fn server_allows_n_is_counted_at_the_refusal_not_from_a_victim_it_let_go_http() {
+    allowed_counted_at_the_refusal("allowed-at-refusal-http", false);
+}
+
+#[test]
+fn server_allows_n_is_counted_at_the_refusal_not_from_a_victim_it_let_go_https() {
+    allowed_counted_at_the_refusal("allowed-at-refusal-https", true);
+}
+
 // ---------------------------------------------------------------------------
 // Redirects
 

@@ -181,6 +181,13 @@ pub enum Fault {
     /// answers a single range; the part's Content-Range is the one the plan would send
     /// (so [`Fault::ContentRangeShift`] composes with it). No effect on other statuses.
     Multipart(Multipart),
+    /// With [`Builder::cap`]: the request stops counting toward the cap once `after` body
+    /// bytes are written *and* the cap has turned a request away, while the rest of its
+    /// body still goes out at [`Builder::rate`]. A response the server is done with whose
+    /// tail is still on its way: nginx's `limit_conn` lets a request go when its last byte
+    /// is in the kernel's buffers (its `limit_rate` sends a second's worth ahead), which a
+    /// slow or far client reads well after. Fires where it lets go.
+    LeaveCap { after: u64 },
 }
 
 /// The shape of a [`Fault::Multipart`] answer.
@@ -273,6 +280,7 @@ pub struct Builder {
     etag: Option<String>,
     rate: Option<u64>,
     listen_after: Option<Duration>,
+    cap: Option<u64>,
 }
 
 impl Builder {
@@ -321,6 +329,16 @@ impl Builder {
         self
     }
 
+    /// A per-client connection cap, as nginx's `limit_conn n` (the test client is the only
+    /// client): a request whose head arrives while `n` others are served is answered `503`
+    /// (no Retry-After), 100 ms later (so that the heads of the ones served go first). A request is served from its head until its last body byte is
+    /// written (or it fails), unless [`Fault::LeaveCap`] lets it go earlier. See
+    /// [`FaultServer::refused`], [`FaultServer::peak_bodies`].
+    pub fn cap(mut self, n: u64) -> Builder {
+        self.cap = Some(n);
+        self
+    }
+
     /// A fault on every request.
     pub fn fault(self, fault: Fault) -> Builder {
         self.fault_on(When::Always, fault)
@@ -362,6 +380,8 @@ impl Builder {
             rules: self.rules,
             etag: self.etag,
             rate: self.rate,
+            cap: self.cap,
+            served: Mutex::new(Served::default()),
             sent: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
             next_req: AtomicU64::new(1),
@@ -417,6 +437,7 @@ impl FaultServer {
             etag: None,
             rate: None,
             listen_after: None,
+            cap: None,
         }
     }
 
@@ -473,6 +494,18 @@ impl FaultServer {
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Request> {
         self.shared.log.lock().unwrap().clone()
+    }
+
+    /// Requests [`Builder::cap`] turned away (answered 503) so far.
+    pub fn refused(&self) -> u64 {
+        self.shared.served.lock().unwrap().refused
+    }
+
+    /// The most response bodies the server was writing at once (with [`Builder::cap`]),
+    /// those [`Fault::LeaveCap`] let go of included: what the client sees arriving at once.
+    /// (The cap's own count never exceeds its `n`.)
+    pub fn peak_bodies(&self) -> u64 {
+        self.shared.served.lock().unwrap().peak_bodies
     }
 
     /// Connections accepted so far.
@@ -642,6 +675,10 @@ struct Shared {
     etag: Option<String>,
     /// [`Builder::rate`].
     rate: Option<u64>,
+    /// [`Builder::cap`].
+    cap: Option<u64>,
+    /// The cap's count and what it saw.
+    served: Mutex<Served>,
     /// Per request: (number, first file offset, body bytes written).
     sent: Mutex<Vec<(u64, u64, u64)>>,
     log: Mutex<Vec<Request>>,
@@ -702,6 +739,62 @@ impl Shared {
             thread::sleep(Duration::from_millis(20));
         }
         true
+    }
+}
+
+/// What [`Builder::cap`] counts.
+#[derive(Default)]
+struct Served {
+    /// Requests the cap counts now.
+    counted: u64,
+    /// Bodies being written now (counted ones and those let go).
+    bodies: u64,
+    /// The most `bodies` at once.
+    peak_bodies: u64,
+    /// Requests turned away.
+    refused: u64,
+}
+
+/// One request admitted under [`Builder::cap`]: counted until [`Admitted::leave`] or drop,
+/// its body until drop.
+struct Admitted<'a> {
+    sh: &'a Shared,
+    counted: bool,
+}
+
+impl<'a> Admitted<'a> {
+    /// Admits `req` under the cap, or None when `cap` others are served (counted refused).
+    fn try_new(sh: &'a Shared, cap: u64) -> Option<Admitted<'a>> {
+        let mut s = sh.served.lock().unwrap();
+        if s.counted >= cap {
+            s.refused += 1;
+            return None;
+        }
+        s.counted += 1;
+        s.bodies += 1;
+        s.peak_bodies = s.peak_bodies.max(s.bodies);
+        Some(Admitted { sh, counted: true })
+    }
+
+    /// Stops counting toward the cap (the body still runs); true when it did now.
+    fn leave(&mut self) -> bool {
+        let mut s = self.sh.served.lock().unwrap();
+        if !self.counted || s.refused == 0 {
+            return false;
+        }
+        s.counted -= 1;
+        self.counted = false;
+        true
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        let mut s = self.sh.served.lock().unwrap();
+        s.bodies -= 1;
+        if self.counted {
+            s.counted -= 1;
+        }
     }
 }
 
@@ -921,6 +1014,8 @@ struct Plan {
     cut_rule: Option<usize>,
     stall_head_rule: Option<usize>,
     stall_mid_rule: Option<usize>,
+    /// [`Fault::LeaveCap`]: after this many body bytes, and its rule.
+    leave_cap: Option<(u64, usize)>,
 }
 
 impl Plan {
@@ -1018,6 +1113,7 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
         cut_rule: None,
         stall_head_rule: None,
         stall_mid_rule: None,
+        leave_cap: None,
     };
     if let Some(tag) = &sh.etag {
         p.fields.push(("ETag".into(), format!("\"{tag}\"")));
@@ -1074,7 +1170,11 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
         apply(sh, req, &mut p, fault);
         let deferred = matches!(
             fault,
-            Fault::Close { .. } | Fault::CloseRandom { .. } | Fault::StallAfterHead { .. } | Fault::StallMidBody { .. }
+            Fault::Close { .. }
+                | Fault::CloseRandom { .. }
+                | Fault::StallAfterHead { .. }
+                | Fault::StallMidBody { .. }
+                | Fault::LeaveCap { .. }
         );
         if let Some(saved) = saved {
             // Spent only where it took effect, and by one request only.
@@ -1088,6 +1188,7 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
             Fault::Close { .. } | Fault::CloseRandom { .. } => p.cut_rule = Some(i),
             Fault::StallAfterHead { .. } => p.stall_head_rule = Some(i),
             Fault::StallMidBody { .. } => p.stall_mid_rule = Some(i),
+            Fault::LeaveCap { after } => p.leave_cap = Some((*after, i)),
             // A short 206 strikes where its bytes stop; other head faults at the asked start.
             Fault::ShortRange { .. } if p.signature() != before => p.fired.push((i, p.end)),
             _ if p.signature() != before => p.fired.push((i, p.asked_start)),
@@ -1221,6 +1322,7 @@ fn apply(sh: &Shared, req: &Request, p: &mut Plan, fault: &Fault) {
                 p.multipart = Some(*m);
             }
         }
+        Fault::LeaveCap { .. } => {}
     }
 }
 
@@ -1254,7 +1356,24 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
         };
         sh.first_at.lock().unwrap().get_or_insert(req.at);
         sh.log.lock().unwrap().push(req.clone());
-        let p = plan(sh, &req);
+        let mut p = plan(sh, &req);
+        // A per-client cap: admitted (counted while served), or turned away with a 503.
+        let mut admitted = None;
+        if let Some(cap) = sh.cap {
+            admitted = Admitted::try_new(sh, cap);
+            if admitted.is_none() {
+                let busy = Fault::Status {
+                    code: 503,
+                    retry_after: None,
+                };
+                apply(sh, &req, &mut p, &busy);
+                p.leave_cap = None;
+                // The heads of the requests it serves, read before this one, go first.
+                if !sh.sleep(Duration::from_millis(100)) {
+                    return Ok(());
+                }
+            }
+        }
         if p.silent {
             // Hold the connection open without a byte until the client gives up.
             let mut sink = [0u8; 4096];
@@ -1263,7 +1382,7 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
         }
         let head_only = req.method == "HEAD";
         let conn = r.get_mut();
-        if let Some(how) = respond(conn, sh, &req, &p, head_only)? {
+        if let Some(how) = respond(conn, sh, &req, &p, head_only, admitted.as_mut())? {
             r.into_inner().close(how);
             return Ok(());
         }
@@ -1276,7 +1395,14 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
 }
 
 /// Writes one response; Some(how) when the connection must be closed now (a cut).
-fn respond(conn: &mut Conn, sh: &Shared, req: &Request, p: &Plan, head_only: bool) -> io::Result<Option<Close>> {
+fn respond(
+    conn: &mut Conn,
+    sh: &Shared,
+    req: &Request,
+    p: &Plan,
+    head_only: bool,
+    mut admitted: Option<&mut Admitted>,
+) -> io::Result<Option<Close>> {
     let text = p.text.as_ref().map(|t| t.as_bytes().to_vec());
     let mut body: &[u8] = match &text {
         Some(t) => t,
@@ -1442,6 +1568,12 @@ fn respond(conn: &mut Conn, sh: &Shared, req: &Request, p: &Plan, head_only: boo
         conn.write_all(&wire_body[sent as usize..next as usize])?;
         sh.count_sent(req.n, p.start, next - sent);
         sent = next;
+        if let (Some((after, rule)), Some(a)) = (p.leave_cap, admitted.as_deref_mut())
+            && sent >= after
+            && a.leave()
+        {
+            sh.fire(rule, req, file_at(sent));
+        }
     }
     conn.flush()?;
     if p.framing == Framing::Close {
