@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Checksum, Config, Credentials, IoChoice, MAX_CONNECTIONS, MirrorUrl, OutputTarget, Resolve};
+use crate::config::{
+    Checksum, Config, Credentials, IoChoice, MAX_CONNECTIONS, MAX_PER_HOST, MirrorUrl, OutputTarget, Resolve,
+};
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
@@ -93,6 +95,11 @@ Connections and I/O:
       --min-split-size SIZE open one connection per SIZE bytes still to fetch, up to
                             -x: the first connection alone learns the size; 512K, 4M,
                             1G (powers of 1024; 4K to 1G; default 4M)
+      --max-connections-per-host N
+                            most connections open at once to one server (scheme,
+                            host, port, proxy), over its mirrors, 1-64 (default 16); a
+                            server's own cap, learned from a 503, holds for the
+                            run's later files too
       --engine NAME         auto | direct | buffered | splice | ktls-direct (default auto:
                             ktls-direct when the kernel has kTLS, else direct)
       --io NAME             auto | uring | epoll (default auto: io_uring, epoll where
@@ -185,6 +192,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         dir: None,
         connections: 4,
         min_split_size: crate::schedule::MIN_SPLIT_SIZE,
+        max_per_host: MAX_PER_HOST,
         engine: None,
         io: IoChoice::Auto,
         sqpoll: false,
@@ -317,6 +325,16 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Long("content-disposition") => o.content_disposition = true,
             Long("proxy") => o.proxy = Some(utf8(p.value().map_err(usage)?, "--proxy")?),
             Long("limit-rate") => o.limit_rate = Some(rate(&utf8(p.value().map_err(usage)?, "--limit-rate")?)?),
+            Long("max-connections-per-host") => {
+                let n: usize = number(&mut p, "--max-connections-per-host")?;
+                if !(1..=MAX_CONNECTIONS).contains(&n) {
+                    return Err(err!(
+                        Usage,
+                        "--max-connections-per-host must be 1 to {MAX_CONNECTIONS}, not {n}"
+                    ));
+                }
+                o.max_per_host = n;
+            }
             Long("min-split-size") => {
                 o.min_split_size = split_size(&utf8(p.value().map_err(usage)?, "--min-split-size")?)?;
             }

@@ -33,6 +33,12 @@ pub enum OutputTarget {
 /// Most connections `-x` (and a list's `connections=`) may ask for.
 pub const MAX_CONNECTIONS: usize = 64;
 
+/// `--max-connections-per-host`'s default: aria2c's ceiling for connections to one server
+/// (`-x` ≤ 16). RFC 9112 §9.4 asks clients to limit the connections they open to one
+/// server and names no number; past 16 a client meets servers' per-client limits (nginx
+/// `limit_conn`, S3's request-rate answers) rather than more bandwidth.
+pub const MAX_PER_HOST: usize = 16;
+
 /// Everything one download is asked to do (from the command line).
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -54,6 +60,10 @@ pub struct Config {
     /// the first opens only for each this many bytes still to fetch (see
     /// [`crate::schedule::connections_for`]).
     pub min_split_size: u64,
+    /// `--max-connections-per-host N`, 1..=[`MAX_CONNECTIONS`] (default [`MAX_PER_HOST`]):
+    /// most connections open at once to one origin (scheme, host, port and route), over
+    /// every mirror on it.
+    pub max_per_host: usize,
     /// `--engine`: the engine asked for; `None` = auto (see [`crate::engine::select`]).
     pub engine: Option<crate::engine::EngineKind>,
     /// `--io`.

@@ -559,3 +559,86 @@ fn a_long_list_runs_on_one_kept_ring_and_no_file_leaves_operations_on_it() {
     assert_eq!(j["run"]["ok"], count);
     assert_eq!(j["run"]["failed"], 3);
 }
+
+/// Two origins with different caps (nginx `limit_conn 2` over http, 3 over https, 1 MiB/s
+/// per connection), two files from each, `-x 4`: the first file from each origin meets
+/// the cap (503s) and learns what the server allows; the second file from that origin
+/// opens only that many connections — no 503 for it — and every byte lands exact. With
+/// `--max-connections-per-host 1` a file opens one connection however many `-x` allows.
+#[test]
+fn a_cap_learned_from_one_file_holds_for_the_origins_next_file() {
+    let n = nginx();
+    let (base, shas) = serve("capped", &[4 * MIB, 4 * MIB, 4 * MIB, 4 * MIB]);
+    let dir = TestDir::new("list-capped");
+    let url = |k: usize, https: bool| n.capped_list_url(&format!("{base}/f{k}.bin"), https);
+    let text = format!(
+        "{}\n{}\n{}\n{}\n",
+        url(0, false),
+        url(1, true),
+        url(2, false),
+        url(3, true)
+    );
+    let l = list(&dir, &text);
+    let o = ringdl(
+        &dir,
+        &[
+            "-i",
+            l.to_str().unwrap(),
+            "-d",
+            "got",
+            "-x",
+            "4",
+            "--min-split-size",
+            "512K",
+            "-v",
+        ],
+    );
+    let err = o.stderr_text();
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("got/f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    let refused = |k: usize| {
+        n.access_log(&format!("/capped-list/{base}/f{k}.bin"))
+            .iter()
+            .filter(|l| l.contains("\" 503 "))
+            .count()
+    };
+    assert!(refused(0) > 0 && refused(1) > 0, "the caps never fired\n{err}");
+    assert_eq!((refused(2), refused(3)), (0, 0), "a learned cap was not kept\n{err}");
+    // At most what each server allows (one refusal can come while another request is
+    // still unanswered: a count one short is possible, and costs speed, not a 503).
+    let summaries = o.summary_lines();
+    assert_eq!(summaries.len(), 4, "{err}");
+    let used = |s: &str| (1..=4).find(|c| s.contains(&format!(" {c} connection"))).unwrap_or(0);
+    assert!((1..=2).contains(&used(&summaries[2])), "{}\n{err}", summaries[2]);
+    assert!((1..=3).contains(&used(&summaries[3])), "{}\n{err}", summaries[3]);
+
+    // The option: one connection to the origin, whatever -x says.
+    let (base1, shas1) = serve("per-host", &[4 * MIB]);
+    let dir1 = TestDir::new("list-per-host");
+    let o = dir1
+        .ringdl()
+        .timeout(HANG)
+        .args([
+            "-x",
+            "4",
+            "--min-split-size",
+            "512K",
+            "--max-connections-per-host",
+            "1",
+            "-o",
+            "one.bin",
+        ])
+        .arg(n.http_url(&format!("paced-conn/{base1}/f0.bin")))
+        .run();
+    o.assert_success();
+    assert_eq!(sha256_file(&dir1.join("one.bin")), shas1[0]);
+    let conns: std::collections::HashSet<u64> = n
+        .conn_log(&format!("/paced-conn/{base1}/"))
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    assert_eq!(conns.len(), 1, "{}", o.stderr_text());
+    assert!(o.summary().contains(" 1 connection,"), "{}", o.summary());
+}

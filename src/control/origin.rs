@@ -33,6 +33,10 @@ pub(crate) struct Origin {
     pub(crate) addr_proven: bool,
     /// When the newest connect started while no address was proven (Happy Eyeballs).
     pub(crate) attempt_started: Option<Instant>,
+    /// How many connections at once the server (or the proxy's tunnels) took when it
+    /// turned an extra one away (503/429 or a refused CONNECT while others were served):
+    /// learned by one transfer, kept with the origin, and no transfer after it opens more.
+    pub(crate) allows: Option<usize>,
 }
 
 impl Origin {
@@ -53,6 +57,7 @@ impl Origin {
             addr_next: 0,
             addr_proven: false,
             attempt_started: None,
+            allows: None,
         })
     }
 

@@ -184,15 +184,36 @@ impl Loop<'_> {
     }
 
     /// May slot `i` open a connection as far as the count goes: it opened one before (it
-    /// reconnects), or there is [room](Loop::room).
+    /// reconnects), or there is [room](Loop::room) and its origin has room for one more
+    /// ([`Loop::origin_room`]).
     pub(crate) fn may_open(&self, i: usize) -> bool {
-        self.conns[i].engaged || self.room()
+        self.conns[i].engaged || (self.room() && self.origin_room(self.conns[i].mirror))
+    }
+
+    /// Mirror `k`'s origin takes one more connection: fewer slots to it opened one than
+    /// `--max-connections-per-host` and than what the server allowed when it last turned
+    /// one away ([`Origin::allows`](crate::control::origin::Origin::allows), learned by
+    /// this transfer or one before it). Slots to an origin are those of mirrors on it.
+    pub(crate) fn origin_room(&self, k: usize) -> bool {
+        let origin = self.sh.tr.mirrors[k].origin;
+        let cap = self
+            .sh
+            .origin(k)
+            .allows
+            .unwrap_or(usize::MAX)
+            .min(self.sh.opts.max_per_host);
+        let open = self
+            .conns
+            .iter()
+            .filter(|c| c.engaged && !c.dead && self.sh.tr.mirrors[c.mirror].origin == origin)
+            .count();
+        open < cap
     }
 
     /// Slot `c` will carry nothing more: it gave up, waits for a race it will not run, or
-    /// never opened a connection and the download wants no more.
+    /// never opened a connection and the download (or its origin) wants no more.
     pub(crate) fn gone(&self, c: &Conn) -> bool {
-        c.dead || c.deferred || (!c.engaged && !self.room())
+        c.dead || c.deferred || !(c.engaged || (self.room() && self.origin_room(c.mirror)))
     }
 
     /// Hands queued segments to idle connections and reopens closed ones while work is left.

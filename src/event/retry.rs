@@ -45,6 +45,16 @@ impl Loop<'_> {
             .count()
     }
 
+    /// Mirror `k`'s server turned a connection away while it served `took`: what its origin
+    /// allows is the most seen over this transfer's refusals (at least 1), kept with the
+    /// origin for the run's later files ([`Loop::origin_room`]).
+    fn learn_cap(&mut self, k: usize, took: usize) {
+        let seen = &mut self.sh.tr.mirrors[k].allows_seen;
+        let most = seen.unwrap_or(0).max(took).max(1);
+        *seen = Some(most);
+        self.sh.origin_mut(k).allows = Some(most);
+    }
+
     /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
     /// segment, close it, and reconnect when work is left.
     pub(crate) fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
@@ -227,6 +237,9 @@ impl Loop<'_> {
             // The server counts the idle connections toward its cap: they close and wait as
             // parked ones do (its Retry-After, at least 2 s); the download goes on with fewer.
             let idle = self.idle_to(k, i);
+            // What the server took: the connections it was serving and the idle ones it
+            // counted (kept with the origin: later files open no more).
+            let took = self.allowed(k, i) + idle.len();
             let back = Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default());
             for &j in &idle {
                 self.close(j);
@@ -249,6 +262,7 @@ impl Loop<'_> {
                 },
             });
             self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
+            self.learn_cap(k, took);
         }
         // Bytes already spliced into this slot's pipe are good: let them reach the file.
         self.drain(i)?;
@@ -276,6 +290,9 @@ impl Loop<'_> {
                 },
             });
             self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
+            if !crowded {
+                self.learn_cap(k, using);
+            }
             return Ok(());
         }
         let max = self.sh.opts.max_tries;

@@ -61,6 +61,10 @@ pub(crate) struct Mirror<'a> {
     /// each counted once however many connections saw it: after `--max-tries` of them it
     /// cannot be reached. A connect that goes through starts the count again.
     pub(crate) connects_failed: u32,
+    /// The most connections its server was seen serving when it turned one away, over
+    /// this transfer's refusals (one refusal can come while another request is still
+    /// unanswered and count one short); kept with the origin as what it allows.
+    pub(crate) allows_seen: Option<usize>,
     /// Why it was dropped.
     pub(crate) dropped: Option<String>,
 }
@@ -79,6 +83,7 @@ impl<'a> Mirror<'a> {
             bytes: 0,
             failures: 0,
             connects_failed: 0,
+            allows_seen: None,
             dropped: None,
         }
     }
