@@ -157,12 +157,8 @@ pub fn choose(
             source,
         }));
     }
-    let authorization = credentials.map(|(u, p)| {
-        format!(
-            "Basic {}",
-            crate::control::tls::base64_encode(&[&u[..], b":", &p[..]].concat())
-        )
-    });
+    let authorization =
+        credentials.map(|(u, p)| format!("Basic {}", crate::base64::encode(&[&u[..], b":", &p[..]].concat())));
     Ok(Ok(Proxy {
         url: parsed,
         authorization,
