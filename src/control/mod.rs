@@ -1,7 +1,6 @@
 //! Control plane, per connection: connect, the TLS session over the ring, the kTLS
 //! hand-off and its non-data records, the request, the response head and its validation.
 
-mod conn;
 pub(crate) mod handoff;
 pub(crate) mod headers;
 pub(crate) mod origin;

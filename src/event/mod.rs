@@ -7,6 +7,7 @@
 //! operation (CONNECT, SEND or RECV) in flight; write blocks have their own.
 
 pub(crate) mod assign;
+mod conn;
 pub mod mirrors;
 mod reactor;
 pub(crate) mod retry;
