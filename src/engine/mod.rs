@@ -7,7 +7,6 @@
 //! O_DIRECT (ramfs, tmpfs before 6.6) and for standard output.
 
 pub mod blocks;
-pub(crate) mod pipe;
 pub mod place;
 pub(crate) mod recv;
 pub mod select;

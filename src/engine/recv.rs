@@ -2,7 +2,7 @@
 //! `ktls-direct` (RECV straight into the block), and the body's end.
 
 use crate::control::*;
-use crate::engine::pipe::*;
+use crate::event::pipe::*;
 use crate::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer};
 use crate::engine::splice::Pipe;
 use crate::err;

@@ -8,6 +8,7 @@
 
 pub(crate) mod assign;
 mod conn;
+pub(crate) mod pipe;
 pub mod mirrors;
 mod reactor;
 pub(crate) mod retry;
