@@ -11,7 +11,6 @@ pub mod place;
 pub(crate) mod recv;
 pub mod select;
 pub mod splice;
-pub(crate) mod writer;
 
 /// The engine that ran; named in the summary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

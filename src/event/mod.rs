@@ -14,6 +14,7 @@ mod reactor;
 pub(crate) mod retry;
 mod summary;
 mod tick;
+mod writer;
 
 pub use reactor::Reactor;
 pub use summary::Summary;
@@ -32,7 +33,7 @@ use crate::control::*;
 use crate::engine::EngineKind;
 use crate::engine::blocks::{WriteBlock, align_down, write_block};
 use crate::engine::splice::Pipe;
-use crate::engine::writer::*;
+use writer::*;
 use crate::err;
 use crate::error::{Error, Result};
 use crate::output::Output;
