@@ -138,7 +138,7 @@ pub(crate) fn soft_recv_done(
     let rbuf = rbuf
         .as_mut()
         .expect("the read block stays while a RECV into the write block is out");
-    crate::engine::recv::with_placer(rx, sh, |p, blocks| {
+    crate::control::body::with_placer(rx, sh, |p, blocks| {
         p.cipher_returned(buf);
         let mut closed = false;
         while !p.is_done() && src < end {

@@ -1,6 +1,7 @@
 //! Control plane, per connection: connect, the TLS session over the ring, the kTLS
 //! hand-off and its non-data records, the request, the response head and its validation.
 
+pub(crate) mod body;
 pub(crate) mod handoff;
 pub(crate) mod headers;
 pub(crate) mod origin;

@@ -1,10 +1,10 @@
 //! Response heads: parsing, status and Content-Range validation, the plan after the first
 //! reply, redirects, Retry-After, Content-Disposition.
 
+use crate::control::body::*;
 use crate::control::*;
 use crate::engine::blocks::align_down;
 use crate::engine::place::{Delimiter, Placer, content_range_fits};
-use crate::engine::recv::*;
 use crate::error::Kind;
 use crate::event::*;
 use crate::output::Output;

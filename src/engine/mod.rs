@@ -8,7 +8,6 @@
 
 pub mod blocks;
 pub mod place;
-pub(crate) mod recv;
 pub mod select;
 pub mod splice;
 

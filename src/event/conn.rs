@@ -1,12 +1,12 @@
 //! A connection's life on the ring: CONNECT, SEND/RECV completions, driving it on, close.
 
+use crate::control::body::*;
 use crate::control::proxy::{Tunnel, start_tls, start_tunnel, tunnel_answer};
 use crate::control::resolve;
 use crate::control::response::*;
 use crate::control::session::*;
 use crate::control::*;
 use crate::engine::place::{Delimiter, Fed, Placer};
-use crate::engine::recv::*;
 use crate::err;
 use crate::error::{Kind, Result};
 use crate::event::*;

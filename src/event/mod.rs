@@ -8,9 +8,10 @@
 
 pub(crate) mod assign;
 mod conn;
-pub(crate) mod pipe;
 pub mod mirrors;
+mod pipe;
 mod reactor;
+mod recv;
 pub(crate) mod retry;
 mod summary;
 mod tick;
@@ -33,7 +34,6 @@ use crate::control::*;
 use crate::engine::EngineKind;
 use crate::engine::blocks::{WriteBlock, align_down, write_block};
 use crate::engine::splice::Pipe;
-use writer::*;
 use crate::err;
 use crate::error::{Error, Result};
 use crate::output::Output;
@@ -43,6 +43,7 @@ use crate::schedule::queue::Plan;
 use crate::schedule::{FIRST_SEGMENT, Landed};
 use crate::tag::Tag;
 use crate::transfer::Transfer;
+use writer::*;
 
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
