@@ -8,6 +8,7 @@
 
 pub(crate) mod assign;
 mod conn;
+mod handoff;
 pub mod mirrors;
 mod pipe;
 mod reactor;
