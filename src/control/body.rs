@@ -2,11 +2,11 @@
 //! counted for the transfer and its mirror, and the body's end (the last block queued,
 //! what the response did not cover queued again).
 
+use crate::control::ctx::Ctx;
 use crate::control::*;
 use crate::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer};
 use crate::err;
 use crate::error::Kind;
-use crate::event::*;
 use crate::schedule::Segment;
 use std::time::Instant;
 
@@ -14,14 +14,14 @@ use std::time::Instant;
 /// finishes the job when the body is complete. Returns what `f` said.
 pub(crate) fn with_placer(
     rx: &mut Rx,
-    sh: &mut Shared<'_>,
+    sh: &mut Ctx<'_, '_>,
     f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
 ) -> std::result::Result<Fed, Fail> {
     let job = rx.job.as_mut().expect("body bytes for a job");
     let before = job.placer.pos();
     let mut blocks = Blocks {
-        pool: &sh.pool,
-        queue: &mut sh.to_write,
+        pool: sh.pool,
+        queue: sh.to_write,
     };
     let r = f(&mut job.placer, &mut blocks);
     let moved = job.placer.pos() - before;
@@ -51,7 +51,7 @@ pub(crate) fn with_placer(
 
 /// The response body is complete: queue the last block and requeue what the response did
 /// not cover.
-pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
+pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_, '_>) {
     let mut job = rx.job.take().expect("finish_job with a job");
     let end = job.placer.pos();
     let file_end = sh.tr.total.is_some_and(|t| end >= t);
@@ -61,7 +61,7 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
     // A short response that ended inside a block (O_DIRECT): keep the aligned part, fetch
     // the rest again. The file's last block is kept whole (padded when written).
     let trim = (sh.tr.direct && !file_end).then_some(sh.tr.align);
-    let requeue_from = job.placer.release(trim, &mut sh.to_write);
+    let requeue_from = job.placer.release(trim, sh.to_write);
     let seg_end = if sh.tr.ranges {
         job.seg.end
     } else {
@@ -75,7 +75,7 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Shared<'_>) {
             job.seg.tries + 1
         };
         if tries >= sh.opts.max_tries {
-            sh.fatal = Some(err!(
+            *sh.fatal = Some(err!(
                 Protocol,
                 "{}: replies to bytes {}-{} stop short at {end} (gave up after {})",
                 sh.url(job.mirror).host(),

@@ -1,11 +1,13 @@
-//! The kTLS hand-off (TLS_TX/TLS_RX from rustls' secrets) and non-data records read with
-//! RECVMSG (alerts, NewSessionTicket, KeyUpdate).
+//! A connection's TLS after the handshake: the software record layer (records opened and
+//! sealed in place, control records routed), what the hand-off takes from rustls (its
+//! traffic secrets) and a KeyUpdate under kTLS. The hand-off on the ring and RECVMSG of
+//! non-data records are the loop's (src/event/handoff.rs).
 
+use crate::control::ctx::Ctx;
 use crate::control::response::feed;
 use crate::control::session::Pumped;
 use crate::control::*;
 use crate::error::Kind;
-use crate::event::*;
 
 /// A TLS 1.3 KeyUpdate under kTLS (RFC 8446 §4.6.3), `body` its one-byte
 /// `request_update`: installs the server's next traffic key for RX (sequence 0) and, when
@@ -132,7 +134,7 @@ fn route_control(soft: &mut SoftTls, out: &mut Vec<u8>, typ: u8, content: &[u8])
 /// As [`pump_soft`], and the RECV's own error.
 pub(crate) fn soft_recv_done(
     c: &mut Conn,
-    sh: &mut Shared<'_>,
+    sh: &mut Ctx<'_, '_>,
     buf: uring::Buf,
     res: i32,
 ) -> std::result::Result<(), Fail> {
@@ -217,7 +219,7 @@ pub(crate) fn soft_recv_done(
             p.settle(blocks)
         }
     })?;
-    sh.soft_rekeys += rekeys;
+    *sh.soft_rekeys += rekeys;
     if let Some(f) = fail {
         return Err(f);
     }
@@ -235,7 +237,7 @@ pub(crate) fn soft_recv_done(
 /// # Errors
 /// A record that fails (authentication, size, type), an alert, a post-handshake message
 /// rustls refuses: the connection cannot go on, the segment is retried elsewhere.
-pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Shared<'_>) -> std::result::Result<Pumped, Fail> {
+pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Ctx<'_, '_>) -> std::result::Result<Pumped, Fail> {
     let Conn {
         soft,
         rbuf,
@@ -280,7 +282,7 @@ pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Shared<'_>) -> std::result::Resul
                 match route_control(soft, out, typ, &content)? {
                     Routed::Control => {}
                     Routed::Rekeyed { answered } => {
-                        sh.soft_rekeys += 1;
+                        *sh.soft_rekeys += 1;
                         if answered {
                             return Ok(Pumped::Again);
                         }

@@ -2,6 +2,7 @@
 //! hand-off and its non-data records, the request, the response head and its validation.
 
 pub(crate) mod body;
+pub(crate) mod ctx;
 pub(crate) mod handoff;
 pub(crate) mod headers;
 pub(crate) mod origin;
@@ -174,12 +175,14 @@ pub(crate) struct Conn {
     pub(crate) fd: Option<OwnedFd>,
     /// Connects that failed on this slot (bounds its tries: `--max-tries` per address).
     pub(crate) addr_i: usize,
-    /// Index in `Loop::addrs` of this slot's current (or last) connect.
+    /// Index in its origin's addresses ([`Origin::addrs`](crate::control::origin::Origin::addrs)) of this slot's current (or last)
+    /// connect.
     pub(crate) addr: usize,
     /// Not connected yet: waits for the download's first connect to answer, or for its
-    /// turn to race the next address (Happy Eyeballs, see `Loop::next_attempt`).
+    /// turn to race the next address (Happy Eyeballs, RFC 8305 §5: the loop's
+    /// connects decide when).
     pub(crate) deferred: bool,
-    /// This slot opened a connection: it counts toward `Shared::wanted` and reconnects
+    /// This slot opened a connection: it counts toward [`Transfer::wanted`](crate::transfer::Transfer::wanted) and reconnects
     /// after a failure by its own rules. (A slot that lost a Happy Eyeballs race is not.)
     pub(crate) engaged: bool,
     pub(crate) tls: Option<Box<UnbufferedClientConnection>>,
@@ -195,7 +198,7 @@ pub(crate) struct Conn {
     pub(crate) pending_request: Vec<u8>,
     /// The one operation in flight on this connection, if any.
     pub(crate) op: InFlight,
-    /// Parked in `Loop::waiting` until a write block is free.
+    /// Parked in the loop's queue of connections waiting for a free write block.
     pub(crate) waiting: bool,
     /// Consecutive failures without a response head (handshake, connect, early close).
     pub(crate) failures: u32,
@@ -222,7 +225,8 @@ pub(crate) struct Conn {
     /// Gave up on this slot: every address failed `--max-tries` times.
     pub(crate) dead: bool,
     /// The server turned this slot's last request away while others made progress (a
-    /// per-client connection cap): it asks again after [`crate::event::retry::CAP_RETRY`].
+    /// per-client connection cap): it asks again after the cap's wait (2 s, or a longer
+    /// Retry-After).
     pub(crate) capped: bool,
     /// Backoff: do not reconnect before this instant.
     pub(crate) not_before: Option<Instant>,

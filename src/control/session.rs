@@ -1,9 +1,9 @@
 //! The rustls unbuffered client driven over the ring: handshake, records in, the request out.
 
+use crate::control::ctx::Ctx;
 use crate::control::response::*;
 use crate::control::*;
 use crate::error::Kind;
-use crate::event::*;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
 
 pub(crate) enum Pumped {
@@ -23,7 +23,7 @@ pub(crate) enum Pumped {
 /// the receive side. Stops when input runs out, bytes must be sent, or the pool is empty.
 pub(crate) fn pump_tls(
     c: &mut Conn,
-    sh: &mut Shared<'_>,
+    sh: &mut Ctx<'_, '_>,
     tls_info: &mut Option<String>,
 ) -> std::result::Result<Pumped, Fail> {
     let url = sh.url(c.mirror);
@@ -146,9 +146,9 @@ pub(crate) fn pump_tls(
         if handshaking && !counted && !tls.is_handshaking() {
             counted = true;
             if tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
-                sh.tls_resumed += 1;
+                *sh.tls_resumed += 1;
             } else {
-                sh.tls_full += 1;
+                *sh.tls_full += 1;
             }
         }
         if handshake_done && tls_info.is_none() {

@@ -49,9 +49,6 @@ use writer::*;
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
 
-/// Largest response head we accept (RFC 9112 leaves it to us).
-pub(crate) const MAX_HEAD: usize = http::MAX_HEAD;
-
 /// RFC 8305 §5 "Connection Attempt Delay": how long a connect to one address runs
 /// alone before the next address (the other family first) gets an attempt of its own.
 pub(crate) const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
