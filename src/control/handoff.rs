@@ -5,7 +5,6 @@
 
 use crate::control::ctx::Ctx;
 use crate::control::response::feed;
-use crate::control::session::Pumped;
 use crate::control::*;
 use crate::error::Kind;
 

@@ -98,6 +98,21 @@ impl Fail {
     }
 }
 
+/// What running the TLS layer (rustls, or the software record layer) over the buffered
+/// input did; the loop drives the connection on from it.
+pub(crate) enum Pumped {
+    /// State changed (bytes to send, a job finished): drive again.
+    Again,
+    /// Everything buffered is processed; more input is needed.
+    NeedData,
+    /// The write pool is empty; plaintext is held in the spill.
+    Blocked,
+    /// close_notify received.
+    PeerClosed,
+    /// The handshake is done on a record boundary: install kTLS now.
+    HandOff,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum St {
     /// No socket.

@@ -6,19 +6,6 @@ use crate::control::*;
 use crate::error::Kind;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
 
-pub(crate) enum Pumped {
-    /// State changed (bytes to send, a job finished): drive again.
-    Again,
-    /// Everything buffered is processed; more input is needed.
-    NeedData,
-    /// The write pool is empty; plaintext is held in the spill.
-    Blocked,
-    /// close_notify received.
-    PeerClosed,
-    /// The handshake is done on a record boundary: install kTLS now.
-    HandOff,
-}
-
 /// Runs rustls over the buffered ciphertext: handshake messages out, application data to
 /// the receive side. Stops when input runs out, bytes must be sent, or the pool is empty.
 pub(crate) fn pump_tls(
