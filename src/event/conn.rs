@@ -2,6 +2,7 @@
 
 use crate::control::body::*;
 use crate::control::ctx::Ctx;
+use crate::control::origin::ATTEMPT_DELAY;
 use crate::control::proxy::{Tunnel, start_tls, start_tunnel, tunnel_answer};
 use crate::control::resolve;
 use crate::control::response::*;
@@ -89,38 +90,23 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// RFC 8305 §5 (Happy Eyeballs v2): may a deferred connection start now? While no
-    /// address has taken a connect, one attempt runs at a time, and the next address gets
-    /// its own attempt once the newest has gone [`ATTEMPT_DELAY`] without an answer (its
-    /// head start); once one has, every connection goes there. Returns the address index
-    /// to try on mirror `k`'s origin, or `None` to wait.
+    /// RFC 8305 §5 (Happy Eyeballs v2): may a deferred connection start now? Returns the
+    /// address index to try on mirror `k`'s origin, or `None` to wait; the origin decides
+    /// ([`Origin::next_attempt`](crate::control::origin::Origin::next_attempt)) from the
+    /// connects in flight to it and whether its round backs off.
     pub(crate) fn next_attempt(&self, k: usize) -> Option<usize> {
-        let origin = self.sh.origin(k);
-        if origin.addr_proven {
-            return Some(origin.addr_next);
-        }
+        let now = Instant::now();
         let trying: Vec<usize> = self
             .conns
             .iter()
             .filter(|c| c.st == St::Connecting && c.mirror == k)
             .map(|c| c.addr)
             .collect();
-        if trying.is_empty() {
-            // Every address failed this round and the first connection is backing off:
-            // the others wait with it rather than each taking its own round now.
-            let now = Instant::now();
-            let backing_off = self
-                .conns
-                .iter()
-                .any(|c| c.mirror == k && !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
-            return (!backing_off).then_some(origin.addr_next);
-        }
-        if origin.attempt_started.is_some_and(|t| t.elapsed() < ATTEMPT_DELAY) {
-            return None;
-        }
-        // The first address after the newest attempt's that nothing is trying yet.
-        let n = origin.addrs.len();
-        (1..n).map(|d| (origin.addr_next + d) % n).find(|a| !trying.contains(a))
+        let backing_off = self
+            .conns
+            .iter()
+            .any(|c| c.mirror == k && !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
+        self.sh.origin(k).next_attempt(&trying, backing_off, now)
     }
 
     pub(crate) fn conn_completion(&mut self, i: usize, cq: Completion) -> std::result::Result<(), Fail> {

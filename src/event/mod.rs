@@ -49,10 +49,6 @@ use writer::*;
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
 
-/// RFC 8305 §5 "Connection Attempt Delay": how long a connect to one address runs
-/// alone before the next address (the other family first) gets an attempt of its own.
-pub(crate) const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
-
 /// How often the control file is brought up to date (after an fdatasync of the `.part`):
 /// at most this much work is fetched again after a kill -9.
 pub(crate) const CONTROL_INTERVAL: Duration = Duration::from_millis(250);
