@@ -12,6 +12,7 @@ pub(crate) mod response;
 pub(crate) mod session;
 mod socks;
 pub(crate) mod tls;
+pub(crate) mod tunnel;
 
 use crate::engine::place::Placer;
 use crate::engine::splice::Pipe;
@@ -111,6 +112,17 @@ pub(crate) enum Pumped {
     PeerClosed,
     /// The handshake is done on a record boundary: install kTLS now.
     HandOff,
+}
+
+/// Where a tunnel's opening stands after the proxy's answer ([`tunnel::tunnel_answer`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Tunnel {
+    /// The answer is incomplete: post a RECV.
+    NeedMore,
+    /// The next handshake message is queued in the connection's `out` (SOCKS5): send it.
+    Sent,
+    /// The tunnel is open (bytes after the answer stay for the origin): start TLS.
+    Open,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -3,10 +3,10 @@
 use crate::control::body::*;
 use crate::control::ctx::Ctx;
 use crate::control::origin::ATTEMPT_DELAY;
-use crate::control::proxy::{Tunnel, start_tls, start_tunnel, tunnel_answer};
 use crate::control::resolve;
 use crate::control::response::*;
 use crate::control::session::*;
+use crate::control::tunnel::{start_tls, start_tunnel, tunnel_answer};
 use crate::control::*;
 use crate::engine::place::{Delimiter, Fed, Placer};
 use crate::err;
