@@ -39,6 +39,7 @@ macro_rules! print {
 }
 
 mod app;
+mod base64;
 mod cli;
 mod config;
 mod control;

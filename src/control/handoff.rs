@@ -1,16 +1,12 @@
-//! The kTLS hand-off (TLS_TX/TLS_RX from rustls' secrets) and non-data records read with
-//! RECVMSG (alerts, NewSessionTicket, KeyUpdate).
+//! A connection's TLS after the handshake: the software record layer (records opened and
+//! sealed in place, control records routed), what the hand-off takes from rustls (its
+//! traffic secrets) and a KeyUpdate under kTLS. The hand-off on the ring and RECVMSG of
+//! non-data records are the loop's (src/event/handoff.rs).
 
+use crate::control::ctx::Ctx;
 use crate::control::response::feed;
-use crate::control::session::Pumped;
 use crate::control::*;
 use crate::error::Kind;
-use crate::event::*;
-use crate::report::Note;
-use crate::tag::Tag;
-use std::os::fd::AsRawFd;
-use std::time::Instant;
-use uring::Op;
 
 /// A TLS 1.3 KeyUpdate under kTLS (RFC 8446 §4.6.3), `body` its one-byte
 /// `request_update`: installs the server's next traffic key for RX (sequence 0) and, when
@@ -22,7 +18,7 @@ use uring::Op;
 /// # Errors
 /// Why the connection cannot go on (the caller retries on a new connection): a malformed
 /// KeyUpdate, TLS 1.2, a kernel without rekey, a failed send.
-fn ktls_rekey(
+pub(crate) fn ktls_rekey(
     fd: &OwnedFd,
     kconn: &mut KernelConnection<ClientConnectionData>,
     body: &[u8],
@@ -64,6 +60,28 @@ pub(crate) struct SoftTls {
     /// `block[src..hi]` (`src` at or after the block's fill). While a RECV into the block
     /// is out, `hi` is where that RECV started.
     pub(crate) cipher: Option<(usize, usize)>,
+}
+
+impl SoftTls {
+    /// The record layer for a finished handshake of `version`, from rustls' traffic
+    /// secrets: `tx` seals our records, `rx` opens the server's (each with its sequence
+    /// number); `kconn` keeps what post-handshake messages need.
+    ///
+    /// # Errors
+    /// A cipher suite `ktls::soft` does not implement, or a key of the wrong size.
+    pub(crate) fn new(
+        version: rustls::ProtocolVersion,
+        (tx_seq, tx): Direction,
+        (rx_seq, rx): Direction,
+        kconn: KernelConnection<ClientConnectionData>,
+    ) -> std::result::Result<SoftTls, ktls::Error> {
+        Ok(SoftTls {
+            opener: ktls::soft::RecordOpener::new(version, rx_seq, rx)?,
+            sealer: ktls::soft::RecordSealer::new(version, tx_seq, tx)?,
+            kconn,
+            cipher: None,
+        })
+    }
 }
 
 /// What one record opened in a write block was, for [`soft_recv_done`].
@@ -115,7 +133,7 @@ fn route_control(soft: &mut SoftTls, out: &mut Vec<u8>, typ: u8, content: &[u8])
 /// As [`pump_soft`], and the RECV's own error.
 pub(crate) fn soft_recv_done(
     c: &mut Conn,
-    sh: &mut Shared<'_>,
+    sh: &mut Ctx<'_, '_>,
     buf: uring::Buf,
     res: i32,
 ) -> std::result::Result<(), Fail> {
@@ -138,7 +156,7 @@ pub(crate) fn soft_recv_done(
     let rbuf = rbuf
         .as_mut()
         .expect("the read block stays while a RECV into the write block is out");
-    crate::engine::recv::with_placer(rx, sh, |p, blocks| {
+    crate::control::body::with_placer(rx, sh, |p, blocks| {
         p.cipher_returned(buf);
         let mut closed = false;
         while !p.is_done() && src < end {
@@ -200,7 +218,7 @@ pub(crate) fn soft_recv_done(
             p.settle(blocks)
         }
     })?;
-    sh.soft_rekeys += rekeys;
+    *sh.soft_rekeys += rekeys;
     if let Some(f) = fail {
         return Err(f);
     }
@@ -218,7 +236,7 @@ pub(crate) fn soft_recv_done(
 /// # Errors
 /// A record that fails (authentication, size, type), an alert, a post-handshake message
 /// rustls refuses: the connection cannot go on, the segment is retried elsewhere.
-pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Shared<'_>) -> std::result::Result<Pumped, Fail> {
+pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Ctx<'_, '_>) -> std::result::Result<Pumped, Fail> {
     let Conn {
         soft,
         rbuf,
@@ -263,7 +281,7 @@ pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Shared<'_>) -> std::result::Resul
                 match route_control(soft, out, typ, &content)? {
                     Routed::Control => {}
                     Routed::Rekeyed { answered } => {
-                        sh.soft_rekeys += 1;
+                        *sh.soft_rekeys += 1;
                         if answered {
                             return Ok(Pumped::Again);
                         }
@@ -279,11 +297,11 @@ pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Shared<'_>) -> std::result::Resul
 }
 
 /// One direction's sequence number and traffic secrets.
-type Direction = (u64, rustls::ConnectionTrafficSecrets);
+pub(crate) type Direction = (u64, rustls::ConnectionTrafficSecrets);
 
 /// rustls' traffic secrets after a finished handshake (TX, RX) and the connection state
 /// that handles post-handshake messages from then on; `what` names the hand-off in errors.
-fn into_secrets(
+pub(crate) fn into_secrets(
     tls: Box<rustls::client::UnbufferedClientConnection>,
     what: &str,
 ) -> std::result::Result<
@@ -300,211 +318,4 @@ fn into_secrets(
         .dangerous_into_kernel_connection()
         .map_err(|e| Fail::retry(Kind::Tls, format!("{what}: {e}")))?;
     Ok((version, secrets.tx, secrets.rx, kconn))
-}
-
-impl Loop<'_> {
-    /// Keeps connection `i` in rustls (same bytes, with its copies): `note` says why under
-    /// `-v`, `why` goes to the summary.
-    fn stay_in_rustls(
-        &mut self,
-        i: usize,
-        tls: Box<rustls::client::UnbufferedClientConnection>,
-        note: Note,
-        why: String,
-    ) {
-        self.sh.report.note(note);
-        self.sh.ktls_refused.get_or_insert(why);
-        let c = &mut self.conns[i];
-        c.tls = Some(tls);
-        c.no_ktls = true;
-    }
-
-    /// Hands connection `i`'s TLS to the software record layer: rustls' secrets go to
-    /// `ktls::soft`, which opens the server's records in place and seals our requests. An
-    /// unsupported suite keeps the connection in rustls (same bytes).
-    fn hand_off_soft(&mut self, i: usize) -> std::result::Result<(), Fail> {
-        let c = &mut self.conns[i];
-        let tls = c.tls.take().expect("hand-off of a TLS connection");
-        match tls.negotiated_cipher_suite() {
-            Some(suite) if ktls::offloadable(suite) => {}
-            other => {
-                let why = match other {
-                    Some(s) => format!("cipher suite {:?} is not supported by the record layer", s.suite()),
-                    None => "no cipher suite".into(),
-                };
-                let note = Note::SoftRefused {
-                    conn: i,
-                    why: why.clone(),
-                };
-                self.stay_in_rustls(i, tls, note, why);
-                return Ok(());
-            }
-        }
-        let (version, (tx_seq, tx), (rx_seq, rx), kconn) = into_secrets(tls, "TLS hand-off")?;
-        let c = &mut self.conns[i];
-        let fail = |e: ktls::Error| Fail::retry(Kind::Tls, format!("TLS hand-off: {e}"));
-        c.soft = Some(Box::new(SoftTls {
-            opener: ktls::soft::RecordOpener::new(version, rx_seq, rx).map_err(fail)?,
-            sealer: ktls::soft::RecordSealer::new(version, tx_seq, tx).map_err(fail)?,
-            kconn,
-            cipher: None,
-        }));
-        self.sh.soft_conns += 1;
-        self.sh.report.note(Note::SoftOn { conn: i });
-        Ok(())
-    }
-
-    /// Installs kernel TLS on connection `i` (TX and RX) from rustls' secrets; from here on
-    /// the socket carries plaintext. A refusal before the secrets are taken keeps the
-    /// connection in user-space TLS (same bytes, engine direct for it). Without kTLS
-    /// the software record layer takes the secrets instead (unless `RINGDL_SOFT_TLS=0`).
-    pub(crate) fn hand_off(&mut self, i: usize) -> std::result::Result<(), Fail> {
-        use std::os::fd::AsFd;
-        self.sh.tls_conns += 1;
-        if !self.sh.ktls {
-            return self.hand_off_soft(i);
-        }
-        let c = &mut self.conns[i];
-        let tls = c.tls.take().expect("hand-off of a TLS connection");
-        let fd = c.fd.as_ref().expect("open connection has a socket");
-        let refuse = |why: String| why;
-        let refused = match tls.negotiated_cipher_suite() {
-            Some(suite) if !ktls::offloadable(suite) => {
-                Some(refuse(format!("cipher suite {:?} is not offloadable", suite.suite())))
-            }
-            None => Some(refuse("no cipher suite".into())),
-            Some(_) => ktls::install_ulp(fd.as_fd()).err().map(|e| format!("{e}")),
-        };
-        if let Some(why) = refused {
-            let note = Note::KtlsRefused {
-                conn: i,
-                why: why.clone(),
-            };
-            self.stay_in_rustls(i, tls, note, why);
-            return Ok(());
-        }
-        let (version, (tx_seq, tx), (rx_seq, rx), kconn) = into_secrets(tls, "kTLS hand-off")?;
-        let c = &mut self.conns[i];
-        let fd = c.fd.as_ref().expect("open connection has a socket");
-        ktls::install_tx(fd.as_fd(), version, tx_seq, tx)
-            .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS TX: {e}")))?;
-        ktls::install_rx(fd.as_fd(), version, rx_seq, rx)
-            .map_err(|e| Fail::retry(Kind::Tls, format!("kTLS RX: {e}")))?;
-        if version == rustls::ProtocolVersion::TLSv1_3 {
-            // Linux 6.0+: decrypt whole records straight into our buffer; older kernels say no.
-            let _ = ktls::set_rx_expect_no_pad(fd.as_fd());
-        }
-        c.kconn = Some(kconn);
-        c.out = std::mem::take(&mut c.pending_request);
-        self.sh.ktls_conns += 1;
-        self.sh.report.note(Note::KtlsOn { conn: i });
-        Ok(())
-    }
-
-    /// Reads the non-data TLS record at the head of a kTLS socket (RECV said EIO, SPLICE
-    /// said EINVAL): RECVMSG with room for the TLS_GET_RECORD_TYPE control message.
-    pub(crate) fn read_record(&mut self, i: usize) -> std::result::Result<(), Fail> {
-        let c = &mut self.conns[i];
-        let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
-        let mut rbuf = c.rbuf.take().expect("idle connection holds its read block");
-        if c.rlo == c.rhi {
-            c.rlo = 0;
-            c.rhi = 0;
-        } else if c.rlo > 0 {
-            rbuf.copy_within(c.rlo..c.rhi, 0);
-            c.rhi -= c.rlo;
-            c.rlo = 0;
-        }
-        let range = c.rhi..rbuf.len();
-        c.op = InFlight::RecvMsg;
-        c.last_io = Instant::now();
-        let op = Op::RecvMsg {
-            fd,
-            buf: rbuf,
-            range,
-            control_len: ktls::CMSG_SPACE_RECORD_TYPE,
-            flags: 0,
-        };
-        self.ring
-            .push(op, Tag::Conn(i).encode())
-            .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
-    }
-
-    /// A RECVMSG under kTLS completed: application data joins the read block; an alert or
-    /// handshake record is handled here.
-    pub(crate) fn record_completion(&mut self, i: usize, res: i32, control: Vec<u8>) -> std::result::Result<(), Fail> {
-        let c = &mut self.conns[i];
-        if res < 0 {
-            return Err(self.io_fail(i, "recvmsg", res));
-        }
-        if res == 0 {
-            c.eof = true;
-            return Ok(());
-        }
-        let n = res as usize;
-        let Some(typ) = ktls::record_type(&control) else {
-            return Err(Fail::retry(Kind::Tls, "kTLS RECVMSG returned no record type"));
-        };
-        if typ == ktls::content_type::APPLICATION_DATA {
-            c.rhi += n;
-            return Ok(());
-        }
-        let rbuf = c.rbuf.as_ref().expect("read block back");
-        let payload = rbuf[c.rhi..c.rhi + n].to_vec();
-        match ktls::NonData::decode(typ, &payload) {
-            Ok(rec) if rec.is_close_notify() => {
-                c.eof = true;
-                c.clean_close = true;
-                Ok(())
-            }
-            Ok(ktls::NonData::Alert { level, description }) => Err(Fail::retry(
-                Kind::Tls,
-                format!("TLS alert from the server (level {level}, description {description})"),
-            )),
-            Ok(ktls::NonData::Handshake(bytes)) => {
-                for m in ktls::handshake_messages(&bytes) {
-                    let m =
-                        m.map_err(|_| Fail::retry(Kind::Tls, "a handshake message split across records under kTLS"))?;
-                    match m.typ {
-                        ktls::handshake_type::NEW_SESSION_TICKET => {
-                            let res = c.kconn.as_mut().map(|k| k.handle_new_session_ticket(m.body));
-                            self.sh.report.note(Note::Ticket {
-                                conn: i,
-                                ignored: res.and_then(|r| r.err()).map(|e| e.to_string()),
-                            });
-                        }
-                        // Linux 6.14+ takes the next keys in place; before, a new connection
-                        // carries the rest of the segment.
-                        ktls::handshake_type::KEY_UPDATE => {
-                            let fd = c.fd.as_ref().expect("open connection has a socket");
-                            let kconn = c.kconn.as_mut().expect("a kTLS record comes from a kTLS connection");
-                            match ktls_rekey(fd, kconn, m.body) {
-                                Ok(tx) => {
-                                    self.sh.ktls_rekeys += 1;
-                                    self.sh.report.note(Note::Rekeyed { conn: i, tx });
-                                }
-                                Err(why) => {
-                                    return Err(Fail::retry(
-                                        Kind::Network,
-                                        format!(
-                                            "the server updated its TLS keys (KeyUpdate) and kTLS cannot take \
-                                             them in place ({why}): continuing on a new connection"
-                                        ),
-                                    ));
-                                }
-                            }
-                        }
-                        t => {
-                            return Err(Fail::retry(
-                                Kind::Tls,
-                                format!("unexpected TLS handshake message {t} after the handshake"),
-                            ));
-                        }
-                    }
-                }
-                Ok(())
-            }
-            Err(e) => Err(Fail::retry(Kind::Tls, format!("kTLS record: {e}"))),
-        }
-    }
 }

@@ -53,7 +53,7 @@ pub(crate) fn for_hop(
             pair.extend_from_slice(&c.password);
             send.push((
                 "Authorization".to_owned(),
-                format!("Basic {}", super::tls::base64_encode(&pair)),
+                format!("Basic {}", crate::base64::encode(&pair)),
             ));
         } else {
             dropped.push("the credentials".to_owned());

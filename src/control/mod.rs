@@ -1,7 +1,8 @@
 //! Control plane, per connection: connect, the TLS session over the ring, the kTLS
 //! hand-off and its non-data records, the request, the response head and its validation.
 
-mod conn;
+pub(crate) mod body;
+pub(crate) mod ctx;
 pub(crate) mod handoff;
 pub(crate) mod headers;
 pub(crate) mod origin;
@@ -11,6 +12,7 @@ pub(crate) mod response;
 pub(crate) mod session;
 mod socks;
 pub(crate) mod tls;
+pub(crate) mod tunnel;
 
 use crate::engine::place::Placer;
 use crate::engine::splice::Pipe;
@@ -97,6 +99,32 @@ impl Fail {
     }
 }
 
+/// What running the TLS layer (rustls, or the software record layer) over the buffered
+/// input did; the loop drives the connection on from it.
+pub(crate) enum Pumped {
+    /// State changed (bytes to send, a job finished): drive again.
+    Again,
+    /// Everything buffered is processed; more input is needed.
+    NeedData,
+    /// The write pool is empty; plaintext is held in the spill.
+    Blocked,
+    /// close_notify received.
+    PeerClosed,
+    /// The handshake is done on a record boundary: install kTLS now.
+    HandOff,
+}
+
+/// Where a tunnel's opening stands after the proxy's answer ([`tunnel::tunnel_answer`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Tunnel {
+    /// The answer is incomplete: post a RECV.
+    NeedMore,
+    /// The next handshake message is queued in the connection's `out` (SOCKS5): send it.
+    Sent,
+    /// The tunnel is open (bytes after the answer stay for the origin): start TLS.
+    Open,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum St {
     /// No socket.
@@ -174,12 +202,14 @@ pub(crate) struct Conn {
     pub(crate) fd: Option<OwnedFd>,
     /// Connects that failed on this slot (bounds its tries: `--max-tries` per address).
     pub(crate) addr_i: usize,
-    /// Index in `Loop::addrs` of this slot's current (or last) connect.
+    /// Index in its origin's addresses ([`Origin::addrs`](crate::control::origin::Origin::addrs)) of this slot's current (or last)
+    /// connect.
     pub(crate) addr: usize,
     /// Not connected yet: waits for the download's first connect to answer, or for its
-    /// turn to race the next address (Happy Eyeballs, see `Loop::next_attempt`).
+    /// turn to race the next address (Happy Eyeballs, RFC 8305 §5: the loop's
+    /// connects decide when).
     pub(crate) deferred: bool,
-    /// This slot opened a connection: it counts toward `Shared::wanted` and reconnects
+    /// This slot opened a connection: it counts toward [`Transfer::wanted`](crate::transfer::Transfer::wanted) and reconnects
     /// after a failure by its own rules. (A slot that lost a Happy Eyeballs race is not.)
     pub(crate) engaged: bool,
     pub(crate) tls: Option<Box<UnbufferedClientConnection>>,
@@ -195,7 +225,7 @@ pub(crate) struct Conn {
     pub(crate) pending_request: Vec<u8>,
     /// The one operation in flight on this connection, if any.
     pub(crate) op: InFlight,
-    /// Parked in `Loop::waiting` until a write block is free.
+    /// Parked in the loop's queue of connections waiting for a free write block.
     pub(crate) waiting: bool,
     /// Consecutive failures without a response head (handshake, connect, early close).
     pub(crate) failures: u32,
@@ -222,7 +252,8 @@ pub(crate) struct Conn {
     /// Gave up on this slot: every address failed `--max-tries` times.
     pub(crate) dead: bool,
     /// The server turned this slot's last request away while others made progress (a
-    /// per-client connection cap): it asks again after [`crate::event::retry::CAP_RETRY`].
+    /// per-client connection cap): it asks again after the cap's wait (2 s, or a longer
+    /// Retry-After).
     pub(crate) capped: bool,
     /// Backoff: do not reconnect before this instant.
     pub(crate) not_before: Option<Instant>,

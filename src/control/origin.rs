@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::Url;
 use rustls::ClientConfig;
@@ -15,6 +15,10 @@ use rustls::pki_types::ServerName;
 
 use crate::control::proxy::{Proxy, Route};
 use crate::error::Result;
+
+/// RFC 8305 §5 "Connection Attempt Delay": how long a connect to one address runs
+/// alone before the next address (the other family first) gets an attempt of its own.
+pub(crate) const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 
 /// One origin and the state of the connects to it.
 pub(crate) struct Origin {
@@ -67,9 +71,79 @@ impl Origin {
         self.proxy.as_ref().is_some_and(|p| p.tunnel)
     }
 
+    /// RFC 8305 §5 (Happy Eyeballs v2): the address (index in `addrs`) a connection that
+    /// waits for its turn may connect to at `now`, or `None` to wait. `trying`: the
+    /// addresses connects to this origin are in flight to; `backing_off`: a connection to
+    /// it waits out its backoff after every address failed this round.
+    ///
+    /// Once an address has taken a connect, every connection goes there. While none has,
+    /// one attempt runs at a time: with none in flight, at `addr_next` unless the round is
+    /// backing off (the others wait with it rather than each taking its own round now);
+    /// else the next address nothing is trying yet, once the newest attempt has gone
+    /// [`ATTEMPT_DELAY`] without an answer (its head start).
+    pub(crate) fn next_attempt(&self, trying: &[usize], backing_off: bool, now: Instant) -> Option<usize> {
+        if self.addr_proven {
+            return Some(self.addr_next);
+        }
+        if trying.is_empty() {
+            return (!backing_off).then_some(self.addr_next);
+        }
+        if self
+            .attempt_started
+            .is_some_and(|t| now.saturating_duration_since(t) < ATTEMPT_DELAY)
+        {
+            return None;
+        }
+        // The first address after the newest attempt's that nothing is trying yet.
+        let n = self.addrs.len();
+        (1..n).map(|d| (self.addr_next + d) % n).find(|a| !trying.contains(a))
+    }
+
     /// Whether requests go to a forwarding HTTP proxy (plain http through `--proxy`):
     /// absolute-form request targets, one request per connection.
     pub(crate) fn forwarding(&self) -> Option<&Proxy> {
         self.proxy.as_ref().filter(|p| !p.tunnel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An origin of three addresses, families interleaved, nothing proven yet.
+    fn origin(addr_next: usize, attempt_started: Option<Instant>) -> Origin {
+        Origin {
+            proxy: None,
+            tls: None,
+            server_name: None,
+            addrs: ["[::1]:80", "127.0.0.1:80", "[::2]:80"]
+                .iter()
+                .map(|a| a.parse().unwrap())
+                .collect(),
+            addr_next,
+            addr_proven: false,
+            attempt_started,
+        }
+    }
+
+    #[test]
+    fn happy_eyeballs_gives_the_next_address_its_attempt_only_after_the_head_start() {
+        let now = Instant::now();
+        let early = now - ATTEMPT_DELAY / 2;
+        let late = now - ATTEMPT_DELAY * 2;
+        // Nothing in flight: the next address, unless the round backs off.
+        assert_eq!(origin(1, None).next_attempt(&[], false, now), Some(1));
+        assert_eq!(origin(1, Some(late)).next_attempt(&[], true, now), None);
+        // One attempt in flight: the others wait out its head start, then take the next
+        // address nothing is trying, wrapping round; none is left when all are tried.
+        assert_eq!(origin(0, Some(early)).next_attempt(&[0], false, now), None);
+        assert_eq!(origin(0, Some(late)).next_attempt(&[0], false, now), Some(1));
+        assert_eq!(origin(0, Some(late)).next_attempt(&[0, 1], false, now), Some(2));
+        assert_eq!(origin(2, Some(late)).next_attempt(&[2], false, now), Some(0));
+        assert_eq!(origin(0, Some(late)).next_attempt(&[0, 1, 2], false, now), None);
+        // Proven: every connection goes where a connect went through, at once.
+        let mut o = origin(1, Some(early));
+        o.addr_proven = true;
+        assert_eq!(o.next_attempt(&[0, 1], true, now), Some(1));
     }
 }

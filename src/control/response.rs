@@ -1,22 +1,22 @@
 //! Response heads: parsing, status and Content-Range validation, the plan after the first
 //! reply, redirects, Retry-After, Content-Disposition.
 
+use crate::control::body::*;
+use crate::control::ctx::Ctx;
 use crate::control::*;
 use crate::engine::blocks::align_down;
 use crate::engine::place::{Delimiter, Placer, content_range_fits};
-use crate::engine::recv::*;
 use crate::error::Kind;
-use crate::event::*;
 use crate::output::Output;
 use crate::report::Note;
 use crate::schedule::{self, FIRST_SEGMENT, Landed};
 use crate::transfer::mirror::{Standing, Validators};
-use http::{ChunkedDecoder, ContentRange, Framing, Header, Status};
+use http::{ChunkedDecoder, ContentRange, Framing, Header, MAX_HEAD, Status};
 use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Feeds received plaintext to the receive side: head first, then the body.
-pub(crate) fn feed(rx: &mut Rx, sh: &mut Shared<'_>, data: &[u8]) -> std::result::Result<(), Fail> {
+pub(crate) fn feed(rx: &mut Rx, sh: &mut Ctx<'_, '_>, data: &[u8]) -> std::result::Result<(), Fail> {
     if data.is_empty() {
         return Ok(());
     }
@@ -137,7 +137,7 @@ pub(crate) enum HeadAction {
 }
 
 /// Mirror `k` answered the first request: it is the reference the others must agree with.
-fn accept_reference(k: usize, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>, validator: &Option<Vec<u8>>) {
+fn accept_reference(k: usize, sh: &mut Ctx<'_, '_>, resp: &http::Response<'_, '_>, validator: &Option<Vec<u8>>) {
     let m = &mut sh.tr.mirrors[k];
     m.standing = Standing::Accepted;
     m.validators = Validators::of(resp);
@@ -151,7 +151,7 @@ fn accept_reference(k: usize, sh: &mut Shared<'_>, resp: &http::Response<'_, '_>
 /// mirror is dropped while another is left).
 fn first_answer_of_mirror(
     job: &Job,
-    sh: &mut Shared<'_>,
+    sh: &mut Ctx<'_, '_>,
     resp: &http::Response<'_, '_>,
     complete: u64,
     validator: &Option<Vec<u8>>,
@@ -207,7 +207,7 @@ fn first_answer_of_mirror(
 /// Content-Range asked for. A refused answer's body is not read.
 pub(crate) fn on_head(
     job: &mut Job,
-    sh: &mut Shared<'_>,
+    sh: &mut Ctx<'_, '_>,
     resp: &http::Response<'_, '_>,
     part: Option<(&http::Part<'_, '_>, &[u8])>,
 ) -> std::result::Result<HeadAction, Fail> {
@@ -509,8 +509,8 @@ pub(crate) fn on_head(
                 }),
                 None => None,
             };
-            // The wait is applied when the failure is judged (event::retry): the segment waits,
-            // and a 503 or 429 (about the server, not the request) holds every request to this
+            // The wait is applied when the loop judges the failure: the segment waits, and a
+            // 503 or 429 (about the server, not the request) holds every request to this
             // origin; only the connection turned away waits when the server merely caps
             // connections (a 503 while others download).
             let f = Fail {
@@ -575,7 +575,7 @@ pub(crate) fn on_head(
 /// request: the precondition held, nothing is fetched from any mirror and the output is
 /// left as it is. To another mirror's first request, after the reference sent the file:
 /// that mirror still serves the copy the saved validator names (fatal: it is dropped).
-fn not_modified(job: &mut Job, sh: &mut Shared<'_>) -> std::result::Result<HeadAction, Fail> {
+fn not_modified(job: &mut Job, sh: &mut Ctx<'_, '_>) -> std::result::Result<HeadAction, Fail> {
     if !job.probe {
         return Err(Fail::fatal(
             Kind::Protocol,
@@ -601,7 +601,7 @@ fn not_modified(job: &mut Job, sh: &mut Shared<'_>) -> std::result::Result<HeadA
 /// # Errors
 /// [`Kind::LocalIo`] (fatal) when the name exists (without `--force`) or is a device,
 /// FIFO or socket.
-pub(crate) fn take_disposition(sh: &mut Shared<'_>, resp: &http::Response<'_, '_>) -> std::result::Result<(), Fail> {
+pub(crate) fn take_disposition(sh: &mut Ctx<'_, '_>, resp: &http::Response<'_, '_>) -> std::result::Result<(), Fail> {
     if sh.opts.content_disposition
         && let Some(v) = resp.header("content-disposition")
     {

@@ -1,29 +1,16 @@
 //! The rustls unbuffered client driven over the ring: handshake, records in, the request out.
 
+use crate::control::ctx::Ctx;
 use crate::control::response::*;
 use crate::control::*;
 use crate::error::Kind;
-use crate::event::*;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
-
-pub(crate) enum Pumped {
-    /// State changed (bytes to send, a job finished): drive again.
-    Again,
-    /// Everything buffered is processed; more input is needed.
-    NeedData,
-    /// The write pool is empty; plaintext is held in the spill.
-    Blocked,
-    /// close_notify received.
-    PeerClosed,
-    /// The handshake is done on a record boundary: install kTLS now.
-    HandOff,
-}
 
 /// Runs rustls over the buffered ciphertext: handshake messages out, application data to
 /// the receive side. Stops when input runs out, bytes must be sent, or the pool is empty.
 pub(crate) fn pump_tls(
     c: &mut Conn,
-    sh: &mut Shared<'_>,
+    sh: &mut Ctx<'_, '_>,
     tls_info: &mut Option<String>,
 ) -> std::result::Result<Pumped, Fail> {
     let url = sh.url(c.mirror);
@@ -146,9 +133,9 @@ pub(crate) fn pump_tls(
         if handshaking && !counted && !tls.is_handshaking() {
             counted = true;
             if tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
-                sh.tls_resumed += 1;
+                *sh.tls_resumed += 1;
             } else {
-                sh.tls_full += 1;
+                *sh.tls_full += 1;
             }
         }
         if handshake_done && tls_info.is_none() {

@@ -3,7 +3,7 @@
 //! over the ring (SEND of its messages, RECV of the proxy's answers into the read block),
 //! then the origin's TLS (or plain HTTP) inside the tunnel.
 
-use crate::control::proxy::{Proxy, Tunnel};
+use crate::control::proxy::Proxy;
 use crate::control::*;
 use crate::error::Kind;
 use http::{Socks5Error, Socks5Step, Socks5Target, Url};

@@ -192,7 +192,7 @@ impl Verifier {
         }
         let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
         let digest = ring::digest::digest(&ring::digest::SHA256, parsed.subject_public_key_info().as_ref());
-        let pin = format!("sha256//{}", base64_encode(digest.as_ref()));
+        let pin = format!("sha256//{}", crate::base64::encode(digest.as_ref()));
         if !self.pins.iter().any(|p| p[..] == *digest.as_ref()) {
             return Err(rustls::CertificateError::Other(rustls::OtherError(Arc::new(PinMismatch(pin)))).into());
         }
@@ -359,7 +359,7 @@ pub fn parse_pins(v: &str) -> Result<Vec<[u8; 32]>> {
         .map(|item| {
             item.trim()
                 .strip_prefix("sha256//")
-                .and_then(base64_decode)
+                .and_then(crate::base64::decode)
                 .and_then(|d| <[u8; 32]>::try_from(d).ok())
                 .ok_or_else(|| {
                     err!(
@@ -370,46 +370,6 @@ pub fn parse_pins(v: &str) -> Result<Vec<[u8; 32]>> {
                 })
         })
         .collect()
-}
-
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Base64 with padding (RFC 4648 §4).
-pub(crate) fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &b)| acc | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(BASE64[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// Decodes base64 (RFC 4648 §4); the `=` padding may be left out. `None` for any other
-/// character, a lone sixth-bit group, or non-zero bits after the last byte.
-pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim_end_matches('=');
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.bytes() {
-        let v = BASE64.iter().position(|&b| b == c)? as u32;
-        acc = acc << 6 | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    (bits < 6 && acc == 0).then_some(out)
 }
 
 /// True when a handshake failed because the server answered in plain HTTP: rustls saw
@@ -582,9 +542,9 @@ mod tests {
     }
 
     #[test]
-    fn pins_parse_like_curl_and_base64_round_trips() {
+    fn pins_parse_like_curl() {
         let d = [7u8; 32];
-        let b = base64_encode(&d);
+        let b = crate::base64::encode(&d);
         assert_eq!(b.len(), 44);
         assert_eq!(parse_pins(&format!("sha256//{b}")).unwrap(), [d]);
         assert_eq!(
@@ -602,18 +562,6 @@ mod tests {
         ] {
             assert!(parse_pins(bad).is_err(), "{bad:?} accepted");
         }
-        for (plain, enc) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64_encode(plain.as_bytes()), enc);
-            assert_eq!(base64_decode(enc).as_deref(), Some(plain.as_bytes()));
-        }
-        assert_eq!(base64_decode("Zh=="), None, "non-zero trailing bits");
-        assert_eq!(base64_decode("Z"), None, "a lone 6-bit group");
     }
 
     #[test]

@@ -7,12 +7,9 @@
 //! O_DIRECT (ramfs, tmpfs before 6.6) and for standard output.
 
 pub mod blocks;
-pub(crate) mod pipe;
 pub mod place;
-pub(crate) mod recv;
 pub mod select;
 pub mod splice;
-pub(crate) mod writer;
 
 /// The engine that ran; named in the summary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,11 +7,16 @@
 //! operation (CONNECT, SEND or RECV) in flight; write blocks have their own.
 
 pub(crate) mod assign;
+mod conn;
+mod handoff;
 pub mod mirrors;
+mod pipe;
 mod reactor;
+mod recv;
 pub(crate) mod retry;
 mod summary;
 mod tick;
+mod writer;
 
 pub use reactor::Reactor;
 pub use summary::Summary;
@@ -30,7 +35,6 @@ use crate::control::*;
 use crate::engine::EngineKind;
 use crate::engine::blocks::{WriteBlock, align_down, write_block};
 use crate::engine::splice::Pipe;
-use crate::engine::writer::*;
 use crate::err;
 use crate::error::{Error, Result};
 use crate::output::Output;
@@ -40,16 +44,10 @@ use crate::schedule::queue::Plan;
 use crate::schedule::{FIRST_SEGMENT, Landed};
 use crate::tag::Tag;
 use crate::transfer::Transfer;
+use writer::*;
 
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
-
-/// Largest response head we accept (RFC 9112 leaves it to us).
-pub(crate) const MAX_HEAD: usize = http::MAX_HEAD;
-
-/// RFC 8305 §5 "Connection Attempt Delay": how long a connect to one address runs
-/// alone before the next address (the other family first) gets an attempt of its own.
-pub(crate) const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 
 /// How often the control file is brought up to date (after an fdatasync of the `.part`):
 /// at most this much work is fetched again after a kill -9.

@@ -92,7 +92,7 @@ impl Signature {
         let mut raw = if self.prehashed { b"ED".to_vec() } else { b"Ed".to_vec() };
         raw.extend_from_slice(&self.key_id);
         raw.extend_from_slice(&self.sig);
-        let b64 = crate::control::tls::base64_encode;
+        let b64 = crate::base64::encode;
         format!(
             "{COMMENT} {}\n{}\n{TRUSTED}{}\n{}\n",
             self.untrusted,

@@ -265,7 +265,7 @@ pub fn parse_ed_key(b64: &str) -> Result<EdKey, Malformed> {
 
 /// Base64 (RFC 4648 §4) of one line.
 pub(crate) fn base64(s: &str) -> Result<Vec<u8>, Malformed> {
-    crate::control::tls::base64_decode(s.trim()).ok_or(Malformed("bad base64"))
+    crate::base64::decode(s.trim()).ok_or(Malformed("bad base64"))
 }
 
 /// Which key verified a signature.

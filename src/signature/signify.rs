@@ -68,11 +68,7 @@ impl Signature {
         let mut raw = b"Ed".to_vec();
         raw.extend_from_slice(&self.keynum);
         raw.extend_from_slice(&self.sig);
-        format!(
-            "{COMMENT} {}\n{}\n",
-            self.comment,
-            crate::control::tls::base64_encode(&raw)
-        )
+        format!("{COMMENT} {}\n{}\n", self.comment, crate::base64::encode(&raw))
     }
 
     /// Verifies over `message` with the trusted key of the same keynum.

@@ -198,10 +198,7 @@ impl Signature {
 /// `SHA256:` and the unpadded base64 of the key blob's SHA-256, as `ssh-keygen -l` prints.
 pub fn fingerprint(blob: &[u8]) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, blob);
-    format!(
-        "SHA256:{}",
-        crate::control::tls::base64_encode(d.as_ref()).trim_end_matches('=')
-    )
+    format!("SHA256:{}", crate::base64::encode(d.as_ref()).trim_end_matches('='))
 }
 
 /// Verifies SSH signature blob `signature` (string format ‖ string bytes) over `data`

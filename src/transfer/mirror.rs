@@ -1,6 +1,6 @@
 //! A mirror of a transfer: one URL of the file, its origin, its standing (pending until
 //! its first answer agrees with the reference's, RFC 9110 §8.8 validators) and what it
-//! served. What the loop does when a mirror is accepted or dropped is `event::mirrors`.
+//! served. What the loop does when a mirror is accepted or dropped is in src/event/mirrors.rs.
 
 use http::Url;
 
@@ -41,7 +41,7 @@ pub(crate) struct Mirror<'a> {
     pub(crate) target: &'a Url,
     /// Extra request fields for it: `-H`, and credentials on its origin.
     pub(crate) headers: &'a [(String, String)],
-    /// Index of its origin in [`crate::event::Shared::origins`].
+    /// Index of its origin among the run's origins (those of every mirror of the transfer).
     pub(crate) origin: usize,
     /// The URL as the summary and notes print it.
     pub(crate) url: String,

@@ -1,12 +1,14 @@
 //! A connection's life on the ring: CONNECT, SEND/RECV completions, driving it on, close.
 
-use crate::control::proxy::{Tunnel, start_tls, start_tunnel, tunnel_answer};
+use crate::control::body::*;
+use crate::control::ctx::Ctx;
+use crate::control::origin::ATTEMPT_DELAY;
 use crate::control::resolve;
 use crate::control::response::*;
 use crate::control::session::*;
+use crate::control::tunnel::{start_tls, start_tunnel, tunnel_answer};
 use crate::control::*;
 use crate::engine::place::{Delimiter, Fed, Placer};
-use crate::engine::recv::*;
 use crate::err;
 use crate::error::{Kind, Result};
 use crate::event::*;
@@ -15,6 +17,25 @@ use crate::tag::Tag;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use uring::{Completion, Op};
+
+impl<'a> Shared<'a> {
+    /// Lends what a connection's response and body may change ([`Ctx`]) for one call.
+    pub(crate) fn ctx(&mut self) -> Ctx<'_, 'a> {
+        Ctx {
+            report: &mut *self.report,
+            opts: self.opts,
+            pool: &self.pool,
+            to_write: &mut self.to_write,
+            fatal: &mut self.fatal,
+            origins: &self.origins,
+            tr: &mut self.tr,
+            ktls: self.ktls,
+            tls_full: &mut self.tls_full,
+            tls_resumed: &mut self.tls_resumed,
+            soft_rekeys: &mut self.soft_rekeys,
+        }
+    }
+}
 
 impl Loop<'_> {
     pub(crate) fn connect(&mut self, i: usize) -> Result<()> {
@@ -69,38 +90,23 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// RFC 8305 §5 (Happy Eyeballs v2): may a deferred connection start now? While no
-    /// address has taken a connect, one attempt runs at a time, and the next address gets
-    /// its own attempt once the newest has gone [`ATTEMPT_DELAY`] without an answer (its
-    /// head start); once one has, every connection goes there. Returns the address index
-    /// to try on mirror `k`'s origin, or `None` to wait.
+    /// RFC 8305 §5 (Happy Eyeballs v2): may a deferred connection start now? Returns the
+    /// address index to try on mirror `k`'s origin, or `None` to wait; the origin decides
+    /// ([`Origin::next_attempt`](crate::control::origin::Origin::next_attempt)) from the
+    /// connects in flight to it and whether its round backs off.
     pub(crate) fn next_attempt(&self, k: usize) -> Option<usize> {
-        let origin = self.sh.origin(k);
-        if origin.addr_proven {
-            return Some(origin.addr_next);
-        }
+        let now = Instant::now();
         let trying: Vec<usize> = self
             .conns
             .iter()
             .filter(|c| c.st == St::Connecting && c.mirror == k)
             .map(|c| c.addr)
             .collect();
-        if trying.is_empty() {
-            // Every address failed this round and the first connection is backing off:
-            // the others wait with it rather than each taking its own round now.
-            let now = Instant::now();
-            let backing_off = self
-                .conns
-                .iter()
-                .any(|c| c.mirror == k && !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
-            return (!backing_off).then_some(origin.addr_next);
-        }
-        if origin.attempt_started.is_some_and(|t| t.elapsed() < ATTEMPT_DELAY) {
-            return None;
-        }
-        // The first address after the newest attempt's that nothing is trying yet.
-        let n = origin.addrs.len();
-        (1..n).map(|d| (origin.addr_next + d) % n).find(|a| !trying.contains(a))
+        let backing_off = self
+            .conns
+            .iter()
+            .any(|c| c.mirror == k && !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
+        self.sh.origin(k).next_attempt(&trying, backing_off, now)
     }
 
     pub(crate) fn conn_completion(&mut self, i: usize, cq: Completion) -> std::result::Result<(), Fail> {
@@ -143,17 +149,17 @@ impl Loop<'_> {
             let non_data = c.kconn.is_some() && res == -rustix::io::Errno::IO.raw_os_error();
             if op == InFlight::RecvDirect && c.soft.is_some() {
                 if res < 0 {
-                    let r = crate::control::handoff::soft_recv_done(c, &mut self.sh, buf, 0);
+                    let r = crate::control::handoff::soft_recv_done(c, &mut self.sh.ctx(), buf, 0);
                     return Err(r.err().unwrap_or_else(|| self.io_fail(i, "recv", res)));
                 }
                 if res > 0 {
                     c.failures = 0;
                 }
-                return crate::control::handoff::soft_recv_done(c, &mut self.sh, buf, res);
+                return crate::control::handoff::soft_recv_done(c, &mut self.sh.ctx(), buf, res);
             }
             if op == InFlight::RecvDirect {
                 let n = if res > 0 { res as usize } else { 0 };
-                with_placer(&mut c.rx, &mut self.sh, |p, blocks| {
+                with_placer(&mut c.rx, &mut self.sh.ctx(), |p, blocks| {
                     p.recv_done(buf, n);
                     if n > 0 { p.settle(blocks) } else { Ok(Fed::More) }
                 })?;
@@ -202,12 +208,12 @@ impl Loop<'_> {
             let n = res as usize;
             let pipe = c.pipe.as_mut().expect("a splicing connection has a pipe");
             pipe.held += n;
-            with_placer(&mut c.rx, &mut self.sh, |p, _| {
+            with_placer(&mut c.rx, &mut self.sh.ctx(), |p, _| {
                 p.advance(n);
                 Ok(Fed::More)
             })?;
             self.drain(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
-            with_placer(&mut self.conns[i].rx, &mut self.sh, Placer::settle)?;
+            with_placer(&mut self.conns[i].rx, &mut self.sh.ctx(), Placer::settle)?;
             return Ok(());
         }
         // CONNECT
@@ -373,14 +379,14 @@ impl Loop<'_> {
             }
             // Input held back by an empty write pool goes first.
             if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
-                if with_placer(&mut c.rx, &mut self.sh, Placer::retry_spill)? == Fed::Blocked {
+                if with_placer(&mut c.rx, &mut self.sh.ctx(), Placer::retry_spill)? == Fed::Blocked {
                     self.wait_for_block(i);
                     return Ok(());
                 }
                 continue;
             }
             if c.tls.is_some() {
-                match pump_tls(c, &mut self.sh, &mut self.tls_info)? {
+                match pump_tls(c, &mut self.sh.ctx(), &mut self.tls_info)? {
                     Pumped::Again => continue,
                     Pumped::Blocked => {
                         self.wait_for_block(i);
@@ -394,7 +400,7 @@ impl Loop<'_> {
                     }
                 }
             } else if c.soft.is_some() {
-                match crate::control::handoff::pump_soft(c, &mut self.sh)? {
+                match crate::control::handoff::pump_soft(c, &mut self.sh.ctx())? {
                     Pumped::Again => continue,
                     Pumped::Blocked => {
                         self.wait_for_block(i);
@@ -405,7 +411,7 @@ impl Loop<'_> {
                 }
             } else if c.rlo < c.rhi {
                 let rbuf = c.rbuf.take().expect("idle connection holds its read block");
-                let r = feed(&mut c.rx, &mut self.sh, &rbuf[c.rlo..c.rhi]);
+                let r = feed(&mut c.rx, &mut self.sh.ctx(), &rbuf[c.rlo..c.rhi]);
                 c.rbuf = Some(rbuf);
                 c.rlo = c.rhi;
                 r?;
@@ -456,7 +462,7 @@ impl Loop<'_> {
             }
             Some(Delimiter::Close) => {
                 self.sh.tr.total = Some(job.placer.pos());
-                finish_job(&mut c.rx, &mut self.sh);
+                finish_job(&mut c.rx, &mut self.sh.ctx());
                 self.recycle(i)
             }
             Some(Delimiter::Length(rem)) => Err(Fail::retry(

@@ -1,0 +1,100 @@
+//! A job's body bytes: placed into the write blocks through the transfer's write queue,
+//! counted for the transfer and its mirror, and the body's end (the last block queued,
+//! what the response did not cover queued again).
+
+use crate::control::ctx::Ctx;
+use crate::control::*;
+use crate::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer};
+use crate::err;
+use crate::error::Kind;
+use crate::schedule::Segment;
+use std::time::Instant;
+
+/// Runs `f` on the job's body with the shared write pool, counts what it placed, and
+/// finishes the job when the body is complete. Returns what `f` said.
+pub(crate) fn with_placer(
+    rx: &mut Rx,
+    sh: &mut Ctx<'_, '_>,
+    f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
+) -> std::result::Result<Fed, Fail> {
+    let job = rx.job.as_mut().expect("body bytes for a job");
+    let before = job.placer.pos();
+    let mut blocks = Blocks {
+        pool: sh.pool,
+        queue: sh.to_write,
+    };
+    let r = f(&mut job.placer, &mut blocks);
+    let moved = job.placer.pos() - before;
+    sh.tr.received += moved;
+    sh.tr.mirrors[job.mirror].bytes += moved;
+    job.got_bytes |= moved > 0;
+    if moved > 0 && job.first_byte.is_none() {
+        job.first_byte = Some(Instant::now());
+    }
+    let fed = r.map_err(|e| {
+        let kind = if e == PlaceError::NoProgress {
+            Kind::Internal
+        } else {
+            Kind::Protocol
+        };
+        Fail::retry(kind, e.to_string())
+    })?;
+    if fed == Fed::Done {
+        if matches!(job.placer.delimiter(), Some(Delimiter::Chunked(_))) && !sh.tr.ranges {
+            // A chunked 200 tells the file size only at its end.
+            sh.tr.total = Some(job.placer.pos());
+        }
+        finish_job(rx, sh);
+    }
+    Ok(fed)
+}
+
+/// The response body is complete: queue the last block and requeue what the response did
+/// not cover.
+pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_, '_>) {
+    let mut job = rx.job.take().expect("finish_job with a job");
+    let end = job.placer.pos();
+    let file_end = sh.tr.total.is_some_and(|t| end >= t);
+    if job.placer.overrun() {
+        rx.extra = true;
+    }
+    // A short response that ended inside a block (O_DIRECT): keep the aligned part, fetch
+    // the rest again. The file's last block is kept whole (padded when written).
+    let trim = (sh.tr.direct && !file_end).then_some(sh.tr.align);
+    let requeue_from = job.placer.release(trim, sh.to_write);
+    let seg_end = if sh.tr.ranges {
+        job.seg.end
+    } else {
+        sh.tr.total.unwrap_or(end)
+    };
+    if requeue_from < seg_end && !file_end {
+        // A short reply that moved nothing (aligned) forward counts as a failed try.
+        let tries = if requeue_from > job.seg.start {
+            job.seg.tries
+        } else {
+            job.seg.tries + 1
+        };
+        if tries >= sh.opts.max_tries {
+            *sh.fatal = Some(err!(
+                Protocol,
+                "{}: replies to bytes {}-{} stop short at {end} (gave up after {})",
+                sh.url(job.mirror).host(),
+                job.seg.start,
+                seg_end - 1,
+                crate::schedule::retry::n_tries(tries)
+            ));
+        }
+        sh.tr.plan.requeue(
+            Segment {
+                start: requeue_from,
+                end: seg_end,
+                tries,
+                grace: job.seg.grace,
+            },
+            false,
+        );
+    }
+    if !job.keep_alive {
+        rx.extra = true;
+    }
+}

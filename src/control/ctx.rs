@@ -1,0 +1,50 @@
+//! What the loop lends a connection's response and body code for one call ([`Ctx`]).
+
+use crate::config::Config;
+use crate::control::origin::Origin;
+use crate::engine::blocks::WriteBlock;
+use crate::error::Error;
+use crate::report::Progress;
+use crate::transfer::Transfer;
+use http::Url;
+use std::collections::VecDeque;
+use uring::BufPool;
+
+/// What a connection's response and body may read and change, lent by the loop for one
+/// call: the transfer it serves, the origins, the options, the report, the write pool and
+/// the queue of filled write blocks, and the TLS counts of the summary. Not the ring, not
+/// the other connections: what needs those is returned, and the loop applies it.
+pub(crate) struct Ctx<'s, 'a> {
+    /// Progress and notes.
+    pub(crate) report: &'s mut Progress,
+    pub(crate) opts: &'a Config,
+    /// The write blocks' pool (body bytes go into its blocks).
+    pub(crate) pool: &'s BufPool,
+    /// Full or final blocks waiting for a write SQE, in order.
+    pub(crate) to_write: &'s mut VecDeque<WriteBlock>,
+    /// Set when the download cannot go on (the loop ends with it).
+    pub(crate) fatal: &'s mut Option<Error>,
+    /// The origins the mirrors are fetched from (each mirror names its own).
+    pub(crate) origins: &'s [Origin],
+    /// The file being fetched.
+    pub(crate) tr: &'s mut Transfer<'a>,
+    /// Finished handshakes go to kTLS (else to the software record layer, or rustls).
+    pub(crate) ktls: bool,
+    /// TLS handshakes completed in full, and by resuming a session (RFC 8446 §2.2).
+    pub(crate) tls_full: &'s mut usize,
+    pub(crate) tls_resumed: &'s mut usize,
+    /// KeyUpdates the software record layer took in place (RFC 8446 §4.6.3).
+    pub(crate) soft_rekeys: &'s mut usize,
+}
+
+impl<'a> Ctx<'_, 'a> {
+    /// Mirror `k`'s URL.
+    pub(crate) fn url(&self, k: usize) -> &'a Url {
+        self.tr.mirrors[k].target
+    }
+
+    /// Mirror `k`'s origin.
+    pub(crate) fn origin(&self, k: usize) -> &Origin {
+        &self.origins[self.tr.mirrors[k].origin]
+    }
+}
