@@ -123,6 +123,7 @@ mod tests {
             addr_next,
             addr_proven: false,
             attempt_started,
+            allows: None,
         }
     }
 

@@ -140,25 +140,13 @@ pub fn run<'a>(
     reactor: &mut Reactor,
 ) -> Result<Outcome> {
     let n = opts.connections;
-    let mut ring = reactor.take_ring(opts, ring_entries(n), target.engine == EngineKind::Splice)?;
+    let mut ring = reactor.take_ring(opts, reactor::ring_entries(n), target.engine == EngineKind::Splice)?;
     let r = run_on(mirrors, opts, target, progress, reactor, &mut ring.0);
     reactor.give_back(ring);
     if !matches!(r, Ok(Outcome::Done(_))) {
         reactor.reset();
     }
     r
-}
-
-/// Write slots (and blocks) of a transfer over `n` connections.
-fn write_slots(n: usize) -> usize {
-    (2 * n + 2).clamp(6, 64)
-}
-
-/// SQ entries for a transfer over `n` connections: a CONNECT with its LINK_TIMEOUT, or a
-/// SEND/RECV, per connection; a Happy Eyeballs wake-up per connect; the write slots; the
-/// tick, signal, fallocate, fsync, cancels.
-fn ring_entries(n: usize) -> u32 {
-    (3 * n + write_slots(n) + 8).next_power_of_two() as u32
 }
 
 fn run_on<'a>(
@@ -213,7 +201,7 @@ fn run_on<'a>(
 
     let n = opts.connections;
     let block = write_block().max(out.align as usize);
-    let wcount = write_slots(n);
+    let wcount = reactor::write_slots(n);
     let io = chosen.label.clone();
     let sqpoll_tid = chosen.sqpoll_tid;
     let ring = &mut chosen.ring;

@@ -64,6 +64,18 @@ pub struct Reactor {
     pub(crate) interrupted: Option<&'static str>,
 }
 
+/// Write slots (and blocks) of a transfer over `n` connections.
+pub(crate) fn write_slots(n: usize) -> usize {
+    (2 * n + 2).clamp(6, 64)
+}
+
+/// SQ entries for a transfer over `n` connections: a CONNECT with its LINK_TIMEOUT, or a
+/// SEND/RECV, per connection; a Happy Eyeballs wake-up per connect; the write slots; the
+/// tick, signal, fallocate, fsync, cancels.
+pub(crate) fn ring_entries(n: usize) -> u32 {
+    (3 * n + write_slots(n) + 8).next_power_of_two() as u32
+}
+
 /// What identifies an origin and the route to it: scheme, host, port (RFC 6454 §4) and
 /// the proxy in between.
 pub(crate) fn origin_key(url: &http::Url, origin: &Origin) -> String {
