@@ -52,7 +52,8 @@ ensure_tools \
     /var/lib/dpkg/info/busybox-static.list:busybox-static \
     /usr/bin/ssh-keygen:openssh-client \
     /usr/bin/signify-openbsd:signify-openbsd \
-    /usr/bin/minisign:minisign
+    /usr/bin/minisign:minisign \
+    /usr/bin/strace:strace
 
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
     command -v rustup >/dev/null 2>&1 || die "cargo fmt / cargo clippy missing and no rustup"

@@ -130,13 +130,23 @@ impl Renamed {
 
     /// fsyncs the directories when the oldest rename waits for longer than [`Self::EVERY`]
     /// (or `now`).
-    fn sync(&mut self, now: bool) {
+    ///
+    /// # Errors
+    /// The first directory whose fsync failed ([`output::sync_dir`]); the others are
+    /// synced all the same.
+    fn sync(&mut self, now: bool) -> Result<()> {
+        let mut first = Ok(());
         if now || self.since.is_some_and(|t| t.elapsed() >= Self::EVERY) {
             for d in self.dirs.drain(..) {
-                output::sync_dir(&d);
+                if let Err(e) = output::sync_dir(&d)
+                    && first.is_ok()
+                {
+                    first = Err(e);
+                }
             }
             self.since = None;
         }
+        first
     }
 }
 
@@ -314,7 +324,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         .and_then(|p| p.parent())
         .filter(|_| opts.dir.is_some())
     {
-        std::fs::create_dir_all(dir).map_err(|e| err!(LocalIo, "creating {}: {e}", dir.display()))?;
+        output::create_dirs(dir)?;
     }
     let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;
     let control = updates::control_path(&opts, final_path.as_deref(), device);

@@ -642,3 +642,107 @@ fn a_cap_learned_from_one_file_holds_for_the_origins_next_file() {
     assert_eq!(conns.len(), 1, "{}", o.stderr_text());
     assert!(o.summary().contains(" 1 connection,"), "{}", o.summary());
 }
+
+/// Mirrors on one origin share its caps, and a 429 cap is a cap: `-x 8` over two mirror
+/// URLs of one server with `--max-connections-per-host 2` opens at most 2 connections in
+/// all (not 2 per mirror); a server answering extra connections `429` (nginx
+/// `limit_conn_status 429`, `limit_conn 2`) is used with the 2 it allows — exact bytes,
+/// exit 0 — and the list's next file meets no 429.
+#[test]
+fn mirrors_on_one_origin_share_its_caps_and_a_429_cap_is_learned() {
+    let n = nginx();
+    let (base, shas) = serve("one-origin", &[8 * MIB, 4 * MIB, 4 * MIB]);
+    let dir = TestDir::new("list-one-origin");
+    let url = n.http_url(&format!("paced-conn/{base}/f0.bin"));
+    let o = dir
+        .ringdl()
+        .timeout(HANG)
+        .args([
+            "-x",
+            "8",
+            "--min-split-size",
+            "512K",
+            "--max-connections-per-host",
+            "2",
+            "-o",
+            "m.bin",
+        ])
+        .arg(format!("{url}?m=1"))
+        .arg(format!("{url}?m=2"))
+        .run();
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("m.bin")), shas[0]);
+    let conns: std::collections::HashSet<u64> = n
+        .conn_log(&format!("/paced-conn/{base}/"))
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    assert!(
+        (1..=2).contains(&conns.len()),
+        "{} connections for two mirrors on one origin\n{}",
+        conns.len(),
+        o.stderr_text()
+    );
+
+    let text = (1..=2)
+        .map(|k| format!("{}\n", n.http_url(&format!("capped-429/{base}/f{k}.bin"))))
+        .collect::<String>();
+    let l = list(&dir, &text);
+    let o = ringdl(
+        &dir,
+        &[
+            "-i",
+            l.to_str().unwrap(),
+            "-d",
+            "got",
+            "-x",
+            "4",
+            "--min-split-size",
+            "512K",
+            "-v",
+        ],
+    );
+    let err = o.stderr_text();
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate().skip(1) {
+        assert_eq!(&sha256_file(&dir.join(format!("got/f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    let refused = |k: usize| {
+        n.access_log(&format!("/capped-429/{base}/f{k}.bin"))
+            .iter()
+            .filter(|l| l.contains("\" 429 "))
+            .count()
+    };
+    assert!(refused(1) > 0, "the 429 cap never fired\n{err}");
+    assert_eq!(refused(2), 0, "the learned cap was not kept\n{err}");
+}
+
+/// Directories `-d` creates are durable before the file is said to have landed: the
+/// directory holding each new one is fsync'd (seen with strace: mkdir(2), then fsync(2) of
+/// the parents), and so is the deepest one after the rename into it.
+#[test]
+fn new_directories_are_synced_into_their_parents() {
+    let n = nginx();
+    let (base, shas) = serve("mkdirs", &[64 * KIB]);
+    let dir = TestDir::new("list-mkdirs");
+    let mut cmd = crate::util::TestCommand::new("strace");
+    cmd.args(["-f", "-y", "-e", "trace=mkdir,mkdirat,fsync", "-o", "trace.txt"])
+        .arg(crate::util::ringdl_bin())
+        .args(["-d", "new/a/b"])
+        .arg(n.http_url(&format!("{base}/f0.bin")))
+        .current_dir(dir.path())
+        .timeout(HANG);
+    let o = cmd.run();
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("new/a/b/f0.bin")), shas[0]);
+    let trace = fs::read_to_string(dir.join("trace.txt")).unwrap();
+    let root = fs::canonicalize(dir.path()).unwrap();
+    for d in ["", "/new", "/new/a", "/new/a/b"] {
+        let want = format!("<{}{d}>)", root.display());
+        assert!(
+            trace.lines().any(|l| l.contains("fsync(") && l.contains(&want)),
+            "no fsync of {}{d}\n{trace}",
+            root.display()
+        );
+    }
+}

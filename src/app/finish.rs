@@ -102,7 +102,7 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
     if let Some(dir) = out.commit()? {
         match renamed {
             Some(r) => r.add(dir),
-            None => output::sync_dir(&dir),
+            None => output::sync_dir(&dir)?,
         }
     }
     updates::after_landing(opts, s.etag.as_deref())?;

@@ -131,8 +131,9 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         if base.json.is_some() {
             objects.push(file_json(&mut record, &result, code, file_started));
         }
-        if let Some(r) = &mut per_run.renamed {
-            r.sync(false);
+        if let Some(Err(e)) = per_run.renamed.as_mut().map(|r| r.sync(false)) {
+            eprintln!("ringdl: {e}");
+            first_failure.get_or_insert((e.kind.exit_code(), k));
         }
         let mut interrupted = result.as_ref().is_err_and(|e| e.kind == Kind::Interrupted);
         // A signal that came while this file's last fsync or read-back ran: the file landed,
@@ -140,8 +141,12 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         if let Some(name) = per_run.reactor.interrupted.take()
             && k + 1 < n
         {
-            eprintln!("ringdl: interrupted by {name}");
-            first_failure.get_or_insert((Kind::Interrupted.exit_code(), k));
+            // File k landed: the run stops before the next, which is the one it blames.
+            eprintln!(
+                "ringdl: interrupted by {name} after file {} of {n}; run the same command again with -c to fetch the rest",
+                k + 1
+            );
+            first_failure.get_or_insert((Kind::Interrupted.exit_code(), k + 1));
             interrupted = true;
         }
         if interrupted || (code != 0 && files.fail_fast) {
@@ -157,8 +162,9 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         }
     }
     // The renames are durable before the run says how it went.
-    if let Some(r) = &mut per_run.renamed {
-        r.sync(true);
+    if let Some(Err(e)) = per_run.renamed.as_mut().map(|r| r.sync(true)) {
+        eprintln!("ringdl: {e}");
+        first_failure.get_or_insert((e.kind.exit_code(), n.saturating_sub(1)));
     }
     totals.seconds = started.elapsed().as_secs_f64();
     let code = first_failure.map_or(0, |(c, _)| c);

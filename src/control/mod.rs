@@ -92,7 +92,7 @@ impl Fail {
         self.server_wide = true;
         self
     }
-    /// The answer is about the server (a 429): its wait holds the origin.
+    /// The answer is about the server (a 429 with Retry-After): its wait holds the origin.
     pub(crate) fn server_wide(mut self) -> Fail {
         self.server_wide = true;
         self

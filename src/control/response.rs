@@ -522,6 +522,10 @@ pub(crate) fn on_head(
             };
             Err(match code {
                 503 => f.busy(),
+                // Without Retry-After a 429 may be a connection cap as a 503 is (nginx
+                // `limit_conn_status 429`); with one it limits the client's requests
+                // (RFC 6585 §4): its wait holds the origin.
+                429 if f.delay.is_none() => f.busy(),
                 429 => f.server_wide(),
                 _ => f,
             })

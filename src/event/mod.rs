@@ -172,14 +172,21 @@ fn run_on<'a>(
     let mut origins = Vec::with_capacity(m);
     let mut keys = Vec::with_capacity(m);
     let mut kept_tls_info = Vec::with_capacity(m);
-    for (k, route) in mirrors.into_iter().enumerate() {
-        states.push(crate::transfer::mirror::Mirror::new(route.url, route.headers, k));
+    // Mirrors on one origin (scheme, host, port, route) share it and its caps.
+    for route in mirrors {
         let fresh = Origin::new(route.url, route.tls, route.route)?;
         let key = reactor::origin_key(route.url, &fresh);
-        let (origin, tls_info) = reactor.origin(&key, fresh);
-        origins.push(origin);
-        keys.push(key);
-        kept_tls_info.push(tls_info);
+        let o = match keys.iter().position(|k| *k == key) {
+            Some(o) => o,
+            None => {
+                let (origin, tls_info) = reactor.origin(&key, fresh);
+                origins.push(origin);
+                keys.push(key);
+                kept_tls_info.push(tls_info);
+                keys.len() - 1
+            }
+        };
+        states.push(crate::transfer::mirror::Mirror::new(route.url, route.headers, o));
     }
     let resuming = resume.is_some();
     // A resumed download asks first for the first block it lacks, not for byte 0 again.
@@ -210,10 +217,14 @@ fn run_on<'a>(
     // RFC 9112 §9.3); the others are closed.
     let mut kept: Vec<Conn> = Vec::new();
     let mut tls_info = None;
-    for (k, key) in keys.iter().enumerate() {
+    for (o, key) in keys.iter().enumerate() {
+        let k = states
+            .iter()
+            .position(|s| s.origin == o)
+            .expect("every origin is a mirror's");
         for mut c in reactor.take_idle(key, n - kept.len(), (engine, ktls)) {
             c.mirror = k;
-            tls_info = tls_info.or_else(|| kept_tls_info[k].clone());
+            tls_info = tls_info.or_else(|| kept_tls_info[o].clone());
             kept.push(c);
         }
     }
@@ -228,6 +239,7 @@ fn run_on<'a>(
         };
     // The output fd as fixed file 0: its WRITE_FIXED, FALLOCATE and FSYNC skip the per-op
     // fget/fput. Measurement knob RINGDL_FIXED_FILES=0 leaves it unregistered.
+    let fixed_before = ring.fixed_file_ops();
     let fixed_files = std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0")
         && ring.backend() == uring::Backend::Uring
         && ring.register_files(&[out.fd.as_raw_fd()]).is_ok();
@@ -462,7 +474,7 @@ fn run_on<'a>(
         _ => (None, None),
     };
     if fixed_files {
-        let ops = dl.ring.fixed_file_ops();
+        let ops = dl.ring.fixed_file_ops() - fixed_before;
         dl.sh.report.note(Note::FixedFileOps { ops });
     }
     if opts.verbose > 0
@@ -480,7 +492,7 @@ fn run_on<'a>(
     // What this transfer leaves open goes to the next one from the same origin.
     let conns = std::mem::take(&mut dl.conns)
         .into_iter()
-        .map(|c| (keys[c.mirror].clone(), c))
+        .map(|c| (keys[dl.sh.tr.mirrors[c.mirror].origin].clone(), c))
         .collect();
     let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
     reactor.keep(origins, info, conns);

@@ -29,7 +29,7 @@ fn jitter() -> f64 {
 }
 
 impl Loop<'_> {
-    /// How many connections to mirror `k` the server was serving when it turned connection
+    /// How many connections to mirror `k`'s origin the server was serving when it turned connection
     /// `i` away: those other than `i` that are open and whose answer was accepted (its
     /// head, or body bytes, came), not ones whose request is still unanswered. Counted when
     /// the refusal comes, not on every tick: a tick's count of every connection receiving
@@ -39,7 +39,7 @@ impl Loop<'_> {
         self.conns
             .iter()
             .enumerate()
-            .filter(|&(j, c)| j != i && c.mirror == k && c.st == St::Open && !c.capped)
+            .filter(|&(j, c)| j != i && self.same_origin(c.mirror, k) && c.st == St::Open && !c.capped)
             .filter_map(|(_, c)| c.rx.job.as_ref())
             .filter(|jb| jb.got_bytes || jb.placer.delimiter().is_some())
             .count()
@@ -402,7 +402,12 @@ impl Loop<'_> {
                 .any(|(j, o)| j != i && o.mirror == k && o.st == St::Connecting)
     }
 
-    /// Connections to mirror `k` other than `i` that sit open with no request and nothing
+    /// Mirrors `a` and `b` are on one origin (the server counts their connections together).
+    pub(crate) fn same_origin(&self, a: usize, b: usize) -> bool {
+        self.sh.tr.mirrors[a].origin == self.sh.tr.mirrors[b].origin
+    }
+
+    /// Connections to mirror `k`'s origin other than `i` that sit open with no request and nothing
     /// in flight (a keep-alive connection waiting for work).
     fn idle_to(&self, k: usize, i: usize) -> Vec<usize> {
         self.conns
@@ -410,7 +415,7 @@ impl Loop<'_> {
             .enumerate()
             .filter(|&(j, o)| {
                 j != i
-                    && o.mirror == k
+                    && self.same_origin(o.mirror, k)
                     && o.st == St::Open
                     && o.rx.job.is_none()
                     && !o.busy()

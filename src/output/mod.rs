@@ -579,13 +579,62 @@ fn dio_align(fd: &OwnedFd) -> Option<u64> {
     }
 }
 
-/// fsync(2) of directory `dir`: the entries renamed into it (rename(2)) are then durable.
-/// Best effort: a directory that cannot be opened or synced (a filesystem without
-/// fsync on directories) leaves the renames as the filesystem keeps them.
-pub fn sync_dir(dir: &Path) {
-    if let Ok(d) = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
-        let _ = rustix::fs::fsync(&d);
+/// fsync(2) of directory `dir`: the entries renamed or created in it (rename(2),
+/// mkdir(2)) are then durable.
+///
+/// # Errors
+/// `LocalIo` when fsync(2) fails (EIO: what the filesystem had not written may be lost).
+/// A directory that cannot be opened (gone, unmounted) has nothing of ours left to sync:
+/// `Ok` after a warning on standard error.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    match rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(d) => rustix::fs::fsync(&d).map_err(|e| {
+            err!(
+                LocalIo,
+                "fsync of directory {}: {e} (what was renamed into it may not survive a crash)",
+                dir.display()
+            )
+        }),
+        Err(e) => {
+            eprintln!(
+                "ringdl: warning: directory {} cannot be synced: {e} (gone or unmounted?)",
+                dir.display()
+            );
+            Ok(())
+        }
     }
+}
+
+/// `mkdir -p dir`, durable: the directories it creates are made with mkdir(2) and the
+/// directory holding each new one is fsync'd, so that a crash cannot take a new directory
+/// (and the file later renamed into it) away. (The deepest one is synced after the rename
+/// into it.)
+///
+/// # Errors
+/// `LocalIo` naming the directory, for mkdir(2) or fsync(2).
+pub fn create_dirs(dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err() {
+        missing.push(d);
+        match d.parent() {
+            Some(p) => d = p,
+            None => break,
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| err!(LocalIo, "creating {}: {e}", dir.display()))?;
+    // The parent of each new directory, from the top one's (it existed) down.
+    for new in missing.iter().rev() {
+        let parent = new
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        sync_dir(parent)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

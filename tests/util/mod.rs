@@ -1338,6 +1338,7 @@ http {{
     limit_conn_zone $binary_remote_addr zone=cap_ra:1m;
     limit_conn_zone $binary_remote_addr zone=cap_list:1m;
     limit_conn_zone $binary_remote_addr zone=cap_list_tls:1m;
+    limit_conn_zone $binary_remote_addr zone=cap_429:1m;
     log_format users '$host:$server_port $request_uri auth=[$http_authorization] cookie=[$http_cookie] ua=[$http_user_agent] token=[$http_x_token]';
     log_format sent '$request_uri $status $body_bytes_sent $http_range';
     log_format conn '$connection $connection_requests $request_uri $status';
@@ -1353,6 +1354,7 @@ http {{
         location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_http 2; }}
         location /capped-list/ {{ alias "{www}/"; limit_rate 1m; limit_conn cap_list 2; }}
         location /paced-conn/ {{ alias "{www}/"; limit_rate 4m; access_log "{run}/conn.log" conn; }}
+        location /capped-429/ {{ alias "{www}/"; limit_rate 1m; limit_conn cap_429 2; limit_conn_status 429; }}
         location /capped-retry-after/ {{
             alias "{www}/"; limit_rate 512k; limit_conn cap_ra 2; error_page 503 @retry_after;
         }}
