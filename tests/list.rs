@@ -746,3 +746,43 @@ fn new_directories_are_synced_into_their_parents() {
         );
     }
 }
+
+/// `-c` over a list whose files are there: `--json` says of each its URL, its path, that
+/// nothing was fetched and whether its `checksum=` was checked — true for the file that
+/// matches, false (exit 9) for the one that changed on disk; the changed one keeps its URL
+/// and path in the record (they were empty).
+#[test]
+fn c_over_a_list_tells_in_json_what_was_there_and_checked() {
+    let n = nginx();
+    let (base, shas) = serve("c-json", &[64 * KIB, 64 * KIB]);
+    let dir = TestDir::new("list-c-json");
+    let text = (0..2)
+        .map(|k| {
+            format!(
+                "{}\n  checksum=sha-256={}\n",
+                n.http_url(&format!("{base}/f{k}.bin")),
+                shas[k]
+            )
+        })
+        .collect::<String>();
+    let l = list(&dir, &text);
+    ringdl(&dir, &["-i", l.to_str().unwrap()]).assert_success();
+    // The second file changes on disk (same size, one byte).
+    let p = dir.join("f1.bin");
+    let mut bytes = fs::read(&p).unwrap();
+    bytes[100] ^= 0xff;
+    fs::write(&p, bytes).unwrap();
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap(), "-c"]);
+    o.assert_code(9);
+    let j = json(&dir);
+    let files = j["files"].as_array().unwrap();
+    for (k, f) in files.iter().enumerate() {
+        assert_eq!(f["urls"][0], n.http_url(&format!("{base}/f{k}.bin")), "{j}");
+        assert_eq!(f["output"], format!("f{k}.bin"), "{j}");
+        assert_eq!(f["fetched"], 0, "{j}");
+    }
+    assert_eq!(files[0]["checksum_verified"], true, "{j}");
+    assert_eq!(files[0]["exit_code"], 0, "{j}");
+    assert_eq!(files[1]["checksum_verified"], false, "{j}");
+    assert_eq!(files[1]["exit_code"], 9, "{j}");
+}

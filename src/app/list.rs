@@ -83,18 +83,28 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         let made = options(&base, &job.origin, &job.entry);
         let url = made.as_ref().map_or_else(|_| String::new(), |(o, _)| o.url.clone());
         let result = made.and_then(|(mut opts, _)| match finished(&opts, job.path.as_deref()) {
-            Some(done) => done.map(|bytes| {
-                if !base.quiet {
-                    eprintln!(
-                        "ringdl: [{}/{n}] {}: already there, not fetched again (-c)",
-                        k + 1,
-                        show(job.path.as_deref())
-                    );
-                }
+            Some(done) => {
+                // Said for a file that is there whether it matches its checksum or not.
                 record.url = Some(url.clone());
                 record.output = job.path.as_ref().map(|p| p.display().to_string());
-                (record.bytes, record.fetched) = (Some(bytes), Some(0));
-            }),
+                record.fetched = Some(0);
+                if let Err(e) = &done
+                    && e.kind == Kind::Checksum
+                {
+                    record.checksum_verified = Some(false);
+                }
+                done.map(|(bytes, checked)| {
+                    if !base.quiet {
+                        eprintln!(
+                            "ringdl: [{}/{n}] {}: already there, not fetched again (-c)",
+                            k + 1,
+                            show(job.path.as_deref())
+                        );
+                    }
+                    record.bytes = Some(bytes);
+                    record.checksum_verified = checked.then_some(true);
+                })
+            }
             None => {
                 // (The run's record is written at its end: none per file.)
                 opts.json = None;
@@ -343,9 +353,10 @@ fn same_file(p: &Path) -> PathBuf {
 /// With `-c` (in `o`), whether the file of `path` landed in an earlier run and is not
 /// fetched again: it is there and no `.part` of it is (a `.part` is an unfinished file, resumed). With a
 /// checksum (`checksum=`, or the `--checksum-file` line) the file is read and must match.
-/// `None`: fetch it; `Some(Ok(size))`: it is there; `Some(Err)`: it is there and does
-/// not match its checksum (exit 9; `--force` fetches it again).
-fn finished(o: &Config, path: Option<&Path>) -> Option<Result<u64>> {
+/// `None`: fetch it; `Some(Ok((size, checked)))`: it is there (`checked`: and matches
+/// its checksum); `Some(Err)`: it is there and does not match its checksum (exit 9;
+/// `--force` fetches it again).
+fn finished(o: &Config, path: Option<&Path>) -> Option<Result<(u64, bool)>> {
     let path = path.filter(|_| o.resume && !o.force)?;
     let meta = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
     if std::fs::symlink_metadata(output::part_path(path)).is_ok() {
@@ -362,8 +373,8 @@ fn finished(o: &Config, path: Option<&Path>) -> Option<Result<u64>> {
         (None, None) => None,
     };
     Some(match want {
-        Some(c) => check_existing(path, &c).map(|()| meta.len()),
-        None => Ok(meta.len()),
+        Some(c) => check_existing(path, &c).map(|()| (meta.len(), true)),
+        None => Ok((meta.len(), false)),
     })
 }
 
