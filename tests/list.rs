@@ -560,25 +560,36 @@ fn a_long_list_runs_on_one_kept_ring_and_no_file_leaves_operations_on_it() {
     assert_eq!(j["run"]["failed"], 3);
 }
 
-/// Two origins with different caps (nginx `limit_conn 2` over http, 3 over https, 1 MiB/s
-/// per connection), two files from each, `-x 4`: the first file from each origin meets
-/// the cap (503s) and learns what the server allows; the second file from that origin
-/// opens only that many connections — no 503 for it — and every byte lands exact. With
-/// `--max-connections-per-host 1` a file opens one connection however many `-x` allows.
+/// Two origins with different caps (the fault server's per-client cap, as nginx
+/// `limit_conn`: 2 over http, 3 over https, 4 MiB/s per connection), two files from each,
+/// `-x 4`: the first file from each origin meets the cap (503s) and learns what the server
+/// allows; the second file from that origin opens no more than that — no 503 for it — and
+/// every byte lands exact. With `--max-connections-per-host 1` a file opens one connection
+/// however many `-x` allows. (nginx's own `limit_conn` lets a request go once a second's
+/// worth of its `limit_rate` is written ahead, so whether it refuses depends on segment
+/// sizes; the fault server counts a request until its last byte.)
 #[test]
 fn a_cap_learned_from_one_file_holds_for_the_origins_next_file() {
     let n = nginx();
-    let (base, shas) = serve("capped", &[4 * MIB, 4 * MIB, 4 * MIB, 4 * MIB]);
+    let capped = |tls: bool, cap: u64| {
+        crate::fault::FaultServer::builder()
+            .size(8 * MIB)
+            .tls_if(tls)
+            .rate(4 * MIB)
+            .cap(cap)
+            .start()
+    };
+    let (a, b) = (capped(false, 2), capped(true, 3));
     let dir = TestDir::new("list-capped");
-    let url = |k: usize, https: bool| n.capped_list_url(&format!("{base}/f{k}.bin"), https);
     let text = format!(
-        "{}\n{}\n{}\n{}\n",
-        url(0, false),
-        url(1, true),
-        url(2, false),
-        url(3, true)
+        "{}\n  out=f0.bin\n{}\n  out=f1.bin\n{}\n  out=f2.bin\n{}\n  out=f3.bin\n",
+        a.url("/f0.bin"),
+        b.url("/f1.bin"),
+        a.url("/f2.bin"),
+        b.url("/f3.bin")
     );
     let l = list(&dir, &text);
+    let ca = b.ca_pem().display().to_string();
     let o = ringdl(
         &dir,
         &[
@@ -591,21 +602,28 @@ fn a_cap_learned_from_one_file_holds_for_the_origins_next_file() {
             "--min-split-size",
             "512K",
             "-v",
+            "--ca-certificate",
+            &ca,
         ],
     );
     let err = o.stderr_text();
     o.assert_success();
-    for (k, sha) in shas.iter().enumerate() {
-        assert_eq!(&sha256_file(&dir.join(format!("got/f{k}.bin"))), sha, "f{k}\n{err}");
+    for (k, srv) in [&a, &b, &a, &b].iter().enumerate() {
+        assert_eq!(
+            sha256_file(&dir.join(format!("got/f{k}.bin"))),
+            srv.sha256(),
+            "f{k}\n{err}"
+        );
     }
-    let refused = |k: usize| {
-        n.access_log(&format!("/capped-list/{base}/f{k}.bin"))
-            .iter()
-            .filter(|l| l.contains("\" 503 "))
-            .count()
-    };
-    assert!(refused(0) > 0 && refused(1) > 0, "the caps never fired\n{err}");
-    assert_eq!((refused(2), refused(3)), (0, 0), "a learned cap was not kept\n{err}");
+    assert!(
+        a.refused_for("/f0.bin") > 0 && b.refused_for("/f1.bin") > 0,
+        "the caps never fired\n{err}"
+    );
+    assert_eq!(
+        (a.refused_for("/f2.bin"), b.refused_for("/f3.bin")),
+        (0, 0),
+        "a learned cap was not kept\n{err}"
+    );
     // At most what each server allows (one refusal can come while another request is
     // still unanswered: a count one short is possible, and costs speed, not a 503).
     let summaries = o.summary_lines();
@@ -651,7 +669,7 @@ fn a_cap_learned_from_one_file_holds_for_the_origins_next_file() {
 #[test]
 fn mirrors_on_one_origin_share_its_caps_and_a_429_cap_is_learned() {
     let n = nginx();
-    let (base, shas) = serve("one-origin", &[8 * MIB, 4 * MIB, 4 * MIB]);
+    let (base, shas) = serve("one-origin", &[8 * MIB]);
     let dir = TestDir::new("list-one-origin");
     let url = n.http_url(&format!("paced-conn/{base}/f0.bin"));
     let o = dir
@@ -684,9 +702,18 @@ fn mirrors_on_one_origin_share_its_caps_and_a_429_cap_is_learned() {
         o.stderr_text()
     );
 
-    let text = (1..=2)
-        .map(|k| format!("{}\n", n.http_url(&format!("capped-429/{base}/f{k}.bin"))))
-        .collect::<String>();
+    // The fault server's cap answering 429 (no Retry-After), 4 MiB/s per connection.
+    let srv = crate::fault::FaultServer::builder()
+        .size(8 * MIB)
+        .rate(4 * MIB)
+        .cap(2)
+        .cap_status(429)
+        .start();
+    let text = format!(
+        "{}\n  out=f1.bin\n{}\n  out=f2.bin\n",
+        srv.url("/f1.bin"),
+        srv.url("/f2.bin")
+    );
     let l = list(&dir, &text);
     let o = ringdl(
         &dir,
@@ -704,17 +731,15 @@ fn mirrors_on_one_origin_share_its_caps_and_a_429_cap_is_learned() {
     );
     let err = o.stderr_text();
     o.assert_success();
-    for (k, sha) in shas.iter().enumerate().skip(1) {
-        assert_eq!(&sha256_file(&dir.join(format!("got/f{k}.bin"))), sha, "f{k}\n{err}");
+    for k in 1..=2 {
+        assert_eq!(
+            sha256_file(&dir.join(format!("got/f{k}.bin"))),
+            srv.sha256(),
+            "f{k}\n{err}"
+        );
     }
-    let refused = |k: usize| {
-        n.access_log(&format!("/capped-429/{base}/f{k}.bin"))
-            .iter()
-            .filter(|l| l.contains("\" 429 "))
-            .count()
-    };
-    assert!(refused(1) > 0, "the 429 cap never fired\n{err}");
-    assert_eq!(refused(2), 0, "the learned cap was not kept\n{err}");
+    assert!(srv.refused_for("/f1.bin") > 0, "the 429 cap never fired\n{err}");
+    assert_eq!(srv.refused_for("/f2.bin"), 0, "the learned cap was not kept\n{err}");
 }
 
 /// Directories `-d` creates are durable before the file is said to have landed: the

@@ -281,6 +281,7 @@ pub struct Builder {
     rate: Option<u64>,
     listen_after: Option<Duration>,
     cap: Option<u64>,
+    cap_status: u16,
 }
 
 impl Builder {
@@ -339,6 +340,13 @@ impl Builder {
         self
     }
 
+    /// The status [`Builder::cap`] turns requests away with (default 503; 429 as nginx
+    /// `limit_conn_status 429`).
+    pub fn cap_status(mut self, code: u16) -> Builder {
+        self.cap_status = code;
+        self
+    }
+
     /// A fault on every request.
     pub fn fault(self, fault: Fault) -> Builder {
         self.fault_on(When::Always, fault)
@@ -381,6 +389,7 @@ impl Builder {
             etag: self.etag,
             rate: self.rate,
             cap: self.cap,
+            cap_status: self.cap_status,
             served: Mutex::new(Served::default()),
             sent: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
@@ -438,6 +447,7 @@ impl FaultServer {
             rate: None,
             listen_after: None,
             cap: None,
+            cap_status: 503,
         }
     }
 
@@ -499,6 +509,12 @@ impl FaultServer {
     /// Requests [`Builder::cap`] turned away (answered 503) so far.
     pub fn refused(&self) -> u64 {
         self.shared.served.lock().unwrap().refused
+    }
+
+    /// How many requests for `path` [`Builder::cap`] turned away.
+    pub fn refused_for(&self, path: &str) -> usize {
+        let s = self.shared.served.lock().unwrap();
+        s.refused_paths.iter().filter(|p| *p == path).count()
     }
 
     /// The most response bodies the server was writing at once (with [`Builder::cap`]),
@@ -675,8 +691,9 @@ struct Shared {
     etag: Option<String>,
     /// [`Builder::rate`].
     rate: Option<u64>,
-    /// [`Builder::cap`].
+    /// [`Builder::cap`], and the status it answers with ([`Builder::cap_status`]).
     cap: Option<u64>,
+    cap_status: u16,
     /// The cap's count and what it saw.
     served: Mutex<Served>,
     /// Per request: (number, first file offset, body bytes written).
@@ -753,6 +770,8 @@ struct Served {
     peak_bodies: u64,
     /// Requests turned away.
     refused: u64,
+    /// The paths of the requests turned away, in order.
+    refused_paths: Vec<String>,
 }
 
 /// One request admitted under [`Builder::cap`]: counted until [`Admitted::leave`] or drop,
@@ -764,10 +783,11 @@ struct Admitted<'a> {
 
 impl<'a> Admitted<'a> {
     /// Admits `req` under the cap, or None when `cap` others are served (counted refused).
-    fn try_new(sh: &'a Shared, cap: u64) -> Option<Admitted<'a>> {
+    fn try_new(sh: &'a Shared, cap: u64, path: &str) -> Option<Admitted<'a>> {
         let mut s = sh.served.lock().unwrap();
         if s.counted >= cap {
             s.refused += 1;
+            s.refused_paths.push(path.to_owned());
             return None;
         }
         s.counted += 1;
@@ -1360,10 +1380,10 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
         // A per-client cap: admitted (counted while served), or turned away with a 503.
         let mut admitted = None;
         if let Some(cap) = sh.cap {
-            admitted = Admitted::try_new(sh, cap);
+            admitted = Admitted::try_new(sh, cap, req.path());
             if admitted.is_none() {
                 let busy = Fault::Status {
-                    code: 503,
+                    code: sh.cap_status,
                     retry_after: None,
                 };
                 apply(sh, &req, &mut p, &busy);

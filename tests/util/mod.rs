@@ -1124,16 +1124,6 @@ impl Nginx {
         format!("http://127.0.0.1:{}/capped-retry-after/{path}", self.http_port)
     }
 
-    /// `http://127.0.0.1:<http_port>/capped-list/<path>`, 1 MiB/s per connection and
-    /// `limit_conn 2`; over https (`https_port`) `limit_conn 3`: two origins with
-    /// different caps, used by one test only (the zones count this client's connections).
-    pub fn capped_list_url(&self, path: &str, https: bool) -> String {
-        match https {
-            true => format!("https://127.0.0.1:{}/capped-list/{path}", self.https_port),
-            false => format!("http://127.0.0.1:{}/capped-list/{path}", self.http_port),
-        }
-    }
-
     /// `http://127.0.0.1:<http_port>/capped/<path>` (or https): the same files at 512 KiB/s
     /// per connection, and `limit_conn 2`: a third concurrent request from this client
     /// gets 503 (a server that caps connections per client).
@@ -1336,9 +1326,6 @@ http {{
     limit_conn_zone $binary_remote_addr zone=cap_http:1m;
     limit_conn_zone $binary_remote_addr zone=cap_https:1m;
     limit_conn_zone $binary_remote_addr zone=cap_ra:1m;
-    limit_conn_zone $binary_remote_addr zone=cap_list:1m;
-    limit_conn_zone $binary_remote_addr zone=cap_list_tls:1m;
-    limit_conn_zone $binary_remote_addr zone=cap_429:1m;
     log_format users '$host:$server_port $request_uri auth=[$http_authorization] cookie=[$http_cookie] ua=[$http_user_agent] token=[$http_x_token]';
     log_format sent '$request_uri $status $body_bytes_sent $http_range';
     log_format conn '$connection $connection_requests $request_uri $status';
@@ -1352,9 +1339,7 @@ http {{
         location /conn/ {{ alias "{www}/"; access_log "{run}/conn.log" conn; }}
         location /once/ {{ alias "{www}/"; access_log "{run}/conn.log" conn; keepalive_timeout 0; }}
         location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_http 2; }}
-        location /capped-list/ {{ alias "{www}/"; limit_rate 1m; limit_conn cap_list 2; }}
         location /paced-conn/ {{ alias "{www}/"; limit_rate 4m; access_log "{run}/conn.log" conn; }}
-        location /capped-429/ {{ alias "{www}/"; limit_rate 1m; limit_conn cap_429 2; limit_conn_status 429; }}
         location /capped-retry-after/ {{
             alias "{www}/"; limit_rate 512k; limit_conn cap_ra 2; error_page 503 @retry_after;
         }}
@@ -1382,7 +1367,6 @@ http {{
         location /conn/ {{ alias "{www}/"; access_log "{run}/conn.log" conn; }}
         location /once/ {{ alias "{www}/"; access_log "{run}/conn.log" conn; keepalive_timeout 0; }}
         location /capped/ {{ alias "{www}/"; limit_rate 512k; limit_conn cap_https 2; }}
-        location /capped-list/ {{ alias "{www}/"; limit_rate 1m; limit_conn cap_list_tls 3; }}
     }}
     server {{
         {tls12_listen}
