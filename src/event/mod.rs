@@ -218,10 +218,7 @@ fn run_on<'a>(
     let mut kept: Vec<Conn> = Vec::new();
     let mut tls_info = None;
     for (o, key) in keys.iter().enumerate() {
-        let k = states
-            .iter()
-            .position(|s| s.origin == o)
-            .expect("every origin is a mirror's");
+        let k = states.iter().position(|s| s.origin == o).unwrap_or(0); // (its first mirror)
         for mut c in reactor.take_idle(key, n - kept.len(), (engine, ktls)) {
             c.mirror = k;
             tls_info = tls_info.or_else(|| kept_tls_info[o].clone());
