@@ -599,8 +599,17 @@ impl EpollRing {
     /// Ends every op that waits (readiness, a deadline) or has not started, with
     /// `-ECANCELED`; file ops on a worker complete on their own.
     pub(crate) fn cancel_all(&mut self) {
+        self.cancel_where(&|_| true);
+    }
+
+    /// [`EpollRing::cancel_all`] for the ops whose tag `which` accepts.
+    pub(crate) fn cancel_where(&mut self, which: &dyn Fn(u64) -> bool) {
         let queued = core::mem::take(&mut self.queued);
         for idx in queued {
+            if !which(self.slots[idx as usize].tag) {
+                self.queued.push_back(idx);
+                continue;
+            }
             self.queued_units -= self.slots[idx as usize].units();
             if matches!(self.slots[idx as usize].op, Some(Op::Close { .. })) {
                 // A close runs: its fd leaves the epoll set and the fd table as it should.
@@ -610,7 +619,7 @@ impl EpollRing {
             }
         }
         for idx in 0..self.slots.len() as u32 {
-            if self.slots[idx as usize].state == State::Parked {
+            if self.slots[idx as usize].state == State::Parked && which(self.slots[idx as usize].tag) {
                 self.unpark(idx);
                 self.finish(idx, -Errno::CANCELED.raw_os_error());
             }

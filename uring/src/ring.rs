@@ -565,9 +565,17 @@ impl UringRing {
     /// # Errors
     /// io_uring_enter(2) errors of the submits made when the SQ fills.
     pub fn cancel_all(&mut self) -> io::Result<()> {
+        self.cancel_where(&|_| true)
+    }
+
+    /// [`UringRing::cancel_all`] for the ops whose tag `which` accepts.
+    ///
+    /// # Errors
+    /// As [`UringRing::cancel_all`].
+    pub fn cancel_where(&mut self, which: &dyn Fn(u64) -> bool) -> io::Result<()> {
         for i in 0..self.slots.len() {
             let s = &self.slots[i];
-            if s.pending == 0 || s.op_done || s.cancel_sent {
+            if s.pending == 0 || s.op_done || s.cancel_sent || !which(s.tag) {
                 continue;
             }
             let sqe = opcode::AsyncCancel::new(s.user_data(i))
@@ -1167,6 +1175,21 @@ impl Ring {
             Inner::Uring(r) => r.cancel_all(),
             Inner::Epoll(r) => {
                 r.cancel_all();
+                Ok(())
+            }
+        }
+    }
+
+    /// [`Ring::cancel_all`] for the ops whose tag (the `tag` given at push) `which`
+    /// accepts: one tenant of a shared ring ends its own ops and no other's.
+    ///
+    /// # Errors
+    /// As [`Ring::cancel_all`].
+    pub fn cancel_where(&mut self, which: &dyn Fn(u64) -> bool) -> io::Result<()> {
+        match &mut self.inner {
+            Inner::Uring(r) => r.cancel_where(which),
+            Inner::Epoll(r) => {
+                r.cancel_where(which);
                 Ok(())
             }
         }

@@ -595,6 +595,53 @@ fn cancel_all_ends_every_waiting_op(b: Backend) {
     assert_eq!(&c.buf.as_ref().unwrap()[..5], b"after");
 }
 
+/// Two tenants on one ring: `cancel_where` ends the ops of the one its predicate picks
+/// (tag bit 8) and leaves the other's waiting.
+fn cancel_where_ends_only_the_ops_it_picks(b: Backend) {
+    let (p1, s1) = tcp_pair();
+    let mut r = ring(b);
+    let pool = BufPool::new(4096, 2).unwrap();
+    let timeout = |tag| {
+        (
+            Op::Timeout {
+                after: Duration::from_secs(60),
+            },
+            tag,
+        )
+    };
+    let (op, tag) = timeout(0x100 | 1);
+    r.push(op, tag).unwrap();
+    r.push(
+        Op::Recv {
+            fd: s1.as_raw_fd(),
+            buf: pool.alloc().unwrap(),
+            range: 0..4096,
+            flags: 0,
+        },
+        2,
+    )
+    .unwrap();
+    let (op, tag) = timeout(3);
+    r.push(op, tag).unwrap();
+    r.submit().unwrap();
+    // Pushed, never submitted, of the tenant cancelled.
+    let (op, tag) = timeout(0x100 | 4);
+    r.push(op, tag).unwrap();
+    r.cancel_where(&|tag| tag & 0x100 != 0).unwrap();
+    let mut got: Vec<(u64, i32)> = (0..2).map(|_| wait_one(&mut r)).map(|c| (c.tag, c.result)).collect();
+    got.sort_unstable();
+    assert_eq!(got, vec![(0x101, -ECANCELED), (0x104, -ECANCELED)]);
+    assert_eq!(r.in_flight(), 2, "the other tenant's RECV and TIMEOUT still wait");
+    // The RECV left alone still gets the peer's bytes.
+    (&p1).write_all(b"still").unwrap();
+    let c = wait_one(&mut r);
+    assert_eq!((c.tag, c.result), (2, 5));
+    r.cancel_where(&|tag| tag == 3).unwrap();
+    let c = wait_one(&mut r);
+    assert_eq!((c.tag, c.result), (3, -ECANCELED));
+    assert_eq!(r.in_flight(), 0);
+}
+
 fn splice_socket_pipe_file(b: Backend) {
     let mut r = ring(b);
     if !r.probe().unwrap().supports(opcode::Splice::CODE) {
@@ -1231,6 +1278,7 @@ on_both!(
     link_timeout_cancels_idle_recv,
     cancel_pending_recv,
     cancel_all_ends_every_waiting_op,
+    cancel_where_ends_only_the_ops_it_picks,
     splice_socket_pipe_file,
     builder_fallback_keeps_a_working_ring,
     each_flag_alone,
