@@ -442,11 +442,14 @@ fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
         lock: _lock,
         control,
         resume_state,
-        mut out,
+        out,
         engine,
         ktls_on,
         engine_note,
     } = p;
+    // Shared with the transfer while it runs.
+    let opts: std::rc::Rc<Config> = std::rc::Rc::from(opts);
+    let mut out = std::rc::Rc::new(out);
     let mut progress = Progress::new(opts.quiet, opts.verbose);
     if let Some((done, total)) = per_run.files {
         progress.files(done, total);
@@ -493,7 +496,7 @@ fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
             continue;
         }
         let target = download::Target {
-            out: &out,
+            out: std::rc::Rc::clone(&out),
             resume: resume_state.clone(),
             control: control.clone(),
             signals: Some(per_run.signals.as_raw_fd()),
@@ -502,7 +505,13 @@ fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
             failed: &mut failed,
             signed: signed_input,
         };
-        let s = match download::run(routes, &opts, target, &mut progress, &mut per_run.reactor) {
+        let s = match download::run(
+            routes,
+            std::rc::Rc::clone(&opts),
+            target,
+            &mut progress,
+            &mut per_run.reactor,
+        ) {
             Ok(Outcome::Done(s)) => s,
             Ok(Outcome::NotModified { mirror }) => {
                 progress.clear();
@@ -583,7 +592,8 @@ fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
             left_out: &left_out,
             renamed: per_run.renamed.as_mut(),
         };
-        return finish::finish(s, &mut out, landing, record);
+        let out = std::rc::Rc::get_mut(&mut out).expect("the transfer has ended: the output is the file's alone");
+        return finish::finish(s, out, landing, record);
     }
 }
 

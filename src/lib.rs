@@ -48,6 +48,7 @@ mod error;
 mod event;
 pub mod input;
 mod io;
+mod lane;
 mod output;
 mod report;
 pub mod schedule;

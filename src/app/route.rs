@@ -76,12 +76,12 @@ pub(super) fn leave_out(url: http::Url, why: String, progress: &mut Progress) ->
 ///
 /// # Errors
 /// `Network` when the name (or the proxy's) does not resolve; `Usage` for a bad proxy.
-pub(super) fn mirror_route<'a>(
-    url: &'a http::Url,
-    headers: &'a [(String, String)],
+pub(super) fn mirror_route(
+    url: &http::Url,
+    headers: &[(String, String)],
     opts: &Config,
     tls_config: &mut Option<std::sync::Arc<rustls::ClientConfig>>,
-) -> Result<download::mirrors::MirrorRoute<'a>> {
+) -> Result<download::mirrors::MirrorRoute> {
     // Chosen again for every URL: a redirect to another host may go another way.
     let proxy = match proxy::choose(
         url,
@@ -155,8 +155,8 @@ pub(super) fn mirror_route<'a>(
         None
     };
     Ok(download::mirrors::MirrorRoute {
-        url,
-        headers,
+        url: url.clone(),
+        headers: headers.to_vec(),
         tls,
         route: proxy::Route { addrs, proxy },
     })

@@ -14,7 +14,7 @@ use std::time::Instant;
 /// finishes the job when the body is complete. Returns what `f` said.
 pub(crate) fn with_placer(
     rx: &mut Rx,
-    sh: &mut Ctx<'_, '_>,
+    sh: &mut Ctx<'_>,
     f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
 ) -> std::result::Result<Fed, Fail> {
     let job = rx.job.as_mut().expect("body bytes for a job");
@@ -51,7 +51,7 @@ pub(crate) fn with_placer(
 
 /// The response body is complete: queue the last block and requeue what the response did
 /// not cover.
-pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_, '_>) {
+pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_>) {
     let mut job = rx.job.take().expect("finish_job with a job");
     let end = job.placer.pos();
     let file_end = sh.tr.total.is_some_and(|t| end >= t);

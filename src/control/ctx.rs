@@ -14,10 +14,10 @@ use uring::BufPool;
 /// call: the transfer it serves, the origins, the options, the report, the write pool and
 /// the queue of filled write blocks, and the TLS counts of the summary. Not the ring, not
 /// the other connections: what needs those is returned, and the loop applies it.
-pub(crate) struct Ctx<'s, 'a> {
+pub(crate) struct Ctx<'s> {
     /// Progress and notes.
     pub(crate) report: &'s mut Progress,
-    pub(crate) opts: &'a Config,
+    pub(crate) opts: &'s Config,
     /// The write blocks' pool (body bytes go into its blocks).
     pub(crate) pool: &'s BufPool,
     /// Full or final blocks waiting for a write SQE, in order.
@@ -27,7 +27,7 @@ pub(crate) struct Ctx<'s, 'a> {
     /// The origins the mirrors are fetched from (each mirror names its own).
     pub(crate) origins: &'s [Origin],
     /// The file being fetched.
-    pub(crate) tr: &'s mut Transfer<'a>,
+    pub(crate) tr: &'s mut Transfer,
     /// Finished handshakes go to kTLS (else to the software record layer, or rustls).
     pub(crate) ktls: bool,
     /// TLS handshakes completed in full, and by resuming a session (RFC 8446 §2.2).
@@ -37,10 +37,10 @@ pub(crate) struct Ctx<'s, 'a> {
     pub(crate) soft_rekeys: &'s mut usize,
 }
 
-impl<'a> Ctx<'_, 'a> {
-    /// Mirror `k`'s URL.
-    pub(crate) fn url(&self, k: usize) -> &'a Url {
-        self.tr.mirrors[k].target
+impl Ctx<'_> {
+    /// Mirror `k`'s URL (a handle: held while the context is changed).
+    pub(crate) fn url(&self, k: usize) -> std::rc::Rc<Url> {
+        std::rc::Rc::clone(&self.tr.mirrors[k].target)
     }
 
     /// Mirror `k`'s origin.

@@ -133,7 +133,7 @@ fn route_control(soft: &mut SoftTls, out: &mut Vec<u8>, typ: u8, content: &[u8])
 /// As [`pump_soft`], and the RECV's own error.
 pub(crate) fn soft_recv_done(
     c: &mut Conn,
-    sh: &mut Ctx<'_, '_>,
+    sh: &mut Ctx<'_>,
     buf: uring::Buf,
     res: i32,
 ) -> std::result::Result<(), Fail> {
@@ -236,7 +236,7 @@ pub(crate) fn soft_recv_done(
 /// # Errors
 /// A record that fails (authentication, size, type), an alert, a post-handshake message
 /// rustls refuses: the connection cannot go on, the segment is retried elsewhere.
-pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Ctx<'_, '_>) -> std::result::Result<Pumped, Fail> {
+pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Ctx<'_>) -> std::result::Result<Pumped, Fail> {
     let Conn {
         soft,
         rbuf,

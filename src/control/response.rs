@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Feeds received plaintext to the receive side: head first, then the body.
-pub(crate) fn feed(rx: &mut Rx, sh: &mut Ctx<'_, '_>, data: &[u8]) -> std::result::Result<(), Fail> {
+pub(crate) fn feed(rx: &mut Rx, sh: &mut Ctx<'_>, data: &[u8]) -> std::result::Result<(), Fail> {
     if data.is_empty() {
         return Ok(());
     }
@@ -24,11 +24,11 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Ctx<'_, '_>, data: &[u8]) -> std::resul
         rx.extra = true;
         return Ok(());
     };
-    let url = sh.url(job.mirror);
     if job.placer.delimiter().is_some() {
         with_placer(rx, sh, |p, blocks| p.feed(data, blocks))?;
         return Ok(());
     }
+    let url = &*sh.url(job.mirror);
     rx.head.extend_from_slice(data);
     loop {
         let mut headers = [Header { name: "", value: &[] }; http::MAX_FIELDS];
@@ -137,7 +137,7 @@ pub(crate) enum HeadAction {
 }
 
 /// Mirror `k` answered the first request: it is the reference the others must agree with.
-fn accept_reference(k: usize, sh: &mut Ctx<'_, '_>, resp: &http::Response<'_, '_>, validator: &Option<Vec<u8>>) {
+fn accept_reference(k: usize, sh: &mut Ctx<'_>, resp: &http::Response<'_, '_>, validator: &Option<Vec<u8>>) {
     let m = &mut sh.tr.mirrors[k];
     m.standing = Standing::Accepted;
     m.validators = Validators::of(resp);
@@ -151,7 +151,7 @@ fn accept_reference(k: usize, sh: &mut Ctx<'_, '_>, resp: &http::Response<'_, '_
 /// mirror is dropped while another is left).
 fn first_answer_of_mirror(
     job: &Job,
-    sh: &mut Ctx<'_, '_>,
+    sh: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
     complete: u64,
     validator: &Option<Vec<u8>>,
@@ -160,7 +160,8 @@ fn first_answer_of_mirror(
     if sh.tr.mirrors[k].standing == Standing::Accepted {
         return Ok(());
     }
-    let host = sh.url(k).host();
+    let url = sh.url(k);
+    let host = url.host();
     let Some(r) = sh.tr.reference else {
         // (Only the first request goes out before the reference answered.)
         return Err(Fail::retry(
@@ -207,7 +208,7 @@ fn first_answer_of_mirror(
 /// Content-Range asked for. A refused answer's body is not read.
 pub(crate) fn on_head(
     job: &mut Job,
-    sh: &mut Ctx<'_, '_>,
+    sh: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
     part: Option<(&http::Part<'_, '_>, &[u8])>,
 ) -> std::result::Result<HeadAction, Fail> {
@@ -542,7 +543,7 @@ pub(crate) fn on_head(
             let hint = if code == 400 && url.scheme() == http::Scheme::Http {
                 format!(
                     " (if that port speaks TLS, try https://{}{})",
-                    http::authority(url),
+                    http::authority(&url),
                     url.path_and_query()
                 )
             } else if let Some(p) = forwarding.filter(|p| code == 401 && p.authorization.is_some()) {
@@ -579,7 +580,7 @@ pub(crate) fn on_head(
 /// request: the precondition held, nothing is fetched from any mirror and the output is
 /// left as it is. To another mirror's first request, after the reference sent the file:
 /// that mirror still serves the copy the saved validator names (fatal: it is dropped).
-fn not_modified(job: &mut Job, sh: &mut Ctx<'_, '_>) -> std::result::Result<HeadAction, Fail> {
+fn not_modified(job: &mut Job, sh: &mut Ctx<'_>) -> std::result::Result<HeadAction, Fail> {
     if !job.probe {
         return Err(Fail::fatal(
             Kind::Protocol,
@@ -605,7 +606,7 @@ fn not_modified(job: &mut Job, sh: &mut Ctx<'_, '_>) -> std::result::Result<Head
 /// # Errors
 /// [`Kind::LocalIo`] (fatal) when the name exists (without `--force`) or is a device,
 /// FIFO or socket.
-pub(crate) fn take_disposition(sh: &mut Ctx<'_, '_>, resp: &http::Response<'_, '_>) -> std::result::Result<(), Fail> {
+pub(crate) fn take_disposition(sh: &mut Ctx<'_>, resp: &http::Response<'_, '_>) -> std::result::Result<(), Fail> {
     if sh.opts.content_disposition
         && let Some(v) = resp.header("content-disposition")
     {

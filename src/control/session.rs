@@ -10,7 +10,7 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedS
 /// the receive side. Stops when input runs out, bytes must be sent, or the pool is empty.
 pub(crate) fn pump_tls(
     c: &mut Conn,
-    sh: &mut Ctx<'_, '_>,
+    sh: &mut Ctx<'_>,
     tls_info: &mut Option<String>,
 ) -> std::result::Result<Pumped, Fail> {
     let url = sh.url(c.mirror);
@@ -54,7 +54,7 @@ pub(crate) fn pump_tls(
             Ok(s) => s,
             Err(e) => {
                 if handshaking && crate::control::tls::is_plain_http_answer(&e, &rbuf[*rlo..*rhi]) {
-                    let why = crate::control::tls::plain_http_message(url);
+                    let why = crate::control::tls::plain_http_message(&url);
                     return Err(Fail::fatal(
                         Kind::Tls,
                         format!("TLS handshake with {}: {why}", url.host()),

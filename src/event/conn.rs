@@ -18,12 +18,12 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use uring::{Completion, Op};
 
-impl<'a> Shared<'a> {
+impl Shared {
     /// Lends what a connection's response and body may change ([`Ctx`]) for one call.
-    pub(crate) fn ctx(&mut self) -> Ctx<'_, 'a> {
+    pub(crate) fn ctx(&mut self) -> Ctx<'_> {
         Ctx {
-            report: &mut *self.report,
-            opts: self.opts,
+            report: &mut self.report,
+            opts: &self.opts,
             pool: &self.pool,
             to_write: &mut self.to_write,
             fatal: &mut self.fatal,

@@ -23,11 +23,11 @@ use crate::schedule::Segment;
 use crate::transfer::mirror::Standing;
 
 /// One URL of the file and how to reach it, as the command prepared it.
-pub struct MirrorRoute<'a> {
+pub struct MirrorRoute {
     /// The URL (after the redirects followed so far).
-    pub url: &'a Url,
+    pub url: Url,
     /// Extra request fields for this URL: `-H`, and credentials on its origin.
-    pub headers: &'a [(String, String)],
+    pub headers: Vec<(String, String)>,
     /// The TLS client configuration for an https URL.
     pub tls: Option<Arc<ClientConfig>>,
     /// Addresses and proxy (chosen for this URL's host).

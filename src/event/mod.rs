@@ -9,6 +9,7 @@
 pub(crate) mod assign;
 mod conn;
 mod handoff;
+pub mod many;
 pub mod mirrors;
 mod pipe;
 mod reactor;
@@ -24,10 +25,11 @@ pub use summary::Summary;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use http::Url;
-use uring::{BufPool, Completion, Op, Ring};
+use uring::{BufPool, Completion, Op};
 
 use crate::config::Config;
 use crate::control::origin::Origin;
@@ -37,6 +39,7 @@ use crate::engine::blocks::{WriteBlock, align_down, write_block};
 use crate::engine::splice::Pipe;
 use crate::err;
 use crate::error::{Error, Result};
+use crate::lane::{LaneRing, RingCell};
 use crate::output::Output;
 use crate::output::resume::State;
 use crate::report::{Note, Progress};
@@ -67,10 +70,10 @@ pub enum Outcome {
 
 /// Run-wide state the connections share: the report, the options, the write pool, the
 /// engine's switches and counts, the origins — and the transfer.
-pub(crate) struct Shared<'a> {
+pub(crate) struct Shared {
     /// Progress and notes: everything the loop has to say goes through it.
-    pub(crate) report: &'a mut Progress,
-    pub(crate) opts: &'a Config,
+    pub(crate) report: Progress,
+    pub(crate) opts: Rc<Config>,
     pub(crate) pool: BufPool,
     /// Full or final blocks waiting for a write SQE.
     pub(crate) to_write: VecDeque<WriteBlock>,
@@ -99,13 +102,13 @@ pub(crate) struct Shared<'a> {
     /// The origins the mirrors are fetched from (each mirror names its own).
     pub(crate) origins: Vec<Origin>,
     /// The file being fetched.
-    pub(crate) tr: Transfer<'a>,
+    pub(crate) tr: Transfer,
 }
 
 /// Where a download goes and what it resumes.
 pub struct Target<'a> {
-    /// The open output.
-    pub out: &'a Output,
+    /// The open output (shared with the transfer while it runs).
+    pub out: Rc<Output>,
     /// State read from the control file (`-c`), validated against the server's answer.
     pub resume: Option<State>,
     /// The control file to keep current (None for standard output).
@@ -132,31 +135,17 @@ pub struct Target<'a> {
 /// # Errors
 /// Any [`Kind`]: the first fatal failure of a connection, a refused ring, a failed write;
 /// with several mirrors, a server's failure only once no mirror is left.
-pub fn run<'a>(
-    mirrors: Vec<mirrors::MirrorRoute<'a>>,
-    opts: &'a Config,
-    target: Target<'a>,
-    progress: &'a mut Progress,
+pub fn run(
+    mirrors: Vec<mirrors::MirrorRoute>,
+    opts: Rc<Config>,
+    target: Target<'_>,
+    progress: &mut Progress,
     reactor: &mut Reactor,
 ) -> Result<Outcome> {
     let n = opts.connections;
-    let mut ring = reactor.take_ring(opts, reactor::ring_entries(n), target.engine == EngineKind::Splice)?;
-    let r = run_on(mirrors, opts, target, progress, reactor, &mut ring.0);
-    reactor.give_back(ring);
-    if !matches!(r, Ok(Outcome::Done(_))) {
-        reactor.reset();
-    }
-    r
-}
-
-fn run_on<'a>(
-    mirrors: Vec<mirrors::MirrorRoute<'a>>,
-    opts: &'a Config,
-    target: Target<'a>,
-    progress: &'a mut Progress,
-    reactor: &mut Reactor,
-    chosen: &'a mut crate::io::Chosen,
-) -> Result<Outcome> {
+    let (chosen, entries, splice) =
+        reactor.take_ring(&opts, reactor::ring_entries(n), target.engine == EngineKind::Splice)?;
+    let cell = RingCell::new(chosen);
     let Target {
         out,
         resume,
@@ -167,6 +156,96 @@ fn run_on<'a>(
         failed,
         signed,
     } = target;
+    let start = Start {
+        mirrors,
+        opts,
+        out,
+        resume,
+        control,
+        engine,
+        ktls,
+        signed,
+        report: std::mem::replace(progress, Progress::new(true, 0)),
+    };
+    let r = match start_on(start, reactor, cell.lane(0), n, signals, true) {
+        Ok(mut dl) => {
+            let r = dl.event_loop();
+            let (r, report, f) = end(dl, r, reactor);
+            *progress = report;
+            *failed = f;
+            r
+        }
+        Err((e, report)) => {
+            *progress = report;
+            Err(e)
+        }
+    };
+    reactor.give_back((cell.into_inner(), entries, splice));
+    if !matches!(r, Ok(Outcome::Done(_))) {
+        reactor.reset();
+    }
+    r
+}
+
+/// One transfer to start: its mirrors, options, output, resume state and report.
+pub struct Start {
+    /// Its URLs (one, or mirrors of one file).
+    pub mirrors: Vec<mirrors::MirrorRoute>,
+    /// Its options.
+    pub opts: Rc<Config>,
+    /// The open output.
+    pub out: Rc<Output>,
+    /// State read from the control file (`-c`), validated against the server's answer.
+    pub resume: Option<State>,
+    /// The control file to keep current (None for standard output).
+    pub control: Option<PathBuf>,
+    /// The engine that moves body bytes.
+    pub engine: EngineKind,
+    /// Hand TLS connections to the kernel (kTLS) once their handshake is done.
+    pub ktls: bool,
+    /// `--signature` over the file: what its verification needs from its bytes.
+    pub signed: Option<crate::signature::Input>,
+    /// Its progress and notes (given back at its end).
+    pub report: Progress,
+}
+
+/// What only the end of a transfer needs.
+pub(crate) struct Fin {
+    out: Rc<Output>,
+    resuming: bool,
+    io: String,
+    registered: bool,
+    /// Fixed-file ops counted before the transfer, when its output is a fixed file.
+    fixed_before: Option<u64>,
+    sqpoll_tid: Option<u32>,
+    signed: Option<crate::signature::Input>,
+    /// The origin key of each of the transfer's origins.
+    keys: Vec<String>,
+}
+
+/// Builds the loop of transfer `st` on lane `ring` with `n` connection slots (idle
+/// connections `reactor` kept to its origins first) and starts it: its tick, the signal
+/// READ when `signals` is given, its first connects; `alone`: no other transfer shares the
+/// ring (its output may then be the ring's fixed file). On failure the report comes back.
+pub(crate) fn start_on<'c>(
+    st: Start,
+    reactor: &mut Reactor,
+    ring: LaneRing<'c>,
+    n: usize,
+    signals: Option<RawFd>,
+    alone: bool,
+) -> std::result::Result<Loop<'c>, (Error, Progress)> {
+    let Start {
+        mirrors,
+        opts,
+        out,
+        resume,
+        control,
+        engine,
+        ktls,
+        signed,
+        report,
+    } = st;
     let m = mirrors.len();
     let mut states = Vec::with_capacity(m);
     let mut origins = Vec::with_capacity(m);
@@ -174,8 +253,11 @@ fn run_on<'a>(
     let mut kept_tls_info = Vec::with_capacity(m);
     // Mirrors on one origin (scheme, host, port, route) share it and its caps.
     for route in mirrors {
-        let fresh = Origin::new(route.url, route.tls, route.route)?;
-        let key = reactor::origin_key(route.url, &fresh);
+        let fresh = match Origin::new(&route.url, route.tls, route.route) {
+            Ok(o) => o,
+            Err(e) => return Err((e, report)),
+        };
+        let key = reactor::origin_key(&route.url, &fresh);
         let o = match keys.iter().position(|k| *k == key) {
             Some(o) => o,
             None => {
@@ -206,13 +288,13 @@ fn run_on<'a>(
         });
     let splice = engine == EngineKind::Splice;
 
-    let n = opts.connections;
     let block = write_block().max(out.align as usize);
     let wcount = reactor::write_slots(n);
-    let io = chosen.label.clone();
-    let sqpoll_tid = chosen.sqpoll_tid;
-    let ring = &mut chosen.ring;
-    let (rpool, wpool) = reactor.pools(READ_BLOCK, n, block, wcount)?;
+    let (io, sqpoll_tid) = ring.cell().with(|c| (c.label.clone(), c.sqpoll_tid));
+    let (rpool, wpool) = match reactor.pools(ring.lane(), READ_BLOCK, n, block, wcount) {
+        Ok(p) => p,
+        Err(e) => return Err((e, report)),
+    };
     // Connections the transfers before left open to these origins go first (keep-alive,
     // RFC 9112 §9.3); the others are closed.
     let mut kept: Vec<Conn> = Vec::new();
@@ -225,21 +307,20 @@ fn run_on<'a>(
             kept.push(c);
         }
     }
+    let mut report = report;
     // Registered once with the kept ring (again only when the pools or the ring are new).
-    let registered = (rpool.is_registered() && wpool.is_registered())
-        || match ring.register_pools(&[&rpool, &wpool]) {
-            Ok(()) => true,
-            Err(e) => {
-                progress.note(Note::Unregistered { why: e.to_string() });
-                false
-            }
-        };
-    // The output fd as fixed file 0: its WRITE_FIXED, FALLOCATE and FSYNC skip the per-op
-    // fget/fput. Measurement knob RINGDL_FIXED_FILES=0 leaves it unregistered.
-    let fixed_before = ring.fixed_file_ops();
-    let fixed_files = std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0")
-        && ring.backend() == uring::Backend::Uring
-        && ring.register_files(&[out.fd.as_raw_fd()]).is_ok();
+    let registered = reactor.register_pools(ring.cell(), &mut report);
+    // The output fd as fixed file 0 (a transfer alone on its ring): its WRITE_FIXED,
+    // FALLOCATE and FSYNC skip the per-op fget/fput. Measurement knob RINGDL_FIXED_FILES=0
+    // leaves it unregistered.
+    let fixed_before = (alone && std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0"))
+        .then(|| {
+            ring.cell().with(|c| {
+                (c.ring.backend() == uring::Backend::Uring && c.ring.register_files(&[out.fd.as_raw_fd()]).is_ok())
+                    .then(|| c.ring.fixed_file_ops())
+            })
+        })
+        .flatten();
     // The new connections are spread over the mirrors in turn (idle connections kept to
     // other origins give their read blocks back if these need them).
     let fresh = n - kept.len();
@@ -257,7 +338,7 @@ fn run_on<'a>(
         direct: out.direct,
         sequential: out.sequential,
         file: out.part.is_some(),
-        room: out.room.as_ref(),
+        out: Rc::clone(&out),
         out_name: out.describe(),
         plan: Plan::new(resume_start, resume_end),
         started: Instant::now(),
@@ -281,8 +362,16 @@ fn run_on<'a>(
         not_modified: false,
         wanted: m.min(n),
     };
+    let stream_digest = opts
+        .checksum
+        .as_ref()
+        .filter(|_| out.sequential)
+        .map(|c| ring::digest::Context::new(c.algorithm));
+    let pace = opts
+        .limit_rate
+        .map(|r| crate::schedule::pace::Bucket::new(r, Duration::ZERO));
     let sh = Shared {
-        report: progress,
+        report,
         opts,
         pool: wpool,
         to_write: VecDeque::new(),
@@ -320,52 +409,97 @@ fn run_on<'a>(
         rate_mark: (Instant::now(), 0),
         last_sync: Instant::now(),
         emitted: 0,
-        stream_digest: opts
-            .checksum
-            .as_ref()
-            .filter(|_| out.sequential)
-            .map(|c| ring::digest::Context::new(c.algorithm)),
-        pace: opts
-            .limit_rate
-            .map(|r| crate::schedule::pace::Bucket::new(r, Duration::ZERO)),
+        stream_digest,
+        pace,
         paced: VecDeque::new(),
         pace_timer: false,
+        fin: Fin {
+            out,
+            resuming,
+            io,
+            registered,
+            fixed_before,
+            sqpoll_tid,
+            signed,
+            keys,
+        },
     };
-    dl.push(Op::Timeout { after: dl.tick }, Tag::Tick.encode())?;
-    // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
-    let sigpool = reactor.signal_block()?;
-    if let (Some(fd), Some(buf)) = (signals, sigpool.alloc()) {
-        dl.push(
-            Op::Read {
-                fd,
-                buf,
-                range: 0..uring::signal::SIGINFO_SIZE,
-                offset: u64::MAX,
-            },
-            Tag::Signal.encode(),
-        )?;
+    match dl.begin(reactor, signals) {
+        Ok(()) => Ok(dl),
+        Err(e) => Err((e, std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)))),
     }
-    // Each mirror's first connection connects now, unless a connection kept from the
-    // transfer before is open to its origin; the others wait for the first answer (`kick`:
-    // as many as the size is worth, see `Transfer::wanted`). One name with several
-    // addresses: the first connect goes alone; another races the next address after its
-    // head start (RFC 8305 §5).
-    let mut started: Vec<bool> = (0..m)
-        .map(|k| dl.conns.iter().any(|c| c.mirror == k && c.st == St::Open))
-        .collect();
-    for i in 0..n {
-        if dl.conns[i].st == St::Open {
-            continue;
+}
+
+impl Loop<'_> {
+    /// The first ops: the tick, the signalfd READ (when `signals`), the first connects.
+    fn begin(&mut self, reactor: &mut Reactor, signals: Option<RawFd>) -> Result<()> {
+        self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;
+        // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
+        if let Some(fd) = signals {
+            let sigpool = reactor.signal_block()?;
+            if let Some(buf) = sigpool.alloc() {
+                self.push(
+                    Op::Read {
+                        fd,
+                        buf,
+                        range: 0..uring::signal::SIGINFO_SIZE,
+                        offset: u64::MAX,
+                    },
+                    Tag::Signal.encode(),
+                )?;
+            }
         }
-        let k = dl.conns[i].mirror;
-        if !started[k] {
-            dl.connect(i)?;
-        } else if dl.addr_count(k) > 1 {
-            dl.conns[i].deferred = true;
+        // Each mirror's first connection connects now, unless a connection kept from the
+        // transfer before is open to its origin; the others wait for the first answer
+        // (`kick`: as many as the size is worth, see `Transfer::wanted`). One name with
+        // several addresses: the first connect goes alone; another races the next address
+        // after its head start (RFC 8305 §5).
+        let m = self.sh.tr.mirrors.len();
+        let mut started: Vec<bool> = (0..m)
+            .map(|k| self.conns.iter().any(|c| c.mirror == k && c.st == St::Open))
+            .collect();
+        for i in 0..self.conns.len() {
+            if self.conns[i].st == St::Open {
+                continue;
+            }
+            let k = self.conns[i].mirror;
+            if !started[k] {
+                self.connect(i)?;
+            } else if self.addr_count(k) > 1 {
+                self.conns[i].deferred = true;
+            }
+            started[k] = true;
         }
-        started[k] = true;
+        Ok(())
     }
-    match dl.event_loop() {
+}
+
+/// Ends the transfer of `dl` after its loop returned `r`: a failure keeps what landed
+/// (control file, `.part`) and says how to resume; a success truncates, syncs and reads
+/// the file back for its checksum or signature, and keeps its idle connections and
+/// origins in `reactor`. Gives back the transfer's report, and what a failed transfer
+/// knew (for `--json`).
+pub(crate) fn end(
+    mut dl: Loop<'_>,
+    r: Result<Option<(usize, Url)>>,
+    reactor: &mut Reactor,
+) -> (Result<Outcome>, Progress, Option<Box<Summary>>) {
+    let mut failed = None;
+    let r = end_inner(&mut dl, r, reactor, &mut failed);
+    (r, std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)), failed)
+}
+
+fn end_inner(
+    dl: &mut Loop<'_>,
+    r: Result<Option<(usize, Url)>>,
+    reactor: &mut Reactor,
+    failed: &mut Option<Box<Summary>>,
+) -> Result<Outcome> {
+    let out = Rc::clone(&dl.fin.out);
+    let opts = Rc::clone(&dl.sh.opts);
+    let io = dl.fin.io.clone();
+    let registered = dl.fin.registered;
+    match r {
         Ok(Some((mirror, to))) => {
             if dl.sh.tr.mirrors.len() > 1 {
                 // A mirror's redirect may come while bytes are on their way to the file:
@@ -391,7 +525,7 @@ fn run_on<'a>(
             // preallocated zeros) is removed.
             dl.settle();
             let mut saved = false;
-            if dl.sh.tr.landed.bytes() == 0 && !resuming {
+            if dl.sh.tr.landed.bytes() == 0 && !dl.fin.resuming {
                 out.remove_part();
             } else if dl.writes_in_flight > 0 {
                 // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
@@ -460,22 +594,22 @@ fn run_on<'a>(
     dl.sh.report.clear();
     let (digest, signed) = match (&opts.checksum, out.read_back()) {
         (_, Some((part, base))) => crate::output::verify::digests(
-            dl.ring,
+            &dl.ring,
             &dl.sh.pool,
             (part, out.direct, base, total),
             opts.checksum.as_ref().map(|c| c.algorithm),
-            signed,
+            dl.fin.signed.take(),
             &mut dl.interrupted,
         )?,
         (Some(_), None) => (dl.stream_digest.take().map(|d| d.finish()), None),
         _ => (None, None),
     };
-    if fixed_files {
-        let ops = dl.ring.fixed_file_ops() - fixed_before;
+    if let Some(before) = dl.fin.fixed_before {
+        let ops = dl.ring.fixed_file_ops() - before;
         dl.sh.report.note(Note::FixedFileOps { ops });
     }
     if opts.verbose > 0
-        && let Some(cpu) = sqpoll_tid.and_then(crate::io::thread_cpu)
+        && let Some(cpu) = dl.fin.sqpoll_tid.and_then(crate::io::thread_cpu)
     {
         // Not in the process's rusage until the thread exits: say it here.
         dl.sh.report.note(Note::SqpollCpu { cpu });
@@ -487,6 +621,7 @@ fn run_on<'a>(
         reactor.interrupted = dl.interrupted;
     }
     // What this transfer leaves open goes to the next one from the same origin.
+    let keys = std::mem::take(&mut dl.fin.keys);
     let conns = std::mem::take(&mut dl.conns)
         .into_iter()
         .map(|c| (keys[dl.sh.tr.mirrors[c.mirror].origin].clone(), c))
@@ -497,9 +632,12 @@ fn run_on<'a>(
 }
 
 pub(crate) struct Loop<'a> {
-    pub(crate) ring: &'a mut Ring,
+    /// This transfer's lane of the reactor's ring.
+    pub(crate) ring: LaneRing<'a>,
     pub(crate) conns: Vec<Conn>,
-    pub(crate) sh: Shared<'a>,
+    pub(crate) sh: Shared,
+    /// What only the transfer's end needs.
+    pub(crate) fin: Fin,
     pub(crate) out_fd: RawFd,
     pub(crate) slots: Vec<Option<WriteSlot>>,
     pub(crate) writes_in_flight: usize,
@@ -535,10 +673,10 @@ pub(crate) struct Loop<'a> {
     pub(crate) interrupted: Option<&'static str>,
 }
 
-impl<'a> Shared<'a> {
+impl Shared {
     /// Mirror `k`'s URL.
-    pub(crate) fn url(&self, k: usize) -> &'a Url {
-        self.tr.mirrors[k].target
+    pub(crate) fn url(&self, k: usize) -> &Url {
+        &self.tr.mirrors[k].target
     }
 
     /// Mirror `k`'s origin.
@@ -561,16 +699,8 @@ impl Loop<'_> {
     /// redirects (`Ok(Some((mirror, url)))`), or a fatal failure.
     pub(crate) fn event_loop(&mut self) -> Result<Option<(usize, Url)>> {
         loop {
-            self.kick()?;
-            self.flush_writes()?;
-            if let Some(e) = self.sh.fatal.take() {
-                return Err(e);
-            }
-            if let Some(u) = self.sh.tr.redirect.take() {
-                return Ok(Some((self.sh.tr.redirect_mirror, u)));
-            }
-            if self.finished() {
-                return Ok(None);
+            if let Some(r) = self.step() {
+                return r;
             }
             self.ring
                 .submit_and_wait(1)
@@ -579,6 +709,22 @@ impl Loop<'_> {
                 self.complete(c)?;
             }
         }
+    }
+
+    /// One turn's work after the completions were handled: opens and assigns what the plan
+    /// and the caps allow, queues writes; the loop's end when there is one (as
+    /// [`Loop::event_loop`] returns it), else `None`.
+    pub(crate) fn step(&mut self) -> Option<Result<Option<(usize, Url)>>> {
+        if let Err(e) = self.kick().and_then(|()| self.flush_writes()) {
+            return Some(Err(e));
+        }
+        if let Some(e) = self.sh.fatal.take() {
+            return Some(Err(e));
+        }
+        if let Some(u) = self.sh.tr.redirect.take() {
+            return Some(Ok(Some((self.sh.tr.redirect_mirror, u))));
+        }
+        self.finished().then_some(Ok(None))
     }
 
     /// Submits one operation and waits for its completion (end of the download only:

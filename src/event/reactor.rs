@@ -49,9 +49,10 @@ pub struct Reactor {
     ring: Option<Kept>,
     /// The signalfd READ's block (one siginfo).
     signal_block: Option<BufPool>,
-    /// Read blocks (one per connection) and write blocks, sized for the largest transfer
-    /// so far.
-    pools: Option<(BufPool, BufPool)>,
+    /// Read blocks (one per connection, over every transfer at once) ...
+    read: Option<BufPool>,
+    /// ... and each lane's write blocks, sized for the largest transfers so far.
+    write: Vec<BufPool>,
     /// Origins by [`origin_key`], with the TLS version and suite their last handshake
     /// agreed (for the summary of a transfer that makes none).
     origins: Vec<(String, Origin, Option<String>)>,
@@ -83,7 +84,27 @@ pub(crate) fn origin_key(url: &http::Url, origin: &Origin) -> String {
     format!("{:?}://{}:{} {proxy}", url.scheme(), url.host(), url.port())
 }
 
+/// [`origin_key`] of a mirror's route, before its [`Origin`] is made.
+pub(crate) fn route_key(r: &crate::event::mirrors::MirrorRoute) -> String {
+    let proxy = r.route.proxy.as_ref().map(|p| p.url.to_string()).unwrap_or_default();
+    format!("{:?}://{}:{} {proxy}", r.url.scheme(), r.url.host(), r.url.port())
+}
+
 impl Reactor {
+    /// What the server of origin `key` was seen allowing (connections at once), if it
+    /// turned one away in an earlier transfer.
+    pub(crate) fn allows(&self, key: &str) -> Option<usize> {
+        self.origins
+            .iter()
+            .find(|(k, ..)| k == key)
+            .and_then(|(_, o, _)| o.allows)
+    }
+
+    /// Idle connections kept to origin `key`.
+    pub(crate) fn idle_to(&self, key: &str) -> usize {
+        self.idle.iter().filter(|(k, _)| k == key).count()
+    }
+
     /// A reactor with nothing kept yet.
     pub fn new() -> Reactor {
         Reactor::default()
@@ -138,29 +159,91 @@ impl Reactor {
         Ok(p)
     }
 
-    /// Read and write pools with at least `n` read blocks of `read` bytes (and
-    /// [`MAX_IDLE`] more, for the idle connections kept to other origins) and `wcount`
-    /// write blocks of `block` bytes: the kept ones when they are large enough.
+    /// Sizes the pools for `lanes` transfers at once of `n` connections each, with write
+    /// blocks of `block` bytes: one read pool of `lanes · n` blocks (and [`MAX_IDLE`]
+    /// more, for idle connections kept to other origins), and a write pool per lane. The
+    /// kept pools serve when they are large enough.
     ///
     /// # Errors
     /// `LocalIo` when the blocks cannot be mapped.
-    pub(crate) fn pools(&mut self, read: usize, n: usize, block: usize, wcount: usize) -> Result<(BufPool, BufPool)> {
-        if let Some((r, w)) = &self.pools
-            && r.block_size() == read
-            && r.count() >= n + MAX_IDLE
-            && w.block_size() == block
-            && w.count() >= wcount
-        {
-            return Ok((r.clone(), w.clone()));
+    pub(crate) fn size_pools(&mut self, lanes: usize, n: usize, block: usize) -> Result<()> {
+        let read = crate::event::READ_BLOCK;
+        let count = lanes * n + MAX_IDLE;
+        let wcount = write_slots(n);
+        if !self.read.as_ref().is_some_and(|r| r.count() >= count) {
+            // Connections kept hold blocks of the old pool: they go with it.
+            self.idle.clear();
+            self.read = Some(
+                BufPool::new(read, count).map_err(|e| err!(LocalIo, "read blocks ({count} x {read} bytes): {e}"))?,
+            );
         }
-        // Connections kept hold blocks of the old pool: they go with it.
-        self.idle.clear();
-        let count = n + MAX_IDLE;
-        let r = BufPool::new(read, count).map_err(|e| err!(LocalIo, "read blocks ({count} x {read} bytes): {e}"))?;
-        let w =
-            BufPool::new(block, wcount).map_err(|e| err!(LocalIo, "write blocks ({wcount} x {block} bytes): {e}"))?;
-        self.pools = Some((r.clone(), w.clone()));
-        Ok((r, w))
+        for lane in 0..lanes {
+            if self
+                .write
+                .get(lane)
+                .is_some_and(|w| w.block_size() == block && w.count() >= wcount)
+            {
+                continue;
+            }
+            let w = BufPool::new(block, wcount)
+                .map_err(|e| err!(LocalIo, "write blocks ({wcount} x {block} bytes): {e}"))?;
+            if lane < self.write.len() {
+                self.write[lane] = w;
+            } else {
+                self.write.push(w);
+            }
+        }
+        Ok(())
+    }
+
+    /// The read pool and lane `lane`'s write pool (sized for `n` connections and `wcount`
+    /// write blocks of `block` bytes: made now when [`Reactor::size_pools`] did not).
+    ///
+    /// # Errors
+    /// `LocalIo` when the blocks cannot be mapped.
+    pub(crate) fn pools(
+        &mut self,
+        lane: u8,
+        read: usize,
+        n: usize,
+        block: usize,
+        wcount: usize,
+    ) -> Result<(BufPool, BufPool)> {
+        let lane = usize::from(lane);
+        let fits = self
+            .read
+            .as_ref()
+            .is_some_and(|r| r.block_size() == read && r.count() >= n + MAX_IDLE)
+            && self
+                .write
+                .get(lane)
+                .is_some_and(|w| w.block_size() == block && w.count() >= wcount);
+        if !fits {
+            self.size_pools(lane + 1, n, block)?;
+        }
+        let r = self.read.clone().expect("sized above");
+        Ok((r, self.write[lane].clone()))
+    }
+
+    /// Registers the pools with the ring of `cell` (IORING_REGISTER_BUFFERS) unless they
+    /// already are; a refusal is said in `report` once and the ops go unregistered.
+    /// Returns whether they are registered.
+    pub(crate) fn register_pools(
+        &mut self,
+        cell: &crate::lane::RingCell,
+        report: &mut crate::report::Progress,
+    ) -> bool {
+        let pools: Vec<&BufPool> = self.read.iter().chain(self.write.iter()).collect();
+        if pools.iter().all(|p| p.is_registered()) {
+            return true;
+        }
+        match cell.with(|c| c.ring.register_pools(&pools)) {
+            Ok(()) => true,
+            Err(e) => {
+                report.note(crate::report::Note::Unregistered { why: e.to_string() });
+                false
+            }
+        }
     }
 
     /// The origin kept under `key`, or `fresh`; with it the TLS summary of its last
@@ -270,7 +353,7 @@ fn settle(ring: &mut Ring, interrupted: &mut Option<&'static str>) -> bool {
             return false;
         }
         while let Some(c) = ring.next_completion() {
-            if c.tag == Tag::Signal.encode() && c.result > 0 {
+            if crate::lane::split(c.tag).1 == Tag::Signal.encode() && c.result > 0 {
                 *interrupted = Some(crate::tag::signal_name(c.buf.as_deref()));
             }
         }

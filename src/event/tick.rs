@@ -97,7 +97,7 @@ impl Loop<'_> {
             total,
             validator: self.sh.tr.validator.clone(),
             ranges,
-            target: self.sh.tr.room.map(|r| r.target(self.sh.opts)),
+            target: self.sh.tr.room().map(|r| r.target(&self.sh.opts)),
         };
         match crate::output::resume::save(path, &st) {
             Ok(()) => true,

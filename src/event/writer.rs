@@ -115,7 +115,7 @@ impl Loop<'_> {
             let off = if self.sh.tr.sequential {
                 u64::MAX
             } else {
-                self.sh.tr.room.map_or(0, |r| r.base) + slot.off + slot.done as u64
+                self.sh.tr.room().map_or(0, |r| r.base) + slot.off + slot.done as u64
             };
             let range = slot.done..slot.len;
             return self.push(
@@ -161,7 +161,7 @@ impl Loop<'_> {
             if self.sh.tr.sequential && self.writes_in_flight > 0 {
                 break;
             }
-            if let Some(room) = self.sh.tr.room
+            if let Some(room) = self.sh.tr.room()
                 && let Some(why) = self.beyond_room(room)
             {
                 // Nothing past the device's end, and nothing at all of an image that
@@ -180,7 +180,7 @@ impl Loop<'_> {
                 // Only the file's last block may be short: pad it, ftruncate fixes the size.
                 // On a device the pad is what the device holds there (read first).
                 let padded = align_up(len as u64, self.sh.tr.align) as usize;
-                match self.sh.tr.room {
+                match self.sh.tr.room() {
                     Some(room) => room.read_tail(room.base + wb.off + len as u64, &mut buf[len..padded])?,
                     None => buf[len..padded].fill(0),
                 }
@@ -198,7 +198,7 @@ impl Loop<'_> {
             let offset = if self.sh.tr.sequential {
                 u64::MAX
             } else {
-                self.sh.tr.room.map_or(0, |r| r.base) + wb.off
+                self.sh.tr.room().map_or(0, |r| r.base) + wb.off
             };
             self.slots[s] = Some(WriteSlot {
                 off: wb.off,

@@ -6,7 +6,9 @@ use std::path::Path;
 
 use ring::digest::{Algorithm, Context, Digest};
 use rustix::fs::{Mode, OFlags};
-use uring::{BufPool, Op, Ring};
+use uring::{BufPool, Op};
+
+use crate::lane::LaneRing;
 
 use crate::engine::blocks::align_up;
 use crate::err;
@@ -31,7 +33,7 @@ pub type Signed = Option<Vec<u8>>;
 /// [`crate::error::Kind::LocalIo`] when the file cannot be opened or read, or is shorter
 /// than `total`; nothing is read when neither is asked for.
 pub fn digests(
-    ring: &mut Ring,
+    ring: &LaneRing<'_>,
     pool: &BufPool,
     (path, direct, base, total): (&Path, bool, u64, u64),
     checksum: Option<&'static Algorithm>,
@@ -57,7 +59,7 @@ pub fn digests(
 /// Reads `total` bytes of `path` in pool-block reads (up to four in flight) and gives them
 /// to `f` in file order.
 fn read_back(
-    ring: &mut Ring,
+    ring: &LaneRing<'_>,
     pool: &BufPool,
     (path, direct, base, total): (&Path, bool, u64, u64),
     interrupted: &mut Option<&'static str>,

@@ -36,11 +36,11 @@ pub(crate) enum Standing {
 
 /// A mirror's standing and what it served.
 #[derive(Clone, Debug)]
-pub(crate) struct Mirror<'a> {
+pub(crate) struct Mirror {
     /// The URL requests go to.
-    pub(crate) target: &'a Url,
+    pub(crate) target: std::rc::Rc<Url>,
     /// Extra request fields for it: `-H`, and credentials on its origin.
-    pub(crate) headers: &'a [(String, String)],
+    pub(crate) headers: Vec<(String, String)>,
     /// Index of its origin among the run's origins (those of every mirror of the transfer).
     pub(crate) origin: usize,
     /// The URL as the summary and notes print it.
@@ -69,14 +69,14 @@ pub(crate) struct Mirror<'a> {
     pub(crate) dropped: Option<String>,
 }
 
-impl<'a> Mirror<'a> {
+impl Mirror {
     /// Mirror `url` with request fields `headers`, fetched from origin `origin`.
-    pub(crate) fn new(url: &'a Url, headers: &'a [(String, String)], origin: usize) -> Mirror<'a> {
+    pub(crate) fn new(url: Url, headers: Vec<(String, String)>, origin: usize) -> Mirror {
         Mirror {
-            target: url,
+            url: url.to_string(),
+            target: std::rc::Rc::new(url),
             headers,
             origin,
-            url: url.to_string(),
             standing: Standing::Pending,
             validators: Validators::default(),
             validator: None,

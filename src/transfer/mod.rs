@@ -7,10 +7,12 @@
 
 pub(crate) mod mirror;
 
+use std::rc::Rc;
 use std::time::Instant;
 
 use http::Url;
 
+use crate::output::Output;
 use crate::output::device::Room;
 use crate::output::resume::State;
 use crate::schedule::Landed;
@@ -18,7 +20,7 @@ use crate::schedule::queue::Plan;
 use mirror::Mirror;
 
 /// One output's download state.
-pub(crate) struct Transfer<'a> {
+pub(crate) struct Transfer {
     /// The output's alignment for O_DIRECT writes, bytes (1 when buffered).
     pub(crate) align: u64,
     /// Writes bypass the page cache (O_DIRECT).
@@ -27,8 +29,9 @@ pub(crate) struct Transfer<'a> {
     pub(crate) sequential: bool,
     /// The output is a regular file (a `.part` to truncate, sync and rename).
     pub(crate) file: bool,
-    /// A block-device output: every write goes at `room.base` + its offset, within `room.len`.
-    pub(crate) room: Option<&'a Room>,
+    /// The output (a block device's [`Room`]: every write goes at `room.base` + its
+    /// offset, within `room.len`).
+    pub(crate) out: Rc<Output>,
     /// The output in messages ("standard output", "the FIFO out.bin").
     pub(crate) out_name: String,
     /// Which range goes out next: the first request (from 0, or the first byte a resumed
@@ -67,7 +70,7 @@ pub(crate) struct Transfer<'a> {
     /// The first 206 had no complete length (`bytes a-b/*`): requests go without Range.
     pub(crate) plain_get: bool,
     /// Every URL of the file, in the order given (one without mirrors).
-    pub(crate) mirrors: Vec<Mirror<'a>>,
+    pub(crate) mirrors: Vec<Mirror>,
     /// The mirror whose first answer came first (in the order given): the others must
     /// agree with it.
     pub(crate) reference: Option<usize>,
@@ -78,4 +81,11 @@ pub(crate) struct Transfer<'a> {
     /// [`crate::schedule::connections_for`] (`--min-split-size`). A run opens no connection
     /// it does not use.
     pub(crate) wanted: usize,
+}
+
+impl Transfer {
+    /// The block device's room, when the output is one.
+    pub(crate) fn room(&self) -> Option<&Room> {
+        self.out.room.as_ref()
+    }
 }

@@ -1,0 +1,331 @@
+//! Several transfers at once on one reactor (`-j N`): each runs on its own lane of the
+//! reactor's one ring ([`crate::lane`]), with its own write pool, write slots, tick and
+//! control file; the read pool, the idle connections and the origins are the reactor's.
+//!
+//! The files come from a [`Feed`] (the run's list): [`run_many`] asks it for the next
+//! transfer whenever a lane is free and the transfer's origins have room under their
+//! caps, hands it each transfer's end (a redirect is started again on a lane: the feed
+//! says so by returning the new start), and shows it the run's progress. Nothing here
+//! reaches into the feed's state; the feed never sees a lane.
+//!
+//! Per-origin caps hold across transfers: a transfer starts with as many connection slots
+//! as its origins have left (`--max-connections-per-host`, or less when a server was seen
+//! turning connections away), counting the slots the running transfers hold — all of
+//! them until a transfer knows its size, then only those it uses (see
+//! [`crate::schedule::connections_for`]) — and the idle connections kept to them.
+//!
+//! SIGINT/SIGTERM (the signalfd READ on the reactor's own lane) ends every running
+//! transfer as `Interrupted` (each keeps its `.part` and control file) and starts no more.
+
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use uring::Op;
+
+use super::reactor::{self, Reactor};
+use super::{Loop, Outcome, Start, Summary, end, start_on};
+use crate::config::Config;
+use crate::control::St;
+use crate::engine::blocks::write_block;
+use crate::err;
+use crate::error::Result;
+use crate::lane::{RUN_LANE, RingCell};
+use crate::report::Progress;
+use crate::tag::Tag;
+
+/// Where the files of a run come from, and where their ends go.
+pub trait Feed {
+    /// The next file to start (an id of the feed's choosing, and its transfer), or `None`
+    /// when there is none left to start.
+    fn next(&mut self) -> Option<(usize, Start)>;
+    /// File `id`'s transfer ended with `r`; its report comes back, and with a failure what
+    /// the transfer knew (for `--json`). A redirect to follow comes back as its new start.
+    fn ended(&mut self, id: usize, r: Result<Outcome>, report: Progress, failed: Option<Box<Summary>>)
+    -> Option<Start>;
+    /// The transfers in flight (a few times a second).
+    fn progress(&mut self, flights: &[Flight], elapsed: Duration);
+}
+
+/// One transfer in flight, for the run's progress line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Flight {
+    /// Bytes of the file in place (resumed ones included), of `total` when known.
+    pub have: u64,
+    pub total: Option<u64>,
+    /// Body bytes this run received.
+    pub fetched: u64,
+    /// Connections with a request in flight.
+    pub live: usize,
+}
+
+/// The shape of a run of many files.
+pub struct Many {
+    /// Files in flight at once (`-j`).
+    pub lanes: usize,
+    /// Connection slots per file at most (the largest `-x` of the list).
+    pub connections: usize,
+    /// Some file may use the `splice` engine (the ring is probed for IORING_OP_SPLICE).
+    pub splice: bool,
+    /// signalfd for SIGINT/SIGTERM.
+    pub signals: Option<RawFd>,
+}
+
+/// A transfer on its lane.
+struct Running<'c> {
+    id: usize,
+    dl: Loop<'c>,
+    /// Its origins' keys, and its connection slots.
+    keys: Vec<String>,
+    n: usize,
+    /// A completion's handling failed: the transfer ends with it.
+    failed: Option<crate::error::Error>,
+}
+
+impl Running<'_> {
+    /// Connection slots it holds against its origins' caps: all of them until its size
+    /// is known, then those it may open (and at least those open).
+    fn held(&self) -> usize {
+        let open = self.dl.conns.iter().filter(|c| c.st != St::Closed).count();
+        if self.dl.sh.tr.total.is_some() {
+            self.dl.sh.tr.wanted.min(self.n).max(open)
+        } else {
+            self.n
+        }
+    }
+}
+
+/// Lane state between transfers.
+enum Slot<'c> {
+    Free,
+    Busy(Box<Running<'c>>),
+    /// Its transfer ended; its ops are cancelled and not all back yet.
+    Draining,
+}
+
+/// Runs the files `feed` gives, `many.lanes` at once, on the ring and connections of
+/// `reactor`. Returns the signal that stopped the run, if one did.
+///
+/// # Errors
+/// `LocalIo` when the ring cannot be built or waited on, or the pools not mapped (a
+/// file's own failure goes to [`Feed::ended`], never here).
+pub fn run_many(
+    feed: &mut dyn Feed,
+    opts: &Config,
+    many: &Many,
+    reactor: &mut Reactor,
+) -> Result<Option<&'static str>> {
+    let lanes = many.lanes.clamp(1, usize::from(RUN_LANE));
+    let n = many.connections.max(1);
+    let entries = (reactor::ring_entries(n) as usize * lanes + 8).next_power_of_two() as u32;
+    let (chosen, entries, splice) = reactor.take_ring(opts, entries, many.splice)?;
+    reactor.size_pools(lanes, n, write_block())?;
+    let cell = RingCell::new(chosen);
+    let r = drive(feed, &cell, lanes, many, reactor);
+    reactor.give_back((cell.into_inner(), entries, splice));
+    r
+}
+
+fn drive(
+    feed: &mut dyn Feed,
+    cell: &RingCell,
+    lanes: usize,
+    many: &Many,
+    reactor: &mut Reactor,
+) -> Result<Option<&'static str>> {
+    let started = Instant::now();
+    let mut slots: Vec<Slot<'_>> = (0..lanes).map(|_| Slot::Free).collect();
+    let mut waiting: Option<(usize, Start)> = None;
+    let mut exhausted = false;
+    let mut interrupted: Option<&'static str> = None;
+    let mut next_progress = started;
+    if let Some(fd) = many.signals {
+        let block = reactor.signal_block()?;
+        if let Some(buf) = block.alloc() {
+            cell.lane(RUN_LANE)
+                .push(
+                    Op::Read {
+                        fd,
+                        buf,
+                        range: 0..uring::signal::SIGINFO_SIZE,
+                        offset: u64::MAX,
+                    },
+                    Tag::Signal.encode(),
+                )
+                .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))?;
+        }
+    }
+    loop {
+        // Start what the free lanes and the origins' caps have room for.
+        while interrupted.is_none() {
+            let Some(lane) = slots.iter().position(|s| matches!(s, Slot::Free)) else {
+                break;
+            };
+            let next = match waiting.take() {
+                Some(w) => Some(w),
+                None if exhausted => None,
+                None => feed.next(),
+            };
+            let Some((id, st)) = next else {
+                exhausted = true;
+                break;
+            };
+            let keys: Vec<String> = st.mirrors.iter().map(reactor::route_key).collect();
+            let n = st
+                .opts
+                .connections
+                .min(room(&keys, st.opts.max_per_host, &slots, reactor));
+            if n == 0 {
+                // Its origins' caps are taken by the transfers running: it waits for one
+                // of them to end.
+                waiting = Some((id, st));
+                break;
+            }
+            start(feed, cell, &mut slots, lane, (id, st), keys, n, reactor);
+        }
+        // Drive each transfer on; end those that are done.
+        let mut freed = false;
+        for lane in 0..slots.len() {
+            let Slot::Busy(r) = &mut slots[lane] else { continue };
+            let step = match r.failed.take() {
+                Some(e) => Some(Err(e)),
+                None => r.dl.step(),
+            };
+            let Some(step) = step else { continue };
+            let Slot::Busy(r) = std::mem::replace(&mut slots[lane], Slot::Draining) else {
+                unreachable!("matched Busy above")
+            };
+            let (outcome, report, failed) = end(r.dl, step, reactor);
+            // Its ops still in flight (the tick, reads of connections not kept) come back
+            // cancelled before the lane takes another transfer.
+            cell.cancel_lane(lane as u8)
+                .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+            if cell.in_flight(lane as u8) == 0 {
+                slots[lane] = Slot::Free;
+                freed = true;
+            }
+            if let Some(again) = feed.ended(r.id, outcome, report, failed) {
+                waiting = Some((r.id, again));
+                freed = true;
+            }
+        }
+        let idle = slots.iter().all(|s| matches!(s, Slot::Free));
+        if idle && (exhausted || interrupted.is_some()) && waiting.is_none() {
+            return Ok(interrupted);
+        }
+        if Instant::now() >= next_progress {
+            next_progress = Instant::now() + Duration::from_millis(250);
+            let flights: Vec<Flight> = slots
+                .iter()
+                .filter_map(|s| match s {
+                    Slot::Busy(r) => Some(r.dl.flight()),
+                    _ => None,
+                })
+                .collect();
+            feed.progress(&flights, started.elapsed());
+        }
+        if freed && interrupted.is_none() {
+            // A lane came free (or a redirect waits): start the next file before waiting.
+            continue;
+        }
+        cell.submit_and_wait(1)
+            .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+        while let Some((lane, c)) = cell.next_any() {
+            if lane == RUN_LANE {
+                if Tag::decode(c.tag) == Some(Tag::Signal) && c.result > 0 {
+                    let name = crate::tag::signal_name(c.buf.as_deref());
+                    interrupted = Some(name);
+                    for s in &mut slots {
+                        if let Slot::Busy(r) = s {
+                            r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
+                        }
+                    }
+                }
+                continue;
+            }
+            match slots.get_mut(usize::from(lane)) {
+                Some(Slot::Busy(r)) => {
+                    if r.failed.is_none()
+                        && let Err(e) = r.dl.complete(c)
+                    {
+                        r.failed = Some(e);
+                    }
+                }
+                Some(s @ Slot::Draining) => {
+                    if cell.in_flight(lane) == 0 {
+                        *s = Slot::Free;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Starts transfer `st` of file `id` on lane `lane` with `n` connection slots; a transfer
+/// that cannot start ends at once (its failure goes to the feed).
+#[allow(clippy::too_many_arguments)]
+fn start<'c>(
+    feed: &mut dyn Feed,
+    cell: &'c RingCell,
+    slots: &mut [Slot<'c>],
+    lane: usize,
+    (id, st): (usize, Start),
+    keys: Vec<String>,
+    n: usize,
+    reactor: &mut Reactor,
+) {
+    match start_on(st, reactor, cell.lane(lane as u8), n, None, false) {
+        Ok(dl) => {
+            slots[lane] = Slot::Busy(Box::new(Running {
+                id,
+                dl,
+                keys,
+                n,
+                failed: None,
+            }));
+        }
+        Err((e, report)) => {
+            // (Nothing of it is on the ring: its lane stays free.)
+            let _ = cell.cancel_lane(lane as u8);
+            if cell.in_flight(lane as u8) > 0 {
+                slots[lane] = Slot::Draining;
+            }
+            // (A transfer that did not start has no redirect to follow.)
+            let _ = feed.ended(id, Err(e), report, None);
+        }
+    }
+}
+
+impl Loop<'_> {
+    /// What the run's progress line shows of this transfer.
+    pub(crate) fn flight(&self) -> Flight {
+        Flight {
+            have: self.sh.tr.landed.bytes(),
+            total: self.sh.tr.total,
+            fetched: self.sh.tr.received,
+            live: self.conns.iter().filter(|c| c.rx.job.is_some()).count(),
+        }
+    }
+}
+
+/// Connection slots a transfer to the origins `keys` may have: the least room left under
+/// any of their caps (`max_per_host`, or what the server was seen allowing), counting
+/// the slots the running transfers hold and the idle connections kept to them (which the
+/// transfer may take).
+fn room(keys: &[String], max_per_host: usize, slots: &[Slot<'_>], reactor: &Reactor) -> usize {
+    keys.iter()
+        .map(|k| {
+            let cap = reactor.allows(k).unwrap_or(usize::MAX).min(max_per_host);
+            let held: usize = slots
+                .iter()
+                .filter_map(|s| match s {
+                    Slot::Busy(r) if r.keys.contains(k) => Some(r.held()),
+                    _ => None,
+                })
+                .sum();
+            let idle = reactor.idle_to(k);
+            (cap.saturating_sub(held + idle) + idle).min(cap)
+        })
+        .min()
+        .unwrap_or(0)
+}
