@@ -1,7 +1,7 @@
 //! The command: options → download → summary, and the exit code. Arrows point down:
 //! app → event loop (control, schedule, engines) → output → `uring`.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::process::ExitCode;
 
 use crate::cli::{self, Command};
@@ -10,18 +10,20 @@ use crate::engine::EngineKind;
 use crate::engine::select::{self, Sink};
 use crate::err;
 use crate::error::Result;
-use crate::event::{self as download, Outcome};
+use crate::event as download;
 use crate::output::{self, Output};
-use crate::report::{Progress, Record};
+use crate::report::Record;
 
+mod fetch;
 mod finish;
 mod inputs;
 mod list;
 mod route;
 mod updates;
 
+use fetch::fetch;
 use inputs::{checksum_from_file, load_resume};
-use route::{given_urls, hop_headers, leave_out, mirror_route};
+use route::given_urls;
 
 /// Runs ringdl with the process arguments; the exit code is documented in README.md
 /// "Exit status".
@@ -425,176 +427,6 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         ktls_on,
         engine_note,
     })
-}
-
-/// Runs the transfer of `p` (again after each redirect, without the mirrors left out)
-/// and finishes the file ([`finish::finish`]).
-///
-/// # Errors
-/// What the transfer or the finish returns; `Network` when no mirror is left.
-fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
-    let Prepared {
-        opts,
-        given,
-        plan,
-        signed_input,
-        special,
-        lock: _lock,
-        control,
-        resume_state,
-        out,
-        engine,
-        ktls_on,
-        engine_note,
-    } = p;
-    // Shared with the transfer while it runs.
-    let opts: std::rc::Rc<Config> = std::rc::Rc::from(opts);
-    let mut out = std::rc::Rc::new(out);
-    let mut progress = Progress::new(opts.quiet, opts.verbose);
-    if let Some((done, total)) = per_run.files {
-        progress.files(done, total);
-    }
-    // Each URL given (with its credentials), where it points now, and its redirects.
-    let mut given = given;
-    let mut urls: Vec<http::Url> = given.iter().map(|g| g.0.clone()).collect();
-    let mut hops = vec![0; urls.len()];
-    // Mirrors left out before a download started (no address, a refused redirect).
-    let mut left_out: Vec<crate::report::MirrorReport> = Vec::new();
-    // What a failed transfer knew (for `--json`).
-    let mut failed = None;
-    loop {
-        let headers: Vec<Vec<(String, String)>> = given
-            .iter()
-            .zip(&urls)
-            .map(|((first, creds), url)| hop_headers(&opts, creds.as_ref(), first, url))
-            .collect();
-        let mut routes = Vec::with_capacity(urls.len());
-        let mut unresolved = Vec::new();
-        for (k, url) in urls.iter().enumerate() {
-            match mirror_route(url, &headers[k], &opts, &mut per_run.tls) {
-                Ok(r) => routes.push(r),
-                Err(e) if urls.len() > 1 && e.kind == crate::error::Kind::Network => unresolved.push((k, e.msg)),
-                Err(e) => {
-                    out.discard_if_empty();
-                    return Err(e);
-                }
-            }
-        }
-        if !unresolved.is_empty() {
-            if routes.is_empty() {
-                out.discard_if_empty();
-                return Err(err!(Network, "no mirror left: {}", unresolved[0].1));
-            }
-            // Mirrors whose name does not resolve are left out before the download.
-            drop(routes);
-            for (k, why) in unresolved.into_iter().rev() {
-                let url = urls.remove(k);
-                given.remove(k);
-                hops.remove(k);
-                left_out.push(leave_out(url, why, &mut progress));
-            }
-            continue;
-        }
-        let target = download::Target {
-            out: std::rc::Rc::clone(&out),
-            resume: resume_state.clone(),
-            control: control.clone(),
-            signals: Some(per_run.signals.as_raw_fd()),
-            engine,
-            ktls: ktls_on,
-            failed: &mut failed,
-            signed: signed_input,
-        };
-        let s = match download::run(
-            routes,
-            std::rc::Rc::clone(&opts),
-            target,
-            &mut progress,
-            &mut per_run.reactor,
-        ) {
-            Ok(Outcome::Done(s)) => s,
-            Ok(Outcome::NotModified { mirror }) => {
-                progress.clear();
-                out.discard_if_empty();
-                record.final_url = Some(urls[mirror].to_string());
-                record.fetched = Some(0);
-                record.not_modified = true;
-                updates::say_not_modified(&opts, &out, &urls[mirror]);
-                return Ok(());
-            }
-            Ok(Outcome::Redirect { mirror, to }) => {
-                hops[mirror] += 1;
-                let url = &urls[mirror];
-                let refuse = if hops[mirror] > opts.max_redirects {
-                    Some(format!("more than {} redirects (last to {to})", opts.max_redirects))
-                } else if url.scheme() == http::Scheme::Https
-                    && to.scheme() == http::Scheme::Http
-                    && !opts.allow_downgrade
-                {
-                    Some(format!(
-                        "refusing redirect from https to http: {to} (--allow-downgrade follows it)"
-                    ))
-                } else {
-                    None
-                };
-                match refuse {
-                    Some(m) if urls.len() > 1 => {
-                        let url = urls.remove(mirror);
-                        given.remove(mirror);
-                        hops.remove(mirror);
-                        left_out.push(leave_out(url, m, &mut progress));
-                        continue;
-                    }
-                    Some(m) => {
-                        out.discard_if_empty();
-                        return Err(err!(Protocol, "{m}"));
-                    }
-                    None => {}
-                }
-                if opts.verbose > 0 {
-                    eprintln!("ringdl: redirected to {to}");
-                }
-                urls[mirror] = to;
-                if mirror == 0 {
-                    record.redirects = hops[0].into();
-                }
-                continue;
-            }
-            Err(mut e) => {
-                progress.clear();
-                out.discard_if_empty();
-                if out.room.is_some() && failed.as_ref().is_some_and(|s| s.bytes > 0) {
-                    e.msg
-                        .push_str(&format!("; {} now holds an incomplete image", out.describe()));
-                }
-                // What the transfer knew when it failed (bytes kept, TLS, connections…).
-                if let Some(s) = &failed {
-                    let k = s.reference.unwrap_or(0);
-                    record.fill(&urls[k], engine, s);
-                    record.redirects = hops[k].into();
-                    record.mirrors = s.mirrors.clone();
-                    record.mirrors.extend(left_out.iter().cloned());
-                }
-                return Err(e);
-            }
-        };
-        // With mirrors the body came from the reference (the first given may be dropped).
-        let k = s.reference.unwrap_or(0);
-        let landing = finish::Landing {
-            opts: &opts,
-            plan: plan.as_ref(),
-            control: control.as_deref(),
-            special: special.as_ref(),
-            engine,
-            engine_note,
-            url: &urls[k],
-            redirects: hops[k],
-            left_out: &left_out,
-            renamed: per_run.renamed.as_mut(),
-        };
-        let out = std::rc::Rc::get_mut(&mut out).expect("the transfer has ended: the output is the file's alone");
-        return finish::finish(s, out, landing, record);
-    }
 }
 
 /// `p` in `-d`'s directory `dir` when `p` is relative (as aria2c places `-o` under `-d`).

@@ -32,7 +32,14 @@ pub struct Files {
     pub given: Vec<Vec<String>>,
     /// `--fail-fast`: stop at the first file that fails.
     pub fail_fast: bool,
+    /// `-j N`: files in flight at once (None: [`DEFAULT_JOBS`]).
+    pub jobs: Option<usize>,
 }
+
+/// Files in flight at once without `-j` (aria2c's default).
+pub const DEFAULT_JOBS: usize = 5;
+/// The most `-j` takes (each file in flight holds its own write blocks).
+pub const MAX_JOBS: usize = 64;
 
 /// The `--help` text.
 pub const HELP: &str = "\
@@ -47,7 +54,7 @@ over them; the first URL names the output; a mirror whose size or validator (ETa
 Last-Modified; any validator with --checksum) differs from the first that answers, or
 that fails, is dropped with a note. See docs/guide/mirrors.md.
 
-Several files (one after another; the options below apply to each):
+Several files (up to -j at once; the options below apply to each):
   -i, --input-file FILE     fetch the files listed in FILE ('-' = standard input),
                             aria2c's format: a line of TAB-separated URLs (mirrors of one
                             file), then indented key=value lines for that file: out=,
@@ -55,6 +62,10 @@ Several files (one after another; the options below apply to each):
   -Z, --force-sequential    each URL on the command line is its own file (without -Z,
                             several URLs are mirrors of one file)
   -d, --dir DIR             where names without a directory go (created if missing)
+  -j, --max-concurrent-downloads N
+                            files in flight at once, 1-64 (default 5, as aria2c);
+                            their connections count together against
+                            --max-connections-per-host
       --fail-fast           stop at the first file that fails (default: fetch the
                             others, exit with the first failure's code)
 
@@ -242,6 +253,13 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             Short('Z') | Long("force-sequential") => each = true,
             Short('d') | Long("dir") => o.dir = Some(path_value(&mut p, "-d")?),
             Long("fail-fast") => files.fail_fast = true,
+            Short('j') | Long("max-concurrent-downloads") => {
+                let n: usize = number(&mut p, "-j")?;
+                if !(1..=MAX_JOBS).contains(&n) {
+                    return Err(err!(Usage, "-j must be 1 to {MAX_JOBS}, not {n}"));
+                }
+                files.jobs = Some(n);
+            }
             Short('V') | Long("version") => return Ok(Command::Version),
             Short('o') | Long("output") => {
                 let v = p.value().map_err(usage)?;

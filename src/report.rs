@@ -65,6 +65,8 @@ pub struct Progress {
     next_line: Duration,
     /// Several files in the run: files done before this one and the run's count.
     files: Option<(usize, usize)>,
+    /// No progress line (several files in flight: the run draws one for all).
+    no_line: bool,
 }
 
 impl Progress {
@@ -78,7 +80,13 @@ impl Progress {
             rate: Rate::default(),
             next_line: LINE_EVERY,
             files: None,
+            no_line: false,
         }
+    }
+
+    /// Draws no progress line (notes are still said): the run draws one for its files.
+    pub fn lines_off(&mut self) {
+        self.no_line = true;
     }
 
     /// Several files in one run: `done` of `total` landed or failed before this one; the
@@ -100,7 +108,7 @@ impl Progress {
         landed: &[(u64, u64)],
     ) {
         let rate = self.rate.update(fetched, elapsed);
-        if self.quiet || (!self.tty && elapsed < self.next_line) {
+        if self.quiet || self.no_line || (!self.tty && elapsed < self.next_line) {
             return;
         }
         let mut line = line(have, total, rate, live);

@@ -148,7 +148,7 @@ fn fail_fast_stops_at_the_first_failure() {
     let first = n.http_url(&format!("{base}/f0.bin"));
     let missing = n.http_url(&format!("{base}/missing.bin"));
     let last = n.http_url(&format!("{base}/f1.bin"));
-    let o = ringdl(&dir, &["-Z", "--fail-fast", &first, &missing, &last]);
+    let o = ringdl(&dir, &["-j", "1", "-Z", "--fail-fast", &first, &missing, &last]);
     o.assert_code(exit::HTTP_STATUS);
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0]);
     assert_eq!(
@@ -162,7 +162,7 @@ fn fail_fast_stops_at_the_first_failure() {
     assert_eq!(j["run"]["not_started"], 1);
     // Without it, the file after the failure is fetched.
     let dir = TestDir::new("list-failfast-without");
-    let o = ringdl(&dir, &["-Z", &first, &missing, &last]);
+    let o = ringdl(&dir, &["-j", "1", "-Z", &first, &missing, &last]);
     o.assert_code(exit::HTTP_STATUS);
     assert_eq!(sha256_file(&dir.join("f1.bin")), shas[1]);
 }
@@ -272,7 +272,7 @@ fn tls_sessions_are_resumed_across_files() {
     // `/once/` closes each connection after its response (keepalive_timeout 0): every file
     // needs a new connection, and its handshake resumes the session the first one got.
     let urls: Vec<String> = (0..3).map(|k| n.https_url(&format!("once/{base}/f{k}.bin"))).collect();
-    let mut args = vec!["-Z", "-x", "1", "-v"];
+    let mut args = vec!["-j", "1", "-Z", "-x", "1", "-v"];
     args.extend(urls.iter().map(String::as_str));
     let o = ringdl(&dir, &args);
     o.assert_success();
@@ -307,7 +307,7 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     let urls: Vec<String> = (0..3).map(|k| n.slow_url(&format!("{base}/f{k}.bin"))).collect();
     let l = list(&dir, &format!("{}\n{}\n{}\n", urls[0], urls[1], urls[2]));
     let served = |k: usize| n.slow_sent(&format!("{base}/f{k}.bin"));
-    let first = ringdl_cmd(&dir, &["-i", l.to_str().unwrap(), "-x", "4"]).run_with(|pid| {
+    let first = ringdl_cmd(&dir, &["-j", "1", "-i", l.to_str().unwrap(), "-x", "4"]).run_with(|pid| {
         // Interrupted about a second into the second file.
         let t = Instant::now();
         while served(0).is_empty() && t.elapsed() < HANG {
@@ -331,7 +331,7 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     assert_eq!(json(&dir)["run"]["not_started"], 1);
     let before = served(1).len();
     let first_file_requests = served(0).len();
-    let second = ringdl(&dir, &["-i", l.to_str().unwrap(), "-x", "4", "-c"]);
+    let second = ringdl(&dir, &["-j", "1", "-i", l.to_str().unwrap(), "-x", "4", "-c"]);
     second.assert_success();
     let err = second.stderr_text();
     for (k, sha) in shas.iter().enumerate() {
@@ -398,7 +398,7 @@ fn a_list_from_one_origin_reuses_its_connection() {
     for (scheme, url) in [("http", n.http_url("")), ("https", n.https_url(""))] {
         let dir = TestDir::new(&format!("list-reuse-{scheme}"));
         let urls: Vec<String> = (0..shas.len()).map(|k| format!("{url}conn/{base}/f{k}.bin")).collect();
-        let mut args = vec!["-Z", "-x", "1"];
+        let mut args = vec!["-j", "1", "-Z", "-x", "1"];
         args.extend(urls.iter().map(String::as_str));
         let o = ringdl(&dir, &args);
         o.assert_success();
@@ -473,7 +473,7 @@ fn connections_to_two_origins_are_kept_while_the_other_runs() {
             }
         })
         .collect();
-    let mut args = vec!["-Z"];
+    let mut args = vec!["-j", "1", "-Z"];
     args.extend(urls.iter().map(String::as_str));
     let o = ringdl(&dir, &args);
     o.assert_success();
@@ -501,7 +501,7 @@ fn a_file_on_kept_connections_counts_only_those_it_used() {
     let dir = TestDir::new("list-kept-count");
     let big = n.https_url(&format!("{base}/f0.bin"));
     let small = n.https_url(&format!("{base}/f1.bin"));
-    let o = ringdl(&dir, &["-Z", "-x", "4", &big, &small]);
+    let o = ringdl(&dir, &["-j", "1", "-Z", "-x", "4", &big, &small]);
     o.assert_success();
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0]);
     assert_eq!(sha256_file(&dir.join("f1.bin")), shas[1]);
@@ -593,6 +593,8 @@ fn a_cap_learned_from_one_file_holds_for_the_origins_next_file() {
     let o = ringdl(
         &dir,
         &[
+            "-j",
+            "1",
             "-i",
             l.to_str().unwrap(),
             "-d",
@@ -639,6 +641,8 @@ fn a_cap_learned_from_one_file_holds_for_the_origins_next_file() {
         .ringdl()
         .timeout(HANG)
         .args([
+            "-j",
+            "1",
             "-x",
             "4",
             "--min-split-size",
@@ -676,6 +680,8 @@ fn mirrors_on_one_origin_share_its_caps_and_a_429_cap_is_learned() {
         .ringdl()
         .timeout(HANG)
         .args([
+            "-j",
+            "1",
             "-x",
             "8",
             "--min-split-size",
@@ -718,6 +724,8 @@ fn mirrors_on_one_origin_share_its_caps_and_a_429_cap_is_learned() {
     let o = ringdl(
         &dir,
         &[
+            "-j",
+            "1",
             "-i",
             l.to_str().unwrap(),
             "-d",

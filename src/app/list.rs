@@ -13,17 +13,21 @@
 //! started. Exit status: 0 when every file landed, else the first failure's code.
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::path::{Component, Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{PerRun, file_json, in_dir, run, write_json};
+use super::fetch::{Fetching, Next};
+use super::{PerRun, file_json, in_dir, prepare, write_json};
 use crate::cli::{self, Files};
 use crate::config::{Checksum, Config, OutputTarget};
+use crate::engine::EngineKind;
 use crate::err;
 use crate::error::{Kind, Result};
+use crate::event::{self as download, many::Feed, many::Flight, many::Many};
 use crate::input::{self, Entry};
 use crate::output;
-use crate::report::{self as progress, Record, RunTotals};
+use crate::report::{self as progress, Progress, Record, RunTotals};
 
 /// One file of the run, checked: where it was given, its entry, where it lands. (Its
 /// options, a copy of the command line's, are made again at its turn: a long list holds
@@ -69,107 +73,76 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
     };
     per_run.renamed = Some(super::Renamed::default());
     let n = jobs.len();
-    let mut totals = RunTotals {
-        files: n as u64,
-        ..RunTotals::default()
+    // Standard output takes one file's bytes at a time, and names from Content-Disposition
+    // are known only at the end (two files in flight could take one name).
+    let lanes = if base.output == OutputTarget::Stdout || base.content_disposition {
+        1
+    } else {
+        files.jobs.unwrap_or(cli::DEFAULT_JOBS).min(n.max(1))
     };
-    let mut objects = Vec::with_capacity(n);
-    let mut first_failure: Option<(u8, usize)> = None;
-    for (k, job) in jobs.into_iter().enumerate() {
-        per_run.files = Some((k, n));
-        let file_started = Instant::now();
-        let mut record = Record::default();
-        // (Checked by `plan` already: the same entry gives the same options.)
-        let made = options(&base, &job.origin, &job.entry);
-        let url = made.as_ref().map_or_else(|_| String::new(), |(o, _)| o.url.clone());
-        let result = made.and_then(|(mut opts, _)| match finished(&opts, job.path.as_deref()) {
-            Some(done) => {
-                // Said for a file that is there whether it matches its checksum or not.
-                record.url = Some(url.clone());
-                record.output = job.path.as_ref().map(|p| p.display().to_string());
-                record.fetched = Some(0);
-                if let Err(e) = &done
-                    && e.kind == Kind::Checksum
-                {
-                    record.checksum_verified = Some(false);
-                }
-                done.map(|(bytes, checked)| {
-                    if !base.quiet {
-                        eprintln!(
-                            "ringdl: [{}/{n}] {}: already there, not fetched again (-c)",
-                            k + 1,
-                            show(job.path.as_deref())
-                        );
-                    }
-                    record.bytes = Some(bytes);
-                    record.checksum_verified = checked.then_some(true);
-                })
-            }
-            None => {
-                // (The run's record is written at its end: none per file.)
-                opts.json = None;
-                run(opts, &mut record, &mut per_run)
-            }
-        });
-        // A file's "run the same command again" holds for a list with -c: without it, the
-        // files that landed before are refused as existing.
-        let result = result.map_err(|mut e| {
-            if !base.resume {
-                e.msg = e
-                    .msg
-                    .replace("run the same command again", "run the same command again with -c");
-            }
-            e
-        });
-        let code = match &result {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("ringdl: [{}/{n}] {url} ({}): {e}", k + 1, job.origin);
-                e.kind.exit_code()
-            }
-        };
-        totals.fetched += record.fetched.unwrap_or(0);
-        totals.tls_full_handshakes += record.tls_full_handshakes.unwrap_or(0);
-        totals.tls_resumed_handshakes += record.tls_resumed_handshakes.unwrap_or(0);
-        if code == 0 {
-            totals.ok += 1;
-            totals.bytes += record.bytes.unwrap_or(0);
-        } else {
-            totals.failed += 1;
-            first_failure.get_or_insert((code, k));
-        }
-        if base.json.is_some() {
-            objects.push(file_json(&mut record, &result, code, file_started));
-        }
-        if let Some(Err(e)) = per_run.renamed.as_mut().map(|r| r.sync(false)) {
+    let many = Many {
+        lanes,
+        connections: jobs
+            .iter()
+            .filter_map(|j| j.entry.connections)
+            .fold(base.connections, usize::max),
+        splice: base.engine != Some(EngineKind::Direct),
+        signals: Some(per_run.signals.as_raw_fd()),
+    };
+    let mut reactor = std::mem::take(&mut per_run.reactor);
+    let mut list = ListRun {
+        base: &base,
+        n,
+        lanes,
+        fail_fast: files.fail_fast,
+        jobs: jobs.into_iter().enumerate(),
+        per_run,
+        flying: HashMap::new(),
+        totals: RunTotals {
+            files: n as u64,
+            ..RunTotals::default()
+        },
+        objects: Vec::new(),
+        first_failure: None,
+        stop: None,
+        taken: 0,
+        done: 0,
+        line: Progress::new(base.quiet, base.verbose),
+    };
+    let signal = match download::many::run_many(&mut list, &base, &many, &mut reactor) {
+        Ok(s) => s,
+        Err(e) => {
             eprintln!("ringdl: {e}");
-            first_failure.get_or_insert((e.kind.exit_code(), k));
+            list.first_failure.get_or_insert((e.kind.exit_code(), list.taken));
+            None
         }
-        let mut interrupted = result.as_ref().is_err_and(|e| e.kind == Kind::Interrupted);
-        // A signal that came while this file's last fsync or read-back ran: the file landed,
-        // and the run stops before the next one.
-        if let Some(name) = per_run.reactor.interrupted.take()
-            && k + 1 < n
-        {
-            // File k landed: the run stops before the next, which is the one it blames.
+    };
+    list.line.clear();
+    let ListRun {
+        mut per_run,
+        mut totals,
+        mut objects,
+        mut first_failure,
+        mut stop,
+        taken,
+        ..
+    } = list;
+    if let Some(name) = signal {
+        if first_failure.is_none_or(|(c, _)| c != Kind::Interrupted.exit_code()) && taken < n {
+            // Every file in flight landed; the run stops before the next, which it blames.
             eprintln!(
-                "ringdl: interrupted by {name} after file {} of {n}; run the same command again with -c to fetch the rest",
-                k + 1
+                "ringdl: interrupted by {name} after file {taken} of {n}; run the same command again with -c to fetch the rest",
             );
-            first_failure.get_or_insert((Kind::Interrupted.exit_code(), k + 1));
-            interrupted = true;
+            first_failure.get_or_insert((Kind::Interrupted.exit_code(), taken));
         }
-        if interrupted || (code != 0 && files.fail_fast) {
-            totals.not_started = (n - k - 1) as u64;
-            if totals.not_started > 0 && !base.quiet {
-                eprintln!(
-                    "ringdl: {} not started ({})",
-                    plural(totals.not_started, "file"),
-                    if interrupted { "interrupted" } else { "--fail-fast" }
-                );
-            }
-            break;
-        }
+        stop = Some("interrupted");
+    }
+    totals.not_started = (n - taken) as u64;
+    if let Some(why) = stop
+        && totals.not_started > 0
+        && !base.quiet
+    {
+        eprintln!("ringdl: {} not started ({why})", plural(totals.not_started, "file"));
     }
     // The renames are durable before the run says how it went.
     if let Some(Err(e)) = per_run.renamed.as_mut().map(|r| r.sync(true)) {
@@ -181,11 +154,216 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
     if !base.quiet || code != 0 {
         say_totals(&totals, first_failure);
     }
+    // In the list's order, whatever order they ended in.
+    objects.sort_by_key(|o| o.0);
+    let objects: Vec<String> = objects.into_iter().map(|o| o.1).collect();
     match &base.json {
         Some(dest) if write_json(dest, &totals.to_json(&objects, code)).is_err() && code == 0 => {
             Kind::LocalIo.exit_code()
         }
         _ => code,
+    }
+}
+
+/// A file whose transfer is on a lane: its fetch step, its record, where it was given.
+struct Flying {
+    f: Fetching,
+    record: Record,
+    origin: String,
+    url: String,
+    started: Instant,
+}
+
+/// The run of a list, as the reactor's [`Feed`]: files are prepared as lanes come free,
+/// and counted, reported and recorded as they end.
+struct ListRun<'b> {
+    base: &'b Config,
+    n: usize,
+    lanes: usize,
+    fail_fast: bool,
+    jobs: std::iter::Enumerate<std::vec::IntoIter<Job>>,
+    per_run: PerRun,
+    flying: HashMap<usize, Flying>,
+    totals: RunTotals,
+    /// Each file's `--json` object, by its place in the list.
+    objects: Vec<(usize, String)>,
+    /// The first failure's exit code and file.
+    first_failure: Option<(u8, usize)>,
+    /// Why no more files start (`--fail-fast`, `interrupted`).
+    stop: Option<&'static str>,
+    /// Files taken from the list (started, or ended before a transfer), and ended.
+    taken: usize,
+    done: usize,
+    /// The run's progress line (several files in flight).
+    line: Progress,
+}
+
+impl ListRun<'_> {
+    /// File `k` (given at `origin`, first URL `url`) ended with `result`.
+    fn ended(&mut self, k: usize, origin: &str, url: &str, mut record: Record, result: Result<()>, started: Instant) {
+        let n = self.n;
+        self.done += 1;
+        // A file's "run the same command again" holds for a list with -c: without it, the
+        // files that landed before are refused as existing.
+        let result = result.map_err(|mut e| {
+            if !self.base.resume {
+                e.msg = e
+                    .msg
+                    .replace("run the same command again", "run the same command again with -c");
+            }
+            e
+        });
+        let code = match &result {
+            Ok(()) => 0,
+            Err(e) => {
+                self.line.clear();
+                eprintln!("ringdl: [{}/{n}] {url} ({origin}): {e}", k + 1);
+                e.kind.exit_code()
+            }
+        };
+        let totals = &mut self.totals;
+        totals.fetched += record.fetched.unwrap_or(0);
+        totals.tls_full_handshakes += record.tls_full_handshakes.unwrap_or(0);
+        totals.tls_resumed_handshakes += record.tls_resumed_handshakes.unwrap_or(0);
+        if code == 0 {
+            totals.ok += 1;
+            totals.bytes += record.bytes.unwrap_or(0);
+        } else {
+            totals.failed += 1;
+            // (The earliest in the list when several fail at once.)
+            match self.first_failure {
+                Some((_, j)) if j < k => {}
+                _ if self
+                    .first_failure
+                    .is_some_and(|(c, _)| c == Kind::Interrupted.exit_code()) => {}
+                _ => self.first_failure = Some((code, k)),
+            }
+        }
+        if self.base.json.is_some() {
+            self.objects.push((k, file_json(&mut record, &result, code, started)));
+        }
+        if let Some(Err(e)) = self.per_run.renamed.as_mut().map(|r| r.sync(false)) {
+            eprintln!("ringdl: {e}");
+            self.first_failure.get_or_insert((e.kind.exit_code(), k));
+        }
+        if result.as_ref().is_err_and(|e| e.kind == Kind::Interrupted) {
+            self.stop = Some("interrupted");
+        } else if code != 0 && self.fail_fast {
+            self.stop.get_or_insert("--fail-fast");
+        }
+    }
+}
+
+impl Feed for ListRun<'_> {
+    fn next(&mut self) -> Option<(usize, download::Start)> {
+        loop {
+            if self.stop.is_some() {
+                return None;
+            }
+            let (k, job) = self.jobs.next()?;
+            self.taken += 1;
+            let n = self.n;
+            let started = Instant::now();
+            let mut record = Record::default();
+            // (Checked by `plan` already: the same entry gives the same options.)
+            let made = options(self.base, &job.origin, &job.entry);
+            let url = made.as_ref().map_or_else(|_| String::new(), |(o, _)| o.url.clone());
+            let (mut opts, _) = match made {
+                Ok(m) => m,
+                Err(e) => {
+                    self.ended(k, &job.origin, &url, record, Err(e), started);
+                    continue;
+                }
+            };
+            if let Some(done) = finished(&opts, job.path.as_deref()) {
+                // Said for a file that is there whether it matches its checksum or not.
+                record.url = Some(url.clone());
+                record.output = job.path.as_ref().map(|p| p.display().to_string());
+                record.fetched = Some(0);
+                if let Err(e) = &done
+                    && e.kind == Kind::Checksum
+                {
+                    record.checksum_verified = Some(false);
+                }
+                let result = done.map(|(bytes, checked)| {
+                    if !self.base.quiet {
+                        eprintln!(
+                            "ringdl: [{}/{n}] {}: already there, not fetched again (-c)",
+                            k + 1,
+                            show(job.path.as_deref())
+                        );
+                    }
+                    record.bytes = Some(bytes);
+                    record.checksum_verified = checked.then_some(true);
+                });
+                self.ended(k, &job.origin, &url, record, result, started);
+                continue;
+            }
+            // (The run's record is written at its end: none per file.)
+            opts.json = None;
+            self.per_run.files = Some((self.done, n));
+            let lines_off = self.lanes > 1;
+            let files = self.per_run.files;
+            let begun = prepare(opts, &mut record, &mut self.per_run).and_then(|p| {
+                let mut f = Fetching::new(p, files, lines_off);
+                f.start(&mut self.per_run).map(|st| (f, st))
+            });
+            match begun {
+                Ok((f, st)) => {
+                    let flying = Flying {
+                        f,
+                        record,
+                        origin: job.origin,
+                        url,
+                        started,
+                    };
+                    self.flying.insert(k, flying);
+                    return Some((k, st));
+                }
+                Err(e) => self.ended(k, &job.origin, &url, record, Err(e), started),
+            }
+        }
+    }
+
+    fn ended(
+        &mut self,
+        id: usize,
+        r: Result<download::Outcome>,
+        report: Progress,
+        failed: Option<Box<download::Summary>>,
+    ) -> Option<download::Start> {
+        let mut fl = self.flying.remove(&id)?;
+        match fl.f.ended(r, report, failed, &mut fl.record, &mut self.per_run) {
+            Next::Again(st) => {
+                self.flying.insert(id, fl);
+                Some(st)
+            }
+            Next::Done(result) => {
+                let Flying {
+                    f,
+                    record,
+                    origin,
+                    url,
+                    started,
+                } = fl;
+                // The file's lock and output go before the next file may take its name.
+                drop(f);
+                ListRun::ended(self, id, &origin, &url, record, result, started);
+                None
+            }
+        }
+    }
+
+    fn progress(&mut self, flights: &[Flight], elapsed: Duration) {
+        if self.lanes < 2 {
+            return;
+        }
+        let have = flights.iter().map(|f| f.have).sum();
+        let fetched = self.totals.fetched + flights.iter().map(|f| f.fetched).sum::<u64>();
+        let total = flights.iter().map(|f| f.total).sum::<Option<u64>>();
+        let live = flights.iter().map(|f| f.live).sum();
+        self.line.files(self.done, self.n);
+        self.line.update(have, fetched, total, live, elapsed, &[]);
     }
 }
 

@@ -21,6 +21,7 @@ use crate::error::Result;
 pub(crate) const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 
 /// One origin and the state of the connects to it.
+#[derive(Clone)]
 pub(crate) struct Origin {
     /// The proxy in between (`addrs` are then its addresses), or `None` for direct.
     pub(crate) proxy: Option<Proxy>,

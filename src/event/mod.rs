@@ -105,83 +105,38 @@ pub(crate) struct Shared {
     pub(crate) tr: Transfer,
 }
 
-/// Where a download goes and what it resumes.
-pub struct Target<'a> {
-    /// The open output (shared with the transfer while it runs).
-    pub out: Rc<Output>,
-    /// State read from the control file (`-c`), validated against the server's answer.
-    pub resume: Option<State>,
-    /// The control file to keep current (None for standard output).
-    pub control: Option<PathBuf>,
-    /// signalfd for SIGINT/SIGTERM.
-    pub signals: Option<RawFd>,
-    /// The engine that moves body bytes.
-    pub engine: EngineKind,
-    /// Hand TLS connections to the kernel (kTLS) once their handshake is done.
-    pub ktls: bool,
-    /// Where a failed download leaves what it knew at the failure (for `--json`): `bytes`
-    /// is then what the `.part` holds, not the file's size.
-    pub failed: &'a mut Option<Box<Summary>>,
-    /// `--signature` over the file: what its verification needs from the file's bytes,
-    /// computed in the checksum's read-back ([`Summary::signed`]).
-    pub signed: Option<crate::signature::Input>,
-}
-
-/// Runs one download into `out` from the URLs of `mirrors` (one, or several serving the
+/// Runs transfer `st` alone on the ring of `reactor` (SIGINT/SIGTERM read from
+/// `signals`): into its output from the URLs of its mirrors (one, or several serving the
 /// same file: see [`mirrors`]), on connections `reactor` kept open from the transfers
 /// before it where they go to the same origins; the connections this one leaves open and
-/// idle are kept in `reactor` for the next (only when it is [`Outcome::Done`]).
+/// idle are kept in `reactor` for the next (only when it is [`Outcome::Done`]). Gives
+/// back the transfer's report, and what a failed transfer knew (for `--json`: `bytes` is
+/// then what the `.part` holds, not the file's size).
 ///
-/// # Errors
-/// Any [`Kind`]: the first fatal failure of a connection, a refused ring, a failed write;
-/// with several mirrors, a server's failure only once no mirror is left.
+/// The result's error is any [`Kind`]: the first fatal failure of a connection, a refused
+/// ring, a failed write; with several mirrors, a server's failure only once no mirror is
+/// left.
 pub fn run(
-    mirrors: Vec<mirrors::MirrorRoute>,
-    opts: Rc<Config>,
-    target: Target<'_>,
-    progress: &mut Progress,
+    st: Start,
+    signals: Option<RawFd>,
     reactor: &mut Reactor,
-) -> Result<Outcome> {
-    let n = opts.connections;
+) -> (Result<Outcome>, Progress, Option<Box<Summary>>) {
+    let n = st.opts.connections;
     let (chosen, entries, splice) =
-        reactor.take_ring(&opts, reactor::ring_entries(n), target.engine == EngineKind::Splice)?;
+        match reactor.take_ring(&st.opts, reactor::ring_entries(n), st.engine == EngineKind::Splice) {
+            Ok(r) => r,
+            Err(e) => return (Err(e), st.report, None),
+        };
     let cell = RingCell::new(chosen);
-    let Target {
-        out,
-        resume,
-        control,
-        signals,
-        engine,
-        ktls,
-        failed,
-        signed,
-    } = target;
-    let start = Start {
-        mirrors,
-        opts,
-        out,
-        resume,
-        control,
-        engine,
-        ktls,
-        signed,
-        report: std::mem::replace(progress, Progress::new(true, 0)),
-    };
-    let r = match start_on(start, reactor, cell.lane(0), n, signals, true) {
+    let r = match start_on(st, reactor, cell.lane(0), n, signals, true) {
         Ok(mut dl) => {
             let r = dl.event_loop();
-            let (r, report, f) = end(dl, r, reactor);
-            *progress = report;
-            *failed = f;
-            r
+            end(dl, r, reactor)
         }
-        Err((e, report)) => {
-            *progress = report;
-            Err(e)
-        }
+        Err((e, report)) => (Err(e), report, None),
     };
     reactor.give_back((cell.into_inner(), entries, splice));
-    if !matches!(r, Ok(Outcome::Done(_))) {
+    if !matches!(r.0, Ok(Outcome::Done(_))) {
         reactor.reset();
     }
     r

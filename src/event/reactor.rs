@@ -251,7 +251,9 @@ impl Reactor {
     pub(crate) fn origin(&mut self, key: &str, fresh: Origin) -> (Origin, Option<String>) {
         match self.origins.iter().position(|(k, ..)| k == key) {
             Some(at) => {
-                let (_, mut kept, tls_info) = self.origins.swap_remove(at);
+                // (A copy: transfers running at once each hold one; the reactor's stays for
+                // the caps of those that start meanwhile.)
+                let (_, mut kept, tls_info) = self.origins[at].clone();
                 // The route's addresses and TLS configuration are this transfer's; where
                 // Happy Eyeballs stands is kept while the addresses are the same.
                 if kept.addrs != fresh.addrs {
@@ -324,7 +326,11 @@ impl Reactor {
             let extra = self.idle.len() - MAX_IDLE;
             self.idle.drain(..extra);
         }
-        for (key, origin) in origins {
+        for (key, mut origin) in origins {
+            // A cap another transfer on the origin learned meanwhile is not forgotten.
+            if let Some((_, old, _)) = self.origins.iter().find(|(k, ..)| *k == key) {
+                origin.allows = origin.allows.or(old.allows);
+            }
             self.origins.retain(|(k, ..)| *k != key);
             self.origins.push((key, origin, tls_info.clone()));
         }

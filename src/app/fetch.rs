@@ -1,0 +1,270 @@
+//! The fetch step of one file ([`Fetching`]): its transfer started on a reactor, started
+//! again after each redirect (without the mirrors left out), and finished
+//! ([`super::finish::finish`]) when it is done. The one-file path runs it to the end at
+//! once ([`fetch`]); a list hands its starts to the reactor's lanes and its ends back here
+//! ([`Fetching::ended`]).
+
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+
+use super::route::{hop_headers, leave_out, mirror_route};
+use super::{PerRun, Prepared, finish, updates};
+use crate::config::Config;
+use crate::engine::EngineKind;
+use crate::err;
+use crate::error::Result;
+use crate::event::{self as download, Outcome, Start, Summary};
+use crate::output::Output;
+use crate::report::{MirrorReport, Progress, Record};
+
+/// One file between its prepare and its finish.
+pub(super) struct Fetching {
+    opts: Rc<Config>,
+    /// Each URL given (with its credentials), where it points now, and its redirects.
+    given: Vec<(http::Url, Option<crate::config::Credentials>)>,
+    urls: Vec<http::Url>,
+    hops: Vec<u32>,
+    /// Mirrors left out before a transfer started (no address, a refused redirect).
+    left_out: Vec<MirrorReport>,
+    plan: Option<crate::signed::Plan>,
+    signed_input: Option<crate::signature::Input>,
+    special: Option<crate::output::Special>,
+    /// The lock on the `.part`, held until the file is done.
+    _lock: Option<crate::output::PartLock>,
+    control: Option<std::path::PathBuf>,
+    resume_state: Option<crate::output::resume::State>,
+    /// The output (shared with the transfer while it runs).
+    out: Rc<Output>,
+    engine: EngineKind,
+    ktls_on: bool,
+    engine_note: &'static str,
+    /// The file's progress and notes (lent to its transfer while it runs).
+    progress: Progress,
+}
+
+/// What comes after a transfer's end.
+pub(super) enum Next {
+    /// A redirect to follow: this transfer to start.
+    Again(Start),
+    /// The file is done (landed, not modified, or failed).
+    Done(Result<()>),
+}
+
+impl Fetching {
+    /// The fetch step of prepared file `p`; its progress line is drawn unless `lines_off`
+    /// (a list with several files in flight draws one line for the run).
+    pub(super) fn new(p: Prepared, files: Option<(usize, usize)>, lines_off: bool) -> Fetching {
+        let mut progress = Progress::new(p.opts.quiet, p.opts.verbose);
+        if let Some((done, total)) = files {
+            progress.files(done, total);
+        }
+        if lines_off {
+            progress.lines_off();
+        }
+        Fetching {
+            urls: p.given.iter().map(|g| g.0.clone()).collect(),
+            hops: vec![0; p.given.len()],
+            given: p.given,
+            opts: Rc::from(p.opts),
+            left_out: Vec::new(),
+            plan: p.plan,
+            signed_input: p.signed_input,
+            special: p.special,
+            _lock: p.lock,
+            control: p.control,
+            resume_state: p.resume_state,
+            out: Rc::new(p.out),
+            engine: p.engine,
+            ktls_on: p.ktls_on,
+            engine_note: p.engine_note,
+            progress,
+        }
+    }
+
+    /// The transfer to start now: the URLs routed (a mirror whose name does not resolve is
+    /// left out while others are left).
+    ///
+    /// # Errors
+    /// `Network` when no mirror resolves; what routing returns (a bad proxy). The output
+    /// is discarded if it holds nothing.
+    pub(super) fn start(&mut self, per_run: &mut PerRun) -> Result<Start> {
+        loop {
+            let headers: Vec<Vec<(String, String)>> = self
+                .given
+                .iter()
+                .zip(&self.urls)
+                .map(|((first, creds), url)| hop_headers(&self.opts, creds.as_ref(), first, url))
+                .collect();
+            let mut routes = Vec::with_capacity(self.urls.len());
+            let mut unresolved = Vec::new();
+            for (k, url) in self.urls.iter().enumerate() {
+                match mirror_route(url, &headers[k], &self.opts, &mut per_run.tls) {
+                    Ok(r) => routes.push(r),
+                    Err(e) if self.urls.len() > 1 && e.kind == crate::error::Kind::Network => {
+                        unresolved.push((k, e.msg))
+                    }
+                    Err(e) => {
+                        self.out.discard_if_empty();
+                        return Err(e);
+                    }
+                }
+            }
+            if unresolved.is_empty() {
+                return Ok(Start {
+                    mirrors: routes,
+                    opts: Rc::clone(&self.opts),
+                    out: Rc::clone(&self.out),
+                    resume: self.resume_state.clone(),
+                    control: self.control.clone(),
+                    engine: self.engine,
+                    ktls: self.ktls_on,
+                    signed: self.signed_input,
+                    report: std::mem::replace(&mut self.progress, Progress::new(true, 0)),
+                });
+            }
+            if routes.is_empty() {
+                self.out.discard_if_empty();
+                return Err(err!(Network, "no mirror left: {}", unresolved[0].1));
+            }
+            // Mirrors whose name does not resolve are left out before the transfer.
+            for (k, why) in unresolved.into_iter().rev() {
+                let url = self.urls.remove(k);
+                self.given.remove(k);
+                self.hops.remove(k);
+                self.left_out.push(leave_out(url, why, &mut self.progress));
+            }
+        }
+    }
+
+    /// Takes the end `r` of the file's transfer (its `report` back, and what a failed one
+    /// knew): a redirect is followed (the next transfer to start), anything else ends the
+    /// file — a landed one is finished ([`finish::finish`]) into `record`.
+    pub(super) fn ended(
+        &mut self,
+        r: Result<Outcome>,
+        report: Progress,
+        failed: Option<Box<Summary>>,
+        record: &mut Record,
+        per_run: &mut PerRun,
+    ) -> Next {
+        self.progress = report;
+        let s = match r {
+            Ok(Outcome::Done(s)) => s,
+            Ok(Outcome::NotModified { mirror }) => {
+                self.progress.clear();
+                self.out.discard_if_empty();
+                record.final_url = Some(self.urls[mirror].to_string());
+                record.fetched = Some(0);
+                record.not_modified = true;
+                updates::say_not_modified(&self.opts, &self.out, &self.urls[mirror]);
+                return Next::Done(Ok(()));
+            }
+            Ok(Outcome::Redirect { mirror, to }) => {
+                return match self.redirect(mirror, to, record) {
+                    Ok(()) => match self.start(per_run) {
+                        Ok(st) => Next::Again(st),
+                        Err(e) => Next::Done(Err(e)),
+                    },
+                    Err(e) => Next::Done(Err(e)),
+                };
+            }
+            Err(mut e) => {
+                self.progress.clear();
+                self.out.discard_if_empty();
+                if self.out.room.is_some() && failed.as_ref().is_some_and(|s| s.bytes > 0) {
+                    e.msg
+                        .push_str(&format!("; {} now holds an incomplete image", self.out.describe()));
+                }
+                // What the transfer knew when it failed (bytes kept, TLS, connections…).
+                if let Some(s) = &failed {
+                    let k = s.reference.unwrap_or(0);
+                    record.fill(&self.urls[k], self.engine, s);
+                    record.redirects = self.hops[k].into();
+                    record.mirrors = s.mirrors.clone();
+                    record.mirrors.extend(self.left_out.iter().cloned());
+                }
+                return Next::Done(Err(e));
+            }
+        };
+        // With mirrors the body came from the reference (the first given may be dropped).
+        let k = s.reference.unwrap_or(0);
+        let landing = finish::Landing {
+            opts: &self.opts,
+            plan: self.plan.as_ref(),
+            control: self.control.as_deref(),
+            special: self.special.as_ref(),
+            engine: self.engine,
+            engine_note: self.engine_note,
+            url: &self.urls[k],
+            redirects: self.hops[k],
+            left_out: &self.left_out,
+            renamed: per_run.renamed.as_mut(),
+        };
+        let out = Rc::get_mut(&mut self.out).expect("the transfer has ended: the output is the file's alone");
+        Next::Done(finish::finish(s, out, landing, record))
+    }
+
+    /// Mirror `mirror`'s first answer redirected to `to`: followed, or refused (too many
+    /// hops, https to http without `--allow-downgrade`) — a refused mirror is left out
+    /// while others are left.
+    ///
+    /// # Errors
+    /// `Protocol` when the refused one is the only URL.
+    fn redirect(&mut self, mirror: usize, to: http::Url, record: &mut Record) -> Result<()> {
+        self.hops[mirror] += 1;
+        let url = &self.urls[mirror];
+        let refuse = if self.hops[mirror] > self.opts.max_redirects {
+            Some(format!(
+                "more than {} redirects (last to {to})",
+                self.opts.max_redirects
+            ))
+        } else if url.scheme() == http::Scheme::Https && to.scheme() == http::Scheme::Http && !self.opts.allow_downgrade
+        {
+            Some(format!(
+                "refusing redirect from https to http: {to} (--allow-downgrade follows it)"
+            ))
+        } else {
+            None
+        };
+        match refuse {
+            Some(m) if self.urls.len() > 1 => {
+                let url = self.urls.remove(mirror);
+                self.given.remove(mirror);
+                self.hops.remove(mirror);
+                self.left_out.push(leave_out(url, m, &mut self.progress));
+                return Ok(());
+            }
+            Some(m) => {
+                self.out.discard_if_empty();
+                return Err(err!(Protocol, "{m}"));
+            }
+            None => {}
+        }
+        if self.opts.verbose > 0 {
+            eprintln!("ringdl: redirected to {to}");
+        }
+        self.urls[mirror] = to;
+        if mirror == 0 {
+            record.redirects = self.hops[0].into();
+        }
+        Ok(())
+    }
+}
+
+/// Runs the transfer of `p` (again after each redirect, without the mirrors left out)
+/// and finishes the file ([`finish::finish`]).
+///
+/// # Errors
+/// What the transfer or the finish returns; `Network` when no mirror is left.
+pub(super) fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
+    let mut f = Fetching::new(p, per_run.files, false);
+    let mut st = f.start(per_run)?;
+    loop {
+        let signals = Some(per_run.signals.as_raw_fd());
+        let (r, report, failed) = download::run(st, signals, &mut per_run.reactor);
+        match f.ended(r, report, failed, record, per_run) {
+            Next::Again(next) => st = next,
+            Next::Done(r) => return r,
+        }
+    }
+}
