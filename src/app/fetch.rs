@@ -45,7 +45,7 @@ pub(super) struct Fetching {
 /// What comes after a transfer's end.
 pub(super) enum Next {
     /// A redirect to follow: this transfer to start.
-    Again(Start),
+    Again(Box<Start>),
     /// The file is done (landed, not modified, or failed).
     Done(Result<()>),
 }
@@ -162,7 +162,7 @@ impl Fetching {
             Ok(Outcome::Redirect { mirror, to }) => {
                 return match self.redirect(mirror, to, record) {
                     Ok(()) => match self.start(per_run) {
-                        Ok(st) => Next::Again(st),
+                        Ok(st) => Next::Again(Box::new(st)),
                         Err(e) => Next::Done(Err(e)),
                     },
                     Err(e) => Next::Done(Err(e)),
@@ -263,7 +263,7 @@ pub(super) fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> R
         let signals = Some(per_run.signals.as_raw_fd());
         let (r, report, failed) = download::run(st, signals, &mut per_run.reactor);
         match f.ended(r, report, failed, record, per_run) {
-            Next::Again(next) => st = next,
+            Next::Again(next) => st = *next,
             Next::Done(r) => return r,
         }
     }

@@ -336,7 +336,7 @@ impl Feed for ListRun<'_> {
         match fl.f.ended(r, report, failed, &mut fl.record, &mut self.per_run) {
             Next::Again(st) => {
                 self.flying.insert(id, fl);
-                Some(st)
+                Some(*st)
             }
             Next::Done(result) => {
                 let Flying {

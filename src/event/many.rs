@@ -184,6 +184,7 @@ fn drive(
         }
         // Drive each transfer on; end those that are done.
         let mut freed = false;
+        #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
         for lane in 0..slots.len() {
             let Slot::Busy(r) = &mut slots[lane] else { continue };
             let step = match r.failed.take() {
@@ -250,11 +251,7 @@ fn drive(
                         r.failed = Some(e);
                     }
                 }
-                Some(s @ Slot::Draining) => {
-                    if cell.in_flight(lane) == 0 {
-                        *s = Slot::Free;
-                    }
-                }
+                Some(s @ Slot::Draining) if cell.in_flight(lane) == 0 => *s = Slot::Free,
                 _ => {}
             }
         }

@@ -170,7 +170,7 @@ impl Reactor {
         let read = crate::event::READ_BLOCK;
         let count = lanes * n + MAX_IDLE;
         let wcount = write_slots(n);
-        if !self.read.as_ref().is_some_and(|r| r.count() >= count) {
+        if self.read.as_ref().is_none_or(|r| r.count() < count) {
             // Connections kept hold blocks of the old pool: they go with it.
             self.idle.clear();
             self.read = Some(

@@ -1,0 +1,476 @@
+//! A transfer's start and end on its lane of the reactor's ring: [`start_on`] builds its
+//! loop (origins, connections kept from the transfers before, pools, its plan from the
+//! resume state) and sends its first ops; [`end`] keeps what a failed transfer landed
+//! (control file, `.part`) or truncates, syncs and reads back a finished one, and gives
+//! the reactor its idle connections and origins.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use http::Url;
+use uring::Op;
+
+use super::reactor::{self, Reactor};
+use super::{Loop, Outcome, READ_BLOCK, Shared, Summary, errno, mirrors};
+use crate::config::Config;
+use crate::control::origin::Origin;
+use crate::control::{Conn, St};
+use crate::engine::EngineKind;
+use crate::engine::blocks::{align_down, write_block};
+use crate::err;
+use crate::error::{Error, Result};
+use crate::lane::LaneRing;
+use crate::output::Output;
+use crate::output::resume::State;
+use crate::report::{Note, Progress};
+use crate::schedule::queue::Plan;
+use crate::schedule::{FIRST_SEGMENT, Landed};
+use crate::tag::Tag;
+use crate::transfer::Transfer;
+
+/// One transfer to start: its mirrors, options, output, resume state and report.
+pub struct Start {
+    /// Its URLs (one, or mirrors of one file).
+    pub mirrors: Vec<mirrors::MirrorRoute>,
+    /// Its options.
+    pub opts: Rc<Config>,
+    /// The open output.
+    pub out: Rc<Output>,
+    /// State read from the control file (`-c`), validated against the server's answer.
+    pub resume: Option<State>,
+    /// The control file to keep current (None for standard output).
+    pub control: Option<PathBuf>,
+    /// The engine that moves body bytes.
+    pub engine: EngineKind,
+    /// Hand TLS connections to the kernel (kTLS) once their handshake is done.
+    pub ktls: bool,
+    /// `--signature` over the file: what its verification needs from its bytes.
+    pub signed: Option<crate::signature::Input>,
+    /// Its progress and notes (given back at its end).
+    pub report: Progress,
+}
+
+/// What only the end of a transfer needs.
+pub(crate) struct Fin {
+    out: Rc<Output>,
+    resuming: bool,
+    io: String,
+    registered: bool,
+    /// Fixed-file ops counted before the transfer, when its output is a fixed file.
+    fixed_before: Option<u64>,
+    sqpoll_tid: Option<u32>,
+    signed: Option<crate::signature::Input>,
+    /// The origin key of each of the transfer's origins.
+    keys: Vec<String>,
+}
+
+/// Builds the loop of transfer `st` on lane `ring` with `n` connection slots (idle
+/// connections `reactor` kept to its origins first) and starts it: its tick, the signal
+/// READ when `signals` is given, its first connects; `alone`: no other transfer shares the
+/// ring (its output may then be the ring's fixed file). On failure the report comes back.
+pub(crate) fn start_on<'c>(
+    st: Start,
+    reactor: &mut Reactor,
+    ring: LaneRing<'c>,
+    n: usize,
+    signals: Option<RawFd>,
+    alone: bool,
+) -> std::result::Result<Loop<'c>, (Error, Progress)> {
+    let Start {
+        mirrors,
+        opts,
+        out,
+        resume,
+        control,
+        engine,
+        ktls,
+        signed,
+        report,
+    } = st;
+    let m = mirrors.len();
+    let mut states = Vec::with_capacity(m);
+    let mut origins = Vec::with_capacity(m);
+    let mut keys = Vec::with_capacity(m);
+    let mut kept_tls_info = Vec::with_capacity(m);
+    // Mirrors on one origin (scheme, host, port, route) share it and its caps.
+    for route in mirrors {
+        let fresh = match Origin::new(&route.url, route.tls, route.route) {
+            Ok(o) => o,
+            Err(e) => return Err((e, report)),
+        };
+        let key = reactor::origin_key(&route.url, &fresh);
+        let o = match keys.iter().position(|k| *k == key) {
+            Some(o) => o,
+            None => {
+                let (origin, tls_info) = reactor.origin(&key, fresh);
+                origins.push(origin);
+                keys.push(key);
+                kept_tls_info.push(tls_info);
+                keys.len() - 1
+            }
+        };
+        states.push(crate::transfer::mirror::Mirror::new(route.url, route.headers, o));
+    }
+    let resuming = resume.is_some();
+    // A resumed download asks first for the first block it lacks, not for byte 0 again.
+    let resume_start = resume.as_ref().map_or(0, |st| {
+        let first_gap = match st.ranges.first() {
+            Some(&(0, e)) => e,
+            _ => 0,
+        };
+        align_down(first_gap.min(st.total.saturating_sub(1)), out.align)
+    });
+    // ... and only up to where the `.part` has bytes again.
+    let resume_end = resume
+        .as_ref()
+        .and_then(|st| st.ranges.iter().map(|r| r.0).find(|&s| s > resume_start))
+        .map_or(resume_start + FIRST_SEGMENT, |next| {
+            next.min(resume_start + FIRST_SEGMENT)
+        });
+    let splice = engine == EngineKind::Splice;
+
+    let block = write_block().max(out.align as usize);
+    let wcount = reactor::write_slots(n);
+    let (io, sqpoll_tid) = ring.cell().with(|c| (c.label.clone(), c.sqpoll_tid));
+    let (rpool, wpool) = match reactor.pools(ring.lane(), READ_BLOCK, n, block, wcount) {
+        Ok(p) => p,
+        Err(e) => return Err((e, report)),
+    };
+    // Connections the transfers before left open to these origins go first (keep-alive,
+    // RFC 9112 §9.3); the others are closed.
+    let mut kept: Vec<Conn> = Vec::new();
+    let mut tls_info = None;
+    for (o, key) in keys.iter().enumerate() {
+        let k = states.iter().position(|s| s.origin == o).unwrap_or(0); // (its first mirror)
+        for mut c in reactor.take_idle(key, n - kept.len(), (engine, ktls)) {
+            c.mirror = k;
+            tls_info = tls_info.or_else(|| kept_tls_info[o].clone());
+            kept.push(c);
+        }
+    }
+    let mut report = report;
+    // Registered once with the kept ring (again only when the pools or the ring are new).
+    let registered = reactor.register_pools(ring.cell(), &mut report);
+    // The output fd as fixed file 0 (a transfer alone on its ring): its WRITE_FIXED,
+    // FALLOCATE and FSYNC skip the per-op fget/fput. Measurement knob RINGDL_FIXED_FILES=0
+    // leaves it unregistered.
+    let fixed_before = (alone && std::env::var_os("RINGDL_FIXED_FILES").is_none_or(|v| v != "0"))
+        .then(|| {
+            ring.cell().with(|c| {
+                (c.ring.backend() == uring::Backend::Uring && c.ring.register_files(&[out.fd.as_raw_fd()]).is_ok())
+                    .then(|| c.ring.fixed_file_ops())
+            })
+        })
+        .flatten();
+    // The new connections are spread over the mirrors in turn (idle connections kept to
+    // other origins give their read blocks back if these need them).
+    let fresh = n - kept.len();
+    reactor.free_blocks(&rpool, fresh);
+    let conns: Vec<Conn> = kept
+        .into_iter()
+        .chain((0..fresh).map(|i| {
+            let mut c = Conn::new(rpool.alloc().expect("one read block per connection"));
+            c.mirror = i % m;
+            c
+        }))
+        .collect();
+    let tr = Transfer {
+        align: out.align,
+        direct: out.direct,
+        sequential: out.sequential,
+        file: out.part.is_some(),
+        out: Rc::clone(&out),
+        out_name: out.describe(),
+        plan: Plan::new(resume_start, resume_end),
+        started: Instant::now(),
+        ranges: false,
+        total: None,
+        validator: None,
+        landed: Landed::default(),
+        received: 0,
+        redirect: None,
+        redirect_mirror: 0,
+        need_fallocate: false,
+        resume,
+        disposition: None,
+        changed: false,
+        capped_at: None,
+        retries: 0,
+        steals: 0,
+        plain_get: false,
+        mirrors: states,
+        reference: None,
+        not_modified: false,
+        wanted: m.min(n),
+    };
+    let stream_digest = opts
+        .checksum
+        .as_ref()
+        .filter(|_| out.sequential)
+        .map(|c| ring::digest::Context::new(c.algorithm));
+    let pace = opts
+        .limit_rate
+        .map(|r| crate::schedule::pace::Bucket::new(r, Duration::ZERO));
+    let sh = Shared {
+        report,
+        opts,
+        pool: wpool,
+        to_write: VecDeque::new(),
+        fatal: None,
+        splice,
+        ktls,
+        ktls_conns: 0,
+        ktls_refused: None,
+        ktls_rekeys: 0,
+        soft_conns: 0,
+        soft_rekeys: 0,
+        tls_conns: 0,
+        tls_full: 0,
+        tls_resumed: 0,
+        used: vec![false; n],
+        origins,
+        tr,
+    };
+    let mut dl = Loop {
+        ring,
+        conns,
+        sh,
+        out_fd: out.fd.as_raw_fd(),
+        slots: (0..wcount).map(|_| None).collect(),
+        writes_in_flight: 0,
+        waiting: VecDeque::new(),
+        started: Instant::now(),
+        tls_info,
+        interrupted: None,
+        tick: Duration::from_millis(250),
+        control,
+        saved_bytes: 0,
+        sync_snapshot: None,
+        recent_rate: 0.0,
+        rate_mark: (Instant::now(), 0),
+        last_sync: Instant::now(),
+        emitted: 0,
+        stream_digest,
+        pace,
+        paced: VecDeque::new(),
+        pace_timer: false,
+        fin: Fin {
+            out,
+            resuming,
+            io,
+            registered,
+            fixed_before,
+            sqpoll_tid,
+            signed,
+            keys,
+        },
+    };
+    match dl.begin(reactor, signals) {
+        Ok(()) => Ok(dl),
+        Err(e) => Err((e, std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)))),
+    }
+}
+
+impl Loop<'_> {
+    /// The first ops: the tick, the signalfd READ (when `signals`), the first connects.
+    fn begin(&mut self, reactor: &mut Reactor, signals: Option<RawFd>) -> Result<()> {
+        self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;
+        // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
+        if let Some(fd) = signals {
+            let sigpool = reactor.signal_block()?;
+            if let Some(buf) = sigpool.alloc() {
+                self.push(
+                    Op::Read {
+                        fd,
+                        buf,
+                        range: 0..uring::signal::SIGINFO_SIZE,
+                        offset: u64::MAX,
+                    },
+                    Tag::Signal.encode(),
+                )?;
+            }
+        }
+        // Each mirror's first connection connects now, unless a connection kept from the
+        // transfer before is open to its origin; the others wait for the first answer
+        // (`kick`: as many as the size is worth, see `Transfer::wanted`). One name with
+        // several addresses: the first connect goes alone; another races the next address
+        // after its head start (RFC 8305 §5).
+        let m = self.sh.tr.mirrors.len();
+        let mut started: Vec<bool> = (0..m)
+            .map(|k| self.conns.iter().any(|c| c.mirror == k && c.st == St::Open))
+            .collect();
+        for i in 0..self.conns.len() {
+            if self.conns[i].st == St::Open {
+                continue;
+            }
+            let k = self.conns[i].mirror;
+            if !started[k] {
+                self.connect(i)?;
+            } else if self.addr_count(k) > 1 {
+                self.conns[i].deferred = true;
+            }
+            started[k] = true;
+        }
+        Ok(())
+    }
+}
+
+/// Ends the transfer of `dl` after its loop returned `r`: a failure keeps what landed
+/// (control file, `.part`) and says how to resume; a success truncates, syncs and reads
+/// the file back for its checksum or signature, and keeps its idle connections and
+/// origins in `reactor`. Gives back the transfer's report, and what a failed transfer
+/// knew (for `--json`).
+pub(crate) fn end(
+    mut dl: Loop<'_>,
+    r: Result<Option<(usize, Url)>>,
+    reactor: &mut Reactor,
+) -> (Result<Outcome>, Progress, Option<Box<Summary>>) {
+    let mut failed = None;
+    let r = end_inner(&mut dl, r, reactor, &mut failed);
+    (r, std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)), failed)
+}
+
+fn end_inner(
+    dl: &mut Loop<'_>,
+    r: Result<Option<(usize, Url)>>,
+    reactor: &mut Reactor,
+    failed: &mut Option<Box<Summary>>,
+) -> Result<Outcome> {
+    let out = Rc::clone(&dl.fin.out);
+    let opts = Rc::clone(&dl.sh.opts);
+    let io = dl.fin.io.clone();
+    let registered = dl.fin.registered;
+    match r {
+        Ok(Some((mirror, to))) => {
+            if dl.sh.tr.mirrors.len() > 1 {
+                // A mirror's redirect may come while bytes are on their way to the file:
+                // they land before the ring goes (the next run fetches them again).
+                dl.settle();
+            }
+            return Ok(Outcome::Redirect { mirror, to });
+        }
+        Ok(None) if dl.sh.tr.not_modified => {
+            dl.sh.report.clear();
+            return Ok(Outcome::NotModified {
+                mirror: dl.sh.tr.reference.unwrap_or(0),
+            });
+        }
+        Ok(None) => {
+            if let Some(n) = dl.sh.tr.capped_at {
+                dl.sh.report.note(Note::Allowed { connections: n });
+            }
+        }
+        Err(mut e) => {
+            // Let the writes in flight land first, then keep what landed: a later `-c`
+            // resumes from the control file. A `.part` that holds nothing (only
+            // preallocated zeros) is removed.
+            dl.settle();
+            let mut saved = false;
+            if dl.sh.tr.landed.bytes() == 0 && !dl.fin.resuming {
+                out.remove_part();
+            } else if dl.writes_in_flight > 0 {
+                // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
+                // as long. The control file keeps its last (synced) state.
+                dl.sh.report.note(Note::WritesPending);
+            } else if dl.control.is_some() && (dl.sh.tr.file || out.room.is_some()) {
+                // The control file may only name bytes that are on disk: fdatasync first.
+                // If that fails, the control file keeps its last (synced) state.
+                match dl.wait_for(
+                    Op::Fsync {
+                        fd: dl.out_fd,
+                        datasync: true,
+                    },
+                    Tag::Fsync(1).encode(),
+                ) {
+                    Ok(r) if r >= 0 => saved = dl.save_control(None) && dl.sh.tr.landed.bytes() > 0,
+                    _ => dl.sh.report.note(Note::SyncFailed),
+                }
+            }
+            if let Some(part) = &out.part
+                && !dl.sh.tr.changed
+            {
+                if saved {
+                    e.msg.push_str(&format!(
+                        "; {} of {} bytes kept in {}: run the same command again to fetch only the rest",
+                        dl.sh.tr.landed.bytes(),
+                        dl.sh.tr.total.unwrap_or(0),
+                        part.display()
+                    ));
+                } else if dl.sh.tr.landed.bytes() > 0 && dl.sh.tr.plan.is_planned() && !dl.sh.tr.ranges {
+                    e.msg.push_str(&format!(
+                        "; {} bytes kept in {}, but the server does not serve ranges: a new run starts over",
+                        dl.sh.tr.landed.bytes(),
+                        part.display()
+                    ));
+                }
+            }
+            dl.sh.report.clear();
+            *failed = Some(Box::new(dl.summary(dl.sh.tr.landed.bytes(), io, registered, None)));
+            return Err(e);
+        }
+    }
+    let total = dl.sh.tr.total.unwrap_or(dl.sh.tr.received);
+    if !dl.sh.tr.landed.is_complete(total) {
+        return Err(err!(
+            Internal,
+            "download ended with {} of {total} bytes on disk",
+            dl.sh.tr.landed.bytes()
+        ));
+    }
+    if dl.sh.tr.file || out.room.is_some() {
+        if dl.sh.tr.file {
+            out.truncate(total)?;
+        }
+        let r = dl.wait_for(
+            Op::Fsync {
+                fd: dl.out_fd,
+                datasync: false,
+            },
+            Tag::Fsync(0).encode(),
+        )?;
+        if r < 0 {
+            return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
+        }
+    }
+    dl.sh.report.clear();
+    let (digest, signed) = match (&opts.checksum, out.read_back()) {
+        (_, Some((part, base))) => crate::output::verify::digests(
+            &dl.ring,
+            &dl.sh.pool,
+            (part, out.direct, base, total),
+            opts.checksum.as_ref().map(|c| c.algorithm),
+            dl.fin.signed.take(),
+            &mut dl.interrupted,
+        )?,
+        (Some(_), None) => (dl.stream_digest.take().map(|d| d.finish()), None),
+        _ => (None, None),
+    };
+    if let Some(before) = dl.fin.fixed_before {
+        let ops = dl.ring.fixed_file_ops() - before;
+        dl.sh.report.note(Note::FixedFileOps { ops });
+    }
+    if opts.verbose > 0
+        && let Some(cpu) = dl.fin.sqpoll_tid.and_then(crate::io::thread_cpu)
+    {
+        // Not in the process's rusage until the thread exits: say it here.
+        dl.sh.report.note(Note::SqpollCpu { cpu });
+    }
+    let info = dl.tls_info.clone();
+    let mut summary = dl.summary(total, io, registered, digest);
+    summary.signed = signed;
+    if dl.interrupted.is_some() {
+        reactor.interrupted = dl.interrupted;
+    }
+    // What this transfer leaves open goes to the next one from the same origin.
+    let keys = std::mem::take(&mut dl.fin.keys);
+    let conns = std::mem::take(&mut dl.conns)
+        .into_iter()
+        .map(|c| (keys[dl.sh.tr.mirrors[c.mirror].origin].clone(), c))
+        .collect();
+    let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
+    reactor.keep(origins, info, conns);
+    Ok(Outcome::Done(Box::new(summary)))
+}
