@@ -108,7 +108,8 @@ Connections and I/O:
                             1G (powers of 1024; 4K to 1G; default 4M)
       --max-connections-per-host N
                             most connections open at once to one server (scheme,
-                            host, port, proxy), over its mirrors, 1-64 (default 16); a
+                            host, port, proxy), over its mirrors and the files in
+                            flight, 1-64 (default 16); a
                             server's own cap, learned from a 503, holds for the
                             run's later files too
       --engine NAME         auto | direct | buffered | splice | ktls-direct (default auto:

@@ -73,9 +73,9 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
     };
     per_run.renamed = Some(super::Renamed::default());
     let n = jobs.len();
-    // Standard output takes one file's bytes at a time, and names from Content-Disposition
-    // are known only at the end (two files in flight could take one name).
-    let lanes = if base.output == OutputTarget::Stdout || base.content_disposition {
+    // Names from Content-Disposition are known only at the end (two files in flight could
+    // take one name).
+    let lanes = if base.content_disposition {
         1
     } else {
         files.jobs.unwrap_or(cli::DEFAULT_JOBS).min(n.max(1))

@@ -65,6 +65,9 @@ pub(crate) struct Fin {
     signed: Option<crate::signature::Input>,
     /// The origin key of each of the transfer's origins.
     keys: Vec<String>,
+    /// The final fsync ran on the ring beside other transfers: its result
+    /// ([`Loop::begin_sync`]).
+    pub(crate) synced: Option<i32>,
 }
 
 /// Builds the loop of transfer `st` on lane `ring` with `n` connection slots (idle
@@ -266,6 +269,7 @@ pub(crate) fn start_on<'c>(
             sqpoll_tid,
             signed,
             keys,
+            synced: None,
         },
     };
     match dl.begin(reactor, signals) {
@@ -275,6 +279,33 @@ pub(crate) fn start_on<'c>(
 }
 
 impl Loop<'_> {
+    /// A finished transfer's output truncated to its size and its fsync pushed, so that
+    /// the other transfers on the ring go on while the disk syncs; its completion lands in
+    /// [`Fin::synced`] and [`end`] goes on from there. Returns whether the fsync was
+    /// pushed (not for outputs that are not files, nor when bytes are missing: [`end`]
+    /// says so).
+    ///
+    /// # Errors
+    /// `LocalIo` when the truncation fails; `Internal` when the SQ is full.
+    pub(crate) fn begin_sync(&mut self) -> Result<bool> {
+        let total = self.sh.tr.total.unwrap_or(self.sh.tr.received);
+        let out = Rc::clone(&self.fin.out);
+        if !(self.sh.tr.file || out.room.is_some()) || !self.sh.tr.landed.is_complete(total) {
+            return Ok(false);
+        }
+        if self.sh.tr.file {
+            out.truncate(total)?;
+        }
+        self.push(
+            Op::Fsync {
+                fd: self.out_fd,
+                datasync: false,
+            },
+            Tag::Fsync(0).encode(),
+        )?;
+        Ok(true)
+    }
+
     /// The first ops: the tick, the signalfd READ (when `signals`), the first connects.
     fn begin(&mut self, reactor: &mut Reactor, signals: Option<RawFd>) -> Result<()> {
         self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;
@@ -421,16 +452,23 @@ fn end_inner(
         ));
     }
     if dl.sh.tr.file || out.room.is_some() {
-        if dl.sh.tr.file {
-            out.truncate(total)?;
-        }
-        let r = dl.wait_for(
-            Op::Fsync {
-                fd: dl.out_fd,
-                datasync: false,
-            },
-            Tag::Fsync(0).encode(),
-        )?;
+        // (Truncated and synced already when the reactor ran the fsync beside other
+        // transfers: `Loop::begin_sync`.)
+        let r = match dl.fin.synced.take() {
+            Some(r) => r,
+            None => {
+                if dl.sh.tr.file {
+                    out.truncate(total)?;
+                }
+                dl.wait_for(
+                    Op::Fsync {
+                        fd: dl.out_fd,
+                        datasync: false,
+                    },
+                    Tag::Fsync(0).encode(),
+                )?
+            }
+        };
         if r < 0 {
             return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
         }

@@ -79,6 +79,8 @@ struct Running<'c> {
     n: usize,
     /// A completion's handling failed: the transfer ends with it.
     failed: Option<crate::error::Error>,
+    /// Its bytes are all in; its final fsync is in flight ([`Loop::begin_sync`]).
+    syncing: bool,
 }
 
 impl Running<'_> {
@@ -189,7 +191,20 @@ fn drive(
             let Slot::Busy(r) = &mut slots[lane] else { continue };
             let step = match r.failed.take() {
                 Some(e) => Some(Err(e)),
+                None if r.syncing => r.dl.fin.synced.is_some().then_some(Ok(None)),
                 None => r.dl.step(),
+            };
+            // A finished file's fsync runs beside the other transfers.
+            let step = match step {
+                Some(Ok(None)) if !r.syncing && !r.dl.sh.tr.not_modified => match r.dl.begin_sync() {
+                    Ok(true) => {
+                        r.syncing = true;
+                        None
+                    }
+                    Ok(false) => Some(Ok(None)),
+                    Err(e) => Some(Err(e)),
+                },
+                s => s,
             };
             let Some(step) = step else { continue };
             let Slot::Busy(r) = std::mem::replace(&mut slots[lane], Slot::Draining) else {
@@ -279,6 +294,7 @@ fn start<'c>(
                 keys,
                 n,
                 failed: None,
+                syncing: false,
             }));
         }
         Err((e, report)) => {

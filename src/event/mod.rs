@@ -329,6 +329,7 @@ impl Loop<'_> {
                     self.save_control(snap);
                 }
             }
+            Some(Tag::Fsync(0)) => self.fin.synced = Some(c.result),
             Some(Tag::Signal) => {
                 let name = crate::tag::signal_name(c.buf.as_deref());
                 self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
