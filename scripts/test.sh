@@ -117,8 +117,9 @@ if [ "$RINGDL_VM_TESTS" != 0 ] && [ "$#" -eq 0 ]; then
     run_tests cargo test --release --no-fail-fast --test tests -- --ignored vm::
 fi
 
-# The same download and fault suites on the epoll backend (issue 12): every ringdl run
-# gets --io epoll, and the summary check asserts it ran there.
+# The same download, fault and list suites on the epoll backend (issue 12; lists since
+# -j runs files at once on one ring): every ringdl run gets --io epoll, and the summary
+# check asserts it ran there.
 step="cargo test (release) on epoll"
-log "cargo test (release) on the epoll backend: download and fault suites"
-run_tests env RINGDL_TEST_IO=epoll cargo test --release --no-fail-fast --test tests -- download:: faults:: "$@"
+log "cargo test (release) on the epoll backend: download, fault and list suites"
+run_tests env RINGDL_TEST_IO=epoll cargo test --release --no-fail-fast --test tests -- download:: faults:: list:: "$@"

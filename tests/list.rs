@@ -355,6 +355,54 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     assert!(j["files"][1]["fetched"].as_u64().unwrap() < sizes[1], "{j}");
 }
 
+/// SIGINT with `-j 3` while three files are in flight: every one keeps its `.part` and
+/// control file (exit 8), and `-c` then fetches only the rest of each (counted from the
+/// bytes nginx served: less than the file).
+#[test]
+fn sigint_with_files_in_flight_keeps_each_resumable() {
+    let n = nginx();
+    let sizes = [4 * MIB, 4 * MIB, 4 * MIB];
+    let (base, shas) = serve("sigint-j", &sizes);
+    let dir = TestDir::new("list-sigint-j");
+    let urls: Vec<String> = (0..3).map(|k| n.slow_url(&format!("{base}/f{k}.bin"))).collect();
+    let l = list(&dir, &format!("{}\n{}\n{}\n", urls[0], urls[1], urls[2]));
+    let served = |k: usize| n.slow_sent(&format!("{base}/f{k}.bin"));
+    let first = ringdl_cmd(&dir, &["-j", "3", "-i", l.to_str().unwrap(), "-x", "2"]).run_with(|pid| {
+        // Interrupted once every file has a control file (bytes of it landed and synced).
+        let t = Instant::now();
+        while (0..3).any(|k| !dir.join(format!("f{k}.bin.part.ringdl")).exists()) && t.elapsed() < HANG {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status();
+    });
+    first.assert_code(exit::INTERRUPTED);
+    let err = first.stderr_text();
+    for k in 0..3 {
+        assert!(
+            dir.join(format!("f{k}.bin.part")).exists() && dir.join(format!("f{k}.bin.part.ringdl")).exists(),
+            "f{k} was not kept resumable\n{err}"
+        );
+    }
+    let j = json(&dir);
+    assert_eq!(j["run"]["failed"], 3, "{j}");
+    let before: Vec<usize> = (0..3).map(|k| served(k).len()).collect();
+    let second = ringdl(&dir, &["-j", "3", "-i", l.to_str().unwrap(), "-x", "2", "-c"]);
+    second.assert_success();
+    let err = second.stderr_text();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+        let again = &served(k)[before[k]..];
+        let rest: u64 = again.iter().map(|r| r.1).sum();
+        assert!(
+            !again.is_empty() && rest < sizes[k],
+            "f{k} was not resumed: {again:?}\n{err}"
+        );
+    }
+}
+
 /// `ringdl BASE/a BASE/b` with two different files (other names, other sizes): b is
 /// dropped as a mirror — when smaller, by its 416 to a range of a's; when larger, by its
 /// size — and the message says they look like different files and names `-Z`.
