@@ -480,6 +480,48 @@ fn a_list_from_one_origin_reuses_its_connection() {
     }
 }
 
+/// With `-j 4` a run of 60 small files from one origin opens at most four connections
+/// (one per file in flight, each reused by the files after it), not one per file, over
+/// HTTP and HTTPS; over HTTPS at most four handshakes are made in the whole run.
+#[test]
+fn files_in_flight_reuse_the_connections_of_the_files_before() {
+    let n = nginx();
+    let (base, shas) = serve("reuse-j", &[64 * KIB; 60]);
+    for (scheme, url) in [("http", n.http_url("")), ("https", n.https_url(""))] {
+        let dir = TestDir::new(&format!("list-reuse-j-{scheme}"));
+        let urls: Vec<String> = (0..shas.len()).map(|k| format!("{url}conn/{base}/f{k}.bin")).collect();
+        let before = n.conn_log(&format!("/conn/{base}/")).len();
+        let mut args = vec!["-j", "4", "-Z"];
+        args.extend(urls.iter().map(String::as_str));
+        let o = ringdl(&dir, &args);
+        let err = o.stderr_text();
+        o.assert_success();
+        for (k, sha) in shas.iter().enumerate() {
+            assert_eq!(
+                &sha256_file(&dir.join(format!("f{k}.bin"))),
+                sha,
+                "{scheme} f{k}\n{err}"
+            );
+        }
+        let served = n.conn_log(&format!("/conn/{base}/"));
+        let mine: std::collections::BTreeSet<u64> = served[before..].iter().map(|r| r.0).collect();
+        assert_eq!(served.len() - before, 60, "{served:?}");
+        assert!(
+            mine.len() <= 4,
+            "{scheme}: 60 files over {} connections\n{err}",
+            mine.len()
+        );
+        if scheme == "https" {
+            let j = json(&dir);
+            let total = |k: &str| j["run"][k].as_u64().unwrap();
+            assert!(
+                total("tls_full_handshakes") + total("tls_resumed_handshakes") <= 4,
+                "{j}"
+            );
+        }
+    }
+}
+
 /// URLs given as mirrors that end in different names are said to be taken as mirrors of
 /// one file, before the download: a small first file comes whole from the first URL and
 /// the others are never asked, so nothing is dropped that could hint at it.

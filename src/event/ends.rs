@@ -143,12 +143,15 @@ pub(crate) fn start_on<'c>(
         Err(e) => return Err((e, report)),
     };
     // Connections the transfers before left open to these origins go first (keep-alive,
-    // RFC 9112 §9.3); the others are closed.
+    // RFC 9112 §9.3); the others are closed. Beside other transfers a transfer takes only
+    // what it uses before its size is known (one per mirror): the rest stay for the
+    // transfers that start next, instead of being held idle by this one.
+    let take = if alone { n } else { m.min(n) };
     let mut kept: Vec<Conn> = Vec::new();
     let mut tls_info = None;
     for (o, key) in keys.iter().enumerate() {
         let k = states.iter().position(|s| s.origin == o).unwrap_or(0); // (its first mirror)
-        for mut c in reactor.take_idle(key, n - kept.len(), (engine, ktls)) {
+        for mut c in reactor.take_idle(key, take.saturating_sub(kept.len()), (engine, ktls)) {
             c.mirror = k;
             tls_info = tls_info.or_else(|| kept_tls_info[o].clone());
             kept.push(c);

@@ -58,6 +58,9 @@ pub struct Reactor {
     origins: Vec<(String, Origin, Option<String>)>,
     /// Idle open connections and the origin each is connected to.
     idle: Vec<(String, Conn)>,
+    /// Most idle connections kept: [`MAX_IDLE`], or the lanes of a run of many files when
+    /// more (each file in flight leaves its connection for the next).
+    max_idle: usize,
     /// The engine and kTLS switch the idle connections were set up for.
     engine: Option<(EngineKind, bool)>,
     /// SIGINT or SIGTERM arrived while nothing was waiting for it (a transfer's last
@@ -98,6 +101,11 @@ impl Reactor {
             .iter()
             .find(|(k, ..)| k == key)
             .and_then(|(_, o, _)| o.allows)
+    }
+
+    /// Most idle connections kept (see [`Reactor::size_pools`]).
+    fn idle_cap(&self) -> usize {
+        self.max_idle.max(MAX_IDLE)
     }
 
     /// Idle connections kept to origin `key`.
@@ -160,15 +168,17 @@ impl Reactor {
     }
 
     /// Sizes the pools for `lanes` transfers at once of `n` connections each, with write
-    /// blocks of `block` bytes: one read pool of `lanes · n` blocks (and [`MAX_IDLE`]
-    /// more, for idle connections kept to other origins), and a write pool per lane. The
+    /// blocks of `block` bytes: one read pool of `lanes · n` blocks (and as many more as
+    /// idle connections are kept: [`MAX_IDLE`], or `lanes` when more), and a write pool
+    /// per lane. The
     /// kept pools serve when they are large enough.
     ///
     /// # Errors
     /// `LocalIo` when the blocks cannot be mapped.
     pub(crate) fn size_pools(&mut self, lanes: usize, n: usize, block: usize) -> Result<()> {
         let read = crate::event::READ_BLOCK;
-        let count = lanes * n + MAX_IDLE;
+        self.max_idle = MAX_IDLE.max(lanes);
+        let count = lanes * n + self.idle_cap();
         let wcount = write_slots(n);
         if self.read.as_ref().is_none_or(|r| r.count() < count) {
             // Connections kept hold blocks of the old pool: they go with it.
@@ -213,7 +223,7 @@ impl Reactor {
         let fits = self
             .read
             .as_ref()
-            .is_some_and(|r| r.block_size() == read && r.count() >= n + MAX_IDLE)
+            .is_some_and(|r| r.block_size() == read && r.count() >= n + self.idle_cap())
             && self
                 .write
                 .get(lane)
@@ -322,8 +332,8 @@ impl Reactor {
                 self.idle.push((key, conn));
             }
         }
-        if self.idle.len() > MAX_IDLE {
-            let extra = self.idle.len() - MAX_IDLE;
+        if self.idle.len() > self.idle_cap() {
+            let extra = self.idle.len() - self.idle_cap();
             self.idle.drain(..extra);
         }
         for (key, mut origin) in origins {
