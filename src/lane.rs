@@ -116,6 +116,20 @@ impl RingCell {
         (lane, c)
     }
 
+    /// A completion of lane `lane` that another lane's wait stashed, if any (its tag the
+    /// lane's own).
+    pub(crate) fn take_stashed(&self, lane: u8) -> Option<Completion> {
+        if self.stashed.get() == 0 {
+            return None;
+        }
+        let mut stash = self.stash.borrow_mut();
+        let at = stash.iter().position(|c| split(c.tag).0 == lane)?;
+        let c = stash.remove(at).expect("position is in the stash");
+        drop(stash);
+        self.stashed.set(self.stashed.get() - 1);
+        Some(self.deliver(c).1)
+    }
+
     /// Cancels every op of lane `lane` still in flight (each still completes once).
     ///
     /// # Errors

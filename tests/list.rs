@@ -403,6 +403,51 @@ fn sigint_with_files_in_flight_keeps_each_resumable() {
     }
 }
 
+/// SIGINT while a file waits for room under the per-host cap (the first file holds all
+/// four connections the option allows): the run stops at once (exit 8), the file in
+/// flight is resumable, the waiting one and those after it count as not started and
+/// leave nothing behind.
+#[test]
+fn sigint_while_a_file_waits_for_the_cap_stops_the_run() {
+    let n = nginx();
+    let sizes = [4 * MIB; 3];
+    let (base, _) = serve("sigint-wait", &sizes);
+    let dir = TestDir::new("list-sigint-wait");
+    let urls: Vec<String> = (0..3).map(|k| n.slow_url(&format!("{base}/f{k}.bin"))).collect();
+    let l = list(&dir, &format!("{}\n{}\n{}\n", urls[0], urls[1], urls[2]));
+    let args = [
+        "-j",
+        "3",
+        "-x",
+        "4",
+        "--min-split-size",
+        "1M",
+        "--max-connections-per-host",
+        "4",
+        "-i",
+        l.to_str().unwrap(),
+    ];
+    let t = Instant::now();
+    let first = ringdl_cmd(&dir, &args).run_with(|pid| {
+        while !dir.join("f0.bin.part.ringdl").exists() && t.elapsed() < HANG {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status();
+    });
+    first.assert_code(exit::INTERRUPTED);
+    let err = first.stderr_text();
+    assert!(t.elapsed() < HANG, "{err}");
+    assert!(dir.join("f0.bin.part.ringdl").exists(), "{err}");
+    for k in 1..3 {
+        assert!(!dir.join(format!("f{k}.bin.part")).exists(), "f{k}.part left\n{err}");
+    }
+    let j = json(&dir);
+    assert_eq!(j["run"]["not_started"], 2, "{j}");
+}
+
 /// `ringdl BASE/a BASE/b` with two different files (other names, other sizes): b is
 /// dropped as a mirror — when smaller, by its 416 to a range of a's; when larger, by its
 /// size — and the message says they look like different files and names `-Z`.

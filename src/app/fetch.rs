@@ -81,6 +81,12 @@ impl Fetching {
         }
     }
 
+    /// The file was never fetched (its run stopped first): an output that holds nothing
+    /// goes.
+    pub(super) fn give_up(self) {
+        self.out.discard_if_empty();
+    }
+
     /// The transfer to start now: the URLs routed (a mirror whose name does not resolve is
     /// left out while others are left).
     ///

@@ -354,6 +354,18 @@ impl Feed for ListRun<'_> {
         }
     }
 
+    fn stopping(&self) -> bool {
+        self.stop.is_some()
+    }
+
+    fn unstarted(&mut self, id: usize, st: download::Start) {
+        drop(st);
+        if let Some(fl) = self.flying.remove(&id) {
+            fl.f.give_up();
+        }
+        self.taken -= 1;
+    }
+
     fn progress(&mut self, flights: &[Flight], elapsed: Duration) {
         if self.lanes < 2 {
             return;

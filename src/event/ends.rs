@@ -352,19 +352,26 @@ impl Loop<'_> {
     }
 }
 
+/// What [`end`] gives back: the outcome, the report, what a failed transfer knew, and the
+/// output while writes are in flight.
+pub(crate) type Ended = (Result<Outcome>, Progress, Option<Box<Summary>>, Option<Rc<Output>>);
+
 /// Ends the transfer of `dl` after its loop returned `r`: a failure keeps what landed
 /// (control file, `.part`) and says how to resume; a success truncates, syncs and reads
 /// the file back for its checksum or signature, and keeps its idle connections and
-/// origins in `reactor`. Gives back the transfer's report, and what a failed transfer
-/// knew (for `--json`).
-pub(crate) fn end(
-    mut dl: Loop<'_>,
-    r: Result<Option<(usize, Url)>>,
-    reactor: &mut Reactor,
-) -> (Result<Outcome>, Progress, Option<Box<Summary>>) {
+/// origins in `reactor`. Gives back the transfer's report, what a failed transfer knew
+/// (for `--json`), and the output when writes are still in flight (to be kept open until
+/// they are reaped: an epoll worker writes to the fd number).
+pub(crate) fn end(mut dl: Loop<'_>, r: Result<Option<(usize, Url)>>, reactor: &mut Reactor) -> Ended {
     let mut failed = None;
     let r = end_inner(&mut dl, r, reactor, &mut failed);
-    (r, std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)), failed)
+    let hold = (dl.writes_in_flight > 0).then(|| Rc::clone(&dl.fin.out));
+    (
+        r,
+        std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)),
+        failed,
+        hold,
+    )
 }
 
 fn end_inner(

@@ -18,6 +18,7 @@
 //! transfer as `Interrupted` (each keeps its `.part` and control file) and starts no more.
 
 use std::os::fd::RawFd;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use uring::Op;
@@ -30,6 +31,7 @@ use crate::engine::blocks::write_block;
 use crate::err;
 use crate::error::Result;
 use crate::lane::{RUN_LANE, RingCell};
+use crate::output::Output;
 use crate::report::Progress;
 use crate::tag::Tag;
 
@@ -44,6 +46,12 @@ pub trait Feed {
     -> Option<Start>;
     /// The transfers in flight (a few times a second).
     fn progress(&mut self, flights: &[Flight], elapsed: Duration);
+    /// No more files are to start (`--fail-fast` after a failure): one handed over and
+    /// waiting for room goes back with [`Feed::unstarted`].
+    fn stopping(&self) -> bool;
+    /// File `id`'s transfer `st` was handed over but never started (the run was
+    /// interrupted, or is stopping): it counts as not started.
+    fn unstarted(&mut self, id: usize, st: Start);
 }
 
 /// One transfer in flight, for the run's progress line.
@@ -100,8 +108,11 @@ impl Running<'_> {
 enum Slot<'c> {
     Free,
     Busy(Box<Running<'c>>),
-    /// Its transfer ended; its ops are cancelled and not all back yet.
-    Draining,
+    /// Its transfer ended; its ops are cancelled and not all back yet (with the output
+    /// when writes were still in flight: an epoll worker may still write to its fd).
+    Draining {
+        _hold: Option<Rc<Output>>,
+    },
 }
 
 /// Runs the files `feed` gives, `many.lanes` at once, on the ring and connections of
@@ -143,20 +154,21 @@ fn drive(
     if let Some(fd) = many.signals {
         let block = reactor.signal_block()?;
         if let Some(buf) = block.alloc() {
-            cell.lane(RUN_LANE)
-                .push(
-                    Op::Read {
-                        fd,
-                        buf,
-                        range: 0..uring::signal::SIGINFO_SIZE,
-                        offset: u64::MAX,
-                    },
-                    Tag::Signal.encode(),
-                )
-                .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))?;
+            read_signal(cell, fd, buf)?;
         }
     }
     loop {
+        // A signal taken while a lane waited for its own completion (its fsync or
+        // read-back) stops the run before another file starts.
+        while let Some(c) = cell.take_stashed(RUN_LANE) {
+            on_signal(cell, many.signals, c, &mut slots, &mut interrupted)?;
+        }
+        // A file handed over but not started goes back when the run stops.
+        if (interrupted.is_some() || feed.stopping())
+            && let Some((id, st)) = waiting.take()
+        {
+            feed.unstarted(id, st);
+        }
         // Start what the free lanes and the origins' caps have room for.
         while interrupted.is_none() {
             let Some(lane) = slots.iter().position(|s| matches!(s, Slot::Free)) else {
@@ -207,10 +219,10 @@ fn drive(
                 s => s,
             };
             let Some(step) = step else { continue };
-            let Slot::Busy(r) = std::mem::replace(&mut slots[lane], Slot::Draining) else {
+            let Slot::Busy(r) = std::mem::replace(&mut slots[lane], Slot::Draining { _hold: None }) else {
                 unreachable!("matched Busy above")
             };
-            let (outcome, report, failed) = end(r.dl, step, reactor);
+            let (outcome, report, failed, hold) = end(r.dl, step, reactor);
             // Its ops still in flight (the tick, reads of connections not kept) come back
             // cancelled before the lane takes another transfer.
             cell.cancel_lane(lane as u8)
@@ -218,6 +230,8 @@ fn drive(
             if cell.in_flight(lane as u8) == 0 {
                 slots[lane] = Slot::Free;
                 freed = true;
+            } else {
+                slots[lane] = Slot::Draining { _hold: hold };
             }
             if let Some(again) = feed.ended(r.id, outcome, report, failed) {
                 waiting = Some((r.id, again));
@@ -225,7 +239,11 @@ fn drive(
             }
         }
         let idle = slots.iter().all(|s| matches!(s, Slot::Free));
-        if idle && (exhausted || interrupted.is_some()) && waiting.is_none() {
+        if idle && waiting.is_none() && (exhausted || interrupted.is_some()) {
+            // (A signal that came meanwhile is said all the same.)
+            while let Some(c) = cell.take_stashed(RUN_LANE) {
+                on_signal(cell, None, c, &mut slots, &mut interrupted)?;
+            }
             return Ok(interrupted);
         }
         if Instant::now() >= next_progress {
@@ -239,7 +257,7 @@ fn drive(
                 .collect();
             feed.progress(&flights, started.elapsed());
         }
-        if freed && interrupted.is_none() {
+        if freed {
             // A lane came free (or a redirect waits): start the next file before waiting.
             continue;
         }
@@ -247,29 +265,63 @@ fn drive(
             .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
         while let Some((lane, c)) = cell.next_any() {
             if lane == RUN_LANE {
-                if Tag::decode(c.tag) == Some(Tag::Signal) && c.result > 0 {
-                    let name = crate::tag::signal_name(c.buf.as_deref());
-                    interrupted = Some(name);
-                    for s in &mut slots {
-                        if let Slot::Busy(r) = s {
-                            r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
-                        }
-                    }
-                }
+                on_signal(cell, many.signals, c, &mut slots, &mut interrupted)?;
                 continue;
             }
             match slots.get_mut(usize::from(lane)) {
                 Some(Slot::Busy(r)) => {
-                    if r.failed.is_none()
-                        && let Err(e) = r.dl.complete(c)
-                    {
+                    if let Err(e) = r.dl.complete(c) {
+                        // The transfer ends with it before another completion is taken:
+                        // its end reaps what is left of its own (its writes) itself.
                         r.failed = Some(e);
+                        break;
                     }
                 }
-                Some(s @ Slot::Draining) if cell.in_flight(lane) == 0 => *s = Slot::Free,
+                Some(s @ Slot::Draining { .. }) if cell.in_flight(lane) == 0 => *s = Slot::Free,
                 _ => {}
             }
         }
+    }
+}
+
+/// Reads the next SIGINT/SIGTERM from signalfd `fd` into `buf` (on the reactor's lane).
+fn read_signal(cell: &RingCell, fd: RawFd, buf: uring::Buf) -> Result<()> {
+    cell.lane(RUN_LANE)
+        .push(
+            Op::Read {
+                fd,
+                buf,
+                range: 0..uring::signal::SIGINFO_SIZE,
+                offset: u64::MAX,
+            },
+            Tag::Signal.encode(),
+        )
+        .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
+}
+
+/// A completion of the reactor's own lane: a signal ends every transfer in flight as
+/// `Interrupted` (each keeps its `.part` and control file), and the signalfd is read
+/// again (from `signals`) for the next one.
+fn on_signal(
+    cell: &RingCell,
+    signals: Option<RawFd>,
+    c: uring::Completion,
+    slots: &mut [Slot<'_>],
+    interrupted: &mut Option<&'static str>,
+) -> Result<()> {
+    if Tag::decode(c.tag) != Some(Tag::Signal) || c.result <= 0 {
+        return Ok(());
+    }
+    let name = crate::tag::signal_name(c.buf.as_deref());
+    *interrupted = Some(name);
+    for s in slots.iter_mut() {
+        if let Slot::Busy(r) = s {
+            r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
+        }
+    }
+    match (signals, c.buf) {
+        (Some(fd), Some(buf)) => read_signal(cell, fd, buf),
+        _ => Ok(()),
     }
 }
 
@@ -301,7 +353,7 @@ fn start<'c>(
             // (Nothing of it is on the ring: its lane stays free.)
             let _ = cell.cancel_lane(lane as u8);
             if cell.in_flight(lane as u8) > 0 {
-                slots[lane] = Slot::Draining;
+                slots[lane] = Slot::Draining { _hold: None };
             }
             // (A transfer that did not start has no redirect to follow.)
             let _ = feed.ended(id, Err(e), report, None);

@@ -130,7 +130,10 @@ pub fn run(
     let r = match start_on(st, reactor, cell.lane(0), n, signals, true) {
         Ok(mut dl) => {
             let r = dl.event_loop();
-            end(dl, r, reactor)
+            // (Writes still in flight are reaped by give_back below; the caller holds
+            // the output until then.)
+            let (r, report, failed, _hold) = end(dl, r, reactor);
+            (r, report, failed)
         }
         Err((e, report)) => (Err(e), report, None),
     };
