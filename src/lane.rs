@@ -148,11 +148,6 @@ pub(crate) struct LaneRing<'c> {
 }
 
 impl<'c> LaneRing<'c> {
-    /// This lane's number.
-    pub(crate) fn lane(&self) -> u8 {
-        self.lane
-    }
-
     /// The cell this lane is a view of.
     pub(crate) fn cell(&self) -> &'c RingCell {
         self.cell

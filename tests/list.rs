@@ -567,6 +567,30 @@ fn files_in_flight_reuse_the_connections_of_the_files_before() {
     }
 }
 
+/// Large files in flight (`-j 2 -x 4`, four connections each once their size is known)
+/// take the connections earlier files left idle when they open their extra ones: eight
+/// files over at most eight connections, not three new ones per file.
+#[test]
+fn large_files_in_flight_take_the_idle_connections_they_need() {
+    let n = nginx();
+    let (base, shas) = serve("reuse-big", &[12 * MIB; 8]);
+    let dir = TestDir::new("list-reuse-big");
+    let url = n.http_url("");
+    let urls: Vec<String> = (0..shas.len()).map(|k| format!("{url}conn/{base}/f{k}.bin")).collect();
+    let mut args = vec!["-j", "2", "-x", "4", "--min-split-size", "1M", "-Z"];
+    args.extend(urls.iter().map(String::as_str));
+    let o = ringdl(&dir, &args);
+    let err = o.stderr_text();
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    let served = n.conn_log(&format!("/conn/{base}/"));
+    let conns: std::collections::BTreeSet<u64> = served.iter().map(|r| r.0).collect();
+    assert!(served.len() >= 8 * 3, "{served:?}");
+    assert!(conns.len() <= 8, "8 files over {} connections\n{err}", conns.len());
+}
+
 /// URLs given as mirrors that end in different names are said to be taken as mirrors of
 /// one file, before the download: a small first file comes whole from the first URL and
 /// the others are never asked, so nothing is dropped that could hint at it.

@@ -65,6 +65,8 @@ pub(crate) struct Fin {
     signed: Option<crate::signature::Input>,
     /// The origin key of each of the transfer's origins.
     keys: Vec<String>,
+    /// The engine and kTLS switch its connections are set up for.
+    pub(crate) engine: (EngineKind, bool),
     /// The final fsync ran on the ring beside other transfers: its result
     /// ([`Loop::begin_sync`]).
     pub(crate) synced: Option<i32>,
@@ -138,7 +140,7 @@ pub(crate) fn start_on<'c>(
     let block = write_block().max(out.align as usize);
     let wcount = reactor::write_slots(n);
     let (io, sqpoll_tid) = ring.cell().with(|c| (c.label.clone(), c.sqpoll_tid));
-    let (rpool, wpool) = match reactor.pools(ring.lane(), READ_BLOCK, n, block, wcount) {
+    let (rpool, wpool) = match reactor.pools(READ_BLOCK, n, block, wcount) {
         Ok(p) => p,
         Err(e) => return Err((e, report)),
     };
@@ -272,12 +274,20 @@ pub(crate) fn start_on<'c>(
             sqpoll_tid,
             signed,
             keys,
+            engine: (engine, ktls),
             synced: None,
         },
     };
     match dl.begin(reactor, signals) {
         Ok(()) => Ok(dl),
         Err(e) => Err((e, std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)))),
+    }
+}
+
+impl Fin {
+    /// The key of the transfer's origin `o` ([`reactor::origin_key`]).
+    pub(crate) fn key(&self, o: usize) -> &str {
+        &self.keys[o]
     }
 }
 

@@ -201,6 +201,24 @@ fn drive(
         #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
         for lane in 0..slots.len() {
             let Slot::Busy(r) = &mut slots[lane] else { continue };
+            // A transfer that would open another connection takes one another left idle
+            // to the same origin first (a large file after small ones).
+            if r.failed.is_none() && !r.syncing {
+                while let Some((i, o)) = r.dl.would_connect() {
+                    let Some(c) = reactor.take_idle(r.dl.fin.key(o), 1, r.dl.fin.engine).pop() else {
+                        break;
+                    };
+                    r.dl.adopt(i, c);
+                }
+            }
+            // Connections that waited for a write block the lanes share, freed by another.
+            if r.failed.is_none()
+                && !r.dl.waiting.is_empty()
+                && r.dl.sh.pool.available() > 0
+                && let Err(e) = r.dl.wake_waiting()
+            {
+                r.failed = Some(e);
+            }
             let step = match r.failed.take() {
                 Some(e) => Some(Err(e)),
                 None if r.syncing => r.dl.fin.synced.is_some().then_some(Ok(None)),
@@ -362,6 +380,40 @@ fn start<'c>(
 }
 
 impl Loop<'_> {
+    /// A connection slot that would open a new connection now (`kick`'s rule: work for
+    /// it, room under the transfer's and its origin's counts), and the index of its
+    /// origin among the transfer's.
+    pub(crate) fn would_connect(&self) -> Option<(usize, usize)> {
+        if !self.wants_connection() {
+            return None;
+        }
+        let single = self.sh.tr.plan.is_planned() && !self.sh.tr.ranges;
+        if single && self.conns.iter().any(|c| c.st != St::Closed) {
+            return None;
+        }
+        let now = Instant::now();
+        let i = (0..self.conns.len()).find(|&i| {
+            let c = &self.conns[i];
+            c.st == St::Closed
+                && !c.deferred
+                && !c.busy()
+                && !c.dead
+                && c.rx.job.is_none()
+                && c.not_before.is_none_or(|t| t <= now)
+                && self.may_connect(i)
+                && self.may_open(i)
+        })?;
+        Some((i, self.sh.tr.mirrors[self.conns[i].mirror].origin))
+    }
+
+    /// Slot `i` takes `conn`, a connection another transfer left open and idle to the same
+    /// origin: no connect, no handshake (its slot's unused read block goes back).
+    pub(crate) fn adopt(&mut self, i: usize, mut conn: crate::control::Conn) {
+        conn.mirror = self.conns[i].mirror;
+        conn.engaged = true;
+        self.conns[i] = conn;
+    }
+
     /// What the run's progress line shows of this transfer.
     pub(crate) fn flight(&self) -> Flight {
         Flight {

@@ -51,8 +51,8 @@ pub struct Reactor {
     signal_block: Option<BufPool>,
     /// Read blocks (one per connection, over every transfer at once) ...
     read: Option<BufPool>,
-    /// ... and each lane's write blocks, sized for the largest transfers so far.
-    write: Vec<BufPool>,
+    /// ... and the write blocks the lanes share, sized for the largest run so far.
+    write: Option<BufPool>,
     /// Origins by [`origin_key`], with the TLS version and suite their last handshake
     /// agreed (for the summary of a transfer that makes none).
     origins: Vec<(String, Origin, Option<String>)>,
@@ -71,6 +71,12 @@ pub struct Reactor {
 /// Write slots (and blocks) of a transfer over `n` connections.
 pub(crate) fn write_slots(n: usize) -> usize {
     (2 * n + 2).clamp(6, 64)
+}
+
+/// Write blocks of a run of `lanes` transfers at once over `n` connections each: one
+/// transfer's [`write_slots`], and two more per other lane.
+pub(crate) fn write_blocks(lanes: usize, n: usize) -> usize {
+    write_slots(n) + 2 * lanes.saturating_sub(1)
 }
 
 /// SQ entries for a transfer over `n` connections: a CONNECT with its LINK_TIMEOUT, or a
@@ -169,9 +175,12 @@ impl Reactor {
 
     /// Sizes the pools for `lanes` transfers at once of `n` connections each, with write
     /// blocks of `block` bytes: one read pool of `lanes · n` blocks (and as many more as
-    /// idle connections are kept: [`MAX_IDLE`], or `lanes` when more), and a write pool
-    /// per lane. The
-    /// kept pools serve when they are large enough.
+    /// idle connections are kept: [`MAX_IDLE`], or `lanes` when more), and one write pool
+    /// the lanes share, of [`write_blocks`]`(lanes, n)` blocks (what one transfer of `n`
+    /// connections keeps in flight, and two more per other lane: a file in flight beside
+    /// others holds a block filling and one being written, and the memory of a run does
+    /// not grow with `-j` as one pool per lane made it). The kept pools serve when they
+    /// are large enough.
     ///
     /// # Errors
     /// `LocalIo` when the blocks cannot be mapped.
@@ -179,7 +188,7 @@ impl Reactor {
         let read = crate::event::READ_BLOCK;
         self.max_idle = MAX_IDLE.max(lanes);
         let count = lanes * n + self.idle_cap();
-        let wcount = write_slots(n);
+        let wcount = write_blocks(lanes, n);
         if self.read.as_ref().is_none_or(|r| r.count() < count) {
             // Connections kept hold blocks of the old pool: they go with it.
             self.idle.clear();
@@ -187,52 +196,39 @@ impl Reactor {
                 BufPool::new(read, count).map_err(|e| err!(LocalIo, "read blocks ({count} x {read} bytes): {e}"))?,
             );
         }
-        for lane in 0..lanes {
-            if self
-                .write
-                .get(lane)
-                .is_some_and(|w| w.block_size() == block && w.count() >= wcount)
-            {
-                continue;
-            }
-            let w = BufPool::new(block, wcount)
-                .map_err(|e| err!(LocalIo, "write blocks ({wcount} x {block} bytes): {e}"))?;
-            if lane < self.write.len() {
-                self.write[lane] = w;
-            } else {
-                self.write.push(w);
-            }
+        if self
+            .write
+            .as_ref()
+            .is_none_or(|w| w.block_size() != block || w.count() < wcount)
+        {
+            self.write = Some(
+                BufPool::new(block, wcount)
+                    .map_err(|e| err!(LocalIo, "write blocks ({wcount} x {block} bytes): {e}"))?,
+            );
         }
         Ok(())
     }
 
-    /// The read pool and lane `lane`'s write pool (sized for `n` connections and `wcount`
-    /// write blocks of `block` bytes: made now when [`Reactor::size_pools`] did not).
+    /// The read pool and the write pool (sized for `n` connections and `wcount` write
+    /// blocks of `block` bytes: made now when [`Reactor::size_pools`] did not).
     ///
     /// # Errors
     /// `LocalIo` when the blocks cannot be mapped.
-    pub(crate) fn pools(
-        &mut self,
-        lane: u8,
-        read: usize,
-        n: usize,
-        block: usize,
-        wcount: usize,
-    ) -> Result<(BufPool, BufPool)> {
-        let lane = usize::from(lane);
+    pub(crate) fn pools(&mut self, read: usize, n: usize, block: usize, wcount: usize) -> Result<(BufPool, BufPool)> {
         let fits = self
             .read
             .as_ref()
             .is_some_and(|r| r.block_size() == read && r.count() >= n + self.idle_cap())
             && self
                 .write
-                .get(lane)
+                .as_ref()
                 .is_some_and(|w| w.block_size() == block && w.count() >= wcount);
         if !fits {
-            self.size_pools(lane + 1, n, block)?;
+            self.size_pools(1, n, block)?;
         }
         let r = self.read.clone().expect("sized above");
-        Ok((r, self.write[lane].clone()))
+        let w = self.write.clone().expect("sized above");
+        Ok((r, w))
     }
 
     /// Registers the pools with the ring of `cell` (IORING_REGISTER_BUFFERS) unless they

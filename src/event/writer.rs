@@ -133,6 +133,12 @@ impl Loop<'_> {
         self.sh.tr.landed.add(slot.off, slot.off + slot.fill as u64);
         drop(buf);
         // A block is free again: wake connections that waited for one.
+        self.wake_waiting()
+    }
+
+    /// Drives on the connections that waited for a write block (one is free: this
+    /// transfer's write completed, or, with transfers sharing the pool, another's).
+    pub(crate) fn wake_waiting(&mut self) -> Result<()> {
         let waiting: Vec<usize> = self.waiting.drain(..).collect();
         for i in waiting {
             self.conns[i].waiting = false;
