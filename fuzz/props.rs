@@ -1257,6 +1257,8 @@ pub fn scheduler(data: &[u8]) {
                     stalled: arg & 4 == 4,
                     busy: arg & 8 == 8,
                     others_progress,
+                    // (Another transfer on the ring served by the origin: `-j`.)
+                    others_served: arg & 128 == 128,
                     planned: plan_.is_planned(),
                     extra: arg & 16 == 16,
                     idle_others: idle_others && arg & 32 == 32,
@@ -1275,7 +1277,7 @@ pub fn scheduler(data: &[u8]) {
                     _ => assert_eq!(seg.tries, before, "{v:?} spent a try"),
                 }
                 if v == Verdict::Parked {
-                    assert!(a.busy && ((a.planned && others_progress) || a.extra));
+                    assert!(a.busy && ((a.planned && others_progress) || a.others_served || a.extra));
                 }
                 if v == Verdict::Crowded {
                     assert!(a.busy && a.idle_others && a.asked_wait && !others_progress);

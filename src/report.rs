@@ -67,6 +67,8 @@ pub struct Progress {
     files: Option<(usize, usize)>,
     /// No progress line (several files in flight: the run draws one for all).
     no_line: bool,
+    /// Said after the numbers where the line has room (the files in flight).
+    tail: String,
 }
 
 impl Progress {
@@ -81,7 +83,14 @@ impl Progress {
             next_line: LINE_EVERY,
             files: None,
             no_line: false,
+            tail: String::new(),
         }
+    }
+
+    /// What the next lines say after the numbers, when there is room (on a terminal,
+    /// within its width; in a log, always): the files in flight of a run of several.
+    pub fn tail(&mut self, tail: String) {
+        self.tail = tail;
     }
 
     /// Draws no progress line (notes are still said): the run draws one for its files.
@@ -120,11 +129,24 @@ impl Progress {
             let width = rustix::termios::tcgetwinsize(std::io::stderr())
                 .map_or(80, |w| usize::from(w.ws_col))
                 .clamp(20, 1000);
-            let line = bar::fit(&line, landed, total, width);
+            let mut line = bar::fit(&line, landed, total, width);
+            let free = line.len() - line.trim_end().len();
+            if !self.tail.is_empty() && free > self.tail.chars().count() + 2 {
+                let used = line.trim_end().chars().count();
+                let room = width.saturating_sub(1);
+                line = format!("{}  {}", line.trim_end(), self.tail);
+                line.extend(std::iter::repeat_n(
+                    ' ',
+                    room.saturating_sub(used + 2 + self.tail.chars().count()),
+                ));
+            }
             eprint!("\r{line}");
             let _ = std::io::stderr().flush();
             self.drawn = line.chars().count();
         } else {
+            if !self.tail.is_empty() {
+                line = format!("{line}; in flight: {}", self.tail);
+            }
             eprintln!("ringdl: {line}");
             self.next_line = elapsed + LINE_EVERY;
         }

@@ -1070,3 +1070,57 @@ fn the_per_host_cap_holds_across_files_in_flight() {
         srv.peak_bodies()
     );
 }
+
+/// A server cap nobody knew (it turns a third request at once away) met by files in
+/// flight (`-j 4 -x 4`): the refusals are caps, not failed tries, even for a file whose
+/// only connection was refused while the others' were served; every file lands exact
+/// (with two tries allowed per segment), and what the server allows is learned as 2 —
+/// the requests of all files counted —, not 1.
+#[test]
+fn a_cap_met_by_files_in_flight_is_shared_not_failed() {
+    for tls in [false, true] {
+        let srv = crate::fault::FaultServer::builder()
+            .size(4 * MIB)
+            .tls_if(tls)
+            .rate(4 * MIB)
+            .cap(2)
+            .start();
+        let dir = TestDir::new("list-j-cap-unknown");
+        let urls: Vec<String> = (0..4).map(|k| srv.url(&format!("/f{k}.bin"))).collect();
+        let ca = if tls {
+            srv.ca_pem().display().to_string()
+        } else {
+            String::new()
+        };
+        let mut args = vec![
+            "-j",
+            "4",
+            "-x",
+            "4",
+            "--min-split-size",
+            "1M",
+            "--max-tries",
+            "2",
+            "-Z",
+            "-d",
+            "got",
+            "-v",
+        ];
+        if tls {
+            args.extend(["--ca-certificate", ca.as_str()]);
+        }
+        args.extend(urls.iter().map(String::as_str));
+        let o = ringdl(&dir, &args);
+        let err = o.stderr_text();
+        o.assert_success();
+        for k in 0..4 {
+            assert_eq!(
+                sha256_file(&dir.join(format!("got/f{k}.bin"))),
+                srv.sha256(),
+                "f{k}\n{err}"
+            );
+        }
+        assert!(srv.refused() > 0, "the cap never fired\n{err}");
+        assert!(!err.contains("server allows 1 "), "learned one file's share\n{err}");
+    }
+}

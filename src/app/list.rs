@@ -332,6 +332,8 @@ impl Feed for ListRun<'_> {
         report: Progress,
         failed: Option<Box<download::Summary>>,
     ) -> Option<download::Start> {
+        // The run's line goes before the file's summary or error is said.
+        self.line.clear();
         let mut fl = self.flying.remove(&id)?;
         match fl.f.ended(r, report, failed, &mut fl.record, &mut self.per_run) {
             Next::Again(st) => {
@@ -375,7 +377,17 @@ impl Feed for ListRun<'_> {
         let total = flights.iter().map(|f| f.total).sum::<Option<u64>>();
         let live = flights.iter().map(|f| f.live).sum();
         self.line.files(self.done, self.n);
-        self.line.update(have, fetched, total, live, elapsed, &[]);
+        // The files in flight, where the line has room for them.
+        let names: Vec<String> = flights
+            .iter()
+            .map(|f| match f.total {
+                Some(t) if t > 0 => format!("{} {}%", f.name, f.have.min(t) * 100 / t),
+                _ => f.name.clone(),
+            })
+            .collect();
+        self.line.tail(names.join(", "));
+        // (The map shows the share of the files in flight that is in place.)
+        self.line.update(have, fetched, total, live, elapsed, &[(0, have)]);
     }
 }
 

@@ -42,6 +42,10 @@ pub(crate) struct Origin {
     /// turned an extra one away (503/429 or a refused CONNECT while others were served):
     /// learned by one transfer, kept with the origin, and no transfer after it opens more.
     pub(crate) allows: Option<usize>,
+    /// Requests to this origin that the other transfers on the ring have on the wire (a
+    /// body or an answer coming), set by the reactor before each turn (`-j`; 0 for a
+    /// transfer alone): they count toward the server's cap as this transfer's own do.
+    pub(crate) others: usize,
 }
 
 impl Origin {
@@ -63,6 +67,7 @@ impl Origin {
             addr_proven: false,
             attempt_started: None,
             allows: None,
+            others: 0,
         })
     }
 
@@ -125,6 +130,7 @@ mod tests {
             addr_proven: false,
             attempt_started,
             allows: None,
+            others: 0,
         }
     }
 

@@ -207,7 +207,8 @@ impl Loop<'_> {
             .iter()
             .filter(|c| c.engaged && !c.dead && self.sh.tr.mirrors[c.mirror].origin == origin)
             .count();
-        open < cap
+        // (With the requests other transfers have on the wire to it: `Origin::others`.)
+        open + self.sh.origin(k).others < cap
     }
 
     /// Slot `c` will carry nothing more: it gave up, waits for a race it will not run, or

@@ -83,7 +83,7 @@ pub(crate) fn start_on<'c>(
     n: usize,
     signals: Option<RawFd>,
     alone: bool,
-) -> std::result::Result<Loop<'c>, (Error, Progress)> {
+) -> std::result::Result<Loop<'c>, Box<(Error, Progress)>> {
     let Start {
         mirrors,
         opts,
@@ -104,7 +104,7 @@ pub(crate) fn start_on<'c>(
     for route in mirrors {
         let fresh = match Origin::new(&route.url, route.tls, route.route) {
             Ok(o) => o,
-            Err(e) => return Err((e, report)),
+            Err(e) => return Err(Box::new((e, report))),
         };
         let key = reactor::origin_key(&route.url, &fresh);
         let o = match keys.iter().position(|k| *k == key) {
@@ -142,7 +142,7 @@ pub(crate) fn start_on<'c>(
     let (io, sqpoll_tid) = ring.cell().with(|c| (c.label.clone(), c.sqpoll_tid));
     let (rpool, wpool) = match reactor.pools(READ_BLOCK, n, block, wcount) {
         Ok(p) => p,
-        Err(e) => return Err((e, report)),
+        Err(e) => return Err(Box::new((e, report))),
     };
     // Connections the transfers before left open to these origins go first (keep-alive,
     // RFC 9112 §9.3); the others are closed. Beside other transfers a transfer takes only
@@ -280,7 +280,10 @@ pub(crate) fn start_on<'c>(
     };
     match dl.begin(reactor, signals) {
         Ok(()) => Ok(dl),
-        Err(e) => Err((e, std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)))),
+        Err(e) => Err(Box::new((
+            e,
+            std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)),
+        ))),
     }
 }
 

@@ -55,8 +55,10 @@ pub trait Feed {
 }
 
 /// One transfer in flight, for the run's progress line.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Flight {
+    /// The file's name (its last path component, without `.part`).
+    pub name: String,
     /// Bytes of the file in place (resumed ones included), of `total` when known.
     pub have: u64,
     pub total: Option<u64>,
@@ -196,6 +198,7 @@ fn drive(
             }
             start(feed, cell, &mut slots, lane, (id, st), keys, n, reactor);
         }
+        share_origins(&mut slots);
         // Drive each transfer on; end those that are done.
         let mut freed = false;
         #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
@@ -367,7 +370,8 @@ fn start<'c>(
                 syncing: false,
             }));
         }
-        Err((e, report)) => {
+        Err(b) => {
+            let (e, report) = *b;
             // (Nothing of it is on the ring: its lane stays free.)
             let _ = cell.cancel_lane(lane as u8);
             if cell.in_flight(lane as u8) > 0 {
@@ -416,11 +420,57 @@ impl Loop<'_> {
 
     /// What the run's progress line shows of this transfer.
     pub(crate) fn flight(&self) -> Flight {
+        let name = std::path::Path::new(&self.sh.tr.out_name)
+            .file_name()
+            .map(|n| n.to_string_lossy().trim_end_matches(".part").to_owned())
+            .unwrap_or_else(|| self.sh.tr.out_name.clone());
         Flight {
+            name,
             have: self.sh.tr.landed.bytes(),
             total: self.sh.tr.total,
             fetched: self.sh.tr.received,
             live: self.conns.iter().filter(|c| c.rx.job.is_some()).count(),
+        }
+    }
+}
+
+/// Tells each transfer how many requests the others have being served by each of its
+/// origins — answered, a body coming ([`crate::control::origin::Origin::others`]): a
+/// server's cap counts them all,
+/// so a refusal while another transfer is served is a cap (no failed try), what the
+/// server allows is learned with them, and no transfer opens past it.
+fn share_origins(slots: &mut [Slot<'_>]) {
+    let serving = |r: &Running<'_>, o: usize| {
+        r.dl.conns
+            .iter()
+            .filter(|c| {
+                c.st == St::Open
+                    && r.dl.sh.tr.mirrors[c.mirror].origin == o
+                    && c.rx
+                        .job
+                        .as_ref()
+                        .is_some_and(|jb| jb.got_bytes || jb.placer.delimiter().is_some())
+            })
+            .count()
+    };
+    let mut totals: Vec<(String, usize)> = Vec::new();
+    for s in slots.iter() {
+        let Slot::Busy(r) = s else { continue };
+        for o in 0..r.dl.sh.origins.len() {
+            let key = r.dl.fin.key(o);
+            let n = serving(r, o);
+            match totals.iter_mut().find(|(k, _)| k == key) {
+                Some(t) => t.1 += n,
+                None => totals.push((key.to_owned(), n)),
+            }
+        }
+    }
+    for s in slots.iter_mut() {
+        let Slot::Busy(r) = s else { continue };
+        for o in 0..r.dl.sh.origins.len() {
+            let all = totals.iter().find(|(k, _)| k == r.dl.fin.key(o)).map_or(0, |t| t.1);
+            let own = serving(r, o);
+            r.dl.sh.origins[o].others = all - own;
         }
     }
 }

@@ -135,7 +135,7 @@ pub fn run(
             let (r, report, failed, _hold) = end(dl, r, reactor);
             (r, report, failed)
         }
-        Err((e, report)) => (Err(e), report, None),
+        Err(b) => (Err(b.0), b.1, None),
     };
     reactor.give_back((cell.into_inner(), entries, splice));
     if !matches!(r.0, Ok(Outcome::Done(_))) {

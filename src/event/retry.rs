@@ -36,13 +36,16 @@ impl Loop<'_> {
     /// caught a response the server took after another was done on its side (a tail still
     /// on its way here) and read "allows 3" under nginx `limit_conn 2`.
     pub(crate) fn allowed(&self, k: usize, i: usize) -> usize {
-        self.conns
-            .iter()
-            .enumerate()
-            .filter(|&(j, c)| j != i && self.same_origin(c.mirror, k) && c.st == St::Open && !c.capped)
-            .filter_map(|(_, c)| c.rx.job.as_ref())
-            .filter(|jb| jb.got_bytes || jb.placer.delimiter().is_some())
-            .count()
+        // (The other transfers' requests to the origin count too: `Origin::others`.)
+        self.sh.origin(k).others
+            + self
+                .conns
+                .iter()
+                .enumerate()
+                .filter(|&(j, c)| j != i && self.same_origin(c.mirror, k) && c.st == St::Open && !c.capped)
+                .filter_map(|(_, c)| c.rx.job.as_ref())
+                .filter(|jb| jb.got_bytes || jb.placer.delimiter().is_some())
+                .count()
     }
 
     /// Mirror `k`'s server turned a connection away while it served `took`: what its origin
@@ -94,6 +97,7 @@ impl Loop<'_> {
             busy: f.busy,
             stalled: f.stalled,
             others_progress,
+            others_served: self.sh.origin(k).others > 0,
             planned: self.sh.tr.plan.is_planned(),
             ranges: self.sh.tr.ranges,
             reused: self.conns[i].reused,

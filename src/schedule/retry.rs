@@ -32,6 +32,9 @@ pub struct Attempt {
     pub busy: bool,
     /// Another connection is receiving a body right now.
     pub others_progress: bool,
+    /// Another transfer on the ring is being served by the same origin (`-j`): a refusal
+    /// is the server's cap also before this transfer's first answer.
+    pub others_served: bool,
     /// The first reply came (size and range support are known).
     pub planned: bool,
     /// The refusal came while other connections to the same target are open: a proxy
@@ -68,7 +71,7 @@ pub enum Verdict {
 /// the concurrency instead of spending tries (also for a slot with no request, whose
 /// connect was refused).
 pub fn parked(a: &Attempt) -> bool {
-    a.busy && ((a.planned && a.others_progress) || a.extra)
+    a.busy && ((a.planned && a.others_progress) || a.others_served || a.extra)
 }
 
 /// Judges a failed attempt on `seg` and counts it there (`tries`, `grace`).
