@@ -1277,7 +1277,7 @@ pub fn scheduler(data: &[u8]) {
                     _ => assert_eq!(seg.tries, before, "{v:?} spent a try"),
                 }
                 if v == Verdict::Parked {
-                    assert!(a.busy && ((a.planned && others_progress) || a.others_served || a.extra));
+                    assert!(a.busy && ((a.planned && others_progress) || (a.others_served && !a.reused) || a.extra));
                 }
                 if v == Verdict::Crowded {
                     assert!(a.busy && a.idle_others && a.asked_wait && !others_progress);

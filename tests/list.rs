@@ -1124,3 +1124,38 @@ fn a_cap_met_by_files_in_flight_is_shared_not_failed() {
         assert!(!err.contains("server allows 1 "), "learned one file's share\n{err}");
     }
 }
+
+/// Files whose URLs redirect, at the default `-j` (4 files hold the origin's 16
+/// connection slots until their sizes are known, the others wait): every redirect is
+/// followed and every file lands exact — none is lost when several transfers end with a
+/// redirect in one turn, or while another file waits for room.
+#[test]
+fn redirecting_files_in_flight_all_land() {
+    let mut b = crate::fault::FaultServer::builder().size(2 * MIB);
+    for k in 0..8 {
+        b = b.fault_on(
+            crate::fault::When::path(&format!("/r{k}")),
+            crate::fault::Fault::Redirect {
+                code: 302,
+                location: format!("/f{k}.bin"),
+            },
+        );
+    }
+    let srv = b.start();
+    let dir = TestDir::new("list-j-redirects");
+    let urls: Vec<String> = (0..8).map(|k| srv.url(&format!("/r{k}"))).collect();
+    let text: String = urls
+        .iter()
+        .enumerate()
+        .map(|(k, u)| format!("{u}\n  out=f{k}.bin\n"))
+        .collect();
+    let l = list(&dir, &text);
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap(), "-x", "4"]);
+    let err = o.stderr_text();
+    o.assert_success();
+    for k in 0..8 {
+        assert_eq!(sha256_file(&dir.join(format!("f{k}.bin"))), srv.sha256(), "f{k}\n{err}");
+    }
+    let j = json(&dir);
+    assert_eq!(j["run"]["ok"], 8, "{j}");
+}

@@ -500,7 +500,8 @@ fn end_inner(
     let (digest, signed) = match (&opts.checksum, out.read_back()) {
         (_, Some((part, base))) => crate::output::verify::digests(
             &dl.ring,
-            &dl.sh.pool,
+            // (Its own blocks: the write pool may be held by other transfers' connections.)
+            &reactor.verify_pool(dl.sh.pool.block_size())?,
             (part, out.direct, base, total),
             opts.checksum.as_ref().map(|c| c.algorithm),
             dl.fin.signed.take(),
@@ -532,6 +533,6 @@ fn end_inner(
         .map(|c| (keys[dl.sh.tr.mirrors[c.mirror].origin].clone(), c))
         .collect();
     let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
-    reactor.keep(origins, info, conns);
+    reactor.keep(origins, info, conns, dl.fin.engine);
     Ok(Outcome::Done(Box::new(summary)))
 }

@@ -149,7 +149,9 @@ fn drive(
 ) -> Result<Option<&'static str>> {
     let started = Instant::now();
     let mut slots: Vec<Slot<'_>> = (0..lanes).map(|_| Slot::Free).collect();
-    let mut waiting: Option<(usize, Start)> = None;
+    // Files handed over that wait for a lane and room under their caps, in order (a
+    // redirect to follow goes first).
+    let mut waiting: std::collections::VecDeque<(usize, Start)> = std::collections::VecDeque::new();
     let mut exhausted = false;
     let mut interrupted: Option<&'static str> = None;
     let mut next_progress = started;
@@ -166,17 +168,17 @@ fn drive(
             on_signal(cell, many.signals, c, &mut slots, &mut interrupted)?;
         }
         // A file handed over but not started goes back when the run stops.
-        if (interrupted.is_some() || feed.stopping())
-            && let Some((id, st)) = waiting.take()
-        {
-            feed.unstarted(id, st);
+        if interrupted.is_some() || feed.stopping() {
+            while let Some((id, st)) = waiting.pop_front() {
+                feed.unstarted(id, st);
+            }
         }
         // Start what the free lanes and the origins' caps have room for.
         while interrupted.is_none() {
             let Some(lane) = slots.iter().position(|s| matches!(s, Slot::Free)) else {
                 break;
             };
-            let next = match waiting.take() {
+            let next = match waiting.pop_front() {
                 Some(w) => Some(w),
                 None if exhausted => None,
                 None => feed.next(),
@@ -186,14 +188,17 @@ fn drive(
                 break;
             };
             let keys: Vec<String> = st.mirrors.iter().map(reactor::route_key).collect();
-            let n = st
-                .opts
-                .connections
-                .min(room(&keys, st.opts.max_per_host, &slots, reactor));
+            let n = st.opts.connections.min(room(
+                &keys,
+                st.opts.max_per_host,
+                keys.len().min(st.opts.connections),
+                &slots,
+                reactor,
+            ));
             if n == 0 {
                 // Its origins' caps are taken by the transfers running: it waits for one
                 // of them to end.
-                waiting = Some((id, st));
+                waiting.push_front((id, st));
                 break;
             }
             start(feed, cell, &mut slots, lane, (id, st), keys, n, reactor);
@@ -206,7 +211,7 @@ fn drive(
             let Slot::Busy(r) = &mut slots[lane] else { continue };
             // A transfer that would open another connection takes one another left idle
             // to the same origin first (a large file after small ones).
-            if r.failed.is_none() && !r.syncing {
+            if r.failed.is_none() && !r.syncing && r.dl.sh.fatal.is_none() && r.dl.sh.tr.redirect.is_none() {
                 while let Some((i, o)) = r.dl.would_connect() {
                     let Some(c) = reactor.take_idle(r.dl.fin.key(o), 1, r.dl.fin.engine).pop() else {
                         break;
@@ -255,12 +260,12 @@ fn drive(
                 slots[lane] = Slot::Draining { _hold: hold };
             }
             if let Some(again) = feed.ended(r.id, outcome, report, failed) {
-                waiting = Some((r.id, again));
+                waiting.push_front((r.id, again));
                 freed = true;
             }
         }
         let idle = slots.iter().all(|s| matches!(s, Slot::Free));
-        if idle && waiting.is_none() && (exhausted || interrupted.is_some()) {
+        if idle && waiting.is_empty() && (exhausted || interrupted.is_some()) {
             // (A signal that came meanwhile is said all the same.)
             while let Some(c) = cell.take_stashed(RUN_LANE) {
                 on_signal(cell, None, c, &mut slots, &mut interrupted)?;
@@ -330,8 +335,17 @@ fn on_signal(
     slots: &mut [Slot<'_>],
     interrupted: &mut Option<&'static str>,
 ) -> Result<()> {
-    if Tag::decode(c.tag) != Some(Tag::Signal) || c.result <= 0 {
+    if Tag::decode(c.tag) != Some(Tag::Signal) {
         return Ok(());
+    }
+    if c.result <= 0 {
+        // (A failed or cancelled read: read again, or a later Ctrl-C would go unseen.)
+        return match (signals, c.buf) {
+            (Some(fd), Some(buf)) if c.result != -(rustix::io::Errno::CANCELED.raw_os_error()) => {
+                read_signal(cell, fd, buf)
+            }
+            _ => Ok(()),
+        };
     }
     let name = crate::tag::signal_name(c.buf.as_deref());
     *interrupted = Some(name);
@@ -416,6 +430,8 @@ impl Loop<'_> {
         conn.mirror = self.conns[i].mirror;
         conn.engaged = true;
         self.conns[i] = conn;
+        // (Its requests are counted for this transfer from now on.)
+        self.sh.used[i] = false;
     }
 
     /// What the run's progress line shows of this transfer.
@@ -477,9 +493,9 @@ fn share_origins(slots: &mut [Slot<'_>]) {
 
 /// Connection slots a transfer to the origins `keys` may have: the least room left under
 /// any of their caps (`max_per_host`, or what the server was seen allowing), counting
-/// the slots the running transfers hold and the idle connections kept to them (which the
-/// transfer may take).
-fn room(keys: &[String], max_per_host: usize, slots: &[Slot<'_>], reactor: &Reactor) -> usize {
+/// the slots the running transfers hold and the idle connections kept to them (of which
+/// it takes at most `takes` at its start).
+fn room(keys: &[String], max_per_host: usize, takes: usize, slots: &[Slot<'_>], reactor: &Reactor) -> usize {
     keys.iter()
         .map(|k| {
             let cap = reactor.allows(k).unwrap_or(usize::MAX).min(max_per_host);
@@ -491,7 +507,7 @@ fn room(keys: &[String], max_per_host: usize, slots: &[Slot<'_>], reactor: &Reac
                 })
                 .sum();
             let idle = reactor.idle_to(k);
-            (cap.saturating_sub(held + idle) + idle).min(cap)
+            (cap.saturating_sub(held + idle) + idle.min(takes)).min(cap)
         })
         .min()
         .unwrap_or(0)

@@ -51,18 +51,19 @@ pub struct Reactor {
     signal_block: Option<BufPool>,
     /// Read blocks (one per connection, over every transfer at once) ...
     read: Option<BufPool>,
-    /// ... and the write blocks the lanes share, sized for the largest run so far.
+    /// ... and the write blocks the lanes share, sized for the largest run so far ...
     write: Option<BufPool>,
+    /// ... and the blocks a finished file is read back into (`--checksum`,
+    /// `--signature`): its own, never waiting for blocks other transfers hold.
+    verify: Option<BufPool>,
     /// Origins by [`origin_key`], with the TLS version and suite their last handshake
     /// agreed (for the summary of a transfer that makes none).
     origins: Vec<(String, Origin, Option<String>)>,
     /// Idle open connections and the origin each is connected to.
-    idle: Vec<(String, Conn)>,
+    idle: Vec<(String, Conn, (EngineKind, bool))>,
     /// Most idle connections kept: [`MAX_IDLE`], or the lanes of a run of many files when
     /// more (each file in flight leaves its connection for the next).
     max_idle: usize,
-    /// The engine and kTLS switch the idle connections were set up for.
-    engine: Option<(EngineKind, bool)>,
     /// SIGINT or SIGTERM arrived while nothing was waiting for it (a transfer's last
     /// fsync or read-back): the run stops before the next transfer.
     pub(crate) interrupted: Option<&'static str>,
@@ -74,9 +75,12 @@ pub(crate) fn write_slots(n: usize) -> usize {
 }
 
 /// Write blocks of a run of `lanes` transfers at once over `n` connections each: one
-/// transfer's [`write_slots`], and two more per other lane.
+/// transfer's [`write_slots`] and two more per other lane, and at least one per
+/// connection and two more (a connection receiving straight into a block holds one while
+/// it waits for its server: fewer blocks than connections would let slow servers' files
+/// starve a fast one's).
 pub(crate) fn write_blocks(lanes: usize, n: usize) -> usize {
-    write_slots(n) + 2 * lanes.saturating_sub(1)
+    (write_slots(n) + 2 * lanes.saturating_sub(1)).max(lanes * n + 2)
 }
 
 /// SQ entries for a transfer over `n` connections: a CONNECT with its LINK_TIMEOUT, or a
@@ -116,7 +120,7 @@ impl Reactor {
 
     /// Idle connections kept to origin `key`.
     pub(crate) fn idle_to(&self, key: &str) -> usize {
-        self.idle.iter().filter(|(k, _)| k == key).count()
+        self.idle.iter().filter(|(k, ..)| k == key).count()
     }
 
     /// A reactor with nothing kept yet.
@@ -231,6 +235,21 @@ impl Reactor {
         Ok((r, w))
     }
 
+    /// The read-back pool: [`crate::output::verify::DEPTH`] blocks of `block` bytes.
+    ///
+    /// # Errors
+    /// `LocalIo` when the blocks cannot be mapped.
+    pub(crate) fn verify_pool(&mut self, block: usize) -> Result<BufPool> {
+        let depth = crate::output::verify::DEPTH;
+        if let Some(p) = self.verify.as_ref().filter(|p| p.block_size() == block) {
+            return Ok(p.clone());
+        }
+        let p =
+            BufPool::new(block, depth).map_err(|e| err!(LocalIo, "read-back blocks ({depth} x {block} bytes): {e}"))?;
+        self.verify = Some(p.clone());
+        Ok(p)
+    }
+
     /// Registers the pools with the ring of `cell` (IORING_REGISTER_BUFFERS) unless they
     /// already are; a refusal is said in `report` once and the ops go unregistered.
     /// Returns whether they are registered.
@@ -277,17 +296,13 @@ impl Reactor {
         }
     }
 
-    /// Idle connections to the origin `key`, at most `max`, for a transfer with `engine`
-    /// (connections set up for another engine are closed).
+    /// Idle connections to the origin `key` set up for `engine` (its engine and kTLS
+    /// switch), at most `max`.
     pub(crate) fn take_idle(&mut self, key: &str, max: usize, engine: (EngineKind, bool)) -> Vec<Conn> {
-        if self.engine.is_some_and(|e| e != engine) {
-            self.idle.clear();
-        }
-        self.engine = Some(engine);
         let mut taken = Vec::new();
         let mut i = 0;
         while i < self.idle.len() && taken.len() < max {
-            if self.idle[i].0 == key {
+            if self.idle[i].0 == key && self.idle[i].2 == engine {
                 taken.push(self.idle.swap_remove(i).1);
             } else {
                 i += 1;
@@ -305,13 +320,14 @@ impl Reactor {
     }
 
     /// Keeps what a finished transfer leaves: its origins (under their keys, with the TLS
-    /// summary) and each connection that can carry another request — open, nothing in
+    /// summary) and each connection (set up for `engine`) that can carry another request — open, nothing in
     /// flight, no job, no unread input, no pipe holding bytes, not closed by the peer.
     pub(crate) fn keep(
         &mut self,
         origins: Vec<(String, Origin)>,
         tls_info: Option<String>,
         conns: Vec<(String, Conn)>,
+        engine: (EngineKind, bool),
     ) {
         for (key, conn) in conns {
             let reusable = conn.st == St::Open
@@ -325,7 +341,7 @@ impl Reactor {
                 && conn.pending_request.is_empty()
                 && conn.pipe.as_ref().is_none_or(|p| p.is_idle() && p.held == 0);
             if reusable {
-                self.idle.push((key, conn));
+                self.idle.push((key, conn, engine));
             }
         }
         if self.idle.len() > self.idle_cap() {

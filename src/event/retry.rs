@@ -294,7 +294,11 @@ impl Loop<'_> {
                 },
             });
             self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
-            if !crowded {
+            // A refusal while only another transfer's single request was served may be a
+            // passing 503, not a cap of one: that is not learned for the whole run.
+            let others = self.sh.origin(k).others;
+            let own = self.allowed(k, i) - others;
+            if !crowded && (f.extra || own > 0 || others >= 2) {
                 self.learn_cap(k, using);
             }
             return Ok(());

@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::tag::Tag;
 
 /// Reads in flight while hashing.
-const DEPTH: usize = 4;
+pub(crate) const DEPTH: usize = 4;
 
 /// What `--signature` needs from the file: a digest, or the bytes (`None`: more than
 /// [`crate::signature::MAX_MESSAGE`]).

@@ -33,7 +33,8 @@ pub struct Attempt {
     /// Another connection is receiving a body right now.
     pub others_progress: bool,
     /// Another transfer on the ring is being served by the same origin (`-j`): a refusal
-    /// is the server's cap also before this transfer's first answer.
+    /// is the server's cap also before this transfer's first answer (not a reset of a
+    /// reused connection: that is the keep-alive close).
     pub others_served: bool,
     /// The first reply came (size and range support are known).
     pub planned: bool,
@@ -71,7 +72,7 @@ pub enum Verdict {
 /// the concurrency instead of spending tries (also for a slot with no request, whose
 /// connect was refused).
 pub fn parked(a: &Attempt) -> bool {
-    a.busy && ((a.planned && a.others_progress) || a.others_served || a.extra)
+    a.busy && ((a.planned && a.others_progress) || (a.others_served && !a.reused) || a.extra)
 }
 
 /// Judges a failed attempt on `seg` and counts it there (`tries`, `grace`).
