@@ -507,7 +507,9 @@ fn room(keys: &[String], max_per_host: usize, takes: usize, slots: &[Slot<'_>], 
                 })
                 .sum();
             let idle = reactor.idle_to(k);
-            (cap.saturating_sub(held + idle) + idle.min(takes)).min(cap)
+            // Open after it starts: the others' slots, the idle connections it leaves, and
+            // its own (of which `takes` are idle ones it takes, not new).
+            (cap + idle.min(takes)).saturating_sub(held + idle).min(cap)
         })
         .min()
         .unwrap_or(0)
