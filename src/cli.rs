@@ -40,6 +40,8 @@ pub struct Files {
 pub const DEFAULT_JOBS: usize = 5;
 /// The most `-j` takes (each file in flight holds its own write blocks).
 pub const MAX_JOBS: usize = 64;
+/// Most reactor threads (`--threads`).
+pub const MAX_THREADS: usize = 64;
 
 /// The `--help` text.
 pub const HELP: &str = "\
@@ -103,6 +105,10 @@ Output:
 
 Connections and I/O:
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
+      --threads N|auto      reactors on N threads, each with its own ring, buffers
+                            and connections, sharing a large file's ranges (-x is
+                            spread over them); auto: the CPUs the process may use;
+                            1-64 (default 1)
       --min-split-size SIZE open one connection per SIZE bytes still to fetch, up to
                             -x: the first connection alone learns the size; 512K, 4M,
                             1G (powers of 1024; 4K to 1G; default 4M)
@@ -203,6 +209,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         output: OutputTarget::Default,
         dir: None,
         connections: 4,
+        threads: 1,
         min_split_size: crate::schedule::MIN_SPLIT_SIZE,
         max_per_host: MAX_PER_HOST,
         engine: None,
@@ -279,6 +286,19 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                     return Err(err!(Usage, "--connections must be 1 to {MAX_CONNECTIONS}, not {n}"));
                 }
                 o.connections = n;
+            }
+            Long("threads") => {
+                let v = p.value().map_err(usage)?;
+                o.threads = match v.to_str() {
+                    Some("auto") => std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
+                    _ => {
+                        let s = v.to_string_lossy();
+                        match s.parse::<usize>() {
+                            Ok(n) if (1..=MAX_THREADS).contains(&n) => n,
+                            _ => return Err(err!(Usage, "--threads must be 1 to {MAX_THREADS} or auto, not {s}")),
+                        }
+                    }
+                };
             }
             Long("engine") => {
                 let v = p.value().map_err(usage)?;

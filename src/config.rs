@@ -56,6 +56,10 @@ pub struct Config {
     pub dir: Option<PathBuf>,
     /// `-x/--connections`: concurrent Range connections, 1..=[`MAX_CONNECTIONS`].
     pub connections: usize,
+    /// `--threads N`: reactors, each on its own thread with its own ring, pools and
+    /// connections, 1..=64 ([`crate::cli`]'s `auto`: the CPUs the process may use). A
+    /// file's ranges are spread over them, `connections` shared out among them.
+    pub threads: usize,
     /// `--min-split-size SIZE` (aria2c's name), bytes, 4096..=1 GiB: a connection beyond
     /// the first opens only for each this many bytes still to fetch (see
     /// [`crate::schedule::connections_for`]).

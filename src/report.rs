@@ -273,6 +273,12 @@ pub enum Note {
     ControlNotSaved { why: String },
     /// The loop's state, each tick (`-vvv`, for debugging).
     State(String),
+    /// `--threads`: reactor `reactor`'s part of the file failed; what it did not land goes
+    /// back to the owner's queue.
+    PartFailed { reactor: usize, why: String },
+    /// `--threads`: the file was fetched on `reactors` reactors; `parts` parts went to the
+    /// others, which landed `bytes` bytes.
+    Reactors { reactors: usize, parts: usize, bytes: u64 },
     /// At the end: ops that went out on the registered output fd (`IOSQE_FIXED_FILE`).
     FixedFileOps { ops: u64 },
     /// At the end: the SQPOLL thread's own CPU time (`--sqpoll`; not in the process's
@@ -292,6 +298,7 @@ impl Note {
             | Note::NoRangesNoResume
             | Note::Shrunk
             | Note::WritesPending
+            | Note::PartFailed { .. }
             | Note::SyncFailed
             | Note::ControlNotSaved { .. } => Level::Warning,
             _ => Level::Verbose(1),
@@ -393,6 +400,18 @@ impl std::fmt::Display for Note {
             Note::SyncFailed => f.write_str("warning: fdatasync of the partial file failed: the resume state is older"),
             Note::ControlNotSaved { why } => write!(f, "warning: {why}"),
             Note::State(s) => f.write_str(s),
+            Note::PartFailed { reactor, why } => {
+                write!(
+                    f,
+                    "warning: reactor {reactor}'s part failed ({why}): its rest goes back to the queue"
+                )
+            }
+            Note::Reactors { reactors, parts, bytes } => {
+                write!(
+                    f,
+                    "{reactors} reactors: {parts} parts to the other threads, {bytes} bytes landed there"
+                )
+            }
         }
     }
 }

@@ -30,6 +30,9 @@ pub(crate) enum Tag {
     Drain(usize),
     /// `--limit-rate`: the TIMEOUT after which connections waiting for the bucket read again.
     Pace,
+    /// `--threads`: the READ of the eventfd that rings when another reactor sent this one
+    /// a message (what its part of a transfer landed, that it ended).
+    Mail,
 }
 
 /// The signal a [`Tag::Signal`] completion's siginfo names, for messages (SIGTERM, else
@@ -62,6 +65,7 @@ impl Tag {
             Tag::Verify(i) => (9, i),
             Tag::Drain(i) => (10, i),
             Tag::Pace => (11, 0),
+            Tag::Mail => (12, 0),
         };
         let index = u32::try_from(index).expect("tag index fits 32 bits");
         (kind << KIND_SHIFT) | u64::from(index)
@@ -82,6 +86,7 @@ impl Tag {
             9 => Tag::Verify(index),
             10 => Tag::Drain(index),
             11 => Tag::Pace,
+            12 => Tag::Mail,
             _ => return None,
         })
     }
@@ -113,10 +118,11 @@ mod tests {
             Tag::Verify(u32::MAX as usize),
             Tag::Drain(5),
             Tag::Pace,
+            Tag::Mail,
         ] {
             assert_eq!(Tag::decode(t.encode()), Some(t));
         }
         assert_eq!(Tag::decode(0), None);
-        assert_eq!(Tag::decode(12 << 32), None);
+        assert_eq!(Tag::decode(13 << 32), None);
     }
 }

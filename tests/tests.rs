@@ -26,6 +26,7 @@ mod socks;
 mod soft_tls;
 mod static_binary;
 mod teardown;
+mod threads;
 mod trust;
 mod users;
 mod vm;

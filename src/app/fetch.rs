@@ -126,6 +126,7 @@ impl Fetching {
                     ktls: self.ktls_on,
                     signed: self.signed_input,
                     report: std::mem::replace(&mut self.progress, Progress::new(true, 0)),
+                    part: None,
                 });
             }
             if routes.is_empty() {

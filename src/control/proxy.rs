@@ -49,6 +49,7 @@ impl std::fmt::Debug for Socks {
 
 /// Where a download's connections go: the addresses to connect to (the proxy's when
 /// there is one), and the proxy.
+#[derive(Clone)]
 pub struct Route {
     /// Resolved addresses, tried in order.
     pub addrs: Vec<std::net::SocketAddr>,

@@ -290,7 +290,8 @@ pub(crate) fn on_head(
                 within_bound(sh.opts, complete)?;
                 sh.tr.total = Some(complete);
                 sh.tr.ranges = true;
-                sh.tr.need_fallocate = true;
+                // (A part of another reactor's transfer: the owner preallocated.)
+                sh.tr.need_fallocate = sh.tr.part.is_none();
                 // The rest is planned from an aligned offset: a server that caps range replies
                 // at an odd size must not make later O_DIRECT writes unaligned.
                 let first_end = if last + 1 >= complete {
@@ -317,6 +318,14 @@ pub(crate) fn on_head(
                         } else {
                             "validator differs".to_owned()
                         };
+                        if sh.tr.part.is_some() {
+                            // A part's bytes must be of the owner's file: it ends the part
+                            // (and the owner's transfer, which cannot use them).
+                            return Err(Fail::fatal(
+                                Kind::Protocol,
+                                format!("{host}: the file changed while it was fetched ({what})"),
+                            ));
+                        }
                         sh.report.note(Note::Changed { what });
                         // Everything but what this first reply carries.
                         let got = Landed::from_ranges(&[(job.seg.start, first_end)]);
@@ -400,6 +409,12 @@ pub(crate) fn on_head(
             Ok(HeadAction::Body)
         }
         200 => {
+            if sh.tr.part.is_some() {
+                return Err(Fail::fatal(
+                    Kind::Protocol,
+                    format!("{host}: answered 200 to a Range request for a part of the file: not that range"),
+                ));
+            }
             if !job.probe && sh.tr.ranges && sh.tr.mirrors[job.mirror].standing == Standing::Pending {
                 return Err(Fail::fatal(
                     Kind::Protocol,
@@ -455,6 +470,10 @@ pub(crate) fn on_head(
             sh.report.note(Note::NoRanges);
             Ok(HeadAction::Body)
         }
+        416 if job.probe && sh.tr.part.is_some() => Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: 416 for a part of the file: it shrank while it was fetched"),
+        )),
         416 if job.probe && job.seg.start > 0 => {
             // The resume point lies past the end: the file shrank. Start over from zero.
             sh.tr.resume = None;

@@ -51,6 +51,8 @@ pub struct Start {
     pub signed: Option<crate::signature::Input>,
     /// Its progress and notes (given back at its end).
     pub report: Progress,
+    /// `--threads`: a part of another reactor's transfer (None for a transfer of its own).
+    pub(crate) part: Option<super::threads::PartLink>,
 }
 
 /// What only the end of a transfer needs.
@@ -94,6 +96,7 @@ pub(crate) fn start_on<'c>(
         ktls,
         signed,
         report,
+        part,
     } = st;
     let m = mirrors.len();
     let mut states = Vec::with_capacity(m);
@@ -213,6 +216,7 @@ pub(crate) fn start_on<'c>(
         reference: None,
         not_modified: false,
         wanted: m.min(n),
+        part: part.as_ref().map(super::threads::PartLink::range),
     };
     let stream_digest = opts
         .checksum
@@ -253,6 +257,8 @@ pub(crate) fn start_on<'c>(
         started: Instant::now(),
         tls_info,
         interrupted: None,
+        remote: None,
+        part,
         tick: Duration::from_millis(250),
         control,
         saved_bytes: 0,
@@ -378,6 +384,13 @@ pub(crate) type Ended = (Result<Outcome>, Progress, Option<Box<Summary>>, Option
 pub(crate) fn end(mut dl: Loop<'_>, r: Result<Option<(usize, Url)>>, reactor: &mut Reactor) -> Ended {
     let mut failed = None;
     let r = end_inner(&mut dl, r, reactor, &mut failed);
+    if let Some(rm) = dl.remote.take() {
+        reactor.helpers_back(rm);
+    }
+    if let Some(p) = dl.part.as_mut() {
+        // What of a helper's part landed, to its owner before the part's end is said.
+        p.tell_landed(&dl.sh.tr.landed);
+    }
     let hold = (dl.writes_in_flight > 0).then(|| Rc::clone(&dl.fin.out));
     (
         r,
@@ -399,6 +412,7 @@ fn end_inner(
     let registered = dl.fin.registered;
     match r {
         Ok(Some((mirror, to))) => {
+            dl.stop_parts();
             if dl.sh.tr.mirrors.len() > 1 {
                 // A mirror's redirect may come while bytes are on their way to the file:
                 // they land before the ring goes (the next run fetches them again).
@@ -416,8 +430,17 @@ fn end_inner(
             if let Some(n) = dl.sh.tr.capped_at {
                 dl.sh.report.note(Note::Allowed { connections: n });
             }
+            if let Some(rm) = &dl.remote {
+                dl.sh.report.note(Note::Reactors {
+                    reactors: rm.reactors(),
+                    parts: rm.given,
+                    bytes: rm.by_others,
+                });
+            }
         }
         Err(mut e) => {
+            // Parts out on other reactors stop first and say what they landed.
+            dl.stop_parts();
             // Let the writes in flight land first, then keep what landed: a later `-c`
             // resumes from the control file. A `.part` that holds nothing (only
             // preallocated zeros) is removed.

@@ -373,8 +373,24 @@ fn start<'c>(
     n: usize,
     reactor: &mut Reactor,
 ) {
-    match start_on(st, reactor, cell.lane(lane as u8), n, None, false) {
-        Ok(dl) => {
+    // `--threads`: a file in flight may spread over the other reactors while no other
+    // holds them; its slot still counts all `n` connections under the caps (the other
+    // reactors' among them).
+    let mut st = st;
+    let remote = match super::spread(&mut st, reactor) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = feed.ended(id, Err(e), st.report, None);
+            return;
+        }
+    };
+    let own = if remote.is_some() { st.opts.connections } else { n };
+    match start_on(st, reactor, cell.lane(lane as u8), own, None, false) {
+        Ok(mut dl) => {
+            dl.remote = remote;
+            if let Err(e) = dl.arm_mail(None) {
+                dl.sh.fatal.get_or_insert(e);
+            }
             slots[lane] = Slot::Busy(Box::new(Running {
                 id,
                 dl,
@@ -385,6 +401,9 @@ fn start<'c>(
             }));
         }
         Err(b) => {
+            if let Some(rm) = remote {
+                reactor.helpers_back(rm);
+            }
             let (e, report) = *b;
             // (Nothing of it is on the ring: its lane stays free.)
             let _ = cell.cancel_lane(lane as u8);

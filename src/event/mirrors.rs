@@ -23,6 +23,7 @@ use crate::schedule::Segment;
 use crate::transfer::mirror::Standing;
 
 /// One URL of the file and how to reach it, as the command prepared it.
+#[derive(Clone)]
 pub struct MirrorRoute {
     /// The URL (after the redirects followed so far).
     pub url: Url,

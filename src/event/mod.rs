@@ -17,6 +17,7 @@ mod reactor;
 mod recv;
 pub(crate) mod retry;
 mod summary;
+mod threads;
 mod tick;
 mod writer;
 
@@ -120,28 +121,75 @@ pub fn run(
     signals: Option<RawFd>,
     reactor: &mut Reactor,
 ) -> (Result<Outcome>, Progress, Option<Box<Summary>>) {
+    let mut st = st;
+    let remote = match spread(&mut st, reactor) {
+        Ok(r) => r,
+        Err(e) => return (Err(e), st.report, None),
+    };
     let n = st.opts.connections;
     let (chosen, entries, splice) =
         match reactor.take_ring(&st.opts, reactor::ring_entries(n), st.engine == EngineKind::Splice) {
             Ok(r) => r,
-            Err(e) => return (Err(e), st.report, None),
+            Err(e) => {
+                if let Some(rm) = remote {
+                    reactor.helpers_back(rm);
+                }
+                return (Err(e), st.report, None);
+            }
         };
     let cell = RingCell::new(chosen);
     let r = match start_on(st, reactor, cell.lane(0), n, signals, true) {
         Ok(mut dl) => {
-            let r = dl.event_loop();
+            dl.remote = remote;
+            let r = dl.arm_mail(None).and_then(|()| dl.event_loop());
             // (Writes still in flight are reaped by give_back below; the caller holds
             // the output until then.)
             let (r, report, failed, _hold) = end(dl, r, reactor);
             (r, report, failed)
         }
-        Err(b) => (Err(b.0), b.1, None),
+        Err(b) => {
+            if let Some(rm) = remote {
+                reactor.helpers_back(rm);
+            }
+            (Err(b.0), b.1, None)
+        }
     };
     reactor.give_back((cell.into_inner(), entries, splice));
     if !matches!(r.0, Ok(Outcome::Done(_))) {
         reactor.reset();
     }
     r
+}
+
+/// `--threads N`: when transfer `st` spreads over other reactors (a regular file from one
+/// URL, more than one connection, no `--limit-rate`), its options keep the owner's share
+/// of the connections and the helpers come back lent to it; `None` when it runs on this
+/// reactor alone.
+///
+/// # Errors
+/// `LocalIo` when the helper threads or their eventfd cannot be made, or its block mapped.
+pub(crate) fn spread(st: &mut Start, reactor: &mut Reactor) -> Result<Option<threads::Remote>> {
+    let opts = &st.opts;
+    let shares = threads::shares(opts.connections, opts.threads);
+    if shares.len() < 2
+        || st.part.is_some()
+        || st.mirrors.len() != 1
+        || st.out.part.is_none()
+        || st.out.room.is_some()
+        || st.out.sequential
+        || opts.limit_rate.is_some()
+    {
+        return Ok(None);
+    }
+    let mail = reactor.mail_block()?;
+    let helpers = reactor.helpers(shares.len() - 1)?;
+    let mut o = (**opts).clone();
+    o.connections = shares[0];
+    let Some(remote) = helpers.lend(shares, st.mirrors.clone(), mail) else {
+        return Ok(None);
+    };
+    st.opts = Rc::new(o);
+    Ok(Some(remote))
 }
 
 pub(crate) struct Loop<'a> {
@@ -184,6 +232,10 @@ pub(crate) struct Loop<'a> {
     /// SIGINT/SIGTERM came while the loop was no longer running (the final fsync or
     /// read-back): the file lands, and the run stops before the next.
     pub(crate) interrupted: Option<&'static str>,
+    /// `--threads`: the other reactors this transfer hands parts to (its owner's side) ...
+    pub(crate) remote: Option<threads::Remote>,
+    /// ... or the owner this loop fetches a part for (a helper's side).
+    pub(crate) part: Option<threads::PartLink>,
 }
 
 impl Shared {
@@ -228,7 +280,11 @@ impl Loop<'_> {
     /// and the caps allow, queues writes; the loop's end when there is one (as
     /// [`Loop::event_loop`] returns it), else `None`.
     pub(crate) fn step(&mut self) -> Option<Result<Option<(usize, Url)>>> {
-        if let Err(e) = self.kick().and_then(|()| self.flush_writes()) {
+        if let Err(e) = self
+            .hand_out()
+            .and_then(|()| self.kick())
+            .and_then(|()| self.flush_writes())
+        {
             return Some(Err(e));
         }
         if let Some(e) = self.sh.fatal.take() {
@@ -290,6 +346,7 @@ impl Loop<'_> {
                 .all(|c| c.rx.job.is_none() && c.pipe.as_ref().is_none_or(Pipe::is_idle))
             && self.sh.to_write.is_empty()
             && self.writes_in_flight == 0
+            && !self.remote.as_ref().is_some_and(threads::Remote::busy)
     }
 
     pub(crate) fn complete(&mut self, c: Completion) -> Result<()> {
@@ -333,6 +390,10 @@ impl Loop<'_> {
                 }
             }
             Some(Tag::Fsync(0)) => self.fin.synced = Some(c.result),
+            Some(Tag::Mail) if c.result >= 0 => self.on_mail(c.buf)?,
+            Some(Tag::Mail) => {
+                return Err(err!(LocalIo, "reading the reactors' eventfd: {}", errno(c.result)));
+            }
             Some(Tag::Signal) => {
                 let name = crate::tag::signal_name(c.buf.as_deref());
                 self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));

@@ -67,6 +67,11 @@ pub struct Reactor {
     /// SIGINT or SIGTERM arrived while nothing was waiting for it (a transfer's last
     /// fsync or read-back): the run stops before the next transfer.
     pub(crate) interrupted: Option<&'static str>,
+    /// `--threads`: the other reactors, on their threads (started by the first transfer
+    /// that spreads over them).
+    helpers: Option<super::threads::Helpers>,
+    /// The block of the READ of the eventfd the helpers ring.
+    mail_block: Option<BufPool>,
 }
 
 /// Write slots (and blocks) of a transfer over `n` connections.
@@ -161,6 +166,38 @@ impl Reactor {
                 entries,
                 splice,
             });
+        }
+    }
+
+    /// The block the eventfd READ of `--threads` goes into (one per reactor, kept).
+    ///
+    /// # Errors
+    /// `LocalIo` when it cannot be mapped.
+    pub(crate) fn mail_block(&mut self) -> Result<BufPool> {
+        if let Some(p) = &self.mail_block {
+            return Ok(p.clone());
+        }
+        let p = BufPool::new(4096, 1).map_err(|e| err!(LocalIo, "eventfd buffer: {e}"))?;
+        self.mail_block = Some(p.clone());
+        Ok(p)
+    }
+
+    /// `--threads`: `n` helper reactors, started now unless as many run already.
+    ///
+    /// # Errors
+    /// `LocalIo` when eventfd(2) or a thread's creation fails.
+    pub(crate) fn helpers(&mut self, n: usize) -> Result<&mut super::threads::Helpers> {
+        if self.helpers.as_ref().is_none_or(|h| h.len() < n) {
+            self.helpers = None; // (joins the fewer ones first)
+            self.helpers = Some(super::threads::Helpers::spawn(n)?);
+        }
+        Ok(self.helpers.as_mut().expect("started above"))
+    }
+
+    /// The helpers lent to a transfer, back at its end.
+    pub(crate) fn helpers_back(&mut self, remote: super::threads::Remote) {
+        if let Some(h) = self.helpers.as_mut() {
+            h.give_back(remote);
         }
     }
 

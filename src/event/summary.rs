@@ -76,7 +76,7 @@ impl Loop<'_> {
         registered: bool,
         digest: Option<ring::digest::Digest>,
     ) -> Summary {
-        Summary {
+        let mut s = Summary {
             bytes,
             fetched: self.sh.tr.received,
             connections: self.sh.used.iter().filter(|u| **u).count().max(1),
@@ -110,7 +110,12 @@ impl Loop<'_> {
                 .reference
                 .and_then(|k| self.sh.tr.mirrors[k].validators.last_modified.clone()),
             signed: None,
+        };
+        if let Some(r) = &self.remote {
+            // `--threads`: the other reactors' connections and handshakes count too.
+            r.counts.add_to(&mut s);
         }
+        s
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Output {
     what: Option<String>,
     /// A block device: where the image goes on it (`--offset`, room, logical block).
     pub room: Option<device::Room>,
+    /// Another reactor's duplicate of a regular file's output ([`Output::part_of`]).
+    of_part: bool,
 }
 
 /// `FILE` → `FILE.part`, where the bytes land until the download is complete.
@@ -348,6 +350,7 @@ impl Output {
                 force,
                 what: Some(sp.what),
                 room: None,
+                of_part: false,
             });
         }
         let final_path = path.expect("a regular file has a path");
@@ -389,6 +392,7 @@ impl Output {
             force,
             what: None,
             room: None,
+            of_part: false,
         })
     }
 
@@ -409,6 +413,7 @@ impl Output {
             final_path: Some(path),
             force: false,
             room: Some(room),
+            of_part: false,
         })
     }
 
@@ -486,6 +491,37 @@ impl Output {
             crate::output::resume::remove(&crate::output::resume::path_for(part));
             let _ = std::fs::remove_file(part);
         }
+    }
+
+    /// The same regular file for another reactor's part of the transfer (`--threads`): a
+    /// duplicate of the descriptor (same open file description: O_DIRECT and alignment as
+    /// this one), with no `.part` of its own to truncate, sync or rename — the owner does
+    /// that — and named in messages as this one. `None` for an output that is not a
+    /// regular file (standard output, a FIFO, a block device's room: one reactor writes
+    /// it).
+    ///
+    /// # Errors
+    /// `LocalIo` when dup(2) fails (EMFILE).
+    pub fn part_of(&self) -> Result<Option<Output>> {
+        if (self.part.is_none() && !self.of_part) || self.room.is_some() || self.sequential {
+            return Ok(None);
+        }
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| err!(LocalIo, "{}: dup: {e}", self.describe()))?;
+        Ok(Some(Output {
+            fd,
+            direct: self.direct,
+            align: self.align,
+            sequential: false,
+            part: None,
+            final_path: None,
+            force: false,
+            what: Some(self.describe()),
+            room: None,
+            of_part: true,
+        }))
     }
 
     /// The output for messages: the `.part` path or "standard output".

@@ -81,6 +81,10 @@ pub(crate) struct Transfer {
     /// [`crate::schedule::connections_for`] (`--min-split-size`). A run opens no connection
     /// it does not use.
     pub(crate) wanted: usize,
+    /// `--threads`: this transfer fetches only `[start, end)` of the file for the reactor
+    /// that owns it (its first answer must match the owner's size and validator; no
+    /// preallocation, no sync, no rename).
+    pub(crate) part: Option<(u64, u64)>,
 }
 
 impl Transfer {

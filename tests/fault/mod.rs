@@ -81,6 +81,8 @@ pub enum When {
     /// Requests whose Range does not start at byte 0 (the segments after ringdl's
     /// first request, which asks for `bytes=0-…`).
     Segment,
+    /// Requests whose Range starts at or after this byte.
+    RangeFrom(u64),
     /// Both.
     And(Box<When>, Box<When>),
     /// The first request this selects on which the fault takes effect (a short 206 on
@@ -1099,6 +1101,7 @@ fn matches(sh: &Shared, when: &When, req: &Request, partial_range: Option<u64>) 
         When::From(n) => req.n >= *n,
         When::Path(p) => req.path() == p,
         When::Segment => partial_range.is_some_and(|a| a != 0),
+        When::RangeFrom(n) => partial_range.is_some_and(|a| a >= *n),
         When::And(a, b) => matches(sh, a, req, partial_range) && matches(sh, b, req, partial_range),
         When::Once(w) => matches(sh, w, req, partial_range),
     }

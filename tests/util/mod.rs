@@ -132,10 +132,31 @@ pub fn test_io() -> Option<&'static str> {
     .as_deref()
 }
 
-/// `["--io", backend]` when [`test_io`] forces one, else nothing: for tests that run a
-/// copy of the binary through another program (prlimit, setpriv, the seccomp helper).
+/// The reactor threads every `ringdl` run of the tests is given: `RINGDL_TEST_THREADS`
+/// (1 to 64); unset or empty = ringdl's default (one).
+pub fn test_threads() -> Option<&'static str> {
+    static THREADS: OnceLock<Option<String>> = OnceLock::new();
+    THREADS
+        .get_or_init(|| {
+            let v = std::env::var("RINGDL_TEST_THREADS").ok().filter(|v| !v.is_empty())?;
+            assert!(
+                v.parse::<usize>().is_ok_and(|n| (1..=64).contains(&n)),
+                "RINGDL_TEST_THREADS must be 1 to 64, not {v:?}"
+            );
+            Some(v)
+        })
+        .as_deref()
+}
+
+/// `["--io", backend]` when [`test_io`] forces one, and `["--threads", n]` when
+/// [`test_threads`] does, else nothing: for tests that run a copy of the binary through
+/// another program (prlimit, setpriv, the seccomp helper).
 pub fn io_args() -> Vec<&'static str> {
-    test_io().map_or_else(Vec::new, |io| vec!["--io", io])
+    let mut a = test_io().map_or_else(Vec::new, |io| vec!["--io", io]);
+    if let Some(t) = test_threads() {
+        a.extend(["--threads", t]);
+    }
+    a
 }
 
 /// A command with a timeout whose output is captured.
@@ -156,7 +177,8 @@ impl TestCommand {
     }
 
     /// The `ringdl` binary with a scrubbed environment (see [`SCRUBBED_ENV`]), on the I/O
-    /// backend [`test_io`] names (`--io epoll` when `RINGDL_TEST_IO=epoll`).
+    /// backend [`test_io`] names (`--io epoll` when `RINGDL_TEST_IO=epoll`), with the
+    /// reactor threads [`test_threads`] names.
     pub fn ringdl() -> TestCommand {
         let mut cmd = TestCommand::new(ringdl_bin());
         cmd.scrub_env();

@@ -1,0 +1,678 @@
+//! Reactors on other threads (`--threads N`): each has its own ring (io_uring or epoll),
+//! buffer pools, write slots and connections, and shares nothing with the others; they
+//! talk by messages.
+//!
+//! One reactor, the one a transfer started on, is its *owner*: it holds the transfer's
+//! plan, landed ranges, validator and control file. When another reactor (a *helper*) is
+//! free, the owner gives it a *part*: a run of queued segments, `[start, end)`. The helper
+//! fetches the part as a transfer of its own, over its own connections, into the same
+//! file (a duplicate descriptor, writes at the part's offsets with the owner's O_DIRECT
+//! alignment). Its first answer must carry the owner's size and validator, as a resumed
+//! download's must. It tells the owner what of the part landed, every tick (250 ms) and
+//! at its end, then that it ended. The owner adds those ranges to its landed ones, so its
+//! control file names them once its fdatasync covered them. What a helper did not land
+//! goes back to the owner's queue, for its own connections or another helper, with a try
+//! counted when the part failed.
+//!
+//! Messages: a channel each way (std `mpsc`). After each message a helper writes the
+//! owner's eventfd (eventfd(2)), which the owner's ring READs, so the owner's loop wakes
+//! on both backends and on any kernel. `IORING_OP_MSG_RING` (Linux 5.18+) could post the
+//! wake-up straight into the owner's completion queue; the eventfd serves epoll as well.
+//! A helper waits on its channel between parts. During a part it checks the part's stop
+//! flag on each tick.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use uring::{BufPool, Op};
+
+use super::mirrors::MirrorRoute;
+use super::{Loop, Outcome, Reactor, Start, Summary};
+use crate::config::Config;
+use crate::engine::EngineKind;
+use crate::err;
+use crate::error::{Error, Kind, Result};
+use crate::output::Output;
+use crate::output::resume::State;
+use crate::report::{Note, Progress};
+use crate::schedule::{Landed, Segment, align_down, align_up};
+use crate::tag::Tag;
+
+/// How long an ending owner waits for its helpers to stop their parts and report what
+/// landed (each settles its writes within 10 s and checks its stop flag every tick).
+const STOP_WAIT: Duration = Duration::from_secs(15);
+
+/// Connections per reactor when `connections` are spread over `threads` reactors: the
+/// owner's first, each at least one; fewer reactors than `threads` when there are fewer
+/// connections. `[x / t + 1, …, x / t]`.
+pub(crate) fn shares(connections: usize, threads: usize) -> Vec<usize> {
+    let t = threads.min(connections).max(1);
+    (0..t)
+        .map(|k| connections / t + usize::from(k < connections % t))
+        .collect()
+}
+
+/// The helper reactors of a run (threads started on the first transfer that spreads, kept
+/// for the next; joined when the run's [`Reactor`] goes).
+pub(crate) struct Helpers {
+    workers: Vec<Worker>,
+    /// What the helpers report; lent to the transfer that owns the parts.
+    inbox: Option<Receiver<Report>>,
+    /// Rings after each report (the owner's ring READs it).
+    bell: Arc<OwnedFd>,
+    /// Lendings so far.
+    lendings: u64,
+}
+
+struct Worker {
+    orders: Sender<PartOrder>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A part handed to a helper.
+pub(crate) struct PartOrder {
+    /// The lending it belongs to ([`Remote::lending`]): a late report of an earlier
+    /// transfer's part is never applied to the next one.
+    lending: u64,
+    /// The helper's number (1-based: reactor 0 is the owner).
+    helper: usize,
+    file: Arc<PartFile>,
+    /// `[start, end)`, bytes: aligned starts; the end aligned or the file's end.
+    range: (u64, u64),
+    /// Connections the helper opens for it.
+    connections: usize,
+    /// Set by the owner when the transfer ends before the part.
+    stop: Arc<AtomicBool>,
+}
+
+/// What every part of one transfer shares: where and what to fetch.
+pub(crate) struct PartFile {
+    routes: Vec<MirrorRoute>,
+    opts: Config,
+    out: Output,
+    engine: EngineKind,
+    ktls: bool,
+    total: u64,
+    validator: Option<Vec<u8>>,
+}
+
+/// What a helper's parts counted, for the owner's summary: connections (the most one
+/// part used on each helper, since a helper keeps its connections for its next part),
+/// handshakes, hand-offs, retries and splits (summed).
+#[derive(Default)]
+pub(crate) struct Counts {
+    connections: Vec<usize>,
+    tls_conns: usize,
+    tls_full: usize,
+    tls_resumed: usize,
+    soft_conns: usize,
+    ktls_conns: usize,
+    retries: u64,
+    steals: u64,
+}
+
+impl Counts {
+    fn count(&mut self, helper: usize, s: &Summary) {
+        if self.connections.len() < helper {
+            self.connections.resize(helper, 0);
+        }
+        self.connections[helper - 1] = self.connections[helper - 1].max(s.connections);
+        self.tls_conns += s.tls_conns;
+        self.tls_full += s.tls_full;
+        self.tls_resumed += s.tls_resumed;
+        self.soft_conns += s.soft_conns;
+        self.ktls_conns += s.ktls_conns;
+        self.retries += s.retries;
+        self.steals += s.steals;
+    }
+
+    /// Adds the helpers' counts to the owner's summary `s`.
+    pub(crate) fn add_to(&self, s: &mut Summary) {
+        s.connections += self.connections.iter().sum::<usize>();
+        s.tls_conns += self.tls_conns;
+        s.tls_full += self.tls_full;
+        s.tls_resumed += self.tls_resumed;
+        s.soft_conns += self.soft_conns;
+        s.ktls_conns += self.ktls_conns;
+        s.retries += self.retries;
+        s.steals += self.steals;
+    }
+}
+
+/// A helper's message to the owner.
+pub(crate) enum Report {
+    /// These ranges of part `range` are written (each write's completion came).
+    Landed {
+        lending: u64,
+        helper: usize,
+        ranges: Vec<(u64, u64)>,
+    },
+    /// The part ended: every byte landed (`None`), or why not.
+    Ended {
+        lending: u64,
+        helper: usize,
+        range: (u64, u64),
+        error: Option<Error>,
+        /// What the part's transfer counted (none when it could not start).
+        summary: Option<Box<Summary>>,
+    },
+}
+
+impl Helpers {
+    /// Starts `n` helper reactors.
+    ///
+    /// # Errors
+    /// `LocalIo` when eventfd(2) or a thread's creation fails.
+    pub(crate) fn spawn(n: usize) -> Result<Helpers> {
+        let bell = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
+            .map_err(|e| err!(LocalIo, "eventfd: {e}"))?;
+        let bell = Arc::new(bell);
+        let (tx, inbox) = channel();
+        let mut workers = Vec::with_capacity(n);
+        for k in 1..=n {
+            let (orders, rx) = channel::<PartOrder>();
+            let (tx, bell) = (tx.clone(), Arc::clone(&bell));
+            let thread = std::thread::Builder::new()
+                .name(format!("ringdl-r{k}"))
+                .spawn(move || helper(&rx, &tx, &bell))
+                .map_err(|e| err!(LocalIo, "starting reactor thread {k}: {e}"))?;
+            workers.push(Worker {
+                orders,
+                thread: Some(thread),
+            });
+        }
+        Ok(Helpers {
+            workers,
+            inbox: Some(inbox),
+            bell,
+            lendings: 0,
+        })
+    }
+
+    /// How many helpers run.
+    pub(crate) fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// The helpers lent to one transfer for its run: `None` when another has them.
+    pub(crate) fn lend(&mut self, shares: Vec<usize>, routes: Vec<MirrorRoute>, mail: BufPool) -> Option<Remote> {
+        let inbox = self.inbox.take()?;
+        self.lendings += 1;
+        Some(Remote {
+            lending: self.lendings,
+            orders: self.workers.iter().map(|w| w.orders.clone()).collect(),
+            inbox,
+            bell: self.bell.as_raw_fd(),
+            mail,
+            shares,
+            routes: Some(routes),
+            file: None,
+            parts: (0..self.workers.len()).map(|_| None).collect(),
+            failures: 0,
+            by_others: 0,
+            given: 0,
+            counts: Counts::default(),
+        })
+    }
+
+    /// The lent inbox back, at the transfer's end.
+    pub(crate) fn give_back(&mut self, remote: Remote) {
+        self.inbox = Some(remote.inbox);
+    }
+}
+
+impl Drop for Helpers {
+    fn drop(&mut self) {
+        // Closing each helper's channel ends its thread after its part.
+        let threads: Vec<_> = self.workers.iter_mut().filter_map(|w| w.thread.take()).collect();
+        self.workers.clear();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A helper thread: its own reactor, one part after another until its channel closes.
+fn helper(orders: &Receiver<PartOrder>, tx: &Sender<Report>, bell: &Arc<OwnedFd>) {
+    let mut reactor = Reactor::default();
+    while let Ok(p) = orders.recv() {
+        let (lending, helper, range) = (p.lending, p.helper, p.range);
+        let (r, summary) = run_part(&mut reactor, p, tx, bell);
+        tell(
+            tx,
+            bell,
+            Report::Ended {
+                lending,
+                helper,
+                range,
+                error: r.err(),
+                summary,
+            },
+        );
+    }
+}
+
+/// Sends `r` to the owner and rings its eventfd.
+fn tell(tx: &Sender<Report>, bell: &OwnedFd, r: Report) {
+    if tx.send(r).is_ok() {
+        let _ = rustix::io::write(bell.as_fd(), &1u64.to_ne_bytes());
+    }
+}
+
+/// Fetches part `p` on `reactor`: a transfer whose resume state says that everything but
+/// the part is on disk, so that its first answer is checked against the owner's size and
+/// validator and only the part is planned.
+fn run_part(
+    reactor: &mut Reactor,
+    p: PartOrder,
+    tx: &Sender<Report>,
+    bell: &Arc<OwnedFd>,
+) -> (Result<()>, Option<Box<Summary>>) {
+    let f = &p.file;
+    let out = match f.out.part_of() {
+        Ok(Some(out)) => out,
+        Ok(None) => {
+            return (
+                Err(err!(Internal, "a part of an output that is not a regular file")),
+                None,
+            );
+        }
+        Err(e) => return (Err(e), None),
+    };
+    let (a, b) = p.range;
+    let mut ranges = Vec::with_capacity(2);
+    if a > 0 {
+        ranges.push((0, a));
+    }
+    if b < f.total {
+        ranges.push((b, f.total));
+    }
+    let mut opts = f.opts.clone();
+    opts.connections = p.connections;
+    opts.threads = 1;
+    let st = Start {
+        mirrors: f.routes.clone(),
+        opts: Rc::new(opts),
+        out: Rc::new(out),
+        resume: Some(State {
+            url: f.opts.url.clone(),
+            total: f.total,
+            validator: f.validator.clone(),
+            ranges,
+            target: None,
+        }),
+        control: None,
+        engine: f.engine,
+        ktls: f.ktls,
+        signed: None,
+        report: Progress::new(true, 0),
+        part: Some(PartLink {
+            lending: p.lending,
+            helper: p.helper,
+            range: p.range,
+            tx: tx.clone(),
+            bell: Arc::clone(bell),
+            stop: p.stop,
+            told: 0,
+        }),
+    };
+    match super::run(st, None, reactor) {
+        (Ok(Outcome::Done(s)), _, _) => (Ok(()), Some(s)),
+        (Ok(Outcome::Redirect { to, .. }), _, s) => (Err(err!(Protocol, "a part's request was redirected to {to}")), s),
+        (Ok(Outcome::NotModified { .. }), _, s) => (Err(err!(Protocol, "a part's request was answered 304")), s),
+        (Err(e), _, s) => (Err(e), s),
+    }
+}
+
+/// A helper's side of a part, in the loop that fetches it.
+pub(crate) struct PartLink {
+    lending: u64,
+    helper: usize,
+    range: (u64, u64),
+    tx: Sender<Report>,
+    bell: Arc<OwnedFd>,
+    stop: Arc<AtomicBool>,
+    /// Bytes of the part told as landed so far.
+    told: u64,
+}
+
+impl PartLink {
+    /// `[start, end)` of the file this loop fetches for its owner.
+    pub(crate) fn range(&self) -> (u64, u64) {
+        self.range
+    }
+
+    /// Tells the owner what of the part has landed, when more than last time.
+    pub(crate) fn tell_landed(&mut self, landed: &Landed) {
+        let (a, b) = self.range;
+        let ranges: Vec<(u64, u64)> = landed
+            .ranges()
+            .iter()
+            .filter_map(|&(s, e)| {
+                let (s, e) = (s.max(a), e.min(b));
+                (s < e).then_some((s, e))
+            })
+            .collect();
+        let bytes: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
+        if bytes > self.told {
+            self.told = bytes;
+            tell(
+                &self.tx,
+                &self.bell,
+                Report::Landed {
+                    lending: self.lending,
+                    helper: self.helper,
+                    ranges,
+                },
+            );
+        }
+    }
+
+    /// The owner ended the transfer: the part stops.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// A part out on a helper, as its owner sees it.
+struct Out {
+    range: (u64, u64),
+    tries: u32,
+    stop: Arc<AtomicBool>,
+    /// Bytes of it landed so far.
+    landed: u64,
+}
+
+/// The owner's side: the helpers lent to one transfer.
+pub(crate) struct Remote {
+    /// This lending's number: reports of others are dropped.
+    lending: u64,
+    orders: Vec<Sender<PartOrder>>,
+    inbox: Receiver<Report>,
+    bell: RawFd,
+    /// The eventfd READ's block.
+    mail: BufPool,
+    /// Connections per reactor (index 0: the owner's).
+    shares: Vec<usize>,
+    /// The transfer's routes, until its first answer made the part file.
+    routes: Option<Vec<MirrorRoute>>,
+    file: Option<Arc<PartFile>>,
+    /// Per helper: the part it has.
+    parts: Vec<Option<Out>>,
+    /// Parts that failed (bounded: `--max-tries` in all).
+    failures: u32,
+    /// Bytes the helpers landed, and parts handed out (for the summary).
+    pub(crate) by_others: u64,
+    pub(crate) given: usize,
+    /// What the helpers' parts counted.
+    pub(crate) counts: Counts,
+}
+
+impl Remote {
+    /// A part is out on a helper.
+    pub(crate) fn busy(&self) -> bool {
+        self.parts.iter().any(Option::is_some)
+    }
+
+    /// Reactors in all (the owner's and the helpers').
+    pub(crate) fn reactors(&self) -> usize {
+        self.shares.len()
+    }
+}
+
+impl Loop<'_> {
+    /// The first READ of the eventfd the helpers ring (a transfer that has them).
+    pub(crate) fn arm_mail(&mut self, buf: Option<uring::Buf>) -> Result<()> {
+        let Some(r) = &self.remote else {
+            return Ok(());
+        };
+        let (fd, buf) = (r.bell, buf.or_else(|| r.mail.alloc()));
+        let Some(buf) = buf else {
+            return Err(err!(Internal, "no block for the reactors' eventfd"));
+        };
+        self.push(
+            Op::Read {
+                fd,
+                buf,
+                range: 0..8,
+                offset: u64::MAX,
+            },
+            Tag::Mail.encode(),
+        )
+    }
+
+    /// Gives each free helper a part of the queue, once the first answer planned it (a
+    /// regular file served in ranges, no failure pending).
+    pub(crate) fn hand_out(&mut self) -> Result<()> {
+        let tr = &self.sh.tr;
+        if self.remote.is_none()
+            || !tr.plan.is_planned()
+            || !tr.ranges
+            || !tr.file
+            || tr.plain_get
+            || self.sh.fatal.is_some()
+        {
+            return Ok(());
+        }
+        let now = tr.started.elapsed();
+        let Some(total) = tr.total else {
+            return Ok(());
+        };
+        let validator = tr.validator.clone();
+        let out = Rc::clone(&tr.out);
+        let opts = Rc::clone(&self.sh.opts);
+        let (engine, ktls) = self.fin.engine;
+        let Some(r) = self.remote.as_mut() else {
+            return Ok(());
+        };
+        for h in 0..r.parts.len() {
+            if r.parts[h].is_some() {
+                continue;
+            }
+            let share = r.shares.get(h + 1).copied().unwrap_or(1);
+            let Some((a, b, tries)) = self.sh.tr.plan.take_back(share, now) else {
+                break;
+            };
+            if r.file.is_none() {
+                let Some(part_out) = out.part_of()? else {
+                    self.sh.tr.plan.requeue(seg(a, b, tries), false);
+                    return Ok(());
+                };
+                let mut o = (*opts).clone();
+                o.checksum = None;
+                o.condition = None;
+                o.etag_save = None;
+                o.json = None;
+                o.limit_rate = None;
+                // A part ends at its first counted failure: its owner counts the tries
+                // and gives the rest to whichever reactor is free.
+                o.max_tries = 1;
+                r.file = Some(Arc::new(PartFile {
+                    routes: r.routes.take().unwrap_or_default(),
+                    opts: o,
+                    out: part_out,
+                    engine,
+                    ktls,
+                    total,
+                    validator: validator.clone(),
+                }));
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let order = PartOrder {
+                lending: r.lending,
+                helper: h + 1,
+                file: Arc::clone(r.file.as_ref().expect("made above")),
+                range: (a, b),
+                connections: share,
+                stop: Arc::clone(&stop),
+            };
+            if r.orders[h].send(order).is_err() {
+                // The helper's thread is gone: its share stays with the owner.
+                self.sh.tr.plan.requeue(seg(a, b, tries), false);
+                continue;
+            }
+            r.given += 1;
+            r.parts[h] = Some(Out {
+                range: (a, b),
+                tries,
+                stop,
+                landed: 0,
+            });
+        }
+        Ok(())
+    }
+
+    /// The eventfd rang: what the helpers reported is applied, and the READ goes again.
+    pub(crate) fn on_mail(&mut self, buf: Option<uring::Buf>) -> Result<()> {
+        while let Some(m) = self.remote.as_ref().and_then(|r| r.inbox.try_recv().ok()) {
+            self.apply(m);
+        }
+        self.arm_mail(buf)
+    }
+
+    /// One helper's report.
+    fn apply(&mut self, m: Report) {
+        let Some(r) = self.remote.as_mut() else {
+            return;
+        };
+        let lending = match &m {
+            Report::Landed { lending, .. } | Report::Ended { lending, .. } => *lending,
+        };
+        if lending != r.lending {
+            return;
+        }
+        match m {
+            Report::Landed { helper, ranges, .. } => {
+                let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) else {
+                    return;
+                };
+                let bytes: u64 = ranges.iter().map(|x| x.1 - x.0).sum();
+                let more = bytes.saturating_sub(out.landed);
+                out.landed = out.landed.max(bytes);
+                r.by_others += more;
+                self.sh.tr.received += more;
+                for (s, e) in ranges {
+                    self.sh.tr.landed.add(s, e);
+                }
+            }
+            Report::Ended {
+                helper,
+                range,
+                error,
+                summary,
+                ..
+            } => {
+                if let Some(s) = &summary {
+                    r.counts.count(helper, s);
+                }
+                let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::take) else {
+                    return;
+                };
+                debug_assert_eq!(out.range, range);
+                // What of the part is not on disk goes back to the queue (edges widened
+                // to the alignment: fetching a few bytes again beats an unaligned write).
+                let align = self.sh.tr.align;
+                let total = self.sh.tr.total.unwrap_or(range.1);
+                let mut gaps = Vec::new();
+                let mut at = range.0;
+                for &(s, e) in self.sh.tr.landed.ranges() {
+                    if e <= at || s >= range.1 {
+                        continue;
+                    }
+                    if s > at {
+                        gaps.push((at, s));
+                    }
+                    at = at.max(e);
+                }
+                if at < range.1 {
+                    gaps.push((at, range.1));
+                }
+                // A part that failed spent one try of what it did not land (a helper gives a
+                // part up at its first counted failure: the owner keeps the tries). An
+                // Interrupted part was stopped by this owner, which is ending.
+                let failed = error.as_ref().filter(|e| e.kind != Kind::Interrupted);
+                let tries = out.tries + u32::from(failed.is_some());
+                let mut not_before = self.sh.tr.started.elapsed();
+                if let Some(e) = failed {
+                    r.failures += 1;
+                    self.sh.report.note(Note::PartFailed {
+                        reactor: helper,
+                        why: e.msg.clone(),
+                    });
+                    // Local failures (a write, the ring) are the same on every reactor.
+                    let local = matches!(e.kind, Kind::LocalIo | Kind::Internal);
+                    if (local || tries >= self.sh.opts.max_tries) && !gaps.is_empty() {
+                        let msg = format!(
+                            "reactor {helper}: bytes {}-{}: {} (gave up after {})",
+                            range.0,
+                            range.1 - 1,
+                            e.msg,
+                            crate::schedule::retry::n_tries(tries)
+                        );
+                        self.sh.fatal.get_or_insert(Error { kind: e.kind, msg });
+                    }
+                    let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
+                    not_before += crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
+                }
+                for &(s, e) in gaps.iter().rev() {
+                    let s = align_down(s, align);
+                    let e = align_up(e, align).min(total);
+                    self.sh.tr.plan.requeue_after(seg(s, e, tries), false, not_before);
+                }
+            }
+        }
+    }
+
+    /// Stops the parts out on helpers and waits (at most [`STOP_WAIT`]) until each said
+    /// what it landed and that it ended: the control file and the `.part` then hold every
+    /// byte a helper wrote. A helper that does not answer is said in a note.
+    pub(crate) fn stop_parts(&mut self) {
+        let Some(r) = self.remote.as_ref() else {
+            return;
+        };
+        for out in r.parts.iter().flatten() {
+            out.stop.store(true, Ordering::Release);
+        }
+        let deadline = Instant::now() + STOP_WAIT;
+        while self.remote.as_ref().is_some_and(Remote::busy) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = match self.remote.as_ref().map(|r| r.inbox.recv_timeout(left)) {
+                Some(Ok(m)) => m,
+                Some(Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected)) | None => {
+                    self.sh.report.note(Note::WritesPending);
+                    return;
+                }
+            };
+            self.apply(m);
+        }
+    }
+}
+
+fn seg(start: u64, end: u64, tries: u32) -> Segment {
+    Segment {
+        start,
+        end,
+        tries,
+        grace: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shares;
+
+    #[test]
+    fn connections_are_shared_out_owner_first_and_never_zero() {
+        assert_eq!(shares(4, 2), [2, 2]);
+        assert_eq!(shares(5, 2), [3, 2]);
+        assert_eq!(shares(16, 4), [4, 4, 4, 4]);
+        assert_eq!(shares(1, 4), [1], "one connection: one reactor");
+        assert_eq!(shares(3, 8), [1, 1, 1]);
+        assert_eq!(shares(4, 1), [4]);
+    }
+}

@@ -1,0 +1,341 @@
+//! `--threads N`: reactors on N threads, each with its own ring, pools and connections,
+//! sharing one file's ranges by messages (src/event/threads.rs). Bytes compared by
+//! SHA-256 against real nginx and the fault server; the other reactors' work is seen in
+//! `-v`'s "N reactors: K parts to the other threads, B bytes landed there".
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::fault::{Close, Fault, FaultServer, When};
+use crate::util::{self, HANG, MIB, TestDir, XorShift, exit, nginx, part_path, sha256_file};
+
+/// The "N reactors: K parts …, B bytes landed there" line of `-v`: (N, K, B).
+fn reactors_line(stderr: &str) -> Option<(usize, usize, u64)> {
+    stderr.lines().find_map(|l| {
+        let rest = l.strip_prefix("ringdl: ")?;
+        let (n, rest) = rest.split_once(" reactors: ")?;
+        let (k, rest) = rest.split_once(" parts to the other threads, ")?;
+        let (b, _) = rest.split_once(" bytes landed there")?;
+        Some((n.parse().ok()?, k.parse().ok()?, b.parse().ok()?))
+    })
+}
+
+/// The `range START END` lines of a control file (src/output/resume.rs).
+fn control_ranges(path: &Path) -> Vec<(u64, u64)> {
+    let Ok(text) = fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| l.strip_prefix("range "))
+        .filter_map(|r| {
+            let (a, b) = r.split_once(' ')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Bytes of `ranges` within `[from, to)`.
+fn bytes_within(ranges: &[(u64, u64)], from: u64, to: u64) -> u64 {
+    ranges.iter().map(|&(a, b)| b.min(to).saturating_sub(a.max(from))).sum()
+}
+
+/// Every range the control file names holds the source's bytes in the `.part`: the
+/// control file names only what landed, whichever reactor wrote it.
+#[track_caller]
+fn assert_ranges_hold_the_source(ranges: &[(u64, u64)], part: &Path, source: &Path) {
+    let got = fs::read(part).unwrap_or_else(|e| panic!("{}: {e}", part.display()));
+    let want = fs::read(source).unwrap();
+    for &(a, b) in ranges {
+        let (a, b) = (a as usize, b as usize);
+        assert!(b <= got.len(), "range {a}-{b} past the .part's {} bytes", got.len());
+        assert!(
+            got[a..b] == want[a..b],
+            "the control file names bytes {a}-{b}, but the .part does not hold them"
+        );
+    }
+}
+
+/// Exact bytes at `--threads 1, 2, 4` with `-x 1, 4, 16`, over HTTP and HTTPS (the epoll
+/// pass of scripts/test.sh runs it on epoll too). With more than one reactor and
+/// connection, the others fetched parts and landed bytes; with one of either, none did.
+#[test]
+fn every_thread_and_connection_count_lands_exact_bytes() {
+    let n = nginx();
+    let f = n.file(16 * MIB);
+    for https in [false, true] {
+        for threads in [1usize, 2, 4] {
+            for x in [1usize, 4, 16] {
+                let dir = TestDir::new("threads-matrix");
+                let out = dir.join("out.bin");
+                let mut cmd = dir.ringdl();
+                cmd.args(["-v", "--threads", &threads.to_string(), "-x", &x.to_string()])
+                    .args(["--min-split-size", "1M", "-o"])
+                    .arg(&out);
+                if https {
+                    cmd.arg("--ca-certificate").arg(n.ca_pem()).arg(n.https_url(&f.name));
+                } else {
+                    cmd.arg(n.http_url(&f.name));
+                }
+                let o = cmd.run();
+                let what = format!("https {https}, --threads {threads}, -x {x}");
+                o.assert_success();
+                let err = o.stderr_text();
+                assert_eq!(sha256_file(&out), f.sha256, "{what}: WRONG BYTES\n{err}");
+                assert!(!part_path(&out).exists(), "{what}: .part left");
+                let reactors = threads.min(x);
+                match reactors_line(&err) {
+                    Some((r, parts, bytes)) => {
+                        assert!(reactors > 1, "{what}: spread over {r} reactors\n{err}");
+                        assert_eq!(r, reactors, "{what}\n{err}");
+                        assert!(parts >= 1 && bytes > 0 && bytes < f.size, "{what}\n{err}");
+                    }
+                    None => assert!(reactors == 1, "{what}: no other reactor fetched a part\n{err}"),
+                }
+            }
+        }
+    }
+}
+
+/// A list at `--threads 2 -j 2`: every file lands exact; the large one spreads over the
+/// other reactor while the small ones run beside it.
+#[test]
+fn a_list_spreads_its_large_file_over_the_threads() {
+    let n = nginx();
+    let big = n.file(16 * MIB);
+    let small = n.file(MIB + 1);
+    let dir = TestDir::new("threads-list");
+    let list = dir.join("list.txt");
+    fs::write(
+        &list,
+        format!(
+            "{}\n  out=big.bin\n{}\n  out=s1.bin\n{}\n  out=s2.bin\n",
+            n.http_url(&big.name),
+            n.http_url(&small.name),
+            n.http_url(&small.name)
+        ),
+    )
+    .unwrap();
+    let o = dir
+        .ringdl()
+        .args([
+            "-v",
+            "--threads",
+            "2",
+            "-j",
+            "2",
+            "-x",
+            "4",
+            "--min-split-size",
+            "1M",
+            "-d",
+        ])
+        .arg(dir.path())
+        .arg("-i")
+        .arg(&list)
+        .run();
+    o.assert_success();
+    let err = o.stderr_text();
+    assert_eq!(sha256_file(&dir.join("big.bin")), big.sha256, "{err}");
+    assert_eq!(sha256_file(&dir.join("s1.bin")), small.sha256, "{err}");
+    assert_eq!(sha256_file(&dir.join("s2.bin")), small.sha256, "{err}");
+    let (r, parts, bytes) = reactors_line(&err).unwrap_or_else(|| panic!("no file spread\n{err}"));
+    assert!(r == 2 && parts >= 1 && bytes > 0, "{err}");
+}
+
+/// Starts a paced 100 MiB download at `--threads 2 -x 4` and stops it with `signal` once
+/// the control file names at least 1 MiB of the file's last quarter: the ranges the
+/// other reactor fetches first (it takes segments from the back of the queue), landed
+/// while the owner's own connections are still in the first half. Gives back the run.
+fn stop_paced_download(dir: &TestDir, signal: &str) -> (util::Output, u64) {
+    let n = nginx();
+    let f = n.file(100 * MIB);
+    let out = dir.join("out.bin");
+    let control = dir.join("out.bin.part.ringdl");
+    let quarter = f.size / 4 * 3;
+    let o = dir
+        .ringdl()
+        .args(["--threads", "2", "-x", "4", "--min-split-size", "1M", "-o"])
+        .arg(&out)
+        .arg(n.paced_url(&f.name))
+        .run_with(|pid| {
+            let t = Instant::now();
+            while bytes_within(&control_ranges(&control), quarter, f.size) < MIB && t.elapsed() < HANG {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = Command::new("kill").args([signal, &pid.to_string()]).status();
+        });
+    (o, f.size)
+}
+
+/// kill -9 while both reactors write: the control file names only bytes the `.part`
+/// holds (the other reactor's ranges among them), and `-c` at `--threads 2` fetches only
+/// the rest, to the exact bytes.
+#[test]
+fn kill_9_with_threads_leaves_a_control_file_naming_only_landed_bytes() {
+    let n = nginx();
+    let dir = TestDir::new("threads-kill9");
+    let (killed, size) = stop_paced_download(&dir, "-9");
+    assert_ne!(killed.code(), Some(0), "the download ended before its kill");
+    let f = n.file(size);
+    let out = dir.join("out.bin");
+    let ranges = control_ranges(&dir.join("out.bin.part.ringdl"));
+    assert!(
+        bytes_within(&ranges, size / 4 * 3, size) >= MIB,
+        "no range of the other reactor's: {ranges:?}"
+    );
+    assert_ranges_hold_the_source(&ranges, &part_path(&out), &n.www().join(&f.name));
+    let o = dir
+        .ringdl()
+        .args(["-c", "--threads", "2", "-x", "4", "--min-split-size", "1M", "-o"])
+        .arg(&out)
+        .arg(n.http_url(&f.name))
+        .run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), f.sha256, "{}", o.stderr_text());
+    let kept: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
+    assert!(
+        o.summary()
+            .contains(&format!("({} fetched now, the rest resumed)", size - kept))
+            || o.summary().contains("fetched now"),
+        "{}",
+        o.summary()
+    );
+}
+
+/// SIGINT while both reactors write: exit 8, a `.part` and a control file that name the
+/// other reactor's ranges too, and `-c` fetches only what is missing.
+#[test]
+fn sigint_with_threads_leaves_a_resumable_part() {
+    let n = nginx();
+    let dir = TestDir::new("threads-sigint");
+    let (o, size) = stop_paced_download(&dir, "-INT");
+    o.assert_code(exit::INTERRUPTED);
+    let f = n.file(size);
+    let out = dir.join("out.bin");
+    let ranges = control_ranges(&dir.join("out.bin.part.ringdl"));
+    let kept: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
+    assert!(
+        bytes_within(&ranges, size / 4 * 3, size) >= MIB,
+        "the other reactor's ranges are not kept: {ranges:?}\n{}",
+        o.stderr_text()
+    );
+    assert_ranges_hold_the_source(&ranges, &part_path(&out), &n.www().join(&f.name));
+    let again = dir
+        .ringdl()
+        .args(["-c", "--threads", "2", "-x", "4", "-o"])
+        .arg(&out)
+        .arg(n.http_url(&f.name))
+        .run();
+    again.assert_success();
+    assert_eq!(sha256_file(&out), f.sha256, "{}", again.stderr_text());
+    let summary = again.summary();
+    let fetched: u64 = summary
+        .split_once(" bytes (")
+        .and_then(|(_, r)| r.split_once(" fetched now")?.0.parse().ok())
+        .unwrap_or_else(|| panic!("nothing resumed: {summary}"));
+    assert!(fetched <= size - kept, "kept {kept}, yet fetched {fetched}: {summary}");
+}
+
+/// A fault on the other reactor's connection: the first request for the file's last
+/// part (which the other reactor takes first) is cut right after its head. That reactor
+/// gives the part up, its rest goes back to the owner's queue with a try counted, and a
+/// reactor fetches it again: exact bytes, over HTTP and HTTPS.
+#[test]
+fn a_part_that_fails_on_another_reactor_goes_back_and_lands() {
+    for tls in [false, true] {
+        let size = 32 * MIB;
+        let srv = FaultServer::builder()
+            .size(size)
+            .tls_if(tls)
+            .fault_on(
+                When::Once(Box::new(When::RangeFrom(24 * MIB))),
+                Fault::Close {
+                    after: 0,
+                    how: Close::Rst,
+                },
+            )
+            .start();
+        let r = util::get(
+            "threads-part-fault",
+            &srv,
+            &["-v", "--threads", "2", "--min-split-size", "1M", "--retry-wait", "0.1"],
+        );
+        r.assert_exact(&srv);
+        let err = r.o.stderr_text();
+        assert!(
+            err.contains("reactor 1's part failed"),
+            "the fault did not hit the other reactor\n{}",
+            r.explain(&srv)
+        );
+        // The cut request's range was asked for again.
+        let reqs = srv.requests();
+        let cut = reqs
+            .iter()
+            .find(|q| q.range_start().is_some_and(|a| a >= 24 * MIB))
+            .and_then(|q| q.range_start())
+            .unwrap();
+        assert!(
+            reqs.iter()
+                .filter(|q| q.range_start().is_some_and(|a| a <= cut))
+                .count()
+                >= 2
+                && reqs.iter().filter(|q| q.range_start() == Some(cut)).count() >= 1,
+            "{}",
+            r.explain(&srv)
+        );
+        let (_, parts, _) = reactors_line(&err).unwrap_or_else(|| panic!("{}", r.explain(&srv)));
+        assert!(parts >= 2, "the part was not handed out again: {}", r.explain(&srv));
+    }
+}
+
+/// Stress: 50 short downloads at `--threads 4 -x 8` against fault servers that cut,
+/// stall or refuse random requests: every run lands the exact bytes.
+#[test]
+fn fifty_short_downloads_at_threads_4_with_random_faults_land_every_byte() {
+    let mut rng = XorShift::new(0x7_4EAD);
+    for iter in 0..50 {
+        let size = (2 + rng.below(10)) * MIB + rng.below(MIB);
+        let mut b = FaultServer::builder().size(size).seed(iter + 1).tls_if(iter % 3 == 0);
+        for _ in 0..3 {
+            let req = 2 + rng.below(12);
+            let fault = match rng.below(3) {
+                0 => Fault::CloseRandom { how: None },
+                1 => Fault::Status {
+                    code: 503,
+                    retry_after: None,
+                },
+                _ => Fault::Close {
+                    after: rng.below(256 << 10),
+                    how: Close::Rst,
+                },
+            };
+            b = b.fault_on(When::Request(req), fault);
+        }
+        let srv = b.start();
+        let r = util::get(
+            "threads-stress",
+            &srv,
+            &[
+                "--threads",
+                "4",
+                "-x",
+                "8",
+                "--min-split-size",
+                "256K",
+                "--max-tries",
+                "8",
+                "--retry-wait",
+                "0.05",
+            ],
+        );
+        assert_eq!(r.o.code(), Some(0), "iteration {iter}\n{}", r.explain(&srv));
+        assert_eq!(
+            sha256_file(&r.out),
+            srv.sha256(),
+            "iteration {iter}: WRONG BYTES\n{}",
+            r.explain(&srv)
+        );
+    }
+}
