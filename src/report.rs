@@ -69,6 +69,9 @@ pub struct Progress {
     no_line: bool,
     /// Said after the numbers where the line has room (the files in flight).
     tail: String,
+    /// Notes go here instead of standard error (another reactor's part of a transfer:
+    /// its owner says them), and no line is drawn.
+    forward: Option<Box<dyn FnMut(Note)>>,
 }
 
 impl Progress {
@@ -84,6 +87,16 @@ impl Progress {
             files: None,
             no_line: false,
             tail: String::new(),
+            forward: None,
+        }
+    }
+
+    /// Progress that draws nothing and hands every note to `forward` (`--threads`: a
+    /// helper reactor's part, whose owner says its notes).
+    pub fn forwarding(forward: Box<dyn FnMut(Note)>) -> Progress {
+        Progress {
+            forward: Some(forward),
+            ..Progress::new(true, 0)
         }
     }
 
@@ -154,6 +167,10 @@ impl Progress {
 
     /// Prints `note` on stderr if this run's `-q`/`-v` shows it (see [`Note::level`]).
     pub fn note(&mut self, note: Note) {
+        if let Some(f) = self.forward.as_mut() {
+            f(note);
+            return;
+        }
         let shown = match note.level() {
             Level::Warning => true,
             Level::Info => !self.quiet || self.verbose > 0,
@@ -276,6 +293,9 @@ pub enum Note {
     /// `--threads`: reactor `reactor`'s part of the file failed; what it did not land goes
     /// back to the owner's queue.
     PartFailed { reactor: usize, why: String },
+    /// `--threads`: a note of reactor `reactor`'s part of the file (its connection numbers
+    /// are its own).
+    OnReactor { reactor: usize, note: Box<Note> },
     /// `--threads`: the file was fetched on `reactors` reactors; `parts` parts went to the
     /// others, which landed `bytes` bytes.
     Reactors { reactors: usize, parts: usize, bytes: u64 },
@@ -290,6 +310,7 @@ impl Note {
     /// Who sees it.
     pub fn level(&self) -> Level {
         match self {
+            Note::OnReactor { note, .. } => note.level(),
             Note::Request { .. } | Note::Abandoned { .. } => Level::Verbose(2),
             Note::State(_) => Level::Verbose(3),
             Note::Resuming { .. } => Level::Info,
@@ -406,6 +427,7 @@ impl std::fmt::Display for Note {
                     "warning: reactor {reactor}'s part failed ({why}): its rest goes back to the queue"
                 )
             }
+            Note::OnReactor { reactor, note } => write!(f, "reactor {reactor}: {note}"),
             Note::Reactors { reactors, parts, bytes } => {
                 write!(
                     f,

@@ -238,10 +238,10 @@ fn sigint_with_threads_leaves_a_resumable_part() {
     assert!(fetched <= size - kept, "kept {kept}, yet fetched {fetched}: {summary}");
 }
 
-/// A fault on the other reactor's connection: the first request for the file's last
-/// part (which the other reactor takes first) is cut right after its head. That reactor
-/// gives the part up, its rest goes back to the owner's queue with a try counted, and a
-/// reactor fetches it again: exact bytes, over HTTP and HTTPS.
+/// A fault on the other reactor's connection: the first answer for the file's last part
+/// (which the other reactor takes first) names the wrong range (Content-Range off by
+/// 4 KiB). That reactor gives the part up, its rest goes back to the owner's queue with a
+/// try counted, and a reactor fetches it again: exact bytes, over HTTP and HTTPS.
 #[test]
 fn a_part_that_fails_on_another_reactor_goes_back_and_lands() {
     for tls in [false, true] {
@@ -251,10 +251,7 @@ fn a_part_that_fails_on_another_reactor_goes_back_and_lands() {
             .tls_if(tls)
             .fault_on(
                 When::Once(Box::new(When::RangeFrom(24 * MIB))),
-                Fault::Close {
-                    after: 0,
-                    how: Close::Rst,
-                },
+                Fault::ContentRangeShift { shift: 4096 },
             )
             .start();
         let r = util::get(

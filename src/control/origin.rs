@@ -46,9 +46,20 @@ pub(crate) struct Origin {
     /// body or an answer coming), set by the reactor before each turn (`-j`; 0 for a
     /// transfer alone): they count toward the server's cap as this transfer's own do.
     pub(crate) others: usize,
+    /// `--threads`: requests to this origin that the transfer's other reactors have on
+    /// the wire (the owner's count of its helpers', or a helper's of the owner's and the
+    /// other helpers'), updated each tick; they count toward the server's cap too.
+    pub(crate) remote: usize,
 }
 
 impl Origin {
+    /// Requests to this origin on the wire outside the transfer's own connections on this
+    /// reactor: the other transfers' ([`Origin::others`]) and its other reactors'
+    /// ([`Origin::remote`]).
+    pub(crate) fn elsewhere(&self) -> usize {
+        self.others + self.remote
+    }
+
     /// The origin of `url` reached by `route`, with `tls` for https.
     ///
     /// # Errors
@@ -68,6 +79,7 @@ impl Origin {
             attempt_started: None,
             allows: None,
             others: 0,
+            remote: 0,
         })
     }
 
@@ -131,6 +143,7 @@ mod tests {
             attempt_started,
             allows: None,
             others: 0,
+            remote: 0,
         }
     }
 

@@ -39,7 +39,14 @@ impl Loop<'_> {
     /// The running body with the most bytes still to come, if splitting it is worth a
     /// request: (connection, split point: aligned, inside what is still to come).
     pub(crate) fn steal_victim(&self, thief: Option<usize>) -> Option<(usize, u64)> {
-        if !self.sh.tr.plan.is_planned() || !self.sh.tr.ranges || self.sh.splice || self.sh.tr.sequential {
+        // (A part of another reactor's transfer is not split: a victim's connection closes,
+        // and the helper would open it again for its next part; the owner splits instead.)
+        if !self.sh.tr.plan.is_planned()
+            || !self.sh.tr.ranges
+            || self.sh.splice
+            || self.sh.tr.sequential
+            || self.sh.tr.part.is_some()
+        {
             return None;
         }
         let align = self.sh.tr.align;
@@ -80,11 +87,24 @@ impl Loop<'_> {
     /// last segments keep one connection busy while the others idle.
     pub(crate) fn steal(&mut self, thief: usize) -> Option<Segment> {
         let (v, at) = self.steal_victim(Some(thief))?;
+        let seg = self.split_off(v, at)?;
+        self.sh.report.note(Note::Steal {
+            conn: thief,
+            from: v,
+            first: seg.start,
+            last: seg.end - 1,
+        });
+        Some(seg)
+    }
+
+    /// Connection `v`'s running body stops at `at` (aligned, inside what is still to
+    /// come): the rest, `[at, end)`, for another connection or reactor. The stolen half
+    /// keeps the segment's tries: a split is not a fresh budget.
+    pub(crate) fn split_off(&mut self, v: usize, at: u64) -> Option<Segment> {
         let job = self.conns[v].rx.job.as_mut()?;
         if !job.placer.shrink(at) {
             return None;
         }
-        // The stolen half keeps the segment's tries: a split is not a fresh budget.
         let seg = Segment {
             start: at,
             end: job.seg.end,
@@ -93,12 +113,6 @@ impl Loop<'_> {
         };
         job.seg.end = at;
         self.sh.tr.steals += 1;
-        self.sh.report.note(Note::Steal {
-            conn: thief,
-            from: v,
-            first: seg.start,
-            last: seg.end - 1,
-        });
         Some(seg)
     }
 
@@ -208,7 +222,7 @@ impl Loop<'_> {
             .filter(|c| c.engaged && !c.dead && self.sh.tr.mirrors[c.mirror].origin == origin)
             .count();
         // (With the requests other transfers have on the wire to it: `Origin::others`.)
-        open + self.sh.origin(k).others < cap
+        open + self.sh.origin(k).elsewhere() < cap
     }
 
     /// Slot `c` will carry nothing more: it gave up, waits for a race it will not run, or

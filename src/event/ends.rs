@@ -331,6 +331,9 @@ impl Loop<'_> {
     /// The first ops: the tick, the signalfd READ (when `signals`), the first connects.
     fn begin(&mut self, reactor: &mut Reactor, signals: Option<RawFd>) -> Result<()> {
         self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;
+        // (A part of another reactor's transfer: the requests the others have on the wire
+        // count toward the server's cap from the first connect.)
+        self.share_serving();
         // SIGINT/SIGTERM arrive as a READ completion on the signalfd.
         if let Some(fd) = signals {
             let sigpool = reactor.signal_block()?;
@@ -389,7 +392,7 @@ pub(crate) fn end(mut dl: Loop<'_>, r: Result<Option<(usize, Url)>>, reactor: &m
     }
     if let Some(p) = dl.part.as_mut() {
         // What of a helper's part landed, to its owner before the part's end is said.
-        p.tell_landed(&dl.sh.tr.landed);
+        p.tell_landed(&dl.sh.tr.landed, 0);
     }
     let hold = (dl.writes_in_flight > 0).then(|| Rc::clone(&dl.fin.out));
     (

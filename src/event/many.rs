@@ -475,19 +475,7 @@ impl Loop<'_> {
 /// so a refusal while another transfer is served is a cap (no failed try), what the
 /// server allows is learned with them, and no transfer opens past it.
 fn share_origins(slots: &mut [Slot<'_>]) {
-    let serving = |r: &Running<'_>, o: usize| {
-        r.dl.conns
-            .iter()
-            .filter(|c| {
-                c.st == St::Open
-                    && r.dl.sh.tr.mirrors[c.mirror].origin == o
-                    && c.rx
-                        .job
-                        .as_ref()
-                        .is_some_and(|jb| jb.got_bytes || jb.placer.delimiter().is_some())
-            })
-            .count()
-    };
+    let serving = |r: &Running<'_>, o: usize| r.dl.serving(o);
     let mut totals: Vec<(String, usize)> = Vec::new();
     for s in slots.iter() {
         let Slot::Busy(r) = s else { continue };

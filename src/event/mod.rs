@@ -280,6 +280,7 @@ impl Loop<'_> {
     /// and the caps allow, queues writes; the loop's end when there is one (as
     /// [`Loop::event_loop`] returns it), else `None`.
     pub(crate) fn step(&mut self) -> Option<Result<Option<(usize, Url)>>> {
+        self.sync_reactors();
         if let Err(e) = self
             .hand_out()
             .and_then(|()| self.kick())
@@ -335,6 +336,22 @@ impl Loop<'_> {
         self.ring
             .push(op, tag)
             .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
+    }
+
+    /// Requests of this transfer to its origin `o` that the server is serving: on open
+    /// connections whose answer came (its head, or body bytes).
+    pub(crate) fn serving(&self, o: usize) -> usize {
+        self.conns
+            .iter()
+            .filter(|c| {
+                c.st == St::Open
+                    && self.sh.tr.mirrors[c.mirror].origin == o
+                    && c.rx
+                        .job
+                        .as_ref()
+                        .is_some_and(|jb| jb.got_bytes || jb.placer.delimiter().is_some())
+            })
+            .count()
     }
 
     /// All segments fetched and written.

@@ -37,7 +37,7 @@ impl Loop<'_> {
     /// on its way here) and read "allows 3" under nginx `limit_conn 2`.
     pub(crate) fn allowed(&self, k: usize, i: usize) -> usize {
         // (The other transfers' requests to the origin count too: `Origin::others`.)
-        self.sh.origin(k).others
+        self.sh.origin(k).elsewhere()
             + self
                 .conns
                 .iter()
@@ -51,7 +51,7 @@ impl Loop<'_> {
     /// Mirror `k`'s server turned a connection away while it served `took`: what its origin
     /// allows is the most seen over this transfer's refusals (at least 1), kept with the
     /// origin for the run's later files ([`Loop::origin_room`]).
-    fn learn_cap(&mut self, k: usize, took: usize) {
+    pub(crate) fn learn_cap(&mut self, k: usize, took: usize) {
         let seen = &mut self.sh.tr.mirrors[k].allows_seen;
         let most = seen.unwrap_or(0).max(took).max(1);
         *seen = Some(most);
@@ -97,7 +97,7 @@ impl Loop<'_> {
             busy: f.busy,
             stalled: f.stalled,
             others_progress,
-            others_served: self.sh.origin(k).others > 0,
+            others_served: self.sh.origin(k).elsewhere() > 0,
             planned: self.sh.tr.plan.is_planned(),
             ranges: self.sh.tr.ranges,
             reused: self.conns[i].reused,
@@ -277,6 +277,25 @@ impl Loop<'_> {
             let c = &mut self.conns[i];
             c.capped = true;
             c.not_before = Some(Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default()));
+            if self.part.is_some() {
+                // A helper reactor's part: the owner sees every reactor's requests and
+                // counts what the server allows (`Loop::capped_elsewhere`); this slot asks
+                // again later as any parked one.
+                let own = self.allowed(k, i) - self.sh.origin(k).elsewhere();
+                if let Some(p) = self.part.as_mut() {
+                    p.tell_capped(own, f.extra);
+                }
+                self.sh.report.note(Note::Capped {
+                    conn: i,
+                    why: f.msg.clone(),
+                    cap: Cap {
+                        proxy: f.extra,
+                        closed: 0,
+                        using: own.max(1),
+                    },
+                });
+                return Ok(());
+            }
             // A proxy's tunnel cap shows before any body runs: count the open tunnels.
             let using = if f.extra {
                 self.conns.iter().filter(|o| o.mirror == k && o.st == St::Open).count()
@@ -296,7 +315,7 @@ impl Loop<'_> {
             self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
             // A refusal while only another transfer's single request was served may be a
             // passing 503, not a cap of one: that is not learned for the whole run.
-            let others = self.sh.origin(k).others;
+            let others = self.sh.origin(k).elsewhere();
             let own = self.allowed(k, i) - others;
             if !crowded && (f.extra || own > 0 || others >= 2) {
                 self.learn_cap(k, using);

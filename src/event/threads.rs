@@ -24,7 +24,7 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -46,6 +46,10 @@ use crate::tag::Tag;
 /// How long an ending owner waits for its helpers to stop their parts and report what
 /// landed (each settles its writes within 10 s and checks its stop flag every tick).
 const STOP_WAIT: Duration = Duration::from_secs(15);
+
+/// How long a part out on a helper may go without landing a byte or having a request
+/// served while its owner has nothing left to do, before the owner takes it back.
+const RECALL: Duration = Duration::from_secs(1);
 
 /// Connections per reactor when `connections` are spread over `threads` reactors: the
 /// owner's first, each at least one; fewer reactors than `threads` when there are fewer
@@ -88,6 +92,11 @@ pub(crate) struct PartOrder {
     connections: usize,
     /// Set by the owner when the transfer ends before the part.
     stop: Arc<AtomicBool>,
+    /// Requests the transfer's other reactors have on the wire to its origin, posted by
+    /// the owner each tick (they count toward the server's cap: [`Origin::remote`]).
+    ///
+    /// [`Origin::remote`]: crate::control::origin::Origin::remote
+    others: Arc<AtomicUsize>,
 }
 
 /// What every part of one transfer shares: where and what to fetch.
@@ -101,44 +110,47 @@ pub(crate) struct PartFile {
     validator: Option<Vec<u8>>,
 }
 
-/// What a helper's parts counted, for the owner's summary: connections (the most one
-/// part used on each helper, since a helper keeps its connections for its next part),
-/// handshakes, hand-offs, retries and splits (summed).
+/// What a helper's parts counted, for the owner's summary. Connections, and those that
+/// went to kTLS or the software record layer, are the most one part used on each helper
+/// (a helper keeps its connections for its next part, whose summary counts them again);
+/// handshakes, retries and splits are summed.
 #[derive(Default)]
 pub(crate) struct Counts {
-    connections: Vec<usize>,
-    tls_conns: usize,
+    /// Per helper: connections, TLS ones, kTLS ones, software record layer ones.
+    conns: Vec<[usize; 4]>,
     tls_full: usize,
     tls_resumed: usize,
-    soft_conns: usize,
-    ktls_conns: usize,
     retries: u64,
     steals: u64,
 }
 
 impl Counts {
     fn count(&mut self, helper: usize, s: &Summary) {
-        if self.connections.len() < helper {
-            self.connections.resize(helper, 0);
+        if self.conns.len() < helper {
+            self.conns.resize(helper, [0; 4]);
         }
-        self.connections[helper - 1] = self.connections[helper - 1].max(s.connections);
-        self.tls_conns += s.tls_conns;
+        let c = &mut self.conns[helper - 1];
+        for (have, part) in c
+            .iter_mut()
+            .zip([s.connections, s.tls_conns, s.ktls_conns, s.soft_conns])
+        {
+            *have = (*have).max(part);
+        }
         self.tls_full += s.tls_full;
         self.tls_resumed += s.tls_resumed;
-        self.soft_conns += s.soft_conns;
-        self.ktls_conns += s.ktls_conns;
         self.retries += s.retries;
         self.steals += s.steals;
     }
 
     /// Adds the helpers' counts to the owner's summary `s`.
     pub(crate) fn add_to(&self, s: &mut Summary) {
-        s.connections += self.connections.iter().sum::<usize>();
-        s.tls_conns += self.tls_conns;
+        let sum = |k: usize| self.conns.iter().map(|c| c[k]).sum::<usize>();
+        s.connections += sum(0);
+        s.tls_conns += sum(1);
+        s.ktls_conns += sum(2);
+        s.soft_conns += sum(3);
         s.tls_full += self.tls_full;
         s.tls_resumed += self.tls_resumed;
-        s.soft_conns += self.soft_conns;
-        s.ktls_conns += self.ktls_conns;
         s.retries += self.retries;
         s.steals += self.steals;
     }
@@ -151,7 +163,19 @@ pub(crate) enum Report {
         lending: u64,
         helper: usize,
         ranges: Vec<(u64, u64)>,
+        /// The helper's requests the server is serving now.
+        serving: usize,
     },
+    /// The server turned one of the helper's connections away while it had `serving` of
+    /// its own served (a per-client cap: the owner counts what it allows).
+    Capped {
+        lending: u64,
+        helper: usize,
+        serving: usize,
+        proxy: bool,
+    },
+    /// A note of the part's transfer, for the owner to say.
+    Note { lending: u64, helper: usize, note: Note },
     /// The part ended: every byte landed (`None`), or why not.
     Ended {
         lending: u64,
@@ -210,6 +234,7 @@ impl Helpers {
             bell: self.bell.as_raw_fd(),
             mail,
             shares,
+            allot: None,
             routes: Some(routes),
             file: None,
             parts: (0..self.workers.len()).map(|_| None).collect(),
@@ -310,7 +335,7 @@ fn run_part(
         engine: f.engine,
         ktls: f.ktls,
         signed: None,
-        report: Progress::new(true, 0),
+        report: forward_notes(p.lending, p.helper, tx.clone(), Arc::clone(bell)),
         part: Some(PartLink {
             lending: p.lending,
             helper: p.helper,
@@ -318,7 +343,8 @@ fn run_part(
             tx: tx.clone(),
             bell: Arc::clone(bell),
             stop: p.stop,
-            told: 0,
+            others: p.others,
+            told: (0, 0),
         }),
     };
     match super::run(st, None, reactor) {
@@ -329,6 +355,23 @@ fn run_part(
     }
 }
 
+/// A part's progress: its notes go to the owner, which says them (prefixed "reactor N:"),
+/// except those about the part's own plan (its "resume" of the rest of the file).
+fn forward_notes(lending: u64, helper: usize, tx: Sender<Report>, bell: Arc<OwnedFd>) -> Progress {
+    Progress::forwarding(Box::new(move |note| {
+        if !matches!(
+            note,
+            Note::Resuming { .. }
+                | Note::Planned { .. }
+                | Note::FixedFileOps { .. }
+                | Note::SqpollCpu { .. }
+                | Note::NoPreallocation { .. }
+        ) {
+            tell(&tx, &bell, Report::Note { lending, helper, note });
+        }
+    }))
+}
+
 /// A helper's side of a part, in the loop that fetches it.
 pub(crate) struct PartLink {
     lending: u64,
@@ -337,8 +380,9 @@ pub(crate) struct PartLink {
     tx: Sender<Report>,
     bell: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
-    /// Bytes of the part told as landed so far.
-    told: u64,
+    others: Arc<AtomicUsize>,
+    /// Bytes of the part told as landed so far, and requests told as served.
+    told: (u64, usize),
 }
 
 impl PartLink {
@@ -347,8 +391,9 @@ impl PartLink {
         self.range
     }
 
-    /// Tells the owner what of the part has landed, when more than last time.
-    pub(crate) fn tell_landed(&mut self, landed: &Landed) {
+    /// Tells the owner what of the part has landed and how many of this reactor's requests
+    /// the server serves (`serving`), when either changed.
+    pub(crate) fn tell_landed(&mut self, landed: &Landed, serving: usize) {
         let (a, b) = self.range;
         let ranges: Vec<(u64, u64)> = landed
             .ranges()
@@ -359,8 +404,8 @@ impl PartLink {
             })
             .collect();
         let bytes: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
-        if bytes > self.told {
-            self.told = bytes;
+        if bytes > self.told.0 || serving != self.told.1 {
+            self.told = (bytes, serving);
             tell(
                 &self.tx,
                 &self.bell,
@@ -368,9 +413,35 @@ impl PartLink {
                     lending: self.lending,
                     helper: self.helper,
                     ranges,
+                    serving,
                 },
             );
         }
+    }
+
+    /// Tells the owner that the server turned one of this part's connections away while
+    /// `serving` of its others were served (`proxy`: a proxy refused a tunnel).
+    pub(crate) fn tell_capped(&mut self, serving: usize, proxy: bool) {
+        tell(
+            &self.tx,
+            &self.bell,
+            Report::Capped {
+                lending: self.lending,
+                helper: self.helper,
+                serving,
+                proxy,
+            },
+        );
+    }
+
+    /// Whether the requests this part's reactor has served changed since last told.
+    pub(crate) fn serving_changed(&self, serving: usize) -> bool {
+        serving != self.told.1
+    }
+
+    /// Requests the transfer's other reactors have on the wire, as the owner last posted.
+    pub(crate) fn others(&self) -> usize {
+        self.others.load(Ordering::Acquire)
     }
 
     /// The owner ended the transfer: the part stops.
@@ -384,8 +455,13 @@ struct Out {
     range: (u64, u64),
     tries: u32,
     stop: Arc<AtomicBool>,
+    others: Arc<AtomicUsize>,
     /// Bytes of it landed so far.
     landed: u64,
+    /// Its requests the server serves, as last told.
+    serving: usize,
+    /// When it last moved: bytes landed, or a request served.
+    moved: Instant,
 }
 
 /// The owner's side: the helpers lent to one transfer.
@@ -399,6 +475,10 @@ pub(crate) struct Remote {
     mail: BufPool,
     /// Connections per reactor (index 0: the owner's).
     shares: Vec<usize>,
+    /// Per helper: the connections it may open for this transfer, set at the first
+    /// hand-out from what the file is worth over every reactor (`--min-split-size`: a
+    /// run opens no connection it does not use) less what the owner opened.
+    allot: Option<Vec<usize>>,
     /// The transfer's routes, until its first answer made the part file.
     routes: Option<Vec<MirrorRoute>>,
     file: Option<Arc<PartFile>>,
@@ -460,71 +540,123 @@ impl Loop<'_> {
             return Ok(());
         }
         let now = tr.started.elapsed();
-        let Some(total) = tr.total else {
-            return Ok(());
-        };
-        let validator = tr.validator.clone();
-        let out = Rc::clone(&tr.out);
-        let opts = Rc::clone(&self.sh.opts);
-        let (engine, ktls) = self.fin.engine;
+        let remaining = tr.total.unwrap_or(0).saturating_sub(tr.landed.bytes());
+        let (min_split, own) = (self.sh.opts.min_split_size, tr.wanted);
         let Some(r) = self.remote.as_mut() else {
             return Ok(());
         };
-        for h in 0..r.parts.len() {
-            if r.parts[h].is_some() {
-                continue;
+        let allot = r.allot.get_or_insert_with(|| {
+            let all = crate::schedule::connections_for(remaining, min_split, r.shares.iter().sum(), 1);
+            let mut left = all.saturating_sub(own);
+            r.shares[1..]
+                .iter()
+                .map(|&s| {
+                    let a = s.min(left);
+                    left -= a;
+                    a
+                })
+                .collect()
+        });
+        // A part that has not moved for RECALL while this reactor has nothing to do (its
+        // helper's connections parked under a cap or a Retry-After, or stalled) comes
+        // back: the helper stops it, its rest goes back to the queue with no try counted,
+        // and that helper takes no more of this transfer. (Work stealing between
+        // reactors the other way: this one takes a part back.)
+        if tr.plan.is_drained() && self.conns.iter().all(|c| c.rx.job.is_none()) {
+            for (h, out) in r.parts.iter().enumerate() {
+                if let Some(out) = out.as_ref().filter(|o| o.moved.elapsed() >= RECALL) {
+                    out.stop.store(true, Ordering::Release);
+                    allot[h] = 0;
+                }
             }
-            let share = r.shares.get(h + 1).copied().unwrap_or(1);
-            let Some((a, b, tries)) = self.sh.tr.plan.take_back(share, now) else {
+        }
+        let free: Vec<(usize, usize)> = (0..r.parts.len())
+            .filter(|&h| r.parts[h].is_none() && allot[h] > 0)
+            .map(|h| (h, allot[h]))
+            .collect();
+        for (h, share) in free {
+            // As many bytes as the helper's connections are worth (`--min-split-size`
+            // each); with the queue empty, the second half of the largest running body
+            // (work stealing between reactors).
+            let want = share as u64 * self.sh.opts.min_split_size;
+            let taken = match self.sh.tr.plan.take_back(want, now) {
+                Some(t) => Some(t),
+                None if self.sh.tr.plan.is_drained() => self
+                    .steal_victim(None)
+                    .and_then(|(v, at)| self.split_off(v, at))
+                    .map(|s| (s.start, s.end, s.tries)),
+                None => None,
+            };
+            let Some((a, b, tries)) = taken else {
                 break;
             };
-            if r.file.is_none() {
-                let Some(part_out) = out.part_of()? else {
-                    self.sh.tr.plan.requeue(seg(a, b, tries), false);
-                    return Ok(());
-                };
-                let mut o = (*opts).clone();
-                o.checksum = None;
-                o.condition = None;
-                o.etag_save = None;
-                o.json = None;
-                o.limit_rate = None;
-                // A part ends at its first counted failure: its owner counts the tries
-                // and gives the rest to whichever reactor is free.
-                o.max_tries = 1;
-                r.file = Some(Arc::new(PartFile {
-                    routes: r.routes.take().unwrap_or_default(),
-                    opts: o,
-                    out: part_out,
-                    engine,
-                    ktls,
-                    total,
-                    validator: validator.clone(),
-                }));
-            }
-            let stop = Arc::new(AtomicBool::new(false));
-            let order = PartOrder {
-                lending: r.lending,
-                helper: h + 1,
-                file: Arc::clone(r.file.as_ref().expect("made above")),
-                range: (a, b),
-                connections: share,
-                stop: Arc::clone(&stop),
-            };
-            if r.orders[h].send(order).is_err() {
-                // The helper's thread is gone: its share stays with the owner.
+            if !self.send_part(h, share, (a, b), tries)? {
+                // The helper's thread is gone (or the output cannot be shared): its share
+                // stays with the owner.
                 self.sh.tr.plan.requeue(seg(a, b, tries), false);
-                continue;
             }
-            r.given += 1;
-            r.parts[h] = Some(Out {
-                range: (a, b),
-                tries,
-                stop,
-                landed: 0,
-            });
         }
         Ok(())
+    }
+
+    /// Sends part `range` (its segments tried `tries` times) to helper `h` (0-based) with
+    /// `share` connections; false when it cannot go.
+    fn send_part(&mut self, h: usize, share: usize, range: (u64, u64), tries: u32) -> Result<bool> {
+        let own = self.serving(0);
+        let tr = &self.sh.tr;
+        let (Some(total), Some(r)) = (tr.total, self.remote.as_mut()) else {
+            return Ok(false);
+        };
+        if r.file.is_none() {
+            let Some(part_out) = tr.out.part_of()? else {
+                return Ok(false);
+            };
+            let mut o = (*self.sh.opts).clone();
+            o.checksum = None;
+            o.condition = None;
+            o.etag_save = None;
+            o.json = None;
+            o.limit_rate = None;
+            // A part ends at its first counted failure: its owner counts the tries and
+            // gives the rest to whichever reactor is free.
+            o.max_tries = 1;
+            r.file = Some(Arc::new(PartFile {
+                routes: r.routes.take().unwrap_or_default(),
+                opts: o,
+                out: part_out,
+                engine: self.fin.engine.0,
+                ktls: self.fin.engine.1,
+                total,
+                validator: tr.validator.clone(),
+            }));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        // (What the others have on the wire now; the owner posts it again each tick.)
+        let helpers: usize = r.parts.iter().flatten().map(|o| o.serving).sum();
+        let others = Arc::new(AtomicUsize::new(own + helpers));
+        let order = PartOrder {
+            lending: r.lending,
+            helper: h + 1,
+            file: Arc::clone(r.file.as_ref().expect("made above")),
+            range,
+            connections: share,
+            stop: Arc::clone(&stop),
+            others: Arc::clone(&others),
+        };
+        if r.orders[h].send(order).is_err() {
+            return Ok(false);
+        }
+        r.given += 1;
+        r.parts[h] = Some(Out {
+            range,
+            tries,
+            stop,
+            others,
+            landed: 0,
+            serving: 0,
+            moved: Instant::now(),
+        });
+        Ok(true)
     }
 
     /// The eventfd rang: what the helpers reported is applied, and the READ goes again.
@@ -532,7 +664,47 @@ impl Loop<'_> {
         while let Some(m) = self.remote.as_ref().and_then(|r| r.inbox.try_recv().ok()) {
             self.apply(m);
         }
+        self.share_serving();
         self.arm_mail(buf)
+    }
+
+    /// Each turn of a transfer spread over reactors: the requests served are shared out at
+    /// once when they change (a cap's refusal is judged by them); what landed goes each
+    /// tick ([`Loop::on_tick`]).
+    pub(crate) fn sync_reactors(&mut self) {
+        if self.remote.is_none() && self.part.is_none() {
+            return;
+        }
+        let serving = self.serving(0);
+        if let Some(p) = self.part.as_mut().filter(|p| p.serving_changed(serving)) {
+            p.tell_landed(&self.sh.tr.landed, serving);
+        }
+        self.share_serving();
+    }
+
+    /// The requests each reactor of the transfer has on the wire, shared out (each tick
+    /// and after reports): this reactor counts its helpers' toward the server's cap, and
+    /// each helper is posted the owner's and the other helpers'. A helper counts the
+    /// owner's in its own [`crate::control::origin::Origin::remote`] ([`Loop::on_tick`]).
+    pub(crate) fn share_serving(&mut self) {
+        if let Some(p) = &self.part {
+            let others = p.others();
+            for o in &mut self.sh.origins {
+                o.remote = others;
+            }
+            return;
+        }
+        let own = self.serving(0);
+        let Some(r) = &self.remote else {
+            return;
+        };
+        let helpers: usize = r.parts.iter().flatten().map(|o| o.serving).sum();
+        for out in r.parts.iter().flatten() {
+            out.others.store(own + helpers - out.serving, Ordering::Release);
+        }
+        for o in &mut self.sh.origins {
+            o.remote = helpers;
+        }
     }
 
     /// One helper's report.
@@ -541,18 +713,55 @@ impl Loop<'_> {
             return;
         };
         let lending = match &m {
-            Report::Landed { lending, .. } | Report::Ended { lending, .. } => *lending,
+            Report::Landed { lending, .. }
+            | Report::Ended { lending, .. }
+            | Report::Note { lending, .. }
+            | Report::Capped { lending, .. } => *lending,
         };
         if lending != r.lending {
             return;
         }
         match m {
-            Report::Landed { helper, ranges, .. } => {
+            Report::Note { helper, note, .. } => self.sh.report.note(Note::OnReactor {
+                reactor: helper,
+                note: Box::new(note),
+            }),
+            Report::Capped {
+                helper, serving, proxy, ..
+            } => {
+                // What the server was serving when it turned the helper away: the owner's
+                // requests, the other helpers' (as they last said) and the helper's own.
+                let others: usize = r
+                    .parts
+                    .iter()
+                    .enumerate()
+                    .filter(|&(h, _)| h + 1 != helper)
+                    .filter_map(|(_, o)| o.as_ref().map(|o| o.serving))
+                    .sum();
+                let own = self.serving(0);
+                let using = (own + others + serving).max(1);
+                self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
+                // (As for one reactor: a refusal while a single other request was served
+                // may be a passing 503, not a cap of one.)
+                if proxy || serving > 0 || own + others >= 2 {
+                    self.learn_cap(0, using);
+                }
+            }
+            Report::Landed {
+                helper,
+                ranges,
+                serving,
+                ..
+            } => {
                 let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) else {
                     return;
                 };
+                out.serving = serving;
                 let bytes: u64 = ranges.iter().map(|x| x.1 - x.0).sum();
                 let more = bytes.saturating_sub(out.landed);
+                if more > 0 || serving > 0 {
+                    out.moved = Instant::now();
+                }
                 out.landed = out.landed.max(bytes);
                 r.by_others += more;
                 self.sh.tr.received += more;

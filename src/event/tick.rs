@@ -11,13 +11,15 @@ use uring::Op;
 
 impl Loop<'_> {
     pub(crate) fn on_tick(&mut self) -> Result<()> {
+        let serving = self.serving(0);
         if let Some(p) = self.part.as_mut() {
             // A helper's part: what landed goes to the owner; the owner may have ended.
-            p.tell_landed(&self.sh.tr.landed);
+            p.tell_landed(&self.sh.tr.landed, serving);
             if p.stopped() && self.sh.fatal.is_none() {
                 self.sh.fatal = Some(crate::err!(Interrupted, "the reactor that owns the transfer ended it"));
             }
         }
+        self.share_serving();
         let window = self.rate_mark.0.elapsed();
         if window >= Duration::from_millis(500) {
             self.recent_rate = (self.sh.tr.received - self.rate_mark.1) as f64 / window.as_secs_f64();

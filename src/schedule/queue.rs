@@ -139,14 +139,14 @@ impl Plan {
         }
     }
 
-    /// Up to `most` queued segments for another reactor (`--threads`), taken from the
-    /// back of the queue (this reactor's connections take from the front) while they are
-    /// contiguous and free to go at `now`: their range `[start, end)` and the most tries
-    /// any of them has had. `None` when the queue's last segment must still wait, or the
-    /// queue is empty. At most half the queue goes (at least one segment), so the owner's
-    /// own connections keep work while the queue is long.
-    pub fn take_back(&mut self, most: usize, now: Duration) -> Option<(u64, u64, u32)> {
-        let most = most.min(self.queue.len().div_ceil(2)).max(1);
+    /// Queued segments for another reactor (`--threads`), taken from the back of the queue
+    /// (this reactor's connections take from the front) while they are contiguous, free
+    /// to go at `now`, and fewer than `want` bytes are taken: their range `[start, end)`
+    /// and the most tries any of them has had. `None` when the queue's last segment must
+    /// still wait, or the queue is empty. At most half the queue goes (at least one
+    /// segment), so the owner's own connections keep work while the queue is long.
+    pub fn take_back(&mut self, want: u64, now: Duration) -> Option<(u64, u64, u32)> {
+        let most = self.queue.len().div_ceil(2).max(1);
         let &(last, t) = self.queue.back()?;
         if t > now {
             return None;
@@ -154,6 +154,9 @@ impl Plan {
         self.queue.pop_back();
         let (mut start, end, mut tries) = (last.start, last.end, last.tries);
         for _ in 1..most {
+            if end - start >= want {
+                break;
+            }
             match self.queue.back() {
                 Some(&(s, t)) if t <= now && s.end == start => {
                     self.queue.pop_back();
@@ -365,17 +368,24 @@ mod tests {
                 .into_iter()
                 .collect(),
         );
-        // At most half the queue, from the back, merged.
-        assert_eq!(p.take_back(8, T0), Some((30, 50, 0)));
+        // At most half the queue, from the back, merged; no more than is wanted.
+        assert_eq!(p.take_back(1000, T0), Some((30, 50, 0)));
+        p.set_queue(
+            [seg(10, 20), seg(20, 30), seg(30, 40), seg(40, 50)]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(p.take_back(10, T0), Some((40, 50, 0)));
+        assert_eq!(p.take_back(11, T0), Some((20, 40, 0)));
+        p.set_queue([seg(10, 20), seg(20, 30)].into_iter().collect());
         assert_eq!(p.segments().map(|s| s.start).collect::<Vec<_>>(), [10, 20]);
         // A failed segment requeued at the front keeps its tries; a gap stops the run.
         let mut f = seg(60, 70);
         f.tries = 2;
         p.requeue(f, false);
-        assert_eq!(p.take_back(3, T0), Some((20, 30, 0)));
-        assert_eq!(p.take_back(3, T0), Some((10, 20, 0)));
-        assert_eq!(p.take_back(3, T0), Some((60, 70, 2)));
-        assert_eq!(p.take_back(3, T0), None);
+        assert_eq!(p.take_back(30, T0), Some((10, 30, 0)));
+        assert_eq!(p.take_back(30, T0), Some((60, 70, 2)));
+        assert_eq!(p.take_back(30, T0), None);
         // A segment that waits out its backoff stays.
         p.requeue_after(seg(0, 5), false, Duration::from_secs(1));
         assert_eq!(p.take_back(1, T0), None);
