@@ -463,19 +463,23 @@ def build_variants(args, ca: Path, conns: int, proto: str) -> list[Variant]:
             kinds = [("", {}, [])] + [parse_ringdl_variant(x) for x in args.ringdl_variant]
             for eng in args.engine:
                 for io in args.io:
-                    for label, env, extra in kinds:
-                        def argv(url, out, eng=eng, io=io, extra=extra):
-                            a = [args.ringdl, "-x", str(conns), "--engine", eng, "--io", io,
-                                 "--force", *extra, "-o", str(out)]
-                            if https:
-                                a += ["--ca-certificate", str(ca)]
-                            return a + [url]
+                    for threads in args.threads:
+                        for label, env, extra in kinds:
+                            def argv(url, out, eng=eng, io=io, extra=extra, threads=threads):
+                                a = [args.ringdl, "-x", str(conns), "--engine", eng, "--io", io,
+                                     "--force", *extra, "-o", str(out)]
+                                if threads != 1:
+                                    a[1:1] = ["--threads", str(threads)]
+                                if https:
+                                    a += ["--ca-certificate", str(ca)]
+                                return a + [url]
 
-                        io_name = "" if args.io == ["auto"] else f" --io {io}"
-                        tag = f" [{label}]" if label else ""
-                        v.append(Variant(f"ringdl -x {conns} --engine {eng}{io_name}{tag}", "ringdl",
-                                         "ringdl", argv, [args.ringdl, "--version"],
-                                         env=env or None))
+                            io_name = "" if args.io == ["auto"] else f" --io {io}"
+                            t_name = "" if args.threads == [1] else f" --threads {threads}"
+                            tag = f" [{label}]" if label else ""
+                            v.append(Variant(f"ringdl -x {conns}{t_name} --engine {eng}{io_name}{tag}",
+                                             "ringdl", "ringdl", argv, [args.ringdl, "--version"],
+                                             env=env or None))
         elif tool == "aria2c":
             n = min(conns, ARIA2_MAX_CONN)
 
@@ -814,6 +818,9 @@ def main() -> int:
                     help="ringdl engine(s), e.g. direct,buffered, passed to --engine (default direct)")
     ap.add_argument("--io", type=csv_list(str), default=["auto"],
                     help="ringdl I/O backend(s), e.g. uring,epoll, passed to --io (default auto)")
+    ap.add_argument("--threads", type=csv_list(int), default=[1],
+                    help="ringdl reactor threads, e.g. 1,2,4,8, passed to --threads (default 1): "
+                         "the sweep for machines with more cores")
     ap.add_argument("--ringdl-variant", action="append", default=[], metavar="LABEL:TOKENS",
                     help="an extra ringdl row: LABEL:'RINGDL_BLOCK_KIB=1024 --sqpoll' "
                          "(NAME=VALUE tokens go to its environment, the rest to its argv; repeatable)")

@@ -118,8 +118,14 @@ if [ "$RINGDL_VM_TESTS" != 0 ] && [ "$#" -eq 0 ]; then
 fi
 
 # The same download, fault and list suites on the epoll backend (issue 12; lists since
-# -j runs files at once on one ring): every ringdl run gets --io epoll, and the summary
-# check asserts it ran there.
+# -j runs files at once on one ring; threads since --threads runs a ring per thread):
+# every ringdl run gets --io epoll, and the summary check asserts it ran there.
 step="cargo test (release) on epoll"
-log "cargo test (release) on the epoll backend: download, fault and list suites"
-run_tests env RINGDL_TEST_IO=epoll cargo test --release --no-fail-fast --test tests -- download:: faults:: list:: "$@"
+log "cargo test (release) on the epoll backend: download, fault, list and thread suites"
+run_tests env RINGDL_TEST_IO=epoll cargo test --release --no-fail-fast --test tests -- download:: faults:: list:: threads:: "$@"
+
+# The download and fault suites again at --threads 2 (issue 24): every ringdl run gets
+# --threads 2, so a file of more than one segment spreads over a second reactor.
+step="cargo test (release) at --threads 2"
+log "cargo test (release) at --threads 2: download and fault suites"
+run_tests env RINGDL_TEST_THREADS=2 cargo test --release --no-fail-fast --test tests -- download:: faults:: "$@"
