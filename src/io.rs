@@ -44,15 +44,10 @@ pub fn build_ring(choice: IoChoice, entries: u32, splice: bool, sqpoll: bool, ve
     let uring = if sqpoll {
         RingBuilder::new(entries).sqpoll(SQPOLL_IDLE_MS)
     } else {
-        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
         RingBuilder::new(entries)
             .single_issuer(true)
             .defer_taskrun(true)
             .coop_taskrun(true)
-            .wait_batch(
-                env("RINGDL_WAIT_BATCH").unwrap_or(0) as usize,
-                std::time::Duration::from_micros(env("RINGDL_MIN_WAIT_US").unwrap_or(0)),
-            )
     };
     let epoll = || -> Result<Ring> {
         RingBuilder::new(entries)

@@ -12,17 +12,16 @@
 use core::sync::atomic::{AtomicU32, Ordering, fence};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::time::Duration;
 
 use linux_raw_sys::io_uring as sys;
 use rustix::io::Errno;
 use rustix::io_uring::{
-    IoringEnterFlags, IoringRegisterOp, IoringSetupFlags, io_uring_enter, io_uring_enter_arg, io_uring_getevents_arg,
-    io_uring_params, io_uring_ptr, io_uring_register, io_uring_setup,
+    IoringEnterFlags, IoringRegisterOp, IoringSetupFlags, io_uring_enter, io_uring_params, io_uring_register,
+    io_uring_setup,
 };
 
 use crate::mmap::Mmap;
-use crate::sys::{Cqe, Features, SetupFlags, Sqe, Timespec};
+use crate::sys::{Cqe, Features, SetupFlags, Sqe};
 
 /// `struct iovec` as IORING_REGISTER_BUFFERS reads it.
 pub use linux_raw_sys::general::iovec;
@@ -99,7 +98,6 @@ pub struct RingBuilder {
     single_issuer: bool,
     defer_taskrun: bool,
     coop_taskrun: bool,
-    pub(crate) wait_batch: Option<(usize, Duration)>,
 }
 
 impl RingBuilder {
@@ -115,19 +113,7 @@ impl RingBuilder {
             single_issuer: false,
             defer_taskrun: false,
             coop_taskrun: false,
-            wait_batch: None,
         }
-    }
-
-    /// Batches waits: a wait for one completion ([`crate::Ring::submit_and_wait`]`(1)`)
-    /// waits up to `min_wait` for `count` of those still owed, then returns as soon as one
-    /// is there (`IORING_ENTER_EXT_ARG` with `min_wait_usec`, Linux 6.12; see
-    /// [`RawRing::submit_and_wait_min`]). Used only where the kernel has
-    /// `IORING_FEAT_MIN_TIMEOUT` and the ring got DEFER_TASKRUN without SQPOLL; elsewhere,
-    /// and on [`Backend::Epoll`], waits stay for one completion.
-    pub fn wait_batch(mut self, count: usize, min_wait: Duration) -> RingBuilder {
-        self.wait_batch = (count > 1 && !min_wait.is_zero()).then_some((count, min_wait));
-        self
     }
 
     /// Chooses the backend (default [`Backend::Uring`]).
@@ -532,57 +518,6 @@ impl RawRing {
     /// As [`RawRing::submit_and_wait`].
     pub fn submit(&mut self) -> io::Result<usize> {
         self.submit_and_wait(0)
-    }
-
-    /// Publishes pending SQEs and waits for up to `want` CQEs with a minimum wait, in one
-    /// io_uring_enter(2) with `IORING_ENTER_EXT_ARG` (`io_uring_getevents_arg`): the kernel
-    /// waits at most `min_wait` (µs granularity) for `want` CQEs; after that it returns as
-    /// soon as one is posted, or with none once `timeout` has passed since the call.
-    ///
-    /// Needs `IORING_FEAT_MIN_TIMEOUT` (6.12) and `IORING_SETUP_DEFER_TASKRUN` (with an
-    /// older kernel or without DEFER_TASKRUN this is [`RawRing::submit_and_wait`]`(1)`: before
-    /// 6.12 the kernel ignores `min_wait_usec` and would wait the whole `timeout` for
-    /// `want`; without DEFER_TASKRUN a completion after the minimum wait may not wake the
-    /// waiter before `timeout`, io_uring/wait.c). Returns the number of SQEs submitted.
-    ///
-    /// # Errors
-    /// As [`RawRing::submit_and_wait`]; ETIME (the timeout passed with no CQE) is `Ok`.
-    pub fn submit_and_wait_min(&mut self, want: usize, min_wait: Duration, timeout: Duration) -> io::Result<usize> {
-        if want <= 1 || !self.waits_min() {
-            return self.submit_and_wait(want.min(1));
-        }
-        self.flush_sq();
-        let pending = self.sq_pending();
-        let want = u32::try_from(want).unwrap_or(u32::MAX);
-        if pending == 0 && !self.cq_needs_flush() && self.cq_ready() >= want as usize {
-            return Ok(0);
-        }
-        let ts = Timespec::from(timeout);
-        let arg = io_uring_getevents_arg {
-            sigmask: io_uring_ptr::null(),
-            sigmask_sz: 0,
-            min_wait_usec: u32::try_from(min_wait.as_micros()).unwrap_or(u32::MAX).max(1),
-            ts: io_uring_ptr::new((&raw const ts).cast_mut().cast()),
-        };
-        let flags = IoringEnterFlags::GETEVENTS | IoringEnterFlags::EXT_ARG;
-        // SAFETY: `arg` and the timespec it points to live on this stack frame until the
-        // call returns; the kernel copies both in before it waits (io_get_ext_arg) and
-        // keeps no pointer. The SQEs it consumes were pushed under push_raw's contract.
-        let r = unsafe { io_uring_enter_arg(&self.fd, pending as u32, want, flags, Some(&arg)) };
-        match r {
-            Ok(n) => Ok(n as usize),
-            Err(Errno::INTR | Errno::TIME) => Ok(0),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Whether [`RawRing::submit_and_wait_min`] waits with a minimum wait here: the kernel
-    /// has `IORING_FEAT_MIN_TIMEOUT` (6.12) and `IORING_FEAT_EXT_ARG` (5.11), and the ring
-    /// has DEFER_TASKRUN without SQPOLL.
-    pub fn waits_min(&self) -> bool {
-        self.features.contains(Features::MIN_TIMEOUT | Features::EXT_ARG)
-            && self.granted.contains(SetupFlags::DEFER_TASKRUN)
-            && !self.granted.contains(SetupFlags::SQPOLL)
     }
 
     /// Registers `iovecs` as fixed buffers 0..n (IORING_REGISTER_BUFFERS, 5.1).

@@ -38,9 +38,6 @@ const INTERNAL_TIMER: u64 = INTERNAL_BIT | 2;
 const NO_SUCH_OP: u64 = INTERNAL_BIT | 3;
 /// Generations use bits 32..62 of `user_data`.
 const GEN_MASK: u32 = (1 << 30) - 1;
-/// The longest one batched wait sleeps with no completion before it returns (and the
-/// caller waits again): see [`RingBuilder::wait_batch`].
-const BATCH_WAIT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long Drop waits for cancelled ops.
 const DROP_WAIT: Duration = Duration::from_secs(1);
 /// The timer that wakes the drop-time wait; a static, so the pointer the
@@ -344,8 +341,6 @@ pub(crate) struct UringRing {
     /// Ops submitted with IOSQE_FIXED_FILE.
     fixed_file_ops: u64,
     id: u64,
-    /// [`RingBuilder::wait_batch`]'s count and minimum wait, where the kernel honours them.
-    wait_batch: Option<(usize, Duration)>,
     raw: RawRing,
 }
 
@@ -394,7 +389,6 @@ impl RingBuilder {
             files: Vec::new(),
             fixed_file_ops: 0,
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
-            wait_batch: self.wait_batch.filter(|_| raw.waits_min()),
             raw,
         })
     }
@@ -815,14 +809,7 @@ impl UringRing {
         let mut want = want.saturating_sub(self.ready.len()).min(self.cqes_outstanding);
         let mut tries = 0;
         loop {
-            let r = match self.wait_batch {
-                Some((count, min_wait)) if want == 1 => {
-                    self.raw
-                        .submit_and_wait_min(count.min(self.cqes_outstanding), min_wait, BATCH_WAIT_TIMEOUT)
-                }
-                _ => self.raw.submit_and_wait(want),
-            };
-            match r {
+            match self.raw.submit_and_wait(want) {
                 Ok(n) => return Ok(n),
                 Err(e)
                     if tries < 3

@@ -288,8 +288,6 @@ flag_set! {
         const CQE_SKIP = sys::IORING_FEAT_CQE_SKIP;
         /// `IORING_FEAT_LINKED_FILE` (5.17).
         const LINKED_FILE = sys::IORING_FEAT_LINKED_FILE;
-        /// `IORING_FEAT_MIN_TIMEOUT` (6.12): `io_uring_getevents_arg.min_wait_usec` is read.
-        const MIN_TIMEOUT = sys::IORING_FEAT_MIN_TIMEOUT;
     }
 }
 
