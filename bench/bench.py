@@ -464,8 +464,12 @@ def build_variants(args, ca: Path, conns: int, proto: str) -> list[Variant]:
             for eng in args.engine:
                 for io in args.io:
                     for label, env, extra in kinds:
-                        def argv(url, out, eng=eng, io=io, extra=extra):
-                            a = [args.ringdl, "-x", str(conns), "--engine", eng, "--io", io,
+                        # RINGDL=PATH in a variant runs another binary (a before/after in one run).
+                        env = dict(env)
+                        binary = env.pop("RINGDL", args.ringdl)
+
+                        def argv(url, out, eng=eng, io=io, extra=extra, binary=binary):
+                            a = [binary, "-x", str(conns), "--engine", eng, "--io", io,
                                  "--force", *extra, "-o", str(out)]
                             if https:
                                 a += ["--ca-certificate", str(ca)]
@@ -474,7 +478,7 @@ def build_variants(args, ca: Path, conns: int, proto: str) -> list[Variant]:
                         io_name = "" if args.io == ["auto"] else f" --io {io}"
                         tag = f" [{label}]" if label else ""
                         v.append(Variant(f"ringdl -x {conns} --engine {eng}{io_name}{tag}", "ringdl",
-                                         "ringdl", argv, [args.ringdl, "--version"],
+                                         "ringdl", argv, [binary, "--version"],
                                          env=env or None))
         elif tool == "aria2c":
             n = min(conns, ARIA2_MAX_CONN)
@@ -816,7 +820,8 @@ def main() -> int:
                     help="ringdl I/O backend(s), e.g. uring,epoll, passed to --io (default auto)")
     ap.add_argument("--ringdl-variant", action="append", default=[], metavar="LABEL:TOKENS",
                     help="an extra ringdl row: LABEL:'RINGDL_BLOCK_KIB=1024 --sqpoll' "
-                         "(NAME=VALUE tokens go to its environment, the rest to its argv; repeatable)")
+                         "(NAME=VALUE tokens go to its environment, the rest to its argv; "
+                         "RINGDL=PATH runs another binary, for a before/after in one run; repeatable)")
     ap.add_argument("--tools", type=csv_list(str), default=list(ALL_TOOLS),
                     help="tools to run (default all): " + ",".join(ALL_TOOLS))
     ap.add_argument("--runs", type=int, default=5, help="runs per tool and configuration (default 5)")
