@@ -465,8 +465,13 @@ def build_variants(args, ca: Path, conns: int, proto: str) -> list[Variant]:
                 for io in args.io:
                     for threads in args.threads:
                         for label, env, extra in kinds:
-                            def argv(url, out, eng=eng, io=io, extra=extra, threads=threads):
-                                a = [args.ringdl, "-x", str(conns), "--engine", eng, "--io", io,
+                            # RINGDL=PATH in a variant runs another binary (a before/after
+                            # in one run).
+                            env = dict(env)
+                            binary = env.pop("RINGDL", args.ringdl)
+
+                            def argv(url, out, eng=eng, io=io, extra=extra, threads=threads, binary=binary):
+                                a = [binary, "-x", str(conns), "--engine", eng, "--io", io,
                                      "--force", *extra, "-o", str(out)]
                                 if threads != 1:
                                     a[1:1] = ["--threads", str(threads)]
@@ -478,7 +483,7 @@ def build_variants(args, ca: Path, conns: int, proto: str) -> list[Variant]:
                             t_name = "" if args.threads == [1] else f" --threads {threads}"
                             tag = f" [{label}]" if label else ""
                             v.append(Variant(f"ringdl -x {conns}{t_name} --engine {eng}{io_name}{tag}",
-                                             "ringdl", "ringdl", argv, [args.ringdl, "--version"],
+                                             "ringdl", "ringdl", argv, [binary, "--version"],
                                              env=env or None))
         elif tool == "aria2c":
             n = min(conns, ARIA2_MAX_CONN)
@@ -823,7 +828,8 @@ def main() -> int:
                          "the sweep for machines with more cores")
     ap.add_argument("--ringdl-variant", action="append", default=[], metavar="LABEL:TOKENS",
                     help="an extra ringdl row: LABEL:'RINGDL_BLOCK_KIB=1024 --sqpoll' "
-                         "(NAME=VALUE tokens go to its environment, the rest to its argv; repeatable)")
+                         "(NAME=VALUE tokens go to its environment, the rest to its argv; "
+                         "RINGDL=PATH runs another binary, for a before/after in one run; repeatable)")
     ap.add_argument("--tools", type=csv_list(str), default=list(ALL_TOOLS),
                     help="tools to run (default all): " + ",".join(ALL_TOOLS))
     ap.add_argument("--runs", type=int, default=5, help="runs per tool and configuration (default 5)")

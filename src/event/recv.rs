@@ -101,12 +101,11 @@ impl Loop<'_> {
         // A record that straddled a write block's end waits in the read block: receive only
         // the rest of it there (its content is copied into the blocks), then go back to
         // the write block.
-        let soft_direct = c.soft.is_some()
-            && c.rx
-                .job
-                .as_ref()
-                .and_then(|j| j.placer.delimiter())
-                .is_some_and(|d| matches!(d, Delimiter::Length(_)));
+        // With the body's length known: the body bytes not yet landed (software TLS).
+        let soft_rem = match c.rx.job.as_ref().and_then(|j| j.placer.delimiter()) {
+            Some(Delimiter::Length(rem)) if c.soft.is_some() => Some(*rem),
+            _ => None,
+        };
         let mut rbuf = c.rbuf.take().expect("idle connection holds its read block");
         if c.rlo == c.rhi {
             c.rlo = 0;
@@ -121,13 +120,21 @@ impl Loop<'_> {
             return Err(Fail::retry(Kind::Protocol, "a TLS record larger than the read block"));
         }
         let mut range = c.rhi..rbuf.len().min(c.rhi.saturating_add(budget));
-        if soft_direct {
-            let need = match ktls::soft::record_len(&rbuf[c.rlo..c.rhi]) {
-                Ok(Some(n)) => n,
-                Ok(None) => ktls::soft::HEADER_LEN,
-                Err(_) => range.end - c.rlo, // pump_soft reports it
+        if let Some(rem) = soft_rem {
+            let (need, known) = match ktls::soft::record_len(&rbuf[c.rlo..c.rhi]) {
+                Ok(Some(n)) => (n, true),
+                Ok(None) => (ktls::soft::HEADER_LEN, false),
+                Err(_) => (range.end - c.rlo, false), // pump_soft reports it
             };
-            range.end = range.end.min((c.rlo + need).max(c.rhi + 1));
+            // The rest of this record, and the next one too when the body surely has it:
+            // a record cut by a write block's end is followed by one that would otherwise
+            // be received into the few hundred bytes left in that block, then in two more
+            // reads here (4 RECVs per block instead of 2). The next record is guessed to be
+            // as long as this one (servers send full records); the read stays within the
+            // body (`rem` plaintext bytes are at least as many wire bytes from `rlo`), and
+            // a wrong guess only leaves a partial record here, read like any other.
+            let ahead = if known && rem >= 2 * need as u64 { need } else { 0 };
+            range.end = range.end.min((c.rlo + need + ahead).max(c.rhi + 1));
         }
         c.op = InFlight::Recv;
         c.last_io = Instant::now();
