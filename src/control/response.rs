@@ -321,6 +321,7 @@ pub(crate) fn on_head(
                         if sh.tr.part.is_some() {
                             // A part's bytes must be of the owner's file: it ends the part
                             // (and the owner's transfer, which cannot use them).
+                            sh.tr.changed = true;
                             return Err(Fail::fatal(
                                 Kind::Protocol,
                                 format!("{host}: the file changed while it was fetched ({what})"),

@@ -393,6 +393,7 @@ pub(crate) fn end(mut dl: Loop<'_>, r: Result<Option<(usize, Url)>>, reactor: &m
     if let Some(p) = dl.part.as_mut() {
         // What of a helper's part landed, to its owner before the part's end is said.
         p.tell_landed(&dl.sh.tr.landed, 0);
+        p.tell_blame(dl.sh.tr.changed);
     }
     let hold = (dl.writes_in_flight > 0).then(|| Rc::clone(&dl.fin.out));
     (

@@ -377,7 +377,7 @@ fn start<'c>(
     // holds them; its slot still counts all `n` connections under the caps (the other
     // reactors' among them).
     let mut st = st;
-    let remote = match super::spread(&mut st, reactor) {
+    let remote = match super::spread(&mut st, n, reactor) {
         Ok(r) => r,
         Err(e) => {
             let _ = feed.ended(id, Err(e), st.report, None);

@@ -122,7 +122,8 @@ pub fn run(
     reactor: &mut Reactor,
 ) -> (Result<Outcome>, Progress, Option<Box<Summary>>) {
     let mut st = st;
-    let remote = match spread(&mut st, reactor) {
+    let n = st.opts.connections;
+    let remote = match spread(&mut st, n, reactor) {
         Ok(r) => r,
         Err(e) => return (Err(e), st.report, None),
     };
@@ -162,15 +163,15 @@ pub fn run(
 }
 
 /// `--threads N`: when transfer `st` spreads over other reactors (a regular file from one
-/// URL, more than one connection, no `--limit-rate`), its options keep the owner's share
-/// of the connections and the helpers come back lent to it; `None` when it runs on this
-/// reactor alone.
+/// URL, more than one of its `n` connections, no `--limit-rate`), its options keep the
+/// owner's share of the `n` and the helpers come back lent to it; `None` when it runs on
+/// this reactor alone (also while another transfer has the helpers).
 ///
 /// # Errors
 /// `LocalIo` when the helper threads or their eventfd cannot be made, or its block mapped.
-pub(crate) fn spread(st: &mut Start, reactor: &mut Reactor) -> Result<Option<threads::Remote>> {
+pub(crate) fn spread(st: &mut Start, n: usize, reactor: &mut Reactor) -> Result<Option<threads::Remote>> {
     let opts = &st.opts;
-    let shares = threads::shares(opts.connections, opts.threads);
+    let shares = threads::shares(n.min(opts.connections), opts.threads);
     if shares.len() < 2
         || st.part.is_some()
         || st.mirrors.len() != 1
@@ -181,13 +182,16 @@ pub(crate) fn spread(st: &mut Start, reactor: &mut Reactor) -> Result<Option<thr
     {
         return Ok(None);
     }
-    let mail = reactor.mail_block()?;
-    let helpers = reactor.helpers(shares.len() - 1)?;
+    let Some(mail) = reactor.mail_block()?.alloc() else {
+        return Ok(None);
+    };
+    // (As many as --threads asks, once: files with fewer connections use fewer of them.)
+    let helpers = reactor.helpers(opts.threads - 1)?;
     let mut o = (**opts).clone();
-    o.connections = shares[0];
     let Some(remote) = helpers.lend(shares, st.mirrors.clone(), mail) else {
         return Ok(None);
     };
+    o.connections = remote.own();
     st.opts = Rc::new(o);
     Ok(Some(remote))
 }

@@ -177,17 +177,20 @@ impl Reactor {
         if let Some(p) = &self.mail_block {
             return Ok(p.clone());
         }
-        let p = BufPool::new(4096, 1).map_err(|e| err!(LocalIo, "eventfd buffer: {e}"))?;
+        // (A lane that ended may still hold a block in its cancelled READ while the next
+        // transfer spreads: a few blocks, and none free means the next runs alone.)
+        let p = BufPool::new(4096, 4).map_err(|e| err!(LocalIo, "eventfd buffer: {e}"))?;
         self.mail_block = Some(p.clone());
         Ok(p)
     }
 
-    /// `--threads`: `n` helper reactors, started now unless as many run already.
+    /// `--threads`: `n` helper reactors, started now unless some run already (more are
+    /// started only while none is lent: a transfer holds their channels).
     ///
     /// # Errors
     /// `LocalIo` when eventfd(2) or a thread's creation fails.
     pub(crate) fn helpers(&mut self, n: usize) -> Result<&mut super::threads::Helpers> {
-        if self.helpers.as_ref().is_none_or(|h| h.len() < n) {
+        if self.helpers.as_ref().is_none_or(|h| h.len() < n && !h.lent()) {
             self.helpers = None; // (joins the fewer ones first)
             self.helpers = Some(super::threads::Helpers::spawn(n)?);
         }

@@ -177,6 +177,10 @@ impl Loop<'_> {
                 return self.drop_mirror(k, why, "");
             }
             if seg.tries >= self.sh.opts.max_tries {
+                if let Some(p) = self.part.as_mut() {
+                    // (A helper's part: this segment spent the part's try.)
+                    p.counted = Some((seg.start, seg.end));
+                }
                 let msg = format!("{} (gave up after {})", f.msg, n_tries(seg.tries));
                 if self.drops_mirror(k, f.kind) {
                     // Another mirror takes the segment, with fresh tries.

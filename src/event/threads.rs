@@ -29,7 +29,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use uring::{BufPool, Op};
+use uring::Op;
 
 use super::mirrors::MirrorRoute;
 use super::{Loop, Outcome, Reactor, Start, Summary};
@@ -174,6 +174,15 @@ pub(crate) enum Report {
         serving: usize,
         proxy: bool,
     },
+    /// Why the part is about to end: the segment whose try was counted (its failure spent
+    /// the part's one try; `None`: no one segment's), and whether the file changed on the
+    /// server (its size or validator is not the owner's).
+    Blame {
+        lending: u64,
+        helper: usize,
+        counted: Option<(u64, u64)>,
+        changed: bool,
+    },
     /// A note of the part's transfer, for the owner to say.
     Note { lending: u64, helper: usize, note: Note },
     /// The part ended: every byte landed (`None`), or why not.
@@ -197,25 +206,31 @@ impl Helpers {
             .map_err(|e| err!(LocalIo, "eventfd: {e}"))?;
         let bell = Arc::new(bell);
         let (tx, inbox) = channel();
-        let mut workers = Vec::with_capacity(n);
+        // (Built as it goes: on a failure, dropping it joins the threads already started.)
+        let mut helpers = Helpers {
+            workers: Vec::with_capacity(n),
+            inbox: Some(inbox),
+            bell,
+            lendings: 0,
+        };
         for k in 1..=n {
             let (orders, rx) = channel::<PartOrder>();
-            let (tx, bell) = (tx.clone(), Arc::clone(&bell));
+            let (tx, bell) = (tx.clone(), Arc::clone(&helpers.bell));
             let thread = std::thread::Builder::new()
                 .name(format!("ringdl-r{k}"))
                 .spawn(move || helper(&rx, &tx, &bell))
                 .map_err(|e| err!(LocalIo, "starting reactor thread {k}: {e}"))?;
-            workers.push(Worker {
+            helpers.workers.push(Worker {
                 orders,
                 thread: Some(thread),
             });
         }
-        Ok(Helpers {
-            workers,
-            inbox: Some(inbox),
-            bell,
-            lendings: 0,
-        })
+        Ok(helpers)
+    }
+
+    /// Whether a transfer has them (its [`Remote`] holds their channels).
+    pub(crate) fn lent(&self) -> bool {
+        self.inbox.is_none()
     }
 
     /// How many helpers run.
@@ -224,21 +239,29 @@ impl Helpers {
     }
 
     /// The helpers lent to one transfer for its run: `None` when another has them.
-    pub(crate) fn lend(&mut self, shares: Vec<usize>, routes: Vec<MirrorRoute>, mail: BufPool) -> Option<Remote> {
+    /// `shares`: connections per reactor (the owner's first), at most one per helper
+    /// running and the owner; `mail`: the block of the owner's eventfd READ.
+    pub(crate) fn lend(
+        &mut self,
+        mut shares: Vec<usize>,
+        routes: Vec<MirrorRoute>,
+        mail: uring::Buf,
+    ) -> Option<Remote> {
         let inbox = self.inbox.take()?;
         self.lendings += 1;
+        shares.truncate(self.workers.len() + 1);
+        let helpers = shares.len() - 1;
         Some(Remote {
             lending: self.lendings,
-            orders: self.workers.iter().map(|w| w.orders.clone()).collect(),
+            orders: self.workers[..helpers].iter().map(|w| w.orders.clone()).collect(),
             inbox,
             bell: self.bell.as_raw_fd(),
-            mail,
+            mail: Some(mail),
             shares,
             allot: None,
             routes: Some(routes),
             file: None,
-            parts: (0..self.workers.len()).map(|_| None).collect(),
-            failures: 0,
+            parts: (0..helpers).map(|_| None).collect(),
             by_others: 0,
             given: 0,
             counts: Counts::default(),
@@ -345,6 +368,7 @@ fn run_part(
             stop: p.stop,
             others: p.others,
             told: (0, 0),
+            counted: None,
         }),
     };
     match super::run(st, None, reactor) {
@@ -383,6 +407,8 @@ pub(crate) struct PartLink {
     others: Arc<AtomicUsize>,
     /// Bytes of the part told as landed so far, and requests told as served.
     told: (u64, usize),
+    /// The segment whose failure spent the part's try (set by the retry logic).
+    pub(crate) counted: Option<(u64, u64)>,
 }
 
 impl PartLink {
@@ -414,6 +440,22 @@ impl PartLink {
                     helper: self.helper,
                     ranges,
                     serving,
+                },
+            );
+        }
+    }
+
+    /// At the part's end: tells the owner why it failed (see [`Report::Blame`]), when it did.
+    pub(crate) fn tell_blame(&mut self, changed: bool) {
+        if self.counted.is_some() || changed {
+            tell(
+                &self.tx,
+                &self.bell,
+                Report::Blame {
+                    lending: self.lending,
+                    helper: self.helper,
+                    counted: self.counted,
+                    changed,
                 },
             );
         }
@@ -462,6 +504,9 @@ struct Out {
     serving: usize,
     /// When it last moved: bytes landed, or a request served.
     moved: Instant,
+    /// Why it failed, as its helper said ([`Report::Blame`]).
+    counted: Option<(u64, u64)>,
+    changed: bool,
 }
 
 /// The owner's side: the helpers lent to one transfer.
@@ -471,8 +516,9 @@ pub(crate) struct Remote {
     orders: Vec<Sender<PartOrder>>,
     inbox: Receiver<Report>,
     bell: RawFd,
-    /// The eventfd READ's block.
-    mail: BufPool,
+    /// The eventfd READ's block, until the first READ takes it (each completion gives it
+    /// back for the next).
+    mail: Option<uring::Buf>,
     /// Connections per reactor (index 0: the owner's).
     shares: Vec<usize>,
     /// Per helper: the connections it may open for this transfer, set at the first
@@ -484,8 +530,6 @@ pub(crate) struct Remote {
     file: Option<Arc<PartFile>>,
     /// Per helper: the part it has.
     parts: Vec<Option<Out>>,
-    /// Parts that failed (bounded: `--max-tries` in all).
-    failures: u32,
     /// Bytes the helpers landed, and parts handed out (for the summary).
     pub(crate) by_others: u64,
     pub(crate) given: usize,
@@ -503,6 +547,11 @@ impl Remote {
     pub(crate) fn reactors(&self) -> usize {
         self.shares.len()
     }
+
+    /// The owner's connections.
+    pub(crate) fn own(&self) -> usize {
+        self.shares[0]
+    }
 }
 
 impl Loop<'_> {
@@ -511,8 +560,8 @@ impl Loop<'_> {
         let Some(r) = &self.remote else {
             return Ok(());
         };
-        let (fd, buf) = (r.bell, buf.or_else(|| r.mail.alloc()));
-        let Some(buf) = buf else {
+        let fd = r.bell;
+        let Some(buf) = buf.or_else(|| self.remote.as_mut().and_then(|r| r.mail.take())) else {
             return Err(err!(Internal, "no block for the reactors' eventfd"));
         };
         self.push(
@@ -564,11 +613,15 @@ impl Loop<'_> {
         // reactors the other way: this one takes a part back.)
         if tr.plan.is_drained() && self.conns.iter().all(|c| c.rx.job.is_none()) {
             for (h, out) in r.parts.iter().enumerate() {
-                if let Some(out) = out.as_ref().filter(|o| o.moved.elapsed() >= RECALL) {
+                if let Some(out) = out.as_ref().filter(|o| o.serving == 0 && o.moved.elapsed() >= RECALL) {
                     out.stop.store(true, Ordering::Release);
                     allot[h] = 0;
                 }
             }
+        }
+        // (While the origin is held — a Retry-After, a 503 or 429 — no part goes either.)
+        if tr.plan.held(now, 0) {
+            return Ok(());
         }
         let free: Vec<(usize, usize)> = (0..r.parts.len())
             .filter(|&h| r.parts[h].is_none() && allot[h] > 0)
@@ -578,7 +631,9 @@ impl Loop<'_> {
             // As many bytes as the helper's connections are worth (`--min-split-size`
             // each); with the queue empty, the second half of the largest running body
             // (work stealing between reactors).
-            let want = share as u64 * self.sh.opts.min_split_size;
+            let queued: u64 = self.sh.tr.plan.segments().map(|s| s.end - s.start).sum();
+            let all: usize = self.remote.as_ref().map_or(1, |r| r.shares.iter().sum());
+            let want = (share as u64 * self.sh.opts.min_split_size).max(queued * share as u64 / (2 * all as u64));
             let taken = match self.sh.tr.plan.take_back(want, now) {
                 Some(t) => Some(t),
                 None if self.sh.tr.plan.is_drained() => self
@@ -655,6 +710,8 @@ impl Loop<'_> {
             landed: 0,
             serving: 0,
             moved: Instant::now(),
+            counted: None,
+            changed: false,
         });
         Ok(true)
     }
@@ -716,7 +773,8 @@ impl Loop<'_> {
             Report::Landed { lending, .. }
             | Report::Ended { lending, .. }
             | Report::Note { lending, .. }
-            | Report::Capped { lending, .. } => *lending,
+            | Report::Capped { lending, .. }
+            | Report::Blame { lending, .. } => *lending,
         };
         if lending != r.lending {
             return;
@@ -726,6 +784,17 @@ impl Loop<'_> {
                 reactor: helper,
                 note: Box::new(note),
             }),
+            Report::Blame {
+                helper,
+                counted,
+                changed,
+                ..
+            } => {
+                if let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) {
+                    out.counted = counted;
+                    out.changed = changed;
+                }
+            }
             Report::Capped {
                 helper, serving, proxy, ..
             } => {
@@ -801,37 +870,63 @@ impl Loop<'_> {
                 if at < range.1 {
                     gaps.push((at, range.1));
                 }
-                // A part that failed spent one try of what it did not land (a helper gives a
-                // part up at its first counted failure: the owner keeps the tries). An
-                // Interrupted part was stopped by this owner, which is ending.
+                // A helper gives a part up at its first counted failure: the segment that
+                // failed spends a try (the whole rest when no one segment's did), the rest
+                // of the part goes back with the tries it had. An Interrupted part was
+                // stopped by this owner (ending, or taking it back).
                 let failed = error.as_ref().filter(|e| e.kind != Kind::Interrupted);
-                let tries = out.tries + u32::from(failed.is_some());
                 let mut not_before = self.sh.tr.started.elapsed();
+                let mut counted = None;
                 if let Some(e) = failed {
-                    r.failures += 1;
                     self.sh.report.note(Note::PartFailed {
                         reactor: helper,
                         why: e.msg.clone(),
                     });
-                    // Local failures (a write, the ring) are the same on every reactor.
-                    let local = matches!(e.kind, Kind::LocalIo | Kind::Internal);
-                    if (local || tries >= self.sh.opts.max_tries) && !gaps.is_empty() {
-                        let msg = format!(
-                            "reactor {helper}: bytes {}-{}: {} (gave up after {})",
-                            range.0,
-                            range.1 - 1,
-                            e.msg,
-                            crate::schedule::retry::n_tries(tries)
-                        );
-                        self.sh.fatal.get_or_insert(Error { kind: e.kind, msg });
+                    if out.changed {
+                        // Its bytes are not of the owner's file, and neither is the server's.
+                        self.sh.tr.changed = true;
+                        self.sh.fatal.get_or_insert(Error {
+                            kind: Kind::Protocol,
+                            msg: format!("reactor {helper}: {}", e.msg),
+                        });
+                    } else if matches!(e.kind, Kind::LocalIo | Kind::Internal) {
+                        // This reactor could not do it (its ring, a descriptor, its
+                        // memory): it takes no more of this transfer, and no try is spent.
+                        if let Some(a) = r.allot.as_mut().and_then(|a| a.get_mut(helper - 1)) {
+                            *a = 0;
+                        }
+                    } else {
+                        counted = Some(out.counted.unwrap_or(range));
+                        let tries = out.tries + 1;
+                        if tries >= self.sh.opts.max_tries && !gaps.is_empty() {
+                            let msg = format!(
+                                "reactor {helper}: bytes {}-{}: {} (gave up after {})",
+                                range.0,
+                                range.1 - 1,
+                                e.msg,
+                                crate::schedule::retry::n_tries(tries)
+                            );
+                            self.sh.fatal.get_or_insert(Error { kind: e.kind, msg });
+                        }
+                        let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
+                        not_before += crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
                     }
-                    let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
-                    not_before += crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
                 }
+                let now = self.sh.tr.started.elapsed();
                 for &(s, e) in gaps.iter().rev() {
-                    let s = align_down(s, align);
-                    let e = align_up(e, align).min(total);
-                    self.sh.tr.plan.requeue_after(seg(s, e, tries), false, not_before);
+                    let (s, e) = (align_down(s, align), align_up(e, align).min(total));
+                    // Cut at the counted segment's edges (aligned: segment bounds are).
+                    let mut cuts = vec![s, e];
+                    if let Some((cs, ce)) = counted {
+                        cuts.extend([cs, ce].into_iter().filter(|&x| x > s && x < e));
+                    }
+                    cuts.sort_unstable();
+                    for w in cuts.windows(2).rev() {
+                        let hit = counted.is_some_and(|(cs, ce)| w[0] < ce && w[1] > cs);
+                        let tries = out.tries + u32::from(hit);
+                        let wait = if hit { not_before } else { now };
+                        self.sh.tr.plan.requeue_after(seg(w[0], w[1], tries), false, wait);
+                    }
                 }
             }
         }
