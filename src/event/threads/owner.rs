@@ -1,0 +1,539 @@
+//! `--threads`, the owner's side: the helpers lent to one transfer ([`Remote`]), the
+//! parts handed out ([`Loop::hand_out`]), the helpers' reports applied, the requests
+//! served shared out, and the parts stopped when the transfer ends.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use uring::Op;
+
+use super::{Counts, Helpers, PartFile, PartOrder, Report};
+use crate::err;
+use crate::error::{Error, Kind, Result};
+use crate::event::Loop;
+use crate::event::mirrors::MirrorRoute;
+use crate::report::Note;
+use crate::schedule::{Segment, align_down, align_up};
+use crate::tag::Tag;
+
+/// How long an ending owner waits for its helpers to stop their parts and report what
+/// landed (each settles its writes within 10 s and checks its stop flag every tick).
+const STOP_WAIT: Duration = Duration::from_secs(15);
+
+/// How long a part out on a helper may go without landing a byte or having a request
+/// served while its owner has nothing left to do, before the owner takes it back.
+const RECALL: Duration = Duration::from_secs(1);
+
+impl Helpers {
+    /// The helpers lent to one transfer for its run: `None` when another has them.
+    /// `shares`: connections per reactor (the owner's first), at most one per helper
+    /// running and the owner; `mail`: the block of the owner's eventfd READ.
+    pub(crate) fn lend(
+        &mut self,
+        mut shares: Vec<usize>,
+        routes: Vec<MirrorRoute>,
+        mail: uring::Buf,
+    ) -> Option<Remote> {
+        let inbox = self.inbox.take()?;
+        self.lendings += 1;
+        shares.truncate(self.workers.len() + 1);
+        let helpers = shares.len() - 1;
+        Some(Remote {
+            lending: self.lendings,
+            orders: self.workers[..helpers].iter().map(|w| w.orders.clone()).collect(),
+            inbox,
+            bell: self.bell.as_raw_fd(),
+            mail: Some(mail),
+            shares,
+            allot: None,
+            routes: Some(routes),
+            file: None,
+            parts: (0..helpers).map(|_| None).collect(),
+            by_others: 0,
+            given: 0,
+            counts: Counts::default(),
+        })
+    }
+
+    /// The lent inbox back, at the transfer's end.
+    pub(crate) fn give_back(&mut self, remote: Remote) {
+        self.inbox = Some(remote.inbox);
+    }
+}
+
+/// A part out on a helper, as its owner sees it.
+struct Out {
+    range: (u64, u64),
+    tries: u32,
+    stop: Arc<AtomicBool>,
+    others: Arc<AtomicUsize>,
+    /// Bytes of it landed so far.
+    landed: u64,
+    /// Its requests the server serves, as last told.
+    serving: usize,
+    /// When it last moved: bytes landed, or a request served.
+    moved: Instant,
+    /// Why it failed, as its helper said ([`Report::Blame`]).
+    counted: Option<(u64, u64)>,
+    changed: bool,
+}
+
+/// The owner's side: the helpers lent to one transfer.
+pub(crate) struct Remote {
+    /// This lending's number: reports of others are dropped.
+    lending: u64,
+    orders: Vec<Sender<PartOrder>>,
+    inbox: Receiver<Report>,
+    bell: RawFd,
+    /// The eventfd READ's block, until the first READ takes it (each completion gives it
+    /// back for the next).
+    mail: Option<uring::Buf>,
+    /// Connections per reactor (index 0: the owner's).
+    shares: Vec<usize>,
+    /// Per helper: the connections it may open for this transfer, set at the first
+    /// hand-out from what the file is worth over every reactor (`--min-split-size`: a
+    /// run opens no connection it does not use) less what the owner opened.
+    allot: Option<Vec<usize>>,
+    /// The transfer's routes, until its first answer made the part file.
+    routes: Option<Vec<MirrorRoute>>,
+    file: Option<Arc<PartFile>>,
+    /// Per helper: the part it has.
+    parts: Vec<Option<Out>>,
+    /// Bytes the helpers landed, and parts handed out (for the summary).
+    pub(crate) by_others: u64,
+    pub(crate) given: usize,
+    /// What the helpers' parts counted.
+    pub(crate) counts: Counts,
+}
+
+impl Remote {
+    /// A part is out on a helper.
+    pub(crate) fn busy(&self) -> bool {
+        self.parts.iter().any(Option::is_some)
+    }
+
+    /// Reactors in all (the owner's and the helpers').
+    pub(crate) fn reactors(&self) -> usize {
+        self.shares.len()
+    }
+
+    /// The owner's connections.
+    pub(crate) fn own(&self) -> usize {
+        self.shares[0]
+    }
+}
+
+impl Loop<'_> {
+    /// The first READ of the eventfd the helpers ring (a transfer that has them).
+    pub(crate) fn arm_mail(&mut self, buf: Option<uring::Buf>) -> Result<()> {
+        let Some(r) = &self.remote else {
+            return Ok(());
+        };
+        let fd = r.bell;
+        let Some(buf) = buf.or_else(|| self.remote.as_mut().and_then(|r| r.mail.take())) else {
+            return Err(err!(Internal, "no block for the reactors' eventfd"));
+        };
+        self.push(
+            Op::Read {
+                fd,
+                buf,
+                range: 0..8,
+                offset: u64::MAX,
+            },
+            Tag::Mail.encode(),
+        )
+    }
+
+    /// Gives each free helper a part of the queue, once the first answer planned it (a
+    /// regular file served in ranges, no failure pending).
+    pub(crate) fn hand_out(&mut self) -> Result<()> {
+        let tr = &self.sh.tr;
+        if self.remote.is_none()
+            || !tr.plan.is_planned()
+            || !tr.ranges
+            || !tr.file
+            || tr.plain_get
+            || self.sh.fatal.is_some()
+        {
+            return Ok(());
+        }
+        let now = tr.started.elapsed();
+        let remaining = tr.total.unwrap_or(0).saturating_sub(tr.landed.bytes());
+        let (min_split, own) = (self.sh.opts.min_split_size, tr.wanted);
+        let Some(r) = self.remote.as_mut() else {
+            return Ok(());
+        };
+        let allot = r.allot.get_or_insert_with(|| {
+            let all = crate::schedule::connections_for(remaining, min_split, r.shares.iter().sum(), 1);
+            let mut left = all.saturating_sub(own);
+            r.shares[1..]
+                .iter()
+                .map(|&s| {
+                    let a = s.min(left);
+                    left -= a;
+                    a
+                })
+                .collect()
+        });
+        // A part that has not moved for RECALL while this reactor has nothing to do (its
+        // helper's connections parked under a cap or a Retry-After, or stalled) comes
+        // back: the helper stops it, its rest goes back to the queue with no try counted,
+        // and that helper takes no more of this transfer. (Work stealing between
+        // reactors the other way: this one takes a part back.)
+        if tr.plan.is_drained() && self.conns.iter().all(|c| c.rx.job.is_none()) {
+            for (h, out) in r.parts.iter().enumerate() {
+                if let Some(out) = out.as_ref().filter(|o| o.serving == 0 && o.moved.elapsed() >= RECALL) {
+                    out.stop.store(true, Ordering::Release);
+                    allot[h] = 0;
+                }
+            }
+        }
+        // (While the origin is held — a Retry-After, a 503 or 429 — no part goes either.)
+        if tr.plan.held(now, 0) {
+            return Ok(());
+        }
+        let free: Vec<(usize, usize)> = (0..r.parts.len())
+            .filter(|&h| r.parts[h].is_none() && allot[h] > 0)
+            .map(|h| (h, allot[h]))
+            .collect();
+        for (h, share) in free {
+            // As many bytes as the helper's connections are worth (`--min-split-size`
+            // each); with the queue empty, the second half of the largest running body
+            // (work stealing between reactors).
+            let queued: u64 = self.sh.tr.plan.segments().map(|s| s.end - s.start).sum();
+            let all: usize = self.remote.as_ref().map_or(1, |r| r.shares.iter().sum());
+            let want = (share as u64 * self.sh.opts.min_split_size).max(queued * share as u64 / (2 * all as u64));
+            let taken = match self.sh.tr.plan.take_back(want, now) {
+                Some(t) => Some(t),
+                None if self.sh.tr.plan.is_drained() => self
+                    .steal_victim(None)
+                    .and_then(|(v, at)| self.split_off(v, at))
+                    .map(|s| (s.start, s.end, s.tries)),
+                None => None,
+            };
+            let Some((a, b, tries)) = taken else {
+                break;
+            };
+            if !self.send_part(h, share, (a, b), tries)? {
+                // The helper's thread is gone (or the output cannot be shared): its share
+                // stays with the owner.
+                self.sh.tr.plan.requeue(seg(a, b, tries), false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends part `range` (its segments tried `tries` times) to helper `h` (0-based) with
+    /// `share` connections; false when it cannot go.
+    fn send_part(&mut self, h: usize, share: usize, range: (u64, u64), tries: u32) -> Result<bool> {
+        let own = self.serving(0);
+        let tr = &self.sh.tr;
+        let (Some(total), Some(r)) = (tr.total, self.remote.as_mut()) else {
+            return Ok(false);
+        };
+        if r.file.is_none() {
+            let Some(part_out) = tr.out.part_of()? else {
+                return Ok(false);
+            };
+            let mut o = (*self.sh.opts).clone();
+            o.checksum = None;
+            o.condition = None;
+            o.etag_save = None;
+            o.json = None;
+            o.limit_rate = None;
+            // A part ends at its first counted failure: its owner counts the tries and
+            // gives the rest to whichever reactor is free.
+            o.max_tries = 1;
+            r.file = Some(Arc::new(PartFile {
+                routes: r.routes.take().unwrap_or_default(),
+                opts: o,
+                out: part_out,
+                engine: self.fin.engine.0,
+                ktls: self.fin.engine.1,
+                total,
+                validator: tr.validator.clone(),
+            }));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        // (What the others have on the wire now; the owner posts it again each tick.)
+        let helpers: usize = r.parts.iter().flatten().map(|o| o.serving).sum();
+        let others = Arc::new(AtomicUsize::new(own + helpers));
+        let order = PartOrder {
+            lending: r.lending,
+            helper: h + 1,
+            file: Arc::clone(r.file.as_ref().expect("made above")),
+            range,
+            connections: share,
+            stop: Arc::clone(&stop),
+            others: Arc::clone(&others),
+        };
+        if r.orders[h].send(order).is_err() {
+            return Ok(false);
+        }
+        r.given += 1;
+        r.parts[h] = Some(Out {
+            range,
+            tries,
+            stop,
+            others,
+            landed: 0,
+            serving: 0,
+            moved: Instant::now(),
+            counted: None,
+            changed: false,
+        });
+        Ok(true)
+    }
+
+    /// The eventfd rang: what the helpers reported is applied, and the READ goes again.
+    pub(crate) fn on_mail(&mut self, buf: Option<uring::Buf>) -> Result<()> {
+        while let Some(m) = self.remote.as_ref().and_then(|r| r.inbox.try_recv().ok()) {
+            self.apply(m);
+        }
+        self.share_serving();
+        self.arm_mail(buf)
+    }
+
+    /// Each turn of a transfer spread over reactors: the requests served are shared out at
+    /// once when they change (a cap's refusal is judged by them); what landed goes each
+    /// tick ([`Loop::on_tick`]).
+    pub(crate) fn sync_reactors(&mut self) {
+        if self.remote.is_none() && self.part.is_none() {
+            return;
+        }
+        let serving = self.serving(0);
+        if let Some(p) = self.part.as_mut().filter(|p| p.serving_changed(serving)) {
+            p.tell_landed(&self.sh.tr.landed, serving);
+        }
+        self.share_serving();
+    }
+
+    /// The requests each reactor of the transfer has on the wire, shared out (each tick
+    /// and after reports): this reactor counts its helpers' toward the server's cap, and
+    /// each helper is posted the owner's and the other helpers'. A helper counts the
+    /// owner's in its own [`crate::control::origin::Origin::remote`] ([`Loop::on_tick`]).
+    pub(crate) fn share_serving(&mut self) {
+        if let Some(p) = &self.part {
+            let others = p.others();
+            for o in &mut self.sh.origins {
+                o.remote = others;
+            }
+            return;
+        }
+        let own = self.serving(0);
+        let Some(r) = &self.remote else {
+            return;
+        };
+        let helpers: usize = r.parts.iter().flatten().map(|o| o.serving).sum();
+        for out in r.parts.iter().flatten() {
+            out.others.store(own + helpers - out.serving, Ordering::Release);
+        }
+        for o in &mut self.sh.origins {
+            o.remote = helpers;
+        }
+    }
+
+    /// One helper's report.
+    fn apply(&mut self, m: Report) {
+        let Some(r) = self.remote.as_mut() else {
+            return;
+        };
+        let lending = match &m {
+            Report::Landed { lending, .. }
+            | Report::Ended { lending, .. }
+            | Report::Note { lending, .. }
+            | Report::Capped { lending, .. }
+            | Report::Blame { lending, .. } => *lending,
+        };
+        if lending != r.lending {
+            return;
+        }
+        match m {
+            Report::Note { helper, note, .. } => self.sh.report.note(Note::OnReactor {
+                reactor: helper,
+                note: Box::new(note),
+            }),
+            Report::Blame {
+                helper,
+                counted,
+                changed,
+                ..
+            } => {
+                if let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) {
+                    out.counted = counted;
+                    out.changed = changed;
+                }
+            }
+            Report::Capped {
+                helper, serving, proxy, ..
+            } => {
+                // What the server was serving when it turned the helper away: the owner's
+                // requests, the other helpers' (as they last said) and the helper's own.
+                let others: usize = r
+                    .parts
+                    .iter()
+                    .enumerate()
+                    .filter(|&(h, _)| h + 1 != helper)
+                    .filter_map(|(_, o)| o.as_ref().map(|o| o.serving))
+                    .sum();
+                let own = self.serving(0);
+                let using = (own + others + serving).max(1);
+                self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
+                // (As for one reactor: a refusal while a single other request was served
+                // may be a passing 503, not a cap of one.)
+                if proxy || serving > 0 || own + others >= 2 {
+                    self.learn_cap(0, using);
+                }
+            }
+            Report::Landed {
+                helper,
+                ranges,
+                serving,
+                ..
+            } => {
+                let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) else {
+                    return;
+                };
+                out.serving = serving;
+                let bytes: u64 = ranges.iter().map(|x| x.1 - x.0).sum();
+                let more = bytes.saturating_sub(out.landed);
+                if more > 0 || serving > 0 {
+                    out.moved = Instant::now();
+                }
+                out.landed = out.landed.max(bytes);
+                r.by_others += more;
+                self.sh.tr.received += more;
+                for (s, e) in ranges {
+                    self.sh.tr.landed.add(s, e);
+                }
+            }
+            Report::Ended {
+                helper,
+                range,
+                error,
+                summary,
+                ..
+            } => {
+                if let Some(s) = &summary {
+                    r.counts.count(helper, s);
+                }
+                let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::take) else {
+                    return;
+                };
+                debug_assert_eq!(out.range, range);
+                // What of the part is not on disk goes back to the queue (edges widened
+                // to the alignment: fetching a few bytes again beats an unaligned write).
+                let align = self.sh.tr.align;
+                let total = self.sh.tr.total.unwrap_or(range.1);
+                let mut gaps = Vec::new();
+                let mut at = range.0;
+                for &(s, e) in self.sh.tr.landed.ranges() {
+                    if e <= at || s >= range.1 {
+                        continue;
+                    }
+                    if s > at {
+                        gaps.push((at, s));
+                    }
+                    at = at.max(e);
+                }
+                if at < range.1 {
+                    gaps.push((at, range.1));
+                }
+                // A helper gives a part up at its first counted failure: the segment that
+                // failed spends a try (the whole rest when no one segment's did), the rest
+                // of the part goes back with the tries it had. An Interrupted part was
+                // stopped by this owner (ending, or taking it back).
+                let failed = error.as_ref().filter(|e| e.kind != Kind::Interrupted);
+                let mut not_before = self.sh.tr.started.elapsed();
+                let mut counted = None;
+                if let Some(e) = failed {
+                    self.sh.report.note(Note::PartFailed {
+                        reactor: helper,
+                        why: e.msg.clone(),
+                    });
+                    if out.changed {
+                        // Its bytes are not of the owner's file, and neither is the server's.
+                        self.sh.tr.changed = true;
+                        self.sh.fatal.get_or_insert(Error {
+                            kind: Kind::Protocol,
+                            msg: format!("reactor {helper}: {}", e.msg),
+                        });
+                    } else if matches!(e.kind, Kind::LocalIo | Kind::Internal) {
+                        // This reactor could not do it (its ring, a descriptor, its
+                        // memory): it takes no more of this transfer, and no try is spent.
+                        if let Some(a) = r.allot.as_mut().and_then(|a| a.get_mut(helper - 1)) {
+                            *a = 0;
+                        }
+                    } else {
+                        counted = Some(out.counted.unwrap_or(range));
+                        let tries = out.tries + 1;
+                        if tries >= self.sh.opts.max_tries && !gaps.is_empty() {
+                            let msg = format!(
+                                "reactor {helper}: bytes {}-{}: {} (gave up after {})",
+                                range.0,
+                                range.1 - 1,
+                                e.msg,
+                                crate::schedule::retry::n_tries(tries)
+                            );
+                            self.sh.fatal.get_or_insert(Error { kind: e.kind, msg });
+                        }
+                        let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
+                        not_before += crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
+                    }
+                }
+                let now = self.sh.tr.started.elapsed();
+                for &(s, e) in gaps.iter().rev() {
+                    let (s, e) = (align_down(s, align), align_up(e, align).min(total));
+                    // Cut at the counted segment's edges (aligned: segment bounds are).
+                    let mut cuts = vec![s, e];
+                    if let Some((cs, ce)) = counted {
+                        cuts.extend([cs, ce].into_iter().filter(|&x| x > s && x < e));
+                    }
+                    cuts.sort_unstable();
+                    for w in cuts.windows(2).rev() {
+                        let hit = counted.is_some_and(|(cs, ce)| w[0] < ce && w[1] > cs);
+                        let tries = out.tries + u32::from(hit);
+                        let wait = if hit { not_before } else { now };
+                        self.sh.tr.plan.requeue_after(seg(w[0], w[1], tries), false, wait);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops the parts out on helpers and waits (at most [`STOP_WAIT`]) until each said
+    /// what it landed and that it ended: the control file and the `.part` then hold every
+    /// byte a helper wrote. A helper that does not answer is said in a note.
+    pub(crate) fn stop_parts(&mut self) {
+        let Some(r) = self.remote.as_ref() else {
+            return;
+        };
+        for out in r.parts.iter().flatten() {
+            out.stop.store(true, Ordering::Release);
+        }
+        let deadline = Instant::now() + STOP_WAIT;
+        while self.remote.as_ref().is_some_and(Remote::busy) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = match self.remote.as_ref().map(|r| r.inbox.recv_timeout(left)) {
+                Some(Ok(m)) => m,
+                Some(Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected)) | None => {
+                    self.sh.report.note(Note::WritesPending);
+                    return;
+                }
+            };
+            self.apply(m);
+        }
+    }
+}
+
+fn seg(start: u64, end: u64, tries: u32) -> Segment {
+    Segment {
+        start,
+        end,
+        tries,
+        grace: false,
+    }
+}
