@@ -106,9 +106,14 @@ Output:
 Connections and I/O:
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
       --threads N|auto      reactors on N threads, each with its own ring, buffers
-                            and connections, sharing a large file's ranges (-x is
-                            spread over them); auto: the CPUs the process may use;
-                            1-64 (default 1)
+                            and connections, sharing a file's ranges; -x (and
+                            --max-connections-per-host) is shared out over them, so
+                            at most -x reactors run; only a regular file from one
+                            URL served in ranges spreads (not -o -, FIFOs, devices,
+                            mirrors, --limit-rate; one file of a list at a time);
+                            auto: the CPUs the process may use; 1-64 (default 1)
+      --pin                 each reactor's thread on its own CPU of those the
+                            process may use (sched_setaffinity); off by default
       --min-split-size SIZE open one connection per SIZE bytes still to fetch, up to
                             -x: the first connection alone learns the size; 512K, 4M,
                             1G (powers of 1024; 4K to 1G; default 4M)
@@ -215,6 +220,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         engine: None,
         io: IoChoice::Auto,
         sqpoll: false,
+        pin: false,
         insecure: false,
         ca_certificate: None,
         pinned_public_keys: Vec::new(),
@@ -289,14 +295,13 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             }
             Long("threads") => {
                 let v = p.value().map_err(usage)?;
-                o.threads = match v.to_str() {
-                    Some("auto") => std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
-                    _ => {
-                        let s = v.to_string_lossy();
-                        match s.parse::<usize>() {
-                            Ok(n) if (1..=MAX_THREADS).contains(&n) => n,
-                            _ => return Err(err!(Usage, "--threads must be 1 to {MAX_THREADS} or auto, not {s}")),
-                        }
+                let s = v.to_string_lossy();
+                o.threads = if s.eq_ignore_ascii_case("auto") {
+                    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+                } else {
+                    match s.parse::<usize>() {
+                        Ok(n) if (1..=MAX_THREADS).contains(&n) => n,
+                        _ => return Err(err!(Usage, "--threads must be 1 to {MAX_THREADS} or auto, not {s:?}")),
                     }
                 };
             }
@@ -329,6 +334,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
                 };
             }
             Long("sqpoll") => o.sqpoll = true,
+            Long("pin") => o.pin = true,
             Short('k') | Long("insecure") => o.insecure = true,
             Long("ca-certificate") => o.ca_certificate = Some(p.value().map_err(usage)?.into()),
             Long("pinnedpubkey") => {

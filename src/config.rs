@@ -60,6 +60,8 @@ pub struct Config {
     /// connections, 1..=64 ([`crate::cli`]'s `auto`: the CPUs the process may use). A
     /// file's ranges are spread over them, `connections` shared out among them.
     pub threads: usize,
+    /// `--pin`: each reactor's thread on its own CPU (sched_setaffinity(2)).
+    pub pin: bool,
     /// `--min-split-size SIZE` (aria2c's name), bytes, 4096..=1 GiB: a connection beyond
     /// the first opens only for each this many bytes still to fetch (see
     /// [`crate::schedule::connections_for`]).

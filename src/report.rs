@@ -319,7 +319,6 @@ impl Note {
             | Note::NoRangesNoResume
             | Note::Shrunk
             | Note::WritesPending
-            | Note::PartFailed { .. }
             | Note::SyncFailed
             | Note::ControlNotSaved { .. } => Level::Warning,
             _ => Level::Verbose(1),

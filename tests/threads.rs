@@ -376,3 +376,109 @@ fn fifty_short_downloads_at_threads_4_with_random_faults_land_every_byte() {
         );
     }
 }
+
+/// The CPUs a thread may run on (`Cpus_allowed_list` of /proc/PID/task/TID/status).
+fn cpus_allowed(task: &Path) -> Option<String> {
+    let status = fs::read_to_string(task.join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_owned())
+}
+
+/// `--pin` at `--threads 2`: while the download runs, the main reactor's thread is on the
+/// first CPU the process may use and the helper's (`ringdl-r1`) on the second, one CPU
+/// each; without `--pin` neither is restricted. Bytes exact.
+#[test]
+fn pin_puts_each_reactor_on_its_own_cpu() {
+    let n = nginx();
+    let f = n.file(16 * MIB);
+    let mine = cpus_allowed(Path::new("/proc/thread-self")).unwrap();
+    let cpus: Vec<usize> = fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| {
+            v.trim()
+                .split(',')
+                .flat_map(|r| match r.split_once('-') {
+                    Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).collect::<Vec<usize>>(),
+                    None => vec![r.parse().unwrap()],
+                })
+                .collect()
+        })
+        .unwrap();
+    for pin in [true, false] {
+        let dir = TestDir::new("threads-pin");
+        let out = dir.join("out.bin");
+        let mut seen: Vec<(String, String)> = Vec::new();
+        let mut cmd = dir.ringdl();
+        cmd.args(["--threads", "2", "-x", "4", "--min-split-size", "1M", "-o"])
+            .arg(&out);
+        if pin {
+            cmd.arg("--pin");
+        }
+        let o = cmd.arg(n.paced_url(&f.name)).run_with(|pid| {
+            let t = Instant::now();
+            // Until the helper's thread is there and has fetched a while.
+            while t.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(300));
+                let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+                    break;
+                };
+                seen = tasks
+                    .flatten()
+                    .filter_map(|e| {
+                        let comm = fs::read_to_string(e.path().join("comm")).ok()?;
+                        Some((comm.trim().to_owned(), cpus_allowed(&e.path())?))
+                    })
+                    .collect();
+                if seen.iter().any(|(c, _)| c == "ringdl-r1") {
+                    break;
+                }
+            }
+        });
+        o.assert_success();
+        assert_eq!(sha256_file(&out), f.sha256);
+        let main = seen.iter().find(|(c, _)| c == "ringdl").map(|s| s.1.clone());
+        let helper = seen.iter().find(|(c, _)| c == "ringdl-r1").map(|s| s.1.clone());
+        assert!(helper.is_some(), "no helper thread seen: {seen:?}");
+        if pin {
+            assert_eq!(main, Some(cpus[0].to_string()), "{seen:?}");
+            assert_eq!(helper, Some(cpus[1 % cpus.len()].to_string()), "{seen:?}");
+        } else {
+            assert_eq!(main.as_deref(), Some(mine.as_str()), "{seen:?}");
+            assert_eq!(helper.as_deref(), Some(mine.as_str()), "{seen:?}");
+        }
+    }
+}
+
+/// `--max-connections-per-host 2` at `--threads 4 -x 8`: the reactors' connections
+/// together stay under it (the server turns a third one away, and none is turned away).
+/// Before the cap was shared out, each extra reactor opened one more connection.
+#[test]
+fn the_per_host_cap_holds_over_all_reactors() {
+    let srv = FaultServer::builder().size(16 * MIB).rate(8 * MIB).cap(2).start();
+    let r = util::get(
+        "threads-per-host",
+        &srv,
+        &[
+            "--threads",
+            "4",
+            "-x",
+            "8",
+            "--max-connections-per-host",
+            "2",
+            "--min-split-size",
+            "1M",
+        ],
+    );
+    r.assert_exact(&srv);
+    assert_eq!(
+        srv.refused(),
+        0,
+        "the server turned connections away\n{}",
+        r.explain(&srv)
+    );
+    assert!(srv.peak_bodies() <= 2, "{}", r.explain(&srv));
+}

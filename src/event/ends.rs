@@ -137,7 +137,8 @@ pub(crate) fn start_on<'c>(
         .and_then(|st| st.ranges.iter().map(|r| r.0).find(|&s| s > resume_start))
         .map_or(resume_start + FIRST_SEGMENT, |next| {
             next.min(resume_start + FIRST_SEGMENT)
-        });
+        })
+        .min(resume.as_ref().map_or(u64::MAX, |st| st.total));
     let splice = engine == EngineKind::Splice;
 
     let block = write_block().max(out.align as usize);

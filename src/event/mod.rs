@@ -171,7 +171,12 @@ pub fn run(
 /// `LocalIo` when the helper threads or their eventfd cannot be made, or its block mapped.
 pub(crate) fn spread(st: &mut Start, n: usize, reactor: &mut Reactor) -> Result<Option<threads::Remote>> {
     let opts = &st.opts;
-    let shares = threads::shares(n.min(opts.connections), opts.threads);
+    if opts.pin && st.part.is_none() {
+        // `--pin`: this reactor's thread on the first CPU the process may use.
+        threads::pin(0);
+    }
+    // (-x, and --max-connections-per-host, shared out: every reactor's connections count.)
+    let shares = threads::shares(n.min(opts.connections).min(opts.max_per_host), opts.threads);
     if shares.len() < 2
         || st.part.is_some()
         || st.mirrors.len() != 1
@@ -186,12 +191,13 @@ pub(crate) fn spread(st: &mut Start, n: usize, reactor: &mut Reactor) -> Result<
         return Ok(None);
     };
     // (As many as --threads asks, once: files with fewer connections use fewer of them.)
-    let helpers = reactor.helpers(opts.threads - 1)?;
+    let helpers = reactor.helpers(opts.threads - 1, opts.pin)?;
     let mut o = (**opts).clone();
     let Some(remote) = helpers.lend(shares, st.mirrors.clone(), mail) else {
         return Ok(None);
     };
     o.connections = remote.own();
+    o.max_per_host = o.max_per_host.min(remote.own());
     st.opts = Rc::new(o);
     Ok(Some(remote))
 }

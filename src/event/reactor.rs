@@ -185,14 +185,15 @@ impl Reactor {
     }
 
     /// `--threads`: `n` helper reactors, started now unless some run already (more are
-    /// started only while none is lent: a transfer holds their channels).
+    /// started only while none is lent: a transfer holds their channels); `pin`: helper
+    /// `k` on the `k`-th CPU the process may use (`--pin`).
     ///
     /// # Errors
     /// `LocalIo` when eventfd(2) or a thread's creation fails.
-    pub(crate) fn helpers(&mut self, n: usize) -> Result<&mut super::threads::Helpers> {
+    pub(crate) fn helpers(&mut self, n: usize, pin: bool) -> Result<&mut super::threads::Helpers> {
         if self.helpers.as_ref().is_none_or(|h| h.len() < n && !h.lent()) {
             self.helpers = None; // (joins the fewer ones first)
-            self.helpers = Some(super::threads::Helpers::spawn(n)?);
+            self.helpers = Some(super::threads::Helpers::spawn(n, pin)?);
         }
         Ok(self.helpers.as_mut().expect("started above"))
     }

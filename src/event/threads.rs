@@ -42,6 +42,25 @@ use crate::schedule::Landed;
 mod owner;
 pub(crate) use owner::Remote;
 
+/// `--pin`: the calling thread on the `k`-th of the CPUs the process could use when
+/// ringdl first pinned (modulo their count), by sched_setaffinity(2). Returns the CPU, or
+/// `None` when the kernel refused (the thread then runs where the scheduler puts it).
+pub(crate) fn pin(k: usize) -> Option<usize> {
+    use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
+    static ALLOWED: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    // (Read once, before any thread is pinned: a thread inherits its creator's mask.)
+    let cpus = ALLOWED.get_or_init(|| {
+        sched_getaffinity(None).map_or_else(
+            |_| Vec::new(),
+            |set| (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect(),
+        )
+    });
+    let cpu = *cpus.get(k % cpus.len().max(1))?;
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    sched_setaffinity(None, &set).ok().map(|()| cpu)
+}
+
 /// Connections per reactor when `connections` are spread over `threads` reactors: the
 /// owner's first, each at least one; fewer reactors than `threads` when there are fewer
 /// connections. `[x / t + 1, …, x / t]`.
@@ -192,7 +211,7 @@ impl Helpers {
     ///
     /// # Errors
     /// `LocalIo` when eventfd(2) or a thread's creation fails.
-    pub(crate) fn spawn(n: usize) -> Result<Helpers> {
+    pub(crate) fn spawn(n: usize, pin_them: bool) -> Result<Helpers> {
         let bell = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
             .map_err(|e| err!(LocalIo, "eventfd: {e}"))?;
         let bell = Arc::new(bell);
@@ -209,7 +228,12 @@ impl Helpers {
             let (tx, bell) = (tx.clone(), Arc::clone(&helpers.bell));
             let thread = std::thread::Builder::new()
                 .name(format!("ringdl-r{k}"))
-                .spawn(move || helper(&rx, &tx, &bell))
+                .spawn(move || {
+                    if pin_them {
+                        pin(k);
+                    }
+                    helper(&rx, &tx, &bell);
+                })
                 .map_err(|e| err!(LocalIo, "starting reactor thread {k}: {e}"))?;
             helpers.workers.push(Worker {
                 orders,
@@ -298,6 +322,9 @@ fn run_part(
     }
     let mut opts = f.opts.clone();
     opts.connections = p.connections;
+    // (Its share of --max-connections-per-host too: the reactors' connections together
+    // stay under it.)
+    opts.max_per_host = opts.max_per_host.min(p.connections);
     opts.threads = 1;
     let st = Start {
         mirrors: f.routes.clone(),
