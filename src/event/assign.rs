@@ -210,19 +210,17 @@ impl Loop<'_> {
     /// this transfer or one before it). Slots to an origin are those of mirrors on it.
     pub(crate) fn origin_room(&self, k: usize) -> bool {
         let origin = self.sh.tr.mirrors[k].origin;
-        let cap = self
-            .sh
-            .origin(k)
-            .allows
-            .unwrap_or(usize::MAX)
-            .min(self.sh.opts.max_per_host);
+        let o = self.sh.origin(k);
         let open = self
             .conns
             .iter()
             .filter(|c| c.engaged && !c.dead && self.sh.tr.mirrors[c.mirror].origin == origin)
             .count();
-        // (With the requests other transfers have on the wire to it: `Origin::others`.)
-        open + self.sh.origin(k).elsewhere() < cap
+        // With the requests other transfers have on the wire to it (`Origin::others`).
+        // `--max-connections-per-host` is shared out over the reactors (`--threads`): this
+        // reactor's share counts only this ring's; what the server allows counts every
+        // reactor's (`Origin::remote`).
+        open + o.others < self.sh.opts.max_per_host && open + o.elsewhere() < o.allows.unwrap_or(usize::MAX)
     }
 
     /// Slot `c` will carry nothing more: it gave up, waits for a race it will not run, or

@@ -208,10 +208,15 @@ impl Loop<'_> {
             let want = (share as u64 * self.sh.opts.min_split_size).max(queued * share as u64 / (2 * all as u64));
             let taken = match self.sh.tr.plan.take_back(want, now) {
                 Some(t) => Some(t),
-                None if self.sh.tr.plan.is_drained() => self
-                    .steal_victim(None)
-                    .and_then(|(v, at)| self.split_off(v, at))
-                    .map(|s| (s.start, s.end, s.tries)),
+                // (Only while every connection of this reactor has a body to read: an
+                // idle or connecting one of its own takes the split itself.)
+                None if self.sh.tr.plan.is_drained()
+                    && self.conns.iter().all(|c| !c.engaged || c.dead || c.rx.job.is_some()) =>
+                {
+                    self.steal_victim(None)
+                        .and_then(|(v, at)| self.split_off(v, at))
+                        .map(|s| (s.start, s.end, s.tries))
+                }
                 None => None,
             };
             let Some((a, b, tries)) = taken else {
