@@ -41,6 +41,17 @@ fn bytes_within(ranges: &[(u64, u64)], from: u64, to: u64) -> u64 {
     ranges.iter().map(|&(a, b)| b.min(to).saturating_sub(a.max(from))).sum()
 }
 
+/// The `-c` run's summary says it fetched at most the `size - kept` bytes the control
+/// file did not name ("done: N bytes (M fetched now, the rest resumed)").
+#[track_caller]
+fn assert_fetched_only_the_rest(summary: &str, size: u64, kept: u64) {
+    let fetched: u64 = summary
+        .split_once(" bytes (")
+        .and_then(|(_, r)| r.split_once(" fetched now")?.0.parse().ok())
+        .unwrap_or_else(|| panic!("nothing resumed: {summary}"));
+    assert!(fetched <= size - kept, "kept {kept}, yet fetched {fetched}: {summary}");
+}
+
 /// Every range the control file names holds the source's bytes in the `.part`: the
 /// control file names only what landed, whichever reactor wrote it.
 #[track_caller]
@@ -238,12 +249,7 @@ fn kill_9_with_threads_leaves_a_control_file_naming_only_landed_bytes() {
     o.assert_success();
     assert_eq!(sha256_file(&out), f.sha256, "{}", o.stderr_text());
     let kept: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
-    let summary = o.summary();
-    let fetched: u64 = summary
-        .split_once(" bytes (")
-        .and_then(|(_, r)| r.split_once(" fetched now")?.0.parse().ok())
-        .unwrap_or_else(|| panic!("nothing resumed: {summary}"));
-    assert!(fetched <= size - kept, "kept {kept}, yet fetched {fetched}: {summary}");
+    assert_fetched_only_the_rest(&o.summary(), size, kept);
 }
 
 /// SIGINT while both reactors write: exit 8, a `.part` and a control file that name the
@@ -272,12 +278,7 @@ fn sigint_with_threads_leaves_a_resumable_part() {
         .run();
     again.assert_success();
     assert_eq!(sha256_file(&out), f.sha256, "{}", again.stderr_text());
-    let summary = again.summary();
-    let fetched: u64 = summary
-        .split_once(" bytes (")
-        .and_then(|(_, r)| r.split_once(" fetched now")?.0.parse().ok())
-        .unwrap_or_else(|| panic!("nothing resumed: {summary}"));
-    assert!(fetched <= size - kept, "kept {kept}, yet fetched {fetched}: {summary}");
+    assert_fetched_only_the_rest(&again.summary(), size, kept);
 }
 
 /// A fault on the other reactor's connection: the first answer for the file's last part
