@@ -293,6 +293,9 @@ pub enum Note {
     /// `--threads`: reactor `reactor`'s part of the file failed; what it did not land goes
     /// back to the owner's queue.
     PartFailed { reactor: usize, why: String },
+    /// `--threads`: this reactor's part gave bytes `first..=last` back to the reactor that
+    /// owns the file, which asked (one of its reactors was idle).
+    GaveBack { first: u64, last: u64 },
     /// `--threads`: a note of reactor `reactor`'s part of the file (its connection numbers
     /// are its own).
     OnReactor { reactor: usize, note: Box<Note> },
@@ -425,6 +428,9 @@ impl std::fmt::Display for Note {
                     f,
                     "warning: reactor {reactor}'s part failed ({why}): its rest goes back to the queue"
                 )
+            }
+            Note::GaveBack { first, last } => {
+                write!(f, "gives bytes {first}-{last} back to the reactor that owns the file")
             }
             Note::OnReactor { reactor, note } => write!(f, "reactor {reactor}: {note}"),
             Note::Reactors { reactors, parts, bytes } => {

@@ -483,3 +483,89 @@ fn the_per_host_cap_holds_over_all_reactors() {
     );
     assert!(srv.peak_bodies() <= 2, "{}", r.explain(&srv));
 }
+
+/// Work stealing between reactors, by message: a helper's part outlasts the owner's own
+/// segments (its body stalls 4 s). The owner, idle, asks the helper for some back; the
+/// helper cuts its running body and says which bytes it gave ("reactor 1: gives bytes
+/// A-B back"); the owner asks the server for them on its own connection, and the bytes
+/// are exact. Seen failing with the ask never sent.
+#[test]
+fn an_idle_owner_takes_back_the_rest_of_a_slow_part() {
+    for tls in [false, true] {
+        let size = 8 * MIB;
+        let srv = FaultServer::builder()
+            .size(size)
+            .rate(4 * MIB)
+            .tls_if(tls)
+            .fault_on(
+                When::Once(Box::new(When::RangeFrom(7 * MIB))),
+                Fault::StallMidBody {
+                    after: 64 << 10,
+                    secs: 4,
+                },
+            )
+            .start();
+        let r = util::get(
+            "threads-give-back",
+            &srv,
+            &["-vv", "--threads", "2", "-x", "2", "--min-split-size", "1M"],
+        );
+        r.assert_exact(&srv);
+        let err = r.o.stderr_text();
+        // The helper took the stalled segment, and gave some of it back.
+        assert!(
+            err.contains("reactor 1: connection 0: GET bytes 7340032-"),
+            "the slow segment was not the helper's\n{}",
+            r.explain(&srv)
+        );
+        let given: Vec<u64> = err
+            .lines()
+            .filter_map(|l| {
+                l.split_once("reactor 1: gives bytes ")?
+                    .1
+                    .split_once('-')?
+                    .0
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert!(!given.is_empty(), "nothing was given back\n{}", r.explain(&srv));
+        // The owner (not "reactor 1:") asked for each given range.
+        for a in &given {
+            assert!(
+                err.lines()
+                    .any(|l| !l.contains("reactor 1:") && l.contains(&format!(": GET bytes {a}-"))),
+                "bytes from {a} were given back but the owner did not ask for them\n{}",
+                r.explain(&srv)
+            );
+        }
+    }
+}
+
+/// A helper's part is fetched over all the connections it was given: its first request
+/// asks for one connection's share of the part, not the whole part (which left its other
+/// connections idle, and a slow link at `--threads 2` slower than at one thread: 12 MiB
+/// at 256 KiB/s a connection, `-x 8`, took 16.4 s against 6.4 s). Seen failing with the
+/// first request covering the part.
+#[test]
+fn a_part_spreads_over_the_helpers_connections() {
+    let size = 12 * MIB;
+    let srv = FaultServer::builder().size(size).rate(2 * MIB).start();
+    let r = util::get(
+        "threads-part-spreads",
+        &srv,
+        &["-vv", "--threads", "2", "-x", "8", "--min-split-size", "1M"],
+    );
+    r.assert_exact(&srv);
+    let err = r.o.stderr_text();
+    let helper_conns: std::collections::BTreeSet<&str> = err
+        .lines()
+        .filter_map(|l| l.split_once("reactor 1: connection ")?.1.split_once(':'))
+        .map(|(c, _)| c)
+        .collect();
+    assert!(
+        helper_conns.len() >= 3,
+        "the helper used connections {helper_conns:?} of its 4\n{}",
+        r.explain(&srv)
+    );
+}

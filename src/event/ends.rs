@@ -27,7 +27,7 @@ use crate::output::Output;
 use crate::output::resume::State;
 use crate::report::{Note, Progress};
 use crate::schedule::queue::Plan;
-use crate::schedule::{FIRST_SEGMENT, Landed};
+use crate::schedule::{FIRST_SEGMENT, Landed, align_up};
 use crate::tag::Tag;
 use crate::transfer::Transfer;
 
@@ -131,13 +131,17 @@ pub(crate) fn start_on<'c>(
         };
         align_down(first_gap.min(st.total.saturating_sub(1)), out.align)
     });
-    // ... and only up to where the `.part` has bytes again.
+    // ... and only up to where the `.part` has bytes again. A helper's part (`--threads`)
+    // asks first for its share of one connection: its other connections take the rest
+    // once the answer planned it.
+    let first = part.as_ref().map_or(FIRST_SEGMENT, |p| {
+        let (a, b) = p.range();
+        align_up((b - a).div_ceil(n.max(1) as u64), out.align).min(FIRST_SEGMENT)
+    });
     let resume_end = resume
         .as_ref()
         .and_then(|st| st.ranges.iter().map(|r| r.0).find(|&s| s > resume_start))
-        .map_or(resume_start + FIRST_SEGMENT, |next| {
-            next.min(resume_start + FIRST_SEGMENT)
-        })
+        .map_or(resume_start + first, |next| next.min(resume_start + first))
         .min(resume.as_ref().map_or(u64::MAX, |st| st.total));
     let splice = engine == EngineKind::Splice;
 

@@ -102,6 +102,9 @@ pub(crate) struct PartOrder {
     connections: usize,
     /// Set by the owner when the transfer ends before the part.
     stop: Arc<AtomicBool>,
+    /// Set by the owner when a reactor of the transfer is idle: the helper gives back
+    /// what it can of the part ([`Report::Gave`]).
+    give: Arc<AtomicBool>,
     /// Requests the transfer's other reactors have on the wire to its origin, posted by
     /// the owner each tick (they count toward the server's cap: [`Origin::remote`]).
     ///
@@ -192,6 +195,15 @@ pub(crate) enum Report {
         helper: usize,
         counted: Option<(u64, u64)>,
         changed: bool,
+    },
+    /// Asked to give back ([`PartLink::asked`]): `range` of the part, tried `tries` times,
+    /// is no longer the helper's (`None`: nothing was worth giving). The helper never
+    /// writes into it afterwards.
+    Gave {
+        lending: u64,
+        helper: usize,
+        range: Option<(u64, u64)>,
+        tries: u32,
     },
     /// A note of the part's transfer, for the owner to say.
     Note { lending: u64, helper: usize, note: Note },
@@ -349,6 +361,8 @@ fn run_part(
             tx: tx.clone(),
             bell: Arc::clone(bell),
             stop: p.stop,
+            give: p.give,
+            given: Vec::new(),
             others: p.others,
             told: (0, 0),
             counted: None,
@@ -359,6 +373,37 @@ fn run_part(
         (Ok(Outcome::Redirect { to, .. }), _, s) => (Err(err!(Protocol, "a part's request was redirected to {to}")), s),
         (Ok(Outcome::NotModified { .. }), _, s) => (Err(err!(Protocol, "a part's request was answered 304")), s),
         (Err(e), _, s) => (Err(e), s),
+    }
+}
+
+impl super::Loop<'_> {
+    /// A helper's part whose owner asked for some of it back (a reactor of the transfer is
+    /// idle): the back half of what its queue holds, or with the queue empty the second
+    /// half of its largest running body worth a second request (work stealing between
+    /// reactors, asked by message). The range leaves this loop's plan and counts as landed
+    /// here (its transfer ends without it); the owner queues it ([`Report::Gave`]).
+    pub(crate) fn give_to_owner(&mut self) {
+        if !self.part.as_ref().is_some_and(PartLink::asked) {
+            return;
+        }
+        let now = self.sh.tr.started.elapsed();
+        let queued: u64 = self.sh.tr.plan.segments().map(|s| s.end - s.start).sum();
+        let taken = if self.sh.fatal.is_some() || !self.sh.tr.plan.is_planned() {
+            None
+        } else if queued > 0 {
+            self.sh.tr.plan.take_back(queued.div_ceil(2), now)
+        } else {
+            self.split_candidate(None)
+                .and_then(|(v, at)| self.split_off(v, at))
+                .map(|s| (s.start, s.end, s.tries))
+        };
+        if let Some((first, end, _)) = taken {
+            self.sh.tr.landed.add(first, end);
+            self.sh.report.note(Note::GaveBack { first, last: end - 1 });
+        }
+        if let Some(p) = self.part.as_mut() {
+            p.tell_gave(taken.map(|t| (t.0, t.1)), taken.map_or(0, |t| t.2));
+        }
     }
 }
 
@@ -387,6 +432,10 @@ pub(crate) struct PartLink {
     tx: Sender<Report>,
     bell: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
+    give: Arc<AtomicBool>,
+    /// What of the part was given back to the owner ([`Report::Gave`]): in this loop's
+    /// landed ranges (its transfer ends without them), never told as landed.
+    given: Vec<(u64, u64)>,
     others: Arc<AtomicUsize>,
     /// Bytes of the part told as landed so far, and requests told as served.
     told: (u64, usize),
@@ -404,7 +453,7 @@ impl PartLink {
     /// the server serves (`serving`), when either changed.
     pub(crate) fn tell_landed(&mut self, landed: &Landed, serving: usize) {
         let (a, b) = self.range;
-        let ranges: Vec<(u64, u64)> = landed
+        let mut ranges: Vec<(u64, u64)> = landed
             .ranges()
             .iter()
             .filter_map(|&(s, e)| {
@@ -412,6 +461,13 @@ impl PartLink {
                 (s < e).then_some((s, e))
             })
             .collect();
+        for &(gs, ge) in &self.given {
+            ranges = ranges
+                .into_iter()
+                .flat_map(|(s, e)| [(s, e.min(gs)), (s.max(ge), e)])
+                .filter(|&(s, e)| s < e)
+                .collect();
+        }
         let bytes: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
         if bytes > self.told.0 || serving != self.told.1 {
             self.told = (bytes, serving);
@@ -462,6 +518,31 @@ impl PartLink {
     /// Whether the requests this part's reactor has served changed since last told.
     pub(crate) fn serving_changed(&self, serving: usize) -> bool {
         serving != self.told.1
+    }
+
+    /// Whether the owner asked for some of the part back (each ask answered once, by
+    /// [`PartLink::tell_gave`]).
+    pub(crate) fn asked(&self) -> bool {
+        self.give.swap(false, Ordering::AcqRel)
+    }
+
+    /// Tells the owner that `range` (tried `tries` times) is no longer this part's, or that
+    /// nothing was worth giving (`None`). The range must already be out of this loop's
+    /// plan and in its landed ranges (its transfer ends without it).
+    pub(crate) fn tell_gave(&mut self, range: Option<(u64, u64)>, tries: u32) {
+        if let Some(g) = range {
+            self.given.push(g);
+        }
+        tell(
+            &self.tx,
+            &self.bell,
+            Report::Gave {
+                lending: self.lending,
+                helper: self.helper,
+                range,
+                tries,
+            },
+        );
     }
 
     /// Requests the transfer's other reactors have on the wire, as the owner last posted.

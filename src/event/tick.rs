@@ -18,6 +18,7 @@ impl Loop<'_> {
             if p.stopped() && self.sh.fatal.is_none() {
                 self.sh.fatal = Some(crate::err!(Interrupted, "the reactor that owns the transfer ended it"));
             }
+            self.give_to_owner();
         }
         self.share_serving();
         let window = self.rate_mark.0.elapsed();

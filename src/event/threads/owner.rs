@@ -23,6 +23,10 @@ use crate::tag::Tag;
 /// landed (each settles its writes within 10 s and checks its stop flag every tick).
 const STOP_WAIT: Duration = Duration::from_secs(15);
 
+/// How often at most a part out on a helper is asked for some of it back while it finds
+/// nothing worth giving.
+const ASK_AGAIN: Duration = Duration::from_millis(500);
+
 /// How long a part out on a helper may go without landing a byte or having a request
 /// served while its owner has nothing left to do, before the owner takes it back.
 const RECALL: Duration = Duration::from_secs(1);
@@ -69,6 +73,12 @@ struct Out {
     range: (u64, u64),
     tries: u32,
     stop: Arc<AtomicBool>,
+    /// Set to ask for some of it back ([`Report::Gave`]).
+    give: Arc<AtomicBool>,
+    /// When it was last asked, until it answers (`asked.1`: answered).
+    asked: Option<(Instant, bool)>,
+    /// What of it the helper gave back (queued here): never a gap of its end.
+    given: Vec<(u64, u64)>,
     others: Arc<AtomicUsize>,
     /// Bytes of it landed so far.
     landed: u64,
@@ -228,7 +238,51 @@ impl Loop<'_> {
                 self.sh.tr.plan.requeue(seg(a, b, tries), false);
             }
         }
+        self.ask_back();
         Ok(())
+    }
+
+    /// With nothing queued and no body of its own worth splitting, while a connection of
+    /// this reactor or a free helper has nothing to do, the part out on a helper with the
+    /// most left to land is asked for some of it back (work stealing between reactors, by
+    /// message: the helper splits its own bodies, [`Loop::give_to_owner`]). One ask per
+    /// part at a time, and at most every [`ASK_AGAIN`] while it finds nothing worth giving.
+    fn ask_back(&mut self) {
+        let tr = &self.sh.tr;
+        if !tr.plan.is_drained() || tr.plan.held(tr.started.elapsed(), 0) || self.sh.fatal.is_some() {
+            return;
+        }
+        let Some(r) = self.remote.as_ref() else {
+            return;
+        };
+        let busy = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
+        let idle_here = busy < tr.wanted.min(r.shares[0]);
+        let allot = r.allot.as_deref().unwrap_or(&[]);
+        let idle_helper = (0..r.parts.len()).any(|h| r.parts[h].is_none() && allot.get(h).is_some_and(|&a| a > 0));
+        if !(idle_here || idle_helper) || r.parts.iter().flatten().any(|o| o.asked.is_some_and(|a| !a.1)) {
+            return;
+        }
+        if self.steal_victim(None).is_some() {
+            // (This reactor's own connections split their bodies first.)
+            return;
+        }
+        let left = |o: &Out| {
+            let g: u64 = o.given.iter().map(|x| x.1 - x.0).sum();
+            (o.range.1 - o.range.0).saturating_sub(o.landed + g)
+        };
+        let Some(k) = (0..r.parts.len())
+            .filter_map(|k| Some((k, r.parts[k].as_ref()?)))
+            .filter(|(_, o)| o.asked.is_none_or(|a| a.0.elapsed() >= ASK_AGAIN))
+            .filter(|(_, o)| left(o) >= 2 * crate::schedule::steal::STEAL_FLOOR)
+            .max_by_key(|(_, o)| left(o))
+            .map(|(k, _)| k)
+        else {
+            return;
+        };
+        if let Some(o) = self.remote.as_mut().and_then(|r| r.parts[k].as_mut()) {
+            o.give.store(true, Ordering::Release);
+            o.asked = Some((Instant::now(), false));
+        }
     }
 
     /// Sends part `range` (its segments tried `tries` times) to helper `h` (0-based) with
@@ -263,6 +317,7 @@ impl Loop<'_> {
             }));
         }
         let stop = Arc::new(AtomicBool::new(false));
+        let give = Arc::new(AtomicBool::new(false));
         // (What the others have on the wire now; the owner posts it again each tick.)
         let helpers: usize = r.parts.iter().flatten().map(|o| o.serving).sum();
         let others = Arc::new(AtomicUsize::new(own + helpers));
@@ -273,6 +328,7 @@ impl Loop<'_> {
             range,
             connections: share,
             stop: Arc::clone(&stop),
+            give: Arc::clone(&give),
             others: Arc::clone(&others),
         };
         if r.orders[h].send(order).is_err() {
@@ -283,6 +339,9 @@ impl Loop<'_> {
             range,
             tries,
             stop,
+            give,
+            asked: None,
+            given: Vec::new(),
             others,
             landed: 0,
             serving: 0,
@@ -351,6 +410,7 @@ impl Loop<'_> {
             | Report::Ended { lending, .. }
             | Report::Note { lending, .. }
             | Report::Capped { lending, .. }
+            | Report::Gave { lending, .. }
             | Report::Blame { lending, .. } => *lending,
         };
         if lending != r.lending {
@@ -361,6 +421,19 @@ impl Loop<'_> {
                 reactor: helper,
                 note: Box::new(note),
             }),
+            Report::Gave {
+                helper, range, tries, ..
+            } => {
+                let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) else {
+                    return;
+                };
+                out.asked = out.asked.map(|a| (a.0, true));
+                if let Some((a, b)) = range {
+                    // (The helper writes no byte of it from now on: it is this queue's.)
+                    out.given.push((a, b));
+                    self.sh.tr.plan.requeue(seg(a, b, tries), false);
+                }
+            }
             Report::Blame {
                 helper,
                 counted,
@@ -435,7 +508,11 @@ impl Loop<'_> {
                 let total = self.sh.tr.total.unwrap_or(range.1);
                 let mut gaps = Vec::new();
                 let mut at = range.0;
-                for &(s, e) in self.sh.tr.landed.ranges() {
+                // (What it gave back is this reactor's queue's, landed or not.)
+                let mut covered: Vec<(u64, u64)> = self.sh.tr.landed.ranges().to_vec();
+                covered.extend(out.given.iter().copied());
+                covered.sort_unstable();
+                for (s, e) in covered {
                     if e <= at || s >= range.1 {
                         continue;
                     }
