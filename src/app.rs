@@ -465,6 +465,9 @@ impl Record {
         self.connections = Some(s.connections as u64);
         self.retries = Some(s.retries);
         self.steals = Some(s.steals);
+        self.reactors = Some(s.reactors as u64);
+        self.parts = Some(s.parts as u64);
+        self.other_reactors_bytes = Some(s.other_reactors_bytes);
     }
 }
 

@@ -554,10 +554,28 @@ fn a_part_spreads_over_the_helpers_connections() {
     let r = util::get(
         "threads-part-spreads",
         &srv,
-        &["-vv", "--threads", "2", "-x", "8", "--min-split-size", "1M"],
+        &[
+            "-vv",
+            "--threads",
+            "2",
+            "-x",
+            "8",
+            "--min-split-size",
+            "1M",
+            "--json",
+            "-",
+        ],
     );
     r.assert_exact(&srv);
     let err = r.o.stderr_text();
+    // `--json` says what `-v` says of the reactors.
+    let j: serde_json::Value =
+        serde_json::from_slice(&r.o.stdout).unwrap_or_else(|e| panic!("{e}\n{}", r.explain(&srv)));
+    let (n, parts, bytes) = reactors_line(&err).unwrap_or_else(|| panic!("{}", r.explain(&srv)));
+    assert_eq!(j["reactors"], n as u64, "{j}");
+    assert_eq!(j["parts"], parts as u64, "{j}");
+    assert_eq!(j["other_reactors_bytes"], bytes, "{j}");
+    assert!(n == 2 && parts >= 1 && bytes > 0, "{j}");
     let helper_conns: std::collections::BTreeSet<&str> = err
         .lines()
         .filter_map(|l| l.split_once("reactor 1: connection ")?.1.split_once(':'))

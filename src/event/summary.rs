@@ -55,6 +55,11 @@ pub struct Summary {
     pub retries: u64,
     /// Work-stealing splits (an idle connection took the second half of a running body).
     pub steals: u64,
+    /// `--threads`: the reactors that fetched the file (1: it ran on one), the parts
+    /// handed to the others, and the bytes they landed.
+    pub reactors: usize,
+    pub parts: usize,
+    pub other_reactors_bytes: u64,
     /// What each mirror served, in the order given (empty with one URL).
     pub mirrors: Vec<crate::report::MirrorReport>,
     /// The reference's strong `ETag` and `Last-Modified`, as sent (`--etag-save`, `-N`).
@@ -98,6 +103,9 @@ impl Loop<'_> {
             io,
             retries: self.sh.tr.retries,
             steals: self.sh.tr.steals,
+            reactors: 1,
+            parts: 0,
+            other_reactors_bytes: 0,
             mirrors: self.mirror_reports(),
             etag: self
                 .sh
@@ -114,6 +122,9 @@ impl Loop<'_> {
         if let Some(r) = &self.remote {
             // `--threads`: the other reactors' connections and handshakes count too.
             r.counts.add_to(&mut s);
+            s.reactors = r.reactors();
+            s.parts = r.given;
+            s.other_reactors_bytes = r.by_others;
         }
         s
     }
@@ -196,6 +207,9 @@ mod tests {
             io: "io_uring".to_owned(),
             retries: 0,
             steals: 0,
+            reactors: 1,
+            parts: 0,
+            other_reactors_bytes: 0,
             mirrors: Vec::new(),
         }
     }

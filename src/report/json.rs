@@ -49,6 +49,11 @@ pub struct Record {
     pub retries: Option<u64>,
     /// Work-stealing splits.
     pub steals: Option<u64>,
+    /// `--threads`: reactors that fetched the file, parts handed to the others, bytes
+    /// they landed.
+    pub reactors: Option<u64>,
+    pub parts: Option<u64>,
+    pub other_reactors_bytes: Option<u64>,
     /// Redirects followed.
     pub redirects: u64,
     /// `--checksum` matched (`true`), did not (`false`), or none was asked (`None`).
@@ -88,6 +93,9 @@ impl Record {
         o.u64("connections", self.connections);
         o.u64("retries", self.retries);
         o.u64("steals", self.steals);
+        o.u64("reactors", self.reactors);
+        o.u64("parts", self.parts);
+        o.u64("other_reactors_bytes", self.other_reactors_bytes);
         o.u64("redirects", Some(self.redirects));
         o.bool("checksum_verified", self.checksum_verified);
         o.bool("not_modified", Some(self.not_modified));
