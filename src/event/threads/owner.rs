@@ -255,8 +255,15 @@ impl Loop<'_> {
         let Some(r) = self.remote.as_ref() else {
             return;
         };
-        let busy = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
-        let idle_here = busy < tr.wanted.min(r.shares[0]);
+        // (A slot parked under a cap, or one the caps would not let open, is not idle.)
+        let now = Instant::now();
+        let idle_here = self.conns.iter().enumerate().any(|(i, c)| {
+            c.rx.job.is_none()
+                && !c.dead
+                && !c.capped
+                && c.not_before.is_none_or(|t| t <= now)
+                && (c.st == crate::control::St::Open || self.may_open(i))
+        });
         let allot = r.allot.as_deref().unwrap_or(&[]);
         let idle_helper = (0..r.parts.len()).any(|h| r.parts[h].is_none() && allot.get(h).is_some_and(|&a| a > 0));
         if !(idle_here || idle_helper) || r.parts.iter().flatten().any(|o| o.asked.is_some_and(|a| !a.1)) {
@@ -429,9 +436,10 @@ impl Loop<'_> {
                 };
                 out.asked = out.asked.map(|a| (a.0, true));
                 if let Some((a, b)) = range {
-                    // (The helper writes no byte of it from now on: it is this queue's.)
+                    // (The helper writes no byte of it from now on: it is this queue's,
+                    // with the tries the part had: a helper counts none of its own.)
                     out.given.push((a, b));
-                    self.sh.tr.plan.requeue(seg(a, b, tries), false);
+                    self.sh.tr.plan.requeue(seg(a, b, out.tries.max(tries)), false);
                 }
             }
             Report::Blame {
