@@ -126,9 +126,6 @@ run_tests env RINGDL_TEST_IO=epoll cargo test --release --no-fail-fast --test te
 
 # The download and fault suites again at --threads 2 (issue 24): every ringdl run gets
 # --threads 2, so a file of more than one segment spreads over a second reactor.
-# Skipped there, a known flaw (issue 24's note): in about 1 run of 5 at --threads 2, a
-# 3 MiB file at --min-split-size 1M opens a third connection that carries no request.
 step="cargo test (release) at --threads 2"
 log "cargo test (release) at --threads 2: download and fault suites"
-run_tests env RINGDL_TEST_THREADS=2 cargo test --release --no-fail-fast --test tests -- download:: faults:: \
-    --skip faults::connections_open_one_per_min_split_size_up_to_x "$@"
+run_tests env RINGDL_TEST_THREADS=2 cargo test --release --no-fail-fast --test tests -- download:: faults:: "$@"

@@ -1796,7 +1796,12 @@ fn connections_open_one_per_min_split_size_up_to_x() {
             r.explain(&srv)
         );
         let used: std::collections::BTreeSet<u64> = srv.requests().iter().map(|q| q.conn).collect();
-        assert_eq!(used.len() as u64, want, "every connection opened carried a request");
+        assert_eq!(
+            used.len() as u64,
+            want,
+            "{size} bytes {extra:?}: every connection opened carried a request\n{}",
+            r.explain(&srv)
+        );
         let summary = r.o.summary();
         assert!(summary.contains(&format!(", {want} connections")), "{summary}");
     }

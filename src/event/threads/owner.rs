@@ -218,10 +218,13 @@ impl Loop<'_> {
             let want = (share as u64 * self.sh.opts.min_split_size).max(queued * share as u64 / (2 * all as u64));
             let taken = match self.sh.tr.plan.take_back(want, now) {
                 Some(t) => Some(t),
-                // (Only while every connection of this reactor has a body to read: an
-                // idle or connecting one of its own takes the split itself.)
+                // (Only while every slot of this reactor has a body to read or will carry
+                // nothing more: an idle or connecting one of its own takes the split
+                // itself, and so does one not opened yet that may open. Handed out first,
+                // the split left that slot's new connection nothing worth stealing: an
+                // unused connection.)
                 None if self.sh.tr.plan.is_drained()
-                    && self.conns.iter().all(|c| !c.engaged || c.dead || c.rx.job.is_some()) =>
+                    && self.conns.iter().all(|c| c.rx.job.is_some() || self.gone(c)) =>
                 {
                     self.steal_victim(None)
                         .and_then(|(v, at)| self.split_off(v, at))
