@@ -299,6 +299,9 @@ pub enum Note {
     /// `--threads`: a note of reactor `reactor`'s part of the file (its connection numbers
     /// are its own).
     OnReactor { reactor: usize, note: Box<Note> },
+    /// `--threads N`: this file runs on one reactor, because of `why` (what does not
+    /// spread: mirrors, `--limit-rate`, a block device, an output that is not a file).
+    OneReactor { why: &'static str },
     /// `--threads`: the file was fetched on `reactors` reactors; `parts` parts went to the
     /// others, which landed `bytes` bytes.
     Reactors { reactors: usize, parts: usize, bytes: u64 },
@@ -433,6 +436,7 @@ impl std::fmt::Display for Note {
                 write!(f, "gives bytes {first}-{last} back to the reactor that owns the file")
             }
             Note::OnReactor { reactor, note } => write!(f, "reactor {reactor}: {note}"),
+            Note::OneReactor { why } => write!(f, "--threads: this file runs on one reactor ({why})"),
             Note::Reactors { reactors, parts, bytes } => {
                 write!(
                     f,

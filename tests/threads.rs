@@ -678,3 +678,40 @@ fn stalled_parts_given_back_at_random_land_every_byte() {
     }
     assert!(gives > 0, "no part gave bytes back");
 }
+
+/// What does not spread counts one reactor and, where `--threads` cannot apply, `-v`
+/// says why: a server that ignores ranges (`reactors` 1 and no parts in `--json`, no
+/// "N reactors" line: they once counted the threads started), and `--limit-rate`
+/// ("runs on one reactor (--limit-rate)"). Seen failing with the threads counted.
+#[test]
+fn a_file_that_does_not_spread_counts_one_reactor_and_says_why() {
+    let json = |r: &util::Run, srv: &FaultServer| -> serde_json::Value {
+        serde_json::from_slice(&r.o.stdout).unwrap_or_else(|e| panic!("{e}\n{}", r.explain(srv)))
+    };
+    let srv = FaultServer::builder().size(4 * MIB).fault(Fault::IgnoreRange).start();
+    let r = util::get(
+        "threads-no-ranges",
+        &srv,
+        &["-v", "--threads", "2", "-x", "4", "--json", "-"],
+    );
+    r.assert_exact(&srv);
+    let j = json(&r, &srv);
+    assert_eq!((j["reactors"].as_u64(), j["parts"].as_u64()), (Some(1), Some(0)), "{j}");
+    assert_eq!(j["other_reactors_bytes"], 0, "{j}");
+    assert!(reactors_line(&r.o.stderr_text()).is_none(), "{}", r.explain(&srv));
+
+    let srv = FaultServer::builder().size(4 * MIB).start();
+    let r = util::get(
+        "threads-limit-rate",
+        &srv,
+        &["-v", "--threads", "2", "-x", "4", "--limit-rate", "64M", "--json", "-"],
+    );
+    r.assert_exact(&srv);
+    assert!(
+        r.o.stderr_text()
+            .contains("--threads: this file runs on one reactor (--limit-rate)"),
+        "{}",
+        r.explain(&srv)
+    );
+    assert_eq!(json(&r, &srv)["reactors"], 1);
+}

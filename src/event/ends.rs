@@ -439,7 +439,7 @@ fn end_inner(
             if let Some(n) = dl.sh.tr.capped_at {
                 dl.sh.report.note(Note::Allowed { connections: n });
             }
-            if let Some(rm) = &dl.remote {
+            if let Some(rm) = dl.remote.as_ref().filter(|rm| rm.given > 0) {
                 dl.sh.report.note(Note::Reactors {
                     reactors: rm.reactors(),
                     parts: rm.given,

@@ -177,14 +177,24 @@ pub(crate) fn spread(st: &mut Start, n: usize, reactor: &mut Reactor) -> Result<
     }
     // (-x, and --max-connections-per-host, shared out: every reactor's connections count.)
     let shares = threads::shares(n.min(opts.connections).min(opts.max_per_host), opts.threads);
-    if shares.len() < 2
-        || st.part.is_some()
-        || st.mirrors.len() != 1
-        || st.out.part.is_none()
-        || st.out.room.is_some()
-        || st.out.sequential
-        || opts.limit_rate.is_some()
-    {
+    if shares.len() < 2 || st.part.is_some() || st.out.sequential {
+        // (One connection, a part of another reactor's file, or an output that takes
+        // bytes only in order: said otherwise, or nothing to say.)
+        return Ok(None);
+    }
+    let why = if st.mirrors.len() != 1 {
+        Some("several mirrors")
+    } else if opts.limit_rate.is_some() {
+        Some("--limit-rate")
+    } else if st.out.room.is_some() {
+        Some("a block device")
+    } else if st.out.part.is_none() {
+        Some("the output is not a regular file")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        st.report.note(crate::report::Note::OneReactor { why });
         return Ok(None);
     }
     let Some(mail) = reactor.mail_block()?.alloc() else {

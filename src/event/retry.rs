@@ -289,13 +289,14 @@ impl Loop<'_> {
                 if let Some(p) = self.part.as_mut() {
                     p.tell_capped(own, f.extra);
                 }
+                // (What goes on is every reactor's requests, not only this one's.)
                 self.sh.report.note(Note::Capped {
                     conn: i,
                     why: f.msg.clone(),
                     cap: Cap {
                         proxy: f.extra,
                         closed: 0,
-                        using: own.max(1),
+                        using: self.allowed(k, i).max(1),
                     },
                 });
                 return Ok(());

@@ -56,6 +56,7 @@ impl Helpers {
             routes: Some(routes),
             file: None,
             parts: (0..helpers).map(|_| None).collect(),
+            landed_by: vec![0; helpers],
             by_others: 0,
             given: 0,
             counts: Counts::default(),
@@ -112,6 +113,8 @@ pub(crate) struct Remote {
     file: Option<Arc<PartFile>>,
     /// Per helper: the part it has.
     parts: Vec<Option<Out>>,
+    /// Per helper: bytes it landed.
+    landed_by: Vec<u64>,
     /// Bytes the helpers landed, and parts handed out (for the summary).
     pub(crate) by_others: u64,
     pub(crate) given: usize,
@@ -125,9 +128,10 @@ impl Remote {
         self.parts.iter().any(Option::is_some)
     }
 
-    /// Reactors in all (the owner's and the helpers').
+    /// Reactors that fetched bytes of the file: the owner, and each helper that landed
+    /// some.
     pub(crate) fn reactors(&self) -> usize {
-        self.shares.len()
+        1 + self.landed_by.iter().filter(|&&b| b > 0).count()
     }
 
     /// The owner's connections.
@@ -494,6 +498,7 @@ impl Loop<'_> {
                 }
                 out.landed = out.landed.max(bytes);
                 r.by_others += more;
+                r.landed_by[helper - 1] += more;
                 self.sh.tr.received += more;
                 for (s, e) in ranges {
                     self.sh.tr.landed.add(s, e);
