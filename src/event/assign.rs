@@ -38,19 +38,9 @@ impl Loop<'_> {
 
     /// The running body with the most bytes still to come, if splitting it is worth a
     /// request: (connection, split point: aligned, inside what is still to come).
+    /// A helper's part is split by its own idle connections too, and when its owner asks
+    /// for some back ([`Loop::give_to_owner`]).
     pub(crate) fn steal_victim(&self, thief: Option<usize>) -> Option<(usize, u64)> {
-        // (A part of another reactor's transfer is not split by its own connections: a
-        // victim's connection closes, and the helper would open it again for its next
-        // part; the owner splits instead, or asks for some back: `split_candidate`.)
-        if self.sh.tr.part.is_some() {
-            return None;
-        }
-        self.split_candidate(thief)
-    }
-
-    /// [`Loop::steal_victim`] on any transfer, a helper's part included (its owner asked
-    /// for some of it back: [`Loop::give_to_owner`]).
-    pub(crate) fn split_candidate(&self, thief: Option<usize>) -> Option<(usize, u64)> {
         if !self.sh.tr.plan.is_planned() || !self.sh.tr.ranges || self.sh.splice || self.sh.tr.sequential {
             return None;
         }

@@ -393,7 +393,7 @@ impl super::Loop<'_> {
         } else if queued > 0 {
             self.sh.tr.plan.take_back(queued.div_ceil(2), now)
         } else {
-            self.split_candidate(None)
+            self.steal_victim(None)
                 .and_then(|(v, at)| self.split_off(v, at))
                 .map(|s| (s.start, s.end, s.tries))
         };
