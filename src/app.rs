@@ -468,6 +468,7 @@ impl Record {
         self.reactors = Some(s.reactors as u64);
         self.parts = Some(s.parts as u64);
         self.other_reactors_bytes = Some(s.other_reactors_bytes);
+        self.reactor = Some(s.reactor as u64);
     }
 }
 

@@ -109,50 +109,234 @@ fn every_thread_and_connection_count_lands_exact_bytes() {
     }
 }
 
-/// A list at `--threads 2 -j 2`: every file lands exact; the large one spreads over the
-/// other reactor while the small ones run beside it.
-#[test]
-fn a_list_spreads_its_large_file_over_the_threads() {
-    let n = nginx();
-    let big = n.file(16 * MIB);
-    let small = n.file(MIB + 1);
-    let dir = TestDir::new("threads-list");
+/// A list of `files` (URL, output name) as `-i` reads it.
+fn write_list(dir: &TestDir, files: &[(String, String)]) -> std::path::PathBuf {
     let list = dir.join("list.txt");
-    fs::write(
-        &list,
-        format!(
-            "{}\n  out=big.bin\n{}\n  out=s1.bin\n{}\n  out=s2.bin\n",
-            n.http_url(&big.name),
-            n.http_url(&small.name),
-            n.http_url(&small.name)
-        ),
-    )
-    .unwrap();
+    let text: String = files.iter().map(|(u, o)| format!("{u}\n  out={o}\n")).collect();
+    fs::write(&list, text).unwrap();
+    list
+}
+
+/// `run.json`'s files: (output name, reactor, bytes fetched).
+fn placed(dir: &TestDir) -> Vec<(String, u64, u64)> {
+    let text = fs::read_to_string(dir.join("run.json")).expect("run.json");
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    j["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no files: {text}"))
+        .iter()
+        .map(|f| {
+            let out = f["output"].as_str().unwrap_or_default();
+            let name = Path::new(out).file_name().map(|n| n.to_string_lossy().into_owned());
+            (
+                name.unwrap_or_default(),
+                f["reactor"].as_u64().unwrap_or_else(|| panic!("no reactor: {f}")),
+                f["fetched"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// A list at `--threads 4 -j 4`, over HTTP and HTTPS: whole files are placed on the
+/// reactors (the first four one on each: `--json`'s `reactor` is 0, 1, 2 and 3), each
+/// with its own connections, and every file lands exact.
+#[test]
+fn a_list_places_its_files_on_every_reactor() {
+    let n = nginx();
+    let sizes = [16 * MIB, 4 * MIB, MIB + 1, 4097, 16 * MIB, 4 * MIB, MIB + 1, 4096];
+    for https in [false, true] {
+        let dir = TestDir::new("threads-place");
+        let files: Vec<(String, String)> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| {
+                let f = n.file(size);
+                let url = if https {
+                    n.https_url(&f.name)
+                } else {
+                    n.http_url(&f.name)
+                };
+                (url, format!("f{i}.bin"))
+            })
+            .collect();
+        let list = write_list(&dir, &files);
+        let o = dir
+            .ringdl()
+            .args(["-v", "--threads", "4", "-j", "4", "-x", "4", "--json", "run.json", "-d"])
+            .arg(dir.path())
+            .arg("--ca-certificate")
+            .arg(n.ca_pem())
+            .arg("-i")
+            .arg(&list)
+            .run();
+        o.assert_success();
+        let err = o.stderr_text();
+        for (i, &size) in sizes.iter().enumerate() {
+            let out = dir.join(format!("f{i}.bin"));
+            assert_eq!(sha256_file(&out), n.file(size).sha256, "https {https}: f{i}.bin\n{err}");
+        }
+        let on: std::collections::BTreeSet<u64> = placed(&dir).iter().map(|p| p.1).collect();
+        assert_eq!(
+            on,
+            (0..4).collect(),
+            "https {https}: the files ran on reactors {on:?}\n{err}"
+        );
+    }
+}
+
+/// Starts a list of four paced 100 MiB files at `--threads 4 -j 4 -x 2` (one on each
+/// reactor: see `a_list_places_its_files_on_every_reactor`) and stops it with `signal`
+/// once every file's control file names at least 1 MiB. Gives back the run and the
+/// outputs.
+fn stop_paced_list(dir: &TestDir, signal: &str) -> (util::Output, Vec<std::path::PathBuf>) {
+    let n = nginx();
+    let f = n.file(100 * MIB);
+    let files: Vec<(String, String)> = (0..4).map(|i| (n.paced_url(&f.name), format!("f{i}.bin"))).collect();
+    let list = write_list(dir, &files);
+    let outs: Vec<_> = (0..4).map(|i| dir.join(format!("f{i}.bin"))).collect();
+    let controls: Vec<_> = (0..4).map(|i| dir.join(format!("f{i}.bin.part.ringdl"))).collect();
     let o = dir
         .ringdl()
         .args([
-            "-v",
             "--threads",
-            "2",
-            "-j",
-            "2",
-            "-x",
             "4",
+            "-j",
+            "4",
+            "-x",
+            "2",
             "--min-split-size",
             "1M",
+            "--json",
+            "run.json",
             "-d",
         ])
+        .arg(dir.path())
+        .arg("-i")
+        .arg(&list)
+        .run_with(|pid| {
+            let t = Instant::now();
+            let enough = || {
+                controls
+                    .iter()
+                    .all(|c| bytes_within(&control_ranges(c), 0, u64::MAX) >= MIB)
+            };
+            while !enough() && t.elapsed() < HANG {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = Command::new("kill").args([signal, &pid.to_string()]).status();
+        });
+    (o, outs)
+}
+
+/// What each stopped file's control file names (its bytes checked against the source),
+/// then `-c` of the same list: every file exact, each fetching only what its control file
+/// did not name.
+fn resume_list_exactly(dir: &TestDir, outs: &[std::path::PathBuf], stopped: &str) {
+    let n = nginx();
+    let f = n.file(100 * MIB);
+    let mut kept = Vec::new();
+    for out in outs {
+        let control = std::path::PathBuf::from(format!("{}.part.ringdl", out.display()));
+        let ranges = control_ranges(&control);
+        let k: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
+        assert!(k >= MIB, "{}: {ranges:?}\n{stopped}", out.display());
+        assert_ranges_hold_the_source(&ranges, &part_path(out), &n.www().join(&f.name));
+        kept.push(k);
+    }
+    let files: Vec<(String, String)> = (0..4).map(|i| (n.http_url(&f.name), format!("f{i}.bin"))).collect();
+    let list = write_list(dir, &files);
+    let o = dir
+        .ringdl()
+        .args(["-c", "--threads", "4", "-j", "4", "-x", "2", "--json", "run.json", "-d"])
         .arg(dir.path())
         .arg("-i")
         .arg(&list)
         .run();
     o.assert_success();
     let err = o.stderr_text();
-    assert_eq!(sha256_file(&dir.join("big.bin")), big.sha256, "{err}");
-    assert_eq!(sha256_file(&dir.join("s1.bin")), small.sha256, "{err}");
-    assert_eq!(sha256_file(&dir.join("s2.bin")), small.sha256, "{err}");
-    let (r, parts, bytes) = reactors_line(&err).unwrap_or_else(|| panic!("no file spread\n{err}"));
-    assert!(r == 2 && parts >= 1 && bytes > 0, "{err}");
+    for out in outs {
+        assert_eq!(sha256_file(out), f.sha256, "{}\n{err}", out.display());
+    }
+    for (name, _, fetched) in placed(dir) {
+        let i: usize = name.trim_start_matches('f').trim_end_matches(".bin").parse().unwrap();
+        assert!(
+            fetched <= f.size - kept[i],
+            "{name}: kept {}, yet fetched {fetched}\n{err}",
+            kept[i]
+        );
+    }
+}
+
+/// SIGINT while a list's files run on four reactors: exit 8, each file (three of them on
+/// the helpers: `--json`'s `reactor`) keeps a `.part` and a control file naming only
+/// bytes it holds, and `-c` fetches only the rest of each, to the exact bytes.
+#[test]
+fn sigint_mid_list_with_threads_leaves_every_file_resumable() {
+    let dir = TestDir::new("threads-list-sigint");
+    let (o, outs) = stop_paced_list(&dir, "-INT");
+    o.assert_code(exit::INTERRUPTED);
+    let err = o.stderr_text();
+    let on: std::collections::BTreeSet<u64> = placed(&dir).iter().map(|p| p.1).collect();
+    assert_eq!(on, (0..4).collect(), "the files ran on reactors {on:?}\n{err}");
+    resume_list_exactly(&dir, &outs, &err);
+}
+
+/// kill -9 while a list's files run on four reactors: each file's control file names
+/// only bytes its `.part` holds (the helpers' loops keep their own), and `-c` fetches
+/// only the rest, to the exact bytes.
+#[test]
+fn kill_9_mid_list_with_threads_leaves_control_files_naming_only_landed_bytes() {
+    let dir = TestDir::new("threads-list-kill9");
+    let (o, outs) = stop_paced_list(&dir, "-9");
+    assert_ne!(o.code(), Some(0), "the list ended before its kill");
+    resume_list_exactly(&dir, &outs, &o.stderr_text());
+}
+
+/// `--max-connections-per-host` over a list's files placed on four reactors: the server
+/// allows 3 bodies at once and turns a fourth away; ringdl, told 3, is never turned away
+/// and never has more than 3 bodies coming — the files on the helpers count toward the
+/// cap, with the idle connections each reactor keeps — and every file lands exact.
+#[test]
+fn the_per_host_cap_holds_over_files_placed_on_reactors() {
+    let srv = FaultServer::builder().size(4 * MIB).rate(8 * MIB).cap(3).start();
+    let dir = TestDir::new("threads-place-cap");
+    let files: Vec<(String, String)> = (0..8)
+        .map(|i| (srv.url(&format!("f{i}.bin")), format!("f{i}.bin")))
+        .collect();
+    let list = write_list(&dir, &files);
+    let o = dir
+        .ringdl()
+        .args([
+            "-v",
+            "--threads",
+            "4",
+            "-j",
+            "4",
+            "-x",
+            "4",
+            "--max-connections-per-host",
+            "3",
+            "--json",
+            "run.json",
+            "-d",
+        ])
+        .arg(dir.path())
+        .arg("-i")
+        .arg(&list)
+        .run();
+    let err = o.stderr_text();
+    o.assert_success();
+    for i in 0..8 {
+        assert_eq!(
+            sha256_file(&dir.join(format!("f{i}.bin"))),
+            srv.sha256(),
+            "f{i}.bin\n{err}"
+        );
+    }
+    let on: std::collections::BTreeSet<u64> = placed(&dir).iter().map(|p| p.1).collect();
+    assert!(on.len() >= 2, "no file was placed on another reactor: {on:?}\n{err}");
+    assert_eq!(srv.refused(), 0, "the server turned connections away\n{err}");
+    assert!(srv.peak_bodies() <= 3, "{} bodies at once\n{err}", srv.peak_bodies());
 }
 
 /// A list whose first file redirects while the second fails before it starts (its

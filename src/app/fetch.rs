@@ -127,6 +127,7 @@ impl Fetching {
                     signed: self.signed_input,
                     report: std::mem::replace(&mut self.progress, Progress::new(true, 0)),
                     part: None,
+                    whole: None,
                 });
             }
             if routes.is_empty() {

@@ -88,6 +88,8 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
             .fold(base.connections, usize::max),
         splice: base.engine != Some(EngineKind::Direct),
         signals: Some(per_run.signals.as_raw_fd()),
+        threads: base.threads,
+        pin: base.pin,
     };
     let mut reactor = std::mem::take(&mut per_run.reactor);
     let mut list = ListRun {

@@ -53,6 +53,8 @@ pub struct Start {
     pub report: Progress,
     /// `--threads`: a part of another reactor's transfer (None for a transfer of its own).
     pub(crate) part: Option<super::threads::PartLink>,
+    /// `--threads`: a whole transfer placed on this reactor by the one that runs the list.
+    pub(crate) whole: Option<super::threads::WholeLink>,
 }
 
 /// What only the end of a transfer needs.
@@ -97,6 +99,7 @@ pub(crate) fn start_on<'c>(
         signed,
         report,
         part,
+        whole,
     } = st;
     let m = mirrors.len();
     let mut states = Vec::with_capacity(m);
@@ -264,6 +267,7 @@ pub(crate) fn start_on<'c>(
         interrupted: None,
         remote: None,
         part,
+        whole,
         tick: Duration::from_millis(250),
         control,
         saved_bytes: 0,

@@ -19,11 +19,14 @@
 
 use std::os::fd::RawFd;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use uring::Op;
 
 use super::reactor::{self, Reactor};
+use super::threads::{Helpers, Posted, Report, WholeOrder, WholeReport};
 use super::{Loop, Outcome, Start, Summary, end, start_on};
 use crate::config::Config;
 use crate::control::St;
@@ -78,6 +81,10 @@ pub struct Many {
     pub splice: bool,
     /// signalfd for SIGINT/SIGTERM.
     pub signals: Option<RawFd>,
+    /// `--threads`: reactors (with `lanes` ≥ 2 the files are placed on them), and
+    /// `--pin`.
+    pub threads: usize,
+    pub pin: bool,
 }
 
 /// A transfer on its lane.
@@ -94,22 +101,34 @@ struct Running<'c> {
 }
 
 impl Running<'_> {
-    /// Connection slots it holds against its origins' caps: all of them until its size
-    /// is known, then those it may open (and at least those open).
+    /// Connection slots it holds against its origins' caps ([`Loop::held`]).
     fn held(&self) -> usize {
-        let open = self.dl.conns.iter().filter(|c| c.st != St::Closed).count();
-        if self.dl.sh.tr.total.is_some() {
-            self.dl.sh.tr.wanted.min(self.n).max(open)
-        } else {
-            self.n
-        }
+        self.dl.held(self.n)
     }
+}
+
+/// A transfer placed on a helper reactor (`--threads`, `-j` ≥ 2): its report stays here,
+/// the helper says the rest ([`WholeReport`]).
+struct Away {
+    id: usize,
+    /// The helper (1-based) and the placement's number.
+    helper: usize,
+    placement: u64,
+    keys: Vec<String>,
+    report: Progress,
+    /// As last told (each tick of its loop).
+    flight: Flight,
+    serving: usize,
+    held: usize,
+    posted: Arc<Posted>,
 }
 
 /// Lane state between transfers.
 enum Slot<'c> {
     Free,
     Busy(Box<Running<'c>>),
+    /// Its transfer runs on a helper reactor.
+    Away(Box<Away>),
     /// Its transfer ended; its ops are cancelled and not all back yet (with the output
     /// when writes were still in flight: an epoll worker may still write to its fd).
     Draining {
@@ -161,7 +180,27 @@ fn drive(
             read_signal(cell, fd, buf)?;
         }
     }
+    // `--threads` with several files in flight: whole files are placed on the reactors,
+    // the least busy first; a file alone in flight, with none to come after it, spreads
+    // its segments over them instead ([`super::spread`]).
+    let threads = many.threads.max(1);
+    let placing = threads > 1 && lanes > 1;
+    let mut placed = Placed {
+        idle: vec![Vec::new(); threads],
+        learned: Vec::new(),
+    };
+    if placing {
+        let bell = reactor.helpers(threads - 1, many.pin)?.bell_fd();
+        let Some(buf) = reactor.mail_block()?.alloc() else {
+            return Err(err!(Internal, "no block for the reactors' eventfd"));
+        };
+        read_bell(cell, bell, buf)?;
+    }
     loop {
+        // What the helpers said of the files placed on them.
+        if placing {
+            take_reports(feed, reactor, &mut slots, &mut waiting, &mut placed);
+        }
         // A signal taken while a lane waited for its own completion (its fsync or
         // read-back) stops the run before another file starts.
         while let Some(c) = cell.take_stashed(RUN_LANE) {
@@ -187,13 +226,29 @@ fn drive(
                 exhausted = true;
                 break;
             };
+            // (Whether another file comes after it: one alone in flight spreads.)
+            if placing && waiting.is_empty() && !exhausted {
+                match feed.next() {
+                    Some(w) => waiting.push_back(w),
+                    None => exhausted = true,
+                }
+            }
+            let alone = waiting.is_empty() && exhausted && slots.iter().all(|s| !in_flight(s));
             let keys: Vec<String> = st.mirrors.iter().map(reactor::route_key).collect();
+            let on = if placing && !alone {
+                reactor_for(&st, &keys, (&slots, reactor), threads, &placed)
+            } else {
+                0
+            };
+            // (Beside other transfers one takes an idle connection at its start; one
+            // placed on another reactor runs alone there and takes all it may.)
+            let takes = if on == 0 { keys.len() } else { st.opts.connections };
             let n = st.opts.connections.min(room(
                 &keys,
                 st.opts.max_per_host,
-                keys.len().min(st.opts.connections),
-                &slots,
-                reactor,
+                takes.min(st.opts.connections),
+                (&slots, reactor),
+                (on, &placed),
             ));
             if n == 0 {
                 // Its origins' caps are taken by the transfers running: it waits for one
@@ -201,7 +256,20 @@ fn drive(
                 waiting.push_front((id, st));
                 break;
             }
-            start(feed, cell, &mut slots, lane, (id, st), keys, n, reactor);
+            if on == 0 {
+                start(
+                    feed,
+                    cell,
+                    &mut slots,
+                    lane,
+                    (id, st),
+                    keys,
+                    (n, !placing || alone),
+                    reactor,
+                );
+            } else {
+                place(feed, &mut slots, lane, (id, st), keys, (n, on), reactor, &mut placed);
+            }
         }
         share_origins(&mut slots);
         // Drive each transfer on; end those that are done.
@@ -278,6 +346,7 @@ fn drive(
                 .iter()
                 .filter_map(|s| match s {
                     Slot::Busy(r) => Some(r.dl.flight()),
+                    Slot::Away(a) => Some(a.flight.clone()),
                     _ => None,
                 })
                 .collect();
@@ -289,7 +358,17 @@ fn drive(
         }
         cell.submit_and_wait(1)
             .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+        if placing {
+            // (A transfer here judges a refusal by the requests of those placed elsewhere
+            // as they are now, not as they were when the run went to wait.)
+            take_reports(feed, reactor, &mut slots, &mut waiting, &mut placed);
+            share_origins(&mut slots);
+        }
         while let Some((lane, c)) = cell.next_any() {
+            if lane == RUN_LANE && Tag::decode(c.tag) == Some(Tag::Mail) {
+                on_bell(cell, reactor, c, &mut slots)?;
+                continue;
+            }
             if lane == RUN_LANE {
                 on_signal(cell, many.signals, c, &mut slots, &mut interrupted)?;
                 continue;
@@ -350,8 +429,13 @@ fn on_signal(
     let name = crate::tag::signal_name(c.buf.as_deref());
     *interrupted = Some(name);
     for s in slots.iter_mut() {
-        if let Slot::Busy(r) = s {
-            r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
+        match s {
+            Slot::Busy(r) => r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {name}")),
+            // (It ends on its reactor's next tick, keeping its `.part` and control file.)
+            Slot::Away(a) => {
+                let _ = a.posted.stop.set(name);
+            }
+            _ => {}
         }
     }
     match (signals, c.buf) {
@@ -360,8 +444,9 @@ fn on_signal(
     }
 }
 
-/// Starts transfer `st` of file `id` on lane `lane` with `n` connection slots; a transfer
-/// that cannot start ends at once (its failure goes to the feed).
+/// Starts transfer `st` of file `id` on lane `lane` with `n` connection slots (`spreads`:
+/// it may spread over the other reactors); a transfer that cannot start ends at once
+/// (its failure goes to the feed).
 #[allow(clippy::too_many_arguments)]
 fn start<'c>(
     feed: &mut dyn Feed,
@@ -370,14 +455,14 @@ fn start<'c>(
     lane: usize,
     (id, st): (usize, Start),
     keys: Vec<String>,
-    n: usize,
+    (n, spreads): (usize, bool),
     reactor: &mut Reactor,
 ) {
     // `--threads`: a file in flight may spread over the other reactors while no other
     // holds them; its slot still counts all `n` connections under the caps (the other
     // reactors' among them).
     let mut st = st;
-    let remote = match super::spread(&mut st, n, reactor) {
+    let remote = match super::spread(&mut st, n, reactor, spreads) {
         Ok(r) => r,
         Err(e) => {
             let _ = feed.ended(id, Err(e), st.report, None);
@@ -417,6 +502,17 @@ fn start<'c>(
 }
 
 impl Loop<'_> {
+    /// Connection slots of its `n` it holds against its origins' caps: all of them until
+    /// its size is known, then those it may open (and at least those open).
+    pub(crate) fn held(&self, n: usize) -> usize {
+        let open = self.conns.iter().filter(|c| c.st != St::Closed).count();
+        if self.sh.tr.total.is_some() {
+            self.sh.tr.wanted.min(n).max(open)
+        } else {
+            n
+        }
+    }
+
     /// A connection slot that would open a new connection now (`kick`'s rule: work for
     /// it, room under the transfer's and its origin's counts), and the index of its
     /// origin among the transfer's.
@@ -470,54 +566,351 @@ impl Loop<'_> {
 }
 
 /// Tells each transfer how many requests the others have being served by each of its
-/// origins — answered, a body coming ([`crate::control::origin::Origin::others`]): a
-/// server's cap counts them all,
-/// so a refusal while another transfer is served is a cap (no failed try), what the
-/// server allows is learned with them, and no transfer opens past it.
+/// origins — answered, a body coming ([`crate::control::origin::Origin::others`]), on
+/// this reactor or placed on another: a server's cap counts them all, so a refusal while
+/// another transfer is served is a cap (no failed try), what the server allows is learned
+/// with them, and no transfer opens past it.
 fn share_origins(slots: &mut [Slot<'_>]) {
-    let serving = |r: &Running<'_>, o: usize| r.dl.serving(o);
     let mut totals: Vec<(String, usize)> = Vec::new();
+    let mut add = |key: &str, n: usize| match totals.iter_mut().find(|(k, _)| k == key) {
+        Some(t) => t.1 += n,
+        None => totals.push((key.to_owned(), n)),
+    };
     for s in slots.iter() {
-        let Slot::Busy(r) = s else { continue };
-        for o in 0..r.dl.sh.origins.len() {
-            let key = r.dl.fin.key(o);
-            let n = serving(r, o);
-            match totals.iter_mut().find(|(k, _)| k == key) {
-                Some(t) => t.1 += n,
-                None => totals.push((key.to_owned(), n)),
+        match s {
+            Slot::Busy(r) => {
+                for o in 0..r.dl.sh.origins.len() {
+                    add(r.dl.fin.key(o), r.dl.serving(o));
+                }
             }
+            Slot::Away(a) => {
+                if let Some(k) = a.keys.first() {
+                    add(k, a.serving);
+                }
+            }
+            _ => {}
         }
     }
+    let all = |key: &str| totals.iter().find(|(k, _)| k == key).map_or(0, |t| t.1);
     for s in slots.iter_mut() {
-        let Slot::Busy(r) = s else { continue };
-        for o in 0..r.dl.sh.origins.len() {
-            let all = totals.iter().find(|(k, _)| k == r.dl.fin.key(o)).map_or(0, |t| t.1);
-            let own = serving(r, o);
-            r.dl.sh.origins[o].others = all - own;
+        match s {
+            Slot::Busy(r) => {
+                for o in 0..r.dl.sh.origins.len() {
+                    let own = r.dl.serving(o);
+                    r.dl.sh.origins[o].others = all(r.dl.fin.key(o)) - own;
+                }
+            }
+            Slot::Away(a) => {
+                let others = a.keys.first().map_or(0, |k| all(k) - a.serving);
+                a.posted.others.store(others, Ordering::Release);
+            }
+            _ => {}
         }
     }
 }
 
-/// Connection slots a transfer to the origins `keys` may have: the least room left under
-/// any of their caps (`max_per_host`, or what the server was seen allowing), counting
-/// the slots the running transfers hold and the idle connections kept to them (of which
-/// it takes at most `takes` at its start).
-fn room(keys: &[String], max_per_host: usize, takes: usize, slots: &[Slot<'_>], reactor: &Reactor) -> usize {
+/// What the run's reactor keeps of the reactors it placed files on: per reactor (index
+/// 0 unused: the run's own counts are its [`Reactor`]'s), the idle connections each origin
+/// has there; and the caps their transfers learned, per origin key.
+struct Placed {
+    idle: Vec<Vec<(String, usize)>>,
+    learned: Vec<(String, usize)>,
+}
+
+impl Placed {
+    /// Idle connections to origin `key` on reactor `k` (≥ 1).
+    fn idle_on(&self, k: usize, key: &str) -> usize {
+        self.idle
+            .get(k)
+            .and_then(|v| v.iter().find(|(x, _)| x == key))
+            .map_or(0, |x| x.1)
+    }
+}
+
+/// Connection slots a transfer to the origins `keys` may have on reactor `on` (0: this
+/// one): the least room left under any of their caps (`max_per_host`, or what the server
+/// was seen allowing), counting the slots the running transfers hold — here and placed
+/// on other reactors — and the idle connections kept to them on every reactor (of which
+/// it takes at most `takes` of those on its own at its start).
+fn room(
+    keys: &[String],
+    max_per_host: usize,
+    takes: usize,
+    (slots, reactor): (&[Slot<'_>], &Reactor),
+    (on, placed): (usize, &Placed),
+) -> usize {
     keys.iter()
         .map(|k| {
-            let cap = reactor.allows(k).unwrap_or(usize::MAX).min(max_per_host);
+            // (What a server allows is the most any transfer saw it take, here or on
+            // another reactor.)
+            let learned = placed.learned.iter().find(|(x, _)| x == k).map(|x| x.1);
+            let cap = reactor
+                .allows(k)
+                .into_iter()
+                .chain(learned)
+                .max()
+                .unwrap_or(usize::MAX)
+                .min(max_per_host);
             let held: usize = slots
                 .iter()
                 .filter_map(|s| match s {
                     Slot::Busy(r) if r.keys.contains(k) => Some(r.held()),
+                    Slot::Away(a) if a.keys.contains(k) => Some(a.held),
                     _ => None,
                 })
                 .sum();
-            let idle = reactor.idle_to(k);
+            let idle_on = |r: usize| {
+                if r == 0 {
+                    reactor.idle_to(k)
+                } else {
+                    placed.idle_on(r, k)
+                }
+            };
+            let idle: usize = (0..placed.idle.len().max(1)).map(idle_on).sum();
             // Open after it starts: the others' slots, the idle connections it leaves, and
             // its own (of which `takes` are idle ones it takes, not new).
-            (cap + idle.min(takes)).saturating_sub(held + idle).min(cap)
+            (cap + idle_on(on).min(takes)).saturating_sub(held + idle).min(cap)
         })
         .min()
         .unwrap_or(0)
+}
+
+/// A transfer in flight (here or placed on another reactor).
+fn in_flight(s: &Slot<'_>) -> bool {
+    matches!(s, Slot::Busy(_) | Slot::Away(_))
+}
+
+/// The reactor a file (to the origins `keys`) goes to when files are placed: a helper
+/// that runs no file (a helper runs one at a time), the one with the most idle
+/// connections to its origin first; else this one, which runs the rest of `-j`. This one
+/// also for a file that cannot run elsewhere (several mirrors, an output that is not a
+/// regular file) and while a transfer has the helpers.
+fn reactor_for(
+    st: &Start,
+    keys: &[String],
+    (slots, reactor): (&[Slot<'_>], &Reactor),
+    threads: usize,
+    placed: &Placed,
+) -> usize {
+    let elsewhere = st.mirrors.len() == 1 && st.out.part.is_some() && st.out.room.is_none() && !st.out.sequential;
+    let helpers = reactor.helpers_running().filter(|h| !h.lent()).map_or(0, Helpers::len);
+    if !elsewhere {
+        return 0;
+    }
+    let busy = |k: usize| slots.iter().any(|s| matches!(s, Slot::Away(a) if a.helper == k));
+    let idle = |k: usize| keys.first().map_or(0, |key| placed.idle_on(k, key));
+    (1..=helpers.min(threads.saturating_sub(1)))
+        .filter(|&k| !busy(k))
+        .min_by_key(|&k| (std::cmp::Reverse(idle(k)), k))
+        .unwrap_or(0)
+}
+
+/// Places transfer `st` of file `id` on helper reactor `on` with `n` connection slots,
+/// holding lane `lane` for it; a transfer that cannot go ends at once (its failure goes to
+/// the feed).
+#[allow(clippy::too_many_arguments)]
+fn place(
+    feed: &mut dyn Feed,
+    slots: &mut [Slot<'_>],
+    lane: usize,
+    (id, st): (usize, Start),
+    keys: Vec<String>,
+    (n, on): (usize, usize),
+    reactor: &mut Reactor,
+    placed: &mut Placed,
+) {
+    let Start {
+        mirrors,
+        opts,
+        out,
+        resume,
+        control,
+        engine,
+        ktls,
+        signed,
+        report,
+        ..
+    } = st;
+    let dup = match out.duplicate() {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) => Err(err!(Internal, "a placed file's output is not a regular file")),
+        Err(e) => Err(e),
+    };
+    let dup = match dup {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = feed.ended(id, Err(e), report, None);
+            return;
+        }
+    };
+    // (The file's own stays with its feed, which renames it once the helper is done.)
+    drop(out);
+    let mut o = (*opts).clone();
+    o.connections = n;
+    o.threads = 1;
+    o.pin = false;
+    let posted = Arc::new(Posted::default());
+    let Some(helpers) = reactor.helpers_running_mut() else {
+        let _ = feed.ended(id, Err(err!(Internal, "no reactor to place a file on")), report, None);
+        return;
+    };
+    let placement = helpers.number();
+    let order = WholeOrder {
+        placement,
+        helper: on,
+        mirrors,
+        opts: o,
+        out: dup,
+        resume,
+        control,
+        engine,
+        ktls,
+        signed,
+        posted: Arc::clone(&posted),
+    };
+    if helpers.place(order).is_err() {
+        let _ = feed.ended(id, Err(err!(Internal, "reactor {on}'s thread is gone")), report, None);
+        return;
+    }
+    // (The idle connections it takes there are no longer idle.)
+    if let Some(v) = placed.idle.get_mut(on) {
+        for (k, c) in v.iter_mut() {
+            if keys.contains(k) {
+                *c = c.saturating_sub(n);
+            }
+        }
+    }
+    slots[lane] = Slot::Away(Box::new(Away {
+        id,
+        helper: on,
+        placement,
+        keys,
+        report,
+        flight: Flight::default(),
+        serving: 0,
+        held: n,
+        posted,
+    }));
+}
+
+/// Applies what the helpers reported of the files placed on them ([`on_report`]).
+fn take_reports(
+    feed: &mut dyn Feed,
+    reactor: &Reactor,
+    slots: &mut [Slot<'_>],
+    waiting: &mut std::collections::VecDeque<(usize, Start)>,
+    placed: &mut Placed,
+) {
+    let reports = reactor.helpers_running().map(Helpers::reports).unwrap_or_default();
+    for m in reports {
+        on_report(feed, m, slots, waiting, placed);
+    }
+}
+
+/// A helper's report of a file placed on it: its progress and notes, or its end (handed
+/// to the feed; a redirect to follow waits to be placed again). Returns whether its lane
+/// came free.
+fn on_report(
+    feed: &mut dyn Feed,
+    m: Report,
+    slots: &mut [Slot<'_>],
+    waiting: &mut std::collections::VecDeque<(usize, Start)>,
+    placed: &mut Placed,
+) -> bool {
+    let Report::Whole { lending, what, .. } = m else {
+        return false;
+    };
+    let Some(lane) = slots
+        .iter()
+        .position(|s| matches!(s, Slot::Away(a) if a.placement == lending))
+    else {
+        return false;
+    };
+    let Slot::Away(a) = &mut slots[lane] else {
+        return false;
+    };
+    match what {
+        WholeReport::Flight { flight, serving, held } => {
+            a.flight = flight;
+            a.serving = serving;
+            a.held = held;
+            false
+        }
+        WholeReport::Note(note) => {
+            a.report.note(note);
+            false
+        }
+        WholeReport::Ended {
+            mut result,
+            mut failed,
+            idle,
+            allows,
+        } => {
+            let Slot::Away(a) = std::mem::replace(&mut slots[lane], Slot::Free) else {
+                return false;
+            };
+            if let Some(v) = placed.idle.get_mut(a.helper) {
+                *v = idle;
+            }
+            // (What a server allows is the most any transfer saw it take.)
+            if let (Some(n), Some(k)) = (allows, a.keys.first()) {
+                match placed.learned.iter_mut().find(|(x, _)| x == k) {
+                    Some(l) => l.1 = l.1.max(n),
+                    None => placed.learned.push((k.clone(), n)),
+                }
+            }
+            if let Ok(Outcome::Done(s)) = &mut result {
+                s.reactor = a.helper;
+            }
+            if let Some(s) = failed.as_mut() {
+                s.reactor = a.helper;
+            }
+            if let Some(again) = feed.ended(a.id, result, a.report, failed) {
+                waiting.push_front((a.id, again));
+            }
+            true
+        }
+    }
+}
+
+/// Reads the helpers' eventfd `bell` into `buf` (on the reactor's lane): it wakes the run
+/// when a helper reported.
+fn read_bell(cell: &RingCell, bell: RawFd, buf: uring::Buf) -> Result<()> {
+    cell.lane(RUN_LANE)
+        .push(
+            Op::Read {
+                fd: bell,
+                buf,
+                range: 0..8,
+                offset: u64::MAX,
+            },
+            Tag::Mail.encode(),
+        )
+        .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
+}
+
+/// The helpers' eventfd rang (the reports are read at the loop's top); a transfer here
+/// that has the helpers lent reads its own now (its own READ may not see this ring).
+fn on_bell(cell: &RingCell, reactor: &Reactor, c: uring::Completion, slots: &mut [Slot<'_>]) -> Result<()> {
+    if c.result < 0 {
+        if c.result == -(rustix::io::Errno::CANCELED.raw_os_error()) {
+            return Ok(());
+        }
+        return Err(err!(
+            LocalIo,
+            "reading the reactors' eventfd: {}",
+            super::errno(c.result)
+        ));
+    }
+    for s in slots.iter_mut() {
+        if let Slot::Busy(r) = s
+            && r.dl.remote.is_some()
+        {
+            r.dl.drain_mail();
+        }
+    }
+    match (reactor.helpers_running(), c.buf) {
+        (Some(h), Some(buf)) => read_bell(cell, h.bell_fd(), buf),
+        _ => Ok(()),
+    }
 }

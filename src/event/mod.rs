@@ -123,7 +123,7 @@ pub fn run(
 ) -> (Result<Outcome>, Progress, Option<Box<Summary>>) {
     let mut st = st;
     let n = st.opts.connections;
-    let remote = match spread(&mut st, n, reactor) {
+    let remote = match spread(&mut st, n, reactor, true) {
         Ok(r) => r,
         Err(e) => return (Err(e), st.report, None),
     };
@@ -162,22 +162,32 @@ pub fn run(
     r
 }
 
-/// `--threads N`: when transfer `st` spreads over other reactors (a regular file from one
-/// URL, more than one of its `n` connections, no `--limit-rate`), its options keep the
-/// owner's share of the `n` and the helpers come back lent to it; `None` when it runs on
-/// this reactor alone (also while another transfer has the helpers).
+/// `--threads N`: when transfer `st` spreads over other reactors (`spreads`: the run
+/// lets it — a list places whole files on them instead while several are in flight; a
+/// regular file from one URL, more than one of its `n` connections, no `--limit-rate`),
+/// its options keep the owner's share of the `n` and the helpers come back lent to it;
+/// `None` when it runs on this reactor alone (also while another transfer has the
+/// helpers).
 ///
 /// # Errors
 /// `LocalIo` when the helper threads or their eventfd cannot be made, or its block mapped.
-pub(crate) fn spread(st: &mut Start, n: usize, reactor: &mut Reactor) -> Result<Option<threads::Remote>> {
+pub(crate) fn spread(
+    st: &mut Start,
+    n: usize,
+    reactor: &mut Reactor,
+    spreads: bool,
+) -> Result<Option<threads::Remote>> {
     let opts = &st.opts;
-    if opts.pin && st.part.is_none() {
+    if opts.pin && st.part.is_none() && st.whole.is_none() {
         // `--pin`: this reactor's thread on the first CPU the process may use.
         threads::pin(0);
     }
+    if !spreads {
+        return Ok(None);
+    }
     // (-x, and --max-connections-per-host, shared out: every reactor's connections count.)
     let shares = threads::shares(n.min(opts.connections).min(opts.max_per_host), opts.threads);
-    if shares.len() < 2 || st.part.is_some() || st.out.sequential {
+    if shares.len() < 2 || st.part.is_some() || st.whole.is_some() || st.out.sequential {
         // (One connection, a part of another reactor's file, or an output that takes
         // bytes only in order: said otherwise, or nothing to say.)
         return Ok(None);
@@ -254,8 +264,10 @@ pub(crate) struct Loop<'a> {
     pub(crate) interrupted: Option<&'static str>,
     /// `--threads`: the other reactors this transfer hands parts to (its owner's side) ...
     pub(crate) remote: Option<threads::Remote>,
-    /// ... or the owner this loop fetches a part for (a helper's side).
+    /// ... or the owner this loop fetches a part for (a helper's side) ...
     pub(crate) part: Option<threads::PartLink>,
+    /// ... or the reactor that placed this whole transfer here (a helper's side).
+    pub(crate) whole: Option<threads::WholeLink>,
 }
 
 impl Shared {
@@ -290,6 +302,9 @@ impl Loop<'_> {
             self.ring
                 .submit_and_wait(1)
                 .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+            // (A placed transfer judges a refusal by the other transfers' requests as
+            // they are now, not as they were when it went to wait.)
+            self.sync_placed();
             while let Some(c) = self.ring.next_completion() {
                 self.complete(c)?;
             }

@@ -128,6 +128,28 @@ impl Reactor {
         self.idle.iter().filter(|(k, ..)| k == key).count()
     }
 
+    /// Idle connections kept, per origin key.
+    pub(crate) fn idle_counts(&self) -> Vec<(String, usize)> {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for (k, ..) in &self.idle {
+            match counts.iter_mut().find(|(c, _)| c == k) {
+                Some(c) => c.1 += 1,
+                None => counts.push((k.clone(), 1)),
+            }
+        }
+        counts
+    }
+
+    /// The helpers, when they run (none is started here).
+    pub(crate) fn helpers_running(&self) -> Option<&super::threads::Helpers> {
+        self.helpers.as_ref()
+    }
+
+    /// (See [`Reactor::helpers_running`].)
+    pub(crate) fn helpers_running_mut(&mut self) -> Option<&mut super::threads::Helpers> {
+        self.helpers.as_mut()
+    }
+
     /// A reactor with nothing kept yet.
     pub fn new() -> Reactor {
         Reactor::default()

@@ -60,6 +60,9 @@ pub struct Summary {
     pub reactors: usize,
     pub parts: usize,
     pub other_reactors_bytes: u64,
+    /// `--threads`: the reactor the file ran on (0: the run's own; a list's files are
+    /// placed on the others while several are in flight).
+    pub reactor: usize,
     /// What each mirror served, in the order given (empty with one URL).
     pub mirrors: Vec<crate::report::MirrorReport>,
     /// The reference's strong `ETag` and `Last-Modified`, as sent (`--etag-save`, `-N`).
@@ -106,6 +109,7 @@ impl Loop<'_> {
             reactors: 1,
             parts: 0,
             other_reactors_bytes: 0,
+            reactor: 0,
             mirrors: self.mirror_reports(),
             etag: self
                 .sh
@@ -210,6 +214,7 @@ mod tests {
             reactors: 1,
             parts: 0,
             other_reactors_bytes: 0,
+            reactor: 0,
             mirrors: Vec::new(),
         }
     }

@@ -40,7 +40,9 @@ use crate::report::{Note, Progress};
 use crate::schedule::Landed;
 
 mod owner;
+mod whole;
 pub(crate) use owner::Remote;
+pub(crate) use whole::{Posted, WholeLink, WholeOrder, WholeReport};
 
 /// `--pin`: the calling thread on the `k`-th of the CPUs the process could use when
 /// ringdl first pinned (modulo their count), by sched_setaffinity(2). Returns the CPU, or
@@ -84,8 +86,16 @@ pub(crate) struct Helpers {
 }
 
 struct Worker {
-    orders: Sender<PartOrder>,
+    orders: Sender<Order>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// What a helper is given to fetch.
+pub(crate) enum Order {
+    /// A part of a transfer its owner runs (one file spread over reactors).
+    Part(PartOrder),
+    /// A whole transfer (a list's file placed on this reactor, `-j` ≥ 2).
+    Whole(Box<WholeOrder>),
 }
 
 /// A part handed to a helper.
@@ -207,6 +217,9 @@ pub(crate) enum Report {
     },
     /// A note of the part's transfer, for the owner to say.
     Note { lending: u64, helper: usize, note: Note },
+    /// A whole transfer placed on the helper ([`Order::Whole`]; `lending` is its
+    /// placement's number): its progress, notes and end.
+    Whole { lending: u64, what: WholeReport },
     /// The part ended: every byte landed (`None`), or why not.
     Ended {
         lending: u64,
@@ -236,7 +249,7 @@ impl Helpers {
             lendings: 0,
         };
         for k in 1..=n {
-            let (orders, rx) = channel::<PartOrder>();
+            let (orders, rx) = channel::<Order>();
             let (tx, bell) = (tx.clone(), Arc::clone(&helpers.bell));
             let thread = std::thread::Builder::new()
                 .name(format!("ringdl-r{k}"))
@@ -277,10 +290,18 @@ impl Drop for Helpers {
     }
 }
 
-/// A helper thread: its own reactor, one part after another until its channel closes.
-fn helper(orders: &Receiver<PartOrder>, tx: &Sender<Report>, bell: &Arc<OwnedFd>) {
+/// A helper thread: its own reactor, one part or whole transfer after another until its
+/// channel closes.
+fn helper(orders: &Receiver<Order>, tx: &Sender<Report>, bell: &Arc<OwnedFd>) {
     let mut reactor = Reactor::default();
-    while let Ok(p) = orders.recv() {
+    while let Ok(order) = orders.recv() {
+        let p = match order {
+            Order::Part(p) => p,
+            Order::Whole(w) => {
+                whole::run_whole(&mut reactor, *w, tx, bell);
+                continue;
+            }
+        };
         let (lending, helper, range) = (p.lending, p.helper, p.range);
         let (r, summary) = run_part(&mut reactor, p, tx, bell);
         tell(
@@ -367,6 +388,7 @@ fn run_part(
             told: (0, 0),
             counted: None,
         }),
+        whole: None,
     };
     match super::run(st, None, reactor) {
         (Ok(Outcome::Done(s)), _, _) => (Ok(()), Some(s)),

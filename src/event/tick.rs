@@ -20,6 +20,7 @@ impl Loop<'_> {
             }
             self.give_to_owner();
         }
+        self.tell_placed();
         self.share_serving();
         let window = self.rate_mark.0.elapsed();
         if window >= Duration::from_millis(500) {

@@ -524,6 +524,34 @@ impl Output {
         }))
     }
 
+    /// The same output on another descriptor (dup(2)), for a whole transfer another
+    /// reactor runs (`--threads`, a list's file): `None` for an output that is not a
+    /// regular file.
+    ///
+    /// # Errors
+    /// `LocalIo` when dup(2) fails (EMFILE).
+    pub fn duplicate(&self) -> Result<Option<Output>> {
+        if self.part.is_none() || self.room.is_some() || self.sequential {
+            return Ok(None);
+        }
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| err!(LocalIo, "{}: dup: {e}", self.describe()))?;
+        Ok(Some(Output {
+            fd,
+            direct: self.direct,
+            align: self.align,
+            sequential: false,
+            part: self.part.clone(),
+            final_path: self.final_path.clone(),
+            force: self.force,
+            what: self.what.clone(),
+            room: None,
+            of_part: self.of_part,
+        }))
+    }
+
     /// The output for messages: the `.part` path or "standard output".
     pub fn describe(&self) -> String {
         match (&self.part, &self.what) {

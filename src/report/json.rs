@@ -54,6 +54,9 @@ pub struct Record {
     pub reactors: Option<u64>,
     pub parts: Option<u64>,
     pub other_reactors_bytes: Option<u64>,
+    /// `--threads`: the reactor the file ran on (0: the run's own; a list places files on
+    /// the others).
+    pub reactor: Option<u64>,
     /// Redirects followed.
     pub redirects: u64,
     /// `--checksum` matched (`true`), did not (`false`), or none was asked (`None`).
@@ -96,6 +99,7 @@ impl Record {
         o.u64("reactors", self.reactors);
         o.u64("parts", self.parts);
         o.u64("other_reactors_bytes", self.other_reactors_bytes);
+        o.u64("reactor", self.reactor);
         o.u64("redirects", Some(self.redirects));
         o.bool("checksum_verified", self.checksum_verified);
         o.bool("not_modified", Some(self.not_modified));

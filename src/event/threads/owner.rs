@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use uring::Op;
 
-use super::{Counts, Helpers, PartFile, PartOrder, Report};
+use super::{Counts, Helpers, Order, PartFile, PartOrder, Report};
 use crate::err;
 use crate::error::{Error, Kind, Result};
 use crate::event::Loop;
@@ -96,7 +96,7 @@ struct Out {
 pub(crate) struct Remote {
     /// This lending's number: reports of others are dropped.
     lending: u64,
-    orders: Vec<Sender<PartOrder>>,
+    orders: Vec<Sender<Order>>,
     inbox: Receiver<Report>,
     bell: RawFd,
     /// The eventfd READ's block, until the first READ takes it (each completion gives it
@@ -345,7 +345,7 @@ impl Loop<'_> {
             give: Arc::clone(&give),
             others: Arc::clone(&others),
         };
-        if r.orders[h].send(order).is_err() {
+        if r.orders[h].send(Order::Part(order)).is_err() {
             return Ok(false);
         }
         r.given += 1;
@@ -368,17 +368,24 @@ impl Loop<'_> {
 
     /// The eventfd rang: what the helpers reported is applied, and the READ goes again.
     pub(crate) fn on_mail(&mut self, buf: Option<uring::Buf>) -> Result<()> {
+        self.drain_mail();
+        self.arm_mail(buf)
+    }
+
+    /// Applies what the helpers reported so far (also when the run's reactor took the
+    /// eventfd's wake-up: [`crate::event::many`] READs it too while it places files).
+    pub(crate) fn drain_mail(&mut self) {
         while let Some(m) = self.remote.as_ref().and_then(|r| r.inbox.try_recv().ok()) {
             self.apply(m);
         }
         self.share_serving();
-        self.arm_mail(buf)
     }
 
     /// Each turn of a transfer spread over reactors: the requests served are shared out at
     /// once when they change (a cap's refusal is judged by them); what landed goes each
     /// tick ([`Loop::on_tick`]).
     pub(crate) fn sync_reactors(&mut self) {
+        self.sync_placed();
         if self.remote.is_none() && self.part.is_none() {
             return;
         }
@@ -425,12 +432,15 @@ impl Loop<'_> {
             | Report::Note { lending, .. }
             | Report::Capped { lending, .. }
             | Report::Gave { lending, .. }
+            | Report::Whole { lending, .. }
             | Report::Blame { lending, .. } => *lending,
         };
         if lending != r.lending {
             return;
         }
         match m {
+            // (Whole transfers go to the run's reactor, never to a lending.)
+            Report::Whole { .. } => {}
             Report::Note { helper, note, .. } => self.sh.report.note(Note::OnReactor {
                 reactor: helper,
                 note: Box::new(note),

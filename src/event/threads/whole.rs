@@ -1,0 +1,245 @@
+//! `--threads` with a list at `-j` ≥ 2: whole transfers placed on the helper reactors.
+//!
+//! The run's reactor (the one that drives the list, [`crate::event::many`]) keeps each
+//! placed file's report, its place among the files in flight and its share of the
+//! per-origin caps; the helper runs the transfer as it would run one of its own
+//! ([`crate::event::run`]): its own ring, pools and connections (kept for the next file
+//! it is given), its control file, its final fsync and read-back. The messages:
+//! - to the helper, an [`Order::Whole`](super::Order::Whole) with the transfer's `Send`
+//!   pieces (its output a duplicate descriptor of the same `.part`), and a [`Posted`]
+//!   the run's reactor writes: a signal that stops the run, and the requests the other
+//!   transfers have on the wire to the file's origin (they count toward its caps);
+//! - back, a [`WholeReport`]: each tick what the run's progress line shows of it, each
+//!   note as it comes (said by the run's reactor with the file's report), and its end —
+//!   the outcome, what a failed transfer knew, the connections it left idle and the cap
+//!   it learned. The helper has closed its descriptor of the output by then, so the run's
+//!   reactor may rename the file.
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, OnceLock};
+
+use super::{Helpers, Order, Report, tell};
+use crate::config::Config;
+use crate::engine::EngineKind;
+use crate::err;
+use crate::error::Result;
+use crate::event::many::Flight;
+use crate::event::mirrors::MirrorRoute;
+use crate::event::{Loop, Outcome, Reactor, Start, Summary, reactor};
+use crate::output::Output;
+use crate::output::resume::State;
+use crate::report::{Note, Progress};
+
+/// A whole transfer for a helper: what its [`Start`] holds but its report, which stays
+/// with the run's reactor (notes come back as [`WholeReport::Note`]).
+pub(crate) struct WholeOrder {
+    /// This placement's number (from the lendings' count: a late report of a lending is
+    /// never taken for it).
+    pub(crate) placement: u64,
+    /// The helper's number (1-based).
+    pub(crate) helper: usize,
+    pub(crate) mirrors: Vec<MirrorRoute>,
+    /// Its options: `connections` is the slots the caps left it.
+    pub(crate) opts: Config,
+    /// A duplicate of the file's output (the same `.part`, [`Output::duplicate`]).
+    pub(crate) out: Output,
+    pub(crate) resume: Option<State>,
+    pub(crate) control: Option<PathBuf>,
+    pub(crate) engine: EngineKind,
+    pub(crate) ktls: bool,
+    pub(crate) signed: Option<crate::signature::Input>,
+    pub(crate) posted: Arc<Posted>,
+}
+
+/// What the run's reactor posts to a placed transfer (read on its tick, 250 ms).
+#[derive(Default)]
+pub(crate) struct Posted {
+    /// SIGINT or SIGTERM came: the transfer ends as `Interrupted` by it, keeping its
+    /// `.part` and control file.
+    pub(crate) stop: OnceLock<&'static str>,
+    /// Requests the run's other transfers have on the wire to the file's origin
+    /// ([`crate::control::origin::Origin::others`]).
+    pub(crate) others: AtomicUsize,
+}
+
+/// A helper's message about a whole transfer.
+pub(crate) enum WholeReport {
+    /// Each tick: what the run's line shows of it, the requests of it the server serves
+    /// now, and the connection slots it holds against its origin's caps.
+    Flight {
+        flight: Flight,
+        serving: usize,
+        held: usize,
+    },
+    /// A note of the transfer, for its report.
+    Note(Note),
+    /// It ended (what [`crate::event::run`] gave back), and what its reactor keeps: idle
+    /// connections per origin key, and the cap learned for the file's origin.
+    Ended {
+        result: Result<Outcome>,
+        failed: Option<Box<Summary>>,
+        idle: Vec<(String, usize)>,
+        allows: Option<usize>,
+    },
+}
+
+impl Helpers {
+    /// A number for a placement (from the lendings' count).
+    pub(crate) fn number(&mut self) -> u64 {
+        self.lendings += 1;
+        self.lendings
+    }
+
+    /// Places `order` on its helper; gives it back when that helper's thread is gone.
+    pub(crate) fn place(&self, order: WholeOrder) -> std::result::Result<(), Box<WholeOrder>> {
+        let Some(w) = order.helper.checked_sub(1).and_then(|h| self.workers.get(h)) else {
+            return Err(Box::new(order));
+        };
+        w.orders.send(Order::Whole(Box::new(order))).map_err(|e| match e.0 {
+            Order::Whole(o) => o,
+            Order::Part(_) => unreachable!("sent a whole transfer"),
+        })
+    }
+
+    /// What the helpers reported since last asked (none while a transfer has them lent:
+    /// its own loop reads them).
+    pub(crate) fn reports(&self) -> Vec<Report> {
+        self.inbox
+            .as_ref()
+            .map(|rx| rx.try_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// The eventfd the helpers write after each report.
+    pub(crate) fn bell_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&*self.bell)
+    }
+}
+
+/// Runs placed transfer `w` on the helper's `reactor` and says its end.
+pub(super) fn run_whole(reactor: &mut Reactor, w: WholeOrder, tx: &Sender<Report>, bell: &Arc<OwnedFd>) {
+    let lending = w.placement;
+    let key = w.mirrors.first().map(reactor::route_key);
+    // (Held here until the run's ops are reaped: an epoll worker writes to the fd number.)
+    let out = Rc::new(w.out);
+    let (ftx, fbell) = (tx.clone(), Arc::clone(bell));
+    let st = Start {
+        mirrors: w.mirrors,
+        opts: Rc::new(w.opts),
+        out: Rc::clone(&out),
+        resume: w.resume,
+        control: w.control,
+        engine: w.engine,
+        ktls: w.ktls,
+        signed: w.signed,
+        report: Progress::forwarding(Box::new(move |note| {
+            tell(
+                &ftx,
+                &fbell,
+                Report::Whole {
+                    lending,
+                    what: WholeReport::Note(note),
+                },
+            );
+        })),
+        part: None,
+        whole: Some(WholeLink {
+            lending,
+            tx: tx.clone(),
+            bell: Arc::clone(bell),
+            posted: w.posted,
+            told: 0,
+        }),
+    };
+    let (result, report, failed) = crate::event::run(st, None, reactor);
+    drop(report);
+    // The output's descriptor closes before the end is said: the run's reactor renames
+    // the file once it hears it.
+    drop(out);
+    let allows = key.as_deref().and_then(|k| reactor.allows(k));
+    let idle = reactor.idle_counts();
+    tell(
+        tx,
+        bell,
+        Report::Whole {
+            lending,
+            what: WholeReport::Ended {
+                result,
+                failed,
+                idle,
+                allows,
+            },
+        },
+    );
+}
+
+/// A placed transfer's side of its messages, in the loop that runs it.
+pub(crate) struct WholeLink {
+    lending: u64,
+    tx: Sender<Report>,
+    bell: Arc<OwnedFd>,
+    posted: Arc<Posted>,
+    /// Its requests the server serves, as last told.
+    told: usize,
+}
+
+impl Loop<'_> {
+    /// Each tick of a placed transfer: a signal the run's reactor posted ends it; its
+    /// progress goes to the run's reactor.
+    pub(crate) fn tell_placed(&mut self) {
+        let Some(w) = self.whole.as_ref() else {
+            return;
+        };
+        if let Some(name) = w.posted.stop.get()
+            && self.sh.fatal.is_none()
+        {
+            self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
+        }
+        self.tell_flight();
+    }
+
+    /// Each turn of a placed transfer: the other transfers' requests to its origin count
+    /// toward the caps, as last posted; its own go to the run's reactor as soon as they
+    /// change (a server's refusal is judged by them all: a stale count learns a cap too
+    /// low).
+    pub(crate) fn sync_placed(&mut self) {
+        let Some(w) = self.whole.as_ref() else {
+            return;
+        };
+        let others = w.posted.others.load(Ordering::Acquire);
+        let told = w.told;
+        for o in &mut self.sh.origins {
+            o.others = others;
+        }
+        if self.serving(0) != told {
+            self.tell_flight();
+        }
+    }
+
+    /// Tells the run's reactor what its line shows of this transfer, the requests the
+    /// server serves of it and the slots it holds.
+    fn tell_flight(&mut self) {
+        let serving = self.serving(0);
+        let what = WholeReport::Flight {
+            flight: self.flight(),
+            serving,
+            held: self.held(self.conns.len()),
+        };
+        let Some(w) = self.whole.as_mut() else {
+            return;
+        };
+        w.told = serving;
+        tell(
+            &w.tx,
+            &w.bell,
+            Report::Whole {
+                lending: w.lending,
+                what,
+            },
+        );
+    }
+}
