@@ -124,8 +124,9 @@ step="cargo test (release) on epoll"
 log "cargo test (release) on the epoll backend: download, fault, list and thread suites"
 run_tests env RINGDL_TEST_IO=epoll cargo test --release --no-fail-fast --test tests -- download:: faults:: list:: threads:: "$@"
 
-# The download and fault suites again at --threads 2 (issue 24): every ringdl run gets
-# --threads 2, so a file of more than one segment spreads over a second reactor.
+# The download, fault, list and software-record-layer suites again at --threads 2
+# (issue 24): every ringdl run gets --threads 2, so a file of more than one segment
+# spreads over a second reactor, and a list's files are placed on both.
 step="cargo test (release) at --threads 2"
-log "cargo test (release) at --threads 2: download and fault suites"
-run_tests env RINGDL_TEST_THREADS=2 cargo test --release --no-fail-fast --test tests -- download:: faults:: "$@"
+log "cargo test (release) at --threads 2: download, fault, list and soft TLS suites"
+run_tests env RINGDL_TEST_THREADS=2 cargo test --release --no-fail-fast --test tests -- download:: faults:: list:: soft_tls:: "$@"

@@ -110,7 +110,8 @@ Connections and I/O:
                             --max-connections-per-host) is shared out over them, so
                             at most -x reactors run; only a regular file from one
                             URL served in ranges spreads (not -o -, FIFOs, devices,
-                            mirrors, --limit-rate; one file of a list at a time);
+                            mirrors, --limit-rate); a list at -j 2+ places whole
+                            files on them instead (one per helper at a time);
                             auto: the CPUs the process may use; 1-64 (default 1)
       --pin                 each reactor's thread on its own CPU of those the
                             process may use (sched_setaffinity); off by default

@@ -136,13 +136,16 @@ pub(crate) struct PartFile {
 /// What a helper's parts counted, for the owner's summary. Connections, and those that
 /// went to kTLS or the software record layer, are the most one part used on each helper
 /// (a helper keeps its connections for its next part, whose summary counts them again);
-/// handshakes, retries and splits are summed.
+/// handshakes, KeyUpdates taken, retries and splits are summed.
 #[derive(Default)]
 pub(crate) struct Counts {
     /// Per helper: connections, TLS ones, kTLS ones, software record layer ones.
     conns: Vec<[usize; 4]>,
     tls_full: usize,
     tls_resumed: usize,
+    /// KeyUpdates taken under kTLS, and by the software record layer.
+    ktls_rekeys: usize,
+    soft_rekeys: usize,
     retries: u64,
     steals: u64,
 }
@@ -161,6 +164,8 @@ impl Counts {
         }
         self.tls_full += s.tls_full;
         self.tls_resumed += s.tls_resumed;
+        self.ktls_rekeys += s.ktls_rekeys;
+        self.soft_rekeys += s.soft_rekeys;
         self.retries += s.retries;
         self.steals += s.steals;
     }
@@ -174,6 +179,8 @@ impl Counts {
         s.soft_conns += sum(3);
         s.tls_full += self.tls_full;
         s.tls_resumed += self.tls_resumed;
+        s.ktls_rekeys += self.ktls_rekeys;
+        s.soft_rekeys += self.soft_rekeys;
         s.retries += self.retries;
         s.steals += self.steals;
     }
