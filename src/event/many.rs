@@ -16,6 +16,12 @@
 //!
 //! SIGINT/SIGTERM (the signalfd READ on the reactor's own lane) ends every running
 //! transfer as `Interrupted` (each keeps its `.part` and control file) and starts no more.
+//!
+//! `--threads N` with `-j` ≥ 2: a file may be placed whole on a helper reactor instead of
+//! a lane ([`crate::event::threads`]'s `whole.rs`); its slot here keeps its report, its
+//! place among the files in flight and its share of the caps, from the helper's reports
+//! (read after each wait; the helpers' eventfd READ, also on the reactor's own lane,
+//! wakes the run).
 
 use std::os::fd::RawFd;
 use std::rc::Rc;
@@ -180,9 +186,10 @@ fn drive(
             read_signal(cell, fd, buf)?;
         }
     }
-    // `--threads` with several files in flight: whole files are placed on the reactors,
-    // the least busy first; a file alone in flight, with none to come after it, spreads
-    // its segments over them instead ([`super::spread`]).
+    // `--threads` with several files in flight: whole files are placed on the reactors
+    // (a helper that runs none takes the next, this one the rest: [`reactor_for`]); a
+    // file alone in flight, with none to come after it, spreads its segments over them
+    // instead ([`super::spread`]).
     let threads = many.threads.max(1);
     let placing = threads > 1 && lanes > 1;
     let mut placed = Placed {
@@ -743,6 +750,12 @@ fn place(
             return;
         }
     };
+    let name = out
+        .part
+        .as_deref()
+        .and_then(std::path::Path::file_name)
+        .map(|n| n.to_string_lossy().trim_end_matches(".part").to_owned())
+        .unwrap_or_default();
     // (The file's own stays with its feed, which renames it once the helper is done.)
     drop(out);
     let mut o = (*opts).clone();
@@ -786,7 +799,10 @@ fn place(
         placement,
         keys,
         report,
-        flight: Flight::default(),
+        flight: Flight {
+            name,
+            ..Flight::default()
+        },
         serving: 0,
         held: n,
         posted,
