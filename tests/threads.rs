@@ -901,3 +901,30 @@ fn a_file_that_does_not_spread_counts_one_reactor_and_says_why() {
     );
     assert_eq!(json(&r, &srv)["reactors"], 1);
 }
+
+/// The progress line of a file spread over two reactors counts every reactor's
+/// connections with a body coming: "2 conn" at `-x 2` (it said "1 conn", the owner's).
+#[test]
+fn a_spread_files_progress_line_counts_every_reactors_connections() {
+    let n = nginx();
+    let f = n.file(100 * MIB);
+    let dir = TestDir::new("threads-progress-conns");
+    let out = dir.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args(["--threads", "2", "-x", "2", "--min-split-size", "1M", "-o"])
+        .arg(&out)
+        .arg(n.paced_url(&f.name))
+        .run();
+    o.assert_success();
+    let err = o.stderr_text();
+    assert_eq!(sha256_file(&out), f.sha256, "{err}");
+    // (A line every 5 s when standard error is no terminal: the file takes about 8 s.)
+    let conns: Vec<&str> = err
+        .lines()
+        .filter(|l| l.ends_with(" conn"))
+        .filter_map(|l| l.rsplit("  ").next())
+        .collect();
+    assert!(!conns.is_empty(), "no progress line\n{err}");
+    assert!(conns.contains(&"2 conn"), "the lines counted {conns:?}\n{err}");
+}

@@ -567,7 +567,8 @@ impl Loop<'_> {
             have: self.sh.tr.landed.bytes(),
             total: self.sh.tr.total,
             fetched: self.sh.tr.received,
-            live: self.conns.iter().filter(|c| c.rx.job.is_some()).count(),
+            live: self.conns.iter().filter(|c| c.rx.job.is_some()).count()
+                + self.remote.as_ref().map_or(0, super::threads::Remote::serving),
         }
     }
 }

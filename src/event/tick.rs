@@ -79,7 +79,9 @@ impl Loop<'_> {
             );
             self.sh.report.note(Note::State(state));
         }
-        let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
+        // (With the other reactors' connections that have a body coming: `--threads`.)
+        let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count()
+            + self.remote.as_ref().map_or(0, super::threads::Remote::serving);
         self.sh.report.update(
             self.sh.tr.landed.bytes(),
             self.sh.tr.received,

@@ -138,6 +138,12 @@ impl Remote {
     pub(crate) fn own(&self) -> usize {
         self.shares[0]
     }
+
+    /// The helpers' requests the server serves now, as last told (their connections with
+    /// a body coming, for the progress line).
+    pub(crate) fn serving(&self) -> usize {
+        self.parts.iter().flatten().map(|o| o.serving).sum()
+    }
 }
 
 impl Loop<'_> {
