@@ -438,9 +438,10 @@ impl std::fmt::Display for Note {
             Note::OnReactor { reactor, note } => write!(f, "reactor {reactor}: {note}"),
             Note::OneReactor { why } => write!(f, "--threads: this file runs on one reactor ({why})"),
             Note::Reactors { reactors, parts, bytes } => {
+                let s = if *parts == 1 { "" } else { "s" };
                 write!(
                     f,
-                    "{reactors} reactors: {parts} parts to the other threads, {bytes} bytes landed there"
+                    "{reactors} reactors: {parts} part{s} to the other threads, {bytes} bytes landed there"
                 )
             }
         }

@@ -16,7 +16,9 @@ fn reactors_line(stderr: &str) -> Option<(usize, usize, u64)> {
     stderr.lines().find_map(|l| {
         let rest = l.strip_prefix("ringdl: ")?;
         let (n, rest) = rest.split_once(" reactors: ")?;
-        let (k, rest) = rest.split_once(" parts to the other threads, ")?;
+        let (k, rest) = rest
+            .split_once(" parts to the other threads, ")
+            .or_else(|| rest.split_once(" part to the other threads, "))?;
         let (b, _) = rest.split_once(" bytes landed there")?;
         Some((n.parse().ok()?, k.parse().ok()?, b.parse().ok()?))
     })
