@@ -191,6 +191,31 @@ impl Progress {
     }
 }
 
+/// One transfer in flight, for the run's progress line.
+#[derive(Clone, Debug, Default)]
+pub struct Flight {
+    /// The file's name (its last path component, without `.part`).
+    pub name: String,
+    /// Bytes of the file in place (resumed ones included), of `total` when known.
+    pub have: u64,
+    pub total: Option<u64>,
+    /// Body bytes this run received.
+    pub fetched: u64,
+    /// Connections with a request in flight.
+    pub live: usize,
+}
+
+impl Flight {
+    /// The name the line shows for output `path`: its last component, without `.part`
+    /// (the whole of `path` when it has none).
+    pub fn name_of(path: &str) -> String {
+        std::path::Path::new(path)
+            .file_name()
+            .map(|n| n.to_string_lossy().trim_end_matches(".part").to_owned())
+            .unwrap_or_else(|| path.to_owned())
+    }
+}
+
 /// Who sees a [`Note`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {

@@ -869,8 +869,9 @@ fn stalled_parts_given_back_at_random_land_every_byte() {
 
 /// What does not spread counts one reactor and, where `--threads` cannot apply, `-v`
 /// says why: a server that ignores ranges (`reactors` 1 and no parts in `--json`, no
-/// "N reactors" line: they once counted the threads started), and `--limit-rate`
-/// ("runs on one reactor (--limit-rate)"). Seen failing with the threads counted.
+/// "N reactors" line: they once counted the threads started), `--limit-rate` ("runs on
+/// one reactor (--limit-rate)") and `-x 1` (it was silent). Seen failing with the
+/// threads counted, and without the `-x 1` note.
 #[test]
 fn a_file_that_does_not_spread_counts_one_reactor_and_says_why() {
     let json = |r: &util::Run, srv: &FaultServer| -> serde_json::Value {
@@ -902,6 +903,16 @@ fn a_file_that_does_not_spread_counts_one_reactor_and_says_why() {
         r.explain(&srv)
     );
     assert_eq!(json(&r, &srv)["reactors"], 1);
+
+    let r = util::get("threads-x1", &srv, &["-v", "--threads", "4", "-x", "1", "--json", "-"]);
+    r.assert_exact(&srv);
+    assert!(
+        r.o.stderr_text()
+            .contains("--threads: this file runs on one reactor (-x 1)"),
+        "{}",
+        r.explain(&srv)
+    );
+    assert_eq!(json(&r, &srv)["reactors"], 1);
 }
 
 /// The progress line of a file spread over two reactors counts every reactor's
@@ -929,4 +940,100 @@ fn a_spread_files_progress_line_counts_every_reactors_connections() {
         .collect();
     assert!(!conns.is_empty(), "no progress line\n{err}");
     assert!(conns.contains(&"2 conn"), "the lines counted {conns:?}\n{err}");
+}
+
+/// A list whose first file leaves its helper's connections idle, filling the per-host
+/// cap, while the next file waits for room: once nothing is in flight the idle ones are
+/// closed (the helper's by message) and the file starts. It hung (4 runs of 5, the
+/// review): only a file placed on that helper could have taken them.
+#[test]
+fn idle_connections_on_a_helper_never_keep_a_waiting_file_from_starting() {
+    let n = nginx();
+    let (big, small) = (n.file(16 * MIB), n.file(4097));
+    for round in 0..3 {
+        let dir = TestDir::new("threads-idle-cap");
+        let files = [
+            (n.http_url(&big.name), "big.bin".to_owned()),
+            (n.http_url(&small.name), "small.bin".to_owned()),
+        ];
+        let list = write_list(&dir, &files);
+        let o = dir
+            .ringdl()
+            .args([
+                "-v",
+                "--threads",
+                "2",
+                "-j",
+                "2",
+                "-x",
+                "4",
+                "--max-connections-per-host",
+                "4",
+                "--min-split-size",
+                "1M",
+                "--json",
+                "run.json",
+                "-d",
+            ])
+            .arg(dir.path())
+            .arg("-i")
+            .arg(&list)
+            .timeout(Duration::from_secs(30))
+            .run();
+        let err = o.stderr_text();
+        o.assert_success();
+        assert_eq!(sha256_file(&dir.join("big.bin")), big.sha256, "round {round}\n{err}");
+        assert_eq!(
+            sha256_file(&dir.join("small.bin")),
+            small.sha256,
+            "round {round}\n{err}"
+        );
+        let on: Vec<u64> = placed(&dir).iter().map(|p| p.1).collect();
+        assert!(on.contains(&1), "round {round}: no file on the helper {on:?}\n{err}");
+    }
+}
+
+/// A list whose paced file runs on the helper while the run's reactor reads its own
+/// checksummed file back: the helpers' wake-up that came during the read-back is read
+/// again, so the helper's file ends when it is done (it waited for an unrelated wake-up,
+/// 2 runs of 3 in the review, until a signal).
+#[test]
+fn a_helpers_end_during_a_read_back_here_is_not_missed() {
+    let n = nginx();
+    let (paced, checked) = (n.file(16 * MIB), n.file(100 * MIB));
+    for round in 0..3 {
+        let dir = TestDir::new("threads-readback-bell");
+        let list = dir.join("list.txt");
+        fs::write(
+            &list,
+            format!(
+                "{}\n  out=paced.bin\n{}\n  out=checked.bin\n  checksum=sha-256={}\n",
+                n.paced_url(&paced.name),
+                n.http_url(&checked.name),
+                checked.sha256
+            ),
+        )
+        .unwrap();
+        let t = Instant::now();
+        let o = dir
+            .ringdl()
+            .args(["--threads", "2", "-j", "2", "-x", "2", "--json", "run.json", "-d"])
+            .arg(dir.path())
+            .arg("-i")
+            .arg(&list)
+            .timeout(Duration::from_secs(60))
+            .run();
+        let took = t.elapsed();
+        let err = o.stderr_text();
+        o.assert_success();
+        assert_eq!(sha256_file(&dir.join("paced.bin")), paced.sha256, "{err}");
+        assert_eq!(sha256_file(&dir.join("checked.bin")), checked.sha256, "{err}");
+        let on: Vec<(String, u64, u64)> = placed(&dir);
+        assert!(
+            on.iter().any(|p| p.0 == "paced.bin" && p.1 == 1),
+            "round {round}: the paced file was not the helper's: {on:?}\n{err}"
+        );
+        // (The paced file takes about 2 s at 4 MiB/s a connection.)
+        assert!(took < Duration::from_secs(20), "round {round}: took {took:?}\n{err}");
+    }
 }

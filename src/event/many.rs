@@ -63,19 +63,7 @@ pub trait Feed {
     fn unstarted(&mut self, id: usize, st: Start);
 }
 
-/// One transfer in flight, for the run's progress line.
-#[derive(Clone, Debug, Default)]
-pub struct Flight {
-    /// The file's name (its last path component, without `.part`).
-    pub name: String,
-    /// Bytes of the file in place (resumed ones included), of `total` when known.
-    pub have: u64,
-    pub total: Option<u64>,
-    /// Body bytes this run received.
-    pub fetched: u64,
-    /// Connections with a request in flight.
-    pub live: usize,
-}
+pub use crate::report::Flight;
 
 /// The shape of a run of many files.
 pub struct Many {
@@ -87,9 +75,9 @@ pub struct Many {
     pub splice: bool,
     /// signalfd for SIGINT/SIGTERM.
     pub signals: Option<RawFd>,
-    /// `--threads`: reactors (with `lanes` ≥ 2 the files are placed on them), and
-    /// `--pin`.
+    /// `--threads`: reactors (with `lanes` ≥ 2 the files are placed on them).
     pub threads: usize,
+    /// `--pin`: each reactor's thread on its own CPU.
     pub pin: bool,
 }
 
@@ -165,6 +153,11 @@ pub fn run_many(
     r
 }
 
+/// How long a run that failed waits for the files placed on other reactors to stop and
+/// say how they ended (each checks its stop on its tick and settles its writes within
+/// 10 s).
+const STOP_WAIT: Duration = Duration::from_secs(15);
+
 fn drive(
     feed: &mut dyn Feed,
     cell: &RingCell,
@@ -172,11 +165,52 @@ fn drive(
     many: &Many,
     reactor: &mut Reactor,
 ) -> Result<Option<&'static str>> {
-    let started = Instant::now();
     let mut slots: Vec<Slot<'_>> = (0..lanes).map(|_| Slot::Free).collect();
+    let threads = many.threads.max(1);
+    let mut placed = Placed {
+        idle: vec![Vec::new(); threads],
+        learned: Vec::new(),
+        forgetting: vec![false; threads],
+    };
     // Files handed over that wait for a lane and room under their caps, in order (a
     // redirect to follow goes first).
     let mut waiting: std::collections::VecDeque<(usize, Start)> = std::collections::VecDeque::new();
+    let r = turns(feed, cell, many, reactor, (&mut slots, &mut waiting), &mut placed);
+    if r.is_err() {
+        // The files placed on other reactors stop too, and their ends go to the feed: none
+        // runs on unseen, nor keeps a helper's thread (joined when the run ends) busy. The
+        // files waiting go back as not started.
+        for s in &slots {
+            if let Slot::Away(a) = s {
+                let _ = a.posted.stop.set("the run's failure");
+            }
+        }
+        let deadline = Instant::now() + STOP_WAIT;
+        while slots.iter().any(|s| matches!(s, Slot::Away(_))) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(m) = reactor.helpers_running().and_then(|h| h.report_within(left)) else {
+                break;
+            };
+            on_report(feed, m, &mut slots, &mut waiting, &mut placed);
+        }
+        while let Some((id, st)) = waiting.pop_front() {
+            feed.unstarted(id, st);
+        }
+    }
+    r
+}
+
+/// The run's turns, until every file ended (the signal that stopped it, if one did).
+fn turns<'c>(
+    feed: &mut dyn Feed,
+    cell: &'c RingCell,
+    many: &Many,
+    reactor: &mut Reactor,
+    (slots, waiting): (&mut [Slot<'c>], &mut std::collections::VecDeque<(usize, Start)>),
+    placed: &mut Placed,
+) -> Result<Option<&'static str>> {
+    let started = Instant::now();
+    let lanes = slots.len();
     let mut exhausted = false;
     let mut interrupted: Option<&'static str> = None;
     let mut next_progress = started;
@@ -192,10 +226,6 @@ fn drive(
     // instead ([`super::spread`]).
     let threads = many.threads.max(1);
     let placing = threads > 1 && lanes > 1;
-    let mut placed = Placed {
-        idle: vec![Vec::new(); threads],
-        learned: Vec::new(),
-    };
     if placing {
         let bell = reactor.helpers(threads - 1, many.pin)?.bell_fd();
         let Some(buf) = reactor.mail_block()?.alloc() else {
@@ -206,12 +236,13 @@ fn drive(
     loop {
         // What the helpers said of the files placed on them.
         if placing {
-            take_reports(feed, reactor, &mut slots, &mut waiting, &mut placed);
+            take_reports(feed, reactor, slots, waiting, placed);
         }
         // A signal taken while a lane waited for its own completion (its fsync or
-        // read-back) stops the run before another file starts.
+        // read-back) stops the run before another file starts; the helpers' wake-up
+        // taken then is read again.
         while let Some(c) = cell.take_stashed(RUN_LANE) {
-            on_signal(cell, many.signals, c, &mut slots, &mut interrupted)?;
+            on_run_lane(cell, (many.signals, reactor), c, slots, &mut interrupted)?;
         }
         // A file handed over but not started goes back when the run stops.
         if interrupted.is_some() || feed.stopping() {
@@ -243,7 +274,7 @@ fn drive(
             let alone = waiting.is_empty() && exhausted && slots.iter().all(|s| !in_flight(s));
             let keys: Vec<String> = st.mirrors.iter().map(reactor::route_key).collect();
             let on = if placing && !alone {
-                reactor_for(&st, &keys, (&slots, reactor), threads, &placed)
+                reactor_for(&st, &keys, (slots, reactor), threads, placed)
             } else {
                 0
             };
@@ -254,31 +285,28 @@ fn drive(
                 &keys,
                 st.opts.max_per_host,
                 takes.min(st.opts.connections),
-                (&slots, reactor),
-                (on, &placed),
+                (slots, reactor),
+                (on, placed),
             ));
             if n == 0 {
                 // Its origins' caps are taken by the transfers running: it waits for one
-                // of them to end.
+                // of them to end. With none running, idle connections kept to its origins
+                // fill them (another reactor's, which only a file placed there could
+                // take): they are closed, here at once, on the helpers by message (it
+                // starts when they said so).
+                if !slots.iter().any(in_flight) {
+                    forget_idle(&keys, reactor, placed);
+                }
                 waiting.push_front((id, st));
                 break;
             }
             if on == 0 {
-                start(
-                    feed,
-                    cell,
-                    &mut slots,
-                    lane,
-                    (id, st),
-                    keys,
-                    (n, !placing || alone),
-                    reactor,
-                );
+                start(feed, cell, slots, lane, (id, st), keys, (n, !placing || alone), reactor);
             } else {
-                place(feed, &mut slots, lane, (id, st), keys, (n, on), reactor, &mut placed);
+                place(feed, slots, lane, (id, st), keys, (n, on), reactor, placed);
             }
         }
-        share_origins(&mut slots);
+        share_origins(slots);
         // Drive each transfer on; end those that are done.
         let mut freed = false;
         #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
@@ -343,7 +371,9 @@ fn drive(
         if idle && waiting.is_empty() && (exhausted || interrupted.is_some()) {
             // (A signal that came meanwhile is said all the same.)
             while let Some(c) = cell.take_stashed(RUN_LANE) {
-                on_signal(cell, None, c, &mut slots, &mut interrupted)?;
+                if Tag::decode(c.tag) == Some(Tag::Signal) {
+                    on_signal(cell, None, c, slots, &mut interrupted)?;
+                }
             }
             return Ok(interrupted);
         }
@@ -368,16 +398,12 @@ fn drive(
         if placing {
             // (A transfer here judges a refusal by the requests of those placed elsewhere
             // as they are now, not as they were when the run went to wait.)
-            take_reports(feed, reactor, &mut slots, &mut waiting, &mut placed);
-            share_origins(&mut slots);
+            take_reports(feed, reactor, slots, waiting, placed);
+            share_origins(slots);
         }
         while let Some((lane, c)) = cell.next_any() {
-            if lane == RUN_LANE && Tag::decode(c.tag) == Some(Tag::Mail) {
-                on_bell(cell, reactor, c, &mut slots)?;
-                continue;
-            }
             if lane == RUN_LANE {
-                on_signal(cell, many.signals, c, &mut slots, &mut interrupted)?;
+                on_run_lane(cell, (many.signals, reactor), c, slots, &mut interrupted)?;
                 continue;
             }
             match slots.get_mut(usize::from(lane)) {
@@ -393,6 +419,22 @@ fn drive(
                 _ => {}
             }
         }
+    }
+}
+
+/// A completion of the reactor's own lane: the signalfd's READ ([`on_signal`]) or the
+/// helpers' eventfd's ([`on_bell`]).
+fn on_run_lane(
+    cell: &RingCell,
+    (signals, reactor): (Option<RawFd>, &Reactor),
+    c: uring::Completion,
+    slots: &mut [Slot<'_>],
+    interrupted: &mut Option<&'static str>,
+) -> Result<()> {
+    if Tag::decode(c.tag) == Some(Tag::Mail) {
+        on_bell(cell, reactor, c, slots)
+    } else {
+        on_signal(cell, signals, c, slots, interrupted)
     }
 }
 
@@ -558,12 +600,8 @@ impl Loop<'_> {
 
     /// What the run's progress line shows of this transfer.
     pub(crate) fn flight(&self) -> Flight {
-        let name = std::path::Path::new(&self.sh.tr.out_name)
-            .file_name()
-            .map(|n| n.to_string_lossy().trim_end_matches(".part").to_owned())
-            .unwrap_or_else(|| self.sh.tr.out_name.clone());
         Flight {
-            name,
+            name: Flight::name_of(&self.sh.tr.out_name),
             have: self.sh.tr.landed.bytes(),
             total: self.sh.tr.total,
             fetched: self.sh.tr.received,
@@ -623,10 +661,41 @@ fn share_origins(slots: &mut [Slot<'_>]) {
 struct Placed {
     idle: Vec<Vec<(String, usize)>>,
     learned: Vec<(String, usize)>,
+    /// Per reactor: asked to close idle connections, no answer yet.
+    forgetting: Vec<bool>,
+}
+
+/// Closes the idle connections kept to the origins `keys` on every reactor: this one's at
+/// once, each helper's by an [`Order::Forget`](super::threads::Order) (its
+/// [`Report::Idle`] brings the counts left).
+fn forget_idle(keys: &[String], reactor: &mut Reactor, placed: &mut Placed) {
+    for k in keys {
+        reactor.forget_idle(k);
+    }
+    let Some(h) = reactor.helpers_running() else {
+        return;
+    };
+    for r in 1..placed.idle.len() {
+        if placed.forgetting[r] || !keys.iter().any(|k| placed.idle_on(r, k) > 0) {
+            continue;
+        }
+        for k in keys {
+            if placed.idle_on(r, k) > 0 && !h.forget(r, k) {
+                // (Its thread is gone, and its connections with it.)
+                placed.idle[r].retain(|(x, _)| x != k);
+            }
+        }
+        placed.forgetting[r] = placed.idle_on_any(r, keys);
+    }
 }
 
 impl Placed {
-    /// Idle connections to origin `key` on reactor `k` (≥ 1).
+    /// Whether reactor `k` (`k` ≥ 1) has idle connections to any of `keys`.
+    fn idle_on_any(&self, k: usize, keys: &[String]) -> bool {
+        keys.iter().any(|key| self.idle_on(k, key) > 0)
+    }
+
+    /// Idle connections to origin `key` on reactor `k` (`k` ≥ 1).
     fn idle_on(&self, k: usize, key: &str) -> usize {
         self.idle
             .get(k)
@@ -751,12 +820,7 @@ fn place(
             return;
         }
     };
-    let name = out
-        .part
-        .as_deref()
-        .and_then(std::path::Path::file_name)
-        .map(|n| n.to_string_lossy().trim_end_matches(".part").to_owned())
-        .unwrap_or_default();
+    let name = Flight::name_of(&out.describe());
     // (The file's own stays with its feed, which renames it once the helper is done.)
     drop(out);
     let mut o = (*opts).clone();
@@ -768,7 +832,7 @@ fn place(
         let _ = feed.ended(id, Err(err!(Internal, "no reactor to place a file on")), report, None);
         return;
     };
-    let placement = helpers.number();
+    let placement = helpers.next_placement();
     let order = WholeOrder {
         placement,
         helper: on,
@@ -825,37 +889,43 @@ fn take_reports(
 }
 
 /// A helper's report of a file placed on it: its progress and notes, or its end (handed
-/// to the feed; a redirect to follow waits to be placed again). Returns whether its lane
-/// came free.
+/// to the feed; a redirect to follow waits to be placed again); or the idle connections
+/// it keeps after an [`Order::Forget`](super::threads::Order).
 fn on_report(
     feed: &mut dyn Feed,
     m: Report,
     slots: &mut [Slot<'_>],
     waiting: &mut std::collections::VecDeque<(usize, Start)>,
     placed: &mut Placed,
-) -> bool {
-    let Report::Whole { lending, what, .. } = m else {
-        return false;
+) {
+    let (lending, what) = match m {
+        Report::Whole { lending, what } => (lending, what),
+        Report::Idle { helper, idle } => {
+            if let Some(v) = placed.idle.get_mut(helper) {
+                *v = idle;
+                placed.forgetting[helper] = false;
+            }
+            return;
+        }
+        _ => return,
     };
     let Some(lane) = slots
         .iter()
         .position(|s| matches!(s, Slot::Away(a) if a.placement == lending))
     else {
-        return false;
+        return;
     };
     let Slot::Away(a) = &mut slots[lane] else {
-        return false;
+        return;
     };
     match what {
         WholeReport::Flight { flight, serving, held } => {
             a.flight = flight;
             a.serving = serving;
             a.held = held;
-            false
         }
         WholeReport::Note(note) => {
             a.report.note(note);
-            false
         }
         WholeReport::Ended {
             mut result,
@@ -864,7 +934,7 @@ fn on_report(
             allows,
         } => {
             let Slot::Away(a) = std::mem::replace(&mut slots[lane], Slot::Free) else {
-                return false;
+                return;
             };
             if let Some(v) = placed.idle.get_mut(a.helper) {
                 *v = idle;
@@ -885,7 +955,6 @@ fn on_report(
             if let Some(again) = feed.ended(a.id, result, a.report, failed) {
                 waiting.push_front((a.id, again));
             }
-            true
         }
     }
 }

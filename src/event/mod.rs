@@ -187,6 +187,11 @@ pub(crate) fn spread(
     }
     // (-x, and --max-connections-per-host, shared out: every reactor's connections count.)
     let shares = threads::shares(n.min(opts.connections).min(opts.max_per_host), opts.threads);
+    if shares.len() < 2 && opts.threads > 1 && opts.connections == 1 && st.part.is_none() && st.whole.is_none() {
+        // (`-x` is shared out over the reactors: one connection is one reactor's.)
+        st.report.note(crate::report::Note::OneReactor { why: "-x 1" });
+        return Ok(None);
+    }
     if shares.len() < 2 || st.part.is_some() || st.whole.is_some() || st.out.sequential {
         // (One connection, a part of another reactor's file, or an output that takes
         // bytes only in order: said otherwise, or nothing to say.)

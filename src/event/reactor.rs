@@ -128,6 +128,11 @@ impl Reactor {
         self.idle.iter().filter(|(k, ..)| k == key).count()
     }
 
+    /// Closes the idle connections kept to origin `key`.
+    pub(crate) fn forget_idle(&mut self, key: &str) {
+        self.idle.retain(|(k, ..)| k != key);
+    }
+
     /// Idle connections kept, per origin key.
     pub(crate) fn idle_counts(&self) -> Vec<(String, usize)> {
         let mut counts: Vec<(String, usize)> = Vec::new();

@@ -81,7 +81,8 @@ pub(crate) struct Helpers {
     inbox: Option<Receiver<Report>>,
     /// Rings after each report (the owner's ring READs it).
     bell: Arc<OwnedFd>,
-    /// Lendings so far.
+    /// Lendings and placements so far (their numbers: a late report of one is never
+    /// taken for another's).
     lendings: u64,
 }
 
@@ -96,6 +97,9 @@ pub(crate) enum Order {
     Part(PartOrder),
     /// A whole transfer (a list's file placed on this reactor, `-j` ≥ 2).
     Whole(Box<WholeOrder>),
+    /// Close the idle connections kept to origin `key` (the run's caps need the room for
+    /// a file that cannot start), and say what stays idle ([`Report::Idle`]).
+    Forget { key: String },
 }
 
 /// A part handed to a helper.
@@ -227,6 +231,9 @@ pub(crate) enum Report {
     /// A whole transfer placed on the helper ([`Order::Whole`]; `lending` is its
     /// placement's number): its progress, notes and end.
     Whole { lending: u64, what: WholeReport },
+    /// The idle connections the helper keeps, per origin key, after an
+    /// [`Order::Forget`].
+    Idle { helper: usize, idle: Vec<(String, usize)> },
     /// The part ended: every byte landed (`None`), or why not.
     Ended {
         lending: u64,
@@ -264,7 +271,7 @@ impl Helpers {
                     if pin_them {
                         pin(k);
                     }
-                    helper(&rx, &tx, &bell);
+                    helper(k, &rx, &tx, &bell);
                 })
                 .map_err(|e| err!(LocalIo, "starting reactor thread {k}: {e}"))?;
             helpers.workers.push(Worker {
@@ -299,13 +306,19 @@ impl Drop for Helpers {
 
 /// A helper thread: its own reactor, one part or whole transfer after another until its
 /// channel closes.
-fn helper(orders: &Receiver<Order>, tx: &Sender<Report>, bell: &Arc<OwnedFd>) {
+fn helper(k: usize, orders: &Receiver<Order>, tx: &Sender<Report>, bell: &Arc<OwnedFd>) {
     let mut reactor = Reactor::default();
     while let Ok(order) = orders.recv() {
         let p = match order {
             Order::Part(p) => p,
             Order::Whole(w) => {
                 whole::run_whole(&mut reactor, *w, tx, bell);
+                continue;
+            }
+            Order::Forget { key } => {
+                reactor.forget_idle(&key);
+                let idle = reactor.idle_counts();
+                tell(tx, bell, Report::Idle { helper: k, idle });
                 continue;
             }
         };

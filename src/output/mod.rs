@@ -506,21 +506,13 @@ impl Output {
         if (self.part.is_none() && !self.of_part) || self.room.is_some() || self.sequential {
             return Ok(None);
         }
-        let fd = self
-            .fd
-            .try_clone()
-            .map_err(|e| err!(LocalIo, "{}: dup: {e}", self.describe()))?;
         Ok(Some(Output {
-            fd,
-            direct: self.direct,
-            align: self.align,
-            sequential: false,
             part: None,
             final_path: None,
             force: false,
             what: Some(self.describe()),
-            room: None,
             of_part: true,
+            ..self.dup()?
         }))
     }
 
@@ -534,11 +526,17 @@ impl Output {
         if self.part.is_none() || self.room.is_some() || self.sequential {
             return Ok(None);
         }
+        self.dup().map(Some)
+    }
+
+    /// This output on a new descriptor of the same open file (dup(2)): a regular file's
+    /// (no block device's room).
+    fn dup(&self) -> Result<Output> {
         let fd = self
             .fd
             .try_clone()
             .map_err(|e| err!(LocalIo, "{}: dup: {e}", self.describe()))?;
-        Ok(Some(Output {
+        Ok(Output {
             fd,
             direct: self.direct,
             align: self.align,
@@ -549,7 +547,7 @@ impl Output {
             what: self.what.clone(),
             room: None,
             of_part: self.of_part,
-        }))
+        })
     }
 
     /// The output for messages: the `.part` path or "standard output".

@@ -440,13 +440,15 @@ impl Loop<'_> {
             | Report::Gave { lending, .. }
             | Report::Whole { lending, .. }
             | Report::Blame { lending, .. } => *lending,
+            // (Of the run's reactor's, never of a lending.)
+            Report::Idle { .. } => return,
         };
         if lending != r.lending {
             return;
         }
         match m {
             // (Whole transfers go to the run's reactor, never to a lending.)
-            Report::Whole { .. } => {}
+            Report::Whole { .. } | Report::Idle { .. } => {}
             Report::Note { helper, note, .. } => self.sh.report.note(Note::OnReactor {
                 reactor: helper,
                 note: Box::new(note),

@@ -27,12 +27,11 @@ use crate::config::Config;
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
-use crate::event::many::Flight;
 use crate::event::mirrors::MirrorRoute;
 use crate::event::{Loop, Outcome, Reactor, Start, Summary, reactor};
 use crate::output::Output;
 use crate::output::resume::State;
-use crate::report::{Note, Progress};
+use crate::report::{Flight, Note, Progress};
 
 /// A whole transfer for a helper: what its [`Start`] holds but its report, which stays
 /// with the run's reactor (notes come back as [`WholeReport::Note`]).
@@ -55,7 +54,8 @@ pub(crate) struct WholeOrder {
     pub(crate) posted: Arc<Posted>,
 }
 
-/// What the run's reactor posts to a placed transfer (read on its tick, 250 ms).
+/// What the run's reactor posts to a placed transfer: `stop` is read on its tick
+/// (250 ms), `others` after each of its waits.
 #[derive(Default)]
 pub(crate) struct Posted {
     /// SIGINT or SIGTERM came: the transfer ends as `Interrupted` by it, keeping its
@@ -88,10 +88,19 @@ pub(crate) enum WholeReport {
 }
 
 impl Helpers {
-    /// A number for a placement (from the lendings' count).
-    pub(crate) fn number(&mut self) -> u64 {
+    /// The next placement's number (from the lendings' count).
+    pub(crate) fn next_placement(&mut self) -> u64 {
         self.lendings += 1;
         self.lendings
+    }
+
+    /// Asks helper `helper` (1-based) to close its idle connections to origin `key`;
+    /// false when its thread is gone.
+    pub(crate) fn forget(&self, helper: usize, key: &str) -> bool {
+        helper
+            .checked_sub(1)
+            .and_then(|h| self.workers.get(h))
+            .is_some_and(|w| w.orders.send(Order::Forget { key: key.to_owned() }).is_ok())
     }
 
     /// Places `order` on its helper; gives it back when that helper's thread is gone.
@@ -101,7 +110,7 @@ impl Helpers {
         };
         w.orders.send(Order::Whole(Box::new(order))).map_err(|e| match e.0 {
             Order::Whole(o) => o,
-            Order::Part(_) => unreachable!("sent a whole transfer"),
+            Order::Part(_) | Order::Forget { .. } => unreachable!("sent a whole transfer"),
         })
     }
 
@@ -112,6 +121,12 @@ impl Helpers {
             .as_ref()
             .map(|rx| rx.try_iter().collect())
             .unwrap_or_default()
+    }
+
+    /// The next report, waiting at most `wait` (none while a transfer has them lent, or
+    /// when none came).
+    pub(crate) fn report_within(&self, wait: std::time::Duration) -> Option<Report> {
+        self.inbox.as_ref()?.recv_timeout(wait).ok()
     }
 
     /// The eventfd the helpers write after each report.
