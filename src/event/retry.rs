@@ -180,6 +180,7 @@ impl Loop<'_> {
                 if let Some(p) = self.part.as_mut() {
                     // (A helper's part: this segment spent the part's try.)
                     p.counted = Some((seg.start, seg.end));
+                    p.server_wait = (f.delay, f.server_wide);
                 }
                 let msg = format!("{} (gave up after {})", f.msg, n_tries(seg.tries));
                 if self.drops_mirror(k, f.kind) {

@@ -90,6 +90,9 @@ struct Out {
     /// Why it failed, as its helper said ([`Report::Blame`]).
     counted: Option<(u64, u64)>,
     changed: bool,
+    /// That failure's Retry-After, and whether it was about the server.
+    retry_after: Option<Duration>,
+    server_wide: bool,
 }
 
 /// The owner's side: the helpers lent to one transfer.
@@ -362,6 +365,8 @@ impl Loop<'_> {
             moved: Instant::now(),
             counted: None,
             changed: false,
+            retry_after: None,
+            server_wide: false,
         });
         Ok(true)
     }
@@ -453,11 +458,15 @@ impl Loop<'_> {
                 helper,
                 counted,
                 changed,
+                retry_after,
+                server_wide,
                 ..
             } => {
                 if let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) {
                     out.counted = counted;
                     out.changed = changed;
+                    out.retry_after = retry_after;
+                    out.server_wide = server_wide;
                 }
             }
             Report::Capped {
@@ -579,7 +588,21 @@ impl Loop<'_> {
                             self.sh.fatal.get_or_insert(Error { kind: e.kind, msg });
                         }
                         let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
-                        not_before += crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
+                        // (As on one reactor: the backoff, at least the server's
+                        // Retry-After; a 503 or 429 holds the origin for as long, so no
+                        // reactor asks it earlier.)
+                        let w = crate::schedule::retry::wait(
+                            crate::schedule::retry::Verdict::Counted,
+                            self.sh.opts.retry_wait_s,
+                            tries,
+                            jitter,
+                            out.retry_after,
+                            out.server_wide,
+                        );
+                        not_before += w.segment;
+                        if w.origin {
+                            self.sh.tr.plan.hold(0, not_before);
+                        }
                     }
                 }
                 let now = self.sh.tr.started.elapsed();
