@@ -195,11 +195,11 @@ pub(crate) enum Report {
         helper: usize,
         counted: Option<(u64, u64)>,
         changed: bool,
-        /// The counted failure's Retry-After (RFC 9110 §10.2.3), and whether it was
-        /// about the server (a 503 or 429: its wait holds the origin), for the owner to
-        /// wait out as one reactor does.
-        retry_after: Option<std::time::Duration>,
-        server_wide: bool,
+        /// The wait the helper judged for that failure ([`crate::schedule::retry::wait`]:
+        /// its backoff, at least the server's Retry-After), and whether it holds the
+        /// origin (a 503 or 429), for the owner to wait out as one reactor does.
+        wait: std::time::Duration,
+        hold: bool,
     },
     /// Asked to give back ([`PartLink::asked`]): `range` of the part, tried `tries` times,
     /// is no longer the helper's (`None`: nothing was worth giving). The helper never
@@ -371,7 +371,7 @@ fn run_part(
             others: p.others,
             told: (0, 0),
             counted: None,
-            server_wait: (None, false),
+            server_wait: (std::time::Duration::ZERO, false),
         }),
     };
     match super::run(st, None, reactor) {
@@ -447,8 +447,8 @@ pub(crate) struct PartLink {
     told: (u64, usize),
     /// The segment whose failure spent the part's try (set by the retry logic).
     pub(crate) counted: Option<(u64, u64)>,
-    /// That failure's Retry-After, and whether it was about the server (set with it).
-    pub(crate) server_wait: (Option<std::time::Duration>, bool),
+    /// The wait judged for that failure, and whether it holds the origin (set with it).
+    pub(crate) server_wait: (std::time::Duration, bool),
 }
 
 impl PartLink {
@@ -503,8 +503,8 @@ impl PartLink {
                     helper: self.helper,
                     counted: self.counted,
                     changed,
-                    retry_after: self.server_wait.0,
-                    server_wide: self.server_wait.1,
+                    wait: self.server_wait.0,
+                    hold: self.server_wait.1,
                 },
             );
         }

@@ -90,9 +90,9 @@ struct Out {
     /// Why it failed, as its helper said ([`Report::Blame`]).
     counted: Option<(u64, u64)>,
     changed: bool,
-    /// That failure's Retry-After, and whether it was about the server.
-    retry_after: Option<Duration>,
-    server_wide: bool,
+    /// The wait its helper judged for that failure, and whether it holds the origin.
+    wait: Duration,
+    hold: bool,
 }
 
 /// The owner's side: the helpers lent to one transfer.
@@ -386,8 +386,8 @@ impl Loop<'_> {
             moved: Instant::now(),
             counted: None,
             changed: false,
-            retry_after: None,
-            server_wide: false,
+            wait: Duration::ZERO,
+            hold: false,
         });
         Ok(true)
     }
@@ -479,15 +479,15 @@ impl Loop<'_> {
                 helper,
                 counted,
                 changed,
-                retry_after,
-                server_wide,
+                wait,
+                hold,
                 ..
             } => {
                 if let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) {
                     out.counted = counted;
                     out.changed = changed;
-                    out.retry_after = retry_after;
-                    out.server_wide = server_wide;
+                    out.wait = wait;
+                    out.hold = hold;
                 }
             }
             Report::Capped {
@@ -609,19 +609,12 @@ impl Loop<'_> {
                             self.sh.fatal.get_or_insert(Error { kind: e.kind, msg });
                         }
                         let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
-                        // (As on one reactor: the backoff, at least the server's
-                        // Retry-After; a 503 or 429 holds the origin for as long, so no
-                        // reactor asks it earlier.)
-                        let w = crate::schedule::retry::wait(
-                            crate::schedule::retry::Verdict::Counted,
-                            self.sh.opts.retry_wait_s,
-                            tries,
-                            jitter,
-                            out.retry_after,
-                            out.server_wide,
-                        );
-                        not_before += w.segment;
-                        if w.origin {
+                        // (At least the wait the helper judged, as on one reactor: the
+                        // server's Retry-After; a 503 or 429 holds the origin for as long,
+                        // so no reactor asks it earlier.)
+                        let backoff = crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
+                        not_before += backoff.max(out.wait);
+                        if out.hold {
                             self.sh.tr.plan.hold(0, not_before);
                         }
                     }
