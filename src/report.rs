@@ -321,6 +321,14 @@ pub enum Note {
     /// `--threads`: this reactor's part gave bytes `first..=last` back to the reactor that
     /// owns the file, which asked (one of its reactors was idle).
     GaveBack { first: u64, last: u64 },
+    /// `--threads`: work stealing between reactors: reactor `reactor` (a helper, free)
+    /// takes the end of connection `from`'s range on the reactor that owns the file.
+    StealToReactor {
+        reactor: usize,
+        from: usize,
+        first: u64,
+        last: u64,
+    },
     /// `--threads`: a note of reactor `reactor`'s part of the file (its connection numbers
     /// are its own).
     OnReactor { reactor: usize, note: Box<Note> },
@@ -460,6 +468,12 @@ impl std::fmt::Display for Note {
             Note::GaveBack { first, last } => {
                 write!(f, "gives bytes {first}-{last} back to the reactor that owns the file")
             }
+            Note::StealToReactor {
+                reactor,
+                from,
+                first,
+                last,
+            } => write!(f, "reactor {reactor} takes bytes {first}-{last} from connection {from}"),
             Note::OnReactor { reactor, note } => write!(f, "reactor {reactor}: {note}"),
             Note::OneReactor { why } => write!(f, "--threads: this file runs on one reactor ({why})"),
             Note::Reactors { reactors, parts, bytes } => {

@@ -1037,3 +1037,27 @@ fn a_helpers_end_during_a_read_back_here_is_not_missed() {
         assert!(took < Duration::from_secs(20), "round {round}: took {took:?}\n{err}");
     }
 }
+
+/// A file worth fewer connections than `-x` (by `--min-split-size`) still spreads: 32 MiB
+/// at the default 4 MiB split is worth 8 connections, and at `--threads 2 -x 16` they are
+/// shared out 4 + 4 over both reactors (`reactors` 2 in `--json`, 8 connections in all).
+/// The owner once took every connection the file was worth, up to its share of `-x` (8),
+/// before a helper got one: one reactor, the helper idle.
+#[test]
+fn a_file_worth_fewer_connections_than_x_still_spreads() {
+    // (Paced at 4 MiB/s a response: every connection the file is worth finds work.)
+    let srv = FaultServer::builder().size(32 * MIB).rate(4 * MIB).start();
+    let r = util::get(
+        "threads-worth-fewer",
+        &srv,
+        &["-v", "--threads", "2", "-x", "16", "--json", "-"],
+    );
+    r.assert_exact(&srv);
+    let err = r.o.stderr_text();
+    let j: serde_json::Value =
+        serde_json::from_slice(&r.o.stdout).unwrap_or_else(|e| panic!("{e}\n{}", r.explain(&srv)));
+    assert_eq!(j["reactors"], 2, "{j}\n{}", r.explain(&srv));
+    assert_eq!(j["connections"], 8, "{j}\n{}", r.explain(&srv));
+    let (n, parts, bytes) = reactors_line(&err).unwrap_or_else(|| panic!("{}", r.explain(&srv)));
+    assert!(n == 2 && parts >= 1 && bytes > 0, "{}", r.explain(&srv));
+}

@@ -410,20 +410,8 @@ pub(crate) fn on_head(
             Ok(HeadAction::Body)
         }
         200 => {
-            if sh.tr.part.is_some() {
-                return Err(Fail::fatal(
-                    Kind::Protocol,
-                    format!("{host}: answered 200 to a Range request for a part of the file: not that range"),
-                ));
-            }
-            if !job.probe && sh.tr.ranges && sh.tr.mirrors[job.mirror].standing == Standing::Pending {
-                return Err(Fail::fatal(
-                    Kind::Protocol,
-                    format!("{host}: does not serve ranges (answered 200 to a Range request) while the reference does"),
-                ));
-            }
-            if !job.probe && sh.tr.ranges {
-                // Not the segment: often an error page or a captive portal sent with 200.
+            // Not the segment: often an error page or a captive portal sent with 200.
+            let not_that_range = || {
                 let ctype = resp
                     .header("content-type")
                     .map_or_else(|| "none".to_owned(), |v| format!("{:?}", String::from_utf8_lossy(v)));
@@ -433,13 +421,26 @@ pub(crate) fn on_head(
                     Framing::Close => "no length".to_owned(),
                     Framing::NoBody => "no body".to_owned(),
                 };
-                return Err(proto(format!(
+                let total = sh.tr.total.or(sh.tr.resume.as_ref().map(|r| r.total)).unwrap_or(0);
+                format!(
                     "answered 200 (Content-Type {ctype}, {length}) to a Range request for bytes {}-{} \
-                     of a {}-byte file: not that range",
+                     of a {total}-byte file: not that range",
                     job.seg.start,
                     job.seg.end - 1,
-                    sh.tr.total.unwrap_or(0)
-                )));
+                )
+            };
+            if sh.tr.part.is_some() {
+                // (A part of another reactor's file: said as on one reactor.)
+                return Err(Fail::fatal(Kind::Protocol, format!("{host}: {}", not_that_range())));
+            }
+            if !job.probe && sh.tr.ranges && sh.tr.mirrors[job.mirror].standing == Standing::Pending {
+                return Err(Fail::fatal(
+                    Kind::Protocol,
+                    format!("{host}: does not serve ranges (answered 200 to a Range request) while the reference does"),
+                ));
+            }
+            if !job.probe && sh.tr.ranges {
+                return Err(proto(not_that_range()));
             }
             if sh.tr.resume.take().is_some() {
                 sh.report.note(Note::NoRangesNoResume);

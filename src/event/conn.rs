@@ -359,11 +359,16 @@ impl Loop<'_> {
             // Through a proxy, an https connection first waits for its tunnel.
             if c.st == St::Tunnel {
                 let k = c.mirror;
-                let others_open = self
-                    .conns
-                    .iter()
-                    .enumerate()
-                    .any(|(j, o)| j != i && o.mirror == k && matches!(o.st, St::Open | St::Tunnel));
+                // (Requests of other transfers and of other reactors (`--threads`) to the
+                // origin go through the same proxy: their tunnels are open too. A helper
+                // whose first tunnel was refused while the owner's two were served took
+                // it for a proxy that refuses every tunnel: its parts failed 5 times.)
+                let others_open = self.sh.origin(k).elsewhere() > 0
+                    || self
+                        .conns
+                        .iter()
+                        .enumerate()
+                        .any(|(j, o)| j != i && o.mirror == k && matches!(o.st, St::Open | St::Tunnel));
                 let (origin, url) = (self.sh.origin(k), self.sh.url(k));
                 match tunnel_answer(&mut self.conns[i], i, origin, url, self.sh.opts.verbose, others_open)? {
                     Tunnel::NeedMore => return self.post_recv(i),

@@ -180,6 +180,17 @@ impl Loop<'_> {
                 if let Some(p) = self.part.as_mut() {
                     // (A helper's part: this segment spent the part's try.)
                     p.counted = Some((seg.start, seg.end));
+                    // (The wait this reactor would have given it: a Retry-After about a
+                    // crowd of idle connections is not the server's, see retry::wait.)
+                    let w = retry::wait(
+                        verdict,
+                        self.sh.opts.retry_wait_s,
+                        seg.tries,
+                        jitter(),
+                        f.delay,
+                        f.server_wide,
+                    );
+                    p.server_wait = (w.segment, w.origin);
                 }
                 let msg = format!("{} (gave up after {})", f.msg, n_tries(seg.tries));
                 if self.drops_mirror(k, f.kind) {

@@ -216,6 +216,11 @@ pub(crate) enum Report {
         helper: usize,
         counted: Option<(u64, u64)>,
         changed: bool,
+        /// The wait the helper judged for that failure ([`crate::schedule::retry::wait`]:
+        /// its backoff, at least the server's Retry-After), and whether it holds the
+        /// origin (a 503 or 429), for the owner to wait out as one reactor does.
+        wait: std::time::Duration,
+        hold: bool,
     },
     /// Asked to give back ([`PartLink::asked`]): `range` of the part, tried `tries` times,
     /// is no longer the helper's (`None`: nothing was worth giving). The helper never
@@ -407,6 +412,7 @@ fn run_part(
             others: p.others,
             told: (0, 0),
             counted: None,
+            server_wait: (std::time::Duration::ZERO, false),
         }),
         whole: None,
     };
@@ -483,6 +489,8 @@ pub(crate) struct PartLink {
     told: (u64, usize),
     /// The segment whose failure spent the part's try (set by the retry logic).
     pub(crate) counted: Option<(u64, u64)>,
+    /// The wait judged for that failure, and whether it holds the origin (set with it).
+    pub(crate) server_wait: (std::time::Duration, bool),
 }
 
 impl PartLink {
@@ -537,6 +545,8 @@ impl PartLink {
                     helper: self.helper,
                     counted: self.counted,
                     changed,
+                    wait: self.server_wait.0,
+                    hold: self.server_wait.1,
                 },
             );
         }

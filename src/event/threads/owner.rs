@@ -90,6 +90,9 @@ struct Out {
     /// Why it failed, as its helper said ([`Report::Blame`]).
     counted: Option<(u64, u64)>,
     changed: bool,
+    /// The wait its helper judged for that failure, and whether it holds the origin.
+    wait: Duration,
+    hold: bool,
 }
 
 /// The owner's side: the helpers lent to one transfer.
@@ -105,8 +108,9 @@ pub(crate) struct Remote {
     /// Connections per reactor (index 0: the owner's).
     shares: Vec<usize>,
     /// Per helper: the connections it may open for this transfer, set at the first
-    /// hand-out from what the file is worth over every reactor (`--min-split-size`: a
-    /// run opens no connection it does not use) less what the owner opened.
+    /// hand-out: what the file is worth over every reactor (`--min-split-size`: a run
+    /// opens no connection it does not use), shared out as `-x` is ([`super::shares`]),
+    /// the owner's part first (its `wanted` lowered to it).
     allot: Option<Vec<usize>>,
     /// The transfer's routes, until its first answer made the part file.
     routes: Option<Vec<MirrorRoute>>,
@@ -183,21 +187,34 @@ impl Loop<'_> {
         let now = tr.started.elapsed();
         let remaining = tr.total.unwrap_or(0).saturating_sub(tr.landed.bytes());
         let (min_split, own) = (self.sh.opts.min_split_size, tr.wanted);
+        let opened = self.conns.iter().filter(|c| c.engaged).count();
         let Some(r) = self.remote.as_mut() else {
             return Ok(());
         };
-        let allot = r.allot.get_or_insert_with(|| {
+        if r.allot.is_none() {
+            // The connections the file is worth over every reactor, shared out as `-x`
+            // is (the owner's first): a file worth fewer than `-x` still spreads. The
+            // owner keeps its part of them, or what it opened already (this runs before
+            // `kick`, so that is its first connection alone).
             let all = crate::schedule::connections_for(remaining, min_split, r.shares.iter().sum(), 1);
-            let mut left = all.saturating_sub(own);
-            r.shares[1..]
-                .iter()
-                .map(|&s| {
-                    let a = s.min(left);
-                    left -= a;
-                    a
-                })
-                .collect()
-        });
+            let split = super::shares(all, r.shares.len());
+            let mine = split[0].max(opened).min(own);
+            self.sh.tr.wanted = mine;
+            let mut left = all.saturating_sub(mine);
+            r.allot = Some(
+                (1..r.shares.len())
+                    .map(|h| {
+                        let a = split.get(h).copied().unwrap_or(0).min(r.shares[h]).min(left);
+                        left -= a;
+                        a
+                    })
+                    .collect(),
+            );
+        }
+        let tr = &self.sh.tr;
+        let Some(allot) = r.allot.as_mut() else {
+            return Ok(());
+        };
         // A part that has not moved for RECALL while this reactor has nothing to do (its
         // helper's connections parked under a cap or a Retry-After, or stalled) comes
         // back: the helper stops it, its rest goes back to the queue with no try counted,
@@ -227,7 +244,7 @@ impl Loop<'_> {
             let all: usize = self.remote.as_ref().map_or(1, |r| r.shares.iter().sum());
             let want = (share as u64 * self.sh.opts.min_split_size).max(queued * share as u64 / (2 * all as u64));
             let taken = match self.sh.tr.plan.take_back(want, now) {
-                Some(t) => Some(t),
+                Some((a, b, tries)) => Some((a, b, tries, None)),
                 // (Only while every slot of this reactor has a body to read or will carry
                 // nothing more: an idle or connecting one of its own takes the split
                 // itself, and so does one not opened yet that may open. Handed out first,
@@ -237,18 +254,25 @@ impl Loop<'_> {
                     && self.conns.iter().all(|c| c.rx.job.is_some() || self.gone(c)) =>
                 {
                     self.steal_victim(None)
-                        .and_then(|(v, at)| self.split_off(v, at))
-                        .map(|s| (s.start, s.end, s.tries))
+                        .and_then(|(v, at)| Some((v, self.split_off(v, at)?)))
+                        .map(|(v, s)| (s.start, s.end, s.tries, Some(v)))
                 }
                 None => None,
             };
-            let Some((a, b, tries)) = taken else {
+            let Some((a, b, tries, from)) = taken else {
                 break;
             };
             if !self.send_part(h, share, (a, b), tries)? {
                 // The helper's thread is gone (or the output cannot be shared): its share
                 // stays with the owner.
                 self.sh.tr.plan.requeue(seg(a, b, tries), false);
+            } else if let Some(from) = from {
+                self.sh.report.note(Note::StealToReactor {
+                    reactor: h + 1,
+                    from,
+                    first: a,
+                    last: b - 1,
+                });
             }
         }
         self.ask_back();
@@ -368,6 +392,8 @@ impl Loop<'_> {
             moved: Instant::now(),
             counted: None,
             changed: false,
+            wait: Duration::ZERO,
+            hold: false,
         });
         Ok(true)
     }
@@ -471,11 +497,15 @@ impl Loop<'_> {
                 helper,
                 counted,
                 changed,
+                wait,
+                hold,
                 ..
             } => {
                 if let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) {
                     out.counted = counted;
                     out.changed = changed;
+                    out.wait = wait;
+                    out.hold = hold;
                 }
             }
             Report::Capped {
@@ -597,7 +627,14 @@ impl Loop<'_> {
                             self.sh.fatal.get_or_insert(Error { kind: e.kind, msg });
                         }
                         let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
-                        not_before += crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
+                        // (At least the wait the helper judged, as on one reactor: the
+                        // server's Retry-After; a 503 or 429 holds the origin for as long,
+                        // so no reactor asks it earlier.)
+                        let backoff = crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
+                        not_before += backoff.max(out.wait);
+                        if out.hold {
+                            self.sh.tr.plan.hold(0, not_before);
+                        }
                     }
                 }
                 let now = self.sh.tr.started.elapsed();
