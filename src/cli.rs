@@ -108,7 +108,7 @@ Connections and I/O:
       --threads N|auto      reactors on N threads, each with its own ring, buffers
                             and connections, sharing a file's ranges; -x (and
                             --max-connections-per-host) is shared out over them, so
-                            at most -x reactors run; only a regular file from one
+                            a file spreads over at most -x; only a regular file from one
                             URL served in ranges spreads (not -o -, FIFOs, devices,
                             mirrors, --limit-rate); a list at -j 2+ places whole
                             files on them instead (one per helper at a time);

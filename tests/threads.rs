@@ -269,15 +269,19 @@ fn resume_list_exactly(dir: &TestDir, outs: &[std::path::PathBuf], stopped: &str
     }
 }
 
-/// SIGINT while a list's files run on four reactors: exit 8, each file (three of them on
-/// the helpers: `--json`'s `reactor`) keeps a `.part` and a control file naming only
-/// bytes it holds, and `-c` fetches only the rest of each, to the exact bytes.
+/// SIGINT while a list's files run on four reactors: exit 8, the run's line names file 1,
+/// each file (three of them on the helpers: `--json`'s `reactor`) keeps a `.part` and a
+/// control file naming only bytes it holds, and `-c` fetches only the rest of each, to
+/// the exact bytes.
 #[test]
 fn sigint_mid_list_with_threads_leaves_every_file_resumable() {
     let dir = TestDir::new("threads-list-sigint");
     let (o, outs) = stop_paced_list(&dir, "-INT");
     o.assert_code(exit::INTERRUPTED);
     let err = o.stderr_text();
+    // The run's line names the first file in list order, though the one on the run's own
+    // reactor (the fourth) ends first (it named "file 4": the trial).
+    assert!(err.contains("(first: file 1, exit 8)"), "{err}");
     let on: std::collections::BTreeSet<u64> = placed(&dir).iter().map(|p| p.1).collect();
     assert_eq!(on, (0..4).collect(), "the files ran on reactors {on:?}\n{err}");
     resume_list_exactly(&dir, &outs, &err);

@@ -232,12 +232,13 @@ impl ListRun<'_> {
             totals.bytes += record.bytes.unwrap_or(0);
         } else {
             totals.failed += 1;
-            // (The earliest in the list when several fail at once.)
+            // (The earliest in the list when several fail at once — files on other
+            // reactors may end before an earlier one —; once interrupted, the run's code
+            // stays the interrupt's.)
+            let interrupted = Kind::Interrupted.exit_code();
             match self.first_failure {
                 Some((_, j)) if j < k => {}
-                _ if self
-                    .first_failure
-                    .is_some_and(|(c, _)| c == Kind::Interrupted.exit_code()) => {}
+                Some((c, _)) if c == interrupted && code != interrupted => {}
                 _ => self.first_failure = Some((code, k)),
             }
         }
