@@ -1,0 +1,330 @@
+//! `--threads N` with `-j` ≥ 2, the run's side of placing whole files on the helper
+//! reactors ([`crate::event::threads`]'s `whole.rs` is the helper's side): which reactor
+//! a file goes to, the order that sends it, the helpers' reports applied to its slot
+//! (progress, notes, its end handed to the feed), the idle connections each reactor
+//! keeps (closed by message when a file cannot start for them), and the eventfd READ that
+//! wakes the run when a helper reported.
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use uring::Op;
+
+use super::{Feed, Slot};
+use crate::err;
+use crate::error::Result;
+use crate::event::reactor::Reactor;
+use crate::event::threads::{Helpers, Posted, Report, WholeOrder, WholeReport};
+use crate::event::{Outcome, Start};
+use crate::lane::{RUN_LANE, RingCell};
+use crate::report::{Flight, Progress};
+use crate::tag::Tag;
+
+/// A transfer placed on a helper reactor (`--threads`, `-j` ≥ 2): its report stays here,
+/// the helper says the rest ([`WholeReport`]).
+pub(super) struct Away {
+    pub(super) id: usize,
+    /// The helper (1-based) and the placement's number.
+    pub(super) helper: usize,
+    pub(super) placement: u64,
+    pub(super) keys: Vec<String>,
+    pub(super) report: Progress,
+    /// As last told (each tick of its loop).
+    pub(super) flight: Flight,
+    pub(super) serving: usize,
+    pub(super) held: usize,
+    pub(super) posted: Arc<Posted>,
+}
+
+/// What the run's reactor keeps of the reactors it placed files on: per reactor (index
+/// 0 unused: the run's own counts are its [`Reactor`]'s), the idle connections each origin
+/// has there; and the caps their transfers learned, per origin key.
+pub(super) struct Placed {
+    pub(super) idle: Vec<Vec<(String, usize)>>,
+    pub(super) learned: Vec<(String, usize)>,
+    /// Per reactor: asked to close idle connections, no answer yet.
+    pub(super) forgetting: Vec<bool>,
+}
+
+/// Closes the idle connections kept to the origins `keys` on every reactor: this one's at
+/// once, each helper's by an [`Order::Forget`](super::threads::Order) (its
+/// [`Report::Idle`] brings the counts left).
+pub(super) fn forget_idle(keys: &[String], reactor: &mut Reactor, placed: &mut Placed) {
+    for k in keys {
+        reactor.forget_idle(k);
+    }
+    let Some(h) = reactor.helpers_running() else {
+        return;
+    };
+    for r in 1..placed.idle.len() {
+        if placed.forgetting[r] || !keys.iter().any(|k| placed.idle_on(r, k) > 0) {
+            continue;
+        }
+        for k in keys {
+            if placed.idle_on(r, k) > 0 && !h.forget(r, k) {
+                // (Its thread is gone, and its connections with it.)
+                placed.idle[r].retain(|(x, _)| x != k);
+            }
+        }
+        placed.forgetting[r] = placed.idle_on_any(r, keys);
+    }
+}
+
+impl Placed {
+    /// Whether reactor `k` (`k` ≥ 1) has idle connections to any of `keys`.
+    pub(super) fn idle_on_any(&self, k: usize, keys: &[String]) -> bool {
+        keys.iter().any(|key| self.idle_on(k, key) > 0)
+    }
+
+    /// Idle connections to origin `key` on reactor `k` (`k` ≥ 1).
+    pub(super) fn idle_on(&self, k: usize, key: &str) -> usize {
+        self.idle
+            .get(k)
+            .and_then(|v| v.iter().find(|(x, _)| x == key))
+            .map_or(0, |x| x.1)
+    }
+}
+
+/// The reactor a file (to the origins `keys`) goes to when files are placed: a helper
+/// that runs no file (a helper runs one at a time), the one with the most idle
+/// connections to its origin first; else this one, which runs the rest of `-j`. This one
+/// also for a file that cannot run elsewhere (several mirrors, an output that is not a
+/// regular file) and while a transfer has the helpers.
+pub(super) fn reactor_for(
+    st: &Start,
+    keys: &[String],
+    (slots, reactor): (&[Slot<'_>], &Reactor),
+    threads: usize,
+    placed: &Placed,
+) -> usize {
+    let elsewhere = st.mirrors.len() == 1 && st.out.part.is_some() && st.out.room.is_none() && !st.out.sequential;
+    let helpers = reactor.helpers_running().filter(|h| !h.lent()).map_or(0, Helpers::len);
+    if !elsewhere {
+        return 0;
+    }
+    let busy = |k: usize| slots.iter().any(|s| matches!(s, Slot::Away(a) if a.helper == k));
+    let idle = |k: usize| keys.first().map_or(0, |key| placed.idle_on(k, key));
+    (1..=helpers.min(threads.saturating_sub(1)))
+        .filter(|&k| !busy(k))
+        .min_by_key(|&k| (std::cmp::Reverse(idle(k)), k))
+        .unwrap_or(0)
+}
+
+/// Places transfer `st` of file `id` on helper reactor `on` with `n` connection slots,
+/// holding lane `lane` for it; a transfer that cannot go ends at once (its failure goes to
+/// the feed).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn place(
+    feed: &mut dyn Feed,
+    slots: &mut [Slot<'_>],
+    lane: usize,
+    (id, st): (usize, Start),
+    keys: Vec<String>,
+    (n, on): (usize, usize),
+    reactor: &mut Reactor,
+    placed: &mut Placed,
+) {
+    let Start {
+        mirrors,
+        opts,
+        out,
+        resume,
+        control,
+        engine,
+        ktls,
+        signed,
+        report,
+        ..
+    } = st;
+    let dup = match out.duplicate() {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) => Err(err!(Internal, "a placed file's output is not a regular file")),
+        Err(e) => Err(e),
+    };
+    let dup = match dup {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = feed.ended(id, Err(e), report, None);
+            return;
+        }
+    };
+    let name = Flight::name_of(&out.describe());
+    // (The file's own stays with its feed, which renames it once the helper is done.)
+    drop(out);
+    let mut o = (*opts).clone();
+    o.connections = n;
+    o.threads = 1;
+    o.pin = false;
+    let posted = Arc::new(Posted::default());
+    let Some(helpers) = reactor.helpers_running_mut() else {
+        let _ = feed.ended(id, Err(err!(Internal, "no reactor to place a file on")), report, None);
+        return;
+    };
+    let placement = helpers.next_placement();
+    let order = WholeOrder {
+        placement,
+        helper: on,
+        mirrors,
+        opts: o,
+        out: dup,
+        resume,
+        control,
+        engine,
+        ktls,
+        signed,
+        posted: Arc::clone(&posted),
+    };
+    if helpers.place(order).is_err() {
+        let _ = feed.ended(id, Err(err!(Internal, "reactor {on}'s thread is gone")), report, None);
+        return;
+    }
+    // (The idle connections it takes there are no longer idle.)
+    if let Some(v) = placed.idle.get_mut(on) {
+        for (k, c) in v.iter_mut() {
+            if keys.contains(k) {
+                *c = c.saturating_sub(n);
+            }
+        }
+    }
+    slots[lane] = Slot::Away(Box::new(Away {
+        id,
+        helper: on,
+        placement,
+        keys,
+        report,
+        flight: Flight {
+            name,
+            ..Flight::default()
+        },
+        serving: 0,
+        held: n,
+        posted,
+    }));
+}
+
+/// Applies what the helpers reported of the files placed on them ([`on_report`]).
+pub(super) fn take_reports(
+    feed: &mut dyn Feed,
+    reactor: &Reactor,
+    slots: &mut [Slot<'_>],
+    waiting: &mut std::collections::VecDeque<(usize, Start)>,
+    placed: &mut Placed,
+) {
+    let reports = reactor.helpers_running().map(Helpers::reports).unwrap_or_default();
+    for m in reports {
+        on_report(feed, m, slots, waiting, placed);
+    }
+}
+
+/// A helper's report of a file placed on it: its progress and notes, or its end (handed
+/// to the feed; a redirect to follow waits to be placed again); or the idle connections
+/// it keeps after an [`Order::Forget`](super::threads::Order).
+pub(super) fn on_report(
+    feed: &mut dyn Feed,
+    m: Report,
+    slots: &mut [Slot<'_>],
+    waiting: &mut std::collections::VecDeque<(usize, Start)>,
+    placed: &mut Placed,
+) {
+    let (lending, what) = match m {
+        Report::Whole { lending, what } => (lending, what),
+        Report::Idle { helper, idle } => {
+            if let Some(v) = placed.idle.get_mut(helper) {
+                *v = idle;
+                placed.forgetting[helper] = false;
+            }
+            return;
+        }
+        _ => return,
+    };
+    let Some(lane) = slots
+        .iter()
+        .position(|s| matches!(s, Slot::Away(a) if a.placement == lending))
+    else {
+        return;
+    };
+    let Slot::Away(a) = &mut slots[lane] else {
+        return;
+    };
+    match what {
+        WholeReport::Flight { flight, serving, held } => {
+            a.flight = flight;
+            a.serving = serving;
+            a.held = held;
+        }
+        WholeReport::Note(note) => {
+            a.report.note(note);
+        }
+        WholeReport::Ended {
+            mut result,
+            mut failed,
+            idle,
+            allows,
+        } => {
+            let Slot::Away(a) = std::mem::replace(&mut slots[lane], Slot::Free) else {
+                return;
+            };
+            if let Some(v) = placed.idle.get_mut(a.helper) {
+                *v = idle;
+            }
+            // (What a server allows is the most any transfer saw it take.)
+            if let (Some(n), Some(k)) = (allows, a.keys.first()) {
+                match placed.learned.iter_mut().find(|(x, _)| x == k) {
+                    Some(l) => l.1 = l.1.max(n),
+                    None => placed.learned.push((k.clone(), n)),
+                }
+            }
+            if let Ok(Outcome::Done(s)) = &mut result {
+                s.reactor = a.helper;
+            }
+            if let Some(s) = failed.as_mut() {
+                s.reactor = a.helper;
+            }
+            if let Some(again) = feed.ended(a.id, result, a.report, failed) {
+                waiting.push_front((a.id, again));
+            }
+        }
+    }
+}
+
+/// Reads the helpers' eventfd `bell` into `buf` (on the reactor's lane): it wakes the run
+/// when a helper reported.
+pub(super) fn read_bell(cell: &RingCell, bell: RawFd, buf: uring::Buf) -> Result<()> {
+    cell.lane(RUN_LANE)
+        .push(
+            Op::Read {
+                fd: bell,
+                buf,
+                range: 0..8,
+                offset: u64::MAX,
+            },
+            Tag::Mail.encode(),
+        )
+        .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
+}
+
+/// The helpers' eventfd rang (the reports are read at the loop's top); a transfer here
+/// that has the helpers lent reads its own now (its own READ may not see this ring).
+pub(super) fn on_bell(cell: &RingCell, reactor: &Reactor, c: uring::Completion, slots: &mut [Slot<'_>]) -> Result<()> {
+    if c.result < 0 {
+        if c.result == -(rustix::io::Errno::CANCELED.raw_os_error()) {
+            return Ok(());
+        }
+        return Err(err!(
+            LocalIo,
+            "reading the reactors' eventfd: {}",
+            crate::event::errno(c.result)
+        ));
+    }
+    for s in slots.iter_mut() {
+        if let Slot::Busy(r) = s
+            && r.dl.remote.is_some()
+        {
+            r.dl.drain_mail();
+        }
+    }
+    match (reactor.helpers_running(), c.buf) {
+        (Some(h), Some(buf)) => read_bell(cell, h.bell_fd(), buf),
+        _ => Ok(()),
+    }
+}
