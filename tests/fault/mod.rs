@@ -284,6 +284,7 @@ pub struct Builder {
     listen_after: Option<Duration>,
     cap: Option<u64>,
     cap_status: u16,
+    close_lag: Duration,
 }
 
 impl Builder {
@@ -342,6 +343,13 @@ impl Builder {
         self
     }
 
+    /// A closed connection counts as open ([`When::Crowded`]) this much longer: a server
+    /// that sees a client's close late (its thread not yet scheduled).
+    pub fn close_lag(mut self, lag: Duration) -> Builder {
+        self.close_lag = lag;
+        self
+    }
+
     /// The status [`Builder::cap`] turns requests away with (default 503; 429 as nginx
     /// `limit_conn_status 429`).
     pub fn cap_status(mut self, code: u16) -> Builder {
@@ -392,6 +400,7 @@ impl Builder {
             rate: self.rate,
             cap: self.cap,
             cap_status: self.cap_status,
+            close_lag: self.close_lag,
             served: Mutex::new(Served::default()),
             sent: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
@@ -450,6 +459,7 @@ impl FaultServer {
             listen_after: None,
             cap: None,
             cap_status: 503,
+            close_lag: Duration::ZERO,
         }
     }
 
@@ -696,6 +706,8 @@ struct Shared {
     /// [`Builder::cap`], and the status it answers with ([`Builder::cap_status`]).
     cap: Option<u64>,
     cap_status: u16,
+    /// [`Builder::close_lag`].
+    close_lag: Duration,
     /// The cap's count and what it saw.
     served: Mutex<Served>,
     /// Per request: (number, first file offset, body bytes written).
@@ -862,6 +874,7 @@ fn accept_loop(listener: TcpListener, sh: Arc<Shared>, tls: Option<Arc<ServerCon
                 None => Conn::Plain(stream),
             };
             let _ = serve(conn, id, &sh);
+            thread::sleep(sh.close_lag);
             sh.open.fetch_sub(1, Ordering::SeqCst);
         });
     }
