@@ -774,7 +774,45 @@ fn idle_connections_counted_toward_a_cap_are_closed_and_the_download_goes_on() {
         r.explain(&srv)
     );
     assert!(!srv.fired_on(0).is_empty(), "the cap never fired\n{}", r.explain(&srv));
-    assert!(srv.fired_on(0).len() <= 3, "{}", r.explain(&srv));
+    // The three extra connections; a fourth when the first one's next request went out
+    // before the server saw them closed (judged as our own crowd, see the test below).
+    assert!(srv.fired_on(0).len() <= 4, "{}", r.explain(&srv));
+}
+
+/// The same server, seeing each close 300 ms late: the extra connections are turned away
+/// and closed, and the first connection's next request, sent while the server still counts
+/// them, is turned away too (`Retry-After: 120`). That refusal is about our own crowd: one
+/// try and a short backoff, then exact bytes in seconds, not the origin held two minutes.
+/// (CI met this once with a server slow to run its threads; judged as the server's own
+/// answer it held the download: killed at 25 s.)
+#[test]
+fn a_refusal_while_the_server_still_counts_parked_connections_is_not_held() {
+    let srv = FaultServer::builder()
+        .size(8 * MIB)
+        .close_lag(Duration::from_millis(300))
+        .fault_on(
+            When::Crowded(2),
+            Fault::Status {
+                code: 503,
+                retry_after: Some(RetryAfter::Seconds(120)),
+            },
+        )
+        .start();
+    let r = get("crowded-by-parked", &srv, &["-v", "-x", "4", "--min-split-size", "2M"]);
+    r.assert_exact(&srv);
+    // The scenario: the served connection's next request met the cap too (after the extra
+    // ones; at `--threads 2` some of them are a helper's).
+    assert!(
+        srv.fired_on(0).iter().any(|f| f.request.conn_seq >= 2),
+        "the served connection's next request was never turned away\n{}",
+        r.explain(&srv)
+    );
+    assert!(
+        r.took < Duration::from_secs(20),
+        "took {:?}: the Retry-After held the download\n{}",
+        r.took,
+        r.explain(&srv)
+    );
 }
 
 /// Issue 22: "the server allows N" is the count when the server turns a connection away,

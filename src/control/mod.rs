@@ -255,6 +255,9 @@ pub(crate) struct Conn {
     /// per-client connection cap): it asks again after the cap's wait (2 s, or a longer
     /// Retry-After).
     pub(crate) capped: bool,
+    /// When the slot was last parked ([`Conn::capped`] set): a request sent before then met
+    /// a server that may still count this slot's request.
+    pub(crate) parked_at: Option<Instant>,
     /// Backoff: do not reconnect before this instant.
     pub(crate) not_before: Option<Instant>,
     pub(crate) last_io: Instant,
@@ -294,6 +297,7 @@ impl Conn {
             clean_close: false,
             dead: false,
             capped: false,
+            parked_at: None,
             not_before: None,
             last_io: Instant::now(),
             rx: Rx::default(),

@@ -81,28 +81,43 @@ impl Loop<'_> {
         // A server that caps connections per client turns the extra ones away (503, a
         // refused or reset connect) while the others run: that lowers the concurrency, it
         // is no failed try, and the download goes on with the connections it has.
-        // Another connection to the origin is being served: receiving a body, or open
-        // after an answer on it (between two requests, or its next one not answered yet:
-        // the server took it and keeps it).
+        // Another connection to the origin is being served: receiving a body, open after
+        // an answer on it (between two requests: the server took it and keeps it), or
+        // with its request on the wire once the first answer came (the server counts it;
+        // its answer may be sitting unread beside this one).
+        let planned = self.sh.tr.plan.is_planned();
         let others_progress = self.conns.iter().enumerate().any(|(j, o)| {
             j != i
                 && o.mirror == k
                 && !o.capped
                 && match o.rx.job.as_ref() {
-                    Some(jb) => jb.got_bytes || (o.st == St::Open && o.requests > 1),
+                    Some(jb) => jb.got_bytes || (o.st == St::Open && (o.requests > 1 || planned)),
                     None => o.st == St::Open && o.requests > 0,
                 }
+        });
+        // (A spread transfer's requests on its other reactors are its own too: `remote`.)
+        let others_progress = others_progress || self.sh.origin(k).remote > 0;
+        // Slots to the origin parked since this request went out, or just before (less
+        // than [`CAP_RETRY`]): the server may still have counted them when it judged this
+        // one (it turned them away at about the same moment, and sees a close only when
+        // its thread for it runs), so a refusal of this one is about our own crowd, as
+        // with idle ones: a try and a short backoff, not a long Retry-After on the origin.
+        let sent = self.conns[i].rx.job.as_ref().map(|jb| jb.started);
+        let crowd_parked = sent.is_some_and(|t| {
+            self.conns.iter().enumerate().any(|(j, o)| {
+                j != i && self.same_origin(o.mirror, k) && o.capped && o.parked_at.is_some_and(|p| p + CAP_RETRY >= t)
+            })
         });
         let attempt = Attempt {
             busy: f.busy,
             stalled: f.stalled,
             others_progress,
             others_served: self.sh.origin(k).elsewhere() > 0,
-            planned: self.sh.tr.plan.is_planned(),
+            planned,
             ranges: self.sh.tr.ranges,
             reused: self.conns[i].reused,
             extra: f.extra,
-            idle_others: !self.idle_to(k, i).is_empty(),
+            idle_others: crowd_parked || !self.idle_to(k, i).is_empty(),
             asked_wait: f.delay.is_some(),
             ..Attempt::default()
         };
@@ -252,7 +267,9 @@ impl Loop<'_> {
                 why: f.msg.clone(),
             });
         }
-        if crowded {
+        if crowded && !self.idle_to(k, i).is_empty() {
+            // (Crowded by slots parked since this request went out: they are closed and
+            // counted already; the segment waits its short backoff, set above.)
             // The server counts the idle connections toward its cap: they close and wait as
             // parked ones do (its Retry-After, at least 2 s); the download goes on with fewer.
             let idle = self.idle_to(k, i);
@@ -264,6 +281,7 @@ impl Loop<'_> {
                 self.close(j);
                 let o = &mut self.conns[j];
                 o.capped = true;
+                o.parked_at = Some(Instant::now());
                 o.not_before = Some(back);
             }
             let using = self
@@ -291,6 +309,7 @@ impl Loop<'_> {
             // request we abandoned); meanwhile the others carry the download.
             let c = &mut self.conns[i];
             c.capped = true;
+            c.parked_at = Some(Instant::now());
             c.not_before = Some(Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default()));
             if self.part.is_some() {
                 // A helper reactor's part: the owner sees every reactor's requests and
