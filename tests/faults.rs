@@ -813,6 +813,51 @@ fn a_refusal_while_the_server_still_counts_parked_connections_is_not_held() {
         r.took,
         r.explain(&srv)
     );
+    // The three extra connections, the served one's next request, and at most one more.
+    assert!(srv.fired_on(0).len() <= 5, "{}", r.explain(&srv));
+}
+
+/// The other side of the rule above: a server that turns *every* request away for a while
+/// after its first answer (503, `Retry-After: 1`, for 1.5 s), with no wait between tries
+/// (`--retry-wait 0`). The last busy connection is asked again once as our own crowd, then
+/// its refusal is the server's: the origin is held for the Retry-After, and the download
+/// lands exact without spending its five tries back to back.
+#[test]
+fn a_server_refusing_everything_after_its_first_answer_is_asked_again_once_then_waited_out() {
+    let srv = FaultServer::builder()
+        .size(8 * MIB)
+        .fault_on(
+            When::And(
+                Box::new(When::From(2)),
+                Box::new(When::Within(Duration::from_millis(1500))),
+            ),
+            Fault::Status {
+                code: 503,
+                retry_after: Some(RetryAfter::Seconds(1)),
+            },
+        )
+        .start();
+    let r = get(
+        "refusing-everything",
+        &srv,
+        &["-v", "-x", "4", "--min-split-size", "2M", "--retry-wait", "0"],
+    );
+    r.assert_exact(&srv);
+    let refused = srv.fired_on(0);
+    assert!(!refused.is_empty(), "the server never refused\n{}", r.explain(&srv));
+    // Back to back, once more each: the parked ones (three) and the served one's requests
+    // inside the 1 s of the Retry-After: its first, its one retry as our crowd; then the
+    // origin is held.
+    let first = refused[0].request.at;
+    let early = refused
+        .iter()
+        .filter(|f| f.request.at.duration_since(first) < Duration::from_millis(900))
+        .count();
+    assert!(
+        early <= 5,
+        "{early} refusals within 0.9 s of the first: the Retry-After was not held\n{}",
+        r.explain(&srv)
+    );
 }
 
 /// Issue 22: "the server allows N" is the count when the server turns a connection away,

@@ -255,8 +255,9 @@ pub(crate) struct Conn {
     /// per-client connection cap): it asks again after the cap's wait (2 s, or a longer
     /// Retry-After).
     pub(crate) capped: bool,
-    /// When the slot was last parked ([`Conn::capped`] set): a request sent before then met
-    /// a server that may still count this slot's request.
+    /// When the slot was last parked ([`Conn::capped`] set): a request sent before then, or
+    /// less than `LATE_CLOSE` after, may have met a server that still counted this slot
+    /// (cleared once a refusal was judged so).
     pub(crate) parked_at: Option<Instant>,
     /// Backoff: do not reconnect before this instant.
     pub(crate) not_before: Option<Instant>,

@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 /// A slot the server turned away (a per-client connection cap) asks again after this.
 pub(crate) const CAP_RETRY: Duration = Duration::from_secs(2);
 
+/// How late a server may see a close of ours: a request sent less than this after slots
+/// to its origin were parked may have met a count that still held them ([`Loop::fail`]).
+pub(crate) const LATE_CLOSE: Duration = Duration::from_secs(1);
+
 /// First wait after a round of refused connects, seconds (then doubled per round, with
 /// jitter 0.75–1.25), holding the origin: 0.15 + 0.3 + 0.6 + 1.2 s before the fifth round
 /// waits out a server that restarts for up to about 1.7 s, while a port where nothing
@@ -103,11 +107,15 @@ impl Loop<'_> {
         // its thread for it runs), so a refusal of this one is about our own crowd, as
         // with idle ones: a try and a short backoff, not a long Retry-After on the origin.
         let sent = self.conns[i].rx.job.as_ref().map(|jb| jb.started);
-        let crowd_parked = sent.is_some_and(|t| {
-            self.conns.iter().enumerate().any(|(j, o)| {
-                j != i && self.same_origin(o.mirror, k) && o.capped && o.parked_at.is_some_and(|p| p + CAP_RETRY >= t)
-            })
-        });
+        let crowd: Vec<usize> = match sent {
+            Some(t) => (0..self.conns.len())
+                .filter(|&j| {
+                    let o = &self.conns[j];
+                    j != i && self.same_origin(o.mirror, k) && o.capped && o.parked_at.is_some_and(|p| p + LATE_CLOSE >= t)
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let attempt = Attempt {
             busy: f.busy,
             stalled: f.stalled,
@@ -117,7 +125,8 @@ impl Loop<'_> {
             ranges: self.sh.tr.ranges,
             reused: self.conns[i].reused,
             extra: f.extra,
-            idle_others: crowd_parked || !self.idle_to(k, i).is_empty(),
+            idle_others: !crowd.is_empty() || !self.idle_to(k, i).is_empty(),
+            answered: f.kind == Kind::HttpStatus,
             asked_wait: f.delay.is_some(),
             ..Attempt::default()
         };
@@ -267,9 +276,15 @@ impl Loop<'_> {
                 why: f.msg.clone(),
             });
         }
+        if crowded {
+            // Once per parking: a later refusal is the server's own answer (a server that
+            // turns every request away is asked once more, not at each backoff).
+            for &j in &crowd {
+                self.conns[j].parked_at = None;
+            }
+        }
+        // (Crowded by parked slots alone, the segment's short backoff set above is all.)
         if crowded && !self.idle_to(k, i).is_empty() {
-            // (Crowded by slots parked since this request went out: they are closed and
-            // counted already; the segment waits its short backoff, set above.)
             // The server counts the idle connections toward its cap: they close and wait as
             // parked ones do (its Retry-After, at least 2 s); the download goes on with fewer.
             let idle = self.idle_to(k, i);
@@ -311,33 +326,24 @@ impl Loop<'_> {
             c.capped = true;
             c.parked_at = Some(Instant::now());
             c.not_before = Some(Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default()));
-            if self.part.is_some() {
-                // A helper reactor's part: the owner sees every reactor's requests and
-                // counts what the server allows (`Loop::capped_elsewhere`); this slot asks
-                // again later as any parked one.
+            // A helper reactor's part: the owner sees every reactor's requests and counts
+            // what the server allows (`Loop::capped_elsewhere`); this slot asks again later
+            // as any parked one.
+            let helper = self.part.is_some();
+            let using = if f.extra && !helper {
+                // A proxy's tunnel cap shows before any body runs: count the open tunnels.
+                self.conns.iter().filter(|o| o.mirror == k && o.st == St::Open).count()
+            } else {
+                // Parked means another connection downloads: at least one goes on (on a
+                // helper, what goes on is every reactor's requests, not only this one's).
+                self.allowed(k, i).max(1)
+            };
+            if helper {
                 let own = self.allowed(k, i) - self.sh.origin(k).elsewhere();
                 if let Some(p) = self.part.as_mut() {
                     p.tell_capped(own, f.extra);
                 }
-                // (What goes on is every reactor's requests, not only this one's.)
-                self.sh.report.note(Note::Capped {
-                    conn: i,
-                    why: f.msg.clone(),
-                    cap: Cap {
-                        proxy: f.extra,
-                        closed: 0,
-                        using: self.allowed(k, i).max(1),
-                    },
-                });
-                return Ok(());
             }
-            // A proxy's tunnel cap shows before any body runs: count the open tunnels.
-            let using = if f.extra {
-                self.conns.iter().filter(|o| o.mirror == k && o.st == St::Open).count()
-            } else {
-                // Parked means another connection downloads: at least one goes on.
-                self.allowed(k, i).max(1)
-            };
             self.sh.report.note(Note::Capped {
                 conn: i,
                 why: f.msg.clone(),
@@ -347,6 +353,9 @@ impl Loop<'_> {
                     using,
                 },
             });
+            if helper {
+                return Ok(());
+            }
             self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
             // A refusal while only another transfer's single request was served may be a
             // passing 503, not a cap of one: that is not learned for the whole run.

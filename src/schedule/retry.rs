@@ -34,8 +34,11 @@ pub struct Attempt {
     pub others_progress: bool,
     /// Another transfer on the ring is being served by the same origin (`-j`): a refusal
     /// is the server's cap also before this transfer's first answer (not a reset of a
-    /// reused connection: that is the keep-alive close).
+    /// reused connection: that is the keep-alive close; a status answer on one is a cap).
     pub others_served: bool,
+    /// The server turned the request away with a status (503, 429), not a reset: on a
+    /// reused connection too it is no keep-alive close.
+    pub answered: bool,
     /// The first reply came (size and range support are known).
     pub planned: bool,
     /// The refusal came while other connections to the same target are open: a proxy
@@ -72,7 +75,7 @@ pub enum Verdict {
 /// the concurrency instead of spending tries (also for a slot with no request, whose
 /// connect was refused).
 pub fn parked(a: &Attempt) -> bool {
-    a.busy && ((a.planned && a.others_progress) || (a.others_served && !a.reused) || a.extra)
+    a.busy && ((a.planned && a.others_progress) || (a.others_served && (!a.reused || a.answered)) || a.extra)
 }
 
 /// Judges a failed attempt on `seg` and counts it there (`tries`, `grace`).
@@ -284,6 +287,15 @@ mod tests {
             ..busy
         };
         assert_eq!(judge(&mut s, &a), Verdict::Counted);
+        // Another transfer served (`-j`): a reset of a reused connection may be its
+        // keep-alive close, a 503 on it is the cap.
+        let beside = Attempt {
+            others_served: true,
+            ..a
+        };
+        assert_eq!(judge(&mut seg(), &beside), Verdict::Counted);
+        let answered = Attempt { answered: true, ..beside };
+        assert_eq!(judge(&mut seg(), &answered), Verdict::Parked);
     }
 
     #[test]
