@@ -175,6 +175,10 @@ fn relative_name(v: &str) -> std::result::Result<PathBuf, String> {
     if v.is_empty() {
         return Err("out= is empty".into());
     }
+    // (`-o -` is standard output, which holds one download, not a list's file among others.)
+    if v == "-" {
+        return Err("out=- would be standard output, which takes one download, not a list's file: name a file (out=./- for one named '-')".into());
+    }
     if p.components()
         .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
     {
@@ -269,7 +273,9 @@ mod tests {
     #[test]
     fn out_stays_inside_its_directory() {
         assert_eq!(one("http://h/f\n out=sub/g\n").out.as_deref(), Some(Path::new("sub/g")));
-        for bad in ["/etc/passwd", "../x", "a/../../x", "", "d/", ".", "sub/.", "./"] {
+        assert_eq!(one("http://h/f\n out=./-\n").out.as_deref(), Some(Path::new("./-")));
+        assert!(error("http://h/f\n out=-\n").contains("line 2: out=- would be standard output"));
+        for bad in ["/etc/passwd", "../x", "a/../../x", "", "d/", ".", "sub/.", "./", "-"] {
             let m = error(&format!("http://h/f\n out={bad}\n"));
             assert!(m.contains("line 2: out="), "{bad}: {m}");
         }
