@@ -69,6 +69,9 @@ pub struct Progress {
     no_line: bool,
     /// Said after the numbers where the line has room (the files in flight).
     tail: String,
+    /// Said before each note: the file's name when several files are in flight (the
+    /// notes of one run of several interleave).
+    label: Option<String>,
     /// Notes go here instead of standard error (another reactor's part of a transfer:
     /// its owner says them), and no line is drawn.
     forward: Option<Box<dyn FnMut(Note)>>,
@@ -87,6 +90,7 @@ impl Progress {
             files: None,
             no_line: false,
             tail: String::new(),
+            label: None,
             forward: None,
         }
     }
@@ -104,6 +108,11 @@ impl Progress {
     /// within its width; in a log, always): the files in flight of a run of several.
     pub fn tail(&mut self, tail: String) {
         self.tail = tail;
+    }
+
+    /// Each note starts with `name: ` (a file among several in flight).
+    pub fn label(&mut self, name: String) {
+        self.label = Some(name);
     }
 
     /// Draws no progress line (notes are still said): the run draws one for its files.
@@ -178,7 +187,10 @@ impl Progress {
         };
         if shown {
             self.clear();
-            eprintln!("ringdl: {note}");
+            match &self.label {
+                Some(name) => eprintln!("ringdl: {name}: {note}"),
+                None => eprintln!("ringdl: {note}"),
+            }
         }
     }
 

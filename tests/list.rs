@@ -1159,3 +1159,32 @@ fn redirecting_files_in_flight_all_land() {
     let j = json(&dir);
     assert_eq!(j["run"]["ok"], 8, "{j}");
 }
+
+/// `-j 2 -v`: the notes of files in flight interleave, so each starts with its file's
+/// name; at `-j 1` (one file at a time) they do not.
+#[test]
+fn notes_of_files_in_flight_name_their_file() {
+    let n = nginx();
+    let (base, shas) = serve("note-names", &[MIB, MIB]);
+    let dir = TestDir::new("list-note-names");
+    let text = format!(
+        "{}\n{}\n",
+        n.http_url(&format!("{base}/f0.bin")),
+        n.http_url(&format!("{base}/f1.bin")),
+    );
+    let l = list(&dir, &text);
+    for (j, named) in [("2", true), ("1", false)] {
+        let got = format!("got-{j}");
+        let o = ringdl(&dir, &["-i", l.to_str().unwrap(), "-j", j, "-v", "-d", &got]);
+        o.assert_success();
+        let err = o.stderr_text();
+        for (k, sha) in shas.iter().enumerate() {
+            assert_eq!(&sha256_file(&dir.join(format!("{got}/f{k}.bin"))), sha, "{err}");
+            let line = format!("ringdl: f{k}.bin: engine ");
+            assert_eq!(err.contains(&line), named, "-j {j}: {line:?}\n{err}");
+        }
+        if !named {
+            assert_eq!(err.matches("ringdl: engine ").count(), 2, "-j 1\n{err}");
+        }
+    }
+}

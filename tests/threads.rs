@@ -16,6 +16,8 @@ fn reactors_line(stderr: &str) -> Option<(usize, usize, u64)> {
     stderr.lines().find_map(|l| {
         let rest = l.strip_prefix("ringdl: ")?;
         let (n, rest) = rest.split_once(" reactors: ")?;
+        // (A file among several in flight: its notes start with its name.)
+        let n = n.rsplit(": ").next()?;
         let (k, rest) = rest
             .split_once(" parts to the other threads, ")
             .or_else(|| rest.split_once(" part to the other threads, "))?;

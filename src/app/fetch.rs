@@ -59,7 +59,11 @@ impl Fetching {
             progress.files(done, total);
         }
         if lines_off {
+            // (Several files in flight: each note says whose it is.)
             progress.lines_off();
+            if let Some(path) = &p.out.final_path {
+                progress.label(crate::report::Flight::name_of(&path.to_string_lossy()));
+            }
         }
         Fetching {
             urls: p.given.iter().map(|g| g.0.clone()).collect(),
