@@ -1263,6 +1263,8 @@ pub fn scheduler(data: &[u8]) {
                     extra: arg & 16 == 16,
                     idle_others: idle_others && arg & 32 == 32,
                     asked_wait: arg & 64 == 64,
+                    // (A status answer, not a reset.)
+                    answered: op & 32 == 32,
                 };
                 let mut seg = Segment { start: j.pos, ..j.seg };
                 let before = seg.tries;
@@ -1277,7 +1279,12 @@ pub fn scheduler(data: &[u8]) {
                     _ => assert_eq!(seg.tries, before, "{v:?} spent a try"),
                 }
                 if v == Verdict::Parked {
-                    assert!(a.busy && ((a.planned && others_progress) || (a.others_served && !a.reused) || a.extra));
+                    assert!(
+                        a.busy
+                            && ((a.planned && others_progress)
+                                || (a.others_served && (!a.reused || a.answered))
+                                || a.extra)
+                    );
                 }
                 if v == Verdict::Crowded {
                     assert!(a.busy && a.idle_others && a.asked_wait && !others_progress);

@@ -210,6 +210,8 @@ struct Prepared {
     engine: EngineKind,
     ktls_on: bool,
     engine_note: &'static str,
+    /// `-v`'s line on the engine, said when the file starts (after its name, among others).
+    engine_line: Option<String>,
 }
 
 /// Prepares one file: its name, signature plan and checksum, the lock on its `.part`,
@@ -405,14 +407,14 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         }
     };
     record.engine = Some(engine.name().to_owned());
-    if opts.verbose > 0 {
+    let engine_line = (opts.verbose > 0).then(|| {
         let how = if out.direct {
             format!("O_DIRECT, {}-byte alignment", out.align)
         } else {
             "page cache".to_owned()
         };
-        eprintln!("ringdl: engine {} ({how})", engine.name());
-    }
+        format!("engine {} ({how})", engine.name())
+    });
     Ok(Prepared {
         opts,
         given,
@@ -426,6 +428,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         engine,
         ktls_on,
         engine_note,
+        engine_line,
     })
 }
 

@@ -115,6 +115,15 @@ impl Progress {
         self.label = Some(name);
     }
 
+    /// Says `line` on stderr as a note is said (after the file's name among several).
+    pub fn say(&mut self, line: &str) {
+        self.clear();
+        match &self.label {
+            Some(name) => eprintln!("ringdl: {name}: {line}"),
+            None => eprintln!("ringdl: {line}"),
+        }
+    }
+
     /// Draws no progress line (notes are still said): the run draws one for its files.
     pub fn lines_off(&mut self) {
         self.no_line = true;
@@ -186,11 +195,7 @@ impl Progress {
             Level::Verbose(n) => self.verbose >= n,
         };
         if shown {
-            self.clear();
-            match &self.label {
-                Some(name) => eprintln!("ringdl: {name}: {note}"),
-                None => eprintln!("ringdl: {note}"),
-            }
+            self.say(&note.to_string());
         }
     }
 

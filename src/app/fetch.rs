@@ -65,6 +65,9 @@ impl Fetching {
                 progress.label(crate::report::Flight::name_of(&path.to_string_lossy()));
             }
         }
+        if let Some(line) = &p.engine_line {
+            progress.say(line);
+        }
         Fetching {
             urls: p.given.iter().map(|g| g.0.clone()).collect(),
             hops: vec![0; p.given.len()],

@@ -111,7 +111,10 @@ impl Loop<'_> {
             Some(t) => (0..self.conns.len())
                 .filter(|&j| {
                     let o = &self.conns[j];
-                    j != i && self.same_origin(o.mirror, k) && o.capped && o.parked_at.is_some_and(|p| p + LATE_CLOSE >= t)
+                    j != i
+                        && self.same_origin(o.mirror, k)
+                        && o.capped
+                        && o.parked_at.is_some_and(|p| p + LATE_CLOSE >= t)
                 })
                 .collect(),
             None => Vec::new(),

@@ -294,7 +294,10 @@ mod tests {
             ..a
         };
         assert_eq!(judge(&mut seg(), &beside), Verdict::Counted);
-        let answered = Attempt { answered: true, ..beside };
+        let answered = Attempt {
+            answered: true,
+            ..beside
+        };
         assert_eq!(judge(&mut seg(), &answered), Verdict::Parked);
     }
 
