@@ -1188,3 +1188,50 @@ fn notes_of_files_in_flight_name_their_file() {
         }
     }
 }
+
+/// One reactor, `-j 4 -x 4` under the default cap of 16 per host: four files hold all 16
+/// slots. When the first (small) one ends, its four connections stay idle and the fifth
+/// file takes them: 4 connections, not 1 (the idle ones once counted as others' held
+/// slots, and a file took only one of them at its start).
+#[test]
+fn a_file_starting_on_idle_connections_a_finished_one_left_takes_them_all() {
+    let n = nginx();
+    let (base, shas) = serve("fifth", &[4 * MIB, 48 * MIB, 48 * MIB, 48 * MIB, 32 * MIB]);
+    let dir = TestDir::new("list-fifth");
+    let text: String = (0..5)
+        .map(|k| format!("{}\n", n.paced_url(&format!("{base}/f{k}.bin"))))
+        .collect();
+    let l = list(&dir, &text);
+    let o = ringdl(
+        &dir,
+        &[
+            "-i",
+            l.to_str().unwrap(),
+            "-j",
+            "4",
+            "-x",
+            "4",
+            "--min-split-size",
+            "1M",
+            "-d",
+            "got",
+            "--threads",
+            "1",
+        ],
+    );
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("got/f{k}.bin"))), sha, "f{k}");
+    }
+    let j = json(&dir);
+    // (At 4 MiB/s per connection the first file takes 0.25 s, the next three 3 s each:
+    // the fifth starts beside them. `--threads 1`: at two threads it would be placed on
+    // the other reactor, which keeps no idle connection.)
+    assert_eq!(j["files"][0]["connections"], 4, "{j}");
+    assert_eq!(
+        j["files"][4]["connections"],
+        4,
+        "the fifth file ran on fewer connections\n{j}\n{}",
+        o.stderr_text()
+    );
+}
