@@ -264,9 +264,9 @@ fn turns<'c>(
             } else {
                 0
             };
-            // (Beside other transfers one takes an idle connection at its start; one
-            // placed on another reactor runs alone there and takes all it may.)
-            let takes = if on == 0 { keys.len() } else { st.opts.connections };
+            // (The idle connections on its reactor are its own to take: one at its start,
+            // the others as it opens more, before any new one; below.)
+            let takes = st.opts.connections;
             let n = st.opts.connections.min(room(
                 &keys,
                 st.opts.max_per_host,
@@ -302,7 +302,11 @@ fn turns<'c>(
             // to the same origin first (a large file after small ones).
             if r.failed.is_none() && !r.syncing && r.dl.sh.fatal.is_none() && r.dl.sh.tr.redirect.is_none() {
                 while let Some((i, o)) = r.dl.would_connect() {
-                    let Some(c) = reactor.take_idle(r.dl.fin.key(o), 1, r.dl.fin.engine).pop() else {
+                    let key = r.dl.fin.key(o);
+                    let Some(c) = reactor.take_idle(key, 1, r.dl.fin.engine).pop() else {
+                        // Idle ones it cannot take (set up for another engine) were counted
+                        // as its own by `room`: one closes for the connection it opens.
+                        reactor.forget_one_idle(key);
                         break;
                     };
                     r.dl.adopt(i, c);
@@ -645,7 +649,7 @@ fn share_origins(slots: &mut [Slot<'_>]) {
 /// one): the least room left under any of their caps (`max_per_host`, or what the server
 /// was seen allowing), counting the slots the running transfers hold — here and placed
 /// on other reactors — and the idle connections kept to them on every reactor (of which
-/// it takes at most `takes` of those on its own at its start).
+/// it takes at most `takes` of those on its own, before it opens any).
 fn room(
     keys: &[String],
     max_per_host: usize,

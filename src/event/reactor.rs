@@ -128,6 +128,13 @@ impl Reactor {
         self.idle.iter().filter(|(k, ..)| k == key).count()
     }
 
+    /// Closes the oldest idle connection kept to origin `key`, if there is one.
+    pub(crate) fn forget_one_idle(&mut self, key: &str) {
+        if let Some(i) = self.idle.iter().position(|(k, ..)| k == key) {
+            self.idle.remove(i);
+        }
+    }
+
     /// Closes the idle connections kept to origin `key`.
     pub(crate) fn forget_idle(&mut self, key: &str) {
         self.idle.retain(|(k, ..)| k != key);
