@@ -1196,7 +1196,7 @@ fn notes_of_files_in_flight_name_their_file() {
 #[test]
 fn a_file_starting_on_idle_connections_a_finished_one_left_takes_them_all() {
     let n = nginx();
-    let (base, shas) = serve("fifth", &[4 * MIB, 48 * MIB, 48 * MIB, 48 * MIB, 32 * MIB]);
+    let (base, shas) = serve("fifth", &[4 * MIB, 48 * MIB, 48 * MIB, 48 * MIB, 48 * MIB]);
     let dir = TestDir::new("list-fifth");
     let text: String = (0..5)
         .map(|k| format!("{}\n", n.paced_url(&format!("{base}/f{k}.bin"))))
@@ -1224,10 +1224,11 @@ fn a_file_starting_on_idle_connections_a_finished_one_left_takes_them_all() {
         assert_eq!(&sha256_file(&dir.join(format!("got/f{k}.bin"))), sha, "f{k}");
     }
     let j = json(&dir);
-    // (At 4 MiB/s per connection the first file takes 0.25 s, the next three 3 s each:
-    // the fifth starts beside them. `--threads 1`: at two threads it would be placed on
-    // the other reactor, which keeps no idle connection.)
-    assert_eq!(j["files"][0]["connections"], 4, "{j}");
+    // (At 4 MiB/s per connection, after nginx's first second's worth at once, the first
+    // file takes a moment, the others seconds: the fifth starts beside three of them.
+    // `--threads 1`: at two threads it would be placed on the other reactor, which keeps
+    // no idle connection.)
+    assert!(j["files"][0]["connections"].as_u64() >= Some(2), "{j}");
     assert_eq!(
         j["files"][4]["connections"],
         4,
