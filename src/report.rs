@@ -495,9 +495,10 @@ impl std::fmt::Display for Note {
             Note::OneReactor { why } => write!(f, "--threads: this file runs on one reactor ({why})"),
             Note::Reactors { reactors, parts, bytes } => {
                 let s = if *parts == 1 { "" } else { "s" };
+                let rs = if *reactors == 1 { "" } else { "s" };
                 write!(
                     f,
-                    "{reactors} reactors: {parts} part{s} to the other threads, {bytes} bytes landed there"
+                    "{reactors} reactor{rs}: {parts} part{s} to the other threads, {bytes} bytes landed there"
                 )
             }
         }
@@ -651,6 +652,28 @@ mod tests {
 "#
             ),
             "{j}"
+        );
+    }
+
+    #[test]
+    fn the_reactors_line_counts_in_words() {
+        let one = Note::Reactors {
+            reactors: 1,
+            parts: 1,
+            bytes: 0,
+        };
+        assert_eq!(
+            one.to_string(),
+            "1 reactor: 1 part to the other threads, 0 bytes landed there"
+        );
+        let two = Note::Reactors {
+            reactors: 2,
+            parts: 3,
+            bytes: 9,
+        };
+        assert_eq!(
+            two.to_string(),
+            "2 reactors: 3 parts to the other threads, 9 bytes landed there"
         );
     }
 

@@ -1161,7 +1161,8 @@ fn redirecting_files_in_flight_all_land() {
 }
 
 /// `-j 2 -v`: the notes of files in flight interleave, so each starts with its file's
-/// name; at `-j 1` (one file at a time) they do not.
+/// name (the engine line at its start and the TLS line at its end too); at `-j 1` (one
+/// file at a time) they do not.
 #[test]
 fn notes_of_files_in_flight_name_their_file() {
     let n = nginx();
@@ -1170,7 +1171,7 @@ fn notes_of_files_in_flight_name_their_file() {
     let text = format!(
         "{}\n{}\n",
         n.http_url(&format!("{base}/f0.bin")),
-        n.http_url(&format!("{base}/f1.bin")),
+        n.https_url(&format!("{base}/f1.bin")),
     );
     let l = list(&dir, &text);
     for (j, named) in [("2", true), ("1", false)] {
@@ -1183,8 +1184,11 @@ fn notes_of_files_in_flight_name_their_file() {
             let line = format!("ringdl: f{k}.bin: engine ");
             assert_eq!(err.contains(&line), named, "-j {j}: {line:?}\n{err}");
         }
+        // (The TLS line at the file's end too: the trial found it unnamed at -j 3.)
+        assert_eq!(err.contains("ringdl: f1.bin: TLS handshakes: "), named, "-j {j}\n{err}");
         if !named {
             assert_eq!(err.matches("ringdl: engine ").count(), 2, "-j 1\n{err}");
+            assert!(err.contains("ringdl: TLS handshakes: "), "-j 1\n{err}");
         }
     }
 }

@@ -15,7 +15,9 @@ use crate::util::{self, HANG, MIB, TestDir, XorShift, exit, nginx, part_path, sh
 fn reactors_line(stderr: &str) -> Option<(usize, usize, u64)> {
     stderr.lines().find_map(|l| {
         let rest = l.strip_prefix("ringdl: ")?;
-        let (n, rest) = rest.split_once(" reactors: ")?;
+        let (n, rest) = rest
+            .split_once(" reactors: ")
+            .or_else(|| rest.split_once(" reactor: "))?;
         // (A file among several in flight: its notes start with its name.)
         let n = n.rsplit(": ").next()?;
         let (k, rest) = rest

@@ -214,6 +214,7 @@ impl Fetching {
             redirects: self.hops[k],
             left_out: &self.left_out,
             renamed: per_run.renamed.as_mut(),
+            progress: &mut self.progress,
         };
         let out = Rc::get_mut(&mut self.out).expect("the transfer has ended: the output is the file's alone");
         Next::Done(finish::finish(s, out, landing, record))

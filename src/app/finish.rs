@@ -36,6 +36,8 @@ pub(super) struct Landing<'a> {
     /// In a list, the directories whose fsync makes the run's renames durable, done
     /// together ([`super::PerRun::renamed`]); `None`: the directory is synced at once.
     pub(super) renamed: Option<&'a mut super::Renamed>,
+    /// The file's progress, which says `-v`'s lines (after its name among several files).
+    pub(super) progress: &'a mut crate::report::Progress,
 }
 
 /// Finishes the file whose transfer `s` wrote `out`: fills `record`, checks the
@@ -57,6 +59,7 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         redirects,
         left_out,
         renamed,
+        progress,
     } = l;
     record.fill(url, engine, &s);
     record.redirects = redirects.into();
@@ -113,7 +116,10 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
     if opts.verbose > 0 && s.tls != "plain" {
         // Connections to one origin share the run's TLS configuration and its session
         // cache: after the first full handshake, tickets let the next ones resume.
-        eprintln!("ringdl: TLS handshakes: {} full, {} resumed", s.tls_full, s.tls_resumed);
+        progress.say(&format!(
+            "TLS handshakes: {} full, {} resumed",
+            s.tls_full, s.tls_resumed
+        ));
     }
     if !opts.quiet {
         let secs = s.elapsed.as_secs_f64();
