@@ -102,7 +102,7 @@ impl Loop<'_> {
         // (A spread transfer's requests on its other reactors are its own too: `remote`.)
         let others_progress = others_progress || self.sh.origin(k).remote > 0;
         // Slots to the origin parked since this request went out, or just before (less
-        // than [`CAP_RETRY`]): the server may still have counted them when it judged this
+        // than [`LATE_CLOSE`]): the server may still have counted them when it judged this
         // one (it turned them away at about the same moment, and sees a close only when
         // its thread for it runs), so a refusal of this one is about our own crowd, as
         // with idle ones: a try and a short backoff, not a long Retry-After on the origin.
@@ -119,6 +119,8 @@ impl Loop<'_> {
                 .collect(),
             None => Vec::new(),
         };
+        // (Idle connections to the origin, open beside this one: closed below if they crowd.)
+        let idle = self.idle_to(k, i);
         let attempt = Attempt {
             busy: f.busy,
             stalled: f.stalled,
@@ -128,7 +130,7 @@ impl Loop<'_> {
             ranges: self.sh.tr.ranges,
             reused: self.conns[i].reused,
             extra: f.extra,
-            idle_others: !crowd.is_empty() || !self.idle_to(k, i).is_empty(),
+            idle_others: !crowd.is_empty() || !idle.is_empty(),
             answered: f.kind == Kind::HttpStatus,
             asked_wait: f.delay.is_some(),
             ..Attempt::default()
@@ -287,10 +289,9 @@ impl Loop<'_> {
             }
         }
         // (Crowded by parked slots alone, the segment's short backoff set above is all.)
-        if crowded && !self.idle_to(k, i).is_empty() {
+        if crowded && !idle.is_empty() {
             // The server counts the idle connections toward its cap: they close and wait as
             // parked ones do (its Retry-After, at least 2 s); the download goes on with fewer.
-            let idle = self.idle_to(k, i);
             // What the server took: the connections it was serving and the idle ones it
             // counted (kept with the origin: later files open no more).
             let took = self.allowed(k, i) + idle.len();
