@@ -1069,3 +1069,78 @@ fn a_file_worth_fewer_connections_than_x_still_spreads() {
     let (n, parts, bytes) = reactors_line(&err).unwrap_or_else(|| panic!("{}", r.explain(&srv)));
     assert!(n == 2 && parts >= 1 && bytes > 0, "{}", r.explain(&srv));
 }
+
+/// A resume whose gaps are scattered (1 MiB missing of every 3 MiB, as a kill -9 of a
+/// download over several connections leaves) spreads over every connection of every
+/// reactor: at `--threads 2 -x 4` the server serves 4 bodies at once, 2 of them the
+/// helper's. A part was once one gap (queued segments taken only while contiguous), so a
+/// helper ran its parts one gap at a time on one connection: 3 of 4 connections, and the
+/// resume slower than at one thread (57 s against 48 s in a trial).
+#[test]
+fn a_resume_with_scattered_gaps_spreads_over_every_connection() {
+    let size = 24 * MIB;
+    // (A cap the run never reaches: the server counts the bodies it writes at once.)
+    let srv = FaultServer::builder().size(size).rate(MIB).cap(8).start();
+    let dir = TestDir::new("threads-scattered-resume");
+    let out = dir.join("out.bin");
+    let url = srv.url("file.bin");
+    // The `.part` holds the file but for 8 gaps: [3k + 1, 3k + 2) MiB.
+    let gaps: Vec<(u64, u64)> = (0..8).map(|k| ((3 * k + 1) * MIB, (3 * k + 2) * MIB)).collect();
+    let mut part = srv.body().to_vec();
+    let mut control = format!("ringdl-control 1\nurl {url}\ntotal {size}\n");
+    let mut at = 0;
+    for &(a, b) in &gaps {
+        part[a as usize..b as usize].fill(0);
+        control += &format!("range {at} {a}\n");
+        at = b;
+    }
+    control += &format!("range {at} {size}\n");
+    fs::write(part_path(&out), &part).unwrap();
+    fs::write(dir.join("out.bin.part.ringdl"), control).unwrap();
+    let o = dir
+        .ringdl()
+        .timeout(HANG)
+        .args([
+            "-c",
+            "-vv",
+            "--threads",
+            "2",
+            "-x",
+            "4",
+            "--min-split-size",
+            "1M",
+            "--stall-timeout",
+            "5",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(&url)
+        .run();
+    let explain = || format!("{}\n--- requests ---\n{}", o.stderr_text(), srv.describe());
+    assert_eq!(o.code(), Some(0), "{}", explain());
+    assert_eq!(sha256_file(&out), srv.sha256(), "{}", explain());
+    // Only the gaps were asked for.
+    let asked: u64 = srv.sent().iter().map(|r| r.1).sum();
+    assert!(
+        asked <= 8 * MIB + 64 * 1024,
+        "sent {asked} bytes for 8 MiB of gaps\n{}",
+        explain()
+    );
+    let err = o.stderr_text();
+    let helper_conns: std::collections::BTreeSet<&str> = err
+        .lines()
+        .filter_map(|l| l.split_once("reactor 1: connection ")?.1.split_once(": GET bytes "))
+        .map(|(c, _)| c)
+        .collect();
+    assert!(
+        helper_conns.len() >= 2,
+        "the helper used connections {helper_conns:?} of its 2\n{}",
+        explain()
+    );
+    assert!(
+        srv.peak_bodies() >= 4,
+        "at most {} bodies at once\n{}",
+        srv.peak_bodies(),
+        explain()
+    );
+}

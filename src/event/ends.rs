@@ -138,8 +138,7 @@ pub(crate) fn start_on<'c>(
     // asks first for its share of one connection: its other connections take the rest
     // once the answer planned it.
     let first = part.as_ref().map_or(FIRST_SEGMENT, |p| {
-        let (a, b) = p.range();
-        align_up((b - a).div_ceil(n.max(1) as u64), out.align).min(FIRST_SEGMENT)
+        align_up(p.bytes().div_ceil(n.max(1) as u64), out.align).min(FIRST_SEGMENT)
     });
     let resume_end = resume
         .as_ref()

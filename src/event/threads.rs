@@ -112,6 +112,9 @@ pub(crate) struct PartOrder {
     file: Arc<PartFile>,
     /// `[start, end)`, bytes: aligned starts; the end aligned or the file's end.
     range: (u64, u64),
+    /// Ranges of `range` that are not the part's (landed before, or the owner's), sorted:
+    /// a resume's scattered gaps go out as one part.
+    holes: Vec<(u64, u64)>,
     /// Connections the helper opens for it.
     connections: usize,
     /// Set by the owner when the transfer ends before the part.
@@ -371,10 +374,11 @@ fn run_part(
         Err(e) => return (Err(e), None),
     };
     let (a, b) = p.range;
-    let mut ranges = Vec::with_capacity(2);
+    let mut ranges = Vec::with_capacity(p.holes.len() + 2);
     if a > 0 {
         ranges.push((0, a));
     }
+    ranges.extend(p.holes.iter().copied());
     if b < f.total {
         ranges.push((b, f.total));
     }
@@ -404,6 +408,7 @@ fn run_part(
             lending: p.lending,
             helper: p.helper,
             range: p.range,
+            holes: p.holes,
             tx: tx.clone(),
             bell: Arc::clone(bell),
             stop: p.stop,
@@ -439,7 +444,12 @@ impl super::Loop<'_> {
         let taken = if self.sh.fatal.is_some() || !self.sh.tr.plan.is_planned() {
             None
         } else if queued > 0 {
-            self.sh.tr.plan.take_back(queued.div_ceil(2), now)
+            // (Contiguous: the owner queues what it is given as one segment.)
+            self.sh
+                .tr
+                .plan
+                .take_back(queued.div_ceil(2), now, false)
+                .map(|t| (t.start, t.end, t.tries))
         } else {
             self.steal_victim(None)
                 .and_then(|(v, at)| self.split_off(v, at))
@@ -477,6 +487,9 @@ pub(crate) struct PartLink {
     lending: u64,
     helper: usize,
     range: (u64, u64),
+    /// Ranges of `range` not the part's ([`PartOrder::holes`]): in this loop's landed
+    /// ranges from the start (its resume state), never told as landed.
+    holes: Vec<(u64, u64)>,
     tx: Sender<Report>,
     bell: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
@@ -499,6 +512,11 @@ impl PartLink {
         self.range
     }
 
+    /// Bytes of the part: its range less its holes.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.range.1 - self.range.0 - self.holes.iter().map(|h| h.1 - h.0).sum::<u64>()
+    }
+
     /// Tells the owner what of the part has landed and how many of this reactor's requests
     /// the server serves (`serving`), when either changed.
     pub(crate) fn tell_landed(&mut self, landed: &Landed, serving: usize) {
@@ -511,7 +529,7 @@ impl PartLink {
                 (s < e).then_some((s, e))
             })
             .collect();
-        for &(gs, ge) in &self.given {
+        for &(gs, ge) in self.holes.iter().chain(&self.given) {
             ranges = ranges
                 .into_iter()
                 .flat_map(|(s, e)| [(s, e.min(gs)), (s.max(ge), e)])

@@ -137,7 +137,7 @@ pub fn plan_missing(landed: &Landed, start: u64, total: u64, connections: usize,
 }
 
 /// Ranges that have been written, merged; tells whether the file is complete.
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 pub struct Landed {
     /// Sorted, disjoint, non-adjacent `[start, end)` ranges.
     ranges: Vec<(u64, u64)>,
@@ -184,11 +184,41 @@ impl Landed {
     pub fn bytes(&self) -> u64 {
         self.ranges.iter().map(|r| r.1 - r.0).sum()
     }
+
+    /// The ranges of `[start, end)` not covered, sorted.
+    pub fn gaps_in(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut gaps = Vec::new();
+        let mut at = start;
+        for &(s, e) in &self.ranges[self.ranges.partition_point(|r| r.1 <= start)..] {
+            if s >= end {
+                break;
+            }
+            if s > at {
+                gaps.push((at, s));
+            }
+            at = at.max(e);
+        }
+        if at < end {
+            gaps.push((at, end));
+        }
+        gaps
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gaps_in_a_range_are_what_no_landed_range_covers() {
+        let l = Landed::from_ranges(&[(10, 20), (30, 40), (50, 60)]);
+        assert_eq!(l.gaps_in(0, 70), [(0, 10), (20, 30), (40, 50), (60, 70)]);
+        assert_eq!(l.gaps_in(15, 35), [(20, 30)]);
+        assert_eq!(l.gaps_in(20, 30), [(20, 30)], "edges touching landed ranges");
+        assert_eq!(l.gaps_in(32, 38), [], "inside one landed range");
+        assert_eq!(l.gaps_in(55, 100), [(60, 100)]);
+        assert_eq!(Landed::default().gaps_in(5, 9), [(5, 9)]);
+    }
 
     #[test]
     fn connections_open_one_per_min_split_up_to_x_and_one_per_mirror() {

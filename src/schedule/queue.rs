@@ -140,38 +140,95 @@ impl Plan {
     }
 
     /// Queued segments for another reactor (`--threads`), taken from the back of the queue
-    /// (this reactor's connections take from the front) while they are contiguous, free
-    /// to go at `now`, and fewer than `want` bytes are taken: their range `[start, end)`
-    /// and the most tries any of them has had. `None` when the queue's last segment must
+    /// (this reactor's connections take from the front) while they are free to go at
+    /// `now`, fewer than `want` bytes are taken, and each ends where the next one starts
+    /// (`scattered`: at or before: the bytes between are the [`Taken::holes`], as a
+    /// resume's scattered gaps leave them). `None` when the queue's last segment must
     /// still wait, or the queue is empty. At most half the queue goes (at least one
     /// segment), so the owner's own connections keep work while the queue is long.
-    pub fn take_back(&mut self, want: u64, now: Duration) -> Option<(u64, u64, u32)> {
+    pub fn take_back(&mut self, want: u64, now: Duration, scattered: bool) -> Option<Taken> {
         let most = self.queue.len().div_ceil(2).max(1);
         let &(last, t) = self.queue.back()?;
         if t > now {
             return None;
         }
         self.queue.pop_back();
-        let (mut start, end, mut tries) = (last.start, last.end, last.tries);
+        let mut taken = Taken {
+            start: last.start,
+            end: last.end,
+            holes: Vec::new(),
+            tries: last.tries,
+        };
+        let mut bytes = last.end - last.start;
         for _ in 1..most {
-            if end - start >= want {
+            if bytes >= want {
                 break;
             }
             match self.queue.back() {
-                Some(&(s, t)) if t <= now && s.end == start => {
+                Some(&(s, t)) if t <= now && (s.end == taken.start || scattered && s.end < taken.start) => {
                     self.queue.pop_back();
-                    start = s.start;
-                    tries = tries.max(s.tries);
+                    if s.end < taken.start {
+                        taken.holes.push((s.end, taken.start));
+                    }
+                    taken.start = s.start;
+                    taken.tries = taken.tries.max(s.tries);
+                    bytes += s.end - s.start;
                 }
                 _ => break,
             }
         }
-        Some((start, end, tries))
+        taken.holes.reverse();
+        Some(taken)
     }
 
     /// The queued segments, in the order they will be handed out.
     pub fn segments(&self) -> impl Iterator<Item = &Segment> {
         self.queue.iter().map(|(s, _)| s)
+    }
+}
+
+/// Queued segments taken for another reactor ([`Plan::take_back`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taken {
+    /// Bytes: the first taken segment's start.
+    pub start: u64,
+    /// Bytes: the last taken segment's end.
+    pub end: u64,
+    /// `[start, end)` ranges between the taken segments, sorted: not theirs (landed
+    /// before, or queued or running here). Empty unless taken `scattered`.
+    pub holes: Vec<(u64, u64)>,
+    /// The most tries any taken segment has had.
+    pub tries: u32,
+}
+
+impl From<Segment> for Taken {
+    /// One segment, no holes.
+    fn from(s: Segment) -> Taken {
+        Taken {
+            start: s.start,
+            end: s.end,
+            holes: Vec::new(),
+            tries: s.tries,
+        }
+    }
+}
+
+impl Taken {
+    /// Bytes of the taken segments: `[start, end)` less the holes.
+    pub fn bytes(&self) -> u64 {
+        self.end - self.start - self.holes.iter().map(|h| h.1 - h.0).sum::<u64>()
+    }
+
+    /// The taken runs, `[start, end)` less the holes, sorted.
+    pub fn segments(&self) -> Vec<(u64, u64)> {
+        let mut at = self.start;
+        let mut runs = Vec::with_capacity(self.holes.len() + 1);
+        for &(s, e) in &self.holes {
+            runs.push((at, s));
+            at = e;
+        }
+        runs.push((at, self.end));
+        runs
     }
 }
 
@@ -369,26 +426,79 @@ mod tests {
                 .collect(),
         );
         // At most half the queue, from the back, merged; no more than is wanted.
-        assert_eq!(p.take_back(1000, T0), Some((30, 50, 0)));
+        assert_eq!(p.take_back(1000, T0, false), Some(taken(30, 50, 0)));
         p.set_queue(
             [seg(10, 20), seg(20, 30), seg(30, 40), seg(40, 50)]
                 .into_iter()
                 .collect(),
         );
-        assert_eq!(p.take_back(10, T0), Some((40, 50, 0)));
-        assert_eq!(p.take_back(11, T0), Some((20, 40, 0)));
+        assert_eq!(p.take_back(10, T0, false), Some(taken(40, 50, 0)));
+        assert_eq!(p.take_back(11, T0, false), Some(taken(20, 40, 0)));
         p.set_queue([seg(10, 20), seg(20, 30)].into_iter().collect());
         assert_eq!(p.segments().map(|s| s.start).collect::<Vec<_>>(), [10, 20]);
         // A failed segment requeued at the front keeps its tries; a gap stops the run.
         let mut f = seg(60, 70);
         f.tries = 2;
         p.requeue(f, false);
-        assert_eq!(p.take_back(30, T0), Some((10, 30, 0)));
-        assert_eq!(p.take_back(30, T0), Some((60, 70, 2)));
-        assert_eq!(p.take_back(30, T0), None);
+        assert_eq!(p.take_back(30, T0, false), Some(taken(10, 30, 0)));
+        assert_eq!(p.take_back(30, T0, false), Some(taken(60, 70, 2)));
+        assert_eq!(p.take_back(30, T0, false), None);
         // A segment that waits out its backoff stays.
         p.requeue_after(seg(0, 5), false, Duration::from_secs(1));
-        assert_eq!(p.take_back(1, T0), None);
-        assert_eq!(p.take_back(1, Duration::from_secs(2)), Some((0, 5, 0)));
+        assert_eq!(p.take_back(1, T0, false), None);
+        assert_eq!(p.take_back(1, Duration::from_secs(2), false), Some(taken(0, 5, 0)));
+    }
+
+    fn taken(start: u64, end: u64, tries: u32) -> Taken {
+        Taken {
+            start,
+            end,
+            holes: Vec::new(),
+            tries,
+        }
+    }
+
+    #[test]
+    fn another_reactor_takes_scattered_segments_with_their_holes() {
+        // A resume's gaps: [10, 20), [30, 40), [40, 50), [70, 80).
+        let mut p = Plan::new(0, 10);
+        p.set_queue(
+            [seg(10, 20), seg(30, 40), seg(40, 50), seg(70, 80)]
+                .into_iter()
+                .collect(),
+        );
+        // Not scattered: the last segment alone (the one before it does not end at 70).
+        let mut q = p.clone();
+        assert_eq!(q.take_back(30, T0, false), Some(taken(70, 80, 0)));
+        // Scattered: the wanted bytes are the segments', not the span's; the holes
+        // between them.
+        let t = p.take_back(20, T0, true).unwrap();
+        assert_eq!(
+            t,
+            Taken {
+                start: 40,
+                end: 80,
+                holes: vec![(50, 70)],
+                tries: 0
+            }
+        );
+        assert_eq!(t.bytes(), 20);
+        assert_eq!(t.segments(), [(40, 50), (70, 80)]);
+        assert_eq!(
+            p.segments().map(|s| (s.start, s.end)).collect::<Vec<_>>(),
+            [(10, 20), (30, 40)]
+        );
+        // Several holes, sorted; at most half the queue (two of four segments).
+        p.set_queue([seg(0, 5), seg(10, 20), seg(30, 40), seg(60, 70)].into_iter().collect());
+        let t = p.take_back(1000, T0, true).unwrap();
+        assert_eq!((t.start, t.end, t.holes.clone()), (30, 70, vec![(40, 60)]));
+        // (Then half of the two left: one segment.)
+        assert_eq!(p.take_back(1000, T0, true), Some(taken(10, 20, 0)));
+        // A segment requeued at the front (out of the file's order) is not merged.
+        p.set_queue(VecDeque::new());
+        p.requeue(seg(30, 40), false);
+        p.requeue(seg(60, 70), false);
+        assert_eq!(p.take_back(1000, T0, true), Some(taken(30, 40, 0)));
+        assert_eq!(p.take_back(1000, T0, true), Some(taken(60, 70, 0)));
     }
 }

@@ -16,6 +16,7 @@ use crate::error::{Error, Kind, Result};
 use crate::event::Loop;
 use crate::event::mirrors::MirrorRoute;
 use crate::report::Note;
+use crate::schedule::queue::Taken;
 use crate::schedule::{Segment, align_down, align_up};
 use crate::tag::Tag;
 
@@ -72,6 +73,9 @@ impl Helpers {
 /// A part out on a helper, as its owner sees it.
 struct Out {
     range: (u64, u64),
+    /// Ranges of `range` not the part's ([`super::PartOrder`]'s holes): never a gap of
+    /// its end.
+    holes: Vec<(u64, u64)>,
     tries: u32,
     stop: Arc<AtomicBool>,
     /// Set to ask for some of it back ([`Report::Gave`]).
@@ -243,8 +247,10 @@ impl Loop<'_> {
             let queued: u64 = self.sh.tr.plan.segments().map(|s| s.end - s.start).sum();
             let all: usize = self.remote.as_ref().map_or(1, |r| r.shares.iter().sum());
             let want = (share as u64 * self.sh.opts.min_split_size).max(queued * share as u64 / (2 * all as u64));
-            let taken = match self.sh.tr.plan.take_back(want, now) {
-                Some((a, b, tries)) => Some((a, b, tries, None)),
+            // (Scattered: a resume's gaps go out together, one part over the helper's
+            // connections, not one gap at a time over one of them.)
+            let taken = match self.sh.tr.plan.take_back(want, now, true) {
+                Some(t) => Some((t, None)),
                 // (Only while every slot of this reactor has a body to read or will carry
                 // nothing more: an idle or connecting one of its own takes the split
                 // itself, and so does one not opened yet that may open. Handed out first,
@@ -255,17 +261,20 @@ impl Loop<'_> {
                 {
                     self.steal_victim(None)
                         .and_then(|(v, at)| Some((v, self.split_off(v, at)?)))
-                        .map(|(v, s)| (s.start, s.end, s.tries, Some(v)))
+                        .map(|(v, s)| (Taken::from(s), Some(v)))
                 }
                 None => None,
             };
-            let Some((a, b, tries, from)) = taken else {
+            let Some((t, from)) = taken else {
                 break;
             };
-            if !self.send_part(h, share, (a, b), tries)? {
+            let (a, b) = (t.start, t.end);
+            if !self.send_part(h, share, &t)? {
                 // The helper's thread is gone (or the output cannot be shared): its share
-                // stays with the owner.
-                self.sh.tr.plan.requeue(seg(a, b, tries), false);
+                // stays with the owner (each taken segment, front first as they were).
+                for (s, e) in t.segments().into_iter().rev() {
+                    self.sh.tr.plan.requeue(seg(s, e, t.tries), false);
+                }
             } else if let Some(from) = from {
                 self.sh.report.note(Note::StealToReactor {
                     reactor: h + 1,
@@ -311,7 +320,7 @@ impl Loop<'_> {
             return;
         }
         let left = |o: &Out| {
-            let g: u64 = o.given.iter().map(|x| x.1 - x.0).sum();
+            let g: u64 = o.given.iter().chain(&o.holes).map(|x| x.1 - x.0).sum();
             (o.range.1 - o.range.0).saturating_sub(o.landed + g)
         };
         let Some(k) = (0..r.parts.len())
@@ -329,9 +338,10 @@ impl Loop<'_> {
         }
     }
 
-    /// Sends part `range` (its segments tried `tries` times) to helper `h` (0-based) with
+    /// Sends part `t` (its segments tried `t.tries` times) to helper `h` (0-based) with
     /// `share` connections; false when it cannot go.
-    fn send_part(&mut self, h: usize, share: usize, range: (u64, u64), tries: u32) -> Result<bool> {
+    fn send_part(&mut self, h: usize, share: usize, t: &Taken) -> Result<bool> {
+        let (range, tries) = ((t.start, t.end), t.tries);
         let own = self.serving(0);
         let tr = &self.sh.tr;
         let (Some(total), Some(r)) = (tr.total, self.remote.as_mut()) else {
@@ -370,6 +380,7 @@ impl Loop<'_> {
             helper: h + 1,
             file: Arc::clone(r.file.as_ref().expect("made above")),
             range,
+            holes: t.holes.clone(),
             connections: share,
             stop: Arc::clone(&stop),
             give: Arc::clone(&give),
@@ -381,6 +392,7 @@ impl Loop<'_> {
         r.given += 1;
         r.parts[h] = Some(Out {
             range,
+            holes: t.holes.clone(),
             tries,
             stop,
             give,
@@ -570,24 +582,13 @@ impl Loop<'_> {
                 // to the alignment: fetching a few bytes again beats an unaligned write).
                 let align = self.sh.tr.align;
                 let total = self.sh.tr.total.unwrap_or(range.1);
-                let mut gaps = Vec::new();
-                let mut at = range.0;
-                // (What it gave back is this reactor's queue's, landed or not.)
-                let mut covered: Vec<(u64, u64)> = self.sh.tr.landed.ranges().to_vec();
-                covered.extend(out.given.iter().copied());
-                covered.sort_unstable();
-                for (s, e) in covered {
-                    if e <= at || s >= range.1 {
-                        continue;
-                    }
-                    if s > at {
-                        gaps.push((at, s));
-                    }
-                    at = at.max(e);
+                // (What it gave back is this reactor's queue's, landed or not, and its
+                // holes were never its.)
+                let mut covered = self.sh.tr.landed.clone();
+                for &(s, e) in out.given.iter().chain(&out.holes) {
+                    covered.add(s, e);
                 }
-                if at < range.1 {
-                    gaps.push((at, range.1));
-                }
+                let gaps = covered.gaps_in(range.0, range.1);
                 // A helper gives a part up at its first counted failure: the segment that
                 // failed spends a try (the whole rest when no one segment's did), the rest
                 // of the part goes back with the tries it had. An Interrupted part was
