@@ -1240,3 +1240,64 @@ fn a_file_starting_on_idle_connections_a_finished_one_left_takes_them_all() {
         o.stderr_text()
     );
 }
+
+/// A running file takes the room another file's end leaves: `-j 2 -x 4` with
+/// `--max-connections-per-host 2`, a first file worth one connection (16 MiB at a 16 MiB
+/// split) and a second of 48 MiB, which starts beside it with the one slot left. Once the
+/// first ends, the second opens a second connection (`connections` 2 in `--json`); it
+/// once ran to its end on the one it started with.
+#[test]
+fn a_running_file_grows_into_the_room_a_finished_one_leaves() {
+    let n = nginx();
+    let (base, shas) = serve("grow", &[16 * MIB, 48 * MIB]);
+    let dir = TestDir::new("list-grow");
+    let text: String = (0..2)
+        .map(|k| format!("{}\n", n.http_url(&format!("paced-conn/{base}/f{k}.bin"))))
+        .collect();
+    let l = list(&dir, &text);
+    let o = ringdl(
+        &dir,
+        &[
+            "-i",
+            l.to_str().unwrap(),
+            "-j",
+            "2",
+            "-x",
+            "4",
+            "--min-split-size",
+            "16M",
+            "--max-connections-per-host",
+            "2",
+            "-d",
+            "got",
+            "-v",
+            // (At two threads the second file is placed on the other reactor, where it
+            // keeps the slots it started with: docs/guide/several-files.md.)
+            "--threads",
+            "1",
+        ],
+    );
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("got/f{k}.bin"))), sha, "f{k}");
+    }
+    let j = json(&dir);
+    let err = o.stderr_text();
+    assert_eq!(
+        j["files"][0]["connections"], 1,
+        "the first file is worth one connection\n{j}\n{err}"
+    );
+    assert_eq!(
+        j["files"][1]["connections"], 2,
+        "the second file did not grow into the room the first left\n{j}\n{err}"
+    );
+    let conns: std::collections::HashSet<u64> = n
+        .conn_log(&format!("/paced-conn/{base}/"))
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    assert!(
+        conns.len() <= 2,
+        "connections {conns:?} past --max-connections-per-host 2\n{err}"
+    );
+}

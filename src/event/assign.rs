@@ -187,6 +187,29 @@ impl Loop<'_> {
         self.sh.tr.plan.has_work() || self.steal_victim(None).is_some()
     }
 
+    /// `k` more connection slots (a transfer that started with fewer than it is worth,
+    /// given room under its origins' caps that another transfer's end left), spread over
+    /// the mirrors in turn, each with a read block of `reactor`'s pool; its write slots
+    /// grow to match. Returns how many it got (fewer when the pool is short: the pool is
+    /// sized for `-j` transfers of `-x` connections, so it is not).
+    pub(crate) fn grow(&mut self, k: usize, reactor: &crate::event::reactor::Reactor) -> usize {
+        let m = self.sh.tr.mirrors.len().max(1);
+        let mut got = 0;
+        while got < k {
+            let Some(block) = reactor.read_block() else { break };
+            let mut c = Conn::new(block);
+            c.mirror = self.conns.len() % m;
+            self.conns.push(c);
+            self.sh.used.push(false);
+            got += 1;
+        }
+        let w = crate::event::reactor::write_slots(self.conns.len());
+        if self.slots.len() < w {
+            self.slots.resize_with(w, || None);
+        }
+        got
+    }
+
     /// Room for another connection: fewer slots opened one than [`Shared::wanted`].
     pub(crate) fn room(&self) -> bool {
         self.conns.iter().filter(|c| c.engaged).count() < self.sh.tr.wanted

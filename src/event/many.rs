@@ -25,13 +25,14 @@
 
 use std::os::fd::RawFd;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use uring::Op;
 
+mod caps;
 mod placing;
 
+use caps::{grow, room, share_origins};
 use placing::{Away, Placed, forget_idle, on_bell, on_report, place, reactor_for, read_bell, take_reports};
 
 use super::reactor::{self, Reactor};
@@ -291,6 +292,10 @@ fn turns<'c>(
             } else {
                 place(feed, slots, lane, (id, st), keys, (n, on), reactor, placed);
             }
+        }
+        // The room files that ended left goes to those running once none waits for it.
+        if interrupted.is_none() && waiting.is_empty() && exhausted {
+            grow(slots, reactor, placed);
         }
         share_origins(slots);
         // Drive each transfer on; end those that are done.
@@ -599,98 +604,6 @@ impl Loop<'_> {
                 + self.remote.as_ref().map_or(0, super::threads::Remote::serving),
         }
     }
-}
-
-/// Tells each transfer how many requests the others have being served by each of its
-/// origins — answered, a body coming ([`crate::control::origin::Origin::others`]), on
-/// this reactor or placed on another: a server's cap counts them all, so a refusal while
-/// another transfer is served is a cap (no failed try), what the server allows is learned
-/// with them, and no transfer opens past it.
-fn share_origins(slots: &mut [Slot<'_>]) {
-    let mut totals: Vec<(String, usize)> = Vec::new();
-    let mut add = |key: &str, n: usize| match totals.iter_mut().find(|(k, _)| k == key) {
-        Some(t) => t.1 += n,
-        None => totals.push((key.to_owned(), n)),
-    };
-    for s in slots.iter() {
-        match s {
-            Slot::Busy(r) => {
-                for o in 0..r.dl.sh.origins.len() {
-                    add(r.dl.fin.key(o), r.dl.serving(o));
-                }
-            }
-            Slot::Away(a) => {
-                if let Some(k) = a.keys.first() {
-                    add(k, a.serving);
-                }
-            }
-            _ => {}
-        }
-    }
-    let all = |key: &str| totals.iter().find(|(k, _)| k == key).map_or(0, |t| t.1);
-    for s in slots.iter_mut() {
-        match s {
-            Slot::Busy(r) => {
-                for o in 0..r.dl.sh.origins.len() {
-                    let own = r.dl.serving(o);
-                    r.dl.sh.origins[o].others = all(r.dl.fin.key(o)) - own;
-                }
-            }
-            Slot::Away(a) => {
-                let others = a.keys.first().map_or(0, |k| all(k) - a.serving);
-                a.posted.others.store(others, Ordering::Release);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Connection slots a transfer to the origins `keys` may have on reactor `on` (0: this
-/// one): the least room left under any of their caps (`max_per_host`, or what the server
-/// was seen allowing), counting the slots the running transfers hold — here and placed
-/// on other reactors — and the idle connections kept to them on every reactor (of which
-/// it takes at most `takes` of those on its own, before it opens any).
-fn room(
-    keys: &[String],
-    max_per_host: usize,
-    takes: usize,
-    (slots, reactor): (&[Slot<'_>], &Reactor),
-    (on, placed): (usize, &Placed),
-) -> usize {
-    keys.iter()
-        .map(|k| {
-            // (What a server allows is the most any transfer saw it take, here or on
-            // another reactor.)
-            let learned = placed.learned.iter().find(|(x, _)| x == k).map(|x| x.1);
-            let cap = reactor
-                .allows(k)
-                .into_iter()
-                .chain(learned)
-                .max()
-                .unwrap_or(usize::MAX)
-                .min(max_per_host);
-            let held: usize = slots
-                .iter()
-                .filter_map(|s| match s {
-                    Slot::Busy(r) if r.keys.contains(k) => Some(r.held()),
-                    Slot::Away(a) if a.keys.contains(k) => Some(a.held),
-                    _ => None,
-                })
-                .sum();
-            let idle_on = |r: usize| {
-                if r == 0 {
-                    reactor.idle_to(k)
-                } else {
-                    placed.idle_on(r, k)
-                }
-            };
-            let idle: usize = (0..placed.idle.len().max(1)).map(idle_on).sum();
-            // Open after it starts: the others' slots, the idle connections it leaves, and
-            // its own (of which `takes` are idle ones it takes, not new).
-            (cap + idle_on(on).min(takes)).saturating_sub(held + idle).min(cap)
-        })
-        .min()
-        .unwrap_or(0)
 }
 
 /// A transfer in flight (here or placed on another reactor).

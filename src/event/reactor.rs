@@ -391,6 +391,11 @@ impl Reactor {
         taken
     }
 
+    /// A free block of the read pool (a running transfer's new connection slot), if any.
+    pub(crate) fn read_block(&self) -> Option<uring::Buf> {
+        self.read.as_ref()?.alloc()
+    }
+
     /// Closes idle connections to other origins, oldest first, until `pool` has `want`
     /// free read blocks for the transfer's new connections.
     pub(crate) fn free_blocks(&mut self, pool: &BufPool, want: usize) {
