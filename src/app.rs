@@ -435,7 +435,8 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
 /// `p` in `-d`'s directory `dir` when `p` is relative (as aria2c places `-o` under `-d`).
 pub(crate) fn in_dir(dir: Option<&std::path::Path>, p: std::path::PathBuf) -> std::path::PathBuf {
     match dir {
-        Some(d) if p.is_relative() && d != std::path::Path::new(".") => d.join(p),
+        // (`.` components inside left out: `out=./a` under `-d d` is `d/a`.)
+        Some(d) if p.is_relative() && d != std::path::Path::new(".") => d.join(p).components().collect(),
         _ => p,
     }
 }

@@ -621,4 +621,15 @@ mod tests {
         assert_eq!(same_file(Path::new("a")), same_file(&cwd.join("a")));
         assert_ne!(same_file(Path::new("a")), same_file(Path::new("d/a")));
     }
+
+    #[test]
+    fn a_file_under_a_directory_is_named_without_dot_components() {
+        // (As strings: `Path`'s equality skips `.` components itself.)
+        let named = |d: Option<&str>, p: &str| in_dir(d.map(Path::new), PathBuf::from(p)).into_os_string();
+        assert_eq!(named(Some("out2"), "./a.bin"), "out2/a.bin");
+        assert_eq!(named(Some("out2"), "./-"), "out2/-");
+        assert_eq!(named(Some("out2"), "x/./y"), "out2/x/y");
+        assert_eq!(named(Some("out2"), "/abs/a"), "/abs/a");
+        assert_eq!(named(None, "./a"), "./a", "no -d: as given");
+    }
 }
