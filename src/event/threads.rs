@@ -408,12 +408,11 @@ fn run_part(
             lending: p.lending,
             helper: p.helper,
             range: p.range,
-            holes: p.holes,
+            not_ours: Landed::from_ranges(&p.holes),
             tx: tx.clone(),
             bell: Arc::clone(bell),
             stop: p.stop,
             give: p.give,
-            given: Vec::new(),
             others: p.others,
             told: (0, 0),
             counted: None,
@@ -487,16 +486,15 @@ pub(crate) struct PartLink {
     lending: u64,
     helper: usize,
     range: (u64, u64),
-    /// Ranges of `range` not the part's ([`PartOrder::holes`]): in this loop's landed
-    /// ranges from the start (its resume state), never told as landed.
-    holes: Vec<(u64, u64)>,
+    /// Ranges of `range` that are not the part's: its holes ([`PartOrder::holes`]) and
+    /// what it gave back to the owner ([`Report::Gave`]). In this loop's landed ranges
+    /// (its resume state, or added when given: its transfer ends without them), never
+    /// told as landed.
+    not_ours: Landed,
     tx: Sender<Report>,
     bell: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
     give: Arc<AtomicBool>,
-    /// What of the part was given back to the owner ([`Report::Gave`]): in this loop's
-    /// landed ranges (its transfer ends without them), never told as landed.
-    given: Vec<(u64, u64)>,
     others: Arc<AtomicUsize>,
     /// Bytes of the part told as landed so far, and requests told as served.
     told: (u64, usize),
@@ -512,30 +510,22 @@ impl PartLink {
         self.range
     }
 
-    /// Bytes of the part: its range less its holes.
+    /// Bytes of the part: its range less its holes (and what it gave back).
     pub(crate) fn bytes(&self) -> u64 {
-        self.range.1 - self.range.0 - self.holes.iter().map(|h| h.1 - h.0).sum::<u64>()
+        self.range.1 - self.range.0 - self.not_ours.bytes()
     }
 
     /// Tells the owner what of the part has landed and how many of this reactor's requests
     /// the server serves (`serving`), when either changed.
     pub(crate) fn tell_landed(&mut self, landed: &Landed, serving: usize) {
+        // (One sweep: each landed range within the part, less what is not the part's.)
         let (a, b) = self.range;
-        let mut ranges: Vec<(u64, u64)> = landed
+        let ranges: Vec<(u64, u64)> = landed
             .ranges()
             .iter()
-            .filter_map(|&(s, e)| {
-                let (s, e) = (s.max(a), e.min(b));
-                (s < e).then_some((s, e))
-            })
+            .filter(|&&(s, e)| s < b && e > a)
+            .flat_map(|&(s, e)| self.not_ours.gaps_in(s.max(a), e.min(b)))
             .collect();
-        for &(gs, ge) in self.holes.iter().chain(&self.given) {
-            ranges = ranges
-                .into_iter()
-                .flat_map(|(s, e)| [(s, e.min(gs)), (s.max(ge), e)])
-                .filter(|&(s, e)| s < e)
-                .collect();
-        }
         let bytes: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
         if bytes > self.told.0 || serving != self.told.1 {
             self.told = (bytes, serving);
@@ -600,8 +590,8 @@ impl PartLink {
     /// nothing was worth giving (`None`). The range must already be out of this loop's
     /// plan and in its landed ranges (its transfer ends without it).
     pub(crate) fn tell_gave(&mut self, range: Option<(u64, u64)>, tries: u32) {
-        if let Some(g) = range {
-            self.given.push(g);
+        if let Some((s, e)) = range {
+            self.not_ours.add(s, e);
         }
         tell(
             &self.tx,

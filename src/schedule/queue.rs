@@ -142,8 +142,8 @@ impl Plan {
     /// Queued segments for another reactor (`--threads`), taken from the back of the queue
     /// (this reactor's connections take from the front) while they are free to go at
     /// `now`, fewer than `want` bytes are taken, and each ends where the next one starts
-    /// (`scattered`: at or before: the bytes between are the [`Taken::holes`], as a
-    /// resume's scattered gaps leave them). `None` when the queue's last segment must
+    /// (`scattered`: at or before, tried as often as those taken: the bytes between are
+    /// the [`Taken::holes`], as a resume's scattered gaps leave them). `None` when the queue's last segment must
     /// still wait, or the queue is empty. At most half the queue goes (at least one
     /// segment), so the owner's own connections keep work while the queue is long.
     pub fn take_back(&mut self, want: u64, now: Duration, scattered: bool) -> Option<Taken> {
@@ -165,7 +165,13 @@ impl Plan {
                 break;
             }
             match self.queue.back() {
-                Some(&(s, t)) if t <= now && (s.end == taken.start || scattered && s.end < taken.start) => {
+                // (A scattered segment only with as many tries: the part's segments go
+                // back with the most any had, so an unrelated retried one would spend
+                // the others' budget.)
+                Some(&(s, t))
+                    if t <= now
+                        && (s.end == taken.start || scattered && s.end < taken.start && s.tries == taken.tries) =>
+                {
                     self.queue.pop_back();
                     if s.end < taken.start {
                         taken.holes.push((s.end, taken.start));
@@ -500,5 +506,11 @@ mod tests {
         p.requeue(seg(60, 70), false);
         assert_eq!(p.take_back(1000, T0, true), Some(taken(30, 40, 0)));
         assert_eq!(p.take_back(1000, T0, true), Some(taken(60, 70, 0)));
+        // Nor one tried more often than those taken (its tries would spread to them).
+        let mut tried = seg(30, 40);
+        tried.tries = 2;
+        p.set_queue([seg(0, 5), seg(10, 15), tried, seg(50, 60)].into_iter().collect());
+        let t = p.take_back(1000, T0, true).unwrap();
+        assert_eq!((t.start, t.end, t.tries), (50, 60, 0));
     }
 }
