@@ -188,19 +188,18 @@ impl Loop<'_> {
     }
 
     /// `k` more connection slots (a transfer that started with fewer than it is worth,
-    /// given room under its origins' caps that another transfer's end left), spread over
-    /// the mirrors in turn, each with a read block of `reactor`'s pool; its write slots
-    /// grow to match. Returns how many it got (fewer when the pool is short: the pool is
-    /// sized for `-j` transfers of `-x` connections, so it is not).
+    /// given room under its origins' caps that another transfer's end left), each on the
+    /// mirror left with the fewest (never a dropped one) and with a read block of
+    /// `reactor`'s pool; its write slots grow to match. Returns how many it got (fewer
+    /// when the pool is short: the pool is sized for `-j` transfers of `-x` connections,
+    /// so it is not).
     pub(crate) fn grow(&mut self, k: usize, reactor: &crate::event::reactor::Reactor) -> usize {
-        let m = self.sh.tr.mirrors.len().max(1);
         let mut got = 0;
         while got < k {
             let Some(block) = reactor.read_block() else { break };
-            let mut c = Conn::new(block);
-            c.mirror = self.conns.len() % m;
-            self.conns.push(c);
+            self.conns.push(Conn::new(block));
             self.sh.used.push(false);
+            self.reassign(self.conns.len() - 1);
             got += 1;
         }
         let w = crate::event::reactor::write_slots(self.conns.len());

@@ -152,7 +152,7 @@ impl Loop<'_> {
 
     /// Moves closed connection `j` to the mirror left with the fewest connections (the
     /// first given on a tie); with none left it stays dead.
-    fn reassign(&mut self, j: usize) {
+    pub(crate) fn reassign(&mut self, j: usize) {
         let counts: Vec<usize> = (0..self.sh.tr.mirrors.len())
             .map(|k| {
                 self.conns

@@ -56,7 +56,8 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
 /// one): the least room left under any of their caps (`max_per_host`, or what the server
 /// was seen allowing), counting the slots the running transfers hold — here and placed
 /// on other reactors — and the idle connections kept to them on every reactor (of which
-/// it takes at most `takes` of those on its own, before it opens any).
+/// it takes at most `takes` of those on its own, before it opens any). For a running
+/// transfer (among `slots`), the room beyond the slots it holds.
 pub(super) fn room(
     keys: &[String],
     max_per_host: usize,
@@ -110,7 +111,15 @@ pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &Reactor, placed: &Placed) {
     for lane in 0..slots.len() {
         let Slot::Busy(r) = &slots[lane] else { continue };
         let tr = &r.dl.sh.tr;
-        let worth = tr.wanted.min(r.dl.sh.opts.connections);
+        // (What the bytes still to fetch are worth now, not at its first answer.)
+        let left = tr.total.unwrap_or(0).saturating_sub(tr.landed.bytes());
+        let o = &r.dl.sh.opts;
+        let worth = tr.wanted.min(crate::schedule::connections_for(
+            left,
+            o.min_split_size,
+            o.connections,
+            tr.mirrors.len(),
+        ));
         if r.n >= worth
             || r.syncing
             || r.failed.is_some()
@@ -121,6 +130,9 @@ pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &Reactor, placed: &Placed) {
         {
             continue;
         }
+        // (Its own held slots are among those `room` counts: what it gives is room beyond
+        // them. Idle connections kept to its origins count as its to take: the adopt loop
+        // of `turns`, right after this, takes them before the new slots open anything.)
         let more = room(
             &r.keys,
             r.dl.sh.opts.max_per_host,
