@@ -178,8 +178,11 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
         .run();
     o.assert_code(7);
     let err = o.stderr_text();
+    // (tmpfs preallocates: the fallocate(2) of the whole file meets ENOSPC first.)
     assert!(
-        err.contains("space") || err.contains("disk full"),
+        err.contains("not enough space for 104857600 bytes")
+            && err.contains("bytes still to land,")
+            && err.contains(" free on its file system: free space first"),
         "unclear message: {err}"
     );
     assert!(!out.exists(), "no file at the final name after a full disk");
@@ -195,6 +198,77 @@ fn full_filesystem_fails_clearly_then_resume_is_exact() {
         .run()
         .assert_success();
     assert_eq!(sha256_file(&out), f.sha256);
+    mount.unmount().unwrap();
+}
+
+/// A disk that fills up while bytes land (ext2 has no fallocate(2), so nothing is
+/// preallocated and a write meets ENOSPC): exit 7, a message that says the disk is full,
+/// how many bytes are still to land and how many are free, no file at the final name, and
+/// a `.part` whose control file names only bytes it holds (`-c` goes on from there once
+/// space is freed).
+#[test]
+fn a_disk_filling_up_mid_download_says_how_much_space_is_missing() {
+    if !is_root() {
+        util::skip("mounting a loop filesystem needs root");
+        return;
+    }
+    let ng = nginx();
+    let f = ng.file(16 * MIB);
+    let dir = TestDir::new("fullext2");
+    let (img, mnt) = (dir.join("fs.img"), dir.join("mnt"));
+    std::fs::create_dir_all(&mnt).unwrap();
+    std::fs::File::create(&img).unwrap().set_len(8 * MIB).unwrap();
+    let mk = Command::new("mkfs.ext2").args(["-q", "-F"]).arg(&img).output().unwrap();
+    assert!(
+        mk.status.success(),
+        "mkfs.ext2: {}",
+        String::from_utf8_lossy(&mk.stderr)
+    );
+    // Unmounted at the end; the test fails if the filesystem is still busy then.
+    let mut mount = match util::Mount::image("ext2", &img, &mnt) {
+        Ok(m) => m,
+        Err(e) => {
+            util::skip(&e);
+            return;
+        }
+    };
+    let out = mnt.join("out.bin");
+    let o = dir
+        .ringdl()
+        .args(["-x", "4", "--min-split-size", "1M", "-v", "-o"])
+        .arg(&out)
+        .arg(ng.http_url(&f.name))
+        .run();
+    let err = o.stderr_text();
+    o.assert_code(7);
+    assert!(
+        err.contains("fallocate: "),
+        "ext2 preallocated: the test needs the write path\n{err}"
+    );
+    let msg = err
+        .lines()
+        .find(|l| l.contains("disk full at offset "))
+        .unwrap_or_else(|| panic!("no disk-full message\n{err}"));
+    let free: u64 = msg
+        .split_once(" bytes still to land, ")
+        .and_then(|(_, r)| r.split_once(" free on its file system: free space first"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("the message says nothing of the space: {msg}"));
+    assert!(free < 8 * MIB, "{free} bytes free on an 8 MiB filesystem: {msg}");
+    assert!(!out.exists(), "no file at the final name after a full disk");
+    let part = mnt.join("out.bin.part");
+    let control = std::fs::read_to_string(mnt.join("out.bin.part.ringdl")).unwrap_or_default();
+    let held = std::fs::read(&part).unwrap_or_default();
+    let want = std::fs::read(ng.www().join(&f.name)).unwrap();
+    for (a, b) in control.lines().filter_map(|l| {
+        let (a, b) = l.strip_prefix("range ")?.split_once(' ')?;
+        Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?))
+    }) {
+        assert!(
+            b <= held.len() && held[a..b] == want[a..b],
+            "the control file names bytes {a}-{b} the .part does not hold"
+        );
+    }
     mount.unmount().unwrap();
 }
 

@@ -431,11 +431,13 @@ impl Loop<'_> {
             Some(Tag::Fallocate) if c.result < 0 => {
                 let e = errno(c.result);
                 if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
-                    self.sh.fatal = Some(err!(
-                        LocalIo,
-                        "not enough space for {} bytes: {e}",
-                        self.sh.tr.total.unwrap_or(0)
-                    ));
+                    let total = self.sh.tr.total.unwrap_or(0);
+                    let hint = self
+                        .sh
+                        .tr
+                        .out
+                        .space_hint(total.saturating_sub(self.sh.tr.landed.bytes()));
+                    self.sh.fatal = Some(err!(LocalIo, "not enough space for {total} bytes: {e}{hint}"));
                 } else {
                     self.sh.report.note(Note::NoPreallocation { why: e.to_string() });
                 }

@@ -86,14 +86,19 @@ impl Loop<'_> {
         if c.result < 0 {
             self.writes_in_flight -= 1;
             let e = errno(c.result);
-            let what = if e == rustix::io::Errno::NOSPC {
-                "disk full"
+            let (what, hint) = if e == rustix::io::Errno::NOSPC {
+                let need = self
+                    .sh
+                    .tr
+                    .total
+                    .map_or(0, |t| t.saturating_sub(self.sh.tr.landed.bytes()));
+                ("disk full", self.sh.tr.out.space_hint(need))
             } else {
-                "write failed"
+                ("write failed", String::new())
             };
             self.sh.fatal = Some(err!(
                 LocalIo,
-                "{what} at offset {} ({} bytes): {e}",
+                "{what} at offset {} ({} bytes): {e}{hint}",
                 slot.off + slot.done as u64,
                 slot.len - slot.done
             ));

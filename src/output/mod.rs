@@ -494,6 +494,19 @@ impl Output {
         }
     }
 
+    /// What a full disk's message adds (ENOSPC from a write or fallocate(2)): the bytes
+    /// still to land, `need`, the bytes free to an unprivileged writer on the output's file
+    /// system (fstatvfs(3): `f_bavail · f_frsize`), and that space must be freed first.
+    pub fn space_hint(&self, need: u64) -> String {
+        match rustix::fs::fstatvfs(&self.fd) {
+            Ok(v) => format!(
+                "; {need} bytes still to land, {} free on its file system: free space first",
+                v.f_bavail.saturating_mul(v.f_frsize)
+            ),
+            Err(_) => format!("; {need} bytes still to land: free space first"),
+        }
+    }
+
     /// The output for messages: the `.part` path or "standard output".
     pub fn describe(&self) -> String {
         match (&self.part, &self.what) {

@@ -762,6 +762,32 @@ impl Mount {
         })
     }
 
+    /// `mount -t FSTYPE -o loop IMAGE POINT`: a filesystem image on a loop device, which
+    /// mount(8) sets up and umount(8) detaches (autoclear).
+    ///
+    /// # Errors
+    /// mount(8)'s words when it refuses (no loop devices, not root).
+    pub fn image(fstype: &str, image: &Path, point: &Path) -> Result<Mount, String> {
+        let o = Command::new("mount")
+            .args(["-t", fstype, "-o", "loop"])
+            .arg(image)
+            .arg(point)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "mount -t {fstype} -o loop {}: {}",
+                image.display(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+        Ok(Mount {
+            point: point.to_owned(),
+            mounted: true,
+        })
+    }
+
     /// `mount -o remount,OPTIONS`; true when it worked.
     pub fn remount(&self, options: &str) -> bool {
         Command::new("mount")
