@@ -353,8 +353,13 @@ pub enum Note {
     /// spread: mirrors, `--limit-rate`, a block device, an output that is not a file).
     OneReactor { why: &'static str },
     /// `--threads`: the file was fetched on `reactors` reactors; `parts` parts went to the
-    /// others, which landed `bytes` bytes.
-    Reactors { reactors: usize, parts: usize, bytes: u64 },
+    /// `others` (the helper threads), which landed `bytes` bytes.
+    Reactors {
+        reactors: usize,
+        others: usize,
+        parts: usize,
+        bytes: u64,
+    },
     /// At the end: ops that went out on the registered output fd (`IOSQE_FIXED_FILE`).
     FixedFileOps { ops: u64 },
     /// At the end: the SQPOLL thread's own CPU time (`--sqpoll`; not in the process's
@@ -493,12 +498,22 @@ impl std::fmt::Display for Note {
             } => write!(f, "reactor {reactor} takes bytes {first}-{last} from connection {from}"),
             Note::OnReactor { reactor, note } => write!(f, "reactor {reactor}: {note}"),
             Note::OneReactor { why } => write!(f, "--threads: this file runs on one reactor ({why})"),
-            Note::Reactors { reactors, parts, bytes } => {
+            Note::Reactors {
+                reactors,
+                others,
+                parts,
+                bytes,
+            } => {
                 let s = if *parts == 1 { "" } else { "s" };
                 let rs = if *reactors == 1 { "" } else { "s" };
+                let to = if *others == 1 {
+                    "the other thread".to_owned()
+                } else {
+                    format!("the {others} other threads")
+                };
                 write!(
                     f,
-                    "{reactors} reactor{rs}: {parts} part{s} to the other threads, {bytes} bytes landed there"
+                    "{reactors} reactor{rs}: {parts} part{s} to {to}, {bytes} bytes landed there"
                 )
             }
         }
@@ -659,21 +674,23 @@ mod tests {
     fn the_reactors_line_counts_in_words() {
         let one = Note::Reactors {
             reactors: 1,
+            others: 1,
             parts: 1,
             bytes: 0,
         };
         assert_eq!(
             one.to_string(),
-            "1 reactor: 1 part to the other threads, 0 bytes landed there"
+            "1 reactor: 1 part to the other thread, 0 bytes landed there"
         );
         let two = Note::Reactors {
             reactors: 2,
+            others: 3,
             parts: 3,
             bytes: 9,
         };
         assert_eq!(
             two.to_string(),
-            "2 reactors: 3 parts to the other threads, 9 bytes landed there"
+            "2 reactors: 3 parts to the 3 other threads, 9 bytes landed there"
         );
     }
 

@@ -1,7 +1,7 @@
 //! `--threads N`: reactors on N threads, each with its own ring, pools and connections,
 //! sharing one file's ranges by messages (src/event/threads.rs). Bytes compared by
 //! SHA-256 against real nginx and the fault server; the other reactors' work is seen in
-//! `-v`'s "N reactors: K parts to the other threads, B bytes landed there".
+//! `-v`'s "N reactors: K parts to the other thread(s), B bytes landed there".
 
 use std::fs;
 use std::path::Path;
@@ -20,9 +20,12 @@ fn reactors_line(stderr: &str) -> Option<(usize, usize, u64)> {
             .or_else(|| rest.split_once(" reactor: "))?;
         // (A file among several in flight: its notes start with its name.)
         let n = n.rsplit(": ").next()?;
+        // ("K part(s) to the other thread" or "to the M other threads".)
         let (k, rest) = rest
-            .split_once(" parts to the other threads, ")
-            .or_else(|| rest.split_once(" part to the other threads, "))?;
+            .split_once(" parts to the ")
+            .or_else(|| rest.split_once(" part to the "))?;
+        let (_, rest) = rest.split_once("other thread")?;
+        let rest = rest.trim_start_matches('s').strip_prefix(", ")?;
         let (b, _) = rest.split_once(" bytes landed there")?;
         Some((n.parse().ok()?, k.parse().ok()?, b.parse().ok()?))
     })

@@ -445,6 +445,7 @@ fn end_inner(
             if let Some(rm) = dl.remote.as_ref().filter(|rm| rm.given > 0) {
                 dl.sh.report.note(Note::Reactors {
                     reactors: rm.reactors(),
+                    others: rm.helpers(),
                     parts: rm.given,
                     bytes: rm.by_others,
                 });

@@ -142,6 +142,11 @@ impl Remote {
         1 + self.landed_by.iter().filter(|&&b| b > 0).count()
     }
 
+    /// The helper threads lent (the other reactors).
+    pub(crate) fn helpers(&self) -> usize {
+        self.orders.len()
+    }
+
     /// The owner's connections.
     pub(crate) fn own(&self) -> usize {
         self.shares[0]
