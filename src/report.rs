@@ -352,8 +352,7 @@ pub enum Note {
     /// `--threads N`: this file runs on one reactor, because of `why` (what does not
     /// spread: mirrors, `--limit-rate`, a block device, an output that is not a file).
     OneReactor { why: &'static str },
-    /// `--threads`: the file was fetched on `reactors` reactors; `parts` parts went to the
-    /// `others` (the helper threads), which landed `bytes` bytes.
+    /// `--threads`: `reactors` landed bytes; `parts` went to `others` helpers, `bytes` by them.
     Reactors {
         reactors: usize,
         others: usize,
@@ -504,16 +503,16 @@ impl std::fmt::Display for Note {
                 parts,
                 bytes,
             } => {
-                let s = if *parts == 1 { "" } else { "s" };
-                let rs = if *reactors == 1 { "" } else { "s" };
+                let s = |n: usize| if n == 1 { "" } else { "s" };
                 let to = if *others == 1 {
-                    "the other thread".to_owned()
+                    String::new()
                 } else {
-                    format!("the {others} other threads")
+                    format!("{others} ")
                 };
+                let (rs, ps, ts) = (s(*reactors), s(*parts), s(*others));
                 write!(
                     f,
-                    "{reactors} reactor{rs}: {parts} part{s} to {to}, {bytes} bytes landed there"
+                    "{reactors} reactor{rs}: {parts} part{ps} to the {to}other thread{ts}, {bytes} bytes landed there"
                 )
             }
         }
@@ -672,24 +671,21 @@ mod tests {
 
     #[test]
     fn the_reactors_line_counts_in_words() {
-        let one = Note::Reactors {
-            reactors: 1,
-            others: 1,
-            parts: 1,
-            bytes: 0,
+        let line = |reactors, others, parts, bytes| {
+            let n = Note::Reactors {
+                reactors,
+                others,
+                parts,
+                bytes,
+            };
+            n.to_string()
         };
         assert_eq!(
-            one.to_string(),
+            line(1, 1, 1, 0),
             "1 reactor: 1 part to the other thread, 0 bytes landed there"
         );
-        let two = Note::Reactors {
-            reactors: 2,
-            others: 3,
-            parts: 3,
-            bytes: 9,
-        };
         assert_eq!(
-            two.to_string(),
+            line(2, 3, 3, 9),
             "2 reactors: 3 parts to the 3 other threads, 9 bytes landed there"
         );
     }
