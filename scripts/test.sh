@@ -46,7 +46,7 @@ ensure_tools \
     setpriv:util-linux \
     prlimit:util-linux \
     mount:mount \
-    mkfs.ext2:e2fsprogs \
+    /sbin/mkfs.ext2:e2fsprogs \
     openssl:openssl \
     qemu-system-x86_64:qemu-system-x86 \
     cpio:cpio \

@@ -352,7 +352,7 @@ pub enum Note {
     /// `--threads N`: this file runs on one reactor, because of `why` (what does not
     /// spread: mirrors, `--limit-rate`, a block device, an output that is not a file).
     OneReactor { why: &'static str },
-    /// `--threads`: `reactors` landed bytes; `parts` went to `others` helpers, `bytes` by them.
+    /// `--threads`: `reactors` landed bytes; `parts` went to the `others` helpers lent.
     Reactors {
         reactors: usize,
         others: usize,
@@ -503,16 +503,13 @@ impl std::fmt::Display for Note {
                 parts,
                 bytes,
             } => {
+                // (Not every helper lent need have had a part: with several, no count.)
                 let s = |n: usize| if n == 1 { "" } else { "s" };
-                let to = if *others == 1 {
-                    String::new()
-                } else {
-                    format!("{others} ")
-                };
-                let (rs, ps, ts) = (s(*reactors), s(*parts), s(*others));
+                let (rs, ps) = (s(*reactors), s(*parts));
+                let to = ["other threads", "the other thread"][usize::from(*others == 1)];
                 write!(
                     f,
-                    "{reactors} reactor{rs}: {parts} part{ps} to the {to}other thread{ts}, {bytes} bytes landed there"
+                    "{reactors} reactor{rs}: {parts} part{ps} to {to}, {bytes} bytes landed there"
                 )
             }
         }
@@ -686,7 +683,7 @@ mod tests {
         );
         assert_eq!(
             line(2, 3, 3, 9),
-            "2 reactors: 3 parts to the 3 other threads, 9 bytes landed there"
+            "2 reactors: 3 parts to other threads, 9 bytes landed there"
         );
     }
 

@@ -20,10 +20,8 @@ fn reactors_line(stderr: &str) -> Option<(usize, usize, u64)> {
             .or_else(|| rest.split_once(" reactor: "))?;
         // (A file among several in flight: its notes start with its name.)
         let n = n.rsplit(": ").next()?;
-        // ("K part(s) to the other thread" or "to the M other threads".)
-        let (k, rest) = rest
-            .split_once(" parts to the ")
-            .or_else(|| rest.split_once(" part to the "))?;
+        // ("K part(s) to the other thread" or "to other threads".)
+        let (k, rest) = rest.split_once(" parts to ").or_else(|| rest.split_once(" part to "))?;
         let (_, rest) = rest.split_once("other thread")?;
         let rest = rest.trim_start_matches('s').strip_prefix(", ")?;
         let (b, _) = rest.split_once(" bytes landed there")?;

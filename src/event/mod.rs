@@ -431,12 +431,14 @@ impl Loop<'_> {
             Some(Tag::Fallocate) if c.result < 0 => {
                 let e = errno(c.result);
                 if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
+                    // (EFBIG: larger than the file system allows a file; no space freed helps.)
                     let total = self.sh.tr.total.unwrap_or(0);
-                    let hint = self
-                        .sh
-                        .tr
-                        .out
-                        .space_hint(total.saturating_sub(self.sh.tr.landed.bytes()));
+                    let hint = if e == rustix::io::Errno::NOSPC {
+                        let need = total.saturating_sub(self.sh.tr.landed.bytes());
+                        self.sh.tr.out.space_hint(need)
+                    } else {
+                        String::new()
+                    };
                     self.sh.fatal = Some(err!(LocalIo, "not enough space for {total} bytes: {e}{hint}"));
                 } else {
                     self.sh.report.note(Note::NoPreallocation { why: e.to_string() });
