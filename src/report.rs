@@ -285,8 +285,8 @@ pub enum Note {
     ConnectionFailed { conn: usize, why: String },
     /// The server (or proxy) turned a connection away: see [`Cap`].
     Capped { conn: usize, why: String, cap: Cap },
-    /// At the end: the most connections the server let download at once.
-    Allowed { connections: usize },
+    /// At the end: the most connections the server let download at once (`own`: this file's).
+    Allowed { connections: usize, own: usize },
     /// kTLS not used on this connection (suite, kernel); it stays in user-space TLS.
     KtlsRefused { conn: usize, why: String },
     /// TLS handed to the kernel after the handshake.
@@ -372,6 +372,7 @@ impl Note {
         match self {
             Note::OnReactor { note, .. } => note.level(),
             Note::Request { .. } | Note::Abandoned { .. } => Level::Verbose(2),
+            Note::Capped { cap, .. } if cap.refusals > 1 => Level::Verbose(2),
             Note::State(_) => Level::Verbose(3),
             Note::Resuming { .. } => Level::Info,
             Note::Changed { .. }
@@ -431,12 +432,13 @@ impl std::fmt::Display for Note {
                 )
             }
             Note::Capped { conn, why, cap } => write!(f, "connection {conn}: {why}: {cap}"),
-            Note::Allowed { connections: n } => {
-                write!(
-                    f,
-                    "server allows {n} connection{}: using {n}",
-                    if *n == 1 { "" } else { "s" }
-                )
+            Note::Allowed { connections: n, own } => {
+                let s = if *n == 1 { "" } else { "s" };
+                if own >= n {
+                    write!(f, "server allows {n} connection{s}: using {n}")
+                } else {
+                    write!(f, "server allows {n} connection{s}, shared with other files")
+                }
             }
             Note::KtlsRefused { conn, why } => {
                 write!(f, "connection {conn}: kTLS refused ({why}): staying in user-space TLS")

@@ -1301,3 +1301,58 @@ fn a_running_file_grows_into_the_room_a_finished_one_leaves() {
         "connections {conns:?} past --max-connections-per-host 2\n{err}"
     );
 }
+
+/// `-j 3 -x 1` under a server cap of 2 that nobody knew: the server serves two files and
+/// turns the third away. That file's slot is parked, and it asks again as soon as one of
+/// the two ends (its connection goes idle), not when its own wait of 2 s is over: it once
+/// sat out the rest of the 2 s with nothing downloading. `-v` says the server allows 2,
+/// shared with the files beside it (it once said "using 2" of a file that used one).
+#[test]
+fn a_file_turned_away_by_the_cap_asks_again_when_another_file_ends() {
+    let srv = crate::fault::FaultServer::builder()
+        .size(MIB)
+        .rate(2 * MIB)
+        .cap(2)
+        .start();
+    let dir = TestDir::new("list-cap-wake");
+    let urls: Vec<String> = (0..3).map(|k| srv.url(&format!("/f{k}.bin"))).collect();
+    let mut args = vec!["-j", "3", "-x", "1", "-Z", "-d", "got", "-v", "--threads", "1"];
+    // (`--threads 1`: at two threads a file placed on the other reactor is woken by the
+    // ends of the files on its own reactor only.)
+    args.extend(urls.iter().map(String::as_str));
+    let o = ringdl(&dir, &args);
+    let err = o.stderr_text();
+    o.assert_success();
+    for k in 0..3 {
+        assert_eq!(
+            sha256_file(&dir.join(format!("got/f{k}.bin"))),
+            srv.sha256(),
+            "f{k}\n{err}"
+        );
+    }
+    let refused: Vec<String> = (0..3)
+        .map(|k| format!("/f{k}.bin"))
+        .filter(|p| srv.refused_for(p) > 0)
+        .collect();
+    assert_eq!(refused.len(), 1, "the cap of 2 turned away {refused:?}\n{err}");
+    let asks: Vec<Instant> = srv
+        .requests()
+        .iter()
+        .filter(|r| r.path() == refused[0])
+        .map(|r| r.at)
+        .collect();
+    assert!(asks.len() >= 2, "{} asked once\n{err}", refused[0]);
+    // (The two files served take 0.5 s at 2 MiB/s; the refusal comes 100 ms after the
+    // request; the parked slot's own wait is 2 s.)
+    let gap = asks[1] - asks[0];
+    assert!(
+        gap < Duration::from_millis(1500),
+        "{} asked again {gap:?} after its refusal, not when a file ended\n{err}",
+        refused[0]
+    );
+    assert!(
+        err.contains("server allows 2 connections, shared with other files"),
+        "{err}"
+    );
+    assert!(!err.contains("server allows 2 connections: using 2"), "{err}");
+}

@@ -259,6 +259,12 @@ pub(crate) struct Conn {
     /// less than `LATE_CLOSE` after, may have met a server that still counted this slot
     /// (cleared once a refusal was judged so).
     pub(crate) parked_at: Option<Instant>,
+    /// Times in a row the server turned this slot away (parked it); 0 again once a request
+    /// of it was served ([`Conn::capped`] clear when the next one starts).
+    pub(crate) refusals: u32,
+    /// The parked slot's wait is our own backoff (no longer Retry-After): it ends early
+    /// when a connection to its origin ends.
+    pub(crate) wakes: bool,
     /// Backoff: do not reconnect before this instant.
     pub(crate) not_before: Option<Instant>,
     pub(crate) last_io: Instant,
@@ -299,6 +305,8 @@ impl Conn {
             dead: false,
             capped: false,
             parked_at: None,
+            refusals: 0,
+            wakes: false,
             not_before: None,
             last_io: Instant::now(),
             rx: Rx::default(),

@@ -128,6 +128,10 @@ impl Loop<'_> {
         c.reused = c.requests > 0 || c.idle_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1));
         c.idle_since = None;
         c.requests += 1;
+        if !c.capped {
+            // (Its request before was served: a refusal of this one is the first again.)
+            c.refusals = 0;
+        }
         c.capped = false;
         // The first request, and every request once ranges are known to work, asks for its
         // segment; a server without ranges gets a plain GET.
@@ -207,6 +211,29 @@ impl Loop<'_> {
             self.slots.resize_with(w, || None);
         }
         got
+    }
+
+    /// Slots parked on origin `key` by our own backoff (turned away by its cap, no longer
+    /// Retry-After): the index of the transfer's origin when it has one.
+    pub(crate) fn parked_on(&self, key: &str) -> Option<usize> {
+        let o = (0..self.sh.origins.len()).find(|&o| self.fin.key(o) == key)?;
+        self.conns
+            .iter()
+            .any(|c| c.capped && c.wakes && !c.dead && self.sh.tr.mirrors[c.mirror].origin == o)
+            .then_some(o)
+    }
+
+    /// A connection to origin `o` ended for another transfer (its room under the server's
+    /// cap freed): this transfer's slots parked on it by our own backoff ask again now, not
+    /// at their wait's end.
+    pub(crate) fn wake_parked(&mut self, o: usize) {
+        let now = Instant::now();
+        for c in &mut self.conns {
+            if c.capped && c.wakes && self.sh.tr.mirrors[c.mirror].origin == o && c.not_before.is_some_and(|t| t > now)
+            {
+                c.not_before = Some(now);
+            }
+        }
     }
 
     /// Room for another connection: fewer slots opened one than [`Shared::wanted`].

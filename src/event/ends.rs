@@ -216,6 +216,7 @@ pub(crate) fn start_on<'c>(
         disposition: None,
         changed: false,
         capped_at: None,
+        capped_own: 0,
         retries: 0,
         steals: 0,
         plain_get: false,
@@ -440,7 +441,10 @@ fn end_inner(
         }
         Ok(None) => {
             if let Some(n) = dl.sh.tr.capped_at {
-                dl.sh.report.note(Note::Allowed { connections: n });
+                dl.sh.report.note(Note::Allowed {
+                    connections: n,
+                    own: dl.sh.tr.capped_own.min(n),
+                });
             }
             if let Some(rm) = dl.remote.as_ref().filter(|rm| rm.given > 0) {
                 dl.sh.report.note(Note::Reactors {

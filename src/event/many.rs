@@ -32,7 +32,7 @@ use uring::Op;
 mod caps;
 mod placing;
 
-use caps::{grow, room, share_origins};
+use caps::{grow, room, share_origins, wake_parked};
 use placing::{Away, Placed, forget_idle, on_bell, on_report, place, reactor_for, read_bell, take_reports};
 
 use super::reactor::{self, Reactor};
@@ -347,6 +347,8 @@ fn turns<'c>(
                 unreachable!("matched Busy above")
             };
             let (outcome, report, failed, hold) = end(r.dl, step, reactor);
+            // Its connections closed or went idle: slots parked on its origins' caps ask now.
+            wake_parked(slots, &r.keys);
             // Its ops still in flight (the tick, reads of connections not kept) come back
             // cancelled before the lane takes another transfer.
             cell.cancel_lane(lane as u8)

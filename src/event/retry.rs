@@ -11,8 +11,21 @@ use crate::schedule::retry::{self, Attempt, Cap, Verdict, n_tries};
 use crate::transfer::mirror::Standing;
 use std::time::{Duration, Instant};
 
-/// A slot the server turned away (a per-client connection cap) asks again after this.
+/// A slot the server turned away (a per-client connection cap) asks again after this;
+/// turned away again, after twice as long, up to [`CAP_RETRY_MOST`] ([`parked_wait`]).
 pub(crate) const CAP_RETRY: Duration = Duration::from_secs(2);
+
+/// The longest a parked slot waits before it asks again: a cap the transfers' own
+/// connections hold frees sooner than this, and a slot that waits on its origin is woken
+/// when one of them ends ([`Loop::wake_parked`]); what is left is a cap that other
+/// clients hold.
+pub(crate) const CAP_RETRY_MOST: Duration = Duration::from_secs(16);
+
+/// How long a slot turned away `refusals` times in a row (1 or more) waits before it asks
+/// again: 2, 4, 8, then 16 s.
+pub(crate) fn parked_wait(refusals: u32) -> Duration {
+    (CAP_RETRY * 2u32.pow(refusals.clamp(1, 4) - 1)).min(CAP_RETRY_MOST)
+}
 
 /// How late a server may see a close of ours: a request sent less than this after slots
 /// to its origin were parked may have met a count that still held them ([`Loop::fail`]).
@@ -315,9 +328,11 @@ impl Loop<'_> {
                     proxy: false,
                     closed: idle.len(),
                     using,
+                    refusals: 0,
+                    wait: CAP_RETRY,
                 },
             });
-            self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
+            self.sh.tr.saw_cap(using, using);
             self.learn_cap(k, took);
         }
         // Bytes already spliced into this slot's pipe are good: let them reach the file.
@@ -327,9 +342,14 @@ impl Loop<'_> {
             // The slot asks again later (a cap can be brief: the server may still count a
             // request we abandoned); meanwhile the others carry the download.
             let c = &mut self.conns[i];
+            c.refusals += 1;
+            let again = parked_wait(c.refusals);
             c.capped = true;
             c.parked_at = Some(Instant::now());
-            c.not_before = Some(Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default()));
+            c.not_before = Some(Instant::now() + again.max(f.delay.unwrap_or_default()));
+            // (A Retry-After longer than our own wait is the server's: it is waited out.)
+            c.wakes = f.delay.is_none_or(|d| d <= again);
+            let refusals = c.refusals;
             // A helper reactor's part: the owner sees every reactor's requests and counts
             // what the server allows (`Loop::capped_elsewhere`); this slot asks again later
             // as any parked one.
@@ -355,16 +375,19 @@ impl Loop<'_> {
                     proxy: f.extra,
                     closed: 0,
                     using,
+                    refusals,
+                    wait: again,
                 },
             });
             if helper {
                 return Ok(());
             }
-            self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
             // A refusal while only another transfer's single request was served may be a
             // passing 503, not a cap of one: that is not learned for the whole run.
             let others = self.sh.origin(k).elsewhere();
             let own = self.allowed(k, i) - others;
+            let theirs = if f.extra { 0 } else { self.sh.origin(k).others };
+            self.sh.tr.saw_cap(using, using.saturating_sub(theirs));
             if !crowded && (f.extra || own > 0 || others >= 2) {
                 self.learn_cap(k, using);
             }
@@ -498,5 +521,39 @@ impl Loop<'_> {
             })
             .map(|(j, _)| j)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_turned_away_again_waits_twice_as_long_up_to_16_s() {
+        let secs: Vec<u64> = (1..=6).map(|n| parked_wait(n).as_secs()).collect();
+        assert_eq!(secs, [2, 4, 8, 16, 16, 16]);
+        // (Never called with 0: the first refusal is 1.)
+        assert_eq!(parked_wait(0), CAP_RETRY);
+    }
+
+    #[test]
+    fn a_slot_turned_away_again_is_said_at_vv_and_a_shared_cap_as_shared() {
+        // A parked slot turned away again is said at -vv; its first refusal at -v.
+        let capped = |refusals| Note::Capped {
+            conn: 1,
+            why: "HTTP 503".into(),
+            cap: Cap {
+                proxy: false,
+                closed: 0,
+                using: 2,
+                refusals,
+                wait: Duration::from_secs(4),
+            },
+        };
+        assert_eq!(capped(1).level(), crate::report::Level::Verbose(1));
+        assert_eq!(capped(2).level(), crate::report::Level::Verbose(2));
+        let allowed = |own| Note::Allowed { connections: 2, own }.to_string();
+        assert_eq!(allowed(2), "server allows 2 connections: using 2");
+        assert_eq!(allowed(1), "server allows 2 connections, shared with other files");
     }
 }

@@ -172,11 +172,26 @@ pub struct Cap {
     pub closed: usize,
     /// Connections that go on.
     pub using: usize,
+    /// Times in a row the server turned this slot away, this one included (0: idle
+    /// connections closed, no slot turned away); a repeat is said at `-vv`.
+    pub refusals: u32,
+    /// How long the slot waits before it asks again (unless a connection to the origin
+    /// ends first).
+    pub wait: std::time::Duration,
 }
 
 impl std::fmt::Display for Cap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let using = self.using;
+        if self.refusals > 1 {
+            let who = if self.proxy { "the proxy" } else { "the server" };
+            return write!(
+                f,
+                "{who} turned it away {} times in a row; going on with {using}, asking again in {} s",
+                self.refusals,
+                self.wait.as_secs()
+            );
+        }
         match (self.closed, self.proxy) {
             (0, false) => write!(f, "the server turns extra connections away; going on with {using}"),
             (0, true) => write!(f, "the proxy turns extra tunnels away; going on with {using}"),
@@ -461,7 +476,16 @@ mod tests {
 
     #[test]
     fn a_cap_is_said_by_whom_and_how_many_go_on() {
-        let cap = |proxy, closed, using| Cap { proxy, closed, using }.to_string();
+        let cap = |proxy, closed, using| {
+            Cap {
+                proxy,
+                closed,
+                using,
+                refusals: u32::from(closed == 0),
+                wait: Duration::from_secs(2),
+            }
+            .to_string()
+        };
         assert_eq!(
             cap(false, 0, 2),
             "the server turns extra connections away; going on with 2"
@@ -474,6 +498,17 @@ mod tests {
         assert_eq!(
             cap(false, 3, 1),
             "3 idle connections stayed open: closed them; going on with 1"
+        );
+        let again = Cap {
+            proxy: false,
+            closed: 0,
+            using: 2,
+            refusals: 3,
+            wait: Duration::from_secs(8),
+        };
+        assert_eq!(
+            again.to_string(),
+            "the server turned it away 3 times in a row; going on with 2, asking again in 8 s"
         );
     }
 

@@ -62,8 +62,12 @@ pub(crate) struct Transfer {
     pub(crate) disposition: Option<String>,
     /// The file on the server changed under the download: what is kept is of the old one.
     pub(crate) changed: bool,
-    /// The server turned extra connections away: the number it allows (for the summary).
+    /// The server turned extra connections away: the number it allows (for the summary),
+    /// counting every request to it (other files' too).
     pub(crate) capped_at: Option<usize>,
+    /// Of [`Transfer::capped_at`], those this transfer's own (on every reactor it spreads
+    /// over), when the server was seen allowing that many.
+    pub(crate) capped_own: usize,
     /// Failed attempts tried again, and work-stealing splits (for the summary).
     pub(crate) retries: u64,
     pub(crate) steals: u64,
@@ -88,6 +92,18 @@ pub(crate) struct Transfer {
 }
 
 impl Transfer {
+    /// The server turned a request away while it served `using` of them, `own` of which
+    /// this transfer's: kept when it is the most seen (for the summary and `-v`).
+    pub(crate) fn saw_cap(&mut self, using: usize, own: usize) {
+        let most = self.capped_at.unwrap_or(0);
+        if using > most {
+            self.capped_own = own;
+        } else if using == most {
+            self.capped_own = self.capped_own.max(own);
+        }
+        self.capped_at = Some(most.max(using));
+    }
+
     /// The block device's room, when the output is one.
     pub(crate) fn room(&self) -> Option<&Room> {
         self.out.room.as_ref()

@@ -1,6 +1,7 @@
 //! The origins' caps over the transfers in flight: what each transfer's origins serve for
 //! the others ([`share_origins`]), the room a starting transfer has under them
-//! ([`room`]), and the room a running one takes once others ended ([`grow`]).
+//! ([`room`]), the room a running one takes once others ended ([`grow`]), and the slots
+//! parked on a cap woken when a transfer to their origin ends ([`wake_parked`]).
 
 use std::sync::atomic::Ordering;
 
@@ -146,6 +147,33 @@ pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &Reactor, placed: &Placed) {
         }
         if let Slot::Busy(r) = &mut slots[lane] {
             r.n += r.dl.grow(more, reactor);
+        }
+    }
+}
+
+/// A transfer to the origins `keys` ended (its connections to them closed or went idle):
+/// the running transfers' slots parked on those origins' caps by our own backoff ask again
+/// now ([`crate::event::Loop::wake_parked`]), not up to [`crate::event::retry::CAP_RETRY_MOST`]
+/// later. Transfers served nothing by an origin go first: when one has slots parked on it,
+/// only such transfers' slots are woken (a running file's parked slot would otherwise take
+/// the room a file that has no connection waits for).
+pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String]) {
+    for key in keys {
+        let parked: Vec<(usize, usize, bool)> = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(lane, s)| match s {
+                Slot::Busy(r) => r.dl.parked_on(key).map(|o| (lane, o, r.dl.serving(o) == 0)),
+                _ => None,
+            })
+            .collect();
+        let starving = parked.iter().any(|p| p.2);
+        for (lane, o, none) in parked {
+            if let Slot::Busy(r) = &mut slots[lane]
+                && (none || !starving)
+            {
+                r.dl.wake_parked(o);
+            }
         }
     }
 }

@@ -280,6 +280,9 @@ pub(super) fn on_report(
             if let Some(s) = failed.as_mut() {
                 s.reactor = a.helper;
             }
+            // (Its connections on the helper closed or went idle: this reactor's slots
+            // parked on its origin ask now.)
+            super::caps::wake_parked(slots, &a.keys);
             if let Some(again) = feed.ended(a.id, result, a.report, failed) {
                 waiting.push_front((a.id, again));
             }

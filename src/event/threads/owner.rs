@@ -539,7 +539,7 @@ impl Loop<'_> {
                     .sum();
                 let own = self.serving(0);
                 let using = (own + others + serving).max(1);
-                self.sh.tr.capped_at = Some(self.sh.tr.capped_at.unwrap_or(0).max(using));
+                self.sh.tr.saw_cap(using, using);
                 // (As for one reactor: a refusal while a single other request was served
                 // may be a passing 503, not a cap of one.)
                 if proxy || serving > 0 || own + others >= 2 {
