@@ -78,6 +78,25 @@ fn file_json(record: &mut Record, result: &Result<()>, code: u8, started: std::t
     record.to_json(code, msg.as_deref())
 }
 
+/// Whether `--json`'s `dest` can be written (`-`, standard output, is not checked): an
+/// existing file is opened for writing (not truncated), a missing one created and removed
+/// again, so that a run killed before its end leaves no empty record.
+///
+/// # Errors
+/// What open(2) or unlink(2) returned.
+fn json_writable(dest: &std::path::Path) -> std::io::Result<()> {
+    if dest.as_os_str() == "-" {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(dest) {
+        Ok(_) => std::fs::remove_file(dest),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::OpenOptions::new().write(true).open(dest).map(drop)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes `json` to `dest` (`-` = standard output); a failure is said on stderr.
 fn write_json(dest: &std::path::Path, json: &str) -> std::io::Result<()> {
     let written = if dest.as_os_str() == "-" {
@@ -222,14 +241,9 @@ struct Prepared {
 /// `Usage` for a bad URL or a refused combination, `LocalIo` for the output, and what
 /// loading a signature or a checksum file returns.
 fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<Prepared> {
-    if let Some(p) = opts.json.as_ref().filter(|p| p.as_os_str() != "-") {
+    if let Some(p) = opts.json.as_ref() {
         // A record that cannot be written is found out now, not after the download.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(p)
-            .map_err(|e| err!(LocalIo, "--json {}: {e}", p.display()))?;
+        json_writable(p).map_err(|e| err!(LocalIo, "--json {}: {e}", p.display()))?;
     }
     record.json = opts.json.clone();
     record.url = Some(opts.url.clone());
@@ -350,7 +364,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         && let (Some(c), Some(st)) = (&control, &resume_state)
     {
         eprintln!(
-            "ringdl: resuming {} from its control file: {} of {} bytes kept (--no-continue starts over)",
+            "ringdl: {} has a control file: {} of {} bytes kept, resumed if the server's file is the same (--no-continue starts over)",
             c.with_extension("").display(),
             st.ranges.iter().map(|r| r.1 - r.0).sum::<u64>(),
             st.total

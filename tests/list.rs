@@ -183,6 +183,16 @@ fn a_malformed_line_or_one_path_twice_is_exit_2_before_any_request() {
         err.contains(&format!("{}, line 5: unknown option \"split\"", l.display())),
         "{err}"
     );
+    // `--json` says why no file was tried.
+    let j = json(&dir);
+    assert_eq!(j["run"]["exit_code"], 2, "{j}");
+    assert_eq!(j["files"], serde_json::json!([]), "{j}");
+    assert!(
+        j["run"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("line 5: unknown option")),
+        "{j}"
+    );
     // The same name from two URLs, and out= naming another entry's file, also through a
     // directory spelled with `..` (one that exists, and one that does not yet).
     let other = n.http_url("list-malformed-elsewhere/f0.bin");

@@ -66,9 +66,12 @@ fn kill_9_at_random_moments_then_resume_is_exact() {
         let kill_after = Duration::from_millis(20 + rng.next_u64() % 900);
         let extra = Duration::from_millis(rng.next_u64() % 100);
         let control = dir.join("out.bin.part.ringdl");
+        let json = dir.join("run.json");
         let killed = dir
             .ringdl()
-            .args(["-q", "-x", "4", "-o"])
+            .args(["-q", "-x", "4", "--json"])
+            .arg(&json)
+            .arg("-o")
             .arg(&out)
             .arg(&url)
             .run_with(|pid| {
@@ -97,9 +100,22 @@ fn kill_9_at_random_moments_then_resume_is_exact() {
                 control_file_bytes(&control)
             );
         }
-        let o = dir.ringdl().args(["-c", "-x", "4", "-o"]).arg(&out).arg(&url).run();
+        if !finished_anyway {
+            // `--json` is written at the end only: a killed run leaves no (empty) record.
+            assert!(!json.exists(), "iteration {iter}: a killed run left {}", json.display());
+        }
+        let o = dir
+            .ringdl()
+            .args(["-c", "-x", "4", "--json"])
+            .arg(&json)
+            .arg("-o")
+            .arg(&out)
+            .arg(&url)
+            .run();
         if !finished_anyway {
             o.assert_success();
+            let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            assert_eq!(j["exit_code"], 0, "iteration {iter}: {j}");
         }
         // A resume counts only when the run fetched fewer bytes than the file: "resuming:"
         // is printed when the control file is accepted, before any byte is fetched.
@@ -393,10 +409,13 @@ fn resume_is_the_default_and_no_continue_starts_over() {
     assert_eq!(sha256_file(&out), f.sha256);
     let err = o.stderr_text();
     assert!(
-        err.contains(&format!("resuming {}", util::part_path(&out).display()))
+        err.contains(&format!("{} has a control file", util::part_path(&out).display()))
             && err.contains(&format!("{kept} of {total} bytes kept")),
         "{err}"
     );
+    // (Said once before the request, once when the server's answer matched: "resuming"
+    // only the second time.)
+    assert_eq!(err.matches("resuming").count(), 1, "{err}");
     let served: u64 = ng.bytes_served(tag)[before..].iter().sum();
     // Only what was missing, give or take the blocks at the edges of each gap (and what a
     // work-stealing split leaves in flight).

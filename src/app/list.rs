@@ -18,7 +18,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::fetch::{Fetching, Next};
-use super::{PerRun, file_json, in_dir, prepare, write_json};
+use super::{PerRun, file_json, in_dir, json_writable, prepare, write_json};
 use crate::cli::{self, Files};
 use crate::config::{Checksum, Config, OutputTarget};
 use crate::engine::EngineKind;
@@ -49,17 +49,17 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         Ok(j) => j,
         Err(e) => {
             eprintln!("ringdl: {e}");
-            return e.kind.exit_code();
+            // (No file was tried: the record says why, with the run's exit code.)
+            let code = e.kind.exit_code();
+            if let Some(dest) = &base.json {
+                let _ = write_json(dest, &RunTotals::default().to_json(&[], code, Some(&e.to_string())));
+            }
+            return code;
         }
     };
-    if let Some(p) = base.json.as_ref().filter(|p| p.as_os_str() != "-") {
+    if let Some(p) = base.json.as_ref() {
         // A record that cannot be written is found out now, not after the downloads.
-        if let Err(e) = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(p)
-        {
+        if let Err(e) = json_writable(p) {
             eprintln!("ringdl: --json {}: {e}", p.display());
             return Kind::LocalIo.exit_code();
         }
@@ -160,7 +160,7 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
     objects.sort_by_key(|o| o.0);
     let objects: Vec<String> = objects.into_iter().map(|o| o.1).collect();
     match &base.json {
-        Some(dest) if write_json(dest, &totals.to_json(&objects, code)).is_err() && code == 0 => {
+        Some(dest) if write_json(dest, &totals.to_json(&objects, code, None)).is_err() && code == 0 => {
             Kind::LocalIo.exit_code()
         }
         _ => code,

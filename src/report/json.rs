@@ -163,9 +163,10 @@ pub struct RunTotals {
 }
 
 impl RunTotals {
-    /// `{"files":[FILE,…],"run":{…,"exit_code":N}}` on one line, newline-terminated:
-    /// `files` holds each file's object as [`Record::to_json`] wrote it.
-    pub fn to_json(&self, files: &[String], exit_code: u8) -> String {
+    /// `{"files":[FILE,…],"run":{…,"exit_code":N,"error":…}}` on one line,
+    /// newline-terminated: `files` holds each file's object as [`Record::to_json`] wrote
+    /// it; `error` is why no file was tried (a bad list line, a refused option), else null.
+    pub fn to_json(&self, files: &[String], exit_code: u8, error: Option<&str>) -> String {
         let mut run = JsonObject::default();
         run.u64("files", Some(self.files));
         run.u64("ok", Some(self.ok));
@@ -178,6 +179,7 @@ impl RunTotals {
         run.u64("tls_full_handshakes", Some(self.tls_full_handshakes));
         run.u64("tls_resumed_handshakes", Some(self.tls_resumed_handshakes));
         run.u64("exit_code", Some(exit_code.into()));
+        run.str("error", error);
         let list: Vec<&str> = files.iter().map(|f| f.trim_end()).collect();
         let mut o = JsonObject::default();
         o.raw("files", &format!("[{}]", list.join(",")));
