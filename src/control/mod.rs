@@ -259,11 +259,12 @@ pub(crate) struct Conn {
     /// less than `LATE_CLOSE` after, may have met a server that still counted this slot
     /// (cleared once a refusal was judged so).
     pub(crate) parked_at: Option<Instant>,
-    /// Times in a row the server turned this slot away (parked it); 0 again once a request
-    /// of it was served ([`Conn::capped`] clear when the next one starts).
+    /// Times in a row the server turned this slot away (parked it): 0 again when a request
+    /// starts after one that was not turned away, or when the slot is parked with idle
+    /// ones the server counted.
     pub(crate) refusals: u32,
-    /// The parked slot's wait is our own backoff (no longer Retry-After): it ends early
-    /// when a connection to its origin ends.
+    /// The parked slot's wait is our own backoff (no Retry-After): it ends early when
+    /// another transfer to its origin ends (on this reactor, or placed on another).
     pub(crate) wakes: bool,
     /// Backoff: do not reconnect before this instant.
     pub(crate) not_before: Option<Instant>,

@@ -193,14 +193,14 @@ impl Loop<'_> {
 
     /// `k` more connection slots (a transfer that started with fewer than it is worth,
     /// given room under its origins' caps that another transfer's end left), each on the
-    /// mirror left with the fewest (never a dropped one) and with a read block of
-    /// `reactor`'s pool; its write slots grow to match. Returns how many it got (fewer
-    /// when the pool is short: the pool is sized for `-j` transfers of `-x` connections,
-    /// so it is not).
-    pub(crate) fn grow(&mut self, k: usize, reactor: &crate::event::reactor::Reactor) -> usize {
+    /// mirror left with the fewest (never a dropped one) and with a read block of its
+    /// reactor's read `pool`; its write slots grow to match. Returns how many it got (fewer
+    /// when the pool is short: the run's reactor sizes it for `-j` transfers of `-x`
+    /// connections, a helper for the placed file's `-x`, so it is not).
+    pub(crate) fn grow(&mut self, k: usize, pool: &uring::BufPool) -> usize {
         let mut got = 0;
         while got < k {
-            let Some(block) = reactor.read_block() else { break };
+            let Some(block) = pool.alloc() else { break };
             self.conns.push(Conn::new(block));
             self.sh.used.push(false);
             self.reassign(self.conns.len() - 1);
@@ -213,27 +213,37 @@ impl Loop<'_> {
         got
     }
 
-    /// Slots parked on origin `key` by our own backoff (turned away by its cap, no longer
-    /// Retry-After): the index of the transfer's origin when it has one.
+    /// Slots waiting out our own backoff on origin `key`'s cap (turned away, no Retry-After,
+    /// not asking yet): the index of the transfer's origin when it has one.
     pub(crate) fn parked_on(&self, key: &str) -> Option<usize> {
         let o = (0..self.sh.origins.len()).find(|&o| self.fin.key(o) == key)?;
-        self.conns
-            .iter()
-            .any(|c| c.capped && c.wakes && !c.dead && self.sh.tr.mirrors[c.mirror].origin == o)
-            .then_some(o)
+        let now = Instant::now();
+        self.conns.iter().any(|c| self.waits_on_cap(c, o, now)).then_some(o)
     }
 
-    /// A connection to origin `o` ended for another transfer (its room under the server's
-    /// cap freed): this transfer's slots parked on it by our own backoff ask again now, not
-    /// at their wait's end.
-    pub(crate) fn wake_parked(&mut self, o: usize) {
+    /// Another transfer's connections to origin `o` ended (its room under the server's cap
+    /// freed): up to `n` of this transfer's slots waiting out our own backoff on it ask again
+    /// now, not at their wait's end. Returns how many.
+    pub(crate) fn wake_parked(&mut self, o: usize, n: usize) -> usize {
         let now = Instant::now();
-        for c in &mut self.conns {
-            if c.capped && c.wakes && self.sh.tr.mirrors[c.mirror].origin == o && c.not_before.is_some_and(|t| t > now)
-            {
-                c.not_before = Some(now);
-            }
+        let woken: Vec<usize> = (0..self.conns.len())
+            .filter(|&i| self.waits_on_cap(&self.conns[i], o, now))
+            .take(n)
+            .collect();
+        for &i in &woken {
+            self.conns[i].not_before = Some(now);
         }
+        woken.len()
+    }
+
+    /// Slot `c` is parked on origin `o`'s cap by our own backoff and not asking yet.
+    fn waits_on_cap(&self, c: &Conn, o: usize, now: Instant) -> bool {
+        c.capped
+            && c.wakes
+            && !c.dead
+            && c.st == St::Closed
+            && c.not_before.is_some_and(|t| t > now)
+            && self.sh.tr.mirrors[c.mirror].origin == o
     }
 
     /// Room for another connection: fewer slots opened one than [`Shared::wanted`].

@@ -267,7 +267,8 @@ pub(crate) fn start_on<'c>(
         interrupted: None,
         remote: None,
         part,
-        whole,
+        // (A placed transfer grows from this reactor's read pool when told to.)
+        whole: whole.map(|w| w.with_pool(rpool.clone())),
         tick: Duration::from_millis(250),
         control,
         saved_bytes: 0,

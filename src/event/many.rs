@@ -282,7 +282,7 @@ fn turns<'c>(
                 // take): they are closed, here at once, on the helpers by message (it
                 // starts when they said so).
                 if !slots.iter().any(in_flight) {
-                    forget_idle(&keys, reactor, placed);
+                    forget_idle(&keys, None, reactor, placed);
                 }
                 waiting.push_front((id, st));
                 break;
@@ -346,9 +346,10 @@ fn turns<'c>(
             let Slot::Busy(r) = std::mem::replace(&mut slots[lane], Slot::Draining { _hold: None }) else {
                 unreachable!("matched Busy above")
             };
+            let freed_slots = r.n;
             let (outcome, report, failed, hold) = end(r.dl, step, reactor);
             // Its connections closed or went idle: slots parked on its origins' caps ask now.
-            wake_parked(slots, &r.keys);
+            wake_parked(slots, &r.keys, freed_slots);
             // Its ops still in flight (the tick, reads of connections not kept) come back
             // cancelled before the lane takes another transfer.
             cell.cancel_lane(lane as u8)
@@ -392,12 +393,13 @@ fn turns<'c>(
         }
         cell.submit_and_wait(1)
             .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+        // (A transfer here judges a refusal by the other transfers' requests as they are
+        // now — those placed elsewhere as last told —, not as they were when the run went
+        // to wait: answers that came in one batch with a refusal count.)
         if placing {
-            // (A transfer here judges a refusal by the requests of those placed elsewhere
-            // as they are now, not as they were when the run went to wait.)
             take_reports(feed, reactor, slots, waiting, placed);
-            share_origins(slots);
         }
+        share_origins(slots);
         while let Some((lane, c)) = cell.next_any() {
             if lane == RUN_LANE {
                 on_run_lane(cell, (many.signals, reactor), c, slots, &mut interrupted)?;

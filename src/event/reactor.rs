@@ -391,9 +391,10 @@ impl Reactor {
         taken
     }
 
-    /// A free block of the read pool (a running transfer's new connection slot), if any.
-    pub(crate) fn read_block(&self) -> Option<uring::Buf> {
-        self.read.as_ref()?.alloc()
+    /// The read pool (a running transfer's new connection slots take their blocks from it),
+    /// once sized.
+    pub(crate) fn read_pool(&self) -> Option<&BufPool> {
+        self.read.as_ref()
     }
 
     /// Closes idle connections to other origins, oldest first, until `pool` has `want`

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 /// turned away again, after twice as long, up to [`CAP_RETRY_MOST`] ([`parked_wait`]).
 pub(crate) const CAP_RETRY: Duration = Duration::from_secs(2);
 
-/// The longest a parked slot waits before it asks again: a cap the transfers' own
-/// connections hold frees sooner than this, and a slot that waits on its origin is woken
-/// when one of them ends ([`Loop::wake_parked`]); what is left is a cap that other
-/// clients hold.
+/// The longest a parked slot waits before it asks again: a slot whose transfer is served
+/// by the origin waits this long at most, and is woken sooner when another transfer to
+/// the origin ends ([`Loop::wake_parked`]; a transfer served nothing asks every
+/// [`CAP_RETRY`]).
 pub(crate) const CAP_RETRY_MOST: Duration = Duration::from_secs(16);
 
 /// How long a slot turned away `refusals` times in a row (1 or more) waits before it asks
@@ -315,6 +315,9 @@ impl Loop<'_> {
                 o.capped = true;
                 o.parked_at = Some(Instant::now());
                 o.not_before = Some(back);
+                // (Parked afresh: no refusal of its own yet.)
+                o.refusals = 0;
+                o.wakes = f.delay.is_none();
             }
             let using = self
                 .conns
@@ -332,7 +335,8 @@ impl Loop<'_> {
                     wait: CAP_RETRY,
                 },
             });
-            self.sh.tr.saw_cap(using, using);
+            let o = self.sh.origin(k);
+            self.sh.tr.saw_cap(using + o.elsewhere(), using + o.remote);
             self.learn_cap(k, took);
         }
         // Bytes already spliced into this slot's pipe are good: let them reach the file.
@@ -341,14 +345,17 @@ impl Loop<'_> {
         if capped {
             // The slot asks again later (a cap can be brief: the server may still count a
             // request we abandoned); meanwhile the others carry the download.
+            // (A transfer served nothing by the origin keeps asking every 2 s: its asking is
+            // how it gets going, whatever wakes it or not.)
+            let starved = self.serving(self.sh.tr.mirrors[k].origin) == 0 && self.sh.origin(k).remote == 0;
             let c = &mut self.conns[i];
             c.refusals += 1;
-            let again = parked_wait(c.refusals);
+            let again = if starved { CAP_RETRY } else { parked_wait(c.refusals) }.max(f.delay.unwrap_or_default());
             c.capped = true;
             c.parked_at = Some(Instant::now());
-            c.not_before = Some(Instant::now() + again.max(f.delay.unwrap_or_default()));
-            // (A Retry-After longer than our own wait is the server's: it is waited out.)
-            c.wakes = f.delay.is_none_or(|d| d <= again);
+            c.not_before = Some(Instant::now() + again);
+            // (A Retry-After is the server's: it is waited out, never woken early.)
+            c.wakes = f.delay.is_none();
             let refusals = c.refusals;
             // A helper reactor's part: the owner sees every reactor's requests and counts
             // what the server allows (`Loop::capped_elsewhere`); this slot asks again later

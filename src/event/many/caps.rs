@@ -104,76 +104,143 @@ pub(super) fn room(
 
 /// Running transfers that started with fewer connection slots than they are worth (their
 /// origins' caps were held by others then) take the room left since: more slots, up to
-/// the connections their bytes are worth and `-x`, each with a read block of the reactor's
-/// pool ([`crate::event::Loop::grow`]). Called only while no file waits to start (the room
-/// is a waiting file's first). Not for a file spread over reactors (its slots are `-x`
-/// already) nor one placed on another reactor.
-pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &Reactor, placed: &Placed) {
+/// the connections their bytes are worth and `-x`, each with a read block of its reactor's
+/// pool ([`crate::event::Loop::grow`]; one placed on another reactor is posted how many,
+/// [`crate::event::threads::Posted::more`]). Called only while no file waits to start (the
+/// room is a waiting file's first). Not for a file spread over reactors (its slots are
+/// `-x` already).
+pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed: &mut Placed) {
     for lane in 0..slots.len() {
-        let Slot::Busy(r) = &slots[lane] else { continue };
-        let tr = &r.dl.sh.tr;
-        // (What the bytes still to fetch are worth now, not at its first answer.)
-        let left = tr.total.unwrap_or(0).saturating_sub(tr.landed.bytes());
-        let o = &r.dl.sh.opts;
-        let worth = tr.wanted.min(crate::schedule::connections_for(
-            left,
-            o.min_split_size,
-            o.connections,
-            tr.mirrors.len(),
-        ));
-        if r.n >= worth
-            || r.syncing
-            || r.failed.is_some()
-            || r.dl.remote.is_some()
-            || tr.total.is_none()
-            || r.dl.sh.fatal.is_some()
-            || !r.dl.wants_connection()
-        {
+        let Some(g) = growth(&slots[lane]) else { continue };
+        if g.keys.iter().any(|k| idle_elsewhere(k, g.on, reactor, placed)) {
+            // Idle connections kept to its origins on other reactors count toward the caps
+            // (the server may count them), and no file is left to take them: they close,
+            // and the room they held is this transfer's at a later turn.
+            super::placing::forget_idle(&g.keys, Some(g.on), reactor, placed);
             continue;
         }
         // (Its own held slots are among those `room` counts: what it gives is room beyond
-        // them. Idle connections kept to its origins count as its to take: the adopt loop
-        // of `turns`, right after this, takes them before the new slots open anything.)
-        let more = room(
-            &r.keys,
-            r.dl.sh.opts.max_per_host,
-            worth - r.n,
-            (slots, reactor),
-            (0, placed),
-        )
-        .min(worth - r.n);
+        // them. Idle connections kept to its origins on its reactor count as its to take:
+        // the adopt loop of `turns`, right after this, takes them before the new slots
+        // open anything.)
+        let more = room(&g.keys, g.max_per_host, g.worth - g.n, (slots, reactor), (g.on, placed)).min(g.worth - g.n);
         if more == 0 {
             continue;
         }
-        if let Slot::Busy(r) = &mut slots[lane] {
-            r.n += r.dl.grow(more, reactor);
+        match &mut slots[lane] {
+            Slot::Busy(r) => {
+                if let Some(pool) = reactor.read_pool() {
+                    r.n += r.dl.grow(more, pool);
+                }
+            }
+            Slot::Away(a) => {
+                a.posted.more.fetch_add(more, Ordering::AcqRel);
+                a.n += more;
+                // (Held from now on: its next flight says so too.)
+                a.held += more;
+            }
+            _ => {}
         }
     }
 }
 
-/// A transfer to the origins `keys` ended (its connections to them closed or went idle):
-/// the running transfers' slots parked on those origins' caps by our own backoff ask again
-/// now ([`crate::event::Loop::wake_parked`]), not up to [`crate::event::retry::CAP_RETRY_MOST`]
-/// later. Transfers served nothing by an origin go first: when one has slots parked on it,
-/// only such transfers' slots are woken (a running file's parked slot would otherwise take
-/// the room a file that has no connection waits for).
-pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String]) {
+/// What a running transfer could grow to.
+struct Growth {
+    /// The reactor it runs on, its origins, the slots it has and those its bytes are worth.
+    on: usize,
+    keys: Vec<String>,
+    n: usize,
+    worth: usize,
+    max_per_host: usize,
+}
+
+/// How far the transfer in `slot` could grow: the connections the bytes it has still to
+/// fetch are worth (as [`crate::schedule::connections_for`] counts them, up to its `-x`),
+/// when more than the slots it has; none for one whose size is not known yet, that is
+/// ending, spread over reactors or has no work for another connection.
+fn growth(slot: &Slot<'_>) -> Option<Growth> {
+    let g = match slot {
+        Slot::Away(a) => {
+            // (As last told: its size known, what is in place.)
+            let left = a.flight.total?.saturating_sub(a.flight.have);
+            Growth {
+                on: a.helper,
+                keys: a.keys.clone(),
+                n: a.n,
+                worth: crate::schedule::connections_for(left, a.min_split, a.most, 1),
+                max_per_host: a.max_per_host,
+            }
+        }
+        Slot::Busy(r) => {
+            let tr = &r.dl.sh.tr;
+            let o = &r.dl.sh.opts;
+            if r.syncing
+                || r.failed.is_some()
+                || r.dl.remote.is_some()
+                || r.dl.sh.fatal.is_some()
+                || !r.dl.wants_connection()
+            {
+                return None;
+            }
+            // (What the bytes still to fetch are worth now, not at its first answer.)
+            let left = tr.total?.saturating_sub(tr.landed.bytes());
+            Growth {
+                on: 0,
+                keys: r.keys.clone(),
+                n: r.n,
+                worth: tr.wanted.min(crate::schedule::connections_for(
+                    left,
+                    o.min_split_size,
+                    o.connections,
+                    tr.mirrors.len(),
+                )),
+                max_per_host: o.max_per_host,
+            }
+        }
+        _ => return None,
+    };
+    (g.worth > g.n).then_some(g)
+}
+
+/// A transfer to the origins `keys` that held `freed` connection slots ended (its
+/// connections to them closed or went idle): as many of the running transfers' slots
+/// parked on those origins' caps by our own backoff ask again now
+/// ([`crate::event::Loop::wake_parked`]; a transfer placed on another reactor by a posted
+/// wake), not up to [`crate::event::retry::CAP_RETRY_MOST`] later. Transfers served
+/// nothing by an origin go first (a running file's parked slot would otherwise take the
+/// room a file that has no connection waits for).
+pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String], freed: usize) {
     for key in keys {
-        let parked: Vec<(usize, usize, bool)> = slots
+        // (lane, the transfer's index of the origin — none for a placed one —, served nothing)
+        let mut parked: Vec<(usize, Option<usize>, bool)> = slots
             .iter()
             .enumerate()
             .filter_map(|(lane, s)| match s {
-                Slot::Busy(r) => r.dl.parked_on(key).map(|o| (lane, o, r.dl.serving(o) == 0)),
+                Slot::Busy(r) => r.dl.parked_on(key).map(|o| (lane, Some(o), r.dl.serving(o) == 0)),
+                Slot::Away(a) if a.keys.contains(key) => Some((lane, None, a.serving == 0)),
                 _ => None,
             })
             .collect();
-        let starving = parked.iter().any(|p| p.2);
-        for (lane, o, none) in parked {
-            if let Slot::Busy(r) = &mut slots[lane]
-                && (none || !starving)
-            {
-                r.dl.wake_parked(o);
+        parked.sort_by_key(|p| !p.2);
+        let mut left = freed.max(1);
+        for (lane, o, _) in parked {
+            if left == 0 {
+                break;
+            }
+            match (&mut slots[lane], o) {
+                (Slot::Busy(r), Some(o)) => left -= r.dl.wake_parked(o, left).min(left),
+                (Slot::Away(a), None) => {
+                    // (What it has parked is not known here: it takes one of the places.)
+                    a.posted.wake.store(true, Ordering::Release);
+                    left -= 1;
+                }
+                _ => {}
             }
         }
     }
+}
+
+/// Connections kept idle to origin `key` on a reactor other than `on`.
+fn idle_elsewhere(key: &str, on: usize, reactor: &Reactor, placed: &Placed) -> bool {
+    (on != 0 && reactor.idle_to(key) > 0) || (1..placed.idle.len()).any(|r| r != on && placed.idle_on(r, key) > 0)
 }

@@ -34,6 +34,12 @@ pub(super) struct Away {
     pub(super) serving: usize,
     pub(super) held: usize,
     pub(super) posted: Arc<Posted>,
+    /// Connection slots given it (at its start, and posted since: [`super::caps::grow`]),
+    /// and what it may grow to: its `-x`, `--min-split-size`, `--max-connections-per-host`.
+    pub(super) n: usize,
+    pub(super) most: usize,
+    pub(super) min_split: u64,
+    pub(super) max_per_host: usize,
 }
 
 /// What the run's reactor keeps of the reactors it placed files on: per reactor (index
@@ -46,18 +52,20 @@ pub(super) struct Placed {
     pub(super) forgetting: Vec<bool>,
 }
 
-/// Closes the idle connections kept to the origins `keys` on every reactor: this one's at
-/// once, each helper's by an [`Order::Forget`](super::threads::Order) (its
-/// [`Report::Idle`] brings the counts left).
-pub(super) fn forget_idle(keys: &[String], reactor: &mut Reactor, placed: &mut Placed) {
-    for k in keys {
-        reactor.forget_idle(k);
+/// Closes the idle connections kept to the origins `keys` on every reactor but `keep`:
+/// this one's (0) at once, each helper's by an [`Order::Forget`](super::threads::Order)
+/// (its [`Report::Idle`] brings the counts left).
+pub(super) fn forget_idle(keys: &[String], keep: Option<usize>, reactor: &mut Reactor, placed: &mut Placed) {
+    if keep != Some(0) {
+        for k in keys {
+            reactor.forget_idle(k);
+        }
     }
     let Some(h) = reactor.helpers_running() else {
         return;
     };
     for r in 1..placed.idle.len() {
-        if placed.forgetting[r] || !keys.iter().any(|k| placed.idle_on(r, k) > 0) {
+        if keep == Some(r) || placed.forgetting[r] || !keys.iter().any(|k| placed.idle_on(r, k) > 0) {
             continue;
         }
         for k in keys {
@@ -152,6 +160,7 @@ pub(super) fn place(
     // (The file's own stays with its feed, which renames it once the helper is done.)
     drop(out);
     let mut o = (*opts).clone();
+    let (most, min_split, max_per_host) = (o.connections, o.min_split_size, o.max_per_host);
     o.connections = n;
     o.threads = 1;
     o.pin = false;
@@ -173,6 +182,7 @@ pub(super) fn place(
         ktls,
         signed,
         posted: Arc::clone(&posted),
+        most,
     };
     if helpers.place(order).is_err() {
         let _ = feed.ended(id, Err(err!(Internal, "reactor {on}'s thread is gone")), report, None);
@@ -199,6 +209,10 @@ pub(super) fn place(
         serving: 0,
         held: n,
         posted,
+        n,
+        most,
+        min_split,
+        max_per_host,
     }));
 }
 
@@ -282,7 +296,7 @@ pub(super) fn on_report(
             }
             // (Its connections on the helper closed or went idle: this reactor's slots
             // parked on its origin ask now.)
-            super::caps::wake_parked(slots, &a.keys);
+            super::caps::wake_parked(slots, &a.keys, a.held);
             if let Some(again) = feed.ended(a.id, result, a.report, failed) {
                 waiting.push_front((a.id, again));
             }

@@ -18,7 +18,7 @@
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, OnceLock};
 
@@ -52,6 +52,8 @@ pub(crate) struct WholeOrder {
     pub(crate) ktls: bool,
     pub(crate) signed: Option<crate::signature::Input>,
     pub(crate) posted: Arc<Posted>,
+    /// The slots it may grow to (its `-x`): the helper's pools are sized for them.
+    pub(crate) most: usize,
 }
 
 /// What the run's reactor posts to a placed transfer: `stop` is read on its tick
@@ -64,6 +66,13 @@ pub(crate) struct Posted {
     /// Requests the run's other transfers have on the wire to the file's origin
     /// ([`crate::control::origin::Origin::others`]).
     pub(crate) others: AtomicUsize,
+    /// Another transfer to the file's origin ended: its slots parked on the origin's cap
+    /// ask again now ([`Loop::wake_parked`]); read after each of its waits.
+    pub(crate) wake: AtomicBool,
+    /// Connection slots the run's reactor gave it beyond those it started with (room that
+    /// other files' ends left under the origin's caps): taken after its next wait
+    /// ([`Loop::grow`]).
+    pub(crate) more: AtomicUsize,
 }
 
 /// A helper's message about a whole transfer.
@@ -168,14 +177,37 @@ pub(super) fn run_whole(reactor: &mut Reactor, w: WholeOrder, tx: &Sender<Report
             bell: Arc::clone(bell),
             posted: w.posted,
             told: 0,
+            pool: None,
         }),
     };
+    // (Pools for the slots it may grow to, unless sizing them now would close the
+    // connections this reactor kept for it: then it grows as far as the pool has room.)
+    if reactor.idle_counts().is_empty() {
+        let block = crate::engine::blocks::write_block().max(out.align as usize);
+        if let Err(e) = reactor.size_pools(1, w.most, block) {
+            tell_ended(tx, bell, lending, (Err(e), None), reactor, key.as_deref());
+            return;
+        }
+    }
     let (result, report, failed) = crate::event::run(st, None, reactor);
     drop(report);
     // The output's descriptor closes before the end is said: the run's reactor renames
     // the file once it hears it.
     drop(out);
-    let allows = key.as_deref().and_then(|k| reactor.allows(k));
+    tell_ended(tx, bell, lending, (result, failed), reactor, key.as_deref());
+}
+
+/// Says placement `lending`'s end: its outcome (or its error and what the failed transfer
+/// knew), the connections `reactor` keeps idle and the cap learned for origin `key`.
+fn tell_ended(
+    tx: &Sender<Report>,
+    bell: &Arc<OwnedFd>,
+    lending: u64,
+    (result, failed): (Result<Outcome>, Option<Box<Summary>>),
+    reactor: &Reactor,
+    key: Option<&str>,
+) {
+    let allows = key.and_then(|k| reactor.allows(k));
     let idle = reactor.idle_counts();
     tell(
         tx,
@@ -200,6 +232,18 @@ pub(crate) struct WholeLink {
     posted: Arc<Posted>,
     /// Its requests the server serves, as last told.
     told: usize,
+    /// The reactor's read pool, which the slots it is given later take their blocks from.
+    pool: Option<uring::BufPool>,
+}
+
+impl WholeLink {
+    /// The link with the read pool of the reactor the transfer runs on.
+    pub(crate) fn with_pool(self, pool: uring::BufPool) -> WholeLink {
+        WholeLink {
+            pool: Some(pool),
+            ..self
+        }
+    }
 }
 
 impl Loop<'_> {
@@ -218,7 +262,8 @@ impl Loop<'_> {
     }
 
     /// Each turn of a placed transfer: the other transfers' requests to its origin count
-    /// toward the caps, as last posted; its own go to the run's reactor as soon as they
+    /// toward the caps, as last posted, a posted wake ends its parked slots' waits, and
+    /// posted slots are added; its own go to the run's reactor as soon as they
     /// change (a server's refusal is judged by them all: a stale count learns a cap too
     /// low).
     pub(crate) fn sync_placed(&mut self) {
@@ -226,9 +271,31 @@ impl Loop<'_> {
             return;
         };
         let others = w.posted.others.load(Ordering::Acquire);
+        let wake = w.posted.wake.swap(false, Ordering::AcqRel);
+        let more = w.posted.more.swap(0, Ordering::AcqRel);
+        let pool = w.pool.clone().filter(|_| more > 0);
         let told = w.told;
         for o in &mut self.sh.origins {
             o.others = others;
+        }
+        if wake {
+            // (One place freed: its one slot asks.)
+            for o in 0..self.sh.origins.len() {
+                self.wake_parked(o, 1);
+            }
+        }
+        if let Some(pool) = pool {
+            // Room other files left: more slots, and as many more it may open (its `-x`
+            // was the slots it started with; what its bytes are worth still bounds them).
+            self.grow(more, &pool);
+            let left = self.sh.tr.total.unwrap_or(0).saturating_sub(self.sh.tr.landed.bytes());
+            let worth = crate::schedule::connections_for(
+                left,
+                self.sh.opts.min_split_size,
+                self.conns.len(),
+                self.sh.tr.mirrors.len(),
+            );
+            self.sh.tr.wanted = self.sh.tr.wanted.max(worth);
         }
         if self.serving(0) != told {
             self.tell_flight();
