@@ -79,19 +79,33 @@ fn file_json(record: &mut Record, result: &Result<()>, code: u8, started: std::t
 }
 
 /// Whether `--json`'s `dest` can be written (`-`, standard output, is not checked): an
-/// existing file is opened for writing (not truncated), a missing one created and removed
-/// again, so that a run killed before its end leaves no empty record.
+/// existing regular file is opened for writing (not truncated), a missing one created
+/// and removed again, so that a run killed before its end leaves no empty record; for a
+/// device or a FIFO only access(2) is asked (opening a FIFO would wait for its reader).
 ///
 /// # Errors
-/// What open(2) or unlink(2) returned.
+/// What stat(2), open(2), unlink(2) or access(2) returned.
 fn json_writable(dest: &std::path::Path) -> std::io::Result<()> {
+    use std::fs::OpenOptions;
     if dest.as_os_str() == "-" {
         return Ok(());
     }
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(dest) {
-        Ok(_) => std::fs::remove_file(dest),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::fs::OpenOptions::new().write(true).open(dest).map(drop)
+    match std::fs::metadata(dest) {
+        Ok(m) if m.is_dir() => Err(rustix::io::Errno::ISDIR.into()),
+        Ok(m) if !m.is_file() => rustix::fs::access(dest, rustix::fs::Access::WRITE_OK).map_err(std::io::Error::from),
+        Ok(_) => OpenOptions::new().write(true).open(dest).map(drop),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match OpenOptions::new().write(true).create_new(true).open(dest) {
+                Ok(_) => std::fs::remove_file(dest),
+                // (A symlink whose target is missing: the end's write creates the target.)
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(dest)
+                    .map(drop),
+                Err(e) => Err(e),
+            }
         }
         Err(e) => Err(e),
     }

@@ -117,8 +117,8 @@ fn kill_9_at_random_moments_then_resume_is_exact() {
             let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
             assert_eq!(j["exit_code"], 0, "iteration {iter}: {j}");
         }
-        // A resume counts only when the run fetched fewer bytes than the file: "resuming:"
-        // is printed when the control file is accepted, before any byte is fetched.
+        // A resume counts only when the run fetched fewer bytes than the file (the done line
+        // says how many it fetched now).
         if !finished_anyway {
             let summary = o.summary();
             assert!(

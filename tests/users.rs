@@ -562,6 +562,47 @@ fn checksum_file_picks_the_line_for_the_output_name() {
 }
 
 /// SHA512SUMS, and the URL's name when the output is renamed.
+/// A checksum mismatch after a download long enough for its control file to be saved
+/// (16 MiB at nginx's 4 MiB/s on one connection): exit 9, the `.part` kept, its control
+/// file removed. A byte of the `.part` spoiled, the next run with the right digest starts
+/// over and lands the exact file: it once resumed from the control file's last save,
+/// fetched only the tail, and failed with the same mismatch at every run after.
+#[test]
+fn a_checksum_mismatch_leaves_no_control_file_and_the_next_run_starts_over() {
+    let n = nginx();
+    let file = n.file(16 * MIB);
+    let dir = TestDir::new("users_sum_over");
+    let out = dir.join("out.bin");
+    let part = crate::util::part_path(&out);
+    let control = dir.join("out.bin.part.ringdl");
+    let fetch = |digest: &str| {
+        dir.ringdl()
+            .args(["-x", "1", "--checksum"])
+            .arg(format!("sha-256={digest}"))
+            .arg("-o")
+            .arg(&out)
+            .arg(n.paced_url(&file.name))
+            .run()
+    };
+    let o = fetch(&"0".repeat(64));
+    o.assert_code(9);
+    let err = o.stderr_text();
+    assert!(err.contains("a new run starts over"), "{err}");
+    assert!(part.exists() && !out.exists(), "{err}");
+    assert!(
+        !control.exists(),
+        "the control file of a mismatching .part is left\n{err}"
+    );
+    // (What a bad disk or a bad copy leaves.)
+    let mut bytes = std::fs::read(&part).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&part, bytes).unwrap();
+    let o = fetch(&file.sha256);
+    o.assert_success();
+    assert_same_bytes(&out, file);
+    assert!(!o.stderr_text().contains("resuming"), "{}", o.stderr_text());
+}
+
 #[test]
 fn checksum_file_takes_sha512_and_the_url_name() {
     use sha2::Digest;

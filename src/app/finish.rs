@@ -71,11 +71,20 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {}", out.describe())),
         _ => None,
     };
+    // Bytes that failed verification stay for inspection, but their control file goes: a
+    // later run, with or without `-c`, starts over instead of keeping them (a resume would
+    // fetch only what the last save missed and fail the same way again).
+    let unresumable = || {
+        if let Some(c) = control {
+            resume::remove(c);
+        }
+    };
     if let (Some(p), Some(input)) = (plan, &s.signed) {
         // Before the checksum and the rename: a bad signature leaves the `.part`.
         let name = out.describe();
         p.check(input.as_deref(), &name, opts, &mut record.signature)
             .map_err(|mut e| {
+                unresumable();
                 e.msg.push_str(&format!(" (data kept in {name}, not renamed)"));
                 e
             })?;
@@ -84,6 +93,7 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         && want.expected != got.as_ref()
     {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        unresumable();
         return Err(err!(
             Checksum,
             "{} mismatch: expected {}, got {} ({})",
@@ -92,7 +102,7 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
             hex(got.as_ref()),
             match out.room {
                 Some(_) => format!("{} now holds an image that failed verification", out.describe()),
-                None => format!("data kept in {}", out.describe()),
+                None => format!("data kept in {}; a new run starts over", out.describe()),
             }
         ));
     }

@@ -263,9 +263,10 @@ pub(crate) struct Conn {
     /// starts after one that was not turned away, or when the slot is parked with idle
     /// ones the server counted.
     pub(crate) refusals: u32,
-    /// The parked slot's wait is our own backoff (no Retry-After): it ends early when
-    /// another transfer to its origin ends (on this reactor, or placed on another).
-    pub(crate) wakes: bool,
+    /// The end of the Retry-After the server gave with its refusal, if any: a parked slot
+    /// woken when another transfer to its origin ends (on this reactor, or placed on
+    /// another) still waits until then.
+    pub(crate) retry_until: Option<Instant>,
     /// Backoff: do not reconnect before this instant.
     pub(crate) not_before: Option<Instant>,
     pub(crate) last_io: Instant,
@@ -307,7 +308,7 @@ impl Conn {
             capped: false,
             parked_at: None,
             refusals: 0,
-            wakes: false,
+            retry_until: None,
             not_before: None,
             last_io: Instant::now(),
             rx: Rx::default(),

@@ -213,17 +213,23 @@ impl Loop<'_> {
         got
     }
 
-    /// Slots waiting out our own backoff on origin `key`'s cap (turned away, no Retry-After,
-    /// not asking yet): the index of the transfer's origin when it has one.
+    /// Slots parked on origin `key`'s cap that a wake would make ask sooner: the index of
+    /// the transfer's origin when it has one.
     pub(crate) fn parked_on(&self, key: &str) -> Option<usize> {
         let o = (0..self.sh.origins.len()).find(|&o| self.fin.key(o) == key)?;
         let now = Instant::now();
         self.conns.iter().any(|c| self.waits_on_cap(c, o, now)).then_some(o)
     }
 
+    /// Whether any slot is parked on a cap of its origin, a wake would make it ask sooner.
+    pub(crate) fn parked(&self) -> bool {
+        let now = Instant::now();
+        (0..self.sh.origins.len()).any(|o| self.conns.iter().any(|c| self.waits_on_cap(c, o, now)))
+    }
+
     /// Another transfer's connections to origin `o` ended (its room under the server's cap
-    /// freed): up to `n` of this transfer's slots waiting out our own backoff on it ask again
-    /// now, not at their wait's end. Returns how many.
+    /// freed): up to `n` of this transfer's slots parked on it ask again now (or when the
+    /// server's Retry-After ends), not at the end of our own backoff. Returns how many.
     pub(crate) fn wake_parked(&mut self, o: usize, n: usize) -> usize {
         let now = Instant::now();
         let woken: Vec<usize> = (0..self.conns.len())
@@ -231,18 +237,20 @@ impl Loop<'_> {
             .take(n)
             .collect();
         for &i in &woken {
-            self.conns[i].not_before = Some(now);
+            let c = &mut self.conns[i];
+            c.not_before = Some(c.retry_until.map_or(now, |t| t.max(now)));
         }
         woken.len()
     }
 
-    /// Slot `c` is parked on origin `o`'s cap by our own backoff and not asking yet.
+    /// Slot `c` is parked on origin `o`'s cap, not asking yet, and would ask sooner if
+    /// woken (its wait goes past the server's Retry-After).
     fn waits_on_cap(&self, c: &Conn, o: usize, now: Instant) -> bool {
+        let earliest = c.retry_until.map_or(now, |t| t.max(now));
         c.capped
-            && c.wakes
             && !c.dead
             && c.st == St::Closed
-            && c.not_before.is_some_and(|t| t > now)
+            && c.not_before.is_some_and(|t| t > earliest)
             && self.sh.tr.mirrors[c.mirror].origin == o
     }
 

@@ -282,7 +282,7 @@ fn turns<'c>(
                 // take): they are closed, here at once, on the helpers by message (it
                 // starts when they said so).
                 if !slots.iter().any(in_flight) {
-                    forget_idle(&keys, None, reactor, placed);
+                    forget_idle(&keys, &|_| true, reactor, placed);
                 }
                 waiting.push_front((id, st));
                 break;
@@ -298,25 +298,12 @@ fn turns<'c>(
             grow(slots, reactor, placed);
         }
         share_origins(slots);
+        adopt_idle(slots, reactor);
         // Drive each transfer on; end those that are done.
         let mut freed = false;
         #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
         for lane in 0..slots.len() {
             let Slot::Busy(r) = &mut slots[lane] else { continue };
-            // A transfer that would open another connection takes one another left idle
-            // to the same origin first (a large file after small ones).
-            if r.failed.is_none() && !r.syncing && r.dl.sh.fatal.is_none() && r.dl.sh.tr.redirect.is_none() {
-                while let Some((i, o)) = r.dl.would_connect() {
-                    let key = r.dl.fin.key(o);
-                    let Some(c) = reactor.take_idle(key, 1, r.dl.fin.engine).pop() else {
-                        // Idle ones it cannot take (set up for another engine) were counted
-                        // as its own by `room`: one closes for the connection it opens.
-                        reactor.forget_one_idle(key);
-                        break;
-                    };
-                    r.dl.adopt(i, c);
-                }
-            }
             // Connections that waited for a write block the lanes share, freed by another.
             if r.failed.is_none()
                 && !r.dl.waiting.is_empty()
@@ -346,7 +333,7 @@ fn turns<'c>(
             let Slot::Busy(r) = std::mem::replace(&mut slots[lane], Slot::Draining { _hold: None }) else {
                 unreachable!("matched Busy above")
             };
-            let freed_slots = r.n;
+            let freed_slots = r.held();
             let (outcome, report, failed, hold) = end(r.dl, step, reactor);
             // Its connections closed or went idle: slots parked on its origins' caps ask now.
             wake_parked(slots, &r.keys, freed_slots);
@@ -606,6 +593,37 @@ impl Loop<'_> {
             fetched: self.sh.tr.received,
             live: self.conns.iter().filter(|c| c.rx.job.is_some()).count()
                 + self.remote.as_ref().map_or(0, super::threads::Remote::serving),
+        }
+    }
+}
+
+/// A transfer that would open another connection takes one another left idle to the same
+/// origin first (a large file after small ones); those served nothing by any origin go
+/// first (a running file would otherwise take the connection one with none waits for).
+fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
+    let mut lanes: Vec<(bool, usize)> = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(lane, s)| match s {
+            Slot::Busy(r) => Some(((0..r.dl.sh.origins.len()).any(|o| r.dl.serving(o) > 0), lane)),
+            _ => None,
+        })
+        .collect();
+    lanes.sort_unstable();
+    for (_, lane) in lanes {
+        let Slot::Busy(r) = &mut slots[lane] else { continue };
+        if r.failed.is_some() || r.syncing || r.dl.sh.fatal.is_some() || r.dl.sh.tr.redirect.is_some() {
+            continue;
+        }
+        while let Some((i, o)) = r.dl.would_connect() {
+            let key = r.dl.fin.key(o);
+            let Some(c) = reactor.take_idle(key, 1, r.dl.fin.engine).pop() else {
+                // Idle ones it cannot take (set up for another engine) were counted as its
+                // own by `room`: one closes for the connection it opens.
+                reactor.forget_one_idle(key);
+                break;
+            };
+            r.dl.adopt(i, c);
         }
     }
 }

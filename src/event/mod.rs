@@ -128,8 +128,10 @@ pub fn run(
         Err(e) => return (Err(e), st.report, None),
     };
     let n = st.opts.connections;
+    // (A file placed on a helper may grow to more slots than it starts with.)
+    let ring_n = st.whole.as_ref().map_or(n, |w| w.most.max(n));
     let (chosen, entries, splice) =
-        match reactor.take_ring(&st.opts, reactor::ring_entries(n), st.engine == EngineKind::Splice) {
+        match reactor.take_ring(&st.opts, reactor::ring_entries(ring_n), st.engine == EngineKind::Splice) {
             Ok(r) => r,
             Err(e) => {
                 if let Some(rm) = remote {

@@ -264,10 +264,19 @@ impl Reactor {
     /// # Errors
     /// `LocalIo` when the blocks cannot be mapped.
     pub(crate) fn size_pools(&mut self, lanes: usize, n: usize, block: usize) -> Result<()> {
+        self.size_read_pool(lanes, n)?;
+        self.size_write_pool(lanes, n, block)
+    }
+
+    /// The read pool of [`Reactor::size_pools`] alone (a new one closes the connections
+    /// kept idle: they hold blocks of the old one).
+    ///
+    /// # Errors
+    /// `LocalIo` when the blocks cannot be mapped.
+    pub(crate) fn size_read_pool(&mut self, lanes: usize, n: usize) -> Result<()> {
         let read = crate::event::READ_BLOCK;
         self.max_idle = MAX_IDLE.max(lanes);
         let count = lanes * n + self.idle_cap();
-        let wcount = write_blocks(lanes, n);
         if self.read.as_ref().is_none_or(|r| r.count() < count) {
             // Connections kept hold blocks of the old pool: they go with it.
             self.idle.clear();
@@ -275,6 +284,15 @@ impl Reactor {
                 BufPool::new(read, count).map_err(|e| err!(LocalIo, "read blocks ({count} x {read} bytes): {e}"))?,
             );
         }
+        Ok(())
+    }
+
+    /// The write pool of [`Reactor::size_pools`] alone.
+    ///
+    /// # Errors
+    /// `LocalIo` when the blocks cannot be mapped.
+    pub(crate) fn size_write_pool(&mut self, lanes: usize, n: usize, block: usize) -> Result<()> {
+        let wcount = write_blocks(lanes, n);
         if self
             .write
             .as_ref()

@@ -317,7 +317,7 @@ impl Loop<'_> {
                 o.not_before = Some(back);
                 // (Parked afresh: no refusal of its own yet.)
                 o.refusals = 0;
-                o.wakes = f.delay.is_none();
+                o.retry_until = f.delay.map(|d| Instant::now() + d);
             }
             let using = self
                 .conns
@@ -331,6 +331,7 @@ impl Loop<'_> {
                     proxy: false,
                     closed: idle.len(),
                     using,
+                    theirs: 0,
                     refusals: 0,
                     wait: CAP_RETRY,
                 },
@@ -354,8 +355,8 @@ impl Loop<'_> {
             c.capped = true;
             c.parked_at = Some(Instant::now());
             c.not_before = Some(Instant::now() + again);
-            // (A Retry-After is the server's: it is waited out, never woken early.)
-            c.wakes = f.delay.is_none();
+            // (A Retry-After is the server's: a wake does not cut it short.)
+            c.retry_until = f.delay.map(|d| Instant::now() + d);
             let refusals = c.refusals;
             // A helper reactor's part: the owner sees every reactor's requests and counts
             // what the server allows (`Loop::capped_elsewhere`); this slot asks again later
@@ -382,6 +383,12 @@ impl Loop<'_> {
                     proxy: f.extra,
                     closed: 0,
                     using,
+                    // (A proxy's count is this transfer's tunnels.)
+                    theirs: if f.extra {
+                        0
+                    } else {
+                        self.sh.origin(k).others.min(using)
+                    },
                     refusals,
                     wait: again,
                 },
@@ -553,6 +560,7 @@ mod tests {
                 proxy: false,
                 closed: 0,
                 using: 2,
+                theirs: 0,
                 refusals,
                 wait: Duration::from_secs(4),
             },

@@ -170,8 +170,10 @@ pub struct Cap {
     /// Idle connections closed because the server counts them toward its cap
     /// ([`Verdict::Crowded`]); 0 for a cap on extra connections.
     pub closed: usize,
-    /// Connections that go on.
+    /// Connections that go on (the server's: other files' requests to it count too).
     pub using: usize,
+    /// Of `using`, the other files' (0 for a file alone).
+    pub theirs: usize,
     /// Times in a row the server turned this slot away, this one included (0: idle
     /// connections closed, no slot turned away); a repeat is said at `-vv`.
     pub refusals: u32,
@@ -182,7 +184,10 @@ pub struct Cap {
 
 impl std::fmt::Display for Cap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let using = self.using;
+        let using = match self.theirs {
+            0 => self.using.to_string(),
+            t => format!("{} ({t} of them other files')", self.using),
+        };
         if self.refusals > 1 {
             let who = if self.proxy { "the proxy" } else { "the server" };
             return write!(
@@ -481,6 +486,7 @@ mod tests {
                 proxy,
                 closed,
                 using,
+                theirs: 0,
                 refusals: u32::from(closed == 0),
                 wait: Duration::from_secs(2),
             }
@@ -503,12 +509,22 @@ mod tests {
             proxy: false,
             closed: 0,
             using: 2,
+            theirs: 0,
             refusals: 3,
             wait: Duration::from_secs(8),
         };
         assert_eq!(
             again.to_string(),
             "the server turned it away 3 times in a row; going on with 2, asking again in 8 s"
+        );
+        let shared = Cap {
+            refusals: 1,
+            theirs: 2,
+            ..again
+        };
+        assert_eq!(
+            shared.to_string(),
+            "the server turns extra connections away; going on with 2 (2 of them other files')"
         );
     }
 

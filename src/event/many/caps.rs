@@ -112,18 +112,28 @@ pub(super) fn room(
 pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed: &mut Placed) {
     for lane in 0..slots.len() {
         let Some(g) = growth(&slots[lane]) else { continue };
-        if g.keys.iter().any(|k| idle_elsewhere(k, g.on, reactor, placed)) {
+        let idle: Vec<usize> = (0..placed.idle.len().max(1))
+            .filter(|&r| {
+                g.keys
+                    .iter()
+                    .any(|k| useless_idle(k, (r, g.on), slots, reactor, placed))
+            })
+            .collect();
+        if !idle.is_empty() {
             // Idle connections kept to its origins on other reactors count toward the caps
-            // (the server may count them), and no file is left to take them: they close,
-            // and the room they held is this transfer's at a later turn.
-            super::placing::forget_idle(&g.keys, Some(g.on), reactor, placed);
+            // (the server may count them), and no file there takes them: they close, and the
+            // room they held is this transfer's at a later turn.
+            super::placing::forget_idle(&g.keys, &|r| idle.contains(&r), reactor, placed);
             continue;
         }
         // (Its own held slots are among those `room` counts: what it gives is room beyond
         // them. Idle connections kept to its origins on its reactor count as its to take:
         // the adopt loop of `turns`, right after this, takes them before the new slots
         // open anything.)
-        let more = room(&g.keys, g.max_per_host, g.worth - g.n, (slots, reactor), (g.on, placed)).min(g.worth - g.n);
+        // (A file placed on a helper opens new connections only: the idle ones there are
+        // not its to take.)
+        let takes = if g.on == 0 { g.worth - g.n } else { 0 };
+        let more = room(&g.keys, g.max_per_host, takes, (slots, reactor), (g.on, placed)).min(g.worth - g.n);
         if more == 0 {
             continue;
         }
@@ -217,7 +227,7 @@ pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String], freed: usize)
             .enumerate()
             .filter_map(|(lane, s)| match s {
                 Slot::Busy(r) => r.dl.parked_on(key).map(|o| (lane, Some(o), r.dl.serving(o) == 0)),
-                Slot::Away(a) if a.keys.contains(key) => Some((lane, None, a.serving == 0)),
+                Slot::Away(a) if a.parked && a.keys.contains(key) => Some((lane, None, a.serving == 0)),
                 _ => None,
             })
             .collect();
@@ -230,8 +240,9 @@ pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String], freed: usize)
             match (&mut slots[lane], o) {
                 (Slot::Busy(r), Some(o)) => left -= r.dl.wake_parked(o, left).min(left),
                 (Slot::Away(a), None) => {
-                    // (What it has parked is not known here: it takes one of the places.)
+                    // (How many it has parked is not known here: one place, one slot.)
                     a.posted.wake.store(true, Ordering::Release);
+                    a.parked = false;
                     left -= 1;
                 }
                 _ => {}
@@ -240,7 +251,21 @@ pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String], freed: usize)
     }
 }
 
-/// Connections kept idle to origin `key` on a reactor other than `on`.
-fn idle_elsewhere(key: &str, on: usize, reactor: &Reactor, placed: &Placed) -> bool {
-    (on != 0 && reactor.idle_to(key) > 0) || (1..placed.idle.len()).any(|r| r != on && placed.idle_on(r, key) > 0)
+/// Reactor `r` (not `on`, the growing transfer's) keeps connections idle to origin `key`
+/// that no transfer there takes and that it can close now: this one with no transfer to
+/// `key` running here, a helper running no file (it reads orders between files) and not
+/// asked already.
+fn useless_idle(key: &str, (r, on): (usize, usize), slots: &[Slot<'_>], reactor: &Reactor, placed: &Placed) -> bool {
+    if r == on {
+        return false;
+    }
+    if r == 0 {
+        return reactor.idle_to(key) > 0
+            && !slots
+                .iter()
+                .any(|s| matches!(s, Slot::Busy(b) if b.keys.iter().any(|k| k == key)));
+    }
+    placed.idle_on(r, key) > 0
+        && !placed.forgetting[r]
+        && !slots.iter().any(|s| matches!(s, Slot::Away(a) if a.helper == r))
 }

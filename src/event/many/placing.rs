@@ -33,6 +33,8 @@ pub(super) struct Away {
     pub(super) flight: Flight,
     pub(super) serving: usize,
     pub(super) held: usize,
+    /// A slot of it is parked on a cap ([`WholeReport::Flight`]).
+    pub(super) parked: bool,
     pub(super) posted: Arc<Posted>,
     /// Connection slots given it (at its start, and posted since: [`super::caps::grow`]),
     /// and what it may grow to: its `-x`, `--min-split-size`, `--max-connections-per-host`.
@@ -52,11 +54,11 @@ pub(super) struct Placed {
     pub(super) forgetting: Vec<bool>,
 }
 
-/// Closes the idle connections kept to the origins `keys` on every reactor but `keep`:
+/// Closes the idle connections kept to the origins `keys` on the reactors `on` picks:
 /// this one's (0) at once, each helper's by an [`Order::Forget`](super::threads::Order)
 /// (its [`Report::Idle`] brings the counts left).
-pub(super) fn forget_idle(keys: &[String], keep: Option<usize>, reactor: &mut Reactor, placed: &mut Placed) {
-    if keep != Some(0) {
+pub(super) fn forget_idle(keys: &[String], on: &dyn Fn(usize) -> bool, reactor: &mut Reactor, placed: &mut Placed) {
+    if on(0) {
         for k in keys {
             reactor.forget_idle(k);
         }
@@ -65,7 +67,7 @@ pub(super) fn forget_idle(keys: &[String], keep: Option<usize>, reactor: &mut Re
         return;
     };
     for r in 1..placed.idle.len() {
-        if keep == Some(r) || placed.forgetting[r] || !keys.iter().any(|k| placed.idle_on(r, k) > 0) {
+        if !on(r) || placed.forgetting[r] || !keys.iter().any(|k| placed.idle_on(r, k) > 0) {
             continue;
         }
         for k in keys {
@@ -160,7 +162,19 @@ pub(super) fn place(
     // (The file's own stays with its feed, which renames it once the helper is done.)
     drop(out);
     let mut o = (*opts).clone();
-    let (most, min_split, max_per_host) = (o.connections, o.min_split_size, o.max_per_host);
+    // (What it may grow to: its `-x`, under `--max-connections-per-host` and what the
+    // server was seen allowing; its helper's ring and pools are sized for that.)
+    let learned = keys.first().and_then(|k| {
+        let here = reactor.allows(k);
+        let there = placed.learned.iter().find(|(x, _)| x == k).map(|x| x.1);
+        here.into_iter().chain(there).max()
+    });
+    let most = o
+        .connections
+        .min(o.max_per_host)
+        .min(learned.unwrap_or(usize::MAX))
+        .max(n);
+    let (min_split, max_per_host) = (o.min_split_size, o.max_per_host);
     o.connections = n;
     o.threads = 1;
     o.pin = false;
@@ -208,6 +222,7 @@ pub(super) fn place(
         },
         serving: 0,
         held: n,
+        parked: false,
         posted,
         n,
         most,
@@ -261,10 +276,16 @@ pub(super) fn on_report(
         return;
     };
     match what {
-        WholeReport::Flight { flight, serving, held } => {
+        WholeReport::Flight {
+            flight,
+            serving,
+            held,
+            parked,
+        } => {
             a.flight = flight;
             a.serving = serving;
             a.held = held;
+            a.parked = parked;
         }
         WholeReport::Note(note) => {
             a.report.note(note);

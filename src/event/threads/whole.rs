@@ -78,11 +78,13 @@ pub(crate) struct Posted {
 /// A helper's message about a whole transfer.
 pub(crate) enum WholeReport {
     /// Each tick: what the run's line shows of it, the requests of it the server serves
-    /// now, and the connection slots it holds against its origin's caps.
+    /// now, the connection slots it holds against its origin's caps, and whether a slot of
+    /// it is parked on a cap ([`Loop::parked`]).
     Flight {
         flight: Flight,
         serving: usize,
         held: usize,
+        parked: bool,
     },
     /// A note of the transfer, for its report.
     Note(Note),
@@ -147,11 +149,12 @@ impl Helpers {
 /// Runs placed transfer `w` on the helper's `reactor` and says its end.
 pub(super) fn run_whole(reactor: &mut Reactor, w: WholeOrder, tx: &Sender<Report>, bell: &Arc<OwnedFd>) {
     let lending = w.placement;
+    let most = w.most;
     let key = w.mirrors.first().map(reactor::route_key);
     // (Held here until the run's ops are reaped: an epoll worker writes to the fd number.)
     let out = Rc::new(w.out);
     let (ftx, fbell) = (tx.clone(), Arc::clone(bell));
-    let st = Start {
+    let mut st = Start {
         mirrors: w.mirrors,
         opts: Rc::new(w.opts),
         out: Rc::clone(&out),
@@ -178,16 +181,17 @@ pub(super) fn run_whole(reactor: &mut Reactor, w: WholeOrder, tx: &Sender<Report
             posted: w.posted,
             told: 0,
             pool: None,
+            most: 0,
         }),
     };
-    // (Pools for the slots it may grow to, unless sizing them now would close the
-    // connections this reactor kept for it: then it grows as far as the pool has room.)
-    if reactor.idle_counts().is_empty() {
-        let block = crate::engine::blocks::write_block().max(out.align as usize);
-        if let Err(e) = reactor.size_pools(1, w.most, block) {
-            tell_ended(tx, bell, lending, (Err(e), None), reactor, key.as_deref());
-            return;
-        }
+    // Write blocks for the slots it may grow to, and read blocks too unless a new read pool
+    // would close the connections this reactor kept for it (then it grows as far as the
+    // pool has room). Pools that cannot be mapped leave it the slots it started with.
+    let block = crate::engine::blocks::write_block().max(out.align as usize);
+    let sized = reactor.size_write_pool(1, most, block).is_ok()
+        && (!reactor.idle_counts().is_empty() || reactor.size_read_pool(1, most).is_ok());
+    if let Some(link) = st.whole.as_mut() {
+        link.most = if sized { most } else { 0 };
     }
     let (result, report, failed) = crate::event::run(st, None, reactor);
     drop(report);
@@ -234,6 +238,9 @@ pub(crate) struct WholeLink {
     told: usize,
     /// The reactor's read pool, which the slots it is given later take their blocks from.
     pool: Option<uring::BufPool>,
+    /// The slots it may grow to, which its ring and pools are sized for (0: none past
+    /// those it started with).
+    pub(crate) most: usize,
 }
 
 impl WholeLink {
@@ -274,6 +281,7 @@ impl Loop<'_> {
         let wake = w.posted.wake.swap(false, Ordering::AcqRel);
         let more = w.posted.more.swap(0, Ordering::AcqRel);
         let pool = w.pool.clone().filter(|_| more > 0);
+        let most = w.most;
         let told = w.told;
         for o in &mut self.sh.origins {
             o.others = others;
@@ -284,10 +292,14 @@ impl Loop<'_> {
                 self.wake_parked(o, 1);
             }
         }
+        // (Room for a transfer that can use it: served in ranges, with work for another
+        // connection, within what its ring was sized for.)
+        let room = most.saturating_sub(self.conns.len());
+        let pool = pool.filter(|_| self.sh.tr.ranges && self.wants_connection() && room > 0);
         if let Some(pool) = pool {
             // Room other files left: more slots, and as many more it may open (its `-x`
             // was the slots it started with; what its bytes are worth still bounds them).
-            self.grow(more, &pool);
+            self.grow(more.min(room), &pool);
             let left = self.sh.tr.total.unwrap_or(0).saturating_sub(self.sh.tr.landed.bytes());
             let worth = crate::schedule::connections_for(
                 left,
@@ -310,6 +322,7 @@ impl Loop<'_> {
             flight: self.flight(),
             serving,
             held: self.held(self.conns.len()),
+            parked: self.parked(),
         };
         let Some(w) = self.whole.as_mut() else {
             return;
