@@ -92,18 +92,25 @@ fn json_writable(dest: &std::path::Path) -> std::io::Result<()> {
     }
     match std::fs::metadata(dest) {
         Ok(m) if m.is_dir() => Err(rustix::io::Errno::ISDIR.into()),
-        Ok(m) if !m.is_file() => rustix::fs::access(dest, rustix::fs::Access::WRITE_OK).map_err(std::io::Error::from),
+        // (As open(2) will judge it: the effective ids.)
+        Ok(m) if !m.is_file() => {
+            let (cwd, w) = (rustix::fs::CWD, rustix::fs::Access::WRITE_OK);
+            rustix::fs::accessat(cwd, dest, w, rustix::fs::AtFlags::EACCESS).map_err(std::io::Error::from)
+        }
         Ok(_) => OpenOptions::new().write(true).open(dest).map(drop),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             match OpenOptions::new().write(true).create_new(true).open(dest) {
                 Ok(_) => std::fs::remove_file(dest),
-                // (A symlink whose target is missing: the end's write creates the target.)
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(dest)
-                    .map(drop),
+                // (A symlink whose target is missing: the target is made and removed again;
+                // the end's write makes it.)
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let target = dest
+                        .parent()
+                        .unwrap_or(std::path::Path::new(""))
+                        .join(std::fs::read_link(dest)?);
+                    OpenOptions::new().write(true).create_new(true).open(&target)?;
+                    std::fs::remove_file(&target)
+                }
                 Err(e) => Err(e),
             }
         }

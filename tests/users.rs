@@ -561,7 +561,6 @@ fn checksum_file_picks_the_line_for_the_output_name() {
     assert!(!dir.join("renamed.bin").exists() && !crate::util::part_path(&dir.join("renamed.bin")).exists());
 }
 
-/// SHA512SUMS, and the URL's name when the output is renamed.
 /// A checksum mismatch after a download long enough for its control file to be saved
 /// (16 MiB at nginx's 4 MiB/s on one connection): exit 9, the `.part` kept, its control
 /// file removed. A byte of the `.part` spoiled, the next run with the right digest starts
@@ -603,6 +602,7 @@ fn a_checksum_mismatch_leaves_no_control_file_and_the_next_run_starts_over() {
     assert!(!o.stderr_text().contains("resuming"), "{}", o.stderr_text());
 }
 
+/// SHA512SUMS, and the URL's name when the output is renamed.
 #[test]
 fn checksum_file_takes_sha512_and_the_url_name() {
     use sha2::Digest;

@@ -20,7 +20,8 @@ pub(super) struct Landing<'a> {
     pub(super) opts: &'a Config,
     /// `--signature`'s plan (keys and signature, loaded before the transfer).
     pub(super) plan: Option<&'a crate::signed::Plan>,
-    /// The control file of the `.part` (removed once the file landed).
+    /// The control file of the `.part` (removed once the file landed, or when its bytes
+    /// failed their signature or checksum: a later run starts over).
     pub(super) control: Option<&'a Path>,
     /// The output when it is not a regular file (standard output, a FIFO…).
     pub(super) special: Option<&'a output::Special>,
@@ -45,8 +46,9 @@ pub(super) struct Landing<'a> {
 /// removes the control file and prints the summary line.
 ///
 /// # Errors
-/// `Signature` (the `.part` kept), `Checksum` (the `.part` kept, or a device's image said
-/// to have failed), `LocalIo` for the rename or a validator file.
+/// `Signature` (the `.part` kept, its control file removed), `Checksum` (the `.part`
+/// kept, or a device's image said to have failed; the control file removed), `LocalIo`
+/// for the rename or a validator file.
 pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>, record: &mut Record) -> Result<()> {
     let Landing {
         opts,

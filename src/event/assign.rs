@@ -194,9 +194,10 @@ impl Loop<'_> {
     /// `k` more connection slots (a transfer that started with fewer than it is worth,
     /// given room under its origins' caps that another transfer's end left), each on the
     /// mirror left with the fewest (never a dropped one) and with a read block of its
-    /// reactor's read `pool`; its write slots grow to match. Returns how many it got (fewer
-    /// when the pool is short: the run's reactor sizes it for `-j` transfers of `-x`
-    /// connections, a helper for the placed file's `-x`, so it is not).
+    /// reactor's read `pool`; its write slots grow to match. Returns how many it got: fewer
+    /// when the pool is short (the run's reactor sizes it for `-j` transfers of `-x`
+    /// connections; a helper for what the placed file may grow to, unless that would have
+    /// closed the connections it kept idle, or the blocks could not be mapped).
     pub(crate) fn grow(&mut self, k: usize, pool: &uring::BufPool) -> usize {
         let mut got = 0;
         while got < k {
@@ -228,19 +229,27 @@ impl Loop<'_> {
     }
 
     /// Another transfer's connections to origin `o` ended (its room under the server's cap
-    /// freed): up to `n` of this transfer's slots parked on it ask again now (or when the
-    /// server's Retry-After ends), not at the end of our own backoff. Returns how many.
+    /// freed): up to `n` of this transfer's slots parked on it ask again now, not at the end
+    /// of our own backoff; those still inside the server's Retry-After ask when it ends, and
+    /// take none of the `n`. Returns how many ask now.
     pub(crate) fn wake_parked(&mut self, o: usize, n: usize) -> usize {
         let now = Instant::now();
-        let woken: Vec<usize> = (0..self.conns.len())
-            .filter(|&i| self.waits_on_cap(&self.conns[i], o, now))
-            .take(n)
-            .collect();
-        for &i in &woken {
+        let mut woken = 0;
+        for i in 0..self.conns.len() {
+            if !self.waits_on_cap(&self.conns[i], o, now) {
+                continue;
+            }
             let c = &mut self.conns[i];
-            c.not_before = Some(c.retry_until.map_or(now, |t| t.max(now)));
+            match c.retry_until.filter(|&t| t > now) {
+                Some(t) => c.not_before = Some(t),
+                None if woken < n => {
+                    c.not_before = Some(now);
+                    woken += 1;
+                }
+                None => {}
+            }
         }
-        woken.len()
+        woken
     }
 
     /// Slot `c` is parked on origin `o`'s cap, not asking yet, and would ask sooner if

@@ -304,6 +304,8 @@ fn turns<'c>(
         #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
         for lane in 0..slots.len() {
             let Slot::Busy(r) = &mut slots[lane] else { continue };
+            // (Connections a transfer that ended earlier in this pass left idle.)
+            adopt(r, reactor);
             // Connections that waited for a write block the lanes share, freed by another.
             if r.failed.is_none()
                 && !r.dl.waiting.is_empty()
@@ -600,6 +602,8 @@ impl Loop<'_> {
 /// A transfer that would open another connection takes one another left idle to the same
 /// origin first (a large file after small ones); those served nothing by any origin go
 /// first (a running file would otherwise take the connection one with none waits for).
+/// (The drive loop adopts again before each step: connections a transfer that ended
+/// earlier in the same pass left.)
 fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
     let mut lanes: Vec<(bool, usize)> = slots
         .iter()
@@ -611,20 +615,26 @@ fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
         .collect();
     lanes.sort_unstable();
     for (_, lane) in lanes {
-        let Slot::Busy(r) = &mut slots[lane] else { continue };
-        if r.failed.is_some() || r.syncing || r.dl.sh.fatal.is_some() || r.dl.sh.tr.redirect.is_some() {
-            continue;
+        if let Slot::Busy(r) = &mut slots[lane] {
+            adopt(r, reactor);
         }
-        while let Some((i, o)) = r.dl.would_connect() {
-            let key = r.dl.fin.key(o);
-            let Some(c) = reactor.take_idle(key, 1, r.dl.fin.engine).pop() else {
-                // Idle ones it cannot take (set up for another engine) were counted as its
-                // own by `room`: one closes for the connection it opens.
-                reactor.forget_one_idle(key);
-                break;
-            };
-            r.dl.adopt(i, c);
-        }
+    }
+}
+
+/// Transfer `r` takes the idle connections to its origins it would open new ones for.
+fn adopt(r: &mut Running<'_>, reactor: &mut Reactor) {
+    if r.failed.is_some() || r.syncing || r.dl.sh.fatal.is_some() || r.dl.sh.tr.redirect.is_some() {
+        return;
+    }
+    while let Some((i, o)) = r.dl.would_connect() {
+        let key = r.dl.fin.key(o);
+        let Some(c) = reactor.take_idle(key, 1, r.dl.fin.engine).pop() else {
+            // Idle ones it cannot take (set up for another engine) were counted as its own
+            // by `room`: one closes for the connection it opens.
+            reactor.forget_one_idle(key);
+            break;
+        };
+        r.dl.adopt(i, c);
     }
 }
 

@@ -128,18 +128,28 @@ pub fn run(
         Err(e) => return (Err(e), st.report, None),
     };
     let n = st.opts.connections;
-    // (A file placed on a helper may grow to more slots than it starts with.)
+    // (A file placed on a helper may grow to more slots than it starts with; a ring that
+    // large refused, it keeps those it starts with.)
     let ring_n = st.whole.as_ref().map_or(n, |w| w.most.max(n));
-    let (chosen, entries, splice) =
-        match reactor.take_ring(&st.opts, reactor::ring_entries(ring_n), st.engine == EngineKind::Splice) {
-            Ok(r) => r,
-            Err(e) => {
-                if let Some(rm) = remote {
-                    reactor.helpers_back(rm);
-                }
-                return (Err(e), st.report, None);
+    let splice = st.engine == EngineKind::Splice;
+    let ring = match reactor.take_ring(&st.opts, reactor::ring_entries(ring_n), splice) {
+        Err(_) if ring_n > n => {
+            if let Some(w) = st.whole.as_mut() {
+                w.most = 0;
             }
-        };
+            reactor.take_ring(&st.opts, reactor::ring_entries(n), splice)
+        }
+        r => r,
+    };
+    let (chosen, entries, splice) = match ring {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(rm) = remote {
+                reactor.helpers_back(rm);
+            }
+            return (Err(e), st.report, None);
+        }
+    };
     let cell = RingCell::new(chosen);
     let r = match start_on(st, reactor, cell.lane(0), n, signals, true) {
         Ok(mut dl) => {

@@ -113,7 +113,8 @@ pub fn save(path: &Path, st: &State) -> Result<(), String> {
     })
 }
 
-/// Removes the control file (after a complete download).
+/// Removes the control file (after a complete download, or one whose bytes failed their
+/// signature or checksum).
 pub fn remove(path: &Path) {
     let _ = std::fs::remove_file(path);
 }

@@ -214,7 +214,7 @@ fn growth(slot: &Slot<'_>) -> Option<Growth> {
 
 /// A transfer to the origins `keys` that held `freed` connection slots ended (its
 /// connections to them closed or went idle): as many of the running transfers' slots
-/// parked on those origins' caps by our own backoff ask again now
+/// parked on those origins' caps ask again now (those inside a Retry-After when it ends)
 /// ([`crate::event::Loop::wake_parked`]; a transfer placed on another reactor by a posted
 /// wake), not up to [`crate::event::retry::CAP_RETRY_MOST`] later. Transfers served
 /// nothing by an origin go first (a running file's parked slot would otherwise take the

@@ -280,12 +280,16 @@ pub(super) fn on_report(
             flight,
             serving,
             held,
+            slots,
             parked,
         } => {
             a.flight = flight;
             a.serving = serving;
             a.held = held;
             a.parked = parked;
+            // (What it has, and what was posted it and not read yet: room it dropped is
+            // its to ask for again.)
+            a.n = slots + a.posted.more.load(std::sync::atomic::Ordering::Acquire);
         }
         WholeReport::Note(note) => {
             a.report.note(note);

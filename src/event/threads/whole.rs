@@ -52,7 +52,9 @@ pub(crate) struct WholeOrder {
     pub(crate) ktls: bool,
     pub(crate) signed: Option<crate::signature::Input>,
     pub(crate) posted: Arc<Posted>,
-    /// The slots it may grow to (its `-x`): the helper's pools are sized for them.
+    /// The slots it may grow to (its `-x` under `--max-connections-per-host` and the cap
+    /// learned for its server): the helper's ring and write pool are sized for them, its
+    /// read pool too unless that would close the connections it kept idle.
     pub(crate) most: usize,
 }
 
@@ -70,20 +72,22 @@ pub(crate) struct Posted {
     /// ask again now ([`Loop::wake_parked`]); read after each of its waits.
     pub(crate) wake: AtomicBool,
     /// Connection slots the run's reactor gave it beyond those it started with (room that
-    /// other files' ends left under the origin's caps): taken after its next wait
-    /// ([`Loop::grow`]).
+    /// other files' ends left under the origin's caps): read after its next wait, and
+    /// added ([`Loop::grow`]) as far as its ring, its pool and its work allow (the rest is
+    /// dropped: its next [`WholeReport::Flight`] says the slots it has).
     pub(crate) more: AtomicUsize,
 }
 
 /// A helper's message about a whole transfer.
 pub(crate) enum WholeReport {
     /// Each tick: what the run's line shows of it, the requests of it the server serves
-    /// now, the connection slots it holds against its origin's caps, and whether a slot of
-    /// it is parked on a cap ([`Loop::parked`]).
+    /// now, the connection slots it holds against its origin's caps and those it has, and
+    /// whether a slot of it is parked on a cap ([`Loop::parked`]).
     Flight {
         flight: Flight,
         serving: usize,
         held: usize,
+        slots: usize,
         parked: bool,
     },
     /// A note of the transfer, for its report.
@@ -322,6 +326,7 @@ impl Loop<'_> {
             flight: self.flight(),
             serving,
             held: self.held(self.conns.len()),
+            slots: self.conns.len(),
             parked: self.parked(),
         };
         let Some(w) = self.whole.as_mut() else {
