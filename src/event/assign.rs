@@ -218,14 +218,18 @@ impl Loop<'_> {
     /// the transfer's origin when it has one.
     pub(crate) fn parked_on(&self, key: &str) -> Option<usize> {
         let o = (0..self.sh.origins.len()).find(|&o| self.fin.key(o) == key)?;
-        let now = Instant::now();
-        self.conns.iter().any(|c| self.waits_on_cap(c, o, now)).then_some(o)
+        self.parked_at(o).then_some(o)
     }
 
     /// Whether any slot is parked on a cap of its origin, a wake would make it ask sooner.
     pub(crate) fn parked(&self) -> bool {
+        (0..self.sh.origins.len()).any(|o| self.parked_at(o))
+    }
+
+    /// Whether a slot is parked on origin `o`'s cap, a wake would make it ask sooner.
+    fn parked_at(&self, o: usize) -> bool {
         let now = Instant::now();
-        (0..self.sh.origins.len()).any(|o| self.conns.iter().any(|c| self.waits_on_cap(c, o, now)))
+        self.conns.iter().any(|c| self.waits_on_cap(c, o, now))
     }
 
     /// Another transfer's connections to origin `o` ended (its room under the server's cap

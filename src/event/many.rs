@@ -382,13 +382,13 @@ fn turns<'c>(
         }
         cell.submit_and_wait(1)
             .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
-        // (A transfer here judges a refusal by the other transfers' requests as they are
-        // now — those placed elsewhere as last told —, not as they were when the run went
-        // to wait: answers that came in one batch with a refusal count.)
         if placing {
+            // (A transfer here judges a refusal by the requests of those placed elsewhere
+            // as they are now, not as they were when the run went to wait. Those on this
+            // reactor were counted at the top of the turn: nothing here changed them.)
             take_reports(feed, reactor, slots, waiting, placed);
+            share_origins(slots);
         }
-        share_origins(slots);
         while let Some((lane, c)) = cell.next_any() {
             if lane == RUN_LANE {
                 on_run_lane(cell, (many.signals, reactor), c, slots, &mut interrupted)?;
