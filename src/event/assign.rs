@@ -118,9 +118,13 @@ impl Loop<'_> {
             // A connection kept open from the transfer before, used here for the first
             // time: its TLS counts for this transfer's summary (it made no handshake).
             let tls = c.tls.is_some() || c.kconn.is_some() || c.soft.is_some();
-            self.sh.tls_conns += usize::from(tls);
-            self.sh.ktls_conns += usize::from(c.kconn.is_some());
-            self.sh.soft_conns += usize::from(c.soft.is_some());
+            let kept = [tls, c.kconn.is_some(), c.soft.is_some()].map(usize::from);
+            self.sh.tls_conns += kept[0];
+            self.sh.ktls_conns += kept[1];
+            self.sh.soft_conns += kept[2];
+            for (n, k) in self.sh.kept.iter_mut().zip(kept) {
+                *n += k;
+            }
         }
         self.sh.used[i] = true;
         // A request on a connection that sat idle may meet the server's keep-alive close: a

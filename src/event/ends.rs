@@ -248,6 +248,7 @@ pub(crate) fn start_on<'c>(
         soft_conns: 0,
         soft_rekeys: 0,
         tls_conns: 0,
+        kept: [0; 3],
         tls_full: 0,
         tls_resumed: 0,
         used: vec![false; n],

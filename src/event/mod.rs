@@ -94,6 +94,9 @@ pub(crate) struct Shared {
     pub(crate) soft_rekeys: usize,
     /// TLS connections that reached the hand-off (reconnects included).
     pub(crate) tls_conns: usize,
+    /// Of `tls_conns`, `ktls_conns` and `soft_conns`: connections kept open from the
+    /// transfer before, counted at their first request here ([`Summary::kept`]).
+    pub(crate) kept: [usize; 3],
     /// TLS handshakes completed in full, and by resuming a session (RFC 8446 §2.2).
     pub(crate) tls_full: usize,
     pub(crate) tls_resumed: usize,

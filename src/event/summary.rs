@@ -42,6 +42,10 @@ pub struct Summary {
     /// TLS connections that reached the hand-off after their handshake (to kTLS or the
     /// software record layer), reconnects included: the "of M" of the engine's note.
     pub tls_conns: usize,
+    /// Of `tls_conns`, `ktls_conns` and `soft_conns`, in that order: connections kept open
+    /// from the transfer before and first used here (no handshake of this transfer). A
+    /// `--threads` helper's parts of one file count each connection once with them.
+    pub kept: [usize; 3],
     /// TLS handshakes completed in full (certificate verified), and by resuming a session
     /// of an earlier connection (a TLS 1.3 ticket or a TLS 1.2 session; RFC 8446 §2.2).
     pub tls_full: usize,
@@ -100,6 +104,7 @@ impl Loop<'_> {
             soft_conns: self.sh.soft_conns,
             soft_rekeys: self.sh.soft_rekeys,
             tls_conns: self.sh.tls_conns,
+            kept: self.sh.kept,
             tls_full: self.sh.tls_full,
             tls_resumed: self.sh.tls_resumed,
             capped_at: self.sh.tr.capped_at,
@@ -182,10 +187,10 @@ impl Summary {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn summary(tls: &str, ktls: usize, tls_conns: usize) -> Summary {
+    pub(crate) fn summary(tls: &str, ktls: usize, tls_conns: usize) -> Summary {
         Summary {
             bytes: 1,
             fetched: 1,
@@ -202,6 +207,7 @@ mod tests {
             soft_conns: 0,
             soft_rekeys: 0,
             tls_conns,
+            kept: [0; 3],
             tls_full: tls_conns,
             tls_resumed: 0,
             etag: None,

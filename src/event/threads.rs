@@ -140,10 +140,13 @@ pub(crate) struct PartFile {
     validator: Option<Vec<u8>>,
 }
 
-/// What a helper's parts counted, for the owner's summary. Connections, and those that
-/// went to kTLS or the software record layer, are the most one part used on each helper
-/// (a helper keeps its connections for its next part, whose summary counts them again);
-/// handshakes, KeyUpdates taken, retries and splits are summed.
+/// What a helper's parts counted, for the owner's summary. Connections are the most one
+/// part used on each helper (a helper keeps its connections for its next part, whose
+/// summary counts them again). Those that went to TLS, kTLS or the software record layer
+/// count reconnects too: each part's hand-offs are summed, and the connections a part
+/// found kept open ([`Summary::kept`]) count only in the helper's first part of the file
+/// (later, they are the ones its parts before opened). Handshakes, KeyUpdates taken,
+/// retries and splits are summed.
 #[derive(Default)]
 pub(crate) struct Counts {
     /// Per helper: connections, TLS ones, kTLS ones, software record layer ones.
@@ -163,11 +166,14 @@ impl Counts {
             self.conns.resize(helper, [0; 4]);
         }
         let c = &mut self.conns[helper - 1];
-        for (have, part) in c
+        let first = c[0] == 0;
+        c[0] = c[0].max(s.connections);
+        for ((have, part), kept) in c[1..]
             .iter_mut()
-            .zip([s.connections, s.tls_conns, s.ktls_conns, s.soft_conns])
+            .zip([s.tls_conns, s.ktls_conns, s.soft_conns])
+            .zip(s.kept)
         {
-            *have = (*have).max(part);
+            *have += if first { part } else { part.saturating_sub(kept) };
         }
         self.tls_full += s.tls_full;
         self.tls_resumed += s.tls_resumed;
@@ -618,7 +624,39 @@ impl PartLink {
 
 #[cfg(test)]
 mod tests {
-    use super::shares;
+    use super::{Counts, shares};
+    use crate::event::Summary;
+    use crate::event::summary::tests::summary;
+
+    /// A part's summary: `tls` hand-offs and first uses, `kept` of them kept from before.
+    fn part(conns: usize, tls: usize, kept: usize) -> Summary {
+        let mut s = summary("TLSv1.3 TLS13_AES_256_GCM_SHA384", 0, tls);
+        s.connections = conns;
+        s.soft_conns = tls;
+        s.kept = [kept, 0, kept];
+        s
+    }
+
+    /// `soft_tls::closes_and_small_records` at `--threads 2` once read "2 of 2 TLS
+    /// connections" where the server had served 3: a helper's second part reconnected,
+    /// and the most of one part was taken for the helper's count.
+    #[test]
+    fn a_helpers_reconnects_count_and_its_kept_connections_count_once() {
+        let mut c = Counts::default();
+        c.count(1, &part(2, 2, 0));
+        // One connection kept from the part before; the other was closed by the server
+        // and this part opened it twice.
+        c.count(1, &part(2, 3, 1));
+        // Helper 2's first part found a connection kept from another file: it counts.
+        c.count(2, &part(1, 1, 1));
+        let mut s = summary("TLSv1.3 TLS13_AES_256_GCM_SHA384", 0, 1);
+        s.soft_conns = 1;
+        c.add_to(&mut s);
+        assert_eq!(
+            (s.connections, s.tls_conns, s.soft_conns),
+            (1 + 2 + 1, 1 + 4 + 1, 1 + 4 + 1)
+        );
+    }
 
     #[test]
     fn connections_are_shared_out_owner_first_and_never_zero() {
