@@ -183,7 +183,7 @@ pub(super) fn run_whole(reactor: &mut Reactor, w: WholeOrder, tx: &Sender<Report
             tx: tx.clone(),
             bell: Arc::clone(bell),
             posted: w.posted,
-            told: 0,
+            told: (0, false),
             pool: None,
             most: 0,
         }),
@@ -238,8 +238,9 @@ pub(crate) struct WholeLink {
     tx: Sender<Report>,
     bell: Arc<OwnedFd>,
     posted: Arc<Posted>,
-    /// Its requests the server serves, as last told.
-    told: usize,
+    /// Its requests the server serves, and whether a slot is parked on a cap, as last
+    /// told.
+    told: (usize, bool),
     /// The reactor's read pool, which the slots it is given later take their blocks from.
     pool: Option<uring::BufPool>,
     /// The slots it may grow to, which its ring and pools are sized for (0: none past
@@ -274,8 +275,8 @@ impl Loop<'_> {
 
     /// Each turn of a placed transfer: the other transfers' requests to its origin count
     /// toward the caps, as last posted, a posted wake ends its parked slots' waits, and
-    /// posted slots are added; its own go to the run's reactor as soon as they
-    /// change (a server's refusal is judged by them all: a stale count learns a cap too
+    /// posted slots are added; its own, and whether a slot is parked, go to the run's
+    /// reactor as soon as they change (a server's refusal is judged by them all: a stale count learns a cap too
     /// low).
     pub(crate) fn sync_placed(&mut self) {
         let Some(w) = self.whole.as_ref() else {
@@ -313,7 +314,9 @@ impl Loop<'_> {
             );
             self.sh.tr.wanted = self.sh.tr.wanted.max(worth);
         }
-        if self.serving(0) != told {
+        // (A slot parked on the cap is told at once: a wake the run's reactor deals out
+        // when another file ends goes to parked files, served-nothing ones first.)
+        if (self.serving(0), self.parked()) != told {
             self.tell_flight();
         }
     }
@@ -321,18 +324,18 @@ impl Loop<'_> {
     /// Tells the run's reactor what its line shows of this transfer, the requests the
     /// server serves of it and the slots it holds.
     fn tell_flight(&mut self) {
-        let serving = self.serving(0);
+        let (serving, parked) = (self.serving(0), self.parked());
         let what = WholeReport::Flight {
             flight: self.flight(),
             serving,
             held: self.held(self.conns.len()),
             slots: self.conns.len(),
-            parked: self.parked(),
+            parked,
         };
         let Some(w) = self.whole.as_mut() else {
             return;
         };
-        w.told = serving;
+        w.told = (serving, parked);
         tell(
             &w.tx,
             &w.bell,
