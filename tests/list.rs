@@ -200,6 +200,7 @@ fn a_malformed_line_or_one_path_twice_is_exit_2_before_any_request() {
     for text in [
         format!("{good}\n{other}\n"),
         format!("{good}\n{other}\n  out=./f0.bin\n"),
+        format!("{good}\n  out=a.bin\n{other}\n  out=./a.bin\n"),
         format!("{good}\n  dir=D\n{other}\n  dir=D/../D\n"),
         format!("{good}\n  dir=N/x\n{other}\n  dir=N/y/../x\n"),
     ] {
@@ -207,12 +208,16 @@ fn a_malformed_line_or_one_path_twice_is_exit_2_before_any_request() {
         let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
         o.assert_code(exit::USAGE);
         let err = o.stderr_text();
-        let second = if text.contains("dir=") { 3 } else { 2 };
+        let second = if text.contains("dir=") || text.contains("out=a") {
+            3
+        } else {
+            2
+        };
         assert!(
             err.contains(&format!(
                 "{0}, line 1 and {0}, line {second} would both write",
                 l.display()
-            )),
+            )) && err.contains("(give one of them another name with out=, or -o on its own run)"),
             "{err}"
         );
     }
@@ -363,6 +368,23 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     let j = json(&dir);
     assert_eq!(j["files"][0]["fetched"], 0, "{j}");
     assert!(j["files"][1]["fetched"].as_u64().unwrap() < sizes[1], "{j}");
+
+    // Run again without -c: each file is refused with the hint that -c skips it, and
+    // nothing is fetched or touched.
+    let requests: Vec<usize> = (0..3).map(|k| served(k).len()).collect();
+    let third = ringdl(&dir, &["-j", "1", "-i", l.to_str().unwrap()]);
+    third.assert_code(exit::LOCAL_IO);
+    let err = third.stderr_text();
+    assert_eq!(
+        err.matches("exists (-c skips the files a list already has, --force fetches it again)")
+            .count(),
+        3,
+        "{err}"
+    );
+    assert_eq!((0..3).map(|k| served(k).len()).collect::<Vec<_>>(), requests, "{err}");
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+    }
 }
 
 /// SIGINT with `-j 3` while three files are in flight: every one keeps its `.part` and

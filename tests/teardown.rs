@@ -80,7 +80,8 @@ fn check(name: &str, backend: &Backend) {
         if backend.summary.starts_with("I/O io_uring") {
             // The case that raced: the output was in the ring's fixed-file table.
             assert!(
-                o.stderr_text().contains("ops on registered files"),
+                o.stderr_text()
+                    .contains("writes and syncs on the output as a registered file"),
                 "run {i}: the output was not a registered file\n{}",
                 o.stderr_text()
             );

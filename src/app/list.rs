@@ -302,6 +302,12 @@ impl Feed for ListRun<'_> {
                 self.ended(k, &job.origin, &url, record, result, started);
                 continue;
             }
+            if let Some(e) = there_already(&opts, job.path.as_deref()) {
+                record.url = Some(url.clone());
+                record.output = job.path.as_ref().map(|p| p.display().to_string());
+                self.ended(k, &job.origin, &url, record, Err(e), started);
+                continue;
+            }
             // (The run's record is written at its end: none per file.)
             opts.json = None;
             self.per_run.files = Some((self.done, n));
@@ -476,7 +482,7 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
             if let Some(&other) = paths.get(&same_file(p)) {
                 return Err(err!(
                     Usage,
-                    "{} and {} would both write {} (give one of them out= in a list, or -o on its own run)",
+                    "{} and {} would both write {} (give one of them another name with out=, or -o on its own run)",
                     jobs[other].origin,
                     job.origin,
                     p.display()
@@ -581,6 +587,22 @@ fn finished(o: &Config, path: Option<&Path>) -> Option<Result<(u64, bool)>> {
         Some(c) => check_existing(path, &c).map(|()| (meta.len(), true)),
         None => Ok((meta.len(), false)),
     })
+}
+
+/// Without `-c` or `--force` (in `o`), a file of the list that landed in an earlier run
+/// (it is there, with no `.part`): `LocalIo` saying that `-c` skips it (a list run again
+/// goes on with the files it lacks) and `--force` fetches it again.
+fn there_already(o: &Config, path: Option<&Path>) -> Option<crate::error::Error> {
+    let path = path.filter(|_| !o.resume && !o.force)?;
+    std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
+    if std::fs::symlink_metadata(output::part_path(path)).is_ok() {
+        return None;
+    }
+    Some(err!(
+        LocalIo,
+        "{} exists (-c skips the files a list already has, --force fetches it again)",
+        path.display()
+    ))
 }
 
 /// Reads `path` whole and compares its digest with `want`.
