@@ -483,6 +483,7 @@ impl Record {
         self.bytes = Some(s.bytes);
         self.fetched = Some(s.fetched);
         self.seconds = Some(s.elapsed.as_secs_f64());
+        self.waited_seconds = Some(s.waited.as_secs_f64());
         // kTLS refused on every connection: the user-space path of the same engine ran.
         let ran = match engine {
             EngineKind::KtlsDirect if s.ktls_conns == 0 => "direct",

@@ -649,14 +649,15 @@ mod tests {
             url: Some("http://h/\"x\"".to_owned()),
             bytes: Some(10),
             fetched: Some(5),
-            seconds: Some(2.0),
+            seconds: Some(3.0),
+            waited_seconds: Some(1.0),
             checksum_verified: Some(false),
             ..Default::default()
         };
         let j = r.to_json(9, Some("sha-256 mismatch"));
         assert!(j.starts_with(r#"{"urls":["http://h/\"x\""],"final_url":null,"#), "{j}");
         assert!(
-            j.contains(r#""bytes":10,"fetched":5,"seconds":2.000000,"rate":2.500000,"#),
+            j.contains(r#""bytes":10,"fetched":5,"seconds":3.000000,"waited_seconds":1.000000,"rate":2.500000,"#),
             "{j}"
         );
         assert!(

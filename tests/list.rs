@@ -822,6 +822,10 @@ fn a_cap_learned_from_one_file_holds_for_the_origins_next_file() {
     let summaries = o.summary_lines();
     assert_eq!(summaries.len(), 4, "{err}");
     let used = |s: &str| (1..=4).find(|c| s.contains(&format!(" {c} connection"))).unwrap_or(0);
+    // (The first file of each met the cap: the slots the server only turned away carried
+    // no download and are not counted.)
+    assert!((1..=2).contains(&used(&summaries[0])), "{}\n{err}", summaries[0]);
+    assert!((1..=3).contains(&used(&summaries[1])), "{}\n{err}", summaries[1]);
     assert!((1..=2).contains(&used(&summaries[2])), "{}\n{err}", summaries[2]);
     assert!((1..=3).contains(&used(&summaries[3])), "{}\n{err}", summaries[3]);
 
@@ -1413,5 +1417,13 @@ fn turned_away_asks_again_when_another_file_ends(threads: &str) {
     assert!(
         !err.contains("server allows 2 connections: using 2"),
         "--threads {threads}\n{err}"
+    );
+    // Its done line says how long the server turned it away (its rate is of the time
+    // after); the others' do not.
+    let done: Vec<&str> = err.lines().filter(|l| l.starts_with("ringdl: done: ")).collect();
+    let waited: Vec<&&str> = done.iter().filter(|l| l.contains(" s turned away: ")).collect();
+    assert!(
+        waited.len() == 1 && waited[0].ends_with(&format!("got{}", refused[0])),
+        "--threads {threads}: {waited:?}\n{err}"
     );
 }

@@ -135,13 +135,21 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
     }
     if !opts.quiet {
         let secs = s.elapsed.as_secs_f64();
-        // The rate of what this run fetched (a resume fetched only the rest).
-        let rate = if secs > 0.0 { s.fetched as f64 / secs } else { 0.0 };
+        // The rate of what this run fetched (a resume fetched only the rest), over the time
+        // it was served (not the start the server turned away).
+        let waited = s.waited.as_secs_f64();
+        let served = secs - waited;
+        let rate = if served > 0.0 { s.fetched as f64 / served } else { 0.0 };
         eprintln!(
-            "ringdl: done: {} bytes{} in {secs:.2} s, {}/s, engine {}, I/O {}, {} connection{}{}{}, {}{}{}, {}",
+            "ringdl: done: {} bytes{} in {secs:.2} s{}, {}/s, engine {}, I/O {}, {} connection{}{}{}, {}{}{}, {}",
             s.bytes,
             if s.fetched < s.bytes {
                 format!(" ({} fetched now, the rest resumed)", s.fetched)
+            } else {
+                String::new()
+            },
+            if waited > 0.0 {
+                format!(" (the first {waited:.2} s turned away: the server's connections were taken)")
             } else {
                 String::new()
             },

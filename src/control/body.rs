@@ -25,9 +25,13 @@ pub(crate) fn with_placer(
     };
     let r = f(&mut job.placer, &mut blocks);
     let moved = job.placer.pos() - before;
+    if moved > 0 && sh.tr.received == 0 && sh.tr.refused_first {
+        sh.tr.waited = sh.tr.started.elapsed();
+    }
     sh.tr.received += moved;
     sh.tr.mirrors[job.mirror].bytes += moved;
     job.got_bytes |= moved > 0;
+    rx.served |= moved > 0;
     if moved > 0 && job.first_byte.is_none() {
         job.first_byte = Some(Instant::now());
     }
@@ -52,6 +56,7 @@ pub(crate) fn with_placer(
 /// The response body is complete: queue the last block and requeue what the response did
 /// not cover.
 pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_>) {
+    rx.served = true;
     let mut job = rx.job.take().expect("finish_job with a job");
     let end = job.placer.pos();
     let file_end = sh.tr.total.is_some_and(|t| end >= t);

@@ -163,6 +163,9 @@ pub(crate) struct Rx {
     pub(crate) head: Vec<u8>,
     /// More bytes came than the response carries: the connection cannot be reused.
     pub(crate) extra: bool,
+    /// A response of this transfer's was served on the slot (a body byte came, or a job
+    /// finished): a slot the server only turned away carried no download.
+    pub(crate) served: bool,
 }
 
 /// The operation a connection has in flight (each has at most one), which says what its

@@ -126,6 +126,10 @@ impl Loop<'_> {
                 *n += k;
             }
         }
+        if !self.sh.used[i] {
+            // (Served in the transfer before, not yet in this one.)
+            c.rx.served = false;
+        }
         self.sh.used[i] = true;
         // A request on a connection that sat idle may meet the server's keep-alive close: a
         // failure before any byte then does not count as a try.

@@ -217,6 +217,8 @@ pub(crate) fn start_on<'c>(
         changed: false,
         capped_at: None,
         capped_own: 0,
+        refused_first: false,
+        waited: Duration::ZERO,
         retries: 0,
         steals: 0,
         plain_get: false,

@@ -349,6 +349,9 @@ impl Loop<'_> {
             // (A transfer served nothing by the origin keeps asking every 2 s: its asking is
             // how it gets going, whatever wakes it or not.)
             let starved = self.serving(self.sh.tr.mirrors[k].origin) == 0 && self.sh.origin(k).remote == 0;
+            if starved && self.sh.tr.received == 0 {
+                self.sh.tr.refused_first = true;
+            }
             let c = &mut self.conns[i];
             c.refusals += 1;
             let again = if starved { CAP_RETRY } else { parked_wait(c.refusals) }.max(f.delay.unwrap_or_default());

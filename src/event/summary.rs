@@ -12,7 +12,8 @@ pub struct Summary {
     pub bytes: u64,
     /// Body bytes this run received (less than `bytes` after a resume).
     pub fetched: u64,
-    /// Connections that carried a request.
+    /// Connection slots that were served a response (those the server only turned away
+    /// are not counted); at least 1.
     pub connections: usize,
     /// The mirror (index in the URLs given to [`run`]) whose first answer planned the
     /// segments; `None` when none answered (or with one URL before its first answer).
@@ -21,6 +22,9 @@ pub struct Summary {
     pub tls: String,
     /// Wall time of the transfer.
     pub elapsed: Duration,
+    /// Of `elapsed`, the time before its first body byte when the server turned it away
+    /// until then (its connection cap held by others); zero otherwise.
+    pub waited: Duration,
     /// Registered buffers (READ_FIXED/WRITE_FIXED) were used.
     pub registered: bool,
     /// Digest of the whole file when `--checksum` asked for one.
@@ -91,10 +95,14 @@ impl Loop<'_> {
         let mut s = Summary {
             bytes,
             fetched: self.sh.tr.received,
-            connections: self.sh.used.iter().filter(|u| **u).count().max(1),
+            connections: (self.sh.used.iter().zip(&self.conns))
+                .filter(|(u, c)| **u && c.rx.served)
+                .count()
+                .max(1),
             reference: self.sh.tr.reference,
             tls: self.tls_info.take().unwrap_or_else(|| "plain".to_owned()),
             elapsed: self.started.elapsed(),
+            waited: self.sh.tr.waited,
             registered,
             digest,
             disposition: self.sh.tr.disposition.take(),
@@ -198,6 +206,7 @@ pub(crate) mod tests {
             reference: None,
             tls: tls.to_owned(),
             elapsed: Duration::ZERO,
+            waited: Duration::ZERO,
             registered: true,
             digest: None,
             disposition: None,

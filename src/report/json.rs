@@ -25,6 +25,9 @@ pub struct Record {
     pub fetched: Option<u64>,
     /// Wall time of the transfer, seconds (of the whole run when it failed).
     pub seconds: Option<f64>,
+    /// Of `seconds`, the start the server turned the transfer away (its connections taken
+    /// by others) before its first body byte; 0 when it did not.
+    pub waited_seconds: Option<f64>,
     /// Engine that ran: `direct`, `ktls-direct`, `splice`, `buffered`.
     pub engine: Option<String>,
     /// I/O backend: `io_uring` or `epoll`.
@@ -43,7 +46,7 @@ pub struct Record {
     /// TLS handshakes in full, and resumed (a session of an earlier connection).
     pub tls_full_handshakes: Option<u64>,
     pub tls_resumed_handshakes: Option<u64>,
-    /// Connections that carried a request.
+    /// Connections that were served a response (not those only turned away).
     pub connections: Option<u64>,
     /// Failed attempts tried again (a segment requeued, a connection reopened).
     pub retries: Option<u64>,
@@ -79,7 +82,9 @@ impl Record {
         o.u64("bytes", self.bytes);
         o.u64("fetched", self.fetched);
         o.f64("seconds", self.seconds);
-        let rate = match (self.fetched, self.seconds) {
+        o.f64("waited_seconds", self.waited_seconds);
+        let served = self.seconds.map(|s| s - self.waited_seconds.unwrap_or(0.0));
+        let rate = match (self.fetched, served) {
             (Some(b), Some(s)) if s > 0.0 => Some(b as f64 / s),
             _ => None,
         };

@@ -68,6 +68,12 @@ pub(crate) struct Transfer {
     /// Of [`Transfer::capped_at`], those this transfer's own (on every reactor it spreads
     /// over), when the server was seen allowing that many.
     pub(crate) capped_own: usize,
+    /// The server turned this transfer away before it received any byte, while no
+    /// request of it was served (its cap held by other files or clients) ...
+    pub(crate) refused_first: bool,
+    /// ... and the time from its start to its first body byte then (for the summary:
+    /// its rate is of the time after).
+    pub(crate) waited: std::time::Duration,
     /// Failed attempts tried again, and work-stealing splits (for the summary).
     pub(crate) retries: u64,
     pub(crate) steals: u64,
