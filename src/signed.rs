@@ -114,16 +114,20 @@ impl Plan {
     ///
     /// # Errors
     /// [`Kind::Signature`] naming the key and the file; `Usage` for a raw-message signature
-    /// over more than [`sig::MAX_MESSAGE`] bytes.
+    /// over more than [`sig::MAX_MESSAGE`] bytes. [`Unverified::bytes`] says whether the
+    /// bytes may be at fault.
     pub(crate) fn check(
         &self,
         input: Option<&[u8]>,
         name: &str,
         opts: &Config,
         json: &mut Option<String>,
-    ) -> Result<()> {
+    ) -> std::result::Result<(), Unverified> {
         let Some(input) = input else {
-            return Err(err!(Usage, "{name}: {}", self.bound_reason()));
+            return Err(Unverified {
+                error: err!(Usage, "{name}: {}", self.bound_reason()),
+                bytes: false,
+            });
         };
         let got = sig::verify(&self.sig, &self.keys, &opts.signature_namespace, input);
         *json = Some(self.to_json(&got));
@@ -140,12 +144,15 @@ impl Plan {
                 }
                 Ok(())
             }
-            Err(why) => Err(err!(
-                Signature,
-                "{} signature {} over {name}: {why}",
-                self.sig.format().name(),
-                self.source
-            )),
+            Err(why) => Err(Unverified {
+                bytes: matches!(why, sig::Refused::Bad(_)),
+                error: err!(
+                    Signature,
+                    "{} signature {} over {name}: {why}",
+                    self.sig.format().name(),
+                    self.source
+                ),
+            }),
         }
     }
 
@@ -238,4 +245,21 @@ pub(crate) fn pgp_unchecked(text: &[u8], name: &str, json: &mut Option<String>) 
          supported): only its digest lines are used; check it with gpg --verify, or give --signature"
     );
     *json = Some(r#"{"format":"openpgp","source":null,"key":null,"principals":null,"verified":false,"error":"not checked: OpenPGP is not supported"}"#.to_owned());
+}
+
+/// A signature that did not verify ([`Plan::check`]).
+pub(crate) struct Unverified {
+    pub(crate) error: Error,
+    /// The signature does not verify over these bytes (a wrong byte, or a signature of
+    /// other bytes): they are not kept for a resume. False when the refusal is not about
+    /// the bytes (a key no `--trusted-key` holds, another namespace, a signer not allowed
+    /// it, a bad trusted comment, a file too large for its form): a run with the right
+    /// key resumes the `.part` and verifies it without fetching it again.
+    pub(crate) bytes: bool,
+}
+
+impl From<Unverified> for Error {
+    fn from(u: Unverified) -> Error {
+        u.error
+    }
 }

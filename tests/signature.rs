@@ -552,13 +552,35 @@ fn a_good_signature_later_lands_the_kept_part_with_c() {
     let other = ssh_key(site.dir.path(), "other", "ed25519");
     let sig = ssh_sign(&key, "file", &site.image());
     let o = site.fetch(s(&sig), &[&other], &[]);
-    site.assert_refused(&o, SIGNATURE);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(err.contains("run again with the right key"), "{err}");
     assert_eq!(
         sha256_file(&part_path(&site.out())),
         site.sha,
         "the .part holds the bytes"
     );
-    // The right key with -c: the kept bytes are verified and renamed into place.
+    // The right key with -c: the kept bytes are verified and renamed into place, none
+    // fetched again (the refusal was about the key, not the bytes: the control file stays).
     let o = site.fetch(s(&sig), &[&key], &["-c"]);
     site.assert_landed(&o);
+    // (A resume with nothing missing asks for one byte, to check the file is the same.)
+    let fetched: u64 = o
+        .summary()
+        .split_once(" bytes (")
+        .and_then(|(_, r)| r.split_once(" fetched now, the rest resumed)"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("not resumed: {}", o.stderr_text()));
+    assert!(fetched <= 4096, "{}", o.stderr_text());
+    // A signature that does not verify over the bytes (one changed on the server after
+    // signing, as the server's own file): the control file goes, a new run starts over.
+    let site = Site::new("later-bad", 4 * MIB + 4097);
+    let sig = ssh_sign(&key, "file", &site.image());
+    flip_byte(&site.image());
+    let o = site.fetch(s(&sig), &[&key], &[]);
+    let err = site.assert_refused(&o, SIGNATURE);
+    assert!(err.contains("a new run starts over"), "{err}");
+    assert!(
+        part_path(&site.out()).exists() && !part_path(&site.out()).with_extension("part.ringdl").exists(),
+        "{err}"
+    );
 }
