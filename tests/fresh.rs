@@ -237,6 +237,33 @@ fn timestamping_sends_if_modified_since_and_sets_the_time_from_last_modified() {
     let _ = fs::remove_file(&served);
 }
 
+/// `-N` over a list (`-Z`) run again: each file there is asked about (a 304 each), not refused
+/// as existing (a list's check for files already there once came first).
+#[test]
+fn timestamping_a_list_run_again_asks_for_each_file() {
+    let n = nginx();
+    let names: Vec<(String, String)> = (0..2).map(|k| serve(&format!("n-list{k}"), MIB + 1, 80 + k)).collect();
+    let dir = TestDir::new("fresh-n-list");
+    let run = || {
+        let mut c = dir.ringdl();
+        c.args(["-N", "-Z", "-d", "got"]);
+        for (name, _) in &names {
+            c.arg(n.http_url(name));
+        }
+        c.run()
+    };
+    run().assert_success();
+    let logged: Vec<usize> = names.iter().map(|(name, _)| log_lines(name).len()).collect();
+    let o = run();
+    o.assert_success();
+    for ((name, sha), before) in names.iter().zip(logged) {
+        assert_eq!(sha256_file(&dir.join("got").join(name)), *sha);
+        let lines = log_lines(name)[before..].to_vec();
+        assert_eq!(lines.len(), 1, "{name}: {lines:?}\n{}", o.stderr_text());
+        assert_eq!(status_and_bytes(&lines[0]), (304, 0), "{lines:?}");
+    }
+}
+
 #[test]
 fn with_mirrors_a_304_to_the_first_request_fetches_from_none() {
     let n = nginx();

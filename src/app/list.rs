@@ -591,9 +591,11 @@ fn finished(o: &Config, path: Option<&Path>) -> Option<Result<(u64, bool)>> {
 
 /// Without `-c` or `--force` (in `o`), a file of the list that landed in an earlier run
 /// (it is there, with no `.part`): `LocalIo` saying that `-c` skips it (a list run again
-/// goes on with the files it lacks) and `--force` fetches it again.
+/// goes on with the files it lacks) and `--force` fetches it again. Not with `-N` or
+/// `--etag-compare`, which ask the server whether the file there is still current.
 fn there_already(o: &Config, path: Option<&Path>) -> Option<crate::error::Error> {
-    let path = path.filter(|_| !o.resume && !o.force)?;
+    let asks = o.timestamping || o.etag_compare.is_some();
+    let path = path.filter(|_| !o.resume && !o.force && !asks)?;
     std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
     if std::fs::symlink_metadata(output::part_path(path)).is_ok() {
         return None;
