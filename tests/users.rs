@@ -3,7 +3,7 @@
 //! redirect to another origin; against the real nginx, whose `users.log` records the
 //! `Authorization`, `Cookie`, `User-Agent` and `X-Token` each request carried.
 
-use crate::util::{MIB, TestDir, USERS_BASIC, assert_same_bytes, exit, nginx};
+use crate::util::{HANG, MIB, TestDir, USERS_BASIC, assert_same_bytes, exit, nginx};
 
 /// The URL of the served `size`-byte file under `location`, with a query `tag` that
 /// finds this test's lines in `users.log`.
@@ -600,6 +600,50 @@ fn a_checksum_mismatch_leaves_no_control_file_and_the_next_run_starts_over() {
     o.assert_success();
     assert_same_bytes(&out, file);
     assert!(!o.stderr_text().contains("resuming"), "{}", o.stderr_text());
+}
+
+/// A `.part` replaced while the run goes on (removed, and made again by another run, of
+/// the file's full size) is not this run's: the run fails saying so, renames nothing and
+/// leaves the other run's `.part` and control file alone. It once read the other file
+/// back, and a checksum failure then removed the other run's control file.
+#[test]
+fn a_part_replaced_during_the_run_is_left_to_the_other_run() {
+    let n = nginx();
+    let file = n.file(16 * MIB);
+    let dir = TestDir::new("users_part_other");
+    let out = dir.join("out.bin");
+    let part = crate::util::part_path(&out);
+    let control = dir.join("out.bin.part.ringdl");
+    let theirs = vec![7u8; 16 * MIB as usize];
+    let o = dir
+        .ringdl()
+        .args(["-x", "1", "--checksum"])
+        .arg(format!("sha-256={}", "0".repeat(64)))
+        .arg("-o")
+        .arg(&out)
+        .arg(n.paced_url(&file.name))
+        .run_with(|_| {
+            let t = std::time::Instant::now();
+            while std::fs::metadata(&part).map_or(0, |m| m.len()) == 0 && t.elapsed() < HANG {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            // (Another run's: a new inode under the name, and its control file.)
+            std::fs::rename(&part, dir.join("moved.part")).unwrap();
+            std::fs::write(&part, &theirs).unwrap();
+            std::fs::write(&control, b"another run's").unwrap();
+        });
+    o.assert_code(exit::LOCAL_IO);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("was replaced during the download") && err.contains("nothing renamed"),
+        "{err}"
+    );
+    assert!(!out.exists(), "{err}");
+    assert!(std::fs::read(&part).unwrap() == theirs, "the other run's .part changed\n{err}");
+    assert!(
+        control.exists(),
+        "the control file beside another run's .part was removed\n{err}"
+    );
 }
 
 /// SHA512SUMS, and the URL's name when the output is renamed.

@@ -473,7 +473,8 @@ fn end_inner(
                 // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
                 // as long. The control file keeps its last (synced) state.
                 dl.sh.report.note(Note::WritesPending);
-            } else if dl.control.is_some() && (dl.sh.tr.file || out.room.is_some()) {
+            } else if dl.control.is_some() && (dl.sh.tr.file || out.room.is_some()) && out.owns_part() {
+                // (A `.part` replaced under the run is another's: its control file too.)
                 // The control file may only name bytes that are on disk: fdatasync first.
                 // If that fails, the control file keeps its last (synced) state.
                 match dl.wait_for(
@@ -518,6 +519,8 @@ fn end_inner(
             dl.sh.tr.landed.bytes()
         ));
     }
+    // (Read back, renamed or resumed by its name, a replaced `.part` is another file.)
+    out.still_ours()?;
     if dl.sh.tr.file || out.room.is_some() {
         // (Truncated and synced already when the reactor ran the fsync beside other
         // transfers: `Loop::begin_sync`.)

@@ -481,6 +481,29 @@ impl Output {
         }
     }
 
+    /// Whether `path` still names this output's `.part` (the same inode: a `.part`
+    /// removed and made again by another run while this one ran is not ours); true for
+    /// an output with no `.part` (a device).
+    pub fn owns_part(&self) -> bool {
+        self.part.as_ref().is_none_or(|part| same_inode(&self.fd, part))
+    }
+
+    /// [`Output::owns_part`], as the error a finished transfer ends with when not.
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::LocalIo`]: the `.part` was replaced during the download.
+    pub fn still_ours(&self) -> Result<()> {
+        if self.owns_part() {
+            return Ok(());
+        }
+        Err(err!(
+            LocalIo,
+            "{} was replaced during the download (removed, or made again by another run): this run's bytes \
+             are not there; nothing renamed",
+            self.describe()
+        ))
+    }
+
     /// Removes the `.part` and its control file: nothing of value landed.
     pub fn remove_part(&self) {
         // Only while the path still names our (locked) inode: once it is unlinked, another
