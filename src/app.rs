@@ -298,6 +298,9 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
     let plan = crate::signed::load(&opts, |u| {
         crate::signed::fetch_small(u, &opts, |sub| run(sub, &mut Record::default(), per_run))
     })?;
+    if let Some(p) = &plan {
+        p.signer_known(&opts, &mut record.signature)?;
+    }
     let signed_input = plan.as_ref().and_then(|p| p.over_file(&mut opts));
     if let Some(sums) = &opts.checksum_file {
         let text = std::fs::read(sums).map_err(|e| err!(LocalIo, "--checksum-file {}: {e}", sums.display()))?;

@@ -459,7 +459,7 @@ impl std::fmt::Display for Note {
                 if *tx { "RX and TX, as the server asked" } else { "RX" }
             ),
             Note::Resuming { have, total } => write!(f, "resuming: {have} of {total} bytes already in place"),
-            Note::FixedFileOps { ops } => write!(f, "{ops} writes and syncs on the output as a registered file"),
+            Note::FixedFileOps { ops } => write!(f, "{ops} ops on the registered output (writes, fallocate, fsync)"),
             Note::SqpollCpu { cpu } => write!(f, "SQPOLL thread CPU {:.2} s", cpu.as_secs_f64()),
             Note::Planned { total, segments } => write!(
                 f,

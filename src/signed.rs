@@ -114,20 +114,16 @@ impl Plan {
     ///
     /// # Errors
     /// [`Kind::Signature`] naming the key and the file; `Usage` for a raw-message signature
-    /// over more than [`sig::MAX_MESSAGE`] bytes. [`Unverified::bytes`] says whether the
-    /// bytes may be at fault.
+    /// over more than [`sig::MAX_MESSAGE`] bytes.
     pub(crate) fn check(
         &self,
         input: Option<&[u8]>,
         name: &str,
         opts: &Config,
         json: &mut Option<String>,
-    ) -> std::result::Result<(), Unverified> {
+    ) -> Result<()> {
         let Some(input) = input else {
-            return Err(Unverified {
-                error: err!(Usage, "{name}: {}", self.bound_reason()),
-                bytes: false,
-            });
+            return Err(err!(Usage, "{name}: {}", self.bound_reason()));
         };
         let got = sig::verify(&self.sig, &self.keys, &opts.signature_namespace, input);
         *json = Some(self.to_json(&got));
@@ -144,16 +140,34 @@ impl Plan {
                 }
                 Ok(())
             }
-            Err(why) => Err(Unverified {
-                bytes: matches!(why, sig::Refused::Bad(_)),
-                error: err!(
-                    Signature,
-                    "{} signature {} over {name}: {why}",
-                    self.sig.format().name(),
-                    self.source
-                ),
-            }),
+            Err(why) => Err(err!(
+                Signature,
+                "{} signature {} over {name}: {why}",
+                self.sig.format().name(),
+                self.source
+            )),
         }
+    }
+
+    /// Refuses, before a byte of the file is fetched, a signature no `--trusted-key` may
+    /// have made ([`sig::signer_known`]: an unknown key, another SSHSIG namespace or one
+    /// not allowed the signer, a minisign trusted comment that does not verify); fills
+    /// `json` when it does.
+    ///
+    /// # Errors
+    /// [`Kind::Signature`] naming the key.
+    pub(crate) fn signer_known(&self, opts: &Config, json: &mut Option<String>) -> Result<()> {
+        let Err(why) = sig::signer_known(&self.sig, &self.keys, &opts.signature_namespace) else {
+            return Ok(());
+        };
+        let e = err!(
+            Signature,
+            "{} signature {}: {why}; nothing fetched",
+            self.sig.format().name(),
+            self.source
+        );
+        *json = Some(self.to_json(&Err(why)));
+        Err(e)
     }
 
     /// `{"format":…,"source":…,"key":…,"principals":…,"verified":…,"error":…}`.
@@ -245,21 +259,4 @@ pub(crate) fn pgp_unchecked(text: &[u8], name: &str, json: &mut Option<String>) 
          supported): only its digest lines are used; check it with gpg --verify, or give --signature"
     );
     *json = Some(r#"{"format":"openpgp","source":null,"key":null,"principals":null,"verified":false,"error":"not checked: OpenPGP is not supported"}"#.to_owned());
-}
-
-/// A signature that did not verify ([`Plan::check`]).
-pub(crate) struct Unverified {
-    pub(crate) error: Error,
-    /// The signature does not verify over these bytes (a wrong byte, or a signature of
-    /// other bytes): they are not kept for a resume. False when the refusal is not about
-    /// the bytes (a key no `--trusted-key` holds, another namespace, a signer not allowed
-    /// it, a bad trusted comment, a file too large for its form): a run with the right
-    /// key resumes the `.part` and verifies it without fetching it again.
-    pub(crate) bytes: bool,
-}
-
-impl From<Unverified> for Error {
-    fn from(u: Unverified) -> Error {
-        u.error
-    }
 }

@@ -70,7 +70,7 @@ fn check_download(test: &str, scheme: Scheme, size: u64, conns: u32) {
             .lines()
             .find_map(|l| {
                 l.strip_prefix("ringdl: ")?
-                    .strip_suffix(" writes and syncs on the output as a registered file")?
+                    .strip_suffix(" ops on the registered output (writes, fallocate, fsync)")?
                     .parse()
                     .ok()
             })

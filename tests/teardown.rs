@@ -81,7 +81,7 @@ fn check(name: &str, backend: &Backend) {
             // The case that raced: the output was in the ring's fixed-file table.
             assert!(
                 o.stderr_text()
-                    .contains("writes and syncs on the output as a registered file"),
+                    .contains("ops on the registered output (writes, fallocate, fsync)"),
                 "run {i}: the output was not a registered file\n{}",
                 o.stderr_text()
             );

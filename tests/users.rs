@@ -639,7 +639,10 @@ fn a_part_replaced_during_the_run_is_left_to_the_other_run() {
         "{err}"
     );
     assert!(!out.exists(), "{err}");
-    assert!(std::fs::read(&part).unwrap() == theirs, "the other run's .part changed\n{err}");
+    assert!(
+        std::fs::read(&part).unwrap() == theirs,
+        "the other run's .part changed\n{err}"
+    );
     assert!(
         control.exists(),
         "the control file beside another run's .part was removed\n{err}"

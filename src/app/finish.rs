@@ -88,17 +88,9 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         // Before the checksum and the rename: a bad signature leaves the `.part`.
         let name = out.describe();
         p.check(input.as_deref(), &name, opts, &mut record.signature)
-            .map_err(|u| {
-                let mut e = u.error;
-                if u.bytes {
-                    unresumable();
-                    e.msg.push_str(&format!(" (data kept in {name}, not renamed; a new run starts over)"));
-                } else {
-                    // (Not about the bytes: a run with the right key resumes them.)
-                    e.msg.push_str(&format!(
-                        " (data kept in {name}, not renamed: run again with the right key to verify it without fetching it again)"
-                    ));
-                }
+            .map_err(|mut e| {
+                unresumable();
+                e.msg.push_str(&format!(" (data kept in {name}, not renamed)"));
                 e
             })?;
     }

@@ -542,12 +542,6 @@ fn end_inner(
         if r < 0 {
             return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
         }
-        if dl.fin.signed.is_some() {
-            // Every byte is on disk: the control file says so before the signature is
-            // checked, so that a refusal about the key (not the bytes) leaves a `.part` a
-            // run with the right key resumes without fetching it again.
-            dl.save_control(None);
-        }
     }
     dl.sh.report.clear();
     let (digest, signed) = match (&opts.checksum, out.read_back()) {

@@ -145,8 +145,9 @@ pub(crate) struct PartFile {
 /// summary counts them again). Those that went to TLS, kTLS or the software record layer
 /// count reconnects too: each part's hand-offs are summed, and the connections a part
 /// found kept open ([`Summary::kept`]) count only in the helper's first part of the file
-/// (later, they are the ones its parts before opened). Handshakes, KeyUpdates taken,
-/// retries and splits are summed.
+/// (later, they are the ones its parts before opened; a connection a placed file left idle
+/// and a later part took is then not counted). Handshakes, KeyUpdates taken, retries and
+/// splits are summed.
 #[derive(Default)]
 pub(crate) struct Counts {
     /// Per helper: connections, TLS ones, kTLS ones, software record layer ones.

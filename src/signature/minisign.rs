@@ -108,20 +108,31 @@ impl Signature {
     /// # Errors
     /// [`Refused::UnknownKey`], [`Refused::Bad`], [`Refused::TrustedComment`].
     pub fn verify(&self, keys: &[TrustedKey], input: &[u8]) -> Result<Verified, Refused> {
-        let id = super::key_id(&self.key_id);
-        let key = super::ed_key(keys, &self.key_id).ok_or_else(|| Refused::UnknownKey(id.clone()))?;
+        let (key, id) = self.signer(keys)?;
         if !super::ed25519(&key.key, input, &self.sig) {
             return Err(Refused::Bad(id));
-        }
-        let mut signed = self.sig.to_vec();
-        signed.extend_from_slice(self.trusted.as_bytes());
-        if !super::ed25519(&key.key, &signed, &self.global) {
-            return Err(Refused::TrustedComment(id));
         }
         Ok(Verified {
             format: super::Format::Minisign,
             key: id,
             principals: None,
         })
+    }
+
+    /// The trusted key of this signature's key id, and the id as minisign prints it, once
+    /// the global signature over the trusted comment verifies (it covers the signature,
+    /// not the file): what is refused whatever the bytes.
+    ///
+    /// # Errors
+    /// [`Refused::UnknownKey`], [`Refused::TrustedComment`].
+    pub fn signer<'k>(&self, keys: &'k [TrustedKey]) -> Result<(&'k super::EdKey, String), Refused> {
+        let id = super::key_id(&self.key_id);
+        let key = super::ed_key(keys, &self.key_id).ok_or_else(|| Refused::UnknownKey(id.clone()))?;
+        let mut signed = self.sig.to_vec();
+        signed.extend_from_slice(self.trusted.as_bytes());
+        if !super::ed25519(&key.key, &signed, &self.global) {
+            return Err(Refused::TrustedComment(id));
+        }
+        Ok((key, id))
     }
 }

@@ -341,6 +341,22 @@ pub fn verify(sig: &Signature, keys: &[TrustedKey], namespace: &str, input: &[u8
     }
 }
 
+/// What [`verify`] refuses whatever the bytes it is given: a key no `keys` holds, another
+/// SSHSIG namespace or one the signer is not allowed, a minisign trusted comment that does
+/// not verify. Checked before the download, so that none is fetched for nothing.
+///
+/// # Errors
+/// Those [`Refused`] (never [`Refused::Bad`]).
+pub fn signer_known(sig: &Signature, keys: &[TrustedKey], namespace: &str) -> Result<(), Refused> {
+    match sig {
+        Signature::Sshsig(s) => s.signer(keys, namespace).map(drop),
+        Signature::Signify(s) => ed_key(keys, &s.keynum)
+            .map(drop)
+            .ok_or_else(|| Refused::UnknownKey(key_id(&s.keynum))),
+        Signature::Minisign(s) => s.signer(keys).map(drop),
+    }
+}
+
 /// Ed25519 (RFC 8032) of `msg` by `key`.
 pub(crate) fn ed25519(key: &[u8], msg: &[u8], sig: &[u8]) -> bool {
     ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, key)

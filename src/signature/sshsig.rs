@@ -160,6 +160,23 @@ impl Signature {
     /// [`Refused::Namespace`], [`Refused::UnknownKey`], [`Refused::NotAllowed`],
     /// [`Refused::Bad`] (also for a key type or signature format not taken here).
     pub fn verify(&self, keys: &[TrustedKey], namespace: &str, digest: &[u8]) -> Result<Verified, Refused> {
+        let (signer, fp) = self.signer(keys, namespace)?;
+        if !verify_blob(&self.public_key, &self.signature, &self.signed_data(digest)) {
+            return Err(Refused::Bad(fp));
+        }
+        Ok(Verified {
+            format: super::Format::Sshsig,
+            key: fp,
+            principals: signer.principals.clone(),
+        })
+    }
+
+    /// The trusted key that may have made this signature for `namespace`, and its
+    /// fingerprint: what is refused whatever the bytes.
+    ///
+    /// # Errors
+    /// [`Refused::Namespace`], [`Refused::UnknownKey`], [`Refused::NotAllowed`].
+    pub fn signer<'k>(&self, keys: &'k [TrustedKey], namespace: &str) -> Result<(&'k AllowedSigner, String), Refused> {
         if self.namespace != namespace.as_bytes() {
             return Err(Refused::Namespace {
                 got: String::from_utf8_lossy(&self.namespace).into_owned(),
@@ -184,14 +201,7 @@ impl Signature {
                 namespace: namespace.to_owned(),
             });
         }
-        if !verify_blob(&self.public_key, &self.signature, &self.signed_data(digest)) {
-            return Err(Refused::Bad(fp));
-        }
-        Ok(Verified {
-            format: super::Format::Sshsig,
-            key: fp,
-            principals: signer.principals.clone(),
-        })
+        Ok((signer, fp))
     }
 }
 
