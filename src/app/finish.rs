@@ -73,12 +73,12 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {}", out.describe())),
         _ => None,
     };
-    // Bytes that failed verification stay for inspection, but their control file goes: a
-    // later run, with or without `-c`, starts over instead of keeping them (a resume would
-    // fetch only what the last save missed and fail the same way again).
     // (A `.part` replaced during the run is another's: not its bytes to rename, nor its
     // control file to remove.)
     out.still_ours()?;
+    // Bytes that failed verification stay for inspection, but their control file goes: a
+    // later run, with or without `-c`, starts over instead of keeping them (a resume would
+    // fetch only what the last save missed and fail the same way again).
     let unresumable = || {
         if let Some(c) = control {
             resume::remove(c);

@@ -276,8 +276,8 @@ impl Loop<'_> {
     /// Each turn of a placed transfer: the other transfers' requests to its origin count
     /// toward the caps, as last posted, a posted wake ends its parked slots' waits, and
     /// posted slots are added; its own, and whether a slot is parked, go to the run's
-    /// reactor as soon as they change (a server's refusal is judged by them all: a stale count learns a cap too
-    /// low).
+    /// reactor as soon as they change (a server's refusal is judged by them all: a stale
+    /// count learns a cap too low).
     pub(crate) fn sync_placed(&mut self) {
         let Some(w) = self.whole.as_ref() else {
             return;
