@@ -199,9 +199,10 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// A key id as minisign prints it: the 8 bytes as a little-endian u64, upper-case hex.
+/// A key id as minisign prints it (`minisign public key 1C8B…` in its `.pub`): the 8 bytes
+/// as a little-endian u64, upper-case hex without leading zeros.
 pub fn key_id(id: &[u8; 8]) -> String {
-    format!("{:016X}", u64::from_le_bytes(*id))
+    format!("{:X}", u64::from_le_bytes(*id))
 }
 
 /// A public key `--trusted-key` named.

@@ -186,3 +186,15 @@ fn fuzz_corpora_replay() {
     crate::replay_corpus("signature_minisign", crate::fuzz_props::signature_minisign);
     crate::replay_corpus("signature_keys", crate::fuzz_props::signature_keys);
 }
+
+/// Key ids read as minisign prints them in its `.pub` comment: no leading zeros (a fresh
+/// user's key `1C8B927AED7EE23` once read `01C8B927AED7EE23`).
+#[test]
+fn key_ids_read_as_minisign_prints_them() {
+    let id = 0x01C8_B927_AED7_EE23u64.to_le_bytes();
+    assert_eq!(super::key_id(&id), "1C8B927AED7EE23");
+    assert_eq!(
+        super::key_id(&0x3517_1E98_3D52_2BC4u64.to_le_bytes()),
+        "35171E983D522BC4"
+    );
+}
