@@ -823,9 +823,19 @@ fn a_cap_learned_from_one_file_holds_for_the_origins_next_file() {
     assert_eq!(summaries.len(), 4, "{err}");
     let used = |s: &str| (1..=4).find(|c| s.contains(&format!(" {c} connection"))).unwrap_or(0);
     // (The first file of each met the cap: the slots the server only turned away carried
-    // no download and are not counted.)
-    assert!((1..=2).contains(&used(&summaries[0])), "{}\n{err}", summaries[0]);
-    assert!((1..=3).contains(&used(&summaries[1])), "{}\n{err}", summaries[1]);
+    // no download and are not counted. With `--threads` a part on another reactor may be
+    // served on a slot of its own once one here ended: one more, one after the other.)
+    let spread = usize::from(crate::util::test_threads().is_some_and(|t| t != "1"));
+    assert!(
+        (1..=2 + spread).contains(&used(&summaries[0])),
+        "{}\n{err}",
+        summaries[0]
+    );
+    assert!(
+        (1..=3 + spread).contains(&used(&summaries[1])),
+        "{}\n{err}",
+        summaries[1]
+    );
     assert!((1..=2).contains(&used(&summaries[2])), "{}\n{err}", summaries[2]);
     assert!((1..=3).contains(&used(&summaries[3])), "{}\n{err}", summaries[3]);
 
