@@ -95,7 +95,8 @@ impl Loop<'_> {
 
     /// Writes the control file: `ranges` (made durable by an fdatasync), or everything that
     /// has landed (at exit, after the writes in flight were reaped or abandoned).
-    /// Returns whether the control file was written.
+    /// Returns whether the control file was written: not when the `.part` is no longer
+    /// this run's ([`crate::output::Output::owns_part`]), which also ends the run.
     pub(crate) fn save_control(&mut self, ranges: Option<Vec<(u64, u64)>>) -> bool {
         let (Some(path), Some(total), true) = (
             &self.control,
@@ -104,6 +105,15 @@ impl Loop<'_> {
         ) else {
             return false;
         };
+        if !self.sh.tr.out.owns_part() {
+            // The `.part` was removed, or made again by another run, whose control file
+            // may be there now: nothing of this run's goes into it, and the run ends (its
+            // bytes go into a file no name reaches).
+            if self.sh.fatal.is_none() {
+                self.sh.fatal = self.sh.tr.out.still_ours().err();
+            }
+            return false;
+        }
         let ranges = ranges.unwrap_or_else(|| self.sh.tr.landed.ranges().to_vec());
         let st = State {
             url: self.sh.opts.url.clone(),
