@@ -10,6 +10,8 @@ use crate::err;
 
 pub(crate) mod device;
 mod dup;
+mod lock;
+pub use lock::{PartLock, lock_part};
 pub(crate) mod fresh;
 pub(crate) mod resume;
 pub(crate) mod verify;
@@ -159,28 +161,6 @@ fn is_sink(rdev: u64) -> bool {
     major == 1 && (minor == 3 || minor == 5)
 }
 
-/// An exclusive flock(2) on `FILE.part`, held for the whole run: a second ringdl on the
-/// same output stops at once instead of truncating the bytes the first is writing (and
-/// the first would then rename a file full of zeros).
-pub struct PartLock {
-    fd: OwnedFd,
-    part: PathBuf,
-    /// This run created the `.part` (empty): it removes it if it stops before any byte.
-    pub created: bool,
-}
-
-impl PartLock {
-    /// Removes the `.part` this run created, if it is still the locked inode and empty.
-    pub fn remove_if_unused(&self) {
-        if self.created
-            && rustix::fs::fstat(&self.fd).is_ok_and(|st| st.st_size == 0)
-            && same_inode(&self.fd, &self.part)
-        {
-            let _ = std::fs::remove_file(&self.part);
-        }
-    }
-}
-
 /// Whether `path` (not followed) is the inode open as `fd`.
 fn same_inode(fd: &OwnedFd, path: &Path) -> bool {
     let (Ok(a), Ok(b)) = (
@@ -192,77 +172,6 @@ fn same_inode(fd: &OwnedFd, path: &Path) -> bool {
     a.st_dev == b.st_dev && a.st_ino == b.st_ino
 }
 
-/// Takes the lock on `FILE.part` (created empty if absent) before anything reads the
-/// control file or touches the `.part`. `None` for outputs that have no `.part`: standard
-/// output, an existing device, FIFO or socket, a directory (refused later by
-/// [`Output::open`]). On a filesystem without locks (ENOLCK, EOPNOTSUPP) the run goes on
-/// unprotected.
-///
-/// # Errors
-/// [`crate::error::Kind::LocalIo`]: `FILE` exists (without `force`; with `resume` the
-/// message says a finished download looks complete), the `.part` cannot be created, or
-/// another process holds the lock (EWOULDBLOCK).
-pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result<Option<PartLock>> {
-    let Some(path) = final_path else { return Ok(None) };
-    if special(path).is_some() || std::fs::metadata(path).is_ok_and(|md| md.file_type().is_dir()) {
-        return Ok(None);
-    }
-    let part = part_path(path);
-    if resume && !force && std::fs::symlink_metadata(path).is_ok() && std::fs::symlink_metadata(&part).is_err() {
-        return Err(err!(
-            LocalIo,
-            "{} exists and there is no .part to resume: it looks complete (use --force to download it again)",
-            path.display()
-        ));
-    }
-    Output::check_free(path, force)?;
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-    let mode = Mode::from_raw_mode(0o644);
-    // A lock on an inode that another run unlinked meanwhile protects nothing: check that
-    // the path still names it, else start again.
-    for _ in 0..8 {
-        let (fd, created) = match rustix::fs::open(&part, flags | OFlags::EXCL, mode) {
-            Ok(fd) => (fd, true),
-            Err(rustix::io::Errno::EXIST) => (
-                rustix::fs::open(&part, flags, mode)
-                    .map_err(|e| err!(LocalIo, "cannot open {}: {e}", part.display()))?,
-                false,
-            ),
-            Err(e) => return Err(err!(LocalIo, "cannot create {}: {e}", part.display())),
-        };
-        let lock = PartLock {
-            fd,
-            part: part.clone(),
-            created,
-        };
-        match rustix::fs::flock(&lock.fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) if same_inode(&lock.fd, &part) => return Ok(Some(lock)),
-            Ok(()) => continue,
-            Err(rustix::io::Errno::WOULDBLOCK) => {
-                return Err(err!(
-                    LocalIo,
-                    "{} is being written by another ringdl (it holds a lock on it)",
-                    part.display()
-                ));
-            }
-            Err(rustix::io::Errno::NOLCK | rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {
-                return Ok(Some(lock));
-            }
-            Err(e) => {
-                lock.remove_if_unused();
-                return Err(err!(LocalIo, "flock {}: {e}", part.display()));
-            }
-        }
-    }
-    Err(err!(
-        LocalIo,
-        "{} keeps being replaced by another process",
-        part.display()
-    ))
-}
-
-/// Removes `part` if it is an empty regular file (what [`lock_part`] leaves when the run
-/// stops before any byte).
 impl Output {
     /// Checks that the final name is free (unless `force`) before any network traffic.
     ///
