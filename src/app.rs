@@ -26,8 +26,23 @@ use inputs::{checksum_from_file, load_resume};
 use route::given_urls;
 
 /// Runs ringdl with the process arguments; the exit code is documented in README.md
-/// "Exit status".
+/// "Exit status". Returns once the kernel has closed every output
+/// ([`output::closes::settle`], at most [`output::closes::LIMIT`]).
 pub fn main() -> ExitCode {
+    let code = run_args();
+    let open = output::closes::settle(output::closes::LIMIT);
+    if open > 0 {
+        eprintln!(
+            "ringdl: note: {open} output file(s) still held open {} s after the end (by the kernel, or another \
+             program's lock): unmounting their filesystem may fail for a moment",
+            output::closes::LIMIT.as_secs()
+        );
+    }
+    code
+}
+
+/// [`main`] before the wait for the outputs' last close.
+fn run_args() -> ExitCode {
     let opts = match cli::parse(std::env::args_os().skip(1)) {
         Err(e) => {
             eprintln!("ringdl: {e}");
@@ -394,7 +409,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
             st.total
         );
     }
-    let out = match final_path.clone().filter(|_| device) {
+    let mut out = match final_path.clone().filter(|_| device) {
         Some(dev) => Output::open_device(dev, opts.offset),
         None => Output::open(
             final_path,
@@ -412,6 +427,9 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
             l.remove_if_unused();
         }
     })?;
+    if let Some(l) = &lock {
+        out.onto_lock(l);
+    }
     let resume_state = match (&control, &out.room, opts.resume) {
         (Some(c), Some(room), true) => updates::device_resume(c, &opts, room),
         _ => resume_state,

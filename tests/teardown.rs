@@ -5,7 +5,10 @@
 //!
 //! (Before the fix, io_uring's fixed-file table kept the output open until the kernel's
 //! asynchronous ring teardown dropped it from a kworker: `umount` said "target is busy" in
-//! 30 of 30 runs, for 20–40 ms after the exit.)
+//! 30 of 30 runs, for 20–40 ms after the exit. Later, rarely, on a loaded machine: a
+//! request an io-wq worker freed after ringdl saw its completion. Since then ringdl waits
+//! before its exit until the output's open file description is closed everywhere:
+//! `output::closes`.)
 
 use std::time::Duration;
 

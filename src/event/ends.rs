@@ -549,7 +549,7 @@ fn end_inner(
             &dl.ring,
             // (Its own blocks: the write pool may be held by other transfers' connections.)
             &reactor.verify_pool(dl.sh.pool.block_size())?,
-            (part, out.direct, base, total),
+            (part, out.readable(), out.direct, base, total),
             opts.checksum.as_ref().map(|c| c.algorithm),
             dl.fin.signed.take(),
             &mut dl.interrupted,

@@ -1,7 +1,8 @@
 //! The lock on `FILE.part` ([`lock_part`]): taken before anything reads the control file
-//! or touches the `.part`.
+//! or touches the `.part`, held by the one open file description every write, the
+//! read-back and the io_uring requests of the run go through.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
@@ -30,6 +31,41 @@ impl PartLock {
             let _ = std::fs::remove_file(&self.part);
         }
     }
+
+    /// The lock, its `.part` watched for the last close ([`super::closes::watch`]).
+    fn watched(self) -> Self {
+        super::closes::watch(&self.part);
+        self
+    }
+}
+
+impl Output {
+    /// Moves this output onto `lock`'s open file description (a duplicate of its
+    /// descriptor, given this output's O_DIRECT by fcntl(2) F_SETFL), so that the writes,
+    /// the read-back and the io_uring requests on it keep the lock until the kernel has
+    /// let go of the file, which [`super::closes::settle`] waits for. The description this
+    /// output opened is closed. Left as it is when `lock` is not on this output's
+    /// `.part`, or when dup(2) or F_SETFL fails.
+    pub fn onto_lock(&mut self, lock: &PartLock) {
+        if self.part.as_deref() != Some(lock.part.as_path()) || !same_inode(&lock.fd, &lock.part) {
+            return;
+        }
+        let Ok(fd) = lock.fd.try_clone() else { return };
+        if self.direct {
+            let on = rustix::fs::fcntl_getfl(&fd).and_then(|fl| rustix::fs::fcntl_setfl(&fd, fl | OFlags::DIRECT));
+            if on.is_err() {
+                return;
+            }
+        }
+        self.fd = fd;
+    }
+
+    /// The output's descriptor when its description reads as well ([`Output::onto_lock`]:
+    /// the `.part`'s read-back goes through it); `None` for one opened write-only.
+    pub fn readable(&self) -> Option<BorrowedFd<'_>> {
+        let fl = rustix::fs::fcntl_getfl(&self.fd).ok()?;
+        (fl & OFlags::RWMODE == OFlags::RDWR).then(|| self.fd.as_fd())
+    }
 }
 
 /// Takes the lock on `FILE.part` (created empty if absent) before anything reads the
@@ -41,7 +77,7 @@ impl PartLock {
 /// # Errors
 /// [`crate::error::Kind::LocalIo`]: `FILE` exists (without `force`; with `resume` the
 /// message says a finished download looks complete), the `.part` cannot be created, or
-/// another process holds the lock (EWOULDBLOCK).
+/// another process holds the lock (EWOULDBLOCK, still after [`LOCK_WAIT`]).
 pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result<Option<PartLock>> {
     let Some(path) = final_path else { return Ok(None) };
     if special(path).is_some() || std::fs::metadata(path).is_ok_and(|md| md.file_type().is_dir()) {
@@ -56,7 +92,8 @@ pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result
         ));
     }
     Output::check_free(path, force)?;
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    // (Read and write: the read-back goes through this description too.)
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
     let mode = Mode::from_raw_mode(0o644);
     // A lock on an inode that another run unlinked meanwhile protects nothing: check that
     // the path still names it, else start again.
@@ -64,7 +101,14 @@ pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result
         let (fd, created) = match rustix::fs::open(&part, flags | OFlags::EXCL, mode) {
             Ok(fd) => (fd, true),
             Err(rustix::io::Errno::EXIST) => (
+                // (A `.part` this user may write but not read: write-only, read back by path.)
                 rustix::fs::open(&part, flags, mode)
+                    .or_else(|e| match e {
+                        rustix::io::Errno::ACCESS => {
+                            rustix::fs::open(&part, (flags - OFlags::RDWR) | OFlags::WRONLY, mode)
+                        }
+                        e => Err(e),
+                    })
                     .map_err(|e| err!(LocalIo, "cannot open {}: {e}", part.display()))?,
                 false,
             ),
@@ -75,8 +119,8 @@ pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result
             part: part.clone(),
             created,
         };
-        match rustix::fs::flock(&lock.fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) if same_inode(&lock.fd, &part) => return Ok(Some(lock)),
+        match flock_waiting(&lock.fd) {
+            Ok(()) if same_inode(&lock.fd, &part) => return Ok(Some(lock.watched())),
             Ok(()) => continue,
             Err(rustix::io::Errno::WOULDBLOCK) => {
                 return Err(err!(
@@ -86,7 +130,7 @@ pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result
                 ));
             }
             Err(rustix::io::Errno::NOLCK | rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {
-                return Ok(Some(lock));
+                return Ok(Some(lock.watched()));
             }
             Err(e) => {
                 lock.remove_if_unused();
@@ -99,4 +143,24 @@ pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result
         "{} keeps being replaced by another process",
         part.display()
     ))
+}
+
+/// How long a lock that another description holds is asked for again before it is
+/// believed: a ringdl that was just killed holds it until the kernel has torn down its
+/// io_uring, whose fixed file is the locked description (tens of milliseconds after the
+/// exit, more on a loaded machine).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// An exclusive flock(2) on `fd`, asked for every 10 ms while another description holds
+/// it (EWOULDBLOCK), for at most [`LOCK_WAIT`].
+fn flock_waiting(fd: &OwnedFd) -> rustix::io::Result<()> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
 }

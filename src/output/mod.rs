@@ -8,6 +8,7 @@ use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
 use crate::config::OutputTarget;
 use crate::err;
 
+pub mod closes;
 pub(crate) mod device;
 mod dup;
 mod lock;

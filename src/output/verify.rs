@@ -2,6 +2,7 @@
 //! (O_DIRECT when the download used it, so verifying does not fill the page cache either).
 
 use std::collections::BTreeMap;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 use ring::digest::{Algorithm, Context, Digest};
@@ -22,8 +23,9 @@ pub(crate) const DEPTH: usize = 4;
 /// [`crate::signature::MAX_MESSAGE`]).
 pub type Signed = Option<Vec<u8>>;
 
-/// What the finished `.part` (`path`, opened O_DIRECT when `direct`, `total` bytes from
-/// offset `base`: a block device's `--offset`, 0 for a file) owes
+/// What the finished `.part` (`path`, opened O_DIRECT when `direct`, or read through the
+/// output's own descriptor `readable` ([`crate::output::Output::readable`]); `total`
+/// bytes from offset `base`: a block device's `--offset`, 0 for a file) owes
 /// in one read-back: the `--checksum` digest (`checksum`) and what `--signature` needs
 /// (`signed`: a SHA-256/512 or BLAKE2b-512, or the bytes themselves; `Some(None)` when
 /// they are more than [`crate::signature::MAX_MESSAGE`]). A SIGINT/SIGTERM that completes
@@ -35,7 +37,7 @@ pub type Signed = Option<Vec<u8>>;
 pub fn digests(
     ring: &LaneRing<'_>,
     pool: &BufPool,
-    (path, direct, base, total): (&Path, bool, u64, u64),
+    (path, readable, direct, base, total): (&Path, Option<BorrowedFd<'_>>, bool, u64, u64),
     checksum: Option<&'static Algorithm>,
     signed: Option<crate::signature::Input>,
     interrupted: &mut Option<&'static str>,
@@ -45,7 +47,7 @@ pub fn digests(
     }
     let mut ctx = checksum.map(Context::new);
     let mut pre = signed.map(crate::signature::Prehasher::new);
-    read_back(ring, pool, (path, direct, base, total), interrupted, |b| {
+    read_back(ring, pool, (path, readable, direct, base, total), interrupted, |b| {
         if let Some(c) = &mut ctx {
             c.update(b);
         }
@@ -61,7 +63,7 @@ pub fn digests(
 fn read_back(
     ring: &LaneRing<'_>,
     pool: &BufPool,
-    (path, direct, base, total): (&Path, bool, u64, u64),
+    (path, readable, direct, base, total): (&Path, Option<BorrowedFd<'_>>, bool, u64, u64),
     interrupted: &mut Option<&'static str>,
     mut f: impl FnMut(&[u8]),
 ) -> Result<()> {
@@ -69,8 +71,13 @@ fn read_back(
     if direct {
         flags |= OFlags::DIRECT;
     }
-    let fd =
-        rustix::fs::open(path, flags, Mode::empty()).map_err(|e| err!(LocalIo, "verify {}: {e}", path.display()))?;
+    // The output's own description when it reads (no other open of the file for the
+    // kernel to close late: `closes`), else the path opened anew.
+    let fd = match readable {
+        Some(fd) => fd.try_clone_to_owned(),
+        None => rustix::fs::open(path, flags, Mode::empty()).map_err(std::io::Error::from),
+    }
+    .map_err(|e| err!(LocalIo, "verify {}: {e}", path.display()))?;
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
     let bs = pool.block_size() as u64;
     let blocks = total.div_ceil(bs);

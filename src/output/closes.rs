@@ -1,0 +1,118 @@
+//! The last close of each output, waited for before ringdl exits, so that
+//! `ringdl … && umount` finds the filesystem free.
+//!
+//! An io_uring request on a file holds its own reference to it (or, for a registered
+//! file, to the table node that holds it) until the request is freed. A request that an
+//! io-wq worker ran (a regular file's READ or WRITE that would block: every one, on
+//! tmpfs) is freed by whichever of the worker and the ring's thread lets go of it last;
+//! when that is the worker, after ringdl saw the completion, the free waits in the ring's
+//! task work, and once the ring is closed it runs from a kernel worker (io_uring
+//! fallback work, then the delayed fput of fs/file_table.c), milliseconds after ringdl's
+//! exit: an `umount` right after it fails with EBUSY.
+//!
+//! Every write, read-back and io_uring request of a regular output goes through one open
+//! file description, the one that holds the run's flock(2) on the `.part`
+//! ([`super::PartLock`]), and a flock lock goes only with the last close of its
+//! description (`locks_remove_file` in `__fput`, before the filesystem is let go). So
+//! [`settle`] asks, before the exit, for an exclusive flock through another description
+//! of each output (a *spare*, opened read-only beside the lock): granted means the file
+//! is closed everywhere; refused (EWOULDBLOCK) means the kernel (or another ringdl) still
+//! holds it, and it asks again every millisecond, at most [`LIMIT`] in all. A block
+//! device, or a filesystem without flock (ENOLCK), is not waited for.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{FlockOperation, Mode, OFlags, flock};
+
+/// The longest [`settle`] waits: the kernel's own late closes take a few milliseconds.
+pub const LIMIT: Duration = Duration::from_secs(1);
+
+/// The run's spares, one per output whose last close is not seen yet.
+static SPARES: Mutex<Spares> = Mutex::new(Spares(Vec::new()));
+
+/// Spare descriptions of locked outputs (read-only, no lock of their own).
+pub(crate) struct Spares(Vec<OwnedFd>);
+
+/// Opens a spare of the output at `path`, whose lock the caller has just taken, for
+/// [`settle`]; nothing when it cannot be opened.
+pub(crate) fn watch(path: &Path) {
+    SPARES.lock().unwrap_or_else(PoisonError::into_inner).watch(path);
+}
+
+/// Waits until every watched output is closed everywhere, at most `limit`. Returns how
+/// many still are not.
+pub fn settle(limit: Duration) -> usize {
+    SPARES.lock().unwrap_or_else(PoisonError::into_inner).settle(limit)
+}
+
+impl Spares {
+    /// As [`watch`]. The outputs already closed are forgotten first (a long list holds a
+    /// spare only for the files not closed yet).
+    pub(crate) fn watch(&mut self, path: &Path) {
+        self.0.retain(|s| !closed(s));
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        if let Ok(fd) = rustix::fs::open(path, flags, Mode::empty()) {
+            self.0.push(fd);
+        }
+    }
+
+    /// As [`settle`].
+    pub(crate) fn settle(&mut self, limit: Duration) -> usize {
+        let deadline = Instant::now() + limit;
+        loop {
+            self.0.retain(|s| !closed(s));
+            if self.0.is_empty() || Instant::now() >= deadline {
+                return self.0.len();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Whether no other description of `spare`'s file holds a flock any more (EWOULDBLOCK:
+/// one does); true too when it cannot be told (no flock on this filesystem).
+fn closed(spare: &OwnedFd) -> bool {
+    match flock(spare, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {
+            let _ = flock(spare, FlockOperation::Unlock);
+            true
+        }
+        Err(e) => e != rustix::io::Errno::WOULDBLOCK,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_locked_output_is_waited_for_until_its_last_descriptor_closes() {
+        let p = std::env::temp_dir().join(format!("ringdl-closes-{}", std::process::id()));
+        std::fs::write(&p, b"x").unwrap();
+        let held = std::fs::File::open(&p).unwrap();
+        flock(&held, FlockOperation::NonBlockingLockExclusive).unwrap();
+        // (A duplicate is the same description: the lock goes only with both.)
+        let dup = held.try_clone().unwrap();
+        let mut s = Spares(Vec::new());
+        s.watch(&p);
+        drop(held);
+        let t = Instant::now();
+        assert_eq!(s.settle(Duration::from_millis(200)), 1);
+        assert!(t.elapsed() >= Duration::from_millis(200));
+        // Closed from another thread while the wait goes on: the wait ends then.
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(dup);
+        });
+        let t = Instant::now();
+        assert_eq!(s.settle(Duration::from_secs(10)), 0);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        closer.join().unwrap();
+        // Nothing left to wait for: at once.
+        assert_eq!(s.settle(Duration::from_secs(10)), 0);
+        std::fs::remove_file(&p).unwrap();
+    }
+}
