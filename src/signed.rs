@@ -183,12 +183,16 @@ impl Plan {
         let (key, principals, error) = match got {
             Ok(v) => (Some(v.key.clone()), v.principals.clone(), None),
             Err(
-                sig::Refused::UnknownKey(k)
+                e @ (sig::Refused::UnknownKey(k)
                 | sig::Refused::Bad(k)
                 | sig::Refused::TrustedComment(k)
-                | sig::Refused::NotAllowed { key: k, .. },
-            ) => (Some(k.clone()), None, Some(got.as_ref().unwrap_err().to_string())),
-            Err(e) => (None, None, Some(e.to_string())),
+                | sig::Refused::NotAllowed { key: k, .. }
+                | sig::Refused::Namespace { key: k, .. }),
+            ) => (
+                Some(k.clone()),
+                sig::principals(&self.sig, &self.keys),
+                Some(e.to_string()),
+            ),
         };
         format!(
             r#"{{"format":{},"source":{},"key":{},"principals":{},"verified":{},"error":{}}}"#,

@@ -275,9 +275,16 @@ fn sshsig_other_key_wrong_namespace_and_allowed_signers() {
     let copy = site.dir.join("copy.bin");
     std::fs::copy(site.image(), &copy).unwrap();
     let git_sig = ssh_sign(&key, "git", &copy);
-    let o = site.fetch(s(&git_sig), &[&key], &["--force"]);
+    let json = site.dir.join("namespace.json");
+    let o = site.fetch(s(&git_sig), &[&key], &["--force", "--json", s(&json)]);
     let err = site.assert_refused_before(&o);
-    assert!(err.contains("namespace \"git\""), "{err}");
+    let fp = ssh_fingerprint(&key);
+    assert!(
+        err.contains("namespace \"git\"") && err.contains(&format!("by key {fp}")),
+        "{err}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(j["signature"]["key"], fp.as_str(), "{j}");
     let o = site.fetch(s(&git_sig), &[&key], &["--signature-namespace", "git", "--force"]);
     site.assert_landed(&o);
     std::fs::remove_file(site.out()).unwrap();
@@ -292,9 +299,16 @@ fn sshsig_other_key_wrong_namespace_and_allowed_signers() {
     assert!(o.stderr_text().contains("(release@example.org)"), "{}", o.stderr_text());
     std::fs::remove_file(site.out()).unwrap();
     std::fs::write(&allowed, format!("release@example.org namespaces=\"git\" {line}")).unwrap();
-    let o = site.fetch(s(&sig), &[&allowed], &["--force"]);
+    let o = site.fetch(s(&sig), &[&allowed], &["--force", "--json", s(&json)]);
     let err = site.assert_refused_before(&o);
     assert!(err.contains("not allowed to sign namespace \"file\""), "{err}");
+    // The refusal names the key's principals as a success does.
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        (&j["signature"]["key"], &j["signature"]["principals"]),
+        (&fp.as_str().into(), &"release@example.org".into()),
+        "{j}"
+    );
 }
 
 #[test]

@@ -289,6 +289,8 @@ pub enum Refused {
     Bad(String),
     /// SSHSIG: the signature's namespace is not the one asked for.
     Namespace {
+        /// The signing key's fingerprint.
+        key: String,
         /// The namespace in the signature.
         got: String,
         /// The one asked for (`--signature-namespace`).
@@ -310,8 +312,11 @@ impl fmt::Display for Refused {
         match self {
             Refused::UnknownKey(k) => write!(f, "signed by key {k}, which no --trusted-key holds"),
             Refused::Bad(k) => write!(f, "BAD signature: it does not verify with key {k}"),
-            Refused::Namespace { got, want } => {
-                write!(f, "signed for namespace {got:?}, not {want:?} (--signature-namespace)")
+            Refused::Namespace { key, got, want } => {
+                write!(
+                    f,
+                    "signed by key {key} for namespace {got:?}, not {want:?} (--signature-namespace)"
+                )
             }
             Refused::NotAllowed { key, namespace } => {
                 write!(
@@ -351,10 +356,17 @@ pub fn verify(sig: &Signature, keys: &[TrustedKey], namespace: &str, input: &[u8
 pub fn signer_known(sig: &Signature, keys: &[TrustedKey], namespace: &str) -> Result<(), Refused> {
     match sig {
         Signature::Sshsig(s) => s.signer(keys, namespace).map(drop),
-        Signature::Signify(s) => ed_key(keys, &s.keynum)
-            .map(drop)
-            .ok_or_else(|| Refused::UnknownKey(key_id(&s.keynum))),
+        Signature::Signify(s) => s.signer(keys).map(drop),
         Signature::Minisign(s) => s.signer(keys).map(drop),
+    }
+}
+
+/// The allowed-signers principals of the trusted SSH key that `sig` names (`None`: not
+/// SSHSIG, no such key, a bare public key): said with a refusal as with a success.
+pub fn principals(sig: &Signature, keys: &[TrustedKey]) -> Option<String> {
+    match sig {
+        Signature::Sshsig(s) => s.trusted(keys)?.principals.clone(),
+        _ => None,
     }
 }
 

@@ -76,8 +76,7 @@ impl Signature {
     /// # Errors
     /// [`Refused::UnknownKey`] (no key with this keynum), [`Refused::Bad`].
     pub fn verify(&self, keys: &[TrustedKey], message: &[u8]) -> Result<Verified, Refused> {
-        let id = super::key_id(&self.keynum);
-        let key = super::ed_key(keys, &self.keynum).ok_or_else(|| Refused::UnknownKey(id.clone()))?;
+        let (key, id) = self.signer(keys)?;
         if !super::ed25519(&key.key, message, &self.sig) {
             return Err(Refused::Bad(id));
         }
@@ -86,5 +85,16 @@ impl Signature {
             key: id,
             principals: None,
         })
+    }
+
+    /// The trusted key with this signature's keynum, and its id: what is refused whatever
+    /// the bytes.
+    ///
+    /// # Errors
+    /// [`Refused::UnknownKey`].
+    pub fn signer<'k>(&self, keys: &'k [TrustedKey]) -> Result<(&'k super::EdKey, String), Refused> {
+        let id = super::key_id(&self.keynum);
+        let key = super::ed_key(keys, &self.keynum).ok_or_else(|| Refused::UnknownKey(id.clone()))?;
+        Ok((key, id))
     }
 }

@@ -177,20 +177,15 @@ impl Signature {
     /// # Errors
     /// [`Refused::Namespace`], [`Refused::UnknownKey`], [`Refused::NotAllowed`].
     pub fn signer<'k>(&self, keys: &'k [TrustedKey], namespace: &str) -> Result<(&'k AllowedSigner, String), Refused> {
+        let fp = fingerprint(&self.public_key);
         if self.namespace != namespace.as_bytes() {
             return Err(Refused::Namespace {
+                key: fp,
                 got: String::from_utf8_lossy(&self.namespace).into_owned(),
                 want: namespace.to_owned(),
             });
         }
-        let fp = fingerprint(&self.public_key);
-        let signer = keys
-            .iter()
-            .find_map(|k| match k {
-                TrustedKey::Ssh(s) if !s.cert_authority && s.blob == self.public_key => Some(s),
-                _ => None,
-            })
-            .ok_or_else(|| Refused::UnknownKey(fp.clone()))?;
+        let signer = self.trusted(keys).ok_or_else(|| Refused::UnknownKey(fp.clone()))?;
         if let Some(allowed) = &signer.namespaces
             && !allowed
                 .iter()
@@ -202,6 +197,15 @@ impl Signature {
             });
         }
         Ok((signer, fp))
+    }
+
+    /// The trusted key (a plain key or allowed-signers line, not a CA) whose blob is the
+    /// signature's.
+    pub fn trusted<'k>(&self, keys: &'k [TrustedKey]) -> Option<&'k AllowedSigner> {
+        keys.iter().find_map(|k| match k {
+            TrustedKey::Ssh(s) if !s.cert_authority && s.blob == self.public_key => Some(s),
+            _ => None,
+        })
     }
 }
 
