@@ -29,9 +29,9 @@ use route::given_urls;
 /// "Exit status". Returns once the kernel has closed every output
 /// ([`output::closes::settle`], at most [`output::closes::LIMIT`]).
 pub fn main() -> ExitCode {
-    let code = run_args();
+    let (code, quiet) = run_args();
     let open = output::closes::settle(output::closes::LIMIT);
-    if open > 0 {
+    if open > 0 && !quiet {
         eprintln!(
             "ringdl: note: {open} output file(s) still held open {} s after the end (by the kernel, or another \
              program's lock): unmounting their filesystem may fail for a moment",
@@ -41,24 +41,28 @@ pub fn main() -> ExitCode {
     code
 }
 
-/// [`main`] before the wait for the outputs' last close.
-fn run_args() -> ExitCode {
+/// [`main`] before the wait for the outputs' last close; and whether `-q` was given.
+fn run_args() -> (ExitCode, bool) {
     let opts = match cli::parse(std::env::args_os().skip(1)) {
         Err(e) => {
             eprintln!("ringdl: {e}");
-            return ExitCode::from(e.kind.exit_code());
+            return (ExitCode::from(e.kind.exit_code()), false);
         }
         Ok(Command::Help) => {
             print!("{}", cli::HELP);
-            return ExitCode::SUCCESS;
+            return (ExitCode::SUCCESS, false);
         }
         Ok(Command::Version) => {
             println!("ringdl {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
+            return (ExitCode::SUCCESS, false);
         }
-        Ok(Command::Files(base, files)) => return ExitCode::from(list::main(base, files)),
+        Ok(Command::Files(base, files)) => {
+            let quiet = base.quiet;
+            return (ExitCode::from(list::main(base, files)), quiet);
+        }
         Ok(Command::Download(o)) => o,
     };
+    let quiet = opts.quiet;
     let started = std::time::Instant::now();
     let mut record = Record::default();
     let result = PerRun::new().and_then(|mut per_run| run(opts, &mut record, &mut per_run));
@@ -69,7 +73,7 @@ fn run_args() -> ExitCode {
             code = crate::error::Kind::LocalIo.exit_code();
         }
     }
-    ExitCode::from(code)
+    (ExitCode::from(code), quiet)
 }
 
 /// The exit code of one file's `result`, its error said on stderr.

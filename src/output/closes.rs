@@ -13,12 +13,14 @@
 //! Every write, read-back and io_uring request of a regular output goes through one open
 //! file description, the one that holds the run's flock(2) on the `.part`
 //! ([`super::PartLock`]), and a flock lock goes only with the last close of its
-//! description (`locks_remove_file` in `__fput`, before the filesystem is let go). So
-//! [`settle`] asks, before the exit, for an exclusive flock through another description
-//! of each output (a *spare*, opened read-only beside the lock): granted means the file
-//! is closed everywhere; refused (EWOULDBLOCK) means the kernel (or another ringdl) still
-//! holds it, and it asks again every millisecond, at most [`LIMIT`] in all. A block
-//! device, or a filesystem without flock (ENOLCK), is not waited for.
+//! description (`locks_remove_file` in `__fput`, a moment before the filesystem is let
+//! go there). So [`settle`] asks, before the exit, for an exclusive flock through another
+//! description of each output (a *spare*, opened beside the lock): granted means the
+//! file's last close has begun; refused (EWOULDBLOCK) means the kernel (or another
+//! ringdl) still holds it, and it asks again every millisecond, at most [`LIMIT`] in all.
+//! Not waited for: a block device, a stream (standard output, a FIFO, `/dev/fd/N`: no
+//! `.part`, no lock), a filesystem whose flock cannot tell (ENOLCK, or any error but
+//! EWOULDBLOCK).
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -33,7 +35,7 @@ pub const LIMIT: Duration = Duration::from_secs(1);
 /// The run's spares, one per output whose last close is not seen yet.
 static SPARES: Mutex<Spares> = Mutex::new(Spares(Vec::new()));
 
-/// Spare descriptions of locked outputs (read-only, no lock of their own).
+/// Spare descriptions of locked outputs (no lock of their own).
 pub(crate) struct Spares(Vec<OwnedFd>);
 
 /// Opens a spare of the output at `path`, whose lock the caller has just taken, for
@@ -53,8 +55,11 @@ impl Spares {
     /// spare only for the files not closed yet).
     pub(crate) fn watch(&mut self, path: &Path) {
         self.0.retain(|s| !closed(s));
-        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
-        if let Ok(fd) = rustix::fs::open(path, flags, Mode::empty()) {
+        // Read-write where it may (an exclusive flock over NFS needs a descriptor open for
+        // writing: EBADF otherwise); nothing is written through it.
+        let flags = OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        let open = |mode| rustix::fs::open(path, flags | mode, Mode::empty());
+        if let Ok(fd) = open(OFlags::RDWR).or_else(|_| open(OFlags::RDONLY)) {
             self.0.push(fd);
         }
     }

@@ -101,7 +101,8 @@ pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result
         let (fd, created) = match rustix::fs::open(&part, flags | OFlags::EXCL, mode) {
             Ok(fd) => (fd, true),
             Err(rustix::io::Errno::EXIST) => (
-                // (A `.part` this user may write but not read: write-only, read back by path.)
+                // (A `.part` this user may write but not read: opened write-only; a
+                // `--checksum` read-back of it then fails as it did before.)
                 rustix::fs::open(&part, flags, mode)
                     .or_else(|e| match e {
                         rustix::io::Errno::ACCESS => {
@@ -147,9 +148,9 @@ pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result
 
 /// How long a lock that another description holds is asked for again before it is
 /// believed: a ringdl that was just killed holds it until the kernel has torn down its
-/// io_uring, whose fixed file is the locked description (tens of milliseconds after the
-/// exit, more on a loaded machine).
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// io_uring, whose fixed file is the locked description (20–40 ms after the exit here,
+/// more on a loaded machine). In a list this is a wait of the whole run's loop, so short.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// An exclusive flock(2) on `fd`, asked for every 10 ms while another description holds
 /// it (EWOULDBLOCK), for at most [`LOCK_WAIT`].
