@@ -11,9 +11,10 @@ use super::{Output, part_path, same_inode, special};
 use crate::err;
 use crate::error::Result;
 
-/// An exclusive flock(2) on `FILE.part`, held for the whole run: a second ringdl on the
-/// same output stops at once instead of truncating the bytes the first is writing (and
-/// the first would then rename a file full of zeros).
+/// An exclusive flock(2) on `FILE.part`, held for the whole run and until the kernel has
+/// let go of the output ([`Output::onto_lock`]): a second ringdl on the same output stops
+/// (within [`LOCK_WAIT`]) instead of truncating the bytes the first is writing (and the
+/// first would then rename a file full of zeros).
 pub struct PartLock {
     fd: OwnedFd,
     part: PathBuf,
