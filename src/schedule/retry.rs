@@ -184,27 +184,29 @@ pub struct Cap {
 
 impl std::fmt::Display for Cap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let using = match self.theirs {
-            0 => self.using.to_string(),
-            t => format!("{} ({t} of them other files')", self.using),
+        let going = match self.theirs {
+            0 => format!("going on with {}", self.using),
+            // (None of them this file's: it has nothing to go on with.)
+            t if t >= self.using => match self.using {
+                1 => "this file waits (the 1 connection serves another file)".to_owned(),
+                n => format!("this file waits (the {n} connections serve other files)"),
+            },
+            t => format!("going on with {} ({t} of them other files')", self.using),
         };
         if self.refusals > 1 {
             let who = if self.proxy { "the proxy" } else { "the server" };
             return write!(
                 f,
-                "{who} turned it away {} times in a row; going on with {using}, asking again in {} s",
+                "{who} turned it away {} times in a row; {going}, asking again in {} s",
                 self.refusals,
                 self.wait.as_secs()
             );
         }
         match (self.closed, self.proxy) {
-            (0, false) => write!(f, "the server turns extra connections away; going on with {using}"),
-            (0, true) => write!(f, "the proxy turns extra tunnels away; going on with {using}"),
-            (1, _) => write!(f, "1 idle connection stayed open: closed it; going on with {using}"),
-            (n, _) => write!(
-                f,
-                "{n} idle connections stayed open: closed them; going on with {using}"
-            ),
+            (0, false) => write!(f, "the server turns extra connections away; {going}"),
+            (0, true) => write!(f, "the proxy turns extra tunnels away; {going}"),
+            (1, _) => write!(f, "1 idle connection stayed open: closed it; {going}"),
+            (n, _) => write!(f, "{n} idle connections stayed open: closed them; {going}"),
         }
     }
 }
@@ -524,7 +526,22 @@ mod tests {
         };
         assert_eq!(
             shared.to_string(),
-            "the server turns extra connections away; going on with 2 (2 of them other files')"
+            "the server turns extra connections away; this file waits (the 2 connections serve other files)"
+        );
+        let one_of_them = Cap { theirs: 1, ..shared };
+        assert_eq!(
+            one_of_them.to_string(),
+            "the server turns extra connections away; going on with 2 (1 of them other files')"
+        );
+        let alone = Cap {
+            using: 1,
+            theirs: 1,
+            ..again
+        };
+        assert_eq!(
+            alone.to_string(),
+            "the server turned it away 3 times in a row; this file waits (the 1 connection serves another \
+             file), asking again in 8 s"
         );
     }
 
