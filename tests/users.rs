@@ -669,6 +669,47 @@ fn a_part_replaced_during_the_run_is_left_to_the_other_run() {
     );
 }
 
+/// A `.part` replaced while the run goes on by a file with no control file: the control
+/// file this run saved before does not stay beside it (its ranges would be trusted by a
+/// later `-c` over bytes that are not the file's).
+#[test]
+fn a_replaced_part_keeps_no_control_file_of_this_run() {
+    let n = nginx();
+    let file = n.file(16 * MIB);
+    let dir = TestDir::new("users_part_orphan");
+    let out = dir.join("out.bin");
+    let part = crate::util::part_path(&out);
+    let control = dir.join("out.bin.part.ringdl");
+    let theirs = vec![7u8; 16 * MIB as usize];
+    let o = dir
+        .ringdl()
+        .args(["-x", "1", "-o"])
+        .arg(&out)
+        .arg(n.paced_url(&format!("{}?users_part_orphan", file.name)))
+        .run_with(|_| {
+            // (Once this run has saved a control file: its ranges name bytes.)
+            let t = std::time::Instant::now();
+            while !control.exists() && t.elapsed() < HANG {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            std::fs::rename(&part, dir.join("moved.part")).unwrap();
+            std::fs::write(&part, &theirs).unwrap();
+        });
+    o.assert_code(exit::LOCAL_IO);
+    let err = o.stderr_text();
+    assert!(err.contains("was replaced during the download"), "{err}");
+    assert!(
+        !control.exists(),
+        "this run's control file stayed beside another file: {:?}\n{err}",
+        std::fs::read_to_string(&control)
+    );
+    assert!(
+        std::fs::read(&part).unwrap() == theirs,
+        "the other .part changed\n{err}"
+    );
+    assert!(!out.exists(), "{err}");
+}
+
 /// SHA512SUMS, and the URL's name when the output is renamed.
 #[test]
 fn checksum_file_takes_sha512_and_the_url_name() {

@@ -73,9 +73,13 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {}", out.describe())),
         _ => None,
     };
-    // (A `.part` replaced during the run is another's: not its bytes to rename, nor its
-    // control file to remove.)
-    out.still_ours()?;
+    // (A `.part` replaced during the run is another's: not its bytes to rename, nor a
+    // control file another run saved there to remove; this run's own goes.)
+    out.still_ours().inspect_err(|_| {
+        if let Some(c) = control {
+            resume::remove_if_ours(c, s.control_id);
+        }
+    })?;
     // Bytes that failed verification stay for inspection, but their control file goes: a
     // later run, with or without `-c`, starts over instead of keeping them (a resume would
     // fetch only what the last save missed and fail the same way again).

@@ -275,6 +275,7 @@ pub(crate) fn start_on<'c>(
         tick: Duration::from_millis(250),
         control,
         saved_bytes: 0,
+        control_id: None,
         sync_snapshot: None,
         recent_rate: 0.0,
         rate_mark: (Instant::now(), 0),
@@ -488,6 +489,7 @@ fn end_inner(
                     _ => dl.sh.report.note(Note::SyncFailed),
                 }
             }
+            dl.disown_control();
             if let Some(part) = &out.part
                 && !dl.sh.tr.changed
             {
@@ -520,7 +522,7 @@ fn end_inner(
         ));
     }
     // (Read back, renamed or resumed by its name, a replaced `.part` is another file.)
-    out.still_ours()?;
+    out.still_ours().inspect_err(|_| dl.disown_control())?;
     if dl.sh.tr.file || out.room.is_some() {
         // (Truncated and synced already when the reactor ran the fsync beside other
         // transfers: `Loop::begin_sync`.)

@@ -261,6 +261,9 @@ pub(crate) struct Loop<'a> {
     pub(crate) control: Option<PathBuf>,
     /// Bytes covered by the last saved control file.
     pub(crate) saved_bytes: u64,
+    /// Which file the last saved control file is (a `.part` replaced under the run
+    /// leaves it naming bytes no name reaches: [`Loop::disown_control`]).
+    pub(crate) control_id: Option<crate::output::resume::FileId>,
     /// Ranges that an fdatasync in flight will make durable; saved when it completes.
     pub(crate) sync_snapshot: Option<Vec<(u64, u64)>>,
     /// The download's rate over the last half second or so, bytes/s (work stealing), and

@@ -80,6 +80,9 @@ pub struct Summary {
     /// What `--signature` needs from the file (its digest, or its bytes), read back
     /// with the checksum's (`Some(None)`: bytes over [`crate::signature::MAX_MESSAGE`]).
     pub signed: Option<Option<Vec<u8>>>,
+    /// Which file the transfer's last saved control file is
+    /// ([`crate::output::resume::remove_if_ours`]).
+    pub control_id: Option<crate::output::resume::FileId>,
 }
 
 impl Loop<'_> {
@@ -135,6 +138,7 @@ impl Loop<'_> {
                 .reference
                 .and_then(|k| self.sh.tr.mirrors[k].validators.last_modified.clone()),
             signed: None,
+            control_id: self.control_id,
         };
         if let Some(r) = &self.remote {
             // `--threads`: the other reactors' connections and handshakes count too.
@@ -222,6 +226,7 @@ pub(crate) mod tests {
             etag: None,
             last_modified: None,
             signed: None,
+            control_id: None,
             capped_at: None,
             io: "io_uring".to_owned(),
             retries: 0,

@@ -93,6 +93,17 @@ impl Loop<'_> {
         Ok(())
     }
 
+    /// Removes this run's last control file when its `.part` is no longer this run's
+    /// ([`crate::output::Output::owns_part`]): it names bytes that no name reaches now. A
+    /// control file another run saved there since is left alone.
+    pub(crate) fn disown_control(&self) {
+        if let Some(c) = &self.control
+            && !self.sh.tr.out.owns_part()
+        {
+            crate::output::resume::remove_if_ours(c, self.control_id);
+        }
+    }
+
     /// Writes the control file: `ranges` (made durable by an fdatasync), or everything that
     /// has landed (at exit, after the writes in flight were reaped or abandoned).
     /// Returns whether the control file was written: not when the `.part` is no longer
@@ -112,6 +123,7 @@ impl Loop<'_> {
             if self.sh.fatal.is_none() {
                 self.sh.fatal = self.sh.tr.out.still_ours().err();
             }
+            self.disown_control();
             return false;
         }
         let ranges = ranges.unwrap_or_else(|| self.sh.tr.landed.ranges().to_vec());
@@ -123,7 +135,10 @@ impl Loop<'_> {
             target: self.sh.tr.room().map(|r| r.target(&self.sh.opts)),
         };
         match crate::output::resume::save(path, &st) {
-            Ok(()) => true,
+            Ok(id) => {
+                self.control_id = Some(id);
+                true
+            }
             Err(m) => {
                 self.sh.report.note(Note::ControlNotSaved { why: m.to_string() });
                 false

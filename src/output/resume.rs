@@ -9,6 +9,7 @@
 //! fdatasync of the `.part`), so every range it names is on disk.
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &str = "ringdl-control 1";
@@ -82,11 +83,33 @@ fn parse(text: &str) -> Result<State, String> {
     Ok(st)
 }
 
-/// Writes `st` atomically to `path` (temporary file, fsync, rename).
+/// Which file a control file is, as this run wrote it: device, inode, size and
+/// modification time (a file rewritten in place since is not the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> FileId {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        }
+    }
+}
+
+/// Writes `st` atomically to `path` (temporary file, fsync, rename). Returns the written
+/// file's [`FileId`], by which [`remove_if_ours`] knows it later.
 ///
 /// # Errors
 /// The I/O error, with the path.
-pub fn save(path: &Path, st: &State) -> Result<(), String> {
+pub fn save(path: &Path, st: &State) -> Result<FileId, String> {
     let mut text = format!("{MAGIC}\nurl {}\ntotal {}\n", st.url, st.total);
     if let Some(v) = &st.validator {
         text += &format!("validator {}\n", hex(v));
@@ -100,11 +123,13 @@ pub fn save(path: &Path, st: &State) -> Result<(), String> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let write = || -> std::io::Result<()> {
+    let write = || -> std::io::Result<FileId> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        let id = FileId::of(&f.metadata()?);
+        std::fs::rename(&tmp, path)?;
+        Ok(id)
     };
     write().map_err(|e| {
         // A full disk (or any failure) must not leave a temporary control file behind.
@@ -117,6 +142,16 @@ pub fn save(path: &Path, st: &State) -> Result<(), String> {
 /// signature or checksum).
 pub fn remove(path: &Path) {
     let _ = std::fs::remove_file(path);
+}
+
+/// Removes the control file at `path` only if it is file `id` (the one this run last
+/// saved, [`save`]): a `.part` replaced under the run leaves this run's control file
+/// naming bytes that no name reaches now, and another run's (saved over it) alone.
+pub fn remove_if_ours(path: &Path, id: Option<FileId>) {
+    let here = std::fs::symlink_metadata(path).ok().map(|m| FileId::of(&m));
+    if here.is_some() && here == id {
+        remove(path);
+    }
 }
 
 fn hex(b: &[u8]) -> String {
