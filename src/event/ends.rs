@@ -31,11 +31,6 @@ use crate::schedule::{FIRST_SEGMENT, Landed, align_up};
 use crate::tag::Tag;
 use crate::transfer::Transfer;
 
-/// The tick of a transfer on another reactor (`--threads`: a part, or a list's file placed
-/// there). It reads its stop (SIGINT, the owner's end) on its tick, so a short one ends it
-/// within 50 ms rather than 250; what it tells the owner each tick is a few messages more.
-const HELPER_TICK: Duration = Duration::from_millis(50);
-
 /// One transfer to start: its mirrors, options, output, resume state and report.
 pub struct Start {
     /// Its URLs (one, or mirrors of one file).
@@ -274,15 +269,10 @@ pub(crate) fn start_on<'c>(
         tls_info,
         interrupted: None,
         remote: None,
-        // (Another reactor's part or placed file reads its stop on its tick: a short one.)
-        tick: if part.is_some() || whole.is_some() {
-            HELPER_TICK
-        } else {
-            Duration::from_millis(250)
-        },
         part,
         // (A placed transfer grows from this reactor's read pool when told to.)
         whole: whole.map(|w| w.with_pool(rpool.clone())),
+        tick: Duration::from_millis(250),
         control,
         saved_bytes: 0,
         control_id: None,
