@@ -191,6 +191,7 @@ impl std::fmt::Display for Cap {
                 1 => "this file waits (the 1 connection serves another file)".to_owned(),
                 n => format!("this file waits (the {n} connections serve other files)"),
             },
+            1 => format!("going on with {} (1 of them another file's)", self.using),
             t => format!("going on with {} ({t} of them other files')", self.using),
         };
         if self.refusals > 1 {
@@ -531,7 +532,7 @@ mod tests {
         let one_of_them = Cap { theirs: 1, ..shared };
         assert_eq!(
             one_of_them.to_string(),
-            "the server turns extra connections away; going on with 2 (1 of them other files')"
+            "the server turns extra connections away; going on with 2 (1 of them another file's)"
         );
         let alone = Cap {
             using: 1,
