@@ -710,6 +710,70 @@ fn a_replaced_part_keeps_no_control_file_of_this_run() {
     assert!(!out.exists(), "{err}");
 }
 
+/// The same with `-c`, the `.part` replaced before the resumed run saved anything: the
+/// control file it resumed from is its own (it took it over under the `.part`'s lock) and
+/// does not stay beside the other file either.
+#[test]
+fn a_resumed_run_whose_part_is_replaced_keeps_no_control_file() {
+    let n = nginx();
+    let file = n.file(16 * MIB);
+    let dir = TestDir::new("users_part_orphan_c");
+    let out = dir.join("out.bin");
+    let part = crate::util::part_path(&out);
+    let control = dir.join("out.bin.part.ringdl");
+    let url = n.paced_url(&format!("{}?users_part_orphan_c", file.name));
+    // A first run stopped by SIGINT leaves a `.part` and its control file.
+    let first = dir
+        .ringdl()
+        .args(["-x", "1", "-o"])
+        .arg(&out)
+        .arg(&url)
+        .run_with(|pid| {
+            let t = std::time::Instant::now();
+            while !control.exists() && t.elapsed() < HANG {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &pid.to_string()])
+                .status();
+        });
+    first.assert_code(exit::INTERRUPTED);
+    assert!(control.exists(), "{}", first.stderr_text());
+    let theirs = vec![7u8; 16 * MIB as usize];
+    let o = dir
+        .ringdl()
+        .args(["-c", "-x", "1", "-o"])
+        .arg(&out)
+        .arg(&url)
+        .run_with(|_| {
+            // Once the resumed run holds the `.part`'s lock (before its first save).
+            let t = std::time::Instant::now();
+            loop {
+                let f = std::fs::File::open(&part).unwrap();
+                let held = rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).is_err();
+                if held || t.elapsed() > HANG {
+                    break;
+                }
+                drop(f);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            std::fs::rename(&part, dir.join("moved.part")).unwrap();
+            std::fs::write(&part, &theirs).unwrap();
+        });
+    o.assert_code(exit::LOCAL_IO);
+    let err = o.stderr_text();
+    assert!(err.contains("was replaced during the download"), "{err}");
+    assert!(
+        !control.exists(),
+        "the control file it resumed from stayed beside another file: {:?}\n{err}",
+        std::fs::read_to_string(&control)
+    );
+    assert!(
+        std::fs::read(&part).unwrap() == theirs,
+        "the other .part changed\n{err}"
+    );
+}
+
 /// SHA512SUMS, and the URL's name when the output is renamed.
 #[test]
 fn checksum_file_takes_sha512_and_the_url_name() {

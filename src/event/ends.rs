@@ -257,6 +257,9 @@ pub(crate) fn start_on<'c>(
         origins,
         tr,
     };
+    // (This run holds the `.part`'s lock: a control file there now is the one it resumes
+    // from, or its own last save before a redirect.)
+    let control_id = control.as_deref().and_then(crate::output::resume::id_of);
     let mut dl = Loop {
         ring,
         conns,
@@ -275,7 +278,7 @@ pub(crate) fn start_on<'c>(
         tick: Duration::from_millis(250),
         control,
         saved_bytes: 0,
-        control_id: None,
+        control_id,
         sync_snapshot: None,
         recent_rate: 0.0,
         rate_mark: (Instant::now(), 0),

@@ -93,14 +93,15 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// Removes this run's last control file when its `.part` is no longer this run's
-    /// ([`crate::output::Output::owns_part`]): it names bytes that no name reaches now. A
-    /// control file another run saved there since is left alone.
-    pub(crate) fn disown_control(&self) {
+    /// Removes this run's last control file when its `.part` is known to be another file
+    /// now ([`crate::output::Output::part_replaced`]): it names bytes that no name reaches.
+    /// A control file another run saved there since is left alone; once done, this run
+    /// owns no control file (a later call removes nothing).
+    pub(crate) fn disown_control(&mut self) {
         if let Some(c) = &self.control
-            && !self.sh.tr.out.owns_part()
+            && self.sh.tr.out.part_replaced()
         {
-            crate::output::resume::remove_if_ours(c, self.control_id);
+            crate::output::resume::remove_if_ours(c, self.control_id.take());
         }
     }
 

@@ -61,6 +61,20 @@ impl Output {
         self.fd = fd;
     }
 
+    /// Whether the `.part`'s name is known to hold another file now: removed (ENOENT), or
+    /// another inode. Not on any other error of statat(2) (EIO, ESTALE: nothing known).
+    pub fn part_replaced(&self) -> bool {
+        let Some(part) = &self.part else { return false };
+        match (
+            rustix::fs::fstat(&self.fd),
+            rustix::fs::statat(rustix::fs::CWD, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW),
+        ) {
+            (_, Err(rustix::io::Errno::NOENT)) => true,
+            (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino),
+            _ => false,
+        }
+    }
+
     /// The output's descriptor when its description reads as well ([`Output::onto_lock`]:
     /// the `.part`'s read-back goes through it); `None` for one opened write-only.
     pub fn readable(&self) -> Option<BorrowedFd<'_>> {

@@ -144,11 +144,16 @@ pub fn remove(path: &Path) {
     let _ = std::fs::remove_file(path);
 }
 
+/// The [`FileId`] of the file at `path` now (`None`: none there).
+pub fn id_of(path: &Path) -> Option<FileId> {
+    std::fs::symlink_metadata(path).ok().map(|m| FileId::of(&m))
+}
+
 /// Removes the control file at `path` only if it is file `id` (the one this run last
 /// saved, [`save`]): a `.part` replaced under the run leaves this run's control file
 /// naming bytes that no name reaches now, and another run's (saved over it) alone.
 pub fn remove_if_ours(path: &Path, id: Option<FileId>) {
-    let here = std::fs::symlink_metadata(path).ok().map(|m| FileId::of(&m));
+    let here = id_of(path);
     if here.is_some() && here == id {
         remove(path);
     }
