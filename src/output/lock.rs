@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 
-use super::{Output, part_path, same_inode, special};
+use super::{Output, inode_at, part_path, same_inode, special};
 use crate::err;
 use crate::error::Result;
 
@@ -65,14 +65,7 @@ impl Output {
     /// another inode. Not on any other error of statat(2) (EIO, ESTALE: nothing known).
     pub fn part_replaced(&self) -> bool {
         let Some(part) = &self.part else { return false };
-        match (
-            rustix::fs::fstat(&self.fd),
-            rustix::fs::statat(rustix::fs::CWD, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW),
-        ) {
-            (_, Err(rustix::io::Errno::NOENT)) => true,
-            (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino),
-            _ => false,
-        }
+        matches!(inode_at(&self.fd, part), Ok(false) | Err(rustix::io::Errno::NOENT))
     }
 
     /// The output's descriptor when its description reads as well ([`Output::onto_lock`]:

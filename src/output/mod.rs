@@ -162,15 +162,18 @@ fn is_sink(rdev: u64) -> bool {
     major == 1 && (minor == 3 || minor == 5)
 }
 
-/// Whether `path` (not followed) is the inode open as `fd`.
+/// Whether `path` (not followed) is the inode open as `fd`; false when either cannot be
+/// read.
 fn same_inode(fd: &OwnedFd, path: &Path) -> bool {
-    let (Ok(a), Ok(b)) = (
-        rustix::fs::fstat(fd),
-        rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW),
-    ) else {
-        return false;
-    };
-    a.st_dev == b.st_dev && a.st_ino == b.st_ino
+    inode_at(fd, path).unwrap_or(false)
+}
+
+/// Whether `path` (not followed) is the inode open as `fd`, or why that cannot be told
+/// (the error of fstat(2) or statat(2): ENOENT when nothing has the name).
+fn inode_at(fd: &OwnedFd, path: &Path) -> rustix::io::Result<bool> {
+    let a = rustix::fs::fstat(fd)?;
+    let b = rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(a.st_dev == b.st_dev && a.st_ino == b.st_ino)
 }
 
 impl Output {
