@@ -602,6 +602,84 @@ fn a_checksum_mismatch_leaves_no_control_file_and_the_next_run_starts_over() {
     assert!(!o.stderr_text().contains("resuming"), "{}", o.stderr_text());
 }
 
+/// A download to `out.bin` in its own directory, whose `.part` the test replaces by
+/// another file (`theirs`, 16 MiB of 7s) while the run goes on: the replaced-`.part` tests.
+struct Replaced {
+    n: &'static crate::util::Nginx,
+    dir: TestDir,
+    out: std::path::PathBuf,
+    part: std::path::PathBuf,
+    control: std::path::PathBuf,
+    url: String,
+    /// The request's line start in nginx's log.
+    uri: String,
+    theirs: Vec<u8>,
+}
+
+impl Replaced {
+    /// The 16 MiB file at 4 MiB/s, asked with `?name` (its own lines in nginx's log).
+    fn new(name: &str) -> Replaced {
+        let n = nginx();
+        let file = n.file(16 * MIB);
+        let dir = TestDir::new(name);
+        let out = dir.join("out.bin");
+        Replaced {
+            n,
+            part: crate::util::part_path(&out),
+            control: dir.join("out.bin.part.ringdl"),
+            url: n.paced_url(&format!("{}?{name}", file.name)),
+            uri: format!("/paced/{}?{name} ", file.name),
+            dir,
+            out,
+            theirs: vec![7u8; 16 * MIB as usize],
+        }
+    }
+
+    /// ringdl `args` `-o out.bin URL`.
+    fn ringdl(&self, args: &[&str]) -> crate::util::TestCommand {
+        let mut c = self.dir.ringdl();
+        c.args(args).arg("-o").arg(&self.out).arg(&self.url);
+        c
+    }
+
+    /// Another run's: a new inode under the `.part`'s name.
+    fn swap(&self) {
+        std::fs::rename(&self.part, self.dir.join("moved.part")).unwrap();
+        std::fs::write(&self.part, &self.theirs).unwrap();
+    }
+
+    /// The run failed saying the `.part` was replaced (exit 7), renamed nothing and left
+    /// the other `.part` as it was; returns its stderr.
+    fn assert_left_alone(&self, o: &crate::util::Output) -> String {
+        o.assert_code(exit::LOCAL_IO);
+        let err = o.stderr_text();
+        assert!(err.contains("was replaced during the download"), "{err}");
+        assert!(!self.out.exists(), "{err}");
+        assert!(
+            std::fs::read(&self.part).unwrap() == self.theirs,
+            "the other run's .part changed\n{err}"
+        );
+        err
+    }
+
+    /// No control file beside the other `.part` (`what`: whose would have stayed).
+    fn assert_no_control(&self, what: &str, err: &str) {
+        assert!(
+            !self.control.exists(),
+            "{what} stayed beside another file: {:?}\n{err}",
+            std::fs::read_to_string(&self.control)
+        );
+    }
+}
+
+/// Waits (at most [`HANG`]) until `done`.
+fn wait_until(done: impl Fn() -> bool) {
+    let t = std::time::Instant::now();
+    while !done() && t.elapsed() < HANG {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// A `.part` replaced while the run goes on (removed, and made again by another run, of
 /// the file's full size) is not this run's: the run fails saying so at its next periodic
 /// save, renames nothing and leaves the other run's `.part` and control file alone. It
@@ -609,62 +687,33 @@ fn a_checksum_mismatch_leaves_no_control_file_and_the_next_run_starts_over() {
 /// control file; later its periodic saves wrote its ranges over that control file.
 #[test]
 fn a_part_replaced_during_the_run_is_left_to_the_other_run() {
-    let n = nginx();
-    let file = n.file(16 * MIB);
-    let dir = TestDir::new("users_part_other");
-    let out = dir.join("out.bin");
-    let part = crate::util::part_path(&out);
-    let control = dir.join("out.bin.part.ringdl");
-    let theirs = vec![7u8; 16 * MIB as usize];
-    let o = dir
-        .ringdl()
-        .args(["-x", "1", "--checksum"])
-        .arg(format!("sha-256={}", "0".repeat(64)))
-        .arg("-o")
-        .arg(&out)
-        .arg(n.paced_url(&format!("{}?users_part_other", file.name)))
-        .run_with(|_| {
-            let t = std::time::Instant::now();
-            while std::fs::metadata(&part).map_or(0, |m| m.len()) == 0 && t.elapsed() < HANG {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            // (Another run's: a new inode under the name, and its control file.)
-            std::fs::rename(&part, dir.join("moved.part")).unwrap();
-            std::fs::write(&part, &theirs).unwrap();
-            std::fs::write(&control, b"another run's").unwrap();
-        });
-    o.assert_code(exit::LOCAL_IO);
-    let err = o.stderr_text();
-    assert!(
-        err.contains("was replaced during the download") && err.contains("nothing renamed"),
-        "{err}"
-    );
-    assert!(!out.exists(), "{err}");
-    assert!(
-        std::fs::read(&part).unwrap() == theirs,
-        "the other run's .part changed\n{err}"
-    );
+    let r = Replaced::new("users_part_other");
+    let zeros = format!("sha-256={}", "0".repeat(64));
+    let o = r.ringdl(&["-x", "1", "--checksum", &zeros]).run_with(|_| {
+        wait_until(|| std::fs::metadata(&r.part).is_ok_and(|m| m.len() > 0));
+        // (And its control file.)
+        r.swap();
+        std::fs::write(&r.control, b"another run's").unwrap();
+    });
+    let err = r.assert_left_alone(&o);
     // It ended at its first periodic save after the swap (every 250 ms), not at the end
     // of the file (nginx logs the request when the connection closes).
-    let uri = format!("/paced/{}?users_part_other ", file.name);
-    let t = std::time::Instant::now();
-    while n.access_log(&uri).is_empty() && t.elapsed() < HANG {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let sent: u64 = n
-        .access_log(&uri)
-        .iter()
-        .map(|l| {
-            l.split('"')
-                .nth(2)
-                .and_then(|f| f.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("no body bytes in {l}"))
-        })
-        .sum();
+    assert!(err.contains("nothing renamed"), "{err}");
+    wait_until(|| !r.n.access_log(&r.uri).is_empty());
+    let sent: u64 =
+        r.n.access_log(&r.uri)
+            .iter()
+            .map(|l| {
+                l.split('"')
+                    .nth(2)
+                    .and_then(|f| f.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("no body bytes in {l}"))
+            })
+            .sum();
     assert!(sent > 0 && sent < 16 * MIB, "nginx sent {sent} bytes\n{err}");
     // Neither removed nor written over by this run's saves.
     assert!(
-        std::fs::read(&control).is_ok_and(|c| c == b"another run's"),
+        std::fs::read(&r.control).is_ok_and(|c| c == b"another run's"),
         "the control file beside another run's .part was removed or written over\n{err}"
     );
 }
@@ -674,40 +723,14 @@ fn a_part_replaced_during_the_run_is_left_to_the_other_run() {
 /// later `-c` over bytes that are not the file's).
 #[test]
 fn a_replaced_part_keeps_no_control_file_of_this_run() {
-    let n = nginx();
-    let file = n.file(16 * MIB);
-    let dir = TestDir::new("users_part_orphan");
-    let out = dir.join("out.bin");
-    let part = crate::util::part_path(&out);
-    let control = dir.join("out.bin.part.ringdl");
-    let theirs = vec![7u8; 16 * MIB as usize];
-    let o = dir
-        .ringdl()
-        .args(["-x", "1", "-o"])
-        .arg(&out)
-        .arg(n.paced_url(&format!("{}?users_part_orphan", file.name)))
-        .run_with(|_| {
-            // (Once this run has saved a control file: its ranges name bytes.)
-            let t = std::time::Instant::now();
-            while !control.exists() && t.elapsed() < HANG {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            std::fs::rename(&part, dir.join("moved.part")).unwrap();
-            std::fs::write(&part, &theirs).unwrap();
-        });
-    o.assert_code(exit::LOCAL_IO);
-    let err = o.stderr_text();
-    assert!(err.contains("was replaced during the download"), "{err}");
-    assert!(
-        !control.exists(),
-        "this run's control file stayed beside another file: {:?}\n{err}",
-        std::fs::read_to_string(&control)
-    );
-    assert!(
-        std::fs::read(&part).unwrap() == theirs,
-        "the other .part changed\n{err}"
-    );
-    assert!(!out.exists(), "{err}");
+    let r = Replaced::new("users_part_orphan");
+    let o = r.ringdl(&["-x", "1"]).run_with(|_| {
+        // (Once this run has saved a control file: its ranges name bytes.)
+        wait_until(|| r.control.exists());
+        r.swap();
+    });
+    let err = r.assert_left_alone(&o);
+    r.assert_no_control("this run's control file", &err);
 }
 
 /// The same with `-c`, the `.part` replaced before the resumed run saved anything: the
@@ -715,63 +738,26 @@ fn a_replaced_part_keeps_no_control_file_of_this_run() {
 /// does not stay beside the other file either.
 #[test]
 fn a_resumed_run_whose_part_is_replaced_keeps_no_control_file() {
-    let n = nginx();
-    let file = n.file(16 * MIB);
-    let dir = TestDir::new("users_part_orphan_c");
-    let out = dir.join("out.bin");
-    let part = crate::util::part_path(&out);
-    let control = dir.join("out.bin.part.ringdl");
-    let url = n.paced_url(&format!("{}?users_part_orphan_c", file.name));
+    let r = Replaced::new("users_part_orphan_c");
     // A first run stopped by SIGINT leaves a `.part` and its control file.
-    let first = dir
-        .ringdl()
-        .args(["-x", "1", "-o"])
-        .arg(&out)
-        .arg(&url)
-        .run_with(|pid| {
-            let t = std::time::Instant::now();
-            while !control.exists() && t.elapsed() < HANG {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            let _ = std::process::Command::new("kill")
-                .args(["-INT", &pid.to_string()])
-                .status();
-        });
+    let first = r.ringdl(&["-x", "1"]).run_with(|pid| {
+        wait_until(|| r.control.exists());
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status();
+    });
     first.assert_code(exit::INTERRUPTED);
-    assert!(control.exists(), "{}", first.stderr_text());
-    let theirs = vec![7u8; 16 * MIB as usize];
-    let o = dir
-        .ringdl()
-        .args(["-c", "-x", "1", "-o"])
-        .arg(&out)
-        .arg(&url)
-        .run_with(|_| {
-            // Once the resumed run holds the `.part`'s lock (before its first save).
-            let t = std::time::Instant::now();
-            loop {
-                let f = std::fs::File::open(&part).unwrap();
-                let held = rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).is_err();
-                if held || t.elapsed() > HANG {
-                    break;
-                }
-                drop(f);
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            std::fs::rename(&part, dir.join("moved.part")).unwrap();
-            std::fs::write(&part, &theirs).unwrap();
+    assert!(r.control.exists(), "{}", first.stderr_text());
+    let o = r.ringdl(&["-c", "-x", "1"]).run_with(|_| {
+        // Once the resumed run holds the `.part`'s lock (before its first save).
+        wait_until(|| {
+            let f = std::fs::File::open(&r.part).unwrap();
+            rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).is_err()
         });
-    o.assert_code(exit::LOCAL_IO);
-    let err = o.stderr_text();
-    assert!(err.contains("was replaced during the download"), "{err}");
-    assert!(
-        !control.exists(),
-        "the control file it resumed from stayed beside another file: {:?}\n{err}",
-        std::fs::read_to_string(&control)
-    );
-    assert!(
-        std::fs::read(&part).unwrap() == theirs,
-        "the other .part changed\n{err}"
-    );
+        r.swap();
+    });
+    let err = r.assert_left_alone(&o);
+    r.assert_no_control("the control file it resumed from", &err);
 }
 
 /// SHA512SUMS, and the URL's name when the output is renamed.
