@@ -120,11 +120,14 @@ impl Loop<'_> {
         if !self.sh.tr.out.owns_part() {
             // The `.part` was removed, or made again by another run, whose control file
             // may be there now: nothing of this run's goes into it, and the run ends (its
-            // bytes go into a file no name reaches).
-            if self.sh.fatal.is_none() {
-                self.sh.fatal = self.sh.tr.out.still_ours().err();
+            // bytes go into a file no name reaches). A name that cannot be read just now
+            // (EIO, ESTALE) tells nothing: this save waits for the next.
+            if self.sh.tr.out.part_replaced() {
+                if self.sh.fatal.is_none() {
+                    self.sh.fatal = self.sh.tr.out.still_ours().err();
+                }
+                self.disown_control();
             }
-            self.disown_control();
             return false;
         }
         let ranges = ranges.unwrap_or_else(|| self.sh.tr.landed.ranges().to_vec());
