@@ -33,6 +33,9 @@ pub(crate) enum Tag {
     /// `--threads`: the READ of the eventfd that rings when another reactor sent this one
     /// a message (what its part of a transfer landed, that it ended).
     Mail,
+    /// `--threads`, on a helper: the READ of its own eventfd, which the reactor that gave
+    /// it the part or placed transfer rings after posting a stop to it.
+    Nudge,
 }
 
 /// The signal a [`Tag::Signal`] completion's siginfo names, for messages (SIGTERM, else
@@ -66,6 +69,7 @@ impl Tag {
             Tag::Drain(i) => (10, i),
             Tag::Pace => (11, 0),
             Tag::Mail => (12, 0),
+            Tag::Nudge => (13, 0),
         };
         let index = u32::try_from(index).expect("tag index fits 32 bits");
         (kind << KIND_SHIFT) | u64::from(index)
@@ -87,6 +91,7 @@ impl Tag {
             10 => Tag::Drain(index),
             11 => Tag::Pace,
             12 => Tag::Mail,
+            13 => Tag::Nudge,
             _ => return None,
         })
     }
@@ -119,10 +124,11 @@ mod tests {
             Tag::Drain(5),
             Tag::Pace,
             Tag::Mail,
+            Tag::Nudge,
         ] {
             assert_eq!(Tag::decode(t.encode()), Some(t));
         }
         assert_eq!(Tag::decode(0), None);
-        assert_eq!(Tag::decode(13 << 32), None);
+        assert_eq!(Tag::decode(14 << 32), None);
     }
 }

@@ -345,7 +345,8 @@ impl Loop<'_> {
         Ok(true)
     }
 
-    /// The first ops: the tick, the signalfd READ (when `signals`), the first connects.
+    /// The first ops: the tick, the signalfd READ (when `signals`) or a helper's eventfd
+    /// READ, the first connects.
     fn begin(&mut self, reactor: &mut Reactor, signals: Option<RawFd>) -> Result<()> {
         self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;
         // (A part of another reactor's transfer: the requests the others have on the wire
@@ -365,6 +366,14 @@ impl Loop<'_> {
                     Tag::Signal.encode(),
                 )?;
             }
+        }
+        // A helper's part or placed transfer: its eventfd wakes it for a posted stop (the
+        // signal block is free on a helper, which never READs the signalfd).
+        if signals.is_none()
+            && (self.part.is_some() || self.whole.is_some())
+            && let Some(buf) = reactor.signal_block()?.alloc()
+        {
+            self.arm_nudge(buf)?;
         }
         // Each mirror's first connection connects now, unless a connection kept from the
         // transfer before is open to its origin; the others wait for the first answer

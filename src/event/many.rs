@@ -169,7 +169,7 @@ fn drive(
         // files waiting go back as not started.
         for s in &slots {
             if let Slot::Away(a) = s {
-                let _ = a.posted.stop.set("the run's failure");
+                a.posted.post_stop("the run's failure");
             }
         }
         let deadline = Instant::now() + STOP_WAIT;
@@ -468,9 +468,9 @@ fn on_signal(
     for s in slots.iter_mut() {
         match s {
             Slot::Busy(r) => r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {name}")),
-            // (It ends on its reactor's next tick, keeping its `.part` and control file.)
+            // (Its reactor's ring is woken to end it, keeping its `.part` and control file.)
             Slot::Away(a) => {
-                let _ = a.posted.stop.set(name);
+                a.posted.post_stop(name);
             }
             _ => {}
         }

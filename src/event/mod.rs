@@ -473,6 +473,7 @@ impl Loop<'_> {
             Some(Tag::Mail) => {
                 return Err(err!(LocalIo, "reading the reactors' eventfd: {}", errno(c.result)));
             }
+            Some(Tag::Nudge) => self.on_nudge(c)?,
             Some(Tag::Signal) => {
                 let name = crate::tag::signal_name(c.buf.as_deref());
                 self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));

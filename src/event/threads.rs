@@ -18,8 +18,9 @@
 //! owner's eventfd (eventfd(2)), which the owner's ring READs, so the owner's loop wakes
 //! on both backends and on any kernel. `IORING_OP_MSG_RING` (Linux 5.18+) could post the
 //! wake-up straight into the owner's completion queue; the eventfd serves epoll as well.
-//! A helper waits on its channel between parts. During a part it checks the part's stop
-//! flag on each tick.
+//! A helper waits on its channel between parts. During a part it reads the part's stop
+//! flag on each tick, and at once when the owner writes the helper's own eventfd after
+//! setting it ([`nudge`]).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::rc::Rc;
@@ -39,6 +40,7 @@ use crate::output::resume::State;
 use crate::report::{Note, Progress};
 use crate::schedule::Landed;
 
+mod nudge;
 mod owner;
 mod whole;
 pub(crate) use owner::Remote;
@@ -88,6 +90,8 @@ pub(crate) struct Helpers {
 
 struct Worker {
     orders: Sender<Order>,
+    /// Its eventfd, written after a stop is posted to its transfer ([`nudge`]).
+    nudge: Arc<OwnedFd>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -280,17 +284,22 @@ impl Helpers {
         for k in 1..=n {
             let (orders, rx) = channel::<Order>();
             let (tx, bell) = (tx.clone(), Arc::clone(&helpers.bell));
+            // (The thread holds its eventfd too: it outlives the Worker, dropped before
+            // the join.)
+            let nudge = Arc::new(nudge::eventfd()?);
+            let own = Arc::clone(&nudge);
             let thread = std::thread::Builder::new()
                 .name(format!("ringdl-r{k}"))
                 .spawn(move || {
                     if pin_them {
                         pin(k);
                     }
-                    helper(k, &rx, &tx, &bell);
+                    helper(k, &rx, &tx, (&bell, &own));
                 })
                 .map_err(|e| err!(LocalIo, "starting reactor thread {k}: {e}"))?;
             helpers.workers.push(Worker {
                 orders,
+                nudge,
                 thread: Some(thread),
             });
         }
@@ -306,6 +315,13 @@ impl Helpers {
     pub(crate) fn len(&self) -> usize {
         self.workers.len()
     }
+
+    /// Helper `helper`'s (1-based) eventfd, which wakes its ring after a stop was posted
+    /// to its transfer.
+    pub(crate) fn nudge(&self, helper: usize) -> Option<Arc<OwnedFd>> {
+        let w = self.workers.get(helper.checked_sub(1)?)?;
+        Some(Arc::clone(&w.nudge))
+    }
 }
 
 impl Drop for Helpers {
@@ -320,14 +336,15 @@ impl Drop for Helpers {
 }
 
 /// A helper thread: its own reactor, one part or whole transfer after another until its
-/// channel closes.
-fn helper(k: usize, orders: &Receiver<Order>, tx: &Sender<Report>, bell: &Arc<OwnedFd>) {
+/// channel closes; `bell` rings the run's reactor, `nudge` is this helper's eventfd.
+fn helper(k: usize, orders: &Receiver<Order>, tx: &Sender<Report>, (bell, nudge): (&Arc<OwnedFd>, &Arc<OwnedFd>)) {
+    let nudge = std::os::fd::AsRawFd::as_raw_fd(&**nudge);
     let mut reactor = Reactor::default();
     while let Ok(order) = orders.recv() {
         let p = match order {
             Order::Part(p) => p,
             Order::Whole(w) => {
-                whole::run_whole(&mut reactor, *w, tx, bell);
+                whole::run_whole(&mut reactor, *w, tx, bell, nudge);
                 continue;
             }
             Order::Forget { key } => {
@@ -338,7 +355,7 @@ fn helper(k: usize, orders: &Receiver<Order>, tx: &Sender<Report>, bell: &Arc<Ow
             }
         };
         let (lending, helper, range) = (p.lending, p.helper, p.range);
-        let (r, summary) = run_part(&mut reactor, p, tx, bell);
+        let (r, summary) = run_part(&mut reactor, p, tx, (bell, nudge));
         tell(
             tx,
             bell,
@@ -362,12 +379,12 @@ fn tell(tx: &Sender<Report>, bell: &OwnedFd, r: Report) {
 
 /// Fetches part `p` on `reactor`: a transfer whose resume state says that everything but
 /// the part is on disk, so that its first answer is checked against the owner's size and
-/// validator and only the part is planned.
+/// validator and only the part is planned; `nudge` is the helper's eventfd.
 fn run_part(
     reactor: &mut Reactor,
     p: PartOrder,
     tx: &Sender<Report>,
-    bell: &Arc<OwnedFd>,
+    (bell, nudge): (&Arc<OwnedFd>, std::os::fd::RawFd),
 ) -> (Result<()>, Option<Box<Summary>>) {
     let f = &p.file;
     let out = match f.out.part_of() {
@@ -419,6 +436,7 @@ fn run_part(
             tx: tx.clone(),
             bell: Arc::clone(bell),
             stop: p.stop,
+            nudge,
             give: p.give,
             others: p.others,
             told: (0, 0),
@@ -501,6 +519,8 @@ pub(crate) struct PartLink {
     tx: Sender<Report>,
     bell: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
+    /// The helper's eventfd, which the owner writes after setting `stop`.
+    nudge: std::os::fd::RawFd,
     give: Arc<AtomicBool>,
     others: Arc<AtomicUsize>,
     /// Bytes of the part told as landed so far, and requests told as served.

@@ -15,9 +15,7 @@ impl Loop<'_> {
         if let Some(p) = self.part.as_mut() {
             // A helper's part: what landed goes to the owner; the owner may have ended.
             p.tell_landed(&self.sh.tr.landed, serving);
-            if p.stopped() && self.sh.fatal.is_none() {
-                self.sh.fatal = Some(crate::err!(Interrupted, "the reactor that owns the transfer ended it"));
-            }
+            self.posted_stop();
             self.give_to_owner();
         }
         self.tell_placed();

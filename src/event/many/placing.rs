@@ -178,11 +178,14 @@ pub(super) fn place(
     o.connections = n;
     o.threads = 1;
     o.pin = false;
-    let posted = Arc::new(Posted::default());
     let Some(helpers) = reactor.helpers_running_mut() else {
         let _ = feed.ended(id, Err(err!(Internal, "no reactor to place a file on")), report, None);
         return;
     };
+    let posted = Arc::new(Posted {
+        nudge: helpers.nudge(on),
+        ..Posted::default()
+    });
     let placement = helpers.next_placement();
     let order = WholeOrder {
         placement,

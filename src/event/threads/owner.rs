@@ -2,7 +2,7 @@
 //! parts handed out ([`Loop::hand_out`]), the helpers' reports applied, the requests
 //! served shared out, and the parts stopped when the transfer ends.
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -49,6 +49,7 @@ impl Helpers {
         Some(Remote {
             lending: self.lendings,
             orders: self.workers[..helpers].iter().map(|w| w.orders.clone()).collect(),
+            nudges: self.workers[..helpers].iter().map(|w| Arc::clone(&w.nudge)).collect(),
             inbox,
             bell: self.bell.as_raw_fd(),
             mail: Some(mail),
@@ -78,6 +79,8 @@ struct Out {
     holes: Vec<(u64, u64)>,
     tries: u32,
     stop: Arc<AtomicBool>,
+    /// Its helper's eventfd, written after `stop` is set.
+    nudge: Arc<OwnedFd>,
     /// Set to ask for some of it back ([`Report::Gave`]).
     give: Arc<AtomicBool>,
     /// When it was last asked, until it answers (`asked.1`: answered).
@@ -104,6 +107,8 @@ pub(crate) struct Remote {
     /// This lending's number: reports of others are dropped.
     lending: u64,
     orders: Vec<Sender<Order>>,
+    /// Per helper, its eventfd ([`super::nudge`]).
+    nudges: Vec<Arc<OwnedFd>>,
     inbox: Receiver<Report>,
     bell: RawFd,
     /// The eventfd READ's block, until the first READ takes it (each completion gives it
@@ -128,6 +133,14 @@ pub(crate) struct Remote {
     pub(crate) given: usize,
     /// What the helpers' parts counted.
     pub(crate) counts: Counts,
+}
+
+impl Out {
+    /// Stops the part: its helper ends it at once ([`super::nudge`]), or on its tick.
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        super::nudge::nudge(&self.nudge);
+    }
 }
 
 impl Remote {
@@ -232,7 +245,7 @@ impl Loop<'_> {
         if tr.plan.is_drained() && self.conns.iter().all(|c| c.rx.job.is_none()) {
             for (h, out) in r.parts.iter().enumerate() {
                 if let Some(out) = out.as_ref().filter(|o| o.serving == 0 && o.moved.elapsed() >= RECALL) {
-                    out.stop.store(true, Ordering::Release);
+                    out.stop();
                     allot[h] = 0;
                 }
             }
@@ -400,6 +413,7 @@ impl Loop<'_> {
             holes: t.holes.clone(),
             tries,
             stop,
+            nudge: Arc::clone(&r.nudges[h]),
             give,
             asked: None,
             given: Vec::new(),
@@ -671,7 +685,7 @@ impl Loop<'_> {
             return;
         };
         for out in r.parts.iter().flatten() {
-            out.stop.store(true, Ordering::Release);
+            out.stop();
         }
         let deadline = Instant::now() + STOP_WAIT;
         while self.remote.as_ref().is_some_and(Remote::busy) {

@@ -15,7 +15,7 @@
 //!   it learned. The helper has closed its descriptor of the output by then, so the run's
 //!   reactor may rename the file.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +25,6 @@ use std::sync::{Arc, OnceLock};
 use super::{Helpers, Order, Report, tell};
 use crate::config::Config;
 use crate::engine::EngineKind;
-use crate::err;
 use crate::error::Result;
 use crate::event::mirrors::MirrorRoute;
 use crate::event::{Loop, Outcome, Reactor, Start, Summary, reactor};
@@ -58,13 +57,16 @@ pub(crate) struct WholeOrder {
     pub(crate) most: usize,
 }
 
-/// What the run's reactor posts to a placed transfer: `stop` is read on its tick
-/// (250 ms), `others` after each of its waits.
+/// What the run's reactor posts to a placed transfer: `stop` is read at once (its helper's
+/// eventfd is written: [`Posted::post_stop`]) and on its tick (250 ms), the rest after each
+/// of its waits.
 #[derive(Default)]
 pub(crate) struct Posted {
-    /// SIGINT or SIGTERM came: the transfer ends as `Interrupted` by it, keeping its
-    /// `.part` and control file.
+    /// SIGINT or SIGTERM came, or the run failed: the transfer ends as `Interrupted` by
+    /// it, keeping its `.part` and control file.
     pub(crate) stop: OnceLock<&'static str>,
+    /// The eventfd of the helper it is placed on ([`super::nudge`]).
+    pub(crate) nudge: Option<Arc<OwnedFd>>,
     /// Requests the run's other transfers have on the wire to the file's origin
     /// ([`crate::control::origin::Origin::others`]).
     pub(crate) others: AtomicUsize,
@@ -76,6 +78,17 @@ pub(crate) struct Posted {
     /// added ([`Loop::grow`]) as far as its ring, its pool and its work allow (the rest is
     /// dropped: its next [`WholeReport::Flight`] says the slots it has).
     pub(crate) more: AtomicUsize,
+}
+
+impl Posted {
+    /// Ends the placed transfer as `Interrupted` by `why` (the first reason posted
+    /// stays), and wakes its helper's ring to read it now.
+    pub(crate) fn post_stop(&self, why: &'static str) {
+        let _ = self.stop.set(why);
+        if let Some(fd) = &self.nudge {
+            super::nudge::nudge(fd);
+        }
+    }
 }
 
 /// A helper's message about a whole transfer.
@@ -150,8 +163,9 @@ impl Helpers {
     }
 }
 
-/// Runs placed transfer `w` on the helper's `reactor` and says its end.
-pub(super) fn run_whole(reactor: &mut Reactor, w: WholeOrder, tx: &Sender<Report>, bell: &Arc<OwnedFd>) {
+/// Runs placed transfer `w` on the helper's `reactor` and says its end; `nudge` is the
+/// helper's eventfd.
+pub(super) fn run_whole(reactor: &mut Reactor, w: WholeOrder, tx: &Sender<Report>, bell: &Arc<OwnedFd>, nudge: RawFd) {
     let lending = w.placement;
     let most = w.most;
     let key = w.mirrors.first().map(reactor::route_key);
@@ -183,6 +197,7 @@ pub(super) fn run_whole(reactor: &mut Reactor, w: WholeOrder, tx: &Sender<Report
             tx: tx.clone(),
             bell: Arc::clone(bell),
             posted: w.posted,
+            nudge,
             told: (0, false),
             pool: None,
             most: 0,
@@ -237,7 +252,9 @@ pub(crate) struct WholeLink {
     lending: u64,
     tx: Sender<Report>,
     bell: Arc<OwnedFd>,
-    posted: Arc<Posted>,
+    pub(super) posted: Arc<Posted>,
+    /// The helper's eventfd, which the run's reactor writes after posting a stop.
+    pub(super) nudge: RawFd,
     /// Its requests the server serves, and whether a slot is parked on a cap, as last
     /// told.
     told: (usize, bool),
@@ -262,14 +279,10 @@ impl Loop<'_> {
     /// Each tick of a placed transfer: a signal the run's reactor posted ends it; its
     /// progress goes to the run's reactor.
     pub(crate) fn tell_placed(&mut self) {
-        let Some(w) = self.whole.as_ref() else {
+        if self.whole.is_none() {
             return;
-        };
-        if let Some(name) = w.posted.stop.get()
-            && self.sh.fatal.is_none()
-        {
-            self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
         }
+        self.posted_stop();
         self.tell_flight();
     }
 

@@ -1,0 +1,90 @@
+//! `--threads`: a helper's ring woken when its part or placed transfer is told to stop.
+//!
+//! The flags another reactor posts to a helper's transfer (a part's stop, a placed file's
+//! stop: [`super::PartOrder`], [`super::Posted`]) used to be read only on the helper's tick
+//! (250 ms), so SIGINT at `--threads 2` took up to a tick to end a run. Each helper now
+//! has an eventfd (eventfd(2)) of its own: the reactor that posts a stop writes it, and a
+//! READ of it on the helper's ring (both backends, any kernel; [`Tag::Nudge`]) completes
+//! at once, so the helper reads the flags then. The other posted values (a give-back, the
+//! requests of the other reactors, slots) are still read on its tick and after its waits:
+//! how a helper judges a server's refusal depends on them, and that stays as it was.
+//!
+//! A nudge that comes while the helper is between transfers stays in the eventfd's count:
+//! the next transfer's first READ completes at once, finds no stop and READs again.
+
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+
+use uring::{Completion, Op};
+
+use crate::err;
+use crate::error::Result;
+use crate::event::Loop;
+use crate::tag::Tag;
+
+/// A helper's eventfd (eventfd(2), close-on-exec).
+///
+/// # Errors
+/// `LocalIo` when the kernel refuses it.
+pub(super) fn eventfd() -> Result<OwnedFd> {
+    rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).map_err(|e| err!(LocalIo, "eventfd: {e}"))
+}
+
+/// Wakes the helper whose eventfd is `fd` (after a stop was posted to it). A full count
+/// (never, at one write per stop) or a closed helper loses nothing: its tick reads the
+/// flag too.
+pub(crate) fn nudge(fd: &OwnedFd) {
+    let _ = rustix::io::write(fd.as_fd(), &1u64.to_ne_bytes());
+}
+
+impl Loop<'_> {
+    /// The helper's eventfd when this loop runs a part or a placed transfer.
+    fn nudge_fd(&self) -> Option<RawFd> {
+        self.part
+            .as_ref()
+            .map(|p| p.nudge)
+            .or(self.whole.as_ref().map(|w| w.nudge))
+    }
+
+    /// READs the helper's eventfd into `buf` (8 bytes), when this loop has one.
+    pub(crate) fn arm_nudge(&mut self, buf: uring::Buf) -> Result<()> {
+        let Some(fd) = self.nudge_fd() else {
+            return Ok(());
+        };
+        self.push(
+            Op::Read {
+                fd,
+                buf,
+                range: 0..8,
+                offset: u64::MAX,
+            },
+            Tag::Nudge.encode(),
+        )
+    }
+
+    /// The eventfd READ completed: a stop posted to this transfer ends it now (as its
+    /// tick would); otherwise the READ goes again. A failed READ (cancelled at the loop's
+    /// end) is not renewed: the tick still reads the flags.
+    pub(crate) fn on_nudge(&mut self, c: Completion) -> Result<()> {
+        if c.result < 0 {
+            return Ok(());
+        }
+        self.posted_stop();
+        match c.buf {
+            Some(buf) if self.sh.fatal.is_none() => self.arm_nudge(buf),
+            _ => Ok(()),
+        }
+    }
+
+    /// A stop posted to this loop's part (its owner ended the transfer) or placed
+    /// transfer (a signal, or the run's failure) ends it as `Interrupted`.
+    pub(crate) fn posted_stop(&mut self) {
+        if self.sh.fatal.is_some() {
+            return;
+        }
+        if self.part.as_ref().is_some_and(super::PartLink::stopped) {
+            self.sh.fatal = Some(err!(Interrupted, "the reactor that owns the transfer ended it"));
+        } else if let Some(name) = self.whole.as_ref().and_then(|w| w.posted.stop.get()) {
+            self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
+        }
+    }
+}
