@@ -292,6 +292,48 @@ fn sigint_mid_list_with_threads_leaves_every_file_resumable() {
     resume_list_exactly(&dir, &outs, &err);
 }
 
+/// SIGINT while a list's file runs on the other reactor: the run's reactor posts the stop
+/// and wakes that reactor's ring, so the run does not wait for its tick (made 10 s long,
+/// `RINGDL_TICK_MS`; each file, one connection at 4 MiB/s, would take 25 s). The run ends
+/// within 5 s of the signal (without the wake-up about 8.5 s later), and each file keeps
+/// a control file naming bytes its `.part` holds.
+#[test]
+fn sigint_mid_list_does_not_wait_for_the_other_reactors_tick() {
+    let n = nginx();
+    let dir = TestDir::new("threads-list-sigint-nudge");
+    let f = n.file(100 * MIB);
+    let files: Vec<(String, String)> = (0..2).map(|i| (n.paced_url(&f.name), format!("f{i}.bin"))).collect();
+    let list = write_list(&dir, &files);
+    let mut since = None;
+    let o = dir
+        .ringdl()
+        .env("RINGDL_TICK_MS", "10000")
+        .args(["--threads", "2", "-j", "2", "-x", "1", "--json", "run.json", "-d"])
+        .arg(dir.path())
+        .arg("-i")
+        .arg(&list)
+        .run_with(|pid| {
+            std::thread::sleep(Duration::from_millis(1500));
+            since = Some(Instant::now());
+            let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+        });
+    let took = since.expect("signalled").elapsed();
+    o.assert_code(exit::INTERRUPTED);
+    let err = o.stderr_text();
+    assert!(
+        took < Duration::from_secs(5),
+        "the run took {took:?} after SIGINT: the other reactor waited for its tick\n{err}"
+    );
+    let on: std::collections::BTreeSet<u64> = placed(&dir).iter().map(|p| p.1).collect();
+    assert_eq!(on, (0..2).collect(), "the files ran on reactors {on:?}\n{err}");
+    for i in 0..2 {
+        let out = dir.join(format!("f{i}.bin"));
+        let ranges = control_ranges(&dir.join(format!("f{i}.bin.part.ringdl")));
+        assert!(bytes_within(&ranges, 0, f.size) >= MIB, "file {i}: {ranges:?}\n{err}");
+        assert_ranges_hold_the_source(&ranges, &part_path(&out), &n.www().join(&f.name));
+    }
+}
+
 /// kill -9 while a list's files run on four reactors: each file's control file names
 /// only bytes its `.part` holds (the helpers' loops keep their own), and `-c` fetches
 /// only the rest, to the exact bytes.
@@ -474,6 +516,47 @@ fn sigint_with_threads_leaves_a_resumable_part() {
     again.assert_success();
     assert_eq!(sha256_file(&out), f.sha256, "{}", again.stderr_text());
     assert_fetched_only_the_rest(&again.summary(), size, kept);
+}
+
+/// SIGINT at `--threads 2` while the other reactor fetches its part: the owner's stop
+/// wakes that reactor's ring (its eventfd), so the run does not wait for that reactor's
+/// tick. The tick is made 10 s long (`RINGDL_TICK_MS`) and the other reactor's part
+/// (the back half, one connection at 4 MiB/s) takes longer than that: the run must end
+/// within 5 s of the signal (without the wake-up it ends about 8.5 s later, at that
+/// reactor's first tick), and the control file still names that reactor's ranges.
+#[test]
+fn sigint_with_threads_does_not_wait_for_the_other_reactors_tick() {
+    let n = nginx();
+    let dir = TestDir::new("threads-sigint-nudge");
+    let f = n.file(100 * MIB);
+    let out = dir.join("out.bin");
+    let mut since = None;
+    let o = dir
+        .ringdl()
+        .env("RINGDL_TICK_MS", "10000")
+        .args(["--threads", "2", "-x", "2", "--min-split-size", "40M", "-o"])
+        .arg(&out)
+        .arg(n.paced_url(&f.name))
+        .run_with(|pid| {
+            // (Both reactors fetch after 1.5 s; the run would take 12.5 s.)
+            std::thread::sleep(Duration::from_millis(1500));
+            since = Some(Instant::now());
+            let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+        });
+    let took = since.expect("signalled").elapsed();
+    o.assert_code(exit::INTERRUPTED);
+    assert!(
+        took < Duration::from_secs(5),
+        "the run took {took:?} after SIGINT: the other reactor waited for its tick\n{}",
+        o.stderr_text()
+    );
+    let ranges = control_ranges(&dir.join("out.bin.part.ringdl"));
+    assert!(
+        bytes_within(&ranges, f.size / 2, f.size) >= MIB,
+        "the other reactor's ranges are not kept: {ranges:?}\n{}",
+        o.stderr_text()
+    );
+    assert_ranges_hold_the_source(&ranges, &part_path(&out), &n.www().join(&f.name));
 }
 
 /// A fault on the other reactor's connection: the first answer for the file's last part

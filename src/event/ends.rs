@@ -275,7 +275,7 @@ pub(crate) fn start_on<'c>(
         part,
         // (A placed transfer grows from this reactor's read pool when told to.)
         whole: whole.map(|w| w.with_pool(rpool.clone())),
-        tick: Duration::from_millis(250),
+        tick: tick(),
         control,
         saved_bytes: 0,
         control_id,
@@ -315,6 +315,17 @@ impl Fin {
     pub(crate) fn key(&self, o: usize) -> &str {
         &self.keys[o]
     }
+}
+
+/// The loop's tick (stall checks, progress, a helper's reports; 250 ms). Test knob
+/// `RINGDL_TICK_MS` (10–60000) sets another: `tests/threads.rs` makes it long to show that
+/// a helper's stop does not wait for its tick.
+fn tick() -> Duration {
+    static TICK: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *TICK.get_or_init(|| {
+        let ms = std::env::var("RINGDL_TICK_MS").ok().and_then(|v| v.parse::<u64>().ok());
+        Duration::from_millis(ms.map_or(250, |m| m.clamp(10, 60_000)))
+    })
 }
 
 impl Loop<'_> {
