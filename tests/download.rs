@@ -1047,6 +1047,33 @@ fn quiet_prints_no_summary() {
     );
 }
 
+/// A `.part` left without a control file is started over, and said so ("exists:
+/// starting over") — except under `-q`, which prints nothing on success.
+#[test]
+fn quiet_says_nothing_when_it_starts_a_part_over() {
+    let n = nginx();
+    let file = n.file(MIB + 1);
+    let dir = TestDir::new("quiet-part");
+    let out = dir.join("out.bin");
+    for quiet in [false, true] {
+        let _ = std::fs::remove_file(&out);
+        std::fs::write(part_path(&out), vec![0x5a; 8192]).unwrap();
+        let mut cmd = dir.ringdl();
+        if quiet {
+            cmd.arg("-q");
+        }
+        let o = cmd.arg("-o").arg(&out).arg(n.http_url(&file.name)).run();
+        o.assert_success();
+        assert_same_bytes(&out, file);
+        let err = o.stderr_text();
+        if quiet {
+            assert!(err.is_empty(), "-q printed: {err}");
+        } else {
+            assert!(err.contains("exists: starting over"), "{err}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Engines
 

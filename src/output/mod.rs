@@ -212,7 +212,9 @@ impl Output {
     /// says which, and [`crate::engine::select::select`] decides the engine from it.
     ///
     /// `path` None is standard output (`-o -`). A FIFO with no reader yet is waited for (see [`open_waiting`]); `signals` is the
-    /// signalfd that SIGINT/SIGTERM arrive on meanwhile (they are blocked).
+    /// signalfd that SIGINT/SIGTERM arrive on meanwhile (they are blocked). A `.part` that
+    /// is not kept (`keep` false) is started over, and said so when `tell` (not with `-c`,
+    /// whose refusal to resume was said, nor `-q`).
     ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when the `.part` file cannot be created;
@@ -223,7 +225,7 @@ impl Output {
         special: Option<&Special>,
         force: bool,
         keep: bool,
-        resume_asked: bool,
+        tell: bool,
         signals: Option<BorrowedFd<'_>>,
     ) -> Result<Output> {
         let stream = match (&path, special) {
@@ -271,9 +273,8 @@ impl Output {
         Output::check_free(&final_path, force)?;
         let part = part_path(&final_path);
         if !keep {
-            // (lock_part may have just created it empty; with -c the refusal to resume
-            // was already said.)
-            if !resume_asked && std::fs::symlink_metadata(&part).is_ok_and(|m| m.len() > 0) {
+            // (lock_part may have just created it empty.)
+            if tell && std::fs::symlink_metadata(&part).is_ok_and(|m| m.len() > 0) {
                 eprintln!("ringdl: {} exists: starting over", part.display());
             }
             // A control file must never outlive the bytes it describes: gone before the
