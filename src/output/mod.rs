@@ -412,8 +412,8 @@ impl Output {
         }
         Err(err!(
             LocalIo,
-            "{} was replaced during the download (removed, or made again by another run): this run's bytes \
-             are not there; nothing renamed",
+            "{} was replaced during the download (removed, renamed, or made again by another run): this \
+             run's bytes are no longer at that name; nothing renamed",
             self.describe()
         ))
     }
