@@ -81,7 +81,8 @@ Output:
       --no-continue         start over even when FILE.part can be resumed (so does
                             --force)
       --content-disposition name the file from Content-Disposition (base name only)
-      --checksum ALG=HEX    verify sha-256 or sha-512 before the rename
+      --checksum ALG=HEX    verify sha-256 or sha-512 (also sha256, sha512) before the
+                            rename
       --checksum-file FILE  take the digest from a SHA256SUMS / SHA512SUMS file: the line
                             for the output's file name (or the URL's); none = error
                             before the download
