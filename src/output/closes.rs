@@ -18,7 +18,9 @@
 //! description of each output (a *spare*, opened beside the lock): granted means the
 //! file's last close has begun; refused (EWOULDBLOCK) means the kernel (or another
 //! ringdl) still holds it, and it asks again every millisecond, at most [`LIMIT`] in all.
-//! Not waited for: a block device, a stream (standard output, a FIFO, `/dev/fd/N`: no
+//! When /proc/locks (proc(5)) names another process as the holder (a run that resumed the
+//! file as soon as this one let go of it), this run's description is closed: not waited
+//! for. Not waited for either: a block device, a stream (standard output, a FIFO, `/dev/fd/N`: no
 //! `.part`, no lock), a filesystem whose flock cannot tell (ENOLCK, or any error but
 //! EWOULDBLOCK).
 
@@ -77,16 +79,54 @@ impl Spares {
     }
 }
 
-/// Whether no other description of `spare`'s file holds a flock any more (EWOULDBLOCK:
-/// one does); true too when it cannot be told (no flock on this filesystem).
+/// Whether this run's description of `spare`'s file is closed: no description holds a
+/// flock on it any more, or another process's does ([`held_by_another`]: the lock was
+/// ours until our last close). True too when it cannot be told (no flock on this
+/// filesystem).
 fn closed(spare: &OwnedFd) -> bool {
     match flock(spare, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {
             let _ = flock(spare, FlockOperation::Unlock);
             true
         }
-        Err(e) => e != rustix::io::Errno::WOULDBLOCK,
+        Err(rustix::io::Errno::WOULDBLOCK) => held_by_another(spare),
+        Err(_) => true,
     }
+}
+
+/// Whether /proc/locks names a FLOCK on `spare`'s file (its device and inode) held by a
+/// process other than this one. False when it cannot tell: no /proc (an initramfs may
+/// have none), or a device number that /proc/locks spells otherwise (it gives the
+/// superblock's, which stat(2) does not on btrfs subvolumes); then the wait goes on.
+fn held_by_another(spare: &OwnedFd) -> bool {
+    let Ok(st) = rustix::fs::fstat(spare) else {
+        return false;
+    };
+    let Ok(text) = std::fs::read_to_string("/proc/locks") else {
+        return false;
+    };
+    let dev = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+    let me = i64::from(std::process::id());
+    text.lines()
+        .filter_map(flock_holder)
+        .any(|(pid, d, ino)| d == dev && ino == st.st_ino && pid != me)
+}
+
+/// A held FLOCK line of /proc/locks: its holder's pid (as this process's pid namespace
+/// sees it), its file's device (major, minor) and inode. `None` for other lines: POSIX
+/// and OFD locks, and `->` lines (a waiter, not a holder).
+/// `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234567 0 EOF`.
+fn flock_holder(line: &str) -> Option<(i64, (u32, u32), u64)> {
+    let mut f = line.split_whitespace().skip(1);
+    if f.next()? != "FLOCK" {
+        return None;
+    }
+    let pid = f.nth(2)?.parse().ok()?;
+    let mut id = f.next()?.split(':');
+    let major = u32::from_str_radix(id.next()?, 16).ok()?;
+    let minor = u32::from_str_radix(id.next()?, 16).ok()?;
+    let ino = id.next()?.parse().ok()?;
+    Some((pid, (major, minor), ino))
 }
 
 #[cfg(test)]
@@ -118,6 +158,60 @@ mod tests {
         closer.join().unwrap();
         // Nothing left to wait for: at once.
         assert_eq!(s.settle(Duration::from_secs(10)), 0);
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn a_flock_line_names_its_holder_and_file() {
+        let l = "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234567 0 EOF";
+        assert_eq!(flock_holder(l), Some((4242, (8, 1), 1_234_567)));
+        assert_eq!(
+            flock_holder("2: FLOCK  ADVISORY  WRITE 7 fd:1a:99 0 EOF"),
+            Some((7, (0xfd, 0x1a), 99))
+        );
+        assert_eq!(
+            flock_holder("1: -> FLOCK  ADVISORY  WRITE 4243 08:01:1234567 0 EOF"),
+            None
+        );
+        assert_eq!(flock_holder("3: POSIX  ADVISORY  WRITE 4242 08:01:1234567 0 EOF"), None);
+        assert_eq!(flock_holder("4: OFDLCK ADVISORY  READ  -1 00:05:12 0 EOF"), None);
+        assert_eq!(flock_holder(""), None);
+    }
+
+    /// Another process holds the lock (a run that took the file over once this one let go
+    /// of it): the wait ends at once, where it used to go on for its whole limit.
+    #[test]
+    fn another_process_s_lock_is_not_waited_for() {
+        let p = std::env::temp_dir().join(format!("ringdl-closes-other-{}", std::process::id()));
+        std::fs::write(&p, b"x").unwrap();
+        let mut s = Spares(Vec::new());
+        s.watch(&p);
+        // flock(1) of util-linux holds it from another process while `sleep` runs.
+        let mut other = std::process::Command::new("flock")
+            .arg("-x")
+            .arg(&p)
+            .args(["sleep", "20"])
+            .spawn()
+            .expect("flock(1) from util-linux");
+        let t = Instant::now();
+        let spare = s.0.first().expect("a spare");
+        while !std::fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .contains(&format!(":{} ", rustix::fs::fstat(spare).unwrap().st_ino))
+            && t.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            held_by_another(spare),
+            "{}",
+            std::fs::read_to_string("/proc/locks").unwrap_or_default()
+        );
+        let t = Instant::now();
+        assert_eq!(s.settle(Duration::from_secs(10)), 0);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let _ = other.kill();
+        let _ = other.wait();
         std::fs::remove_file(&p).unwrap();
     }
 }
