@@ -34,7 +34,7 @@ trap verdict EXIT
 run_tests() { "$@" 2>&1 | tee -a "$results"; }
 
 # Tools the tests and the static build use, and the Debian package of each.
-# (nginx-light pulls nginx; util-linux provides setpriv, prlimit and mount; tinyproxy is
+# (nginx-light pulls nginx; util-linux provides setpriv, prlimit, flock and mount; tinyproxy is
 # the real HTTP proxy of the proxy tests, started by them, never as a service.)
 ensure_tools \
     /usr/sbin/nginx:nginx-light \
@@ -45,6 +45,7 @@ ensure_tools \
     /etc/ssl/certs/ca-certificates.crt:ca-certificates \
     setpriv:util-linux \
     prlimit:util-linux \
+    flock:util-linux \
     mount:mount \
     /sbin/mkfs.ext2:e2fsprogs \
     openssl:openssl \
