@@ -317,9 +317,11 @@ impl Fin {
     }
 }
 
-/// The loop's tick (stall checks, progress, a helper's reports; 250 ms). Test knob
-/// `RINGDL_TICK_MS` (10–60000) sets another: `tests/threads.rs` makes it long to show that
-/// a helper's stop does not wait for its tick.
+/// The loop's tick, 250 ms: stall checks, progress, the control-file saves (at most one per
+/// tick), the end of a retry's wait (`not_before` has no timer of its own), a helper's
+/// reports and give-backs. Test knob `RINGDL_TICK_MS` (10–60000) sets another for every
+/// loop on every reactor: `tests/threads.rs` makes it long to show that a helper's stop
+/// does not wait for its tick.
 fn tick() -> Duration {
     static TICK: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *TICK.get_or_init(|| {
@@ -379,10 +381,11 @@ impl Loop<'_> {
             }
         }
         // A helper's part or placed transfer: its eventfd wakes it for a posted stop (the
-        // signal block is free on a helper, which never READs the signalfd).
+        // signal block is free on a helper, which never READs the signalfd). Without the
+        // block (not mapped), the tick reads the stop.
         if signals.is_none()
             && (self.part.is_some() || self.whole.is_some())
-            && let Some(buf) = reactor.signal_block()?.alloc()
+            && let Some(buf) = reactor.signal_block().ok().and_then(|p| p.alloc())
         {
             self.arm_nudge(buf)?;
         }

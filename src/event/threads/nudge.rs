@@ -30,8 +30,8 @@ pub(super) fn eventfd() -> Result<OwnedFd> {
 }
 
 /// Wakes the helper whose eventfd is `fd` (after a stop was posted to it). A full count
-/// (never, at one write per stop) or a closed helper loses nothing: its tick reads the
-/// flag too.
+/// (never: one write per stop posted) or a closed helper loses nothing: its tick reads
+/// the flag too.
 pub(crate) fn nudge(fd: &OwnedFd) {
     let _ = rustix::io::write(fd.as_fd(), &1u64.to_ne_bytes());
 }
@@ -62,11 +62,19 @@ impl Loop<'_> {
     }
 
     /// The eventfd READ completed: a stop posted to this transfer ends it now (as its
-    /// tick would); otherwise the READ goes again. A failed READ (cancelled at the loop's
-    /// end) is not renewed: the tick still reads the flags.
+    /// tick would); otherwise the READ goes again (also after EINTR or EAGAIN). Another
+    /// failure (ECANCELED at the loop's end) is not renewed: the tick still reads the
+    /// flags.
     pub(crate) fn on_nudge(&mut self, c: Completion) -> Result<()> {
+        use rustix::io::Errno;
         if c.result < 0 {
-            return Ok(());
+            let again = [Errno::INTR, Errno::AGAIN]
+                .map(|e| -e.raw_os_error())
+                .contains(&c.result);
+            return match c.buf {
+                Some(buf) if again && self.sh.fatal.is_none() => self.arm_nudge(buf),
+                _ => Ok(()),
+            };
         }
         self.posted_stop();
         match c.buf {

@@ -138,8 +138,10 @@ pub(crate) struct Remote {
 impl Out {
     /// Stops the part: its helper ends it at once ([`super::nudge`]), or on its tick.
     fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        super::nudge::nudge(&self.nudge);
+        // (Once: a recall asks on every turn until the part's end is told.)
+        if !self.stop.swap(true, Ordering::AcqRel) {
+            super::nudge::nudge(&self.nudge);
+        }
     }
 }
 
