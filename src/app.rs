@@ -399,7 +399,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         && special.is_none()
         && control.as_deref().is_some_and(|c| std::fs::symlink_metadata(c).is_ok());
     let resume_state = match (&control, opts.resume || implicit) {
-        (Some(c), true) if !device => load_resume(c, &opts.url),
+        (Some(c), true) if !device => load_resume(c, &opts.url, opts.quiet),
         _ => None,
     };
     if implicit

@@ -1048,28 +1048,37 @@ fn quiet_prints_no_summary() {
 }
 
 /// A `.part` left without a control file is started over, and said so ("exists:
-/// starting over") — except under `-q`, which prints nothing on success.
+/// starting over"; with `-c`, "no control file …: starting from zero") — except under
+/// `-q`, which prints nothing on success.
 #[test]
 fn quiet_says_nothing_when_it_starts_a_part_over() {
     let n = nginx();
     let file = n.file(MIB + 1);
     let dir = TestDir::new("quiet-part");
     let out = dir.join("out.bin");
-    for quiet in [false, true] {
+    for (quiet, resume) in [(false, false), (true, false), (false, true), (true, true)] {
         let _ = std::fs::remove_file(&out);
         std::fs::write(part_path(&out), vec![0x5a; 8192]).unwrap();
         let mut cmd = dir.ringdl();
         if quiet {
             cmd.arg("-q");
         }
+        if resume {
+            cmd.arg("-c");
+        }
         let o = cmd.arg("-o").arg(&out).arg(n.http_url(&file.name)).run();
         o.assert_success();
         assert_same_bytes(&out, file);
         let err = o.stderr_text();
-        if quiet {
-            assert!(err.is_empty(), "-q printed: {err}");
+        let said = if resume {
+            "starting from zero"
         } else {
-            assert!(err.contains("exists: starting over"), "{err}");
+            "exists: starting over"
+        };
+        if quiet {
+            assert!(err.is_empty(), "-q{} printed: {err}", if resume { " -c" } else { "" });
+        } else {
+            assert!(err.contains(said), "{err}");
         }
     }
 }
@@ -1328,6 +1337,49 @@ fn a_second_run_on_the_same_output_stops_and_the_first_lands_exact_bytes() {
     );
     first.assert_code(0);
     assert_same_bytes(&out, file);
+}
+
+/// `-c` waiting for the lock of a run that then finishes the file (renames its `.part`
+/// to FILE and lets go): it says the file looks complete, as `-c` over a finished file
+/// does, and leaves no `.part` (it once made a new one and ended with "exists (use
+/// --force to replace it)"). The other run is flock(1), which renames the `.part` while
+/// holding its lock.
+#[test]
+fn c_waiting_for_a_run_that_finishes_says_the_file_looks_complete() {
+    let n = nginx();
+    let file = n.file(4097);
+    let dir = TestDir::new("lock-finished");
+    let out = dir.join("out.bin");
+    let part = part_path(&out);
+    fs::write(&part, b"the other run's finished bytes").unwrap();
+    let mut other = Command::new("flock")
+        .arg(&part)
+        .args(["sh", "-c", "sleep 0.3; mv \"$0\" \"$1\""])
+        .arg(&part)
+        .arg(&out)
+        .spawn()
+        .expect("flock(1) from util-linux");
+    // (Started once flock(1) holds the lock: the rename comes while ringdl waits for it.)
+    let t = std::time::Instant::now();
+    while !fs::read_to_string("/proc/locks").unwrap_or_default().contains(&format!(
+        ":{} ",
+        std::os::unix::fs::MetadataExt::ino(&fs::metadata(&part).unwrap())
+    )) && t.elapsed() < Duration::from_secs(5)
+    {
+        thread::sleep(Duration::from_millis(5));
+    }
+    let o = dir
+        .ringdl()
+        .args(["-c", "-o"])
+        .arg(&out)
+        .arg(n.http_url(&file.name))
+        .run();
+    assert!(other.wait().unwrap().success());
+    o.assert_code(exit::LOCAL_IO);
+    let err = o.stderr_text();
+    assert!(err.contains("there is no .part to resume: it looks complete"), "{err}");
+    assert!(!exists(&part), "a .part was left: {err}");
+    assert_eq!(fs::read(&out).unwrap(), b"the other run's finished bytes");
 }
 
 #[test]

@@ -29,15 +29,23 @@ pub(super) fn checksum_from_file(
     crate::config::Checksum::from_sums(&crate::config::sums_text(text), &names, sums)
 }
 
-/// Reads the control file for `-c`; any doubt means starting from zero, said on stderr.
-pub(super) fn load_resume(control: &std::path::Path, url: &str) -> Option<resume::State> {
+/// Reads the control file for `-c`; any doubt means starting from zero, said on stderr
+/// (not with `quiet`: `-q`).
+pub(super) fn load_resume(control: &std::path::Path, url: &str, quiet: bool) -> Option<resume::State> {
+    macro_rules! say {
+        ($($t:tt)*) => {
+            if !quiet {
+                eprintln!($($t)*);
+            }
+        };
+    }
     let part = control.with_extension("");
     let part_len = std::fs::metadata(&part).map(|m| m.len()).ok();
     match resume::load(control) {
         // The ranges are only as good as the file they describe: it must still be there,
         // at least as long as the last range.
         Ok(Some(st)) if part_len.is_none_or(|l| st.ranges.last().is_some_and(|r| r.1 > l)) => {
-            eprintln!(
+            say!(
                 "ringdl: {} is missing or shorter than {} says: starting from zero",
                 part.display(),
                 control.display()
@@ -48,7 +56,7 @@ pub(super) fn load_resume(control: &std::path::Path, url: &str) -> Option<resume
         // Another URL (a mirror, say) may resume only when the server's validator will
         // prove it is the same file; without one, size alone proves nothing.
         Ok(Some(st)) if st.validator.is_some() => {
-            eprintln!(
+            say!(
                 "ringdl: {} was written for {}; resuming only if this server's validator matches",
                 control.display(),
                 st.url
@@ -56,7 +64,7 @@ pub(super) fn load_resume(control: &std::path::Path, url: &str) -> Option<resume
             Some(st)
         }
         Ok(Some(st)) => {
-            eprintln!(
+            say!(
                 "ringdl: {} belongs to {} and has no validator: starting from zero",
                 control.display(),
                 st.url
@@ -66,12 +74,12 @@ pub(super) fn load_resume(control: &std::path::Path, url: &str) -> Option<resume
         Ok(None) => {
             // (An empty `.part` is the one this run's lock just created.)
             if std::fs::metadata(&part).is_ok_and(|m| m.len() > 0) {
-                eprintln!("ringdl: no control file {}: starting from zero", control.display());
+                say!("ringdl: no control file {}: starting from zero", control.display());
             }
             None
         }
         Err(m) => {
-            eprintln!("ringdl: {m}: starting from zero");
+            say!("ringdl: {m}: starting from zero");
             None
         }
     }

@@ -73,12 +73,20 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
 }
 
 /// `-c` on a block device: the control file at `--control` `path`, if it describes this
-/// URL and an image that fits `room`. Any doubt means starting from zero, said on stderr.
+/// URL and an image that fits `room`. Any doubt means starting from zero, said on stderr
+/// (not with `-q`).
 pub(super) fn device_resume(path: &Path, opts: &Config, room: &device::Room) -> Option<State> {
+    macro_rules! say {
+        ($($t:tt)*) => {
+            if !opts.quiet {
+                eprintln!($($t)*);
+            }
+        };
+    }
     let (url, target) = (&opts.url, room.target(opts));
     match resume::load(path) {
         Ok(Some(st)) if st.target.as_ref() != Some(&target) => {
-            eprintln!(
+            say!(
                 "ringdl: {} was written for {}, not {target} (device and --offset): starting from zero",
                 path.display(),
                 st.target.as_deref().unwrap_or("a file")
@@ -86,11 +94,11 @@ pub(super) fn device_resume(path: &Path, opts: &Config, room: &device::Room) -> 
             None
         }
         Ok(Some(st)) if st.url != *url => {
-            eprintln!("ringdl: {} belongs to {}: starting from zero", path.display(), st.url);
+            say!("ringdl: {} belongs to {}: starting from zero", path.display(), st.url);
             None
         }
         Ok(Some(st)) if st.total > room.len => {
-            eprintln!(
+            say!(
                 "ringdl: {} describes a {}-byte image, larger than the device's room ({} bytes): starting from zero",
                 path.display(),
                 st.total,
@@ -100,11 +108,11 @@ pub(super) fn device_resume(path: &Path, opts: &Config, room: &device::Room) -> 
         }
         Ok(Some(st)) => Some(st),
         Ok(None) => {
-            eprintln!("ringdl: no control file {}: starting from zero", path.display());
+            say!("ringdl: no control file {}: starting from zero", path.display());
             None
         }
         Err(m) => {
-            eprintln!("ringdl: {m}: starting from zero");
+            say!("ringdl: {m}: starting from zero");
             None
         }
     }
