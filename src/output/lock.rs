@@ -92,20 +92,21 @@ pub fn lock_part(final_path: Option<&Path>, force: bool, resume: bool) -> Result
         return Ok(None);
     }
     let part = part_path(path);
-    if resume && !force && std::fs::symlink_metadata(path).is_ok() && std::fs::symlink_metadata(&part).is_err() {
-        return Err(err!(
-            LocalIo,
-            "{} exists and there is no .part to resume: it looks complete (use --force to download it again)",
-            path.display()
-        ));
-    }
-    Output::check_free(path, force)?;
     // (Read and write: the read-back goes through this description too.)
     let flags = OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
     let mode = Mode::from_raw_mode(0o644);
-    // A lock on an inode that another run unlinked meanwhile protects nothing: check that
-    // the path still names it, else start again.
+    // A lock on an inode that another run unlinked or renamed meanwhile protects nothing:
+    // check that the path still names it, else start again (from the checks: the other
+    // run may have finished the file while this one waited for its lock).
     for _ in 0..8 {
+        if resume && !force && std::fs::symlink_metadata(path).is_ok() && std::fs::symlink_metadata(&part).is_err() {
+            return Err(err!(
+                LocalIo,
+                "{} exists and there is no .part to resume: it looks complete (use --force to download it again)",
+                path.display()
+            ));
+        }
+        Output::check_free(path, force)?;
         let (fd, created) = match rustix::fs::open(&part, flags | OFlags::EXCL, mode) {
             Ok(fd) => (fd, true),
             Err(rustix::io::Errno::EXIST) => (
