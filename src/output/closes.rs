@@ -95,25 +95,31 @@ fn closed(spare: &OwnedFd) -> bool {
 }
 
 /// Whether /proc/locks names a FLOCK on `spare`'s file (its device and inode) held by a
-/// process other than this one. False when it cannot tell: no /proc (an initramfs may
-/// have none), or a device number that /proc/locks spells otherwise (it gives the
-/// superblock's, which stat(2) does not on btrfs subvolumes); then the wait goes on.
+/// process other than this one. Its pids are those of the pid namespace of the procfs
+/// mounted there, which need not be this process's (`unshare -p` without a new /proc), so
+/// this process is the pid `/proc/self` names in it. False when it cannot tell: no /proc
+/// (an initramfs may have none), this process not seen in it, or a device number that
+/// /proc/locks spells otherwise (it gives the superblock's, which stat(2) does not on
+/// btrfs subvolumes); then the wait goes on.
 fn held_by_another(spare: &OwnedFd) -> bool {
     let Ok(st) = rustix::fs::fstat(spare) else {
+        return false;
+    };
+    let me = std::fs::read_link("/proc/self").ok();
+    let Some(me) = me.and_then(|p| p.to_str()?.parse::<i64>().ok()) else {
         return false;
     };
     let Ok(text) = std::fs::read_to_string("/proc/locks") else {
         return false;
     };
     let dev = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
-    let me = i64::from(std::process::id());
     text.lines()
         .filter_map(flock_holder)
         .any(|(pid, d, ino)| d == dev && ino == st.st_ino && pid != me)
 }
 
-/// A held FLOCK line of /proc/locks: its holder's pid (as this process's pid namespace
-/// sees it), its file's device (major, minor) and inode. `None` for other lines: POSIX
+/// A held FLOCK line of /proc/locks: its holder's pid (in the pid namespace of that
+/// procfs; 0 when the holder is not seen there), its file's device (major, minor) and inode. `None` for other lines: POSIX
 /// and OFD locks, and `->` lines (a waiter, not a holder).
 /// `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234567 0 EOF`.
 fn flock_holder(line: &str) -> Option<(i64, (u32, u32), u64)> {
@@ -186,20 +192,16 @@ mod tests {
         std::fs::write(&p, b"x").unwrap();
         let mut s = Spares(Vec::new());
         s.watch(&p);
-        // flock(1) of util-linux holds it from another process while `sleep` runs.
-        let mut other = std::process::Command::new("flock")
-            .arg("-x")
+        // Another process holds it: a shell that takes it with flock(1) of util-linux on
+        // its own descriptor, then becomes `sleep` (killing it lets go of the lock).
+        let mut other = std::process::Command::new("sh")
+            .args(["-c", "exec 9<>\"$0\"; flock -x 9; exec sleep 20"])
             .arg(&p)
-            .args(["sleep", "20"])
             .spawn()
-            .expect("flock(1) from util-linux");
+            .expect("sh and flock(1) from util-linux");
         let t = Instant::now();
         let spare = s.0.first().expect("a spare");
-        while !std::fs::read_to_string("/proc/locks")
-            .unwrap_or_default()
-            .contains(&format!(":{} ", rustix::fs::fstat(spare).unwrap().st_ino))
-            && t.elapsed() < Duration::from_secs(10)
-        {
+        while !held_by_another(spare) && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(
