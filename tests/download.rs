@@ -1342,8 +1342,8 @@ fn a_second_run_on_the_same_output_stops_and_the_first_lands_exact_bytes() {
 /// `-c` waiting for the lock of a run that then finishes the file (renames its `.part`
 /// to FILE and lets go): it says the file looks complete, as `-c` over a finished file
 /// does, and leaves no `.part` (it once made a new one and ended with "exists (use
-/// --force to replace it)"). The other run is flock(1), which renames the `.part` while
-/// holding its lock.
+/// --force to replace it)"). The other run is a shell holding the `.part`'s lock with
+/// flock(1): it renames the `.part` only once ringdl has it open (waiting for the lock).
 #[test]
 fn c_waiting_for_a_run_that_finishes_says_the_file_looks_complete() {
     let n = nginx();
@@ -1351,29 +1351,39 @@ fn c_waiting_for_a_run_that_finishes_says_the_file_looks_complete() {
     let dir = TestDir::new("lock-finished");
     let out = dir.join("out.bin");
     let part = part_path(&out);
+    let (held, go) = (dir.join("held"), dir.join("go"));
     fs::write(&part, b"the other run's finished bytes").unwrap();
-    let mut other = Command::new("flock")
-        .arg(&part)
-        .args(["sh", "-c", "sleep 0.3; mv \"$0\" \"$1\""])
-        .arg(&part)
-        .arg(&out)
+    let script = "exec 9<\"$0\"; flock -x 9; : > \"$2\"; \
+                  while [ ! -e \"$3\" ]; do sleep 0.01; done; mv \"$0\" \"$1\"";
+    let mut other = Command::new("sh")
+        .args(["-c", script])
+        .args([&part, &out, &held, &go])
         .spawn()
-        .expect("flock(1) from util-linux");
-    // (Started once flock(1) holds the lock: the rename comes while ringdl waits for it.)
+        .expect("sh and flock(1) from util-linux");
     let t = std::time::Instant::now();
-    while !fs::read_to_string("/proc/locks").unwrap_or_default().contains(&format!(
-        ":{} ",
-        std::os::unix::fs::MetadataExt::ino(&fs::metadata(&part).unwrap())
-    )) && t.elapsed() < Duration::from_secs(5)
-    {
+    while !exists(&held) && t.elapsed() < Duration::from_secs(10) {
         thread::sleep(Duration::from_millis(5));
     }
+    assert!(exists(&held), "flock(1) did not take the lock");
     let o = dir
         .ringdl()
         .args(["-c", "-o"])
         .arg(&out)
         .arg(n.http_url(&file.name))
-        .run();
+        .run_with(|pid| {
+            // (ringdl has the `.part` open: it waits for the lock, which goes with the
+            // rename.)
+            let fds = format!("/proc/{pid}/fd");
+            let t = std::time::Instant::now();
+            while !fs::read_dir(&fds)
+                .map(|d| d.flatten().any(|e| fs::read_link(e.path()).is_ok_and(|l| l == part)))
+                .unwrap_or(false)
+                && t.elapsed() < Duration::from_secs(10)
+            {
+                thread::sleep(Duration::from_millis(1));
+            }
+            fs::write(&go, b"").unwrap();
+        });
     assert!(other.wait().unwrap().success());
     o.assert_code(exit::LOCAL_IO);
     let err = o.stderr_text();
