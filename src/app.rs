@@ -421,7 +421,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
             special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
             opts.force,
             resume_state.is_some(),
-            !(opts.resume || implicit || opts.quiet),
+            (!(opts.resume || implicit || opts.quiet), !opts.quiet),
             Some(per_run.signals.as_fd()),
         ),
     }

@@ -1738,6 +1738,34 @@ fn a_fifo_without_a_reader_can_still_be_interrupted() {
     assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
 }
 
+/// `-q -o FIFO` whose reader comes after 0.5 s: ringdl waits for it without saying so
+/// (without `-q` it says "waiting for a reader"), and the reader gets the exact bytes.
+#[test]
+fn quiet_waits_for_a_fifo_s_reader_without_saying_so() {
+    let ng = nginx();
+    let f = ng.file(4 * MIB);
+    let dir = TestDir::new("fifo-quiet");
+    let fifo = dir.join("out.fifo");
+    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(st.success());
+    let mut reader = None;
+    let o = dir
+        .ringdl()
+        .args(["-q", "-o"])
+        .arg(&fifo)
+        .arg(ng.http_url(&f.name))
+        .timeout(Duration::from_secs(20))
+        .run_with(|_| {
+            thread::sleep(Duration::from_millis(500));
+            let fifo = fifo.clone();
+            reader = Some(thread::spawn(move || fs::read(fifo).expect("read the FIFO")));
+        });
+    o.assert_success();
+    let got = reader.expect("reader started").join().unwrap();
+    assert_eq!(sha256_bytes(&got), f.sha256);
+    assert!(o.stderr_text().is_empty(), "-q printed: {}", o.stderr_text());
+}
+
 /// stderr that is not a terminal (a log, CI) gets a progress line every 5 s, with the
 /// smoothed rate: 4 MiB at 256 KiB/s per connection (nginx `limit_rate 256k`) on two
 /// connections takes about 8 s, so one such line, its rate near 512 KiB/s.

@@ -213,8 +213,9 @@ impl Output {
     ///
     /// `path` None is standard output (`-o -`). A FIFO with no reader yet is waited for (see [`open_waiting`]); `signals` is the
     /// signalfd that SIGINT/SIGTERM arrive on meanwhile (they are blocked). A `.part` that
-    /// is not kept (`keep` false) is started over, and said so when `tell` (not with `-c`,
-    /// whose refusal to resume was said, nor `-q`).
+    /// is not kept (`keep` false) is started over. `tell`: whether that is said (not with
+    /// `-c`, whose refusal to resume was said, nor `-q`), and whether the wait for a FIFO's
+    /// reader is (not with `-q`).
     ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when the `.part` file cannot be created;
@@ -225,7 +226,7 @@ impl Output {
         special: Option<&Special>,
         force: bool,
         keep: bool,
-        tell: bool,
+        tell: (bool, bool),
         signals: Option<BorrowedFd<'_>>,
     ) -> Result<Output> {
         let stream = match (&path, special) {
@@ -251,7 +252,7 @@ impl Output {
                     if sp.fd.is_some() && std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
                         flags |= OFlags::APPEND;
                     }
-                    open_waiting(p, flags, &sp.what, signals)?
+                    open_waiting(p, flags, (&sp.what, tell.1), signals)?
                 }
                 (_, None) => unreachable!("only standard output has no path"),
             };
@@ -274,7 +275,7 @@ impl Output {
         let part = part_path(&final_path);
         if !keep {
             // (lock_part may have just created it empty.)
-            if tell && std::fs::symlink_metadata(&part).is_ok_and(|m| m.len() > 0) {
+            if tell.0 && std::fs::symlink_metadata(&part).is_ok_and(|m| m.len() > 0) {
                 eprintln!("ringdl: {} exists: starting over", part.display());
             }
             // A control file must never outlive the bytes it describes: gone before the
@@ -458,14 +459,20 @@ impl Output {
 /// process: open(2) of a FIFO for writing waits for a reader, and SIGINT/SIGTERM are
 /// already blocked for the signalfd, so a plain open would leave only SIGKILL. The open
 /// is O_NONBLOCK (fifo(7): ENXIO while no reader); until a reader comes ringdl says it
-/// waits and polls `signals` every 100 ms. O_NONBLOCK is cleared once open.
+/// waits (when `say`: not with `-q`; `what` names the output) and polls `signals` every
+/// 100 ms. O_NONBLOCK is cleared once open.
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] when open(2) fails otherwise (a socket path: ENXIO,
 /// unix(7) sockets cannot be opened); [`crate::error::Kind::Interrupted`] on a signal.
-fn open_waiting(p: &Path, flags: OFlags, what: &str, signals: Option<BorrowedFd<'_>>) -> Result<OwnedFd> {
+fn open_waiting(
+    p: &Path,
+    flags: OFlags,
+    (what, say): (&str, bool),
+    signals: Option<BorrowedFd<'_>>,
+) -> Result<OwnedFd> {
     use std::os::unix::fs::FileTypeExt;
-    let mut said = false;
+    let mut said = !say;
     loop {
         match rustix::fs::open(p, flags | OFlags::NONBLOCK, Mode::empty()) {
             Ok(fd) => {
