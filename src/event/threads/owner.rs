@@ -32,6 +32,8 @@ const ASK_AGAIN: Duration = Duration::from_millis(500);
 /// served while its owner has nothing left to do, before the owner takes it back.
 const RECALL: Duration = Duration::from_secs(1);
 
+mod ask;
+
 impl Helpers {
     /// The helpers lent to one transfer for its run: `None` when another has them.
     /// `shares`: connections per reactor (the owner's first), at most one per helper
@@ -306,56 +308,6 @@ impl Loop<'_> {
         }
         self.ask_back();
         Ok(())
-    }
-
-    /// With nothing queued and no body of its own worth splitting, while a connection of
-    /// this reactor or a free helper has nothing to do, the part out on a helper with the
-    /// most left to land is asked for some of it back (work stealing between reactors, by
-    /// message: the helper splits its own bodies, [`Loop::give_to_owner`]). One ask per
-    /// part at a time, and at most every [`ASK_AGAIN`] while it finds nothing worth giving.
-    fn ask_back(&mut self) {
-        let tr = &self.sh.tr;
-        if !tr.plan.is_drained() || tr.plan.held(tr.started.elapsed(), 0) || self.sh.fatal.is_some() {
-            return;
-        }
-        let Some(r) = self.remote.as_ref() else {
-            return;
-        };
-        // (A slot parked under a cap, or one the caps would not let open, is not idle.)
-        let now = Instant::now();
-        let idle_here = self.conns.iter().enumerate().any(|(i, c)| {
-            c.rx.job.is_none()
-                && !c.dead
-                && !c.capped
-                && c.not_before.is_none_or(|t| t <= now)
-                && (c.st == crate::control::St::Open || self.may_open(i))
-        });
-        let allot = r.allot.as_deref().unwrap_or(&[]);
-        let idle_helper = (0..r.parts.len()).any(|h| r.parts[h].is_none() && allot.get(h).is_some_and(|&a| a > 0));
-        if !(idle_here || idle_helper) || r.parts.iter().flatten().any(|o| o.asked.is_some_and(|a| !a.1)) {
-            return;
-        }
-        if self.steal_victim(None).is_some() {
-            // (This reactor's own connections split their bodies first.)
-            return;
-        }
-        let left = |o: &Out| {
-            let g: u64 = o.given.iter().chain(&o.holes).map(|x| x.1 - x.0).sum();
-            (o.range.1 - o.range.0).saturating_sub(o.landed + g)
-        };
-        let Some(k) = (0..r.parts.len())
-            .filter_map(|k| Some((k, r.parts[k].as_ref()?)))
-            .filter(|(_, o)| o.asked.is_none_or(|a| a.0.elapsed() >= ASK_AGAIN))
-            .filter(|(_, o)| left(o) >= 2 * crate::schedule::steal::STEAL_FLOOR)
-            .max_by_key(|(_, o)| left(o))
-            .map(|(k, _)| k)
-        else {
-            return;
-        };
-        if let Some(o) = self.remote.as_mut().and_then(|r| r.parts[k].as_mut()) {
-            o.give.store(true, Ordering::Release);
-            o.asked = Some((Instant::now(), false));
-        }
     }
 
     /// Sends part `t` (its segments tried `t.tries` times) to helper `h` (0-based) with
