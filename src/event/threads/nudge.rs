@@ -50,6 +50,11 @@ impl Loop<'_> {
         let Some(fd) = self.nudge_fd() else {
             return Ok(());
         };
+        self.read_eventfd(fd, buf, Tag::Nudge)
+    }
+
+    /// READs eventfd `fd`'s count (eventfd(2): 8 bytes) into `buf`, tagged `tag`.
+    pub(crate) fn read_eventfd(&mut self, fd: RawFd, buf: uring::Buf, tag: Tag) -> Result<()> {
         self.push(
             Op::Read {
                 fd,
@@ -57,7 +62,7 @@ impl Loop<'_> {
                 range: 0..8,
                 offset: u64::MAX,
             },
-            Tag::Nudge.encode(),
+            tag.encode(),
         )
     }
 

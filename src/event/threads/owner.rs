@@ -8,8 +8,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use uring::Op;
-
 use super::{Counts, Helpers, Order, PartFile, PartOrder, Report};
 use crate::err;
 use crate::error::{Error, Kind, Result};
@@ -186,15 +184,7 @@ impl Loop<'_> {
         let Some(buf) = buf.or_else(|| self.remote.as_mut().and_then(|r| r.mail.take())) else {
             return Err(err!(Internal, "no block for the reactors' eventfd"));
         };
-        self.push(
-            Op::Read {
-                fd,
-                buf,
-                range: 0..8,
-                offset: u64::MAX,
-            },
-            Tag::Mail.encode(),
-        )
+        self.read_eventfd(fd, buf, Tag::Mail)
     }
 
     /// Gives each free helper a part of the queue, once the first answer planned it (a
