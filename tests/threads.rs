@@ -292,6 +292,18 @@ fn sigint_mid_list_with_threads_leaves_every_file_resumable() {
     resume_list_exactly(&dir, &outs, &err);
 }
 
+/// Runs `cmd` with every loop's tick 10 s long (`RINGDL_TICK_MS`) and sends it SIGINT
+/// after 1.5 s: its output, and how long it took to end after the signal.
+fn sigint_under_a_10_s_tick(cmd: &mut util::TestCommand) -> (util::Output, Duration) {
+    let mut since = None;
+    let o = cmd.env("RINGDL_TICK_MS", "10000").run_with(|pid| {
+        std::thread::sleep(Duration::from_millis(1500));
+        since = Some(Instant::now());
+        let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+    });
+    (o, since.expect("signalled").elapsed())
+}
+
 /// SIGINT while a list's file runs on the other reactor: the run's reactor posts the stop
 /// and wakes that reactor's ring, so the run does not wait for its tick (made 10 s long,
 /// `RINGDL_TICK_MS`; each file, one connection at 4 MiB/s, would take 25 s). The run ends
@@ -304,20 +316,13 @@ fn sigint_mid_list_does_not_wait_for_the_other_reactors_tick() {
     let f = n.file(100 * MIB);
     let files: Vec<(String, String)> = (0..2).map(|i| (n.paced_url(&f.name), format!("f{i}.bin"))).collect();
     let list = write_list(&dir, &files);
-    let mut since = None;
-    let o = dir
-        .ringdl()
-        .env("RINGDL_TICK_MS", "10000")
-        .args(["--threads", "2", "-j", "2", "-x", "1", "--json", "run.json", "-d"])
-        .arg(dir.path())
-        .arg("-i")
-        .arg(&list)
-        .run_with(|pid| {
-            std::thread::sleep(Duration::from_millis(1500));
-            since = Some(Instant::now());
-            let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
-        });
-    let took = since.expect("signalled").elapsed();
+    let (o, took) = sigint_under_a_10_s_tick(
+        dir.ringdl()
+            .args(["--threads", "2", "-j", "2", "-x", "1", "--json", "run.json", "-d"])
+            .arg(dir.path())
+            .arg("-i")
+            .arg(&list),
+    );
     o.assert_code(exit::INTERRUPTED);
     let err = o.stderr_text();
     assert!(
@@ -530,20 +535,13 @@ fn sigint_with_threads_does_not_wait_for_the_other_reactors_tick() {
     let dir = TestDir::new("threads-sigint-nudge");
     let f = n.file(100 * MIB);
     let out = dir.join("out.bin");
-    let mut since = None;
-    let o = dir
-        .ringdl()
-        .env("RINGDL_TICK_MS", "10000")
-        .args(["--threads", "2", "-x", "2", "--min-split-size", "40M", "-o"])
-        .arg(&out)
-        .arg(n.paced_url(&f.name))
-        .run_with(|pid| {
-            // (Both reactors fetch after 1.5 s; the run would take 12.5 s.)
-            std::thread::sleep(Duration::from_millis(1500));
-            since = Some(Instant::now());
-            let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
-        });
-    let took = since.expect("signalled").elapsed();
+    // (Both reactors fetch after 1.5 s; the run would take 12.5 s.)
+    let (o, took) = sigint_under_a_10_s_tick(
+        dir.ringdl()
+            .args(["--threads", "2", "-x", "2", "--min-split-size", "40M", "-o"])
+            .arg(&out)
+            .arg(n.paced_url(&f.name)),
+    );
     o.assert_code(exit::INTERRUPTED);
     assert!(
         took < Duration::from_secs(5),
