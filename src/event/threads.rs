@@ -22,7 +22,7 @@
 //! flag on each tick, and at once when the owner writes the helper's own eventfd after
 //! setting it ([`nudge`]).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -270,9 +270,7 @@ impl Helpers {
     /// # Errors
     /// `LocalIo` when eventfd(2) or a thread's creation fails.
     pub(crate) fn spawn(n: usize, pin_them: bool) -> Result<Helpers> {
-        let bell = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
-            .map_err(|e| err!(LocalIo, "eventfd: {e}"))?;
-        let bell = Arc::new(bell);
+        let bell = Arc::new(nudge::eventfd()?);
         let (tx, inbox) = channel();
         // (Built as it goes: on a failure, dropping it joins the threads already started.)
         let mut helpers = Helpers {
@@ -373,7 +371,7 @@ fn helper(k: usize, orders: &Receiver<Order>, tx: &Sender<Report>, (bell, nudge)
 /// Sends `r` to the owner and rings its eventfd.
 fn tell(tx: &Sender<Report>, bell: &OwnedFd, r: Report) {
     if tx.send(r).is_ok() {
-        let _ = rustix::io::write(bell.as_fd(), &1u64.to_ne_bytes());
+        nudge::nudge(bell);
     }
 }
 

@@ -21,7 +21,7 @@ use crate::error::Result;
 use crate::event::Loop;
 use crate::tag::Tag;
 
-/// A helper's eventfd (eventfd(2), close-on-exec).
+/// An eventfd (eventfd(2), close-on-exec): a helper's, or the bell the helpers ring.
 ///
 /// # Errors
 /// `LocalIo` when the kernel refuses it.
@@ -29,9 +29,9 @@ pub(super) fn eventfd() -> Result<OwnedFd> {
     rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).map_err(|e| err!(LocalIo, "eventfd: {e}"))
 }
 
-/// Wakes the helper whose eventfd is `fd` (after a stop was posted to it). A full count
-/// (never: one write per stop posted) or a closed helper loses nothing: its tick reads
-/// the flag too.
+/// Adds 1 to eventfd `fd`'s count, waking the ring that READs it: a helper's, after a
+/// stop was posted to it (a full count — never, at one write per stop — or a closed
+/// helper loses nothing: its tick reads the flag too), or the run's bell after a report.
 pub(crate) fn nudge(fd: &OwnedFd) {
     let _ = rustix::io::write(fd.as_fd(), &1u64.to_ne_bytes());
 }
