@@ -397,6 +397,65 @@ fn the_per_host_cap_holds_over_files_placed_on_reactors() {
     assert!(srv.peak_bodies() <= 3, "{} bodies at once\n{err}", srv.peak_bodies());
 }
 
+/// `--threads 2 -j 4`: the helper runs its share of `-j` at once, two files on lanes of
+/// its one ring, as the run's reactor runs the other two (a helper ran one file at a time:
+/// the run's reactor took three of four). Then under a server cap of 3, with two files on
+/// the helper: the cap counts every reactor's requests once (the helper counts its own
+/// files', the run's reactor posts each placed file those of the other reactors). At
+/// `--max-connections-per-host 3 -x 1` the server never turns one away; at
+/// `--max-connections-per-host 8 -x 2` it does, and every file learns that it allows 3
+/// (none a lower count, from requests of another reactor left out). Every file lands exact.
+#[test]
+fn a_helper_runs_its_share_of_the_files_at_once() {
+    // (-x, --max-connections-per-host, files; the server's cap, 3 unless -x 2's 8.)
+    for (x, most, files) in [(2usize, 8usize, 4usize), (1, 3, 6), (2, 8, 4)] {
+        let first = files == 4 && most == 8 && x == 2;
+        let cap = if first { 8 } else { 3 };
+        let srv = FaultServer::builder().size(4 * MIB).rate(2 * MIB).cap(cap).start();
+        let dir = TestDir::new("threads-share");
+        let list: Vec<(String, String)> = (0..files)
+            .map(|i| (srv.url(&format!("f{i}.bin")), format!("f{i}.bin")))
+            .collect();
+        let list = write_list(&dir, &list);
+        let o = dir
+            .ringdl()
+            .args(["-v", "--threads", "2", "-j", "4", "-x", &x.to_string()])
+            .args(["--max-connections-per-host", &most.to_string()])
+            .args(["--min-split-size", "1M", "--json", "run.json", "-d"])
+            .arg(dir.path())
+            .arg("-i")
+            .arg(&list)
+            .run();
+        let err = o.stderr_text();
+        o.assert_success();
+        let case = format!("-x {x} --max-connections-per-host {most}, server cap {cap}");
+        for i in 0..files {
+            let out = dir.join(format!("f{i}.bin"));
+            assert_eq!(sha256_file(&out), srv.sha256(), "{case}: f{i}.bin\n{err}");
+        }
+        assert!(
+            srv.peak_bodies() <= cap,
+            "{case}: {} bodies at once\n{err}",
+            srv.peak_bodies()
+        );
+        let mut on: Vec<u64> = placed(&dir).iter().map(|p| p.1).collect();
+        on.sort_unstable();
+        if most == 3 {
+            assert_eq!(srv.refused(), 0, "{case}: the server turned connections away\n{err}");
+        } else if !first {
+            assert!(srv.refused() > 0, "{case}: the server turned nothing away\n{err}");
+            assert!(on.contains(&1), "{case}: no file on the helper {on:?}\n{err}");
+            for low in ["server allows 1 ", "server allows 2 "] {
+                assert!(!err.contains(low), "{case}: a file learned a cap below 3\n{err}");
+            }
+        }
+        if first {
+            // (All four start in the run's first turn: the helper, here, the helper, here.)
+            assert_eq!(on, [0, 0, 1, 1], "the files ran on reactors {on:?}\n{err}");
+        }
+    }
+}
+
 /// A list whose first file redirects while the second fails before it starts (its
 /// output exists): the first starts again after its redirect, on another lane, and
 /// spreads again while its first lane still drains; it lands exact (it once failed with

@@ -90,6 +90,7 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         signals: Some(per_run.signals.as_raw_fd()),
         threads: base.threads,
         pin: base.pin,
+        placed: None,
     };
     let mut reactor = std::mem::take(&mut per_run.reactor);
     let mut list = ListRun {
@@ -340,6 +341,7 @@ impl Feed for ListRun<'_> {
         r: Result<download::Outcome>,
         report: Progress,
         failed: Option<Box<download::Summary>>,
+        _reactor: &download::Reactor,
     ) -> Option<download::Start> {
         // The run's line goes before the file's summary or error is said.
         self.line.clear();

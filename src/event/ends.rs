@@ -380,11 +380,11 @@ impl Loop<'_> {
                 )?;
             }
         }
-        // A helper's part or placed transfer: its eventfd wakes it for a posted stop (the
-        // signal block is free on a helper, which never READs the signalfd). Without the
-        // block (not mapped), the tick reads the stop.
+        // A helper's part: its eventfd wakes it for a posted stop (the signal block is free
+        // on a helper, which never READs the signalfd). Without the block (not mapped), the
+        // tick reads the stop. (Placed transfers: their reactor's lane READs it.)
         if signals.is_none()
-            && (self.part.is_some() || self.whole.is_some())
+            && self.part.is_some()
             && let Some(buf) = reactor.signal_block().ok().and_then(|p| p.alloc())
         {
             self.arm_nudge(buf)?;

@@ -53,9 +53,17 @@ pub trait Feed {
     /// when there is none left to start.
     fn next(&mut self) -> Option<(usize, Start)>;
     /// File `id`'s transfer ended with `r`; its report comes back, and with a failure what
-    /// the transfer knew (for `--json`). A redirect to follow comes back as its new start.
-    fn ended(&mut self, id: usize, r: Result<Outcome>, report: Progress, failed: Option<Box<Summary>>)
-    -> Option<Start>;
+    /// the transfer knew (for `--json`), and the reactor it ran on as it is after it (the
+    /// connections it keeps idle, the caps it learned). A redirect to follow comes back as
+    /// its new start.
+    fn ended(
+        &mut self,
+        id: usize,
+        r: Result<Outcome>,
+        report: Progress,
+        failed: Option<Box<Summary>>,
+        reactor: &Reactor,
+    ) -> Option<Start>;
     /// The transfers in flight (a few times a second).
     fn progress(&mut self, flights: &[Flight], elapsed: Duration);
     /// No more files are to start (`--fail-fast` after a failure): one handed over and
@@ -82,6 +90,13 @@ pub struct Many {
     pub threads: usize,
     /// `--pin`: each reactor's thread on its own CPU.
     pub pin: bool,
+    /// This reactor is a helper running files the run's reactor placed on it (`--threads`,
+    /// [`crate::event::threads`]): each comes with the connection slots the caps left it
+    /// (counted there, over every reactor), a file ended is not followed by another of
+    /// this run once none is in the feed (the run ends; the helper waits for its next
+    /// order), and this eventfd READ on the reactor's lane wakes it for a new file or a
+    /// posted stop.
+    pub placed: Option<RawFd>,
 }
 
 /// A transfer on its lane.
@@ -158,6 +173,7 @@ fn drive(
         idle: vec![Vec::new(); threads],
         learned: Vec::new(),
         forgetting: vec![false; threads],
+        shape: (lanes.div_ceil(threads), many.connections.max(1), many.splice),
     };
     // Files handed over that wait for a lane and room under their caps, in order (a
     // redirect to follow goes first).
@@ -178,7 +194,7 @@ fn drive(
             let Some(m) = reactor.helpers_running().and_then(|h| h.report_within(left)) else {
                 break;
             };
-            on_report(feed, m, &mut slots, &mut waiting, &mut placed);
+            on_report(feed, m, (&mut slots, reactor), &mut waiting, &mut placed);
         }
         while let Some((id, st)) = waiting.pop_front() {
             feed.unstarted(id, st);
@@ -207,6 +223,12 @@ fn turns<'c>(
             read_signal(cell, fd, buf)?;
         }
     }
+    // (A helper has no signalfd: its signal block takes its eventfd's count.)
+    if let Some(fd) = many.placed
+        && let Some(buf) = reactor.signal_block()?.alloc()
+    {
+        read_nudge(cell, fd, buf)?;
+    }
     // `--threads` with several files in flight: whole files are placed on the reactors
     // (a helper that runs none takes the next, this one the rest: [`reactor_for`]); a
     // file alone in flight, with none to come after it, spreads its segments over them
@@ -221,6 +243,10 @@ fn turns<'c>(
         read_bell(cell, bell, buf)?;
     }
     loop {
+        // (A helper asks its feed again each turn: files are placed on it as it runs.)
+        if many.placed.is_some() && waiting.is_empty() {
+            exhausted = false;
+        }
         // What the helpers said of the files placed on them.
         if placing {
             take_reports(feed, reactor, slots, waiting, placed);
@@ -229,7 +255,7 @@ fn turns<'c>(
         // read-back) stops the run before another file starts; the helpers' wake-up
         // taken then is read again.
         while let Some(c) = cell.take_stashed(RUN_LANE) {
-            on_run_lane(cell, (many.signals, reactor), c, slots, &mut interrupted)?;
+            on_run_lane(cell, (many, reactor), c, slots, &mut interrupted)?;
         }
         // A file handed over but not started goes back when the run stops.
         if interrupted.is_some() || feed.stopping() {
@@ -266,15 +292,20 @@ fn turns<'c>(
                 0
             };
             // (The idle connections on its reactor are its own to take: one at its start,
-            // the others as it opens more, before any new one; below.)
+            // the others as it opens more, before any new one; below. A file placed on a
+            // helper comes with its slots.)
             let takes = st.opts.connections;
-            let n = st.opts.connections.min(room(
-                &keys,
-                st.opts.max_per_host,
-                takes.min(st.opts.connections),
-                (slots, reactor),
-                (on, placed),
-            ));
+            let n = if many.placed.is_some() {
+                st.opts.connections
+            } else {
+                st.opts.connections.min(room(
+                    &keys,
+                    st.opts.max_per_host,
+                    takes.min(st.opts.connections),
+                    (slots, reactor),
+                    (on, placed),
+                ))
+            };
             if n == 0 {
                 // Its origins' caps are taken by the transfers running: it waits for one
                 // of them to end. With none running, idle connections kept to its origins
@@ -293,8 +324,9 @@ fn turns<'c>(
                 place(feed, slots, lane, (id, st), keys, (n, on), reactor, placed);
             }
         }
-        // The room files that ended left goes to those running once none waits for it.
-        if interrupted.is_none() && waiting.is_empty() && exhausted {
+        // The room files that ended left goes to those running once none waits for it
+        // (on a helper, the run's reactor posts it).
+        if interrupted.is_none() && waiting.is_empty() && exhausted && many.placed.is_none() {
             grow(slots, reactor, placed);
         }
         share_origins(slots);
@@ -349,7 +381,7 @@ fn turns<'c>(
             } else {
                 slots[lane] = Slot::Draining { _hold: hold };
             }
-            if let Some(again) = feed.ended(r.id, outcome, report, failed) {
+            if let Some(again) = feed.ended(r.id, outcome, report, failed, reactor) {
                 waiting.push_front((r.id, again));
                 freed = true;
             }
@@ -382,16 +414,18 @@ fn turns<'c>(
         }
         cell.submit_and_wait(1)
             .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
-        if placing {
+        if placing || many.placed.is_some() {
             // (A transfer here judges a refusal by the requests of those placed elsewhere
             // as they are now, not as they were when the run went to wait. Those on this
             // reactor were counted at the top of the turn: nothing here changed them.)
-            take_reports(feed, reactor, slots, waiting, placed);
+            if placing {
+                take_reports(feed, reactor, slots, waiting, placed);
+            }
             share_origins(slots);
         }
         while let Some((lane, c)) = cell.next_any() {
             if lane == RUN_LANE {
-                on_run_lane(cell, (many.signals, reactor), c, slots, &mut interrupted)?;
+                on_run_lane(cell, (many, reactor), c, slots, &mut interrupted)?;
                 continue;
             }
             match slots.get_mut(usize::from(lane)) {
@@ -410,19 +444,19 @@ fn turns<'c>(
     }
 }
 
-/// A completion of the reactor's own lane: the signalfd's READ ([`on_signal`]) or the
-/// helpers' eventfd's ([`on_bell`]).
+/// A completion of the reactor's own lane: the signalfd's READ ([`on_signal`]), the
+/// helpers' eventfd's ([`on_bell`]) or, on a helper, its own eventfd's ([`on_nudge`]).
 fn on_run_lane(
     cell: &RingCell,
-    (signals, reactor): (Option<RawFd>, &Reactor),
+    (many, reactor): (&Many, &Reactor),
     c: uring::Completion,
     slots: &mut [Slot<'_>],
     interrupted: &mut Option<&'static str>,
 ) -> Result<()> {
-    if Tag::decode(c.tag) == Some(Tag::Mail) {
-        on_bell(cell, reactor, c, slots)
-    } else {
-        on_signal(cell, signals, c, slots, interrupted)
+    match Tag::decode(c.tag) {
+        Some(Tag::Mail) => on_bell(cell, reactor, c, slots),
+        Some(Tag::Nudge) => on_nudge(cell, many.placed, c, slots),
+        _ => on_signal(cell, many.signals, c, slots, interrupted),
     }
 }
 
@@ -439,6 +473,42 @@ fn read_signal(cell: &RingCell, fd: RawFd, buf: uring::Buf) -> Result<()> {
             Tag::Signal.encode(),
         )
         .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
+}
+
+/// READs helper eventfd `fd` (8 bytes) into `buf`, on the reactor's lane.
+fn read_nudge(cell: &RingCell, fd: RawFd, buf: uring::Buf) -> Result<()> {
+    cell.lane(RUN_LANE)
+        .push(
+            Op::Read {
+                fd,
+                buf,
+                range: 0..8,
+                offset: u64::MAX,
+            },
+            Tag::Nudge.encode(),
+        )
+        .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
+}
+
+/// A helper's eventfd READ completed (a file was placed on it, or a stop posted): each
+/// placed transfer reads its stop now, the new files start at the turn's top, and the
+/// READ goes again (also after EINTR or EAGAIN; another failure is not renewed: the
+/// transfers' ticks read their stops, and the run asks its feed each turn).
+fn on_nudge(cell: &RingCell, fd: Option<RawFd>, c: uring::Completion, slots: &mut [Slot<'_>]) -> Result<()> {
+    use rustix::io::Errno;
+    let again = c.result >= 0
+        || [Errno::INTR, Errno::AGAIN]
+            .map(|e| -e.raw_os_error())
+            .contains(&c.result);
+    for s in slots.iter_mut() {
+        if let Slot::Busy(r) = s {
+            r.dl.posted_stop();
+        }
+    }
+    match (again, c.buf, fd) {
+        (true, Some(buf), Some(fd)) => read_nudge(cell, fd, buf),
+        _ => Ok(()),
+    }
 }
 
 /// A completion of the reactor's own lane: a signal ends every transfer in flight as
@@ -502,7 +572,7 @@ fn start<'c>(
     let remote = match super::spread(&mut st, n, reactor, spreads) {
         Ok(r) => r,
         Err(e) => {
-            let _ = feed.ended(id, Err(e), st.report, None);
+            let _ = feed.ended(id, Err(e), st.report, None, reactor);
             return;
         }
     };
@@ -533,7 +603,7 @@ fn start<'c>(
                 slots[lane] = Slot::Draining { _hold: None };
             }
             // (A transfer that did not start has no redirect to follow.)
-            let _ = feed.ended(id, Err(e), report, None);
+            let _ = feed.ended(id, Err(e), report, None, reactor);
         }
     }
 }

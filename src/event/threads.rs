@@ -333,16 +333,17 @@ impl Drop for Helpers {
     }
 }
 
-/// A helper thread: its own reactor, one part or whole transfer after another until its
-/// channel closes; `bell` rings the run's reactor, `nudge` is this helper's eventfd.
+/// A helper thread: its own reactor, one part after another, or the whole transfers placed
+/// on it (several at once), until its channel closes; `bell` rings the run's reactor, `nudge` is this helper's eventfd.
 fn helper(k: usize, orders: &Receiver<Order>, tx: &Sender<Report>, (bell, nudge): (&Arc<OwnedFd>, &Arc<OwnedFd>)) {
     let nudge = std::os::fd::AsRawFd::as_raw_fd(&**nudge);
     let mut reactor = Reactor::default();
-    while let Ok(order) = orders.recv() {
+    let mut held = None;
+    while let Some(order) = held.take().or_else(|| orders.recv().ok()) {
         let p = match order {
             Order::Part(p) => p,
             Order::Whole(w) => {
-                whole::run_whole(&mut reactor, *w, tx, bell, nudge);
+                held = whole::run_placed(&mut reactor, w, orders, (tx, bell, nudge));
                 continue;
             }
             Order::Forget { key } => {

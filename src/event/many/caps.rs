@@ -13,7 +13,9 @@ use crate::event::reactor::Reactor;
 /// origins — answered, a body coming ([`crate::control::origin::Origin::others`]), on
 /// this reactor or placed on another: a server's cap counts them all, so a refusal while
 /// another transfer is served is a cap (no failed try), what the server allows is learned
-/// with them, and no transfer opens past it.
+/// with them, and no transfer opens past it. A file placed on a helper is posted those of
+/// the transfers on other reactors (its helper adds its own files', here too: those of a
+/// placed transfer's [`Posted::others`](crate::event::threads::Posted) are added).
 pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
     let mut totals: Vec<(String, usize)> = Vec::new();
     let mut add = |key: &str, n: usize| match totals.iter_mut().find(|(k, _)| k == key) {
@@ -36,17 +38,31 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
         }
     }
     let all = |key: &str| totals.iter().find(|(k, _)| k == key).map_or(0, |t| t.1);
-    for s in slots.iter_mut() {
-        match s {
+    // (The requests of the files on helper `h` to `key`: its helper counts them.)
+    let on_helper = |slots: &[Slot<'_>], h: usize, key: &str| -> usize {
+        slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Away(a) if a.helper == h && a.keys.first().is_some_and(|k| k == key) => Some(a.serving),
+                _ => None,
+            })
+            .sum()
+    };
+    for lane in 0..slots.len() {
+        let others = match &slots[lane] {
+            Slot::Away(a) => a.keys.first().map(|k| all(k) - on_helper(slots, a.helper, k)),
+            _ => None,
+        };
+        match &mut slots[lane] {
             Slot::Busy(r) => {
+                let placed = r.dl.posted_others();
                 for o in 0..r.dl.sh.origins.len() {
                     let own = r.dl.serving(o);
-                    r.dl.sh.origins[o].others = all(r.dl.fin.key(o)) - own;
+                    r.dl.sh.origins[o].others = all(r.dl.fin.key(o)) - own + placed;
                 }
             }
             Slot::Away(a) => {
-                let others = a.keys.first().map_or(0, |k| all(k) - a.serving);
-                a.posted.others.store(others, Ordering::Release);
+                a.posted.others.store(others.unwrap_or(0), Ordering::Release);
             }
             _ => {}
         }

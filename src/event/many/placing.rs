@@ -52,6 +52,10 @@ pub(super) struct Placed {
     pub(super) learned: Vec<(String, usize)>,
     /// Per reactor: asked to close idle connections, no answer yet.
     pub(super) forgetting: Vec<bool>,
+    /// The shape of each helper's run of placed files: the files it runs at once at most
+    /// (`-j` over the reactors, rounded up), connection slots per file at most, whether a
+    /// file may splice ([`WholeOrder::shape`]).
+    pub(super) shape: (usize, usize, bool),
 }
 
 /// Closes the idle connections kept to the origins `keys` on the reactors `on` picks:
@@ -95,11 +99,12 @@ impl Placed {
     }
 }
 
-/// The reactor a file (to the origins `keys`) goes to when files are placed: a helper
-/// that runs no file (a helper runs one at a time), the one with the most idle
-/// connections to its origin first; else this one, which runs the rest of `-j`. This one
-/// also for a file that cannot run elsewhere (several mirrors, an output that is not a
-/// regular file) and while a transfer has the helpers.
+/// The reactor a file (to the origins `keys`) goes to when files are placed: the one that
+/// runs the fewest files (a helper at most its share of `-j`, [`Placed::shape`]; this one
+/// takes the rest), among those the one with the most idle connections to its origin, a
+/// helper before this one (which also drives the list). This one also for a file that
+/// cannot run elsewhere (several mirrors, an output that is not a regular file) and while
+/// a transfer has the helpers.
 pub(super) fn reactor_for(
     st: &Start,
     keys: &[String],
@@ -112,11 +117,26 @@ pub(super) fn reactor_for(
     if !elsewhere {
         return 0;
     }
-    let busy = |k: usize| slots.iter().any(|s| matches!(s, Slot::Away(a) if a.helper == k));
-    let idle = |k: usize| keys.first().map_or(0, |key| placed.idle_on(k, key));
+    let files = |k: usize| {
+        slots
+            .iter()
+            .filter(|s| match s {
+                Slot::Away(a) => a.helper == k,
+                Slot::Busy(_) => k == 0,
+                _ => false,
+            })
+            .count()
+    };
+    let idle = |k: usize| match keys.first() {
+        Some(key) if k == 0 => reactor.idle_to(key),
+        Some(key) => placed.idle_on(k, key),
+        None => 0,
+    };
+    let per = placed.shape.0.max(1);
     (1..=helpers.min(threads.saturating_sub(1)))
-        .filter(|&k| !busy(k))
-        .min_by_key(|&k| (std::cmp::Reverse(idle(k)), k))
+        .filter(|&k| files(k) < per)
+        .chain([0])
+        .min_by_key(|&k| (files(k), std::cmp::Reverse(idle(k)), k == 0))
         .unwrap_or(0)
 }
 
@@ -154,7 +174,7 @@ pub(super) fn place(
     let dup = match dup {
         Ok(d) => d,
         Err(e) => {
-            let _ = feed.ended(id, Err(e), report, None);
+            let _ = feed.ended(id, Err(e), report, None, reactor);
             return;
         }
     };
@@ -179,7 +199,13 @@ pub(super) fn place(
     o.threads = 1;
     o.pin = false;
     let Some(helpers) = reactor.helpers_running_mut() else {
-        let _ = feed.ended(id, Err(err!(Internal, "no reactor to place a file on")), report, None);
+        let _ = feed.ended(
+            id,
+            Err(err!(Internal, "no reactor to place a file on")),
+            report,
+            None,
+            reactor,
+        );
         return;
     };
     let posted = Arc::new(Posted {
@@ -200,9 +226,16 @@ pub(super) fn place(
         signed,
         posted: Arc::clone(&posted),
         most,
+        shape: placed.shape,
     };
     if helpers.place(order).is_err() {
-        let _ = feed.ended(id, Err(err!(Internal, "reactor {on}'s thread is gone")), report, None);
+        let _ = feed.ended(
+            id,
+            Err(err!(Internal, "reactor {on}'s thread is gone")),
+            report,
+            None,
+            reactor,
+        );
         return;
     }
     // (The idle connections it takes there are no longer idle.)
@@ -244,7 +277,7 @@ pub(super) fn take_reports(
 ) {
     let reports = reactor.helpers_running().map(Helpers::reports).unwrap_or_default();
     for m in reports {
-        on_report(feed, m, slots, waiting, placed);
+        on_report(feed, m, (slots, reactor), waiting, placed);
     }
 }
 
@@ -254,7 +287,7 @@ pub(super) fn take_reports(
 pub(super) fn on_report(
     feed: &mut dyn Feed,
     m: Report,
-    slots: &mut [Slot<'_>],
+    (slots, reactor): (&mut [Slot<'_>], &Reactor),
     waiting: &mut std::collections::VecDeque<(usize, Start)>,
     placed: &mut Placed,
 ) {
@@ -325,7 +358,7 @@ pub(super) fn on_report(
             // (Its connections on the helper closed or went idle: this reactor's slots
             // parked on its origin ask now.)
             super::caps::wake_parked(slots, &a.keys, a.held);
-            if let Some(again) = feed.ended(a.id, result, a.report, failed) {
+            if let Some(again) = feed.ended(a.id, result, a.report, failed, reactor) {
                 waiting.push_front((a.id, again));
             }
         }

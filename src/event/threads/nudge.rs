@@ -5,12 +5,16 @@
 //! (250 ms), so SIGINT at `--threads 2` took up to a tick to end a run. Each helper now
 //! has an eventfd (eventfd(2)) of its own: the reactor that posts a stop writes it, and a
 //! READ of it on the helper's ring (both backends, any kernel; [`Tag::Nudge`]) completes
-//! at once, so the helper reads the flags then. The other posted values (a give-back, the
+//! at once, so the helper reads the flags then. The files placed on a helper share its
+//! ring ([`crate::event::many`]): its reactor's lane holds the one READ, reads every
+//! placed file's stop flag when it completes, and takes the new orders on its next turn
+//! (the run's reactor writes the eventfd after each order too). The other posted values (a give-back, the
 //! requests of the other reactors, slots) are still read on its tick and after its waits:
 //! how a helper judges a server's refusal depends on them, and that stays as it was.
 //!
 //! A nudge that comes while the helper is between transfers stays in the eventfd's count:
-//! the next transfer's first READ completes at once, finds no stop and READs again.
+//! the next transfer's (or run's) first READ completes at once, finds no stop and READs
+//! again.
 
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 
@@ -37,12 +41,10 @@ pub(crate) fn nudge(fd: &OwnedFd) {
 }
 
 impl Loop<'_> {
-    /// The helper's eventfd when this loop runs a part or a placed transfer.
+    /// The helper's eventfd when this loop runs a part (placed transfers share a ring:
+    /// its reactor's lane READs it for them all, [`crate::event::many`]).
     fn nudge_fd(&self) -> Option<RawFd> {
-        self.part
-            .as_ref()
-            .map(|p| p.nudge)
-            .or(self.whole.as_ref().map(|w| w.nudge))
+        self.part.as_ref().map(|p| p.nudge)
     }
 
     /// READs the helper's eventfd into `buf` (8 bytes), when this loop has one.

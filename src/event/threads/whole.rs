@@ -2,30 +2,36 @@
 //!
 //! The run's reactor (the one that drives the list, [`crate::event::many`]) keeps each
 //! placed file's report, its place among the files in flight and its share of the
-//! per-origin caps; the helper runs the transfer as it would run one of its own
-//! ([`crate::event::run`]): its own ring, pools and connections (kept for the next file
-//! it is given), its control file, its final fsync and read-back. The messages:
+//! per-origin caps; the helper runs the files placed on it as the run's reactor runs its
+//! own ([`run_many`], a lane of its ring each): its own ring, pools and connections (kept
+//! for the next files it is given), each file's control file, final fsync and read-back.
+//! A helper runs at most its share of `-j` (`-j` over the reactors, rounded up) at once.
+//! The messages:
 //! - to the helper, an [`Order::Whole`](super::Order::Whole) with the transfer's `Send`
-//!   pieces (its output a duplicate descriptor of the same `.part`), and a [`Posted`]
-//!   the run's reactor writes: a signal that stops the run, and the requests the other
-//!   transfers have on the wire to the file's origin (they count toward its caps);
+//!   pieces (its output a duplicate descriptor of the same `.part`) and the connection
+//!   slots the caps left it, and a [`Posted`] the run's reactor writes: a signal that
+//!   stops the run, and the requests the transfers on *other* reactors have on the wire
+//!   to the file's origin (they count toward its caps; the helper counts its own). The
+//!   helper's eventfd is written after each order and each stop: its ring wakes for
+//!   them;
 //! - back, a [`WholeReport`]: each tick what the run's progress line shows of it, each
 //!   note as it comes (said by the run's reactor with the file's report), and its end —
-//!   the outcome, what a failed transfer knew, the connections it left idle and the cap
-//!   it learned. The helper has closed its descriptor of the output by then, so the run's
-//!   reactor may rename the file.
+//!   the outcome, what a failed transfer knew, the connections its reactor keeps idle and
+//!   the cap it learned. A file that landed has its descriptor of the output closed by
+//!   then, so the run's reactor may rename the file.
 
 use std::os::fd::{OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, OnceLock};
 
 use super::{Helpers, Order, Report, tell};
 use crate::config::Config;
 use crate::engine::EngineKind;
 use crate::error::Result;
+use crate::event::many::{Feed, Many, run_many};
 use crate::event::mirrors::MirrorRoute;
 use crate::event::{Loop, Outcome, Reactor, Start, Summary, reactor};
 use crate::output::Output;
@@ -55,6 +61,10 @@ pub(crate) struct WholeOrder {
     /// learned for its server): the helper's ring and write pool are sized for them, its
     /// read pool too unless that would close the connections it kept idle.
     pub(crate) most: usize,
+    /// The shape of the helper's run of placed files (the run's `-j` shared over the
+    /// reactors, the largest `-x`, whether a file may splice): its ring and pools are
+    /// sized for it when this order starts it.
+    pub(crate) shape: (usize, usize, bool),
 }
 
 /// What the run's reactor posts to a placed transfer: `stop` is read at once (its helper's
@@ -131,7 +141,9 @@ impl Helpers {
             .is_some_and(|w| w.orders.send(Order::Forget { key: key.to_owned() }).is_ok())
     }
 
-    /// Places `order` on its helper; gives it back when that helper's thread is gone.
+    /// Places `order` on its helper and wakes the helper's ring (it may be running files
+    /// placed before: it takes the order between two waits); gives the order back when
+    /// that helper's thread is gone.
     pub(crate) fn place(&self, order: WholeOrder) -> std::result::Result<(), Box<WholeOrder>> {
         let Some(w) = order.helper.checked_sub(1).and_then(|h| self.workers.get(h)) else {
             return Err(Box::new(order));
@@ -139,7 +151,9 @@ impl Helpers {
         w.orders.send(Order::Whole(Box::new(order))).map_err(|e| match e.0 {
             Order::Whole(o) => o,
             Order::Part(_) | Order::Forget { .. } => unreachable!("sent a whole transfer"),
-        })
+        })?;
+        super::nudge::nudge(&w.nudge);
+        Ok(())
     }
 
     /// What the helpers reported since last asked (none while a transfer has them lent:
@@ -163,61 +177,158 @@ impl Helpers {
     }
 }
 
-/// Runs placed transfer `w` on the helper's `reactor` and says its end; `nudge` is the
-/// helper's eventfd.
-pub(super) fn run_whole(reactor: &mut Reactor, w: WholeOrder, tx: &Sender<Report>, bell: &Arc<OwnedFd>, nudge: RawFd) {
-    let lending = w.placement;
-    let most = w.most;
-    let key = w.mirrors.first().map(reactor::route_key);
-    // (Held here until the run's ops are reaped: an epoll worker writes to the fd number.)
-    let out = Rc::new(w.out);
-    let (ftx, fbell) = (tx.clone(), Arc::clone(bell));
-    let mut st = Start {
-        mirrors: w.mirrors,
-        opts: Rc::new(w.opts),
-        out: Rc::clone(&out),
-        resume: w.resume,
-        control: w.control,
-        engine: w.engine,
-        ktls: w.ktls,
-        signed: w.signed,
-        report: Progress::forwarding(Box::new(move |note| {
-            tell(
-                &ftx,
-                &fbell,
-                Report::Whole {
-                    lending,
-                    what: WholeReport::Note(note),
-                },
-            );
-        })),
-        part: None,
-        whole: Some(WholeLink {
-            lending,
-            tx: tx.clone(),
-            bell: Arc::clone(bell),
-            posted: w.posted,
-            nudge,
-            told: (0, false),
-            pool: None,
-            most: 0,
-        }),
-    };
-    // Write blocks for the slots it may grow to, and read blocks too unless a new read pool
-    // would close the connections this reactor kept for it (then it grows as far as the
-    // pool has room). Pools that cannot be mapped leave it the slots it started with.
-    let block = crate::engine::blocks::write_block().max(out.align as usize);
-    let sized = reactor.size_write_pool(1, most, block).is_ok()
-        && (!reactor.idle_counts().is_empty() || reactor.size_read_pool(1, most).is_ok());
-    if let Some(link) = st.whole.as_mut() {
-        link.most = if sized { most } else { 0 };
+/// The files the run's reactor placed on a helper, as the [`Feed`] of the helper's own
+/// [`run_many`]: each [`Order::Whole`] taken from the helper's channel starts on a lane of
+/// its ring (with the slots the run's reactor gave it: the caps are counted there), and
+/// each end goes back as a [`WholeReport::Ended`]. Another order (a part of a lone file,
+/// or a [`Order::Forget`], sent only while the helper runs no file) ends the run of
+/// placed files and waits in `held` for the helper's loop.
+struct Placements<'a> {
+    orders: &'a Receiver<Order>,
+    tx: &'a Sender<Report>,
+    bell: &'a Arc<OwnedFd>,
+    /// The order the helper's loop took from the channel.
+    first: Option<Box<WholeOrder>>,
+    /// An order that is not a whole transfer, for the helper's loop once the files end.
+    held: Option<Order>,
+    /// The placements started and not ended, with their origin's key.
+    running: Vec<(u64, Option<String>)>,
+}
+
+impl Placements<'_> {
+    /// The transfer of placed file `w`: its notes go to the run's reactor.
+    fn start(&self, w: WholeOrder) -> Start {
+        let lending = w.placement;
+        let (ftx, fbell) = (self.tx.clone(), Arc::clone(self.bell));
+        Start {
+            mirrors: w.mirrors,
+            opts: Rc::new(w.opts),
+            out: Rc::new(w.out),
+            resume: w.resume,
+            control: w.control,
+            engine: w.engine,
+            ktls: w.ktls,
+            signed: w.signed,
+            report: Progress::forwarding(Box::new(move |note| {
+                tell(
+                    &ftx,
+                    &fbell,
+                    Report::Whole {
+                        lending,
+                        what: WholeReport::Note(note),
+                    },
+                );
+            })),
+            part: None,
+            whole: Some(WholeLink {
+                lending,
+                tx: self.tx.clone(),
+                bell: Arc::clone(self.bell),
+                posted: w.posted,
+                told: (0, false),
+                pool: None,
+                most: w.most,
+            }),
+        }
     }
-    let (result, report, failed) = crate::event::run(st, None, reactor);
-    drop(report);
-    // The output's descriptor closes before the end is said: the run's reactor renames
-    // the file once it hears it.
-    drop(out);
-    tell_ended(tx, bell, lending, (result, failed), reactor, key.as_deref());
+
+    /// Says placement `lending`'s end and forgets it.
+    fn tell_ended(&mut self, lending: u64, r: (Result<Outcome>, Option<Box<Summary>>), reactor: Option<&Reactor>) {
+        let key = self
+            .running
+            .iter()
+            .position(|p| p.0 == lending)
+            .and_then(|i| self.running.swap_remove(i).1);
+        tell_ended(self.tx, self.bell, lending, r, reactor, key.as_deref());
+    }
+}
+
+impl Feed for Placements<'_> {
+    fn next(&mut self) -> Option<(usize, Start)> {
+        let w = match self.first.take() {
+            Some(w) => w,
+            None if self.held.is_some() => return None,
+            None => match self.orders.try_recv() {
+                Ok(Order::Whole(w)) => w,
+                Ok(o) => {
+                    self.held = Some(o);
+                    return None;
+                }
+                Err(_) => return None,
+            },
+        };
+        let key = w.mirrors.first().map(reactor::route_key);
+        self.running.push((w.placement, key));
+        let id = usize::try_from(w.placement).unwrap_or(usize::MAX);
+        Some((id, self.start(*w)))
+    }
+
+    fn ended(
+        &mut self,
+        id: usize,
+        r: Result<Outcome>,
+        _report: Progress,
+        failed: Option<Box<Summary>>,
+        reactor: &Reactor,
+    ) -> Option<Start> {
+        // (A redirect goes back too: the run's reactor places the file again.)
+        self.tell_ended(id as u64, (r, failed), Some(reactor));
+        None
+    }
+
+    fn progress(&mut self, _: &[crate::report::Flight], _: std::time::Duration) {
+        // (Each placed transfer tells its own on its tick: [`Loop::tell_placed`].)
+    }
+
+    fn stopping(&self) -> bool {
+        false
+    }
+
+    fn unstarted(&mut self, id: usize, _st: Start) {
+        let e = crate::err!(Interrupted, "the reactor stopped before the file started");
+        self.tell_ended(id as u64, (Err(e), None), None);
+    }
+}
+
+/// Runs placed transfer `w` on the helper's `reactor`, beside the others the run's
+/// reactor places on it while it runs (up to the lanes `w` says), until none runs and
+/// none waits in `orders`. Gives back an order taken from `orders` that is not a whole
+/// transfer. `nudge` is the helper's eventfd: a new order or a posted stop wakes its ring.
+pub(super) fn run_placed(
+    reactor: &mut Reactor,
+    w: Box<WholeOrder>,
+    orders: &Receiver<Order>,
+    (tx, bell, nudge): (&Sender<Report>, &Arc<OwnedFd>, RawFd),
+) -> Option<Order> {
+    let opts = w.opts.clone();
+    let many = Many {
+        lanes: w.shape.0,
+        connections: w.shape.1.max(w.most),
+        splice: w.shape.2,
+        signals: None,
+        threads: 1,
+        pin: false,
+        placed: Some(nudge),
+    };
+    let mut feed = Placements {
+        orders,
+        tx,
+        bell,
+        first: Some(w),
+        held: None,
+        running: Vec::new(),
+    };
+    if let Err(e) = run_many(&mut feed, &opts, &many, reactor) {
+        // (The files it took end with the failure: the run's reactor waits for each.)
+        let lendings: Vec<u64> = feed.running.iter().map(|p| p.0).collect();
+        let first = feed.first.take().map(|w| w.placement);
+        for lending in lendings.into_iter().chain(first) {
+            let e = crate::error::Error::new(e.kind, e.msg.clone());
+            feed.tell_ended(lending, (Err(e), None), None);
+        }
+        reactor.reset();
+    }
+    feed.held
 }
 
 /// Says placement `lending`'s end: its outcome (or its error and what the failed transfer
@@ -227,11 +338,11 @@ fn tell_ended(
     bell: &Arc<OwnedFd>,
     lending: u64,
     (result, failed): (Result<Outcome>, Option<Box<Summary>>),
-    reactor: &Reactor,
+    reactor: Option<&Reactor>,
     key: Option<&str>,
 ) {
-    let allows = key.and_then(|k| reactor.allows(k));
-    let idle = reactor.idle_counts();
+    let allows = key.zip(reactor).and_then(|(k, r)| r.allows(k));
+    let idle = reactor.map(Reactor::idle_counts).unwrap_or_default();
     tell(
         tx,
         bell,
@@ -253,8 +364,6 @@ pub(crate) struct WholeLink {
     tx: Sender<Report>,
     bell: Arc<OwnedFd>,
     pub(super) posted: Arc<Posted>,
-    /// The helper's eventfd, which the run's reactor writes after posting a stop.
-    pub(super) nudge: RawFd,
     /// Its requests the server serves, and whether a slot is parked on a cap, as last
     /// told.
     told: (usize, bool),
@@ -286,24 +395,28 @@ impl Loop<'_> {
         self.tell_flight();
     }
 
-    /// Each turn of a placed transfer: the other transfers' requests to its origin count
-    /// toward the caps, as last posted, a posted wake ends its parked slots' waits, and
-    /// posted slots are added; its own, and whether a slot is parked, go to the run's
-    /// reactor as soon as they change (a server's refusal is judged by them all: a stale
-    /// count learns a cap too low).
+    /// The requests the transfers on other reactors have on the wire to this placed
+    /// transfer's origin, as last posted (0 for one not placed). Its helper adds those of
+    /// its other files ([`crate::event::many`]'s `share_origins`, each turn).
+    pub(crate) fn posted_others(&self) -> usize {
+        self.whole
+            .as_ref()
+            .map_or(0, |w| w.posted.others.load(Ordering::Acquire))
+    }
+
+    /// Each turn of a placed transfer: a posted wake ends its parked slots' waits, and
+    /// posted slots are added; its requests served, and whether a slot is parked, go to
+    /// the run's reactor as soon as they change (a server's refusal is judged by them all:
+    /// a stale count learns a cap too low).
     pub(crate) fn sync_placed(&mut self) {
         let Some(w) = self.whole.as_ref() else {
             return;
         };
-        let others = w.posted.others.load(Ordering::Acquire);
         let wake = w.posted.wake.swap(false, Ordering::AcqRel);
         let more = w.posted.more.swap(0, Ordering::AcqRel);
         let pool = w.pool.clone().filter(|_| more > 0);
         let most = w.most;
         let told = w.told;
-        for o in &mut self.sh.origins {
-            o.others = others;
-        }
         if wake {
             // (One place freed: its one slot asks.)
             for o in 0..self.sh.origins.len() {
