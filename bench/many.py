@@ -87,7 +87,12 @@ def ringdl_has_jobs(ringdl: str) -> bool:
 
 def commands(args, tool: str, urls: list[str], listfile: Path, out: Path, ca: Path,
              https: bool) -> tuple[str, list[str]]:
-    """(row label, argv) of `tool` fetching `urls` into `out`."""
+    """(row label, argv) of `tool` fetching `urls` into `out`. `ringdl@T` (and
+    `ringdl-before@T`) is ringdl at `--threads T`."""
+    if "@" in tool:
+        name, threads = tool.split("@", 1)
+        label, argv = commands(args, name, urls, listfile, out, ca, https)
+        return (f"{label} --threads {threads}", [*argv, "--threads", threads])
     if tool == "curl":
         return ("curl --remote-name-all", ["curl", "-sS", "--fail", *(["--cacert", str(ca)] if https else []),
                                           "--remote-name-all", "--output-dir", str(out), *urls])
@@ -202,6 +207,8 @@ def main() -> int:
     ap.add_argument("--jobs", "-j", type=int, default=4, help="files in flight for ringdl and aria2c (default 4)")
     ap.add_argument("--ringdl", help="the ringdl binary (default: the static release build)")
     ap.add_argument("--before", help="a second ringdl binary, run as the tool `ringdl-before` (before/after)")
+    ap.add_argument("--threads", type=b.csv_list(int), default=None,
+                    help="ringdl rows at each of these --threads (e.g. 1,2); default: ringdl's own default")
     ap.add_argument("--work", type=Path, default=Path("/var/tmp/ringdl-bench/work"))
     ap.add_argument("--out-dir", type=Path, default=Path("/var/tmp/ringdl-bench/out"))
     ap.add_argument("--results", type=Path, default=Path("/var/tmp/ringdl-bench/results"))
@@ -221,6 +228,10 @@ def main() -> int:
         b.die("the tool ringdl-before needs --before PATH")
     args.before = str(Path(args.before).resolve()) if args.before else ""
     args.ringdl_lists = "ringdl" in args.tools and ringdl_has_lists(args.ringdl)
+    if args.threads:
+        # (One row per --threads for each ringdl binary, interleaved with the others.)
+        args.tools = [f"{t}@{n}" if t.startswith("ringdl") else t for t in args.tools
+                      for n in (args.threads if t.startswith("ringdl") else [None])]
     args.work, args.out_dir = args.work.resolve(), args.out_dir.resolve()
     www, tls, logs = args.work / "www", args.work / "tls", args.work / "logs"
     for d in (www, logs, args.out_dir, args.results):
