@@ -230,7 +230,7 @@ fn turns<'c>(
         read_nudge(cell, fd, buf)?;
     }
     // `--threads` with several files in flight: whole files are placed on the reactors
-    // (a helper that runs none takes the next, this one the rest: [`reactor_for`]); a
+    // (the one that runs the fewest takes the next: [`reactor_for`]); a
     // file alone in flight, with none to come after it, spreads its segments over them
     // instead ([`super::spread`]).
     let threads = many.threads.max(1);
@@ -370,7 +370,7 @@ fn turns<'c>(
             let freed_slots = r.held();
             let (outcome, report, failed, hold) = end(r.dl, step, reactor);
             // Its connections closed or went idle: slots parked on its origins' caps ask now.
-            wake_parked(slots, &r.keys, freed_slots);
+            wake_parked(slots, &r.keys, freed_slots, 0);
             // Its ops still in flight (the tick, reads of connections not kept) come back
             // cancelled before the lane takes another transfer.
             cell.cancel_lane(lane as u8)

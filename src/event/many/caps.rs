@@ -234,8 +234,9 @@ fn growth(slot: &Slot<'_>) -> Option<Growth> {
 /// ([`crate::event::Loop::wake_parked`]; a transfer placed on another reactor by a posted
 /// wake), not up to [`crate::event::retry::CAP_RETRY_MOST`] later. Transfers served
 /// nothing by an origin go first (a running file's parked slot would otherwise take the
-/// room a file that has no connection waits for).
-pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String], freed: usize) {
+/// room a file that has no connection waits for). `on`: the helper the transfer ran on (0:
+/// this reactor); that helper woke its own files' slots.
+pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String], freed: usize, on: usize) {
     for key in keys {
         // (lane, the transfer's index of the origin — none for a placed one —, served nothing)
         let mut parked: Vec<(usize, Option<usize>, bool)> = slots
@@ -243,7 +244,10 @@ pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String], freed: usize)
             .enumerate()
             .filter_map(|(lane, s)| match s {
                 Slot::Busy(r) => r.dl.parked_on(key).map(|o| (lane, Some(o), r.dl.serving(o) == 0)),
-                Slot::Away(a) if a.parked && a.keys.contains(key) => Some((lane, None, a.serving == 0)),
+                // (A file on the helper the ended one ran on was woken there.)
+                Slot::Away(a) if a.parked && a.keys.contains(key) && (on == 0 || a.helper != on) => {
+                    Some((lane, None, a.serving == 0))
+                }
                 _ => None,
             })
             .collect();

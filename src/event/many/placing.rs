@@ -357,7 +357,7 @@ pub(super) fn on_report(
             }
             // (Its connections on the helper closed or went idle: this reactor's slots
             // parked on its origin ask now.)
-            super::caps::wake_parked(slots, &a.keys, a.held);
+            super::caps::wake_parked(slots, &a.keys, a.held, a.helper);
             if let Some(again) = feed.ended(a.id, result, a.report, failed, reactor) {
                 waiting.push_front((a.id, again));
             }

@@ -58,8 +58,8 @@ pub(crate) struct WholeOrder {
     pub(crate) signed: Option<crate::signature::Input>,
     pub(crate) posted: Arc<Posted>,
     /// The slots it may grow to (its `-x` under `--max-connections-per-host` and the cap
-    /// learned for its server): the helper's ring and write pool are sized for them, its
-    /// read pool too unless that would close the connections it kept idle.
+    /// learned for its server): at most the `-x` of `shape`, which the helper's ring and
+    /// pools are sized for.
     pub(crate) most: usize,
     /// The shape of the helper's run of placed files (the run's `-j` shared over the
     /// reactors, the largest `-x`, whether a file may splice): its ring and pools are
@@ -369,8 +369,7 @@ pub(crate) struct WholeLink {
     told: (usize, bool),
     /// The reactor's read pool, which the slots it is given later take their blocks from.
     pool: Option<uring::BufPool>,
-    /// The slots it may grow to, which its ring and pools are sized for (0: none past
-    /// those it started with).
+    /// The slots it may grow to, which its ring and pools are sized for.
     pub(crate) most: usize,
 }
 
@@ -404,11 +403,18 @@ impl Loop<'_> {
             .map_or(0, |w| w.posted.others.load(Ordering::Acquire))
     }
 
-    /// Each turn of a placed transfer: a posted wake ends its parked slots' waits, and
-    /// posted slots are added; its requests served, and whether a slot is parked, go to
-    /// the run's reactor as soon as they change (a server's refusal is judged by them all:
-    /// a stale count learns a cap too low).
+    /// Each turn of a placed transfer: a posted stop ends it (one that started after its
+    /// helper's eventfd was read for it — the order's wake-up and the stop's taken as one,
+    /// or its order waiting for a lane — has no other wake-up left to read it), a posted
+    /// wake ends its parked slots' waits, and posted slots are added; its requests
+    /// served, and whether a slot is parked, go to the run's reactor as soon as they
+    /// change (a server's refusal is judged by them all: a stale count learns a cap too
+    /// low).
     pub(crate) fn sync_placed(&mut self) {
+        if self.whole.is_none() {
+            return;
+        }
+        self.posted_stop();
         let Some(w) = self.whole.as_ref() else {
             return;
         };
