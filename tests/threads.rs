@@ -456,6 +456,47 @@ fn a_helper_runs_its_share_of_the_files_at_once() {
     }
 }
 
+/// `--threads 2 -j 3` over four paced files: no more than `-j` `.part` files are open at
+/// once (the run asked its list for a fourth ahead, to tell whether a file is alone in
+/// flight, while three were in flight: its `.part` sat open, its transfer waiting for a
+/// lane).
+#[test]
+fn a_list_with_threads_opens_no_more_than_j_files() {
+    let n = nginx();
+    let f = n.file(16 * MIB);
+    let dir = TestDir::new("threads-open-j");
+    let files: Vec<(String, String)> = (0..4).map(|i| (n.paced_url(&f.name), format!("f{i}.bin"))).collect();
+    let list = write_list(&dir, &files);
+    let parts = |d: &Path| {
+        fs::read_dir(d)
+            .map(|r| {
+                r.filter_map(std::result::Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let mut most = 0;
+    let o = dir
+        .ringdl()
+        .args(["--threads", "2", "-j", "3", "-x", "1", "-d"])
+        .arg(dir.path())
+        .arg("-i")
+        .arg(&list)
+        .run_with(|pid| {
+            // (Three files at 4 MiB/s each take 4 s: watched for the first 1.5 s.)
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(1500) {
+                most = most.max(parts(dir.path()));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+        });
+    let err = o.stderr_text();
+    assert_eq!(o.code(), Some(8), "{err}");
+    assert_eq!(most, 3, "{most} .part files open at once at -j 3\n{err}");
+}
+
 /// A list whose first file redirects while the second fails before it starts (its
 /// output exists): the first starts again after its redirect, on another lane, and
 /// spreads again while its first lane still drains; it lands exact (it once failed with

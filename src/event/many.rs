@@ -277,14 +277,17 @@ fn turns<'c>(
                 exhausted = true;
                 break;
             };
-            // (Whether another file comes after it: one alone in flight spreads.)
-            if placing && waiting.is_empty() && !exhausted {
+            // (Whether another file comes after it: one alone in flight spreads. Asked only
+            // with none in flight, the one case where it decides: the feed opens the file it
+            // gives, and no more than `-j` are open at once.)
+            let none_in_flight = slots.iter().all(|s| !in_flight(s));
+            if placing && waiting.is_empty() && !exhausted && none_in_flight {
                 match feed.next() {
                     Some(w) => waiting.push_back(w),
                     None => exhausted = true,
                 }
             }
-            let alone = waiting.is_empty() && exhausted && slots.iter().all(|s| !in_flight(s));
+            let alone = waiting.is_empty() && exhausted && none_in_flight;
             let keys: Vec<String> = st.mirrors.iter().map(reactor::route_key).collect();
             let on = if placing && !alone {
                 reactor_for(&st, &keys, (slots, reactor), threads, placed)
