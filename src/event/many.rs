@@ -27,13 +27,13 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use uring::Op;
-
 mod caps;
 mod placing;
+mod run_lane;
 
 use caps::{grow, room, share_origins, wake_parked};
-use placing::{Away, Placed, forget_idle, on_bell, on_report, place, reactor_for, read_bell, take_reports};
+use placing::{Away, Placed, forget_idle, on_report, place, reactor_for, read_bell, take_reports};
+use run_lane::{on_run_lane, on_signal, read_nudge, read_signal};
 
 use super::reactor::{self, Reactor};
 use super::{Loop, Outcome, Start, Summary, end, start_on};
@@ -444,113 +444,6 @@ fn turns<'c>(
                 _ => {}
             }
         }
-    }
-}
-
-/// A completion of the reactor's own lane: the signalfd's READ ([`on_signal`]), the
-/// helpers' eventfd's ([`on_bell`]) or, on a helper, its own eventfd's ([`on_nudge`]).
-fn on_run_lane(
-    cell: &RingCell,
-    (many, reactor): (&Many, &Reactor),
-    c: uring::Completion,
-    slots: &mut [Slot<'_>],
-    interrupted: &mut Option<&'static str>,
-) -> Result<()> {
-    match Tag::decode(c.tag) {
-        Some(Tag::Mail) => on_bell(cell, reactor, c, slots),
-        Some(Tag::Nudge) => on_nudge(cell, many.placed, c, slots),
-        _ => on_signal(cell, many.signals, c, slots, interrupted),
-    }
-}
-
-/// Reads the next SIGINT/SIGTERM from signalfd `fd` into `buf` (on the reactor's lane).
-fn read_signal(cell: &RingCell, fd: RawFd, buf: uring::Buf) -> Result<()> {
-    cell.lane(RUN_LANE)
-        .push(
-            Op::Read {
-                fd,
-                buf,
-                range: 0..uring::signal::SIGINFO_SIZE,
-                offset: u64::MAX,
-            },
-            Tag::Signal.encode(),
-        )
-        .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
-}
-
-/// READs helper eventfd `fd` (8 bytes) into `buf`, on the reactor's lane.
-fn read_nudge(cell: &RingCell, fd: RawFd, buf: uring::Buf) -> Result<()> {
-    cell.lane(RUN_LANE)
-        .push(
-            Op::Read {
-                fd,
-                buf,
-                range: 0..8,
-                offset: u64::MAX,
-            },
-            Tag::Nudge.encode(),
-        )
-        .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
-}
-
-/// A helper's eventfd READ completed (a file was placed on it, or a stop posted): each
-/// placed transfer reads its stop now, the new files start at the turn's top, and the
-/// READ goes again (also after EINTR or EAGAIN; another failure is not renewed: the
-/// transfers' ticks read their stops, and the run asks its feed each turn).
-fn on_nudge(cell: &RingCell, fd: Option<RawFd>, c: uring::Completion, slots: &mut [Slot<'_>]) -> Result<()> {
-    use rustix::io::Errno;
-    let again = c.result >= 0
-        || [Errno::INTR, Errno::AGAIN]
-            .map(|e| -e.raw_os_error())
-            .contains(&c.result);
-    for s in slots.iter_mut() {
-        if let Slot::Busy(r) = s {
-            r.dl.posted_stop();
-        }
-    }
-    match (again, c.buf, fd) {
-        (true, Some(buf), Some(fd)) => read_nudge(cell, fd, buf),
-        _ => Ok(()),
-    }
-}
-
-/// A completion of the reactor's own lane: a signal ends every transfer in flight as
-/// `Interrupted` (each keeps its `.part` and control file), and the signalfd is read
-/// again (from `signals`) for the next one.
-fn on_signal(
-    cell: &RingCell,
-    signals: Option<RawFd>,
-    c: uring::Completion,
-    slots: &mut [Slot<'_>],
-    interrupted: &mut Option<&'static str>,
-) -> Result<()> {
-    if Tag::decode(c.tag) != Some(Tag::Signal) {
-        return Ok(());
-    }
-    if c.result <= 0 {
-        // (A failed or cancelled read: read again, or a later Ctrl-C would go unseen.)
-        return match (signals, c.buf) {
-            (Some(fd), Some(buf)) if c.result != -(rustix::io::Errno::CANCELED.raw_os_error()) => {
-                read_signal(cell, fd, buf)
-            }
-            _ => Ok(()),
-        };
-    }
-    let name = crate::tag::signal_name(c.buf.as_deref());
-    *interrupted = Some(name);
-    for s in slots.iter_mut() {
-        match s {
-            Slot::Busy(r) => r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {name}")),
-            // (Its reactor's ring is woken to end it, keeping its `.part` and control file.)
-            Slot::Away(a) => {
-                a.posted.post_stop(name);
-            }
-            _ => {}
-        }
-    }
-    match (signals, c.buf) {
-        (Some(fd), Some(buf)) => read_signal(cell, fd, buf),
-        _ => Ok(()),
     }
 }
 
