@@ -355,8 +355,9 @@ pub(super) fn on_report(
             if let Some(s) = failed.as_mut() {
                 s.reactor = a.helper;
             }
-            // (Its connections on the helper closed or went idle: this reactor's slots
-            // parked on its origin ask now.)
+            // (Its connections on the helper closed or went idle: the slots parked on its
+            // origin ask now, this reactor's and those of files on other helpers; its own
+            // helper woke its files there.)
             super::caps::wake_parked(slots, &a.keys, a.held, a.helper);
             if let Some(again) = feed.ended(a.id, result, a.report, failed, reactor) {
                 waiting.push_front((a.id, again));

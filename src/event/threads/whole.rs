@@ -68,8 +68,8 @@ pub(crate) struct WholeOrder {
 }
 
 /// What the run's reactor posts to a placed transfer: `stop` is read at once (its helper's
-/// eventfd is written: [`Posted::post_stop`]) and on its tick (250 ms), the rest after each
-/// of its waits.
+/// eventfd is written: [`Posted::post_stop`]), at each of its turns and on its tick
+/// (250 ms), the rest after each of its waits.
 #[derive(Default)]
 pub(crate) struct Posted {
     /// SIGINT or SIGTERM came, or the run failed: the transfer ends as `Interrupted` by
@@ -415,7 +415,7 @@ impl Loop<'_> {
             return;
         }
         self.posted_stop();
-        let Some(w) = self.whole.as_ref() else {
+        let Some(w) = self.whole.as_ref().filter(|_| self.sh.fatal.is_none()) else {
             return;
         };
         let wake = w.posted.wake.swap(false, Ordering::AcqRel);
