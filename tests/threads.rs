@@ -754,6 +754,68 @@ fn fifty_short_downloads_at_threads_4_with_random_faults_land_every_byte() {
     }
 }
 
+/// Stress for lists: 12 lists of 6–9 files at `--threads 3 -j 6 -x 2` (two files on each
+/// helper at once) against fault servers that cut, refuse or reset random requests: every
+/// file of every list lands exact, and the faults fired (each list's server is checked).
+#[test]
+fn twelve_lists_at_threads_3_with_random_faults_land_every_file() {
+    let mut rng = XorShift::new(0x11_57);
+    let mut fired = 0;
+    for iter in 0..12 {
+        let size = MIB + rng.below(2 * MIB);
+        let files = 6 + rng.below(4) as usize;
+        let mut b = FaultServer::builder().size(size).seed(iter + 1).tls_if(iter % 3 == 0);
+        for _ in 0..4 {
+            let req = 2 + rng.below(3 * files as u64);
+            let fault = match rng.below(3) {
+                0 => Fault::CloseRandom { how: None },
+                1 => Fault::Status {
+                    code: 503,
+                    retry_after: None,
+                },
+                _ => Fault::Close {
+                    after: rng.below(256 << 10),
+                    how: Close::Rst,
+                },
+            };
+            b = b.fault_on(When::Request(req), fault);
+        }
+        let srv = b.start();
+        let dir = TestDir::new("threads-list-stress");
+        let list: Vec<(String, String)> = (0..files)
+            .map(|i| (srv.url(&format!("f{i}.bin")), format!("f{i}.bin")))
+            .collect();
+        let list = write_list(&dir, &list);
+        let mut cmd = dir.ringdl();
+        cmd.args(["--threads", "3", "-j", "6", "-x", "2", "--min-split-size", "256K"])
+            .args(["--retry-wait", "0.05", "--json", "run.json", "-d"])
+            .arg(dir.path())
+            .arg("-i")
+            .arg(&list);
+        if iter % 3 == 0 {
+            cmd.arg("--ca-certificate").arg(srv.ca_pem());
+        }
+        let o = cmd.run();
+        let err = o.stderr_text();
+        assert_eq!(o.code(), Some(0), "iteration {iter}\n{err}");
+        for i in 0..files {
+            let out = dir.join(format!("f{i}.bin"));
+            assert_eq!(
+                sha256_file(&out),
+                srv.sha256(),
+                "iteration {iter}: f{i}.bin WRONG BYTES\n{err}"
+            );
+        }
+        let on: std::collections::BTreeSet<u64> = placed(&dir).iter().map(|p| p.1).collect();
+        assert!(
+            on.len() >= 2,
+            "iteration {iter}: the files ran on reactors {on:?}\n{err}"
+        );
+        fired += srv.fired().len();
+    }
+    assert!(fired >= 12, "only {fired} faults fired over the 12 lists");
+}
+
 /// The CPUs a thread may run on (`Cpus_allowed_list` of /proc/PID/task/TID/status).
 fn cpus_allowed(task: &Path) -> Option<String> {
     let status = fs::read_to_string(task.join("status")).ok()?;
