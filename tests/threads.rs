@@ -706,6 +706,22 @@ fn a_part_that_fails_on_another_reactor_goes_back_and_lands() {
     }
 }
 
+/// One of the stress tests' faults, at random: a cut at a random point, a 503, or an RST
+/// after up to 256 KiB of the body.
+fn random_fault(rng: &mut XorShift) -> Fault {
+    match rng.below(3) {
+        0 => Fault::CloseRandom { how: None },
+        1 => Fault::Status {
+            code: 503,
+            retry_after: None,
+        },
+        _ => Fault::Close {
+            after: rng.below(256 << 10),
+            how: Close::Rst,
+        },
+    }
+}
+
 /// Stress: 50 short downloads at `--threads 4 -x 8` against fault servers that cut,
 /// stall or refuse random requests: every run lands the exact bytes.
 #[test]
@@ -716,18 +732,7 @@ fn fifty_short_downloads_at_threads_4_with_random_faults_land_every_byte() {
         let mut b = FaultServer::builder().size(size).seed(iter + 1).tls_if(iter % 3 == 0);
         for _ in 0..3 {
             let req = 2 + rng.below(12);
-            let fault = match rng.below(3) {
-                0 => Fault::CloseRandom { how: None },
-                1 => Fault::Status {
-                    code: 503,
-                    retry_after: None,
-                },
-                _ => Fault::Close {
-                    after: rng.below(256 << 10),
-                    how: Close::Rst,
-                },
-            };
-            b = b.fault_on(When::Request(req), fault);
+            b = b.fault_on(When::Request(req), random_fault(&mut rng));
         }
         let srv = b.start();
         let r = util::get(
@@ -767,18 +772,7 @@ fn twelve_lists_at_threads_3_with_random_faults_land_every_file() {
         let mut b = FaultServer::builder().size(size).seed(iter + 1).tls_if(iter % 3 == 0);
         for _ in 0..4 {
             let req = 2 + rng.below(3 * files as u64);
-            let fault = match rng.below(3) {
-                0 => Fault::CloseRandom { how: None },
-                1 => Fault::Status {
-                    code: 503,
-                    retry_after: None,
-                },
-                _ => Fault::Close {
-                    after: rng.below(256 << 10),
-                    how: Close::Rst,
-                },
-            };
-            b = b.fault_on(When::Request(req), fault);
+            b = b.fault_on(When::Request(req), random_fault(&mut rng));
         }
         let srv = b.start();
         let dir = TestDir::new("threads-list-stress");

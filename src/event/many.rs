@@ -32,8 +32,8 @@ mod placing;
 mod run_lane;
 
 use caps::{grow, room, share_origins, wake_parked};
-use placing::{Away, Placed, forget_idle, on_report, place, reactor_for, read_bell, take_reports};
-use run_lane::{on_run_lane, on_signal, read_nudge, read_signal};
+use placing::{Away, Placed, forget_idle, on_report, place, reactor_for, take_reports};
+use run_lane::{on_run_lane, on_signal, read_eventfd, read_signal};
 
 use super::reactor::{self, Reactor};
 use super::{Loop, Outcome, Start, Summary, end, start_on};
@@ -227,7 +227,7 @@ fn turns<'c>(
     if let Some(fd) = many.placed
         && let Some(buf) = reactor.signal_block()?.alloc()
     {
-        read_nudge(cell, fd, buf)?;
+        read_eventfd(cell, fd, buf, Tag::Nudge)?;
     }
     // `--threads` with several files in flight: whole files are placed on the reactors
     // (the one that runs the fewest takes the next: [`reactor_for`]); a
@@ -240,7 +240,7 @@ fn turns<'c>(
         let Some(buf) = reactor.mail_block()?.alloc() else {
             return Err(err!(Internal, "no block for the reactors' eventfd"));
         };
-        read_bell(cell, bell, buf)?;
+        read_eventfd(cell, bell, buf, Tag::Mail)?;
     }
     loop {
         // (A helper asks its feed again each turn: files are placed on it as it runs.)

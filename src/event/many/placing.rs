@@ -2,13 +2,10 @@
 //! reactors ([`crate::event::threads`]'s `whole.rs` is the helper's side): which reactor
 //! a file goes to, the order that sends it, the helpers' reports applied to its slot
 //! (progress, notes, its end handed to the feed), the idle connections each reactor
-//! keeps (closed by message when a file cannot start for them), and the eventfd READ that
-//! wakes the run when a helper reported.
+//! keeps (closed by message when a file cannot start for them), and the completion of the
+//! eventfd READ that wakes the run when a helper reported (its READ: `run_lane.rs`).
 
-use std::os::fd::RawFd;
 use std::sync::Arc;
-
-use uring::Op;
 
 use super::{Feed, Slot};
 use crate::err;
@@ -16,7 +13,7 @@ use crate::error::Result;
 use crate::event::reactor::Reactor;
 use crate::event::threads::{Helpers, Posted, Report, WholeOrder, WholeReport};
 use crate::event::{Outcome, Start};
-use crate::lane::{RUN_LANE, RingCell};
+use crate::lane::RingCell;
 use crate::report::{Flight, Progress};
 use crate::tag::Tag;
 
@@ -366,22 +363,6 @@ pub(super) fn on_report(
     }
 }
 
-/// Reads the helpers' eventfd `bell` into `buf` (on the reactor's lane): it wakes the run
-/// when a helper reported.
-pub(super) fn read_bell(cell: &RingCell, bell: RawFd, buf: uring::Buf) -> Result<()> {
-    cell.lane(RUN_LANE)
-        .push(
-            Op::Read {
-                fd: bell,
-                buf,
-                range: 0..8,
-                offset: u64::MAX,
-            },
-            Tag::Mail.encode(),
-        )
-        .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
-}
-
 /// The helpers' eventfd rang (the reports are read at the loop's top); a transfer here
 /// that has the helpers lent reads its own now (its own READ may not see this ring).
 pub(super) fn on_bell(cell: &RingCell, reactor: &Reactor, c: uring::Completion, slots: &mut [Slot<'_>]) -> Result<()> {
@@ -403,7 +384,7 @@ pub(super) fn on_bell(cell: &RingCell, reactor: &Reactor, c: uring::Completion, 
         }
     }
     match (reactor.helpers_running(), c.buf) {
-        (Some(h), Some(buf)) => read_bell(cell, h.bell_fd(), buf),
+        (Some(h), Some(buf)) => super::run_lane::read_eventfd(cell, h.bell_fd(), buf, Tag::Mail),
         _ => Ok(()),
     }
 }

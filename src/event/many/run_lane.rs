@@ -45,8 +45,10 @@ pub(super) fn read_signal(cell: &RingCell, fd: RawFd, buf: uring::Buf) -> Result
         .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
 }
 
-/// READs helper eventfd `fd` (8 bytes) into `buf`, on the reactor's lane.
-pub(super) fn read_nudge(cell: &RingCell, fd: RawFd, buf: uring::Buf) -> Result<()> {
+/// READs eventfd `fd`'s count (eventfd(2): 8 bytes) into `buf` on the reactor's lane,
+/// tagged `tag`: the helpers' bell ([`Tag::Mail`]: a helper reported) or, on a helper, its
+/// own eventfd ([`Tag::Nudge`]: a file placed on it, or a stop posted).
+pub(super) fn read_eventfd(cell: &RingCell, fd: RawFd, buf: uring::Buf, tag: Tag) -> Result<()> {
     cell.lane(RUN_LANE)
         .push(
             Op::Read {
@@ -55,7 +57,7 @@ pub(super) fn read_nudge(cell: &RingCell, fd: RawFd, buf: uring::Buf) -> Result<
                 range: 0..8,
                 offset: u64::MAX,
             },
-            Tag::Nudge.encode(),
+            tag.encode(),
         )
         .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
 }
@@ -76,7 +78,7 @@ fn on_nudge(cell: &RingCell, fd: Option<RawFd>, c: uring::Completion, slots: &mu
         }
     }
     match (again, c.buf, fd) {
-        (true, Some(buf), Some(fd)) => read_nudge(cell, fd, buf),
+        (true, Some(buf), Some(fd)) => read_eventfd(cell, fd, buf, Tag::Nudge),
         _ => Ok(()),
     }
 }
