@@ -112,7 +112,8 @@ Connections and I/O:
                             a file spreads over at most -x; only a regular file from one
                             URL served in ranges spreads (not -o -, FIFOs, devices,
                             mirrors, --limit-rate); a list at -j 2+ places whole
-                            files on them instead (-j shared over them);
+                            files on them instead (-j shared over them; a large file
+                            left alone starts again from what landed, spread);
                             auto: the CPUs the process may use; 1-64 (default 1)
       --pin                 each reactor's thread on its own CPU of those the
                             process may use (sched_setaffinity); off by default

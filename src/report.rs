@@ -220,6 +220,11 @@ pub struct Flight {
     pub fetched: u64,
     /// Connections with a request in flight.
     pub live: usize,
+    /// Its transfer may spread over other reactors if started again now: planned from a
+    /// regular file served in ranges with a validator (RFC 9110 §8.8), as a resume needs.
+    /// (Whether its run allows spreading — one mirror, no `--limit-rate`, a file output —
+    /// is the run's to tell.)
+    pub ranged: bool,
 }
 
 impl Flight {
@@ -352,6 +357,10 @@ pub enum Note {
     /// `--threads N`: this file runs on one reactor, because of `why` (what does not
     /// spread: mirrors, `--limit-rate`, a block device, an output that is not a file).
     OneReactor { why: &'static str },
+    /// `--threads N`, a list: this file is alone in flight with `left` bytes still to come
+    /// and nothing after it; its transfer stops (what landed stays, as at SIGINT) and
+    /// starts again at once, spread over the reactors.
+    Respread { left: u64 },
     /// `--threads`: `reactors` landed bytes; `parts` went to the `others` helpers lent.
     Reactors {
         reactors: usize,
@@ -374,7 +383,7 @@ impl Note {
             Note::Request { .. } | Note::Abandoned { .. } => Level::Verbose(2),
             Note::Capped { cap, .. } if cap.refusals > 1 => Level::Verbose(2),
             Note::State(_) => Level::Verbose(3),
-            Note::Resuming { .. } => Level::Info,
+            Note::Resuming { .. } | Note::Respread { .. } => Level::Info,
             Note::Changed { .. }
             | Note::MirrorDropped { .. }
             | Note::NoRangesNoResume
@@ -499,6 +508,10 @@ impl std::fmt::Display for Note {
             } => write!(f, "reactor {reactor} takes bytes {first}-{last} from connection {from}"),
             Note::OnReactor { reactor, note } => write!(f, "reactor {reactor}: {note}"),
             Note::OneReactor { why } => write!(f, "--threads: this file runs on one reactor ({why})"),
+            Note::Respread { left } => write!(
+                f,
+                "--threads: alone in flight with {left} bytes to come: starting it again, spread over the reactors (what landed stays)"
+            ),
             Note::Reactors {
                 reactors,
                 others,

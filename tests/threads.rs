@@ -540,6 +540,63 @@ fn a_redirected_file_of_a_list_spreads_again() {
     assert!(r == 2 && parts >= 1, "{err}");
 }
 
+/// A list at `--threads 2 -j 3` of two small files and a large paced one (4 MiB/s per
+/// connection, a validator): once the small ones are done and none is left to start, the
+/// large one runs alone on one reactor. It is stopped and started again at once from what
+/// landed, spread over both reactors (src/event/many/respread.rs); it lands exact, the
+/// other reactor fetched some of it, and its summary counts both transfers' bytes. The
+/// large file is second in the list (started on the run's reactor) and first (placed on
+/// the helper): both ways back.
+#[test]
+fn a_large_file_left_alone_in_a_list_starts_again_spread() {
+    let small = FaultServer::builder().size(MIB + 1).etag("small").start();
+    let large = FaultServer::builder()
+        .size(16 * MIB)
+        .rate(4 * MIB)
+        .etag("large")
+        .start();
+    for at in [1usize, 0] {
+        let dir = TestDir::new("threads-respread");
+        let mut files: Vec<(String, String)> = (0..2)
+            .map(|i| (small.url(&format!("s{i}.bin")), format!("small{i}.bin")))
+            .collect();
+        files.insert(at, (large.url("large.bin"), "large.bin".to_owned()));
+        let list = write_list(&dir, &files);
+        let o = dir
+            .ringdl()
+            .args(["-v", "--threads", "2", "-j", "3", "-x", "4", "--min-split-size", "1M"])
+            .args(["--json", "run.json", "-d"])
+            .arg(dir.path())
+            .arg("-i")
+            .arg(&list)
+            .run();
+        let err = o.stderr_text();
+        let case = format!("the large file at {at}");
+        o.assert_success();
+        assert_eq!(sha256_file(&dir.join("large.bin")), large.sha256(), "{case}\n{err}");
+        for i in 0..2 {
+            assert_eq!(
+                sha256_file(&dir.join(format!("small{i}.bin"))),
+                small.sha256(),
+                "{case}\n{err}"
+            );
+        }
+        assert!(
+            err.contains("large.bin: --threads: alone in flight with "),
+            "{case}: the large file was not started again\n{err}"
+        );
+        let (r, parts, bytes) = reactors_line(&err).unwrap_or_else(|| panic!("{case}: it did not spread\n{err}"));
+        assert!(r == 2 && parts >= 1 && bytes > 0, "{case}\n{err}");
+        let fetched = placed(&dir).iter().find(|p| p.0 == "large.bin").map(|p| p.2);
+        assert!(
+            fetched.is_some_and(|b| b >= large.size()),
+            "{case}: fetched {fetched:?} of {}\n{err}",
+            large.size()
+        );
+        assert!(!part_path(&dir.join("large.bin")).exists(), "{case}: .part left");
+    }
+}
+
 /// Starts a paced 100 MiB download at `--threads 2 -x 4` and stops it with `signal` once
 /// the control file names at least 1 MiB of the file's last quarter: the ranges the
 /// other reactor fetches first (it takes segments from the back of the queue), landed

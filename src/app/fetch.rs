@@ -40,6 +40,9 @@ pub(super) struct Fetching {
     engine_note: &'static str,
     /// The file's progress and notes (lent to its transfer while it runs).
     progress: Progress,
+    /// Body bytes received and wall time of its transfers stopped to start again spread
+    /// ([`Outcome::Recalled`]): counted in its summary with the last one's.
+    carried: (u64, std::time::Duration),
 }
 
 /// What comes after a transfer's end.
@@ -85,6 +88,7 @@ impl Fetching {
             ktls_on: p.ktls_on,
             engine_note: p.engine_note,
             progress,
+            carried: (0, std::time::Duration::ZERO),
         }
     }
 
@@ -163,8 +167,24 @@ impl Fetching {
         per_run: &mut PerRun,
     ) -> Next {
         self.progress = report;
-        let s = match r {
+        let mut failed = failed;
+        for s in failed.iter_mut() {
+            s.fetched += self.carried.0;
+            s.elapsed += self.carried.1;
+        }
+        let mut s = match r {
             Ok(Outcome::Done(s)) => s,
+            Ok(Outcome::Recalled) => {
+                // Stopped to start again spread over the reactors: from what landed, as
+                // its control file says now.
+                if let Some(s) = &failed {
+                    self.carried = (s.fetched, s.elapsed);
+                }
+                return match self.reload_resume().and_then(|()| self.start(per_run)) {
+                    Ok(st) => Next::Again(Box::new(st)),
+                    Err(e) => Next::Done(Err(e)),
+                };
+            }
             Ok(Outcome::NotModified { mirror }) => {
                 self.progress.clear();
                 self.out.discard_if_empty();
@@ -201,6 +221,8 @@ impl Fetching {
                 return Next::Done(Err(e));
             }
         };
+        s.fetched += self.carried.0;
+        s.elapsed += self.carried.1;
         // With mirrors the body came from the reference (the first given may be dropped).
         let k = s.reference.unwrap_or(0);
         let landing = finish::Landing {
@@ -218,6 +240,20 @@ impl Fetching {
         };
         let out = Rc::get_mut(&mut self.out).expect("the transfer has ended: the output is the file's alone");
         Next::Done(finish::finish(s, out, landing, record))
+    }
+
+    /// The resume state of the `.part` as its control file names it now (after a transfer
+    /// stopped to start again: [`Outcome::Recalled`]).
+    ///
+    /// # Errors
+    /// `LocalIo` when the control file cannot be read or parsed (the `.part` and the
+    /// control file stay: `-c` resumes them).
+    fn reload_resume(&mut self) -> Result<()> {
+        let Some(c) = &self.control else {
+            return Ok(());
+        };
+        self.resume_state = crate::output::resume::load(c).map_err(|e| err!(LocalIo, "{}: {e}", c.display()))?;
+        Ok(())
     }
 
     /// Mirror `mirror`'s first answer redirected to `to`: followed, or refused (too many

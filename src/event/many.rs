@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 mod caps;
 mod placing;
+mod respread;
 mod run_lane;
 
 use caps::{grow, room, share_origins, wake_parked};
@@ -110,6 +111,11 @@ struct Running<'c> {
     failed: Option<crate::error::Error>,
     /// Its bytes are all in; its final fsync is in flight ([`Loop::begin_sync`]).
     syncing: bool,
+    /// It started on one reactor, as one of several files in flight, though it may spread
+    /// ([`super::may_spread`]); it was stopped to start again spread, alone in flight now
+    /// ([`respread::recall_alone`]).
+    respreads: bool,
+    recalled: bool,
 }
 
 impl Running<'_> {
@@ -194,7 +200,14 @@ fn drive(
             let Some(m) = reactor.helpers_running().and_then(|h| h.report_within(left)) else {
                 break;
             };
-            on_report(feed, m, (&mut slots, reactor), &mut waiting, &mut placed);
+            on_report(
+                feed,
+                m,
+                (&mut slots, reactor),
+                &mut waiting,
+                &mut placed,
+                Some("the run's failure"),
+            );
         }
         while let Some((id, st)) = waiting.pop_front() {
             feed.unstarted(id, st);
@@ -249,7 +262,7 @@ fn turns<'c>(
         }
         // What the helpers said of the files placed on them.
         if placing {
-            take_reports(feed, reactor, slots, waiting, placed);
+            take_reports(feed, reactor, slots, waiting, placed, interrupted);
         }
         // A signal taken while a lane waited for its own completion (its fsync or
         // read-back) stops the run before another file starts; the helpers' wake-up
@@ -330,6 +343,11 @@ fn turns<'c>(
         // The room files that ended left goes to those running once none waits for it
         // (on a helper, the run's reactor posts it).
         if interrupted.is_none() && waiting.is_empty() && exhausted && many.placed.is_none() {
+            // (With `--threads`, a large file left alone in flight starts again spread over
+            // the reactors first: [`respread`].)
+            if placing && !feed.stopping() {
+                respread::recall_alone(slots, threads);
+            }
             grow(slots, reactor, placed);
         }
         share_origins(slots);
@@ -372,6 +390,11 @@ fn turns<'c>(
             };
             let freed_slots = r.held();
             let (outcome, report, failed, hold) = end(r.dl, step, reactor);
+            let outcome = if r.recalled {
+                respread::recalled(outcome, interrupted)
+            } else {
+                outcome
+            };
             // Its connections closed or went idle: slots parked on its origins' caps ask now.
             wake_parked(slots, &r.keys, freed_slots, 0);
             // Its ops still in flight (the tick, reads of connections not kept) come back
@@ -422,7 +445,7 @@ fn turns<'c>(
             // as they are now, not as they were when the run went to wait. Those on this
             // reactor were counted at the top of the turn: nothing here changed them.)
             if placing {
-                take_reports(feed, reactor, slots, waiting, placed);
+                take_reports(feed, reactor, slots, waiting, placed, interrupted);
             }
             share_origins(slots);
         }
@@ -463,8 +486,10 @@ fn start<'c>(
 ) {
     // `--threads`: a file in flight may spread over the other reactors while no other
     // holds them; its slot still counts all `n` connections under the caps (the other
-    // reactors' among them).
+    // reactors' among them). One that does not may later, alone in flight
+    // ([`respread`]).
     let mut st = st;
+    let may = st.opts.threads > 1 && super::may_spread(&st, st.opts.connections).is_ok();
     let remote = match super::spread(&mut st, n, reactor, spreads) {
         Ok(r) => r,
         Err(e) => {
@@ -486,6 +511,8 @@ fn start<'c>(
                 n,
                 failed: None,
                 syncing: false,
+                respreads: may && !spreads,
+                recalled: false,
             }));
         }
         Err(b) => {
@@ -552,6 +579,25 @@ impl Loop<'_> {
         self.sh.used[i] = false;
     }
 
+    /// A resume of this transfer could spread over other reactors ([`Flight::ranged`]): its
+    /// first answer planned a regular file served in ranges, with a validator and a size,
+    /// and it fetches the whole file (not a part of another reactor's), in any order, at
+    /// its own pace, with no failure pending.
+    fn may_resume_spread(&self) -> bool {
+        let tr = &self.sh.tr;
+        tr.plan.is_planned()
+            && tr.ranges
+            && tr.file
+            && !tr.sequential
+            && !tr.plain_get
+            && !tr.changed
+            && tr.validator.is_some()
+            && tr.total.is_some()
+            && tr.room().is_none()
+            && tr.part.is_none()
+            && self.sh.fatal.is_none()
+    }
+
     /// What the run's progress line shows of this transfer.
     pub(crate) fn flight(&self) -> Flight {
         Flight {
@@ -561,6 +607,7 @@ impl Loop<'_> {
             fetched: self.sh.tr.received,
             live: self.conns.iter().filter(|c| c.rx.job.is_some()).count()
                 + self.remote.as_ref().map_or(0, super::threads::Remote::serving),
+            ranged: self.may_resume_spread(),
         }
     }
 }

@@ -66,6 +66,11 @@ pub enum Outcome {
     /// The first request was conditional and mirror `mirror` answered 304 Not Modified:
     /// nothing was written.
     NotModified { mirror: usize },
+    /// `--threads N`, a list: the run stopped this transfer to start the file again spread
+    /// over the reactors, alone in flight now (`event::many`'s `respread.rs`). What landed
+    /// is kept and its control file names it, as at SIGINT: the feed starts it again
+    /// from there.
+    Recalled,
 }
 
 /// Run-wide state the connections share: the report, the options, the write pool, the
@@ -200,33 +205,15 @@ pub(crate) fn spread(
     if !spreads {
         return Ok(None);
     }
-    // (-x, and --max-connections-per-host, shared out: every reactor's connections count.)
-    let shares = threads::shares(n.min(opts.connections).min(opts.max_per_host), opts.threads);
-    if shares.len() < 2 && opts.threads > 1 && opts.connections == 1 && st.part.is_none() && st.whole.is_none() {
-        // (`-x` is shared out over the reactors: one connection is one reactor's.)
-        st.report.note(crate::report::Note::OneReactor { why: "-x 1" });
-        return Ok(None);
-    }
-    if shares.len() < 2 || st.part.is_some() || st.whole.is_some() || st.out.sequential {
-        // (One connection, a part of another reactor's file, or an output that takes
-        // bytes only in order: said otherwise, or nothing to say.)
-        return Ok(None);
-    }
-    let why = if st.mirrors.len() != 1 {
-        Some("several mirrors")
-    } else if opts.limit_rate.is_some() {
-        Some("--limit-rate")
-    } else if st.out.room.is_some() {
-        Some("a block device")
-    } else if st.out.part.is_none() {
-        Some("the output is not a regular file")
-    } else {
-        None
+    let shares = match may_spread(st, n) {
+        Ok(shares) => shares,
+        Err(why) => {
+            if let Some(why) = why {
+                st.report.note(crate::report::Note::OneReactor { why });
+            }
+            return Ok(None);
+        }
     };
-    if let Some(why) = why {
-        st.report.note(crate::report::Note::OneReactor { why });
-        return Ok(None);
-    }
     let Some(mail) = reactor.mail_block()?.alloc() else {
         return Ok(None);
     };
@@ -240,6 +227,36 @@ pub(crate) fn spread(
     o.max_per_host = o.max_per_host.min(remote.own());
     st.opts = Rc::new(o);
     Ok(Some(remote))
+}
+
+/// Whether transfer `st`, with `n` connection slots, may spread over other reactors
+/// (`--threads N`): its connections per reactor ([`threads::shares`], the owner's first),
+/// or `Err` with why not, to say (`-x 1`, several mirrors, `--limit-rate`,
+/// a block device, an output that is not a regular file), or `None` when nothing is said
+/// (one connection under `--max-connections-per-host`, a part of another reactor's file
+/// or a placed one, an output that takes bytes only in order).
+pub(crate) fn may_spread(st: &Start, n: usize) -> std::result::Result<Vec<usize>, Option<&'static str>> {
+    let opts = &st.opts;
+    // (-x, and --max-connections-per-host, shared out: every reactor's connections count.)
+    let shares = threads::shares(n.min(opts.connections).min(opts.max_per_host), opts.threads);
+    if shares.len() < 2 && opts.threads > 1 && opts.connections == 1 && st.part.is_none() && st.whole.is_none() {
+        // (`-x` is shared out over the reactors: one connection is one reactor's.)
+        return Err(Some("-x 1"));
+    }
+    if shares.len() < 2 || st.part.is_some() || st.whole.is_some() || st.out.sequential {
+        return Err(None);
+    }
+    if st.mirrors.len() != 1 {
+        Err(Some("several mirrors"))
+    } else if opts.limit_rate.is_some() {
+        Err(Some("--limit-rate"))
+    } else if st.out.room.is_some() {
+        Err(Some("a block device"))
+    } else if st.out.part.is_none() {
+        Err(Some("the output is not a regular file"))
+    } else {
+        Ok(shares)
+    }
 }
 
 pub(crate) struct Loop<'a> {

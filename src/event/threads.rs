@@ -448,6 +448,7 @@ fn run_part(
         (Ok(Outcome::Done(s)), _, _) => (Ok(()), Some(s)),
         (Ok(Outcome::Redirect { to, .. }), _, s) => (Err(err!(Protocol, "a part's request was redirected to {to}")), s),
         (Ok(Outcome::NotModified { .. }), _, s) => (Err(err!(Protocol, "a part's request was answered 304")), s),
+        (Ok(Outcome::Recalled), _, s) => (Err(err!(Internal, "a part was stopped to start again")), s),
         (Err(e), _, s) => (Err(e), s),
     }
 }

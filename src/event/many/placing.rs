@@ -39,6 +39,9 @@ pub(super) struct Away {
     pub(super) most: usize,
     pub(super) min_split: u64,
     pub(super) max_per_host: usize,
+    /// As [`super::Running`]'s: it may spread, and it was stopped to start again so.
+    pub(super) respreads: bool,
+    pub(super) recalled: bool,
 }
 
 /// What the run's reactor keeps of the reactors it placed files on: per reactor (index
@@ -151,6 +154,8 @@ pub(super) fn place(
     reactor: &mut Reactor,
     placed: &mut Placed,
 ) {
+    // (Alone in flight later, it may start again here, spread: [`super::respread`].)
+    let respreads = super::super::may_spread(&st, st.opts.connections).is_ok();
     let Start {
         mirrors,
         opts,
@@ -261,6 +266,8 @@ pub(super) fn place(
         most,
         min_split,
         max_per_host,
+        respreads,
+        recalled: false,
     }));
 }
 
@@ -271,22 +278,25 @@ pub(super) fn take_reports(
     slots: &mut [Slot<'_>],
     waiting: &mut std::collections::VecDeque<(usize, Start)>,
     placed: &mut Placed,
+    stop: Option<&str>,
 ) {
     let reports = reactor.helpers_running().map(Helpers::reports).unwrap_or_default();
     for m in reports {
-        on_report(feed, m, (slots, reactor), waiting, placed);
+        on_report(feed, m, (slots, reactor), waiting, placed, stop);
     }
 }
 
 /// A helper's report of a file placed on it: its progress and notes, or its end (handed
-/// to the feed; a redirect to follow waits to be placed again); or the idle connections
-/// it keeps after an [`Order::Forget`](super::threads::Order).
+/// to the feed; a redirect to follow, or a file stopped to start again spread, waits to
+/// be started again); or the idle connections it keeps after an
+/// [`Order::Forget`](super::threads::Order). `stop`: what stopped the run, if anything did.
 pub(super) fn on_report(
     feed: &mut dyn Feed,
     m: Report,
     (slots, reactor): (&mut [Slot<'_>], &Reactor),
     waiting: &mut std::collections::VecDeque<(usize, Start)>,
     placed: &mut Placed,
+    stop: Option<&str>,
 ) {
     let (lending, what) = match m {
         Report::Whole { lending, what } => (lending, what),
@@ -345,6 +355,9 @@ pub(super) fn on_report(
                     Some(l) => l.1 = l.1.max(n),
                     None => placed.learned.push((k.clone(), n)),
                 }
+            }
+            if a.recalled {
+                result = super::respread::recalled(result, stop);
             }
             if let Ok(Outcome::Done(s)) = &mut result {
                 s.reactor = a.helper;

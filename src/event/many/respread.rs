@@ -1,0 +1,79 @@
+//! `--threads N`, a list: a file left alone in flight spreads. While several files are in
+//! flight each runs whole on one reactor ([`super::placing`]); once the list has no file
+//! left to start and one large file still runs, the other reactors idle. That file's
+//! transfer is then stopped as at SIGINT (what landed stays, its control file names it),
+//! and its feed starts it again at once as a resume ([`Outcome::Recalled`]): alone in
+//! flight, the new transfer spreads its segments over every reactor
+//! ([`crate::event::spread`]).
+
+use super::{Flight, Outcome, Slot, in_flight};
+use crate::err;
+use crate::error::{Kind, Result};
+use crate::report::Note;
+
+/// Bytes still to come that make a restart worth it, in `--min-split-size`s per reactor:
+/// each reactor then has segments of its own to fetch, and the restart (the bodies in
+/// flight dropped, connections opened again) is small beside them.
+const SPLITS_PER_REACTOR: u64 = 4;
+
+/// The one file in flight, when the list has none left to start, is stopped to start
+/// again spread over the `threads` reactors, if it may spread (its `respreads`, decided
+/// at its start: one mirror, `-x` above 1, no `--limit-rate`, a regular file)
+/// and its transfer may resume so ([`Flight::ranged`]) with enough left
+/// ([`SPLITS_PER_REACTOR`]). Once per file: a file started again spreads, or runs alone
+/// where it is.
+pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
+    let mut flying = slots.iter_mut().filter(|s| in_flight(s));
+    let (Some(s), None) = (flying.next(), flying.next()) else {
+        return;
+    };
+    match s {
+        Slot::Busy(r)
+            if r.respreads
+                && !r.recalled
+                && !r.syncing
+                && r.failed.is_none()
+                && r.dl.remote.is_none()
+                && r.dl.sh.tr.redirect.is_none() =>
+        {
+            if let Some(left) = worth(&r.dl.flight(), r.dl.sh.opts.min_split_size, threads) {
+                r.recalled = true;
+                r.dl.sh.report.note(Note::Respread { left });
+                r.dl.sh.fatal = Some(err!(Interrupted, "stopped to start again spread over the reactors"));
+            }
+        }
+        Slot::Away(a) if a.respreads && !a.recalled => {
+            if let Some(left) = worth(&a.flight, a.min_split, threads) {
+                a.recalled = true;
+                a.report.note(Note::Respread { left });
+                // (Its helper's ring is woken: the transfer ends keeping what landed.)
+                a.posted.post_stop("a restart to spread over the reactors");
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The bytes `f` has still to come, when they are worth a restart over `threads`
+/// reactors with `min_split`-byte splits.
+fn worth(f: &Flight, min_split: u64, threads: usize) -> Option<u64> {
+    // (Once a byte landed: a transfer that ends with none removes its `.part`.)
+    if !f.ranged || f.have == 0 {
+        return None;
+    }
+    let left = f.total?.saturating_sub(f.have);
+    let least = SPLITS_PER_REACTOR * min_split.max(1) * threads as u64;
+    (left >= least).then_some(left)
+}
+
+/// The end `r` of a transfer stopped by [`recall_alone`]: a stop as asked is
+/// [`Outcome::Recalled`] (its feed starts it again), unless the run was stopped since
+/// (`stop`: the signal's name, or the run's failure): then the file ends interrupted by
+/// that. Any other end (it landed, or failed first) stays.
+pub(super) fn recalled(r: Result<Outcome>, stop: Option<&str>) -> Result<Outcome> {
+    match (r, stop) {
+        (Err(e), None) if e.kind == Kind::Interrupted => Ok(Outcome::Recalled),
+        (Err(e), Some(name)) if e.kind == Kind::Interrupted => Err(err!(Interrupted, "interrupted by {name}")),
+        (r, _) => r,
+    }
+}
