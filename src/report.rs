@@ -510,7 +510,7 @@ impl std::fmt::Display for Note {
             Note::OneReactor { why } => write!(f, "--threads: this file runs on one reactor ({why})"),
             Note::Respread { left } => write!(
                 f,
-                "--threads: alone in flight with {left} bytes to come: starting it again, spread over the reactors (what landed stays)"
+                "--threads: alone in flight with about {left} bytes to come: starting it again, spread over the reactors (what landed stays)"
             ),
             Note::Reactors {
                 reactors,

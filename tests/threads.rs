@@ -582,7 +582,7 @@ fn a_large_file_left_alone_in_a_list_starts_again_spread() {
             );
         }
         assert!(
-            err.contains("large.bin: --threads: alone in flight with "),
+            err.contains("large.bin: --threads: alone in flight with about "),
             "{case}: the large file was not started again\n{err}"
         );
         let (r, parts, bytes) = reactors_line(&err).unwrap_or_else(|| panic!("{case}: it did not spread\n{err}"));
@@ -595,6 +595,134 @@ fn a_large_file_left_alone_in_a_list_starts_again_spread() {
         );
         assert!(!part_path(&dir.join("large.bin")).exists(), "{case}: .part left");
     }
+}
+
+/// The large file left alone (see above) from a server that allows 2 connections: its
+/// first transfer learns that from the refusals; its resume, started at once, opens only
+/// 2 (one per reactor), and no connection of it is turned away as an extra one (what a
+/// stopped transfer's origins taught stays with its reactor: it was dropped with an
+/// interrupted transfer's connections). (Its first request may still meet a 503 while the
+/// server has not yet seen the stopped transfer's connections close.) Lands exact.
+#[test]
+fn a_file_started_again_spread_keeps_the_cap_its_server_was_seen_allowing() {
+    // (The small files take a second: the large one's first transfer learns the cap.)
+    let small = FaultServer::builder().size(MIB + 1).rate(MIB).etag("small").start();
+    let large = FaultServer::builder()
+        .size(32 * MIB)
+        .rate(4 * MIB)
+        .cap(2)
+        .etag("large")
+        .start();
+    let dir = TestDir::new("threads-respread-cap");
+    let files = [
+        (small.url("s0.bin"), "small0.bin".to_owned()),
+        (large.url("large.bin"), "large.bin".to_owned()),
+        (small.url("s1.bin"), "small1.bin".to_owned()),
+    ];
+    let list = write_list(&dir, &files);
+    let o = dir
+        .ringdl()
+        .args([
+            "-v",
+            "--threads",
+            "2",
+            "-j",
+            "3",
+            "-x",
+            "4",
+            "--min-split-size",
+            "1M",
+            "-d",
+        ])
+        .arg(dir.path())
+        .arg("-i")
+        .arg(&list)
+        .run();
+    let err = o.stderr_text();
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("large.bin")), large.sha256(), "{err}");
+    let (before, after) = err
+        .split_once("starting it again, spread over the reactors")
+        .unwrap_or_else(|| panic!("the large file was not started again\n{err}"));
+    assert!(before.contains(" 503 "), "no refusal before the restart\n{err}");
+    let refused: Vec<&str> = after
+        .lines()
+        .filter(|l| l.starts_with("ringdl: large.bin: ") && l.contains("turns extra connections away"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused again after the restart: {refused:?}\n{err}"
+    );
+    assert!(
+        large.peak_bodies() <= 2,
+        "{} bodies at once\n{err}",
+        large.peak_bodies()
+    );
+}
+
+/// SIGINT around the restart of a large file left alone (see above): 0 to 450 ms after
+/// the small files landed (here the restart came 200-300 ms after them: it waits for a
+/// byte of the large file to land and for its helper's report), so before the restart,
+/// around its stop and resume, and as the resume spreads. Each run exits interrupted and says the large file was interrupted
+/// (none counts it "not started", which dropped it from the results when the signal came
+/// during its stop); `-c` then lands it exact.
+#[test]
+fn sigint_around_the_restart_of_a_file_left_alone_leaves_it_resumable() {
+    let small = FaultServer::builder().size(MIB + 1).etag("small").start();
+    let large = FaultServer::builder()
+        .size(16 * MIB)
+        .rate(4 * MIB)
+        .etag("large")
+        .start();
+    let mut restarted = 0;
+    for delay in [0u64, 50, 150, 200, 230, 260, 290, 320, 450] {
+        let dir = TestDir::new("threads-respread-int");
+        let files = [
+            (large.url("large.bin"), "large.bin".to_owned()),
+            (small.url("s0.bin"), "small0.bin".to_owned()),
+            (small.url("s1.bin"), "small1.bin".to_owned()),
+        ];
+        let list = write_list(&dir, &files);
+        let args = ["--threads", "2", "-j", "3", "-x", "4", "--min-split-size", "1M", "-d"];
+        let o = dir
+            .ringdl()
+            .args(args)
+            .arg(dir.path())
+            .arg("-i")
+            .arg(&list)
+            .run_with(|pid| {
+                let t = Instant::now();
+                while !(dir.join("small0.bin").exists() && dir.join("small1.bin").exists()) && t.elapsed() < HANG {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                std::thread::sleep(Duration::from_millis(delay));
+                let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+            });
+        let err = o.stderr_text();
+        let case = format!("SIGINT {delay} ms after the small files");
+        o.assert_code(exit::INTERRUPTED);
+        assert!(
+            !err.contains("not started"),
+            "{case}: a file counted not started\n{err}"
+        );
+        assert!(
+            err.lines()
+                .any(|l| l.contains("large.bin") && l.contains("interrupted")),
+            "{case}: the large file was not said interrupted\n{err}"
+        );
+        restarted += usize::from(err.contains("starting it again, spread over the reactors"));
+        let again = dir
+            .ringdl()
+            .args(args)
+            .arg(dir.path())
+            .arg("-c")
+            .arg("-i")
+            .arg(&list)
+            .run();
+        again.assert_success();
+        assert_eq!(sha256_file(&dir.join("large.bin")), large.sha256(), "{case}\n{err}");
+    }
+    assert!(restarted > 0, "no run got to the restart before its SIGINT");
 }
 
 /// Starts a paced 100 MiB download at `--threads 2 -x 4` and stops it with `signal` once

@@ -43,6 +43,8 @@ pub(super) struct Fetching {
     /// Body bytes received and wall time of its transfers stopped to start again spread
     /// ([`Outcome::Recalled`]): counted in its summary with the last one's.
     carried: (u64, std::time::Duration),
+    /// Its transfer was stopped so ([`Fetching::unstarted`]).
+    recalled: bool,
 }
 
 /// What comes after a transfer's end.
@@ -89,6 +91,7 @@ impl Fetching {
             engine_note: p.engine_note,
             progress,
             carried: (0, std::time::Duration::ZERO),
+            recalled: false,
         }
     }
 
@@ -96,6 +99,24 @@ impl Fetching {
     /// goes.
     pub(super) fn give_up(self) {
         self.out.discard_if_empty();
+    }
+
+    /// Its run stopped before the transfer handed over started (SIGINT, the run's
+    /// failure): `None` when it never ran ([`Fetching::give_up`]); for a file whose
+    /// transfer was stopped to start again spread ([`Outcome::Recalled`]), how it ends —
+    /// interrupted, what landed kept for `-c` — with `record` given its bytes fetched.
+    pub(super) fn unstarted(self, record: &mut Record) -> Option<crate::error::Error> {
+        if !self.recalled {
+            self.give_up();
+            return None;
+        }
+        record.fetched = Some(self.carried.0);
+        Some(err!(
+            Interrupted,
+            "interrupted before it started again spread over the reactors; what landed is kept in {}: run the same \
+             command again to fetch only the rest",
+            self.out.describe()
+        ))
     }
 
     /// The transfer to start now: the URLs routed (a mirror whose name does not resolve is
@@ -176,13 +197,35 @@ impl Fetching {
             Ok(Outcome::Done(s)) => s,
             Ok(Outcome::Recalled) => {
                 // Stopped to start again spread over the reactors: from what landed, as
-                // its control file says now.
+                // its control file says now. Not while writes of the stopped transfer may
+                // still land (they would race the new one's).
+                self.recalled = true;
                 if let Some(s) = &failed {
+                    if s.writes_pending {
+                        return Next::Done(Err(err!(
+                            LocalIo,
+                            "stopped to start again spread over the reactors, its writes did not complete within 10 s; \
+                             what landed is kept in {}: run the same command again to fetch only the rest",
+                            self.out.describe()
+                        )));
+                    }
                     self.carried = (s.fetched, s.elapsed);
+                }
+                // (As a resume by `-c`: the `.part`'s validator proves it; no precondition.)
+                if self.opts.condition.is_some() {
+                    let mut o = (*self.opts).clone();
+                    o.condition = None;
+                    self.opts = Rc::new(o);
                 }
                 return match self.reload_resume().and_then(|()| self.start(per_run)) {
                     Ok(st) => Next::Again(Box::new(st)),
-                    Err(e) => Next::Done(Err(e)),
+                    Err(mut e) => {
+                        e.msg.push_str(&format!(
+                            "; what landed is kept in {}: run the same command again to fetch only the rest",
+                            self.out.describe()
+                        ));
+                        Next::Done(Err(e))
+                    }
                 };
             }
             Ok(Outcome::NotModified { mirror }) => {

@@ -373,10 +373,22 @@ impl Feed for ListRun<'_> {
 
     fn unstarted(&mut self, id: usize, st: download::Start) {
         drop(st);
-        if let Some(fl) = self.flying.remove(&id) {
-            fl.f.give_up();
+        let Some(fl) = self.flying.remove(&id) else {
+            self.taken -= 1;
+            return;
+        };
+        let Flying {
+            f,
+            mut record,
+            origin,
+            url,
+            started,
+        } = fl;
+        match f.unstarted(&mut record) {
+            // (It ran, and was to start again spread: it ends interrupted, not unstarted.)
+            Some(e) => ListRun::ended(self, id, &origin, &url, record, Err(e), started),
+            None => self.taken -= 1,
         }
-        self.taken -= 1;
     }
 
     fn progress(&mut self, flights: &[Flight], elapsed: Duration) {

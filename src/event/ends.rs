@@ -535,7 +535,17 @@ fn end_inner(
                 }
             }
             dl.sh.report.clear();
-            *failed = Some(Box::new(dl.summary(dl.sh.tr.landed.bytes(), io, registered, None)));
+            let mut s = dl.summary(dl.sh.tr.landed.bytes(), io, registered, None);
+            s.writes_pending = dl.writes_in_flight > 0;
+            if e.kind == crate::error::Kind::Interrupted {
+                // (Cut short, not failed: what its origins taught — the cap a server was
+                // seen allowing, a proven address — holds for the file's resume in this run
+                // (`Outcome::Recalled`) and the files after it. Its connections close.)
+                let keys = std::mem::take(&mut dl.fin.keys);
+                let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
+                reactor.keep(origins, dl.tls_info.clone(), Vec::new(), dl.fin.engine);
+            }
+            *failed = Some(Box::new(s));
             return Err(e);
         }
     }

@@ -4,8 +4,9 @@
 //!
 //! The files come from a [`Feed`] (the run's list): [`run_many`] asks it for the next
 //! transfer whenever a lane is free and the transfer's origins have room under their
-//! caps, hands it each transfer's end (a redirect is started again on a lane: the feed
-//! says so by returning the new start), and shows it the run's progress. Nothing here
+//! caps, hands it each transfer's end (a redirect, or a file stopped to start again
+//! spread, [`respread`], is started again on a lane: the feed says so by returning the
+//! new start), and shows it the run's progress. Nothing here
 //! reaches into the feed's state; the feed never sees a lane.
 //!
 //! Per-origin caps hold across transfers: a transfer starts with as many connection slots
@@ -55,8 +56,8 @@ pub trait Feed {
     fn next(&mut self) -> Option<(usize, Start)>;
     /// File `id`'s transfer ended with `r`; its report comes back, and with a failure what
     /// the transfer knew (for `--json`), and the reactor it ran on as it is after it (the
-    /// connections it keeps idle, the caps it learned). A redirect to follow comes back as
-    /// its new start.
+    /// connections it keeps idle, the caps it learned). A redirect to follow, or a file
+    /// stopped to start again spread ([`Outcome::Recalled`]), comes back as its new start.
     fn ended(
         &mut self,
         id: usize,
@@ -71,7 +72,8 @@ pub trait Feed {
     /// waiting for room goes back with [`Feed::unstarted`].
     fn stopping(&self) -> bool;
     /// File `id`'s transfer `st` was handed over but never started (the run was
-    /// interrupted, or is stopping): it counts as not started.
+    /// interrupted, or is stopping): it counts as not started (one to start again after
+    /// [`Outcome::Recalled`] ran, and ends interrupted).
     fn unstarted(&mut self, id: usize, st: Start);
 }
 

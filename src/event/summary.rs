@@ -83,6 +83,9 @@ pub struct Summary {
     /// Which file the transfer's last saved control file is
     /// ([`crate::output::resume::remove_if_ours`]).
     pub control_id: Option<crate::output::resume::FileId>,
+    /// A failed transfer's writes did not all complete within its settling time (its
+    /// control file keeps its last synced state; those writes may still land).
+    pub writes_pending: bool,
 }
 
 impl Loop<'_> {
@@ -139,6 +142,7 @@ impl Loop<'_> {
                 .and_then(|k| self.sh.tr.mirrors[k].validators.last_modified.clone()),
             signed: None,
             control_id: self.control_id,
+            writes_pending: false,
         };
         if let Some(r) = &self.remote {
             // `--threads`: the other reactors' connections and handshakes count too.
@@ -227,6 +231,7 @@ pub(crate) mod tests {
             last_modified: None,
             signed: None,
             control_id: None,
+            writes_pending: false,
             capped_at: None,
             io: "io_uring".to_owned(),
             retries: 0,

@@ -16,6 +16,10 @@ use crate::report::Note;
 /// flight dropped, connections opened again) is small beside them.
 const SPLITS_PER_REACTOR: u64 = 4;
 
+/// What stopped the transfer, as its end says it ("interrupted by …", then what landed
+/// and where): a signal after it takes its place ([`recalled`]).
+const RESTART: &str = "a restart to spread over the reactors";
+
 /// The one file in flight, when the list has none left to start, is stopped to start
 /// again spread over the `threads` reactors, if it may spread (its `respreads`, decided
 /// at its start: one mirror, `-x` above 1, no `--limit-rate`, a regular file)
@@ -39,7 +43,7 @@ pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
             if let Some(left) = worth(&r.dl.flight(), r.dl.sh.opts.min_split_size, threads) {
                 r.recalled = true;
                 r.dl.sh.report.note(Note::Respread { left });
-                r.dl.sh.fatal = Some(err!(Interrupted, "stopped to start again spread over the reactors"));
+                r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {RESTART}"));
             }
         }
         Slot::Away(a) if a.respreads && !a.recalled => {
@@ -47,7 +51,7 @@ pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
                 a.recalled = true;
                 a.report.note(Note::Respread { left });
                 // (Its helper's ring is woken: the transfer ends keeping what landed.)
-                a.posted.post_stop("a restart to spread over the reactors");
+                a.posted.post_stop(RESTART);
             }
         }
         _ => {}
@@ -69,11 +73,15 @@ fn worth(f: &Flight, min_split: u64, threads: usize) -> Option<u64> {
 /// The end `r` of a transfer stopped by [`recall_alone`]: a stop as asked is
 /// [`Outcome::Recalled`] (its feed starts it again), unless the run was stopped since
 /// (`stop`: the signal's name, or the run's failure): then the file ends interrupted by
-/// that. Any other end (it landed, or failed first) stays.
+/// that (what landed and where, as said). Any other end (it landed, or failed first)
+/// stays.
 pub(super) fn recalled(r: Result<Outcome>, stop: Option<&str>) -> Result<Outcome> {
     match (r, stop) {
         (Err(e), None) if e.kind == Kind::Interrupted => Ok(Outcome::Recalled),
-        (Err(e), Some(name)) if e.kind == Kind::Interrupted => Err(err!(Interrupted, "interrupted by {name}")),
+        (Err(mut e), Some(name)) if e.kind == Kind::Interrupted => {
+            e.msg = e.msg.replacen(RESTART, name, 1);
+            Err(e)
+        }
         (r, _) => r,
     }
 }
