@@ -195,39 +195,7 @@ impl Fetching {
         }
         let mut s = match r {
             Ok(Outcome::Done(s)) => s,
-            Ok(Outcome::Recalled) => {
-                // Stopped to start again spread over the reactors: from what landed, as
-                // its control file says now. Not while writes of the stopped transfer may
-                // still land (they would race the new one's).
-                self.recalled = true;
-                if let Some(s) = &failed {
-                    if s.writes_pending {
-                        return Next::Done(Err(err!(
-                            LocalIo,
-                            "stopped to start again spread over the reactors, its writes did not complete within 10 s; \
-                             what landed is kept in {}: run the same command again to fetch only the rest",
-                            self.out.describe()
-                        )));
-                    }
-                    self.carried = (s.fetched, s.elapsed);
-                }
-                // (As a resume by `-c`: the `.part`'s validator proves it; no precondition.)
-                if self.opts.condition.is_some() {
-                    let mut o = (*self.opts).clone();
-                    o.condition = None;
-                    self.opts = Rc::new(o);
-                }
-                return match self.reload_resume().and_then(|()| self.start(per_run)) {
-                    Ok(st) => Next::Again(Box::new(st)),
-                    Err(mut e) => {
-                        e.msg.push_str(&format!(
-                            "; what landed is kept in {}: run the same command again to fetch only the rest",
-                            self.out.describe()
-                        ));
-                        Next::Done(Err(e))
-                    }
-                };
-            }
+            Ok(Outcome::Recalled) => return self.again_spread(failed, record, per_run),
             Ok(Outcome::NotModified { mirror }) => {
                 self.progress.clear();
                 self.out.discard_if_empty();
@@ -255,11 +223,7 @@ impl Fetching {
                 }
                 // What the transfer knew when it failed (bytes kept, TLS, connections…).
                 if let Some(s) = &failed {
-                    let k = s.reference.unwrap_or(0);
-                    record.fill(&self.urls[k], self.engine, s);
-                    record.redirects = self.hops[k].into();
-                    record.mirrors = s.mirrors.clone();
-                    record.mirrors.extend(self.left_out.iter().cloned());
+                    self.fill_failed(record, s);
                 }
                 return Next::Done(Err(e));
             }
@@ -283,6 +247,60 @@ impl Fetching {
         };
         let out = Rc::get_mut(&mut self.out).expect("the transfer has ended: the output is the file's alone");
         Next::Done(finish::finish(s, out, landing, record))
+    }
+
+    /// What a transfer that failed knew (bytes kept, TLS, connections…), into `record`.
+    fn fill_failed(&self, record: &mut Record, s: &Summary) {
+        let k = s.reference.unwrap_or(0);
+        record.fill(&self.urls[k], self.engine, s);
+        record.redirects = self.hops[k].into();
+        record.mirrors = s.mirrors.clone();
+        record.mirrors.extend(self.left_out.iter().cloned());
+    }
+
+    /// Its transfer was stopped to start again spread over the reactors
+    /// ([`Outcome::Recalled`]; `failed`: what it knew): the resume from what landed, as
+    /// its control file says now — not while writes of the stopped transfer may still land
+    /// (they would race the new one's), nor when the control file cannot be read; then
+    /// the file ends with why, what landed kept.
+    fn again_spread(&mut self, failed: Option<Box<Summary>>, record: &mut Record, per_run: &mut PerRun) -> Next {
+        self.recalled = true;
+        let kept = format!(
+            "what landed is kept in {}: run the same command again to fetch only the rest",
+            self.out.describe()
+        );
+        if let Some(s) = &failed {
+            self.carried = (s.fetched, s.elapsed);
+            if s.writes_pending {
+                self.fill_failed(record, s);
+                return Next::Done(Err(err!(
+                    LocalIo,
+                    "stopped to start again spread over the reactors, its writes did not complete within 10 s; {kept}"
+                )));
+            }
+        }
+        if let Err(e) = self.reload_resume() {
+            if let Some(s) = &failed {
+                self.fill_failed(record, s);
+            }
+            return Next::Done(Err(e));
+        }
+        // (As a resume by `-c`: the `.part`'s validator proves it; no precondition.)
+        if self.opts.condition.is_some() {
+            let mut o = (*self.opts).clone();
+            o.condition = None;
+            self.opts = Rc::new(o);
+        }
+        match self.start(per_run) {
+            Ok(st) => Next::Again(Box::new(st)),
+            Err(mut e) => {
+                if let Some(s) = &failed {
+                    self.fill_failed(record, s);
+                }
+                e.msg.push_str(&format!("; {kept}"));
+                Next::Done(Err(e))
+            }
+        }
     }
 
     /// The resume state of the `.part` as its control file names it now (after a transfer

@@ -388,6 +388,10 @@ impl Reactor {
                 kept.proxy = fresh.proxy;
                 kept.tls = fresh.tls;
                 kept.server_name = fresh.server_name;
+                // (The other transfers' requests on the wire are counted for this one as it
+                // runs, from none: those kept are another transfer's, as they last were.)
+                kept.others = fresh.others;
+                kept.remote = fresh.remote;
                 (kept, tls_info)
             }
             None => (fresh, None),

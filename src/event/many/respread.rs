@@ -37,6 +37,7 @@ pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
                 && !r.recalled
                 && !r.syncing
                 && r.failed.is_none()
+                && r.dl.sh.fatal.is_none()
                 && r.dl.remote.is_none()
                 && r.dl.sh.tr.redirect.is_none() =>
         {
