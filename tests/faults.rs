@@ -1953,3 +1953,67 @@ fn a_300_character_url_name_is_shortened_keeping_the_extension() {
     );
     assert_eq!(sha256_file(&files[0]), srv.sha256());
 }
+
+/// A resume (`-c`) stopped by SIGINT before its first answer (the server never answers)
+/// says what is still kept, as its control file names it ("N of M bytes kept in
+/// FILE.part"), and `--json` counts those bytes: it said a bare "interrupted by SIGINT"
+/// and 0 bytes. The control file is untouched, and a later `-c` lands the file exact.
+#[test]
+fn a_resume_interrupted_before_its_first_answer_says_what_is_kept() {
+    let good = FaultServer::builder().size(8 * MIB).rate(2 * MIB).etag("v1").start();
+    let silent = FaultServer::builder()
+        .size(8 * MIB)
+        .etag("v1")
+        .fault(Fault::NoResponse)
+        .start();
+    let dir = TestDir::new("resume-no-answer");
+    let out = dir.join("out.bin");
+    let control = dir.join("out.bin.part.ringdl");
+    fn sigint_when(done: impl Fn() -> bool) -> impl FnOnce(u32) {
+        move |pid: u32| {
+            let t = Instant::now();
+            while !done() && t.elapsed() < HANG {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &pid.to_string()])
+                .status();
+        }
+    }
+    // A first run, stopped once its control file names some bytes.
+    let named = || fs::read_to_string(&control).is_ok_and(|t| t.contains("\nrange "));
+    let o = dir
+        .ringdl()
+        .args(["-x", "2", "-o"])
+        .arg(&out)
+        .arg(good.url("f.bin"))
+        .run_with(sigint_when(named));
+    o.assert_code(exit::INTERRUPTED);
+    let before = fs::read_to_string(&control).expect("control file");
+    // The resume, from a server that never answers, stopped after 0.5 s.
+    let t = Instant::now();
+    let waited = || t.elapsed() > Duration::from_millis(500);
+    let o = dir
+        .ringdl()
+        .args(["-c", "-x", "2", "--json", "-", "-o"])
+        .arg(&out)
+        .arg(silent.url("f.bin"))
+        .run_with(sigint_when(waited));
+    let err = o.stderr_text();
+    o.assert_code(exit::INTERRUPTED);
+    assert!(!silent.requests().is_empty(), "the resume asked nothing\n{err}");
+    assert!(
+        err.contains(" of 8388608 bytes kept in ") && err.contains("out.bin.part"),
+        "the interrupted resume does not say what is kept\n{err}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    assert!(j["bytes"].as_u64().is_some_and(|b| b > 0), "--json bytes: {j}");
+    assert_eq!(
+        fs::read_to_string(&control).expect("control file"),
+        before,
+        "control file changed"
+    );
+    let o = dir.ringdl().args(["-c", "-o"]).arg(&out).arg(good.url("f.bin")).run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), good.sha256());
+}

@@ -516,14 +516,27 @@ fn end_inner(
                 }
             }
             dl.disown_control();
+            // A resume stopped before its first answer: its control file, untouched (it
+            // saves only once planned), still names what landed before.
+            let before = dl
+                .sh
+                .tr
+                .resume
+                .as_ref()
+                .filter(|_| dl.sh.tr.landed.bytes() == 0)
+                .map(|st| (st.ranges.iter().map(|r| r.1 - r.0).sum::<u64>(), st.total))
+                .filter(|b| b.0 > 0);
             if let Some(part) = &out.part
                 && !dl.sh.tr.changed
             {
-                if saved {
+                let kept = if saved {
+                    Some((dl.sh.tr.landed.bytes(), dl.sh.tr.total.unwrap_or(0)))
+                } else {
+                    before
+                };
+                if let Some((have, total)) = kept {
                     e.msg.push_str(&format!(
-                        "; {} of {} bytes kept in {}: run the same command again to fetch only the rest",
-                        dl.sh.tr.landed.bytes(),
-                        dl.sh.tr.total.unwrap_or(0),
+                        "; {have} of {total} bytes kept in {}: run the same command again to fetch only the rest",
                         part.display()
                     ));
                 } else if dl.sh.tr.landed.bytes() > 0 && dl.sh.tr.plan.is_planned() && !dl.sh.tr.ranges {
@@ -535,7 +548,7 @@ fn end_inner(
                 }
             }
             dl.sh.report.clear();
-            let mut s = dl.summary(dl.sh.tr.landed.bytes(), io, registered, None);
+            let mut s = dl.summary(before.map_or(dl.sh.tr.landed.bytes(), |b| b.0), io, registered, None);
             s.writes_pending = dl.writes_in_flight > 0;
             if e.kind == crate::error::Kind::Interrupted {
                 // (Cut short, not failed: what its origins taught — the cap a server was
