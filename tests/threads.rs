@@ -540,6 +540,20 @@ fn a_redirected_file_of_a_list_spreads_again() {
     assert!(r == 2 && parts >= 1, "{err}");
 }
 
+/// `--threads 2 -j 3 -x 4`, 1 MiB splits: the shape of the respread tests below.
+const RESPREAD: [&str; 8] = ["--threads", "2", "-j", "3", "-x", "4", "--min-split-size", "1M"];
+
+/// The respread tests' list: two small files (`small0.bin`, `small1.bin`) from `small`,
+/// and `large.bin` from `large` at place `at` (1: started on the run's reactor; 0: placed
+/// on the helper, the first file going to the helper).
+fn respread_list(dir: &TestDir, small: &FaultServer, large: &FaultServer, at: usize) -> std::path::PathBuf {
+    let mut files: Vec<(String, String)> = (0..2)
+        .map(|i| (small.url(&format!("s{i}.bin")), format!("small{i}.bin")))
+        .collect();
+    files.insert(at, (large.url("large.bin"), "large.bin".to_owned()));
+    write_list(dir, &files)
+}
+
 /// A list at `--threads 2 -j 3` of two small files and a large paced one (4 MiB/s per
 /// connection, a validator): once the small ones are done and none is left to start, the
 /// large one runs alone on one reactor. It is stopped and started again at once from what
@@ -557,14 +571,11 @@ fn a_large_file_left_alone_in_a_list_starts_again_spread() {
         .start();
     for at in [1usize, 0] {
         let dir = TestDir::new("threads-respread");
-        let mut files: Vec<(String, String)> = (0..2)
-            .map(|i| (small.url(&format!("s{i}.bin")), format!("small{i}.bin")))
-            .collect();
-        files.insert(at, (large.url("large.bin"), "large.bin".to_owned()));
-        let list = write_list(&dir, &files);
+        let list = respread_list(&dir, &small, &large, at);
         let o = dir
             .ringdl()
-            .args(["-v", "--threads", "2", "-j", "3", "-x", "4", "--min-split-size", "1M"])
+            .arg("-v")
+            .args(RESPREAD)
             .args(["--json", "run.json", "-d"])
             .arg(dir.path())
             .arg("-i")
@@ -613,26 +624,12 @@ fn a_file_started_again_spread_keeps_the_cap_its_server_was_seen_allowing() {
         .etag("large")
         .start();
     let dir = TestDir::new("threads-respread-cap");
-    let files = [
-        (small.url("s0.bin"), "small0.bin".to_owned()),
-        (large.url("large.bin"), "large.bin".to_owned()),
-        (small.url("s1.bin"), "small1.bin".to_owned()),
-    ];
-    let list = write_list(&dir, &files);
+    let list = respread_list(&dir, &small, &large, 1);
     let o = dir
         .ringdl()
-        .args([
-            "-v",
-            "--threads",
-            "2",
-            "-j",
-            "3",
-            "-x",
-            "4",
-            "--min-split-size",
-            "1M",
-            "-d",
-        ])
+        .arg("-v")
+        .args(RESPREAD)
+        .arg("-d")
         .arg(dir.path())
         .arg("-i")
         .arg(&list)
@@ -665,9 +662,9 @@ fn a_file_started_again_spread_keeps_the_cap_its_server_was_seen_allowing() {
 /// SIGINT around the restart of a large file left alone (see above): 0 to 450 ms after
 /// the small files landed (here the restart came 200-300 ms after them: it waits for a
 /// byte of the large file to land and for its helper's report), so before the restart,
-/// around its stop and resume, and as the resume spreads. Each run exits interrupted and says the large file was interrupted
-/// (none counts it "not started", which dropped it from the results when the signal came
-/// during its stop); `-c` then lands it exact.
+/// around its stop and resume, and as the resume spreads. Each run exits interrupted and
+/// says the large file was interrupted (none counts it "not started", which dropped it
+/// from the results when the signal came during its stop); `-c` then lands it exact.
 #[test]
 fn sigint_around_the_restart_of_a_file_left_alone_leaves_it_resumable() {
     let small = FaultServer::builder().size(MIB + 1).etag("small").start();
@@ -679,16 +676,11 @@ fn sigint_around_the_restart_of_a_file_left_alone_leaves_it_resumable() {
     let mut restarted = 0;
     for delay in [0u64, 50, 150, 200, 230, 260, 290, 320, 450] {
         let dir = TestDir::new("threads-respread-int");
-        let files = [
-            (large.url("large.bin"), "large.bin".to_owned()),
-            (small.url("s0.bin"), "small0.bin".to_owned()),
-            (small.url("s1.bin"), "small1.bin".to_owned()),
-        ];
-        let list = write_list(&dir, &files);
-        let args = ["--threads", "2", "-j", "3", "-x", "4", "--min-split-size", "1M", "-d"];
+        let list = respread_list(&dir, &small, &large, 0);
         let o = dir
             .ringdl()
-            .args(args)
+            .args(RESPREAD)
+            .arg("-d")
             .arg(dir.path())
             .arg("-i")
             .arg(&list)
@@ -715,7 +707,8 @@ fn sigint_around_the_restart_of_a_file_left_alone_leaves_it_resumable() {
         restarted += usize::from(err.contains("starting it again, spread over the reactors"));
         let again = dir
             .ringdl()
-            .args(args)
+            .args(RESPREAD)
+            .arg("-d")
             .arg(dir.path())
             .arg("-c")
             .arg("-i")

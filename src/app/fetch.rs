@@ -271,36 +271,33 @@ impl Fetching {
         );
         if let Some(s) = &failed {
             self.carried = (s.fetched, s.elapsed);
-            if s.writes_pending {
-                self.fill_failed(record, s);
-                return Next::Done(Err(err!(
-                    LocalIo,
-                    "stopped to start again spread over the reactors, its writes did not complete within 10 s; {kept}"
-                )));
+        }
+        let e = if failed.as_ref().is_some_and(|s| s.writes_pending) {
+            err!(
+                LocalIo,
+                "stopped to start again spread over the reactors, its writes did not complete within 10 s; {kept}"
+            )
+        } else if let Err(e) = self.reload_resume() {
+            e
+        } else {
+            // (As a resume by `-c`: the `.part`'s validator proves it; no precondition.)
+            if self.opts.condition.is_some() {
+                let mut o = (*self.opts).clone();
+                o.condition = None;
+                self.opts = Rc::new(o);
             }
-        }
-        if let Err(e) = self.reload_resume() {
-            if let Some(s) = &failed {
-                self.fill_failed(record, s);
-            }
-            return Next::Done(Err(e));
-        }
-        // (As a resume by `-c`: the `.part`'s validator proves it; no precondition.)
-        if self.opts.condition.is_some() {
-            let mut o = (*self.opts).clone();
-            o.condition = None;
-            self.opts = Rc::new(o);
-        }
-        match self.start(per_run) {
-            Ok(st) => Next::Again(Box::new(st)),
-            Err(mut e) => {
-                if let Some(s) = &failed {
-                    self.fill_failed(record, s);
+            match self.start(per_run) {
+                Ok(st) => return Next::Again(Box::new(st)),
+                Err(mut e) => {
+                    e.msg.push_str(&format!("; {kept}"));
+                    e
                 }
-                e.msg.push_str(&format!("; {kept}"));
-                Next::Done(Err(e))
             }
+        };
+        if let Some(s) = &failed {
+            self.fill_failed(record, s);
         }
+        Next::Done(Err(e))
     }
 
     /// The resume state of the `.part` as its control file names it now (after a transfer

@@ -6,7 +6,7 @@
 //! flight, the new transfer spreads its segments over every reactor
 //! ([`crate::event::spread`]).
 
-use super::{Flight, Outcome, Slot, in_flight};
+use super::{Outcome, Slot, in_flight};
 use crate::err;
 use crate::error::{Kind, Result};
 use crate::report::Note;
@@ -23,7 +23,7 @@ const RESTART: &str = "a restart to spread over the reactors";
 /// The one file in flight, when the list has none left to start, is stopped to start
 /// again spread over the `threads` reactors, if it may spread (its `respreads`, decided
 /// at its start: one mirror, `-x` above 1, no `--limit-rate`, a regular file)
-/// and its transfer may resume so ([`Flight::ranged`]) with enough left
+/// and its transfer may resume so ([`super::Flight::ranged`]) with enough left
 /// ([`SPLITS_PER_REACTOR`]). Once per file: a file started again spreads, or runs alone
 /// where it is.
 pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
@@ -41,34 +41,62 @@ pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
                 && r.dl.remote.is_none()
                 && r.dl.sh.tr.redirect.is_none() =>
         {
-            if let Some(left) = worth(&r.dl.flight(), r.dl.sh.opts.min_split_size, threads) {
-                r.recalled = true;
-                r.dl.sh.report.note(Note::Respread { left });
-                r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {RESTART}"));
+            let tr = &r.dl.sh.tr;
+            match worth(
+                (r.dl.may_resume_spread(), tr.total, tr.landed.bytes()),
+                r.dl.sh.opts.min_split_size,
+                threads,
+            ) {
+                Worth::Restart(left) => {
+                    r.recalled = true;
+                    r.dl.sh.report.note(Note::Respread { left });
+                    r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {RESTART}"));
+                }
+                Worth::Never => r.respreads = false,
+                Worth::NotYet => {}
             }
         }
         Slot::Away(a) if a.respreads && !a.recalled => {
-            if let Some(left) = worth(&a.flight, a.min_split, threads) {
-                a.recalled = true;
-                a.report.note(Note::Respread { left });
-                // (Its helper's ring is woken: the transfer ends keeping what landed.)
-                a.posted.post_stop(RESTART);
+            let f = &a.flight;
+            match worth((f.ranged, f.total, f.have), a.min_split, threads) {
+                Worth::Restart(left) => {
+                    a.recalled = true;
+                    a.report.note(Note::Respread { left });
+                    // (Its helper's ring is woken: the transfer ends keeping what landed.)
+                    a.posted.post_stop(RESTART);
+                }
+                Worth::Never => a.respreads = false,
+                Worth::NotYet => {}
             }
         }
         _ => {}
     }
 }
 
-/// The bytes `f` has still to come, when they are worth a restart over `threads`
-/// reactors with `min_split`-byte splits.
-fn worth(f: &Flight, min_split: u64, threads: usize) -> Option<u64> {
+/// What a restart is worth now.
+enum Worth {
+    /// Started again, these bytes still to come spread.
+    Restart(u64),
+    /// Not yet: its first answer, or its first byte on disk, is still to come.
+    NotYet,
+    /// Never: too little is left (it only shrinks).
+    Never,
+}
+
+/// What a restart over `threads` reactors with `min_split`-byte splits is worth for a
+/// transfer that may resume spread (`ranged`: [`super::Flight::ranged`], its first answer
+/// planned) with `have` of `total` bytes landed.
+fn worth((ranged, total, have): (bool, Option<u64>, u64), min_split: u64, threads: usize) -> Worth {
     // (Once a byte landed: a transfer that ends with none removes its `.part`.)
-    if !f.ranged || f.have == 0 {
-        return None;
+    let (true, Some(total)) = (ranged && have > 0, total) else {
+        return Worth::NotYet;
+    };
+    let left = total.saturating_sub(have);
+    if left >= SPLITS_PER_REACTOR * min_split.max(1) * threads as u64 {
+        Worth::Restart(left)
+    } else {
+        Worth::Never
     }
-    let left = f.total?.saturating_sub(f.have);
-    let least = SPLITS_PER_REACTOR * min_split.max(1) * threads as u64;
-    (left >= least).then_some(left)
 }
 
 /// The end `r` of a transfer stopped by [`recall_alone`]: a stop as asked is
