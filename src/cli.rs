@@ -45,7 +45,8 @@ pub const MAX_THREADS: usize = 64;
 
 /// The `--help` text.
 pub const HELP: &str = "\
-ringdl - download one file over HTTP or HTTPS through io_uring, O_DIRECT and rustls
+ringdl - download files over HTTP or HTTPS through io_uring, O_DIRECT and rustls:
+one file or many (-i LIST, -Z URL...), each over up to -x Range connections
 
 Usage: ringdl [OPTIONS] URL [MIRROR-URL...]
        ringdl [OPTIONS] -Z URL...          (each URL its own file)
