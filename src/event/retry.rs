@@ -32,9 +32,10 @@ pub(crate) fn parked_wait(refusals: u32) -> Duration {
 pub(crate) const LATE_CLOSE: Duration = Duration::from_secs(1);
 
 /// First wait after a round of refused connects, seconds (then doubled per round, with
-/// jitter 0.75–1.25), holding the origin: 0.15 + 0.3 + 0.6 + 1.2 s before the fifth round
-/// waits out a server that restarts for up to about 1.7 s, while a port where nothing
-/// listens still fails in about 2.3 s.
+/// jitter 0.75–1.25), holding the origin: 0.15 + 0.3 + 0.6 + 1.2 s before the fifth round,
+/// each ended by the first 250 ms tick after it (0.25, 0.25–0.5, 0.5–0.75, 1–1.5 s), waits
+/// out a server that restarts for up to 2 s, while a port where nothing listens still
+/// fails in 2–3 s.
 pub(crate) const REFUSED_WAIT: f64 = 0.15;
 
 /// A jitter in `[0, 1)` for [`retry::backoff`], from the clock's nanoseconds.
@@ -445,7 +446,7 @@ impl Loop<'_> {
         }
         // Exponential backoff with jitter before this slot reconnects; `kick` reopens it. A
         // refused connect (nothing listening) is answered at once, and waiting long for it
-        // only delays the error: its waits start short (a wrong port fails in about a second).
+        // only delays the error: its waits start short (a wrong port fails in 2–3 s).
         if connect_failed && !f.busy && !c.addr_i.is_multiple_of(n_addrs) {
             // An address this slot has not tried in this round: at once (RFC 8305 §5).
             c.not_before = None;
@@ -480,8 +481,8 @@ impl Loop<'_> {
     /// this failure was already counted).
     ///
     /// The waits: a refused (or reset) connect, [`REFUSED_WAIT`] s doubled per round
-    /// (about 2.3 s over 5 rounds: a server that restarts is waited out, a wrong port
-    /// still fails fast); a timed-out or unreachable one, `--retry-wait` doubled; each
+    /// (2–3 s over 5 rounds, each wait ended by the next tick: a server that restarts is
+    /// waited out, a wrong port still fails fast); a timed-out or unreachable one, `--retry-wait` doubled; each
     /// times 0.75–1.25 (one timer for every connection, so little jitter is needed).
     fn origin_connect_failed(&mut self, k: usize, f: &Fail) -> Duration {
         let now = self.sh.tr.started.elapsed();
