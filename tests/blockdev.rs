@@ -359,3 +359,60 @@ fn kill_9_then_continue_with_control_is_exact() {
     assert_image_at(&dev, &pat, offset, &image);
     assert!(!control.exists(), "the control file outlived the finished image");
 }
+
+/// `--signature` over an image written to a device can only be checked once the image is
+/// on it: a bad signature (exit 10) leaves the unverified bytes there, and the message and
+/// `--json`'s `device_holds_unverified_bytes` say so; a good one says the device holds
+/// none. (minisign, prehashed: the signature is checked from the device read back.)
+#[test]
+fn a_bad_signature_leaves_unverified_bytes_on_the_device_and_says_so() {
+    let dir = TestDir::new("blockdev-signature");
+    let dev_size = 8 * MIB;
+    let Some(dev) = LoopDev::attach(&dir, dev_size, 908) else {
+        return;
+    };
+    let pat = pattern(dev_size, 908);
+    let (name, image) = serve("signature", 2 * MIB + 700, 909);
+    let served = nginx().www().join(&name);
+    let key = crate::signature::minisign_key(dir.path(), "release");
+    let sig = dir.join("image.minisig");
+    crate::signature::minisign_sign(&key, &served, &sig, false);
+    let offset = MIB;
+    let run = || {
+        let o = dir
+            .ringdl()
+            .args(["-x", "4", "--json", "-", "--offset", &offset.to_string()])
+            .arg("--signature")
+            .arg(&sig)
+            .arg("--trusted-key")
+            .arg(&key)
+            .args(["-o", &dev.dev])
+            .arg(nginx().http_url(&name))
+            .run();
+        let text = o.stdout_text();
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        (o, j)
+    };
+    let (good, j) = run();
+    good.assert_success();
+    assert_eq!(j["signature"]["verified"], true, "{j}");
+    assert_eq!(j["device_holds_unverified_bytes"], false, "{j}");
+    assert_image_at(&dev, &pat, offset, &image);
+
+    // The served image changed after it was signed: written, then refused.
+    let mut changed = image.clone();
+    changed[image.len() / 2] ^= 0x40;
+    fs::write(&served, &changed).unwrap();
+    let (bad, j) = run();
+    bad.assert_code(10);
+    let e = bad.stderr_text();
+    assert!(
+        e.contains("BAD signature") && e.contains(&format!("the block device {} now holds unverified bytes", dev.dev)),
+        "{e}"
+    );
+    assert_eq!(j["exit_code"], 10, "{j}");
+    assert_eq!(j["signature"]["verified"], false, "{j}");
+    assert_eq!(j["device_holds_unverified_bytes"], true, "{j}");
+    assert_image_at(&dev, &pat, offset, &changed);
+    let _ = fs::remove_file(served);
+}

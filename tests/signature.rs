@@ -178,14 +178,14 @@ fn signify_sign(key: &Path, file: &Path, sig: &Path) {
 }
 
 /// A minisign key pair (no password, `-W`) in `dir`: returns the `.pub`.
-fn minisign_key(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn minisign_key(dir: &Path, name: &str) -> PathBuf {
     let (p, s) = (format!("{name}.pub"), format!("{name}.key"));
     tool(MINISIGN, &["-G", "-W", "-p", &p, "-s", &s], dir);
     dir.join(p)
 }
 
 /// `minisign -S [-l] -s KEY -m FILE -x SIG`.
-fn minisign_sign(key: &Path, file: &Path, sig: &Path, legacy: bool) {
+pub(crate) fn minisign_sign(key: &Path, file: &Path, sig: &Path, legacy: bool) {
     let sec = key.with_extension("key");
     let mut args = vec!["-S"];
     if legacy {

@@ -188,6 +188,10 @@ impl Fetching {
         per_run: &mut PerRun,
     ) -> Next {
         self.progress = report;
+        if self.out.room.is_some() {
+            // Until a check fails or the image stops short ([`finish::finish`], below).
+            record.device_holds_unverified_bytes = Some(false);
+        }
         let mut failed = failed;
         for s in failed.iter_mut() {
             s.fetched += self.carried.0;
@@ -218,6 +222,7 @@ impl Fetching {
                 self.progress.clear();
                 self.out.discard_if_empty();
                 if self.out.room.is_some() && failed.as_ref().is_some_and(|s| s.bytes > 0) {
+                    record.device_holds_unverified_bytes = Some(true);
                     e.msg
                         .push_str(&format!("; {} now holds an incomplete image", self.out.describe()));
                 }

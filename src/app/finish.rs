@@ -46,8 +46,9 @@ pub(super) struct Landing<'a> {
 /// removes the control file and prints the summary line.
 ///
 /// # Errors
-/// `Signature` (the `.part` kept, its control file removed), `Checksum` (the `.part`
-/// kept, or a device's image said to have failed; the control file removed), `LocalIo`
+/// `Signature` (the `.part` kept, or the device said to hold unverified bytes; its control
+/// file removed), `Checksum` (the `.part` kept, or a device's image said to have failed;
+/// the control file removed), `LocalIo`
 /// for the rename or a validator file.
 pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>, record: &mut Record) -> Result<()> {
     let Landing {
@@ -80,41 +81,7 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
             resume::remove_if_ours(c, s.control_id);
         }
     })?;
-    // Bytes that failed verification stay for inspection, but their control file goes: a
-    // later run, with or without `-c`, starts over instead of keeping them (a resume would
-    // fetch only what the last save missed and fail the same way again).
-    let unresumable = || {
-        if let Some(c) = control {
-            resume::remove(c);
-        }
-    };
-    if let (Some(p), Some(input)) = (plan, &s.signed) {
-        // Before the checksum and the rename: a bad signature leaves the `.part`.
-        let name = out.describe();
-        p.check(input.as_deref(), &name, opts, &mut record.signature)
-            .map_err(|mut e| {
-                unresumable();
-                e.msg.push_str(&format!(" (data kept in {name}, not renamed)"));
-                e
-            })?;
-    }
-    if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
-        && want.expected != got.as_ref()
-    {
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        unresumable();
-        return Err(err!(
-            Checksum,
-            "{} mismatch: expected {}, got {} ({})",
-            want.name,
-            hex(&want.expected),
-            hex(got.as_ref()),
-            match out.room {
-                Some(_) => format!("{} now holds an image that failed verification", out.describe()),
-                None => format!("data kept in {}; a new run starts over", out.describe()),
-            }
-        ));
-    }
+    verify(&s, out, opts, plan, control, record)?;
     if let (Some(name), OutputTarget::Default) = (&s.disposition, &opts.output) {
         let p = in_dir(opts.dir.as_deref(), std::path::PathBuf::from(name));
         Output::check_free(&p, opts.force)?;
@@ -180,6 +147,69 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
                 .as_ref()
                 .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string()),
         );
+    }
+    Ok(())
+}
+
+/// Checks the signature (first) and the checksum of the bytes `s` read back from `out`,
+/// filling `record`'s `signature` and, for a block device, `device_holds_unverified_bytes`.
+///
+/// # Errors
+/// `Signature` or `Checksum`, saying where the bytes that failed are: kept in the `.part`
+/// (not renamed), or on the device, which now holds them.
+fn verify(
+    s: &download::Summary,
+    out: &Output,
+    opts: &Config,
+    plan: Option<&crate::signed::Plan>,
+    control: Option<&Path>,
+    record: &mut Record,
+) -> Result<()> {
+    // Bytes that failed verification stay for inspection, but their control file goes: a
+    // later run, with or without `-c`, starts over instead of keeping them (a resume would
+    // fetch only what the last save missed and fail the same way again).
+    let unresumable = || {
+        if let Some(c) = control {
+            resume::remove(c);
+        }
+    };
+    if let (Some(p), Some(input)) = (plan, &s.signed) {
+        // Before the checksum and the rename: a bad signature leaves the `.part`.
+        let name = out.describe();
+        let on_device = out.room.is_some();
+        p.check(input.as_deref(), &name, opts, &mut record.signature)
+            .map_err(|mut e| {
+                unresumable();
+                // A device is written in place: the bytes that failed are already its
+                // contents, and nothing but the exit status keeps a caller off them.
+                e.msg.push_str(&if on_device {
+                    record.device_holds_unverified_bytes = Some(true);
+                    format!("; {name} now holds unverified bytes: do not switch to it or boot it")
+                } else {
+                    format!(" (data kept in {name}, not renamed)")
+                });
+                e
+            })?;
+    }
+    if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
+        && want.expected != got.as_ref()
+    {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        unresumable();
+        if out.room.is_some() {
+            record.device_holds_unverified_bytes = Some(true);
+        }
+        return Err(err!(
+            Checksum,
+            "{} mismatch: expected {}, got {} ({})",
+            want.name,
+            hex(&want.expected),
+            hex(got.as_ref()),
+            match out.room {
+                Some(_) => format!("{} now holds an image that failed verification", out.describe()),
+                None => format!("data kept in {}; a new run starts over", out.describe()),
+            }
+        ));
     }
     Ok(())
 }

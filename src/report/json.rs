@@ -66,6 +66,11 @@ pub struct Record {
     pub checksum_verified: Option<bool>,
     /// The conditional first request got 304 Not Modified: nothing was fetched.
     pub not_modified: bool,
+    /// Block-device output only (`None` otherwise, and not written): `true` when the run
+    /// wrote bytes onto the device that are not a verified image (a signature or checksum
+    /// that failed after the write, or an image that stopped short), `false` when it did
+    /// not (the run ended 0, or wrote nothing).
+    pub device_holds_unverified_bytes: Option<bool>,
     /// `--signature` (or a PGP signature seen and not checked): a JSON object.
     pub signature: Option<String>,
 }
@@ -108,6 +113,9 @@ impl Record {
         o.u64("redirects", Some(self.redirects));
         o.bool("checksum_verified", self.checksum_verified);
         o.bool("not_modified", Some(self.not_modified));
+        if self.device_holds_unverified_bytes.is_some() {
+            o.bool("device_holds_unverified_bytes", self.device_holds_unverified_bytes);
+        }
         if let Some(sig) = &self.signature {
             o.raw("signature", sig);
         }
