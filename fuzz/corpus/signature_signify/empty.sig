@@ -1,0 +1,2 @@
+untrusted comment: verify with release.pub
+RWQSjnnOPzh3X9iDFv6nrGiYYnbdnnOApyHVRNpVvDa+i0pXA3NMvwJzLWYSuiJ+xYJlPgqlrS9Ned9bJmMps16vfYXw+PzhuQQ=

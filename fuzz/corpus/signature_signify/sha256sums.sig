@@ -1,0 +1,2 @@
+untrusted comment: verify with release.pub
+RWQSjnnOPzh3X9CQnSEPqxe7xmpIGplZLnMilJQKMZc6NE8WYLWsfWxFD5OqaoLGlfJMByr7Buc7LfEPWMD65izYSHJikzPOYgc=
