@@ -110,6 +110,13 @@ fn assert_image_at(dev: &LoopDev, pat: &[u8], offset: u64, image: &[u8]) {
     );
 }
 
+/// The `--json -` record a run printed.
+#[track_caller]
+fn record(o: &util::Output) -> serde_json::Value {
+    let text = o.stdout_text();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
 /// The I/O backends to run: the one RINGDL_TEST_IO forces, else both.
 fn backends() -> Vec<Option<&'static str>> {
     match test_io() {
@@ -225,12 +232,15 @@ fn an_image_of_unknown_size_stops_at_the_device_end_and_says_it_is_incomplete() 
     let offset = MIB;
     let o = dir
         .ringdl()
-        .args(["--offset", &offset.to_string(), "-o", &dev.dev])
+        .args(["--json", "-", "--offset", &offset.to_string(), "-o", &dev.dev])
         .arg(srv.url("img.bin"))
         .run();
     o.assert_code(7);
     let e = o.stderr_text();
     assert!(e.contains("goes past the end") && e.contains("incomplete image"), "{e}");
+    assert_eq!(e.matches("incomplete image").count(), 1, "said once: {e}");
+    let j = record(&o);
+    assert_eq!(j["device_holds_unverified_bytes"], true, "{j}");
     // Nothing before the offset changed; what landed is the image's head, and nothing
     // past the device's end was attempted (the device is its size).
     let all = dev.read(0, dev_size);
@@ -255,18 +265,19 @@ fn checksum_is_verified_by_reading_the_device_back() {
     let offset = 2 * MIB;
     let good = dir
         .ringdl()
-        .args(["-x", "4", "--offset", &offset.to_string(), "--checksum"])
+        .args(["-x", "4", "--json", "-", "--offset", &offset.to_string(), "--checksum"])
         .arg(format!("sha-256={}", f.sha256))
         .args(["-o", &dev.dev])
         .arg(n.http_url(&f.name))
         .run();
     good.assert_success();
     assert!(good.summary().contains("sha-256 verified"), "{}", good.summary());
+    assert_eq!(record(&good)["device_holds_unverified_bytes"], false);
     assert_image_at(&dev, &pat, offset, &image);
     let wrong = "0".repeat(64);
     let bad = dir
         .ringdl()
-        .args(["-x", "4", "--offset", &offset.to_string(), "--checksum"])
+        .args(["-x", "4", "--json", "-", "--offset", &offset.to_string(), "--checksum"])
         .arg(format!("sha-256={wrong}"))
         .args(["-o", &dev.dev])
         .arg(n.http_url(&f.name))
@@ -277,6 +288,9 @@ fn checksum_is_verified_by_reading_the_device_back() {
         e.contains(&format!("got {}", f.sha256)) && e.contains("failed verification"),
         "{e}"
     );
+    let j = record(&bad);
+    assert_eq!(j["checksum_verified"], false, "{j}");
+    assert_eq!(j["device_holds_unverified_bytes"], true, "{j}");
 }
 
 #[test]
@@ -389,8 +403,7 @@ fn a_bad_signature_leaves_unverified_bytes_on_the_device_and_says_so() {
             .args(["-o", &dev.dev])
             .arg(nginx().http_url(&name))
             .run();
-        let text = o.stdout_text();
-        let j: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        let j = record(&o);
         (o, j)
     };
     let (good, j) = run();

@@ -241,11 +241,12 @@ impl Loop<'_> {
         }
         let wb = self.sh.to_write.front()?;
         let end = wb.off + align_up(wb.fill as u64, self.sh.tr.align);
+        // (What the device holds then is said once the transfer has ended, from the bytes
+        // that landed: `app::fetch`.)
         (end > room.len).then(|| {
             err!(
                 LocalIo,
-                "the image (unknown size) goes past the end of {what} ({} bytes from offset {}): \
-                 {what} now holds an incomplete image",
+                "the image (unknown size) goes past the end of {what} ({} bytes from offset {})",
                 room.len,
                 room.base
             )
