@@ -387,6 +387,45 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     }
 }
 
+/// The same URL twice in a list, or twice with `-Z` (issue 40): fetched once, said once,
+/// exit 0 (it was a usage error refusing the whole list, exit 2). Two different URLs
+/// that would write one name stay refused (`a_malformed_line_or_one_path_twice_…`).
+#[test]
+fn the_same_url_twice_is_fetched_once() {
+    let n = nginx();
+    let (base, shas) = serve("twice", &[40 * KIB, 8 * KIB]);
+    let dir = TestDir::new("list-twice");
+    let a = n.http_url(&format!("{base}/f0.bin"));
+    let b = n.http_url(&format!("{base}/f1.bin"));
+    let l = list(&dir, &format!("{a}\n{b}\n{a}\n"));
+    let before = requests(&format!("/{base}/f0.bin"));
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
+    let err = o.stderr_text();
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
+    assert_eq!(sha256_file(&dir.join("f1.bin")), shas[1], "{err}");
+    assert_eq!(
+        err.matches(&format!(
+            "note: {0}, line 3 asks again for f0.bin of {0}, line 1: fetched once",
+            l.display()
+        ))
+        .count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(requests(&format!("/{base}/f0.bin")) - before, 1, "{err}");
+    assert_eq!(json(&dir)["run"]["files"], 2);
+    fs::remove_file(dir.join("f0.bin")).unwrap();
+    let o = ringdl(&dir, &["-Z", &a, &a]);
+    let err = o.stderr_text();
+    o.assert_success();
+    assert!(
+        err.contains("note: command line, file 2 asks again for f0.bin of command line, file 1: fetched once"),
+        "{err}"
+    );
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
+}
+
 /// SIGINT with `-j 3` while three files are in flight: every one keeps its `.part` and
 /// control file (exit 8), and `-c` then fetches only the rest of each (counted from the
 /// bytes nginx served: less than the file).

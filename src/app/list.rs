@@ -494,6 +494,18 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
         let job = Job { origin, entry, path };
         if let Some(p) = &job.path {
             if let Some(&other) = paths.get(&same_file(p)) {
+                if same_request(&jobs[other].entry, &job.entry) {
+                    // The same file asked twice (as wget and aria2c take it): fetched once.
+                    if !base.quiet {
+                        eprintln!(
+                            "ringdl: note: {} asks again for {} of {}: fetched once",
+                            job.origin,
+                            p.display(),
+                            jobs[other].origin
+                        );
+                    }
+                    continue;
+                }
                 return Err(err!(
                     Usage,
                     "{} and {} would both write {} (give one of them another name with out=, or -o on its own run)",
@@ -507,6 +519,13 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
         jobs.push(job);
     }
     Ok(jobs)
+}
+
+/// Whether two entries that write one path ask for the same file the same way: the same
+/// URLs (mirrors in the same order), checksum, headers and connections (`out=` and `dir=`
+/// may be spelled differently: their path is the same already).
+fn same_request(a: &Entry, b: &Entry) -> bool {
+    a.urls == b.urls && a.checksum == b.checksum && a.headers == b.headers && a.connections == b.connections
 }
 
 /// The options of one file: `base` (the command line's) with its URLs and its entry's
