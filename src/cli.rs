@@ -256,6 +256,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         etag_save: None,
         timestamping: false,
         condition: None,
+        kept: None,
         offset: 0,
         control: None,
         signature: None,

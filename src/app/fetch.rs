@@ -241,16 +241,14 @@ impl Fetching {
         Next::Done(finish::finish(s, out, landing, record))
     }
 
-    /// Mirror `mirror`'s first answer was a 304 to the condition: the file kept is checked
-    /// as a fetched one is (`kept`: its read-back, for `--checksum` and `--signature`),
-    /// into `record`: exit 9 or 10 when it fails, the file left as it is.
+    /// Mirror `mirror`'s first answer kept the file there: a 304 to the condition, or the
+    /// size of a list's file already there ([`Config::kept`]). The file is checked as a
+    /// fetched one is (`kept`: its read-back, for `--checksum` and `--signature`), into
+    /// `record`: exit 9 or 10 when it fails, the file left as it is.
     fn not_modified(&mut self, mirror: usize, kept: Option<Box<download::Kept>>, record: &mut Record) -> Next {
         self.progress.clear();
-        let name = self
-            .out
-            .final_path
-            .as_deref()
-            .map_or_else(|| self.out.describe(), |p| p.display().to_string());
+        let path = self.out.final_path.as_deref().map(|p| p.display().to_string());
+        let name = path.clone().unwrap_or_else(|| self.out.describe());
         let checked = match &kept {
             Some(k) => {
                 record.bytes = Some(k.bytes);
@@ -273,15 +271,34 @@ impl Fetching {
         record.final_url = Some(self.urls[mirror].to_string());
         record.fetched = Some(0);
         record.not_modified = true;
+        if let Some(size) = self.opts.kept {
+            record.bytes = Some(size);
+        }
         if let Err(mut e) = checked {
-            e.msg.push_str(&format!(
-                "; the server answered 304 Not Modified ({}), but the file kept fails its check: fetch it again \
-                 without -N/--etag-compare",
-                updates::condition_text(&self.opts)
-            ));
+            e.msg.push_str(&match self.opts.kept {
+                Some(size) => format!(
+                    "; it is there with the server's size ({size} bytes) but is not the file checked for: \
+                     --force fetches it again"
+                ),
+                None => format!(
+                    "; the server answered 304 Not Modified ({}), but the file kept fails its check: fetch \
+                     it again without -N/--etag-compare",
+                    updates::condition_text(&self.opts)
+                ),
+            });
             return Next::Done(Err(e));
         }
-        updates::say_not_modified(&self.opts, &self.out, &self.urls[mirror]);
+        match (self.opts.kept, &path) {
+            (Some(size), Some(p)) if self.opts.verbose > 0 => self.progress.say(&format!(
+                "{p}: already there, {size} bytes as on the server{}: not fetched again",
+                self.opts
+                    .checksum
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(", {} verified", c.name))
+            )),
+            (Some(_), _) => {}
+            (None, _) => updates::say_not_modified(&self.opts, &self.out, &self.urls[mirror]),
+        }
         Next::Done(Ok(()))
     }
 

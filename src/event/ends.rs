@@ -140,6 +140,9 @@ pub(crate) fn start_on<'c>(
     let first = part.as_ref().map_or(FIRST_SEGMENT, |p| {
         align_up(p.bytes().div_ceil(n.max(1) as u64), out.align).min(FIRST_SEGMENT)
     });
+    // A file already there is asked for its size with one block: the answer most likely
+    // keeps it, and its body is then left unread.
+    let first = if opts.kept.is_some() { out.align } else { first };
     let resume_end = resume
         .as_ref()
         .and_then(|st| st.ranges.iter().map(|r| r.0).find(|&s| s > resume_start))
