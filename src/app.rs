@@ -337,6 +337,9 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         opts.checksum = Some(checksum_from_file(&text, &name, final_path.as_deref(), &url)?);
     }
     let device = final_path.as_deref().is_some_and(output::device::is_block_device);
+    // (`-N` and `--etag-compare` imply --force to replace the output; a `.part` with its
+    // control file still resumes: only the user's --force starts over.)
+    let asked_force = opts.force;
     updates::prepare(&mut opts, final_path.as_deref(), device)?;
     // Standard output, a FIFO, a terminal, a socket, a device: bytes go in order, on one
     // connection (several would deliver blocks out of order). A sink (/dev/null) takes any.
@@ -395,7 +398,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
     let implicit = !device
         && !opts.resume
         && !opts.no_continue
-        && !opts.force
+        && !asked_force
         && special.is_none()
         && control.as_deref().is_some_and(|c| std::fs::symlink_metadata(c).is_ok());
     let resume_state = match (&control, opts.resume || implicit) {

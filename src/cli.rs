@@ -95,9 +95,10 @@ Output:
       --signature-namespace NAME
                             the SSHSIG namespace to require (default file)
 
-      --etag-compare FILE   send the ETag saved in FILE as If-None-Match; 304 Not
-                            Modified leaves the output untouched and exits 0 (a
-                            missing or empty FILE: no condition)
+      --etag-compare FILE   send the ETag saved in FILE as If-None-Match while the
+                            output is there; 304 Not Modified leaves it untouched
+                            (checked against --checksum, --signature) and exits 0
+                            (a missing or empty FILE: no condition)
       --etag-save FILE      when the file has landed, save its ETag in FILE
   -N, --timestamping        send If-Modified-Since from the output's modification
                             time; set that time from Last-Modified when it lands
@@ -256,6 +257,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         etag_save: None,
         timestamping: false,
         condition: None,
+        kept: None,
         offset: 0,
         control: None,
         signature: None,

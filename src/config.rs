@@ -167,6 +167,11 @@ pub struct Config {
     /// `--etag-compare` or the output for `-N` (`None`: unconditional). A 304 to the
     /// download's first request leaves the output untouched.
     pub condition: Option<http::Condition>,
+    /// Not an option: a list's file already there (no `.part` beside it), its size in
+    /// bytes. The first answer decides as a resume's does: the server's size the same (the
+    /// read-back then checks `--checksum`), it is kept and nothing more is fetched
+    /// ([`crate::event::Outcome::NotModified`]); else it is fetched again over it.
+    pub kept: Option<u64>,
     /// `--offset BYTES`: where the image starts within a block-device output, bytes; a
     /// multiple of the device's logical block size (0 for any other output).
     pub offset: u64,

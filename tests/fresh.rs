@@ -9,7 +9,7 @@ use std::fs;
 use std::path::Path;
 use std::time::SystemTime;
 
-use crate::util::{MIB, TestDir, nginx, sha256_file, write_random_file};
+use crate::util::{HANG, KIB, MIB, TestDir, exit, nginx, sha256_bytes, sha256_file, write_random_file};
 
 /// A file of `size` bytes in nginx's document root under a name of this test's own;
 /// returns its name and SHA-256.
@@ -295,5 +295,145 @@ fn with_mirrors_a_304_to_the_first_request_fetches_from_none() {
     let lines = log_lines(&name)[logged..].to_vec();
     assert_eq!(lines.len(), 1, "only the first request, to the first mirror: {lines:?}");
     assert_eq!(status_and_bytes(&lines[0]), (304, 0));
+    let _ = fs::remove_file(n.www().join(&name));
+}
+
+/// `--etag-compare` with the output gone (issue 40, "silent successes", 1): the saved
+/// tag is not sent, since a 304 would leave no file — the request goes unconditional and
+/// the file lands (it once got a 304, "left as it is", exit 0 and no file). Then a run
+/// interrupted (SIGINT) with its `.part` and control file kept, the output gone: the same
+/// `--etag-compare` run resumes the `.part` (it was once dropped on the way to the 304).
+#[test]
+fn etag_compare_with_the_output_gone_fetches_it_and_resumes_a_part() {
+    let n = nginx();
+    let (name, sha) = serve("gone", 512 * KIB + 7, 81);
+    let dir = TestDir::new("fresh-gone");
+    let out = dir.join("img");
+    let etag = dir.join("img.etag");
+    let run = |url: &str| {
+        let mut c = dir.ringdl();
+        c.args(["--etag-compare", "img.etag", "--etag-save", "img.etag", "-o", "img"])
+            .arg(url);
+        c
+    };
+    run(&n.http_url(&name)).run().assert_success();
+    assert_eq!(sha256_file(&out), sha);
+    assert!(fs::metadata(&etag).unwrap().len() > 2, "no ETag saved");
+    fs::remove_file(&out).unwrap();
+    let logged = log_lines(&name).len();
+    let o = run(&n.http_url(&name)).run();
+    let err = o.stderr_text();
+    o.assert_success();
+    assert!(out.exists(), "exit 0 and no file\n{err}");
+    assert_eq!(sha256_file(&out), sha, "{err}");
+    assert!(
+        err.contains("--etag-compare img.etag not sent: img is not there") && !err.contains("not modified"),
+        "{err}"
+    );
+    let lines = log_lines(&name)[logged..].to_vec();
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| status_and_bytes(l).0 == 206),
+        "{lines:?}"
+    );
+
+    // Interrupted at 256 KiB/s once its control file names landed bytes.
+    fs::remove_file(&out).unwrap();
+    let control = dir.join("img.part.ringdl");
+    let first = run(&n.slow_url(&name)).run_with(|pid| {
+        let t = std::time::Instant::now();
+        while !control.exists() && t.elapsed() < HANG {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status();
+    });
+    first.assert_code(exit::INTERRUPTED);
+    assert!(
+        control.exists() && dir.join("img.part").exists(),
+        "{}",
+        first.stderr_text()
+    );
+    let before = n.slow_sent(&name).len();
+    let o = run(&n.slow_url(&name)).run();
+    let err = o.stderr_text();
+    o.assert_success();
+    assert!(out.exists(), "exit 0 and no file\n{err}");
+    assert_eq!(sha256_file(&out), sha, "{err}");
+    assert!(err.contains("resuming:"), "the .part was not resumed\n{err}");
+    let sent = n.slow_sent(&name)[before..].to_vec();
+    assert!(
+        !sent.is_empty() && sent.iter().all(|r| r.0 > 0),
+        "fetched from the start: {sent:?}\n{err}"
+    );
+    assert!(!control.exists() && !dir.join("img.part").exists());
+    let _ = fs::remove_file(n.www().join(&name));
+}
+
+/// A 304 with `--checksum` (issue 40, "silent successes", 2): the kept file is read back
+/// and checked as a fetched one is — exit 9 when it was corrupted on disk (it once ended
+/// 0, `checksum_verified: null`), `checksum_verified: true` when it matches; the same with
+/// `-N`. The corrupted file is left as it is.
+#[test]
+fn a_304_checks_the_kept_file_against_its_checksum() {
+    let n = nginx();
+    let (name, sha) = serve("kept-sum", 300 * KIB + 3, 82);
+    let dir = TestDir::new("fresh-kept-sum");
+    let out = dir.join("img");
+    let sum = format!("sha-256={sha}");
+    let run = |cond: &[&str]| {
+        dir.ringdl()
+            .args(cond)
+            .args(["--checksum", &sum, "--json", "run.json", "-o", "img"])
+            .arg(n.http_url(&name))
+            .run()
+    };
+    let json = || fs::read_to_string(dir.join("run.json")).unwrap();
+    let etag = ["--etag-compare", "img.etag", "--etag-save", "img.etag"];
+    run(&etag).assert_success();
+    // (-N fetches it once more, to give it the server's time.)
+    run(&["-N"]).assert_success();
+    assert_eq!(sha256_file(&out), sha);
+    // Unchanged: 304, and the kept file verified.
+    let o = run(&etag);
+    o.assert_success();
+    let j = json();
+    assert!(
+        j.contains("\"not_modified\":true") && j.contains("\"checksum_verified\":true"),
+        "{j}\n{}",
+        o.stderr_text()
+    );
+    // One byte changed on disk, same size and time: the 304 keeps it, the check fails.
+    let mut bytes = fs::read(&out).unwrap();
+    bytes[1000] ^= 0x5a;
+    let t = fs::metadata(&out).unwrap().modified().unwrap();
+    fs::write(&out, &bytes).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&out)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    let bad = sha256_bytes(&bytes);
+    for cond in [&etag[..], &["-N"][..]] {
+        let logged = log_lines(&name).len();
+        let o = run(cond);
+        let err = o.stderr_text();
+        o.assert_code(9);
+        assert!(
+            err.contains(&format!("sha-256 mismatch: expected {sha}, got {bad}")) && err.contains("304 Not Modified"),
+            "{cond:?}: {err}"
+        );
+        let j = json();
+        assert!(
+            j.contains("\"not_modified\":true") && j.contains("\"checksum_verified\":false"),
+            "{cond:?}: {j}"
+        );
+        let lines = log_lines(&name)[logged..].to_vec();
+        assert_eq!(lines.len(), 1, "{cond:?}: {lines:?}");
+        assert_eq!(status_and_bytes(&lines[0]), (304, 0), "{cond:?}: {lines:?}");
+        assert_eq!(sha256_file(&out), bad, "{cond:?}: the kept file was touched");
+    }
     let _ = fs::remove_file(n.www().join(&name));
 }

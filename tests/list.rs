@@ -336,7 +336,10 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     first.assert_code(exit::INTERRUPTED);
     let err = first.stderr_text();
     // (Without -c the files that landed would be refused as existing.)
-    assert!(err.contains("run the same command again with -c"), "{err}");
+    assert!(
+        err.contains("run the same command again to fetch only the rest"),
+        "{err}"
+    );
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
     assert!(
         dir.join("f1.bin.part").exists() && dir.join("f1.bin.part.ringdl").exists(),
@@ -352,12 +355,13 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     for (k, sha) in shas.iter().enumerate() {
         assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
     }
-    assert_eq!(
-        served(0).len(),
-        first_file_requests,
-        "the finished file was fetched again\n{err}"
+    // The finished file is asked for its size (one block), not fetched again.
+    let asked = served(0)[first_file_requests..].to_vec();
+    assert!(
+        asked.len() == 1 && asked[0].1 <= 4096,
+        "the finished file was fetched again: {asked:?}\n{err}"
     );
-    assert!(err.contains("already there, not fetched again (-c)"), "{err}");
+    assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
     let rest: u64 = served(1)[before..].iter().map(|r| r.1).sum();
     assert!(
         served(1)[before..].iter().all(|r| r.0 > 0) && rest < sizes[1],
@@ -369,22 +373,154 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     assert_eq!(j["files"][0]["fetched"], 0, "{j}");
     assert!(j["files"][1]["fetched"].as_u64().unwrap() < sizes[1], "{j}");
 
-    // Run again without -c: each file is refused with the hint that -c skips it, and
-    // nothing is fetched or touched.
+    // Run again without -c: the same, every file there and as on the server: each asked
+    // for its size, none fetched again, exit 0.
     let requests: Vec<usize> = (0..3).map(|k| served(k).len()).collect();
     let third = ringdl(&dir, &["-j", "1", "-i", l.to_str().unwrap()]);
-    third.assert_code(exit::LOCAL_IO);
+    third.assert_success();
     let err = third.stderr_text();
-    assert_eq!(
-        err.matches("exists (-c skips the files a list already has, --force fetches it again)")
-            .count(),
-        3,
-        "{err}"
+    assert!(err.contains("3 ok (3 already there, as on the server)"), "{err}");
+    for (k, sha) in shas.iter().enumerate() {
+        let asked = served(k)[requests[k]..].to_vec();
+        assert!(asked.len() == 1 && asked[0].1 <= 4096, "f{k}: {asked:?}\n{err}");
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    let j = json(&dir);
+    assert_eq!(j["run"]["already_there"], 3, "{j}");
+    assert_eq!(j["run"]["fetched"], 0, "{j}");
+}
+
+/// The same list command run again after SIGINT, without `-c` (issue 40, "silent
+/// successes", 4): the file that landed is asked for its size and kept, the one
+/// interrupted resumes from its `.part` and control file, the one not started is
+/// fetched: exit 0, every file exact. (It once exited 7, "exists" for the one that landed.)
+#[test]
+fn the_same_list_command_again_after_sigint_finishes_the_run() {
+    let n = nginx();
+    let sizes = [64 * KIB, 768 * KIB, 64 * KIB];
+    let (base, shas) = serve("again", &sizes);
+    let dir = TestDir::new("list-again");
+    let urls: Vec<String> = (0..3).map(|k| n.slow_url(&format!("{base}/f{k}.bin"))).collect();
+    let l = list(&dir, &format!("{}\n{}\n{}\n", urls[0], urls[1], urls[2]));
+    let args = ["-j", "1", "-i", l.to_str().unwrap()];
+    let served = |k: usize| n.slow_sent(&format!("{base}/f{k}.bin"));
+    let first = ringdl_cmd(&dir, &args).run_with(|pid| {
+        // Interrupted once the second file's control file names landed bytes.
+        let t = Instant::now();
+        while !dir.join("f1.bin.part.ringdl").exists() && t.elapsed() < HANG {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status();
+    });
+    first.assert_code(exit::INTERRUPTED);
+    assert!(
+        dir.join("f0.bin").exists() && dir.join("f1.bin.part").exists(),
+        "{}",
+        first.stderr_text()
     );
-    assert_eq!((0..3).map(|k| served(k).len()).collect::<Vec<_>>(), requests, "{err}");
+    let before: Vec<usize> = (0..3).map(|k| served(k).len()).collect();
+    let again = ringdl(&dir, &args);
+    let err = again.stderr_text();
+    again.assert_success();
+    assert!(!err.contains("exists"), "{err}");
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+        assert!(!dir.join(format!("f{k}.bin.part")).exists(), "f{k}\n{err}");
+    }
+    let asked = served(0)[before[0]..].to_vec();
+    assert!(
+        asked.len() == 1 && asked[0].1 <= 4096,
+        "f0 fetched again: {asked:?}\n{err}"
+    );
+    let resumed = served(1)[before[1]..].to_vec();
+    assert!(
+        !resumed.is_empty() && resumed.iter().all(|r| r.0 > 0),
+        "f1 not resumed: {resumed:?}\n{err}"
+    );
+    assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
+}
+
+/// `-c` over a list whose files are there (issue 40, "silent successes", 3): each is
+/// checked against the server's size before it counts as done — one cut to 1,000 bytes
+/// and one overwritten with another size are fetched again, the one that matches is
+/// kept (one block asked, nothing fetched). They once all passed, "ok", exit 0, with
+/// the wrong bytes.
+#[test]
+fn c_over_a_list_checks_each_file_there_against_the_server() {
+    let n = nginx();
+    let sizes = [96 * KIB, 96 * KIB, 96 * KIB];
+    let (base, shas) = serve("c-check", &sizes);
+    let dir = TestDir::new("list-c-check");
+    let paths: Vec<String> = (0..3).map(|k| format!("/{base}/f{k}.bin")).collect();
+    let text: String = (0..3).map(|k| format!("{}\n", n.http_url(&paths[k][1..]))).collect();
+    let l = list(&dir, &text);
+    ringdl(&dir, &["-i", l.to_str().unwrap()]).assert_success();
+    fs::File::options()
+        .write(true)
+        .open(dir.join("f0.bin"))
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
+    write_random_file(&dir.join("f1.bin"), 50 * KIB, 99);
+    let before: Vec<usize> = paths.iter().map(|p| requests(p)).collect();
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap(), "-c"]);
+    let err = o.stderr_text();
+    o.assert_success();
     for (k, sha) in shas.iter().enumerate() {
         assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
     }
+    assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
+    let j = json(&dir);
+    let files = j["files"].as_array().unwrap();
+    for k in 0..2 {
+        assert_eq!(files[k]["fetched"], sizes[k], "f{k}: {j}");
+        assert_eq!(files[k]["not_modified"], false, "f{k}: {j}");
+    }
+    assert_eq!(files[2]["fetched"], 0, "{j}");
+    assert_eq!(files[2]["not_modified"], true, "{j}");
+    assert_eq!(requests(&paths[2]) - before[2], 1, "{err}");
+}
+
+/// The same URL twice in a list, or twice with `-Z` (issue 40): fetched once, said once,
+/// exit 0 (it was a usage error refusing the whole list, exit 2). Two different URLs
+/// that would write one name stay refused (`a_malformed_line_or_one_path_twice_…`).
+#[test]
+fn the_same_url_twice_is_fetched_once() {
+    let n = nginx();
+    let (base, shas) = serve("twice", &[40 * KIB, 8 * KIB]);
+    let dir = TestDir::new("list-twice");
+    let a = n.http_url(&format!("{base}/f0.bin"));
+    let b = n.http_url(&format!("{base}/f1.bin"));
+    let l = list(&dir, &format!("{a}\n{b}\n{a}\n"));
+    let before = requests(&format!("/{base}/f0.bin"));
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
+    let err = o.stderr_text();
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
+    assert_eq!(sha256_file(&dir.join("f1.bin")), shas[1], "{err}");
+    assert_eq!(
+        err.matches(&format!(
+            "note: {0}, line 3 asks again for f0.bin of {0}, line 1: fetched once",
+            l.display()
+        ))
+        .count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(requests(&format!("/{base}/f0.bin")) - before, 1, "{err}");
+    assert_eq!(json(&dir)["run"]["files"], 2);
+    fs::remove_file(dir.join("f0.bin")).unwrap();
+    let o = ringdl(&dir, &["-Z", &a, &a]);
+    let err = o.stderr_text();
+    o.assert_success();
+    assert!(
+        err.contains("note: command line, file 2 asks again for f0.bin of command line, file 1: fetched once"),
+        "{err}"
+    );
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
 }
 
 /// SIGINT with `-j 3` while three files are in flight: every one keeps its `.part` and

@@ -502,6 +502,60 @@ fn a_signature_url_does_not_take_the_files_etag() {
     assert_eq!(std::fs::read_to_string(&etag).unwrap(), saved, "the etag file changed");
 }
 
+/// A 304 with `--signature` (issue 40, "silent successes", 2): the kept file is read
+/// back and its signature checked as a fetched one's is — `--json`'s signature object
+/// says verified (it was null: nothing checked); a kept file changed on disk (same size
+/// and time) is exit 10, left as it is (it once ended 0).
+#[test]
+fn a_304_checks_the_signature_of_the_file_kept() {
+    let site = Site::new("kept", 200 * 1024 + 3);
+    let key = ssh_key(site.dir.path(), "signer", "ed25519");
+    let sig = ssh_sign(&key, "file", &site.image());
+    let etag = site.dir.join("image.etag");
+    let json = site.dir.join("run.json");
+    let poll = || {
+        site.dir
+            .ringdl()
+            .args(["-o", s(&site.out()), "--trusted-key", s(&key), "--signature", s(&sig)])
+            .args(["--etag-compare", s(&etag), "--etag-save", s(&etag), "--json", s(&json)])
+            .arg(site.url("image.bin"))
+            .run()
+    };
+    site.assert_landed(&poll());
+    let o = poll();
+    let err = o.stderr_text();
+    assert!(o.status.success(), "{err}");
+    let j = std::fs::read_to_string(&json).unwrap();
+    assert!(
+        j.contains("\"not_modified\":true") && j.contains("\"verified\":true"),
+        "the kept file's signature was not checked: {j}\n{err}"
+    );
+    let out = site.out();
+    let mut bytes = std::fs::read(&out).unwrap();
+    bytes[7] ^= 1;
+    let t = std::fs::metadata(&out).unwrap().modified().unwrap();
+    std::fs::write(&out, &bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&out)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    let o = poll();
+    let err = o.stderr_text();
+    o.assert_code(SIGNATURE);
+    assert!(
+        err.contains("304 Not Modified") && err.contains("is left as it is"),
+        "{err}"
+    );
+    let j = std::fs::read_to_string(&json).unwrap();
+    assert!(
+        j.contains("\"not_modified\":true") && j.contains("\"verified\":false"),
+        "{j}\n{err}"
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), bytes, "the kept file was touched");
+}
+
 #[test]
 fn raw_message_signature_over_a_large_file_is_refused_before_the_download() {
     // 100 MiB served, more than the 64 MiB bound of signify and minisign -l: refused

@@ -498,7 +498,7 @@ fn a_list_with_threads_opens_no_more_than_j_files() {
 }
 
 /// A list whose first file redirects while the second fails before it starts (its
-/// output exists): the first starts again after its redirect, on another lane, and
+/// output is a directory): the first starts again after its redirect, on another lane, and
 /// spreads again while its first lane still drains; it lands exact (it once failed with
 /// "no block for the reactors' eventfd": one block per reactor).
 #[test]
@@ -514,7 +514,7 @@ fn a_redirected_file_of_a_list_spreads_again() {
         )
         .start();
     let dir = TestDir::new("threads-redirect");
-    fs::write(dir.join("b.bin"), b"already here").unwrap();
+    fs::create_dir(dir.join("b.bin")).unwrap();
     let list = dir.join("list.txt");
     fs::write(
         &list,
@@ -535,7 +535,12 @@ fn a_redirected_file_of_a_list_spreads_again() {
     let err = o.stderr_text();
     assert!(!err.contains("no block"), "{err}");
     assert_eq!(sha256_file(&dir.join("a.bin")), srv.sha256(), "{err}");
-    assert_ne!(o.code(), Some(0), "b.bin exists: its line fails\n{err}");
+    assert_eq!(
+        o.code(),
+        Some(exit::LOCAL_IO),
+        "b.bin is a directory: its line fails\n{err}"
+    );
+    assert!(err.contains("b.bin is a directory"), "{err}");
     let (r, parts, _) = reactors_line(&err).unwrap_or_else(|| panic!("a.bin did not spread\n{err}"));
     assert!(r == 2 && parts >= 1, "{err}");
 }

@@ -200,15 +200,7 @@ impl Fetching {
         let mut s = match r {
             Ok(Outcome::Done(s)) => s,
             Ok(Outcome::Recalled) => return self.again_spread(failed, record, per_run),
-            Ok(Outcome::NotModified { mirror }) => {
-                self.progress.clear();
-                self.out.discard_if_empty();
-                record.final_url = Some(self.urls[mirror].to_string());
-                record.fetched = Some(0);
-                record.not_modified = true;
-                updates::say_not_modified(&self.opts, &self.out, &self.urls[mirror]);
-                return Next::Done(Ok(()));
-            }
+            Ok(Outcome::NotModified { mirror, kept }) => return self.not_modified(mirror, kept, record),
             Ok(Outcome::Redirect { mirror, to }) => {
                 return match self.redirect(mirror, to, record) {
                     Ok(()) => match self.start(per_run) {
@@ -252,6 +244,67 @@ impl Fetching {
         };
         let out = Rc::get_mut(&mut self.out).expect("the transfer has ended: the output is the file's alone");
         Next::Done(finish::finish(s, out, landing, record))
+    }
+
+    /// Mirror `mirror`'s first answer kept the file there: a 304 to the condition, or the
+    /// size of a list's file already there ([`Config::kept`]). The file is checked as a
+    /// fetched one is (`kept`: its read-back, for `--checksum` and `--signature`), into
+    /// `record`: exit 9 or 10 when it fails, the file left as it is.
+    fn not_modified(&mut self, mirror: usize, kept: Option<Box<download::Kept>>, record: &mut Record) -> Next {
+        self.progress.clear();
+        let path = self.out.final_path.as_deref().map(|p| p.display().to_string());
+        let name = path.clone().unwrap_or_else(|| self.out.describe());
+        let checked = match &kept {
+            Some(k) => {
+                record.bytes = Some(k.bytes);
+                let owed = finish::Owed {
+                    digest: k.digest.as_ref().map(AsRef::as_ref),
+                    signed: k.signed.as_ref(),
+                };
+                let note = format!("{name} is left as it is");
+                finish::verify(
+                    &self.opts,
+                    self.plan.as_ref(),
+                    owed,
+                    (&name, (note.clone(), note)),
+                    record,
+                )
+            }
+            None => Ok(()),
+        };
+        self.out.discard_if_empty();
+        record.final_url = Some(self.urls[mirror].to_string());
+        record.fetched = Some(0);
+        record.not_modified = true;
+        if let Some(size) = self.opts.kept {
+            record.bytes = Some(size);
+        }
+        if let Err(mut e) = checked {
+            e.msg.push_str(&match self.opts.kept {
+                Some(size) => format!(
+                    "; it is there with the server's size ({size} bytes) but is not the file checked for: \
+                     --force fetches it again"
+                ),
+                None => format!(
+                    "; the server answered 304 Not Modified ({}), but the file kept fails its check: fetch \
+                     it again without -N/--etag-compare",
+                    updates::condition_text(&self.opts)
+                ),
+            });
+            return Next::Done(Err(e));
+        }
+        match (self.opts.kept, &path) {
+            (Some(size), Some(p)) if self.opts.verbose > 0 => self.progress.say(&format!(
+                "{p}: already there, {size} bytes as on the server{}: not fetched again",
+                self.opts
+                    .checksum
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(", {} verified", c.name))
+            )),
+            (Some(_), _) => {}
+            (None, _) => updates::say_not_modified(&self.opts, &self.out, &self.urls[mirror]),
+        }
+        Next::Done(Ok(()))
     }
 
     /// What a transfer that failed knew (bytes kept, TLS, connections…), into `record`.

@@ -9,7 +9,7 @@ use super::{in_dir, updates};
 use crate::config::{Config, OutputTarget};
 use crate::engine::EngineKind;
 use crate::err;
-use crate::error::Result;
+use crate::error::{Kind, Result};
 use crate::event as download;
 use crate::output::{self, Output, resume};
 use crate::report::{self as progress, MirrorReport, Record};
@@ -41,6 +41,59 @@ pub(super) struct Landing<'a> {
     pub(super) progress: &'a mut crate::report::Progress,
 }
 
+/// What the read-back of a file gave its checks: the `--checksum` digest, and what
+/// `--signature` needs ([`download::Summary::signed`]).
+pub(super) struct Owed<'a> {
+    pub(super) digest: Option<&'a [u8]>,
+    pub(super) signed: Option<&'a Option<Vec<u8>>>,
+}
+
+/// The checks a file owes before it counts as exact, in this order: its signature
+/// (`plan`, when over the file), then its `--checksum`, over what its read-back gave
+/// (`owed`); a fetched `.part` before its rename, and a file a 304 kept alike. `record`
+/// says what was checked (`checksum_verified`, `signature`). `name`: the file for
+/// messages; `notes`: what a signature's failure and a checksum's add (where the bytes
+/// stay).
+///
+/// # Errors
+/// `Signature` (exit 10) or `Checksum` (exit 9) naming the file and the note; `Internal`
+/// when a checksum is asked and nothing was read back.
+pub(super) fn verify(
+    opts: &Config,
+    plan: Option<&crate::signed::Plan>,
+    owed: Owed<'_>,
+    (name, notes): (&str, (String, String)),
+    record: &mut Record,
+) -> Result<()> {
+    record.checksum_verified = match (&opts.checksum, owed.digest) {
+        (Some(want), Some(got)) => Some(want.expected == got),
+        // Never "verified" when nothing was read back.
+        (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {name}")),
+        _ => None,
+    };
+    if let (Some(p), Some(input)) = (plan, owed.signed) {
+        p.check(input.as_deref(), name, opts, &mut record.signature)
+            .map_err(|mut e| {
+                e.msg.push_str(&format!(" ({})", notes.0));
+                e
+            })?;
+    }
+    if let (Some(want), Some(got)) = (&opts.checksum, owed.digest)
+        && want.expected != got
+    {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        return Err(err!(
+            Checksum,
+            "{} mismatch: expected {}, got {} ({})",
+            want.name,
+            hex(&want.expected),
+            hex(got),
+            notes.1
+        ));
+    }
+    Ok(())
+}
+
 /// Finishes the file whose transfer `s` wrote `out`: fills `record`, checks the
 /// signature and the checksum, renames the `.part` into place, saves the validators,
 /// removes the control file and prints the summary line.
@@ -68,12 +121,6 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
     record.redirects = redirects.into();
     record.mirrors = s.mirrors.clone();
     record.mirrors.extend(left_out.iter().cloned());
-    record.checksum_verified = match (&opts.checksum, &s.digest) {
-        (Some(want), Some(got)) => Some(want.expected == got.as_ref()),
-        // Never "verified" when nothing was read back.
-        (Some(_), None) => return Err(err!(Internal, "--checksum: no digest of {}", out.describe())),
-        _ => None,
-    };
     // (A `.part` replaced during the run is another's: not its bytes to rename, nor a
     // control file another run saved there to remove; this run's own goes.)
     out.still_ours().inspect_err(|_| {
@@ -81,7 +128,41 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
             resume::remove_if_ours(c, s.control_id);
         }
     })?;
-    verify(&s, out, opts, plan, control, record)?;
+    // Bytes that failed verification stay for inspection, but their control file goes: a
+    // later run, with or without `-c`, starts over instead of keeping them (a resume would
+    // fetch only what the last save missed and fail the same way again).
+    let unresumable = || {
+        if let Some(c) = control {
+            resume::remove(c);
+        }
+    };
+    // Before the rename: bytes that fail stay in the `.part`. A device is written in
+    // place: the bytes that failed are already its contents, and nothing but the exit
+    // status keeps a caller off them.
+    let name = out.describe();
+    let on_device = out.room.is_some();
+    let owed = Owed {
+        digest: s.digest.as_ref().map(AsRef::as_ref),
+        signed: s.signed.as_ref(),
+    };
+    let notes = (
+        match on_device {
+            true => format!("{name} now holds unverified bytes: do not switch to it or boot it"),
+            false => format!("data kept in {name}, not renamed"),
+        },
+        match out.room {
+            Some(_) => format!("{name} now holds an image that failed verification"),
+            None => format!("data kept in {name}; a new run starts over"),
+        },
+    );
+    verify(opts, plan, owed, (&name, notes), record).inspect_err(|e| {
+        if matches!(e.kind, Kind::Signature | Kind::Checksum) {
+            unresumable();
+            if on_device {
+                record.device_holds_unverified_bytes = Some(true);
+            }
+        }
+    })?;
     if let (Some(name), OutputTarget::Default) = (&s.disposition, &opts.output) {
         let p = in_dir(opts.dir.as_deref(), std::path::PathBuf::from(name));
         Output::check_free(&p, opts.force)?;
@@ -108,108 +189,57 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         ));
     }
     if !opts.quiet {
-        let secs = s.elapsed.as_secs_f64();
-        // The rate of what this run fetched (a resume fetched only the rest), over the time
-        // it was served (not the start the server turned away).
-        let waited = s.waited.as_secs_f64();
-        let served = secs - waited;
-        let rate = if served > 0.0 { s.fetched as f64 / served } else { 0.0 };
-        eprintln!(
-            "ringdl: done: {} bytes{} in {secs:.2} s{}, {}/s, engine {}, I/O {}, {} connection{}{}{}, {}{}{}, {}",
-            s.bytes,
-            if s.fetched < s.bytes {
-                format!(" ({} fetched now, the rest resumed)", s.fetched)
-            } else {
-                String::new()
-            },
-            if waited > 0.0 {
-                format!(" (the first {waited:.2} s turned away: the server's connections were taken)")
-            } else {
-                String::new()
-            },
-            progress::human(rate as u64),
-            s.engine_label(engine, engine_note),
-            s.io,
-            s.connections,
-            if s.connections == 1 { "" } else { "s" },
-            super::mirrors_served(&record.mirrors),
-            match (special, s.capped_at) {
-                (Some(sp), _) if !sp.sink => format!(" (in order to {})", sp.what),
-                (_, Some(n)) => format!(" (the server allows {n})"),
-                _ => String::new(),
-            },
-            s.tls,
-            if s.registered { "" } else { ", unregistered buffers" },
-            opts.checksum
-                .as_ref()
-                .map_or(String::new(), |c| format!(", {} verified", c.name)),
-            out.final_path
-                .as_ref()
-                .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string()),
-        );
+        say_done(&s, opts, out, record, special, (engine, engine_note));
     }
     Ok(())
 }
 
-/// Checks the signature (first) and the checksum of the bytes `s` read back from `out`,
-/// filling `record`'s `signature` and, for a block device, `device_holds_unverified_bytes`.
-///
-/// # Errors
-/// `Signature` or `Checksum`, saying where the bytes that failed are: kept in the `.part`
-/// (not renamed), or on the device, which now holds them.
-fn verify(
+/// The summary line of a file that landed (`ringdl: done: …`), on stderr.
+fn say_done(
     s: &download::Summary,
-    out: &Output,
     opts: &Config,
-    plan: Option<&crate::signed::Plan>,
-    control: Option<&Path>,
-    record: &mut Record,
-) -> Result<()> {
-    // Bytes that failed verification stay for inspection, but their control file goes: a
-    // later run, with or without `-c`, starts over instead of keeping them (a resume would
-    // fetch only what the last save missed and fail the same way again).
-    let unresumable = || {
-        if let Some(c) = control {
-            resume::remove(c);
-        }
-    };
-    if let (Some(p), Some(input)) = (plan, &s.signed) {
-        // Before the checksum and the rename: a bad signature leaves the `.part`.
-        let name = out.describe();
-        let on_device = out.room.is_some();
-        p.check(input.as_deref(), &name, opts, &mut record.signature)
-            .map_err(|mut e| {
-                unresumable();
-                // A device is written in place: the bytes that failed are already its
-                // contents, and nothing but the exit status keeps a caller off them.
-                e.msg.push_str(&if on_device {
-                    record.device_holds_unverified_bytes = Some(true);
-                    format!("; {name} now holds unverified bytes: do not switch to it or boot it")
-                } else {
-                    format!(" (data kept in {name}, not renamed)")
-                });
-                e
-            })?;
-    }
-    if let (Some(want), Some(got)) = (&opts.checksum, &s.digest)
-        && want.expected != got.as_ref()
-    {
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        unresumable();
-        if out.room.is_some() {
-            record.device_holds_unverified_bytes = Some(true);
-        }
-        return Err(err!(
-            Checksum,
-            "{} mismatch: expected {}, got {} ({})",
-            want.name,
-            hex(&want.expected),
-            hex(got.as_ref()),
-            match out.room {
-                Some(_) => format!("{} now holds an image that failed verification", out.describe()),
-                None => format!("data kept in {}; a new run starts over", out.describe()),
-            }
-        ));
-    }
-    Ok(())
+    out: &Output,
+    record: &Record,
+    special: Option<&output::Special>,
+    (engine, engine_note): (EngineKind, &'static str),
+) {
+    let secs = s.elapsed.as_secs_f64();
+    // The rate of what this run fetched (a resume fetched only the rest), over the time
+    // it was served (not the start the server turned away).
+    let waited = s.waited.as_secs_f64();
+    let served = secs - waited;
+    let rate = if served > 0.0 { s.fetched as f64 / served } else { 0.0 };
+    eprintln!(
+        "ringdl: done: {} bytes{} in {secs:.2} s{}, {}/s, engine {}, I/O {}, {} connection{}{}{}, {}{}{}, {}",
+        s.bytes,
+        if s.fetched < s.bytes {
+            format!(" ({} fetched now, the rest resumed)", s.fetched)
+        } else {
+            String::new()
+        },
+        if waited > 0.0 {
+            format!(" (the first {waited:.2} s turned away: the server's connections were taken)")
+        } else {
+            String::new()
+        },
+        progress::human(rate as u64),
+        s.engine_label(engine, engine_note),
+        s.io,
+        s.connections,
+        if s.connections == 1 { "" } else { "s" },
+        super::mirrors_served(&record.mirrors),
+        match (special, s.capped_at) {
+            (Some(sp), _) if !sp.sink => format!(" (in order to {})", sp.what),
+            (_, Some(n)) => format!(" (the server allows {n})"),
+            _ => String::new(),
+        },
+        s.tls,
+        if s.registered { "" } else { ", unregistered buffers" },
+        opts.checksum
+            .as_ref()
+            .map_or(String::new(), |c| format!(", {} verified", c.name)),
+        out.final_path
+            .as_ref()
+            .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string()),
+    );
 }

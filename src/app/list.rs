@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use super::fetch::{Fetching, Next};
 use super::{PerRun, file_json, in_dir, json_writable, prepare, write_json};
 use crate::cli::{self, Files};
-use crate::config::{Checksum, Config, OutputTarget};
+use crate::config::{Config, OutputTarget};
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::{Kind, Result};
@@ -134,7 +134,7 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         if first_failure.is_none_or(|(c, _)| c != Kind::Interrupted.exit_code()) && taken < n {
             // Every file in flight landed; the run stops before the next, which it blames.
             eprintln!(
-                "ringdl: interrupted by {name} after file {taken} of {n}; run the same command again with -c to fetch the rest",
+                "ringdl: interrupted by {name} after file {taken} of {n}; run the same command again to fetch the rest",
             );
             first_failure.get_or_insert((Kind::Interrupted.exit_code(), taken));
         }
@@ -206,16 +206,6 @@ impl ListRun<'_> {
     fn ended(&mut self, k: usize, origin: &str, url: &str, mut record: Record, result: Result<()>, started: Instant) {
         let n = self.n;
         self.done += 1;
-        // A file's "run the same command again" holds for a list with -c: without it, the
-        // files that landed before are refused as existing.
-        let result = result.map_err(|mut e| {
-            if !self.base.resume {
-                e.msg = e
-                    .msg
-                    .replace("run the same command again", "run the same command again with -c");
-            }
-            e
-        });
         let code = match &result {
             Ok(()) => 0,
             Err(e) => {
@@ -230,6 +220,9 @@ impl ListRun<'_> {
         totals.tls_resumed_handshakes += record.tls_resumed_handshakes.unwrap_or(0);
         if code == 0 {
             totals.ok += 1;
+            if record.not_modified {
+                totals.already_there += 1;
+            }
             totals.bytes += record.bytes.unwrap_or(0);
         } else {
             totals.failed += 1;
@@ -279,35 +272,11 @@ impl Feed for ListRun<'_> {
                     continue;
                 }
             };
-            if let Some(done) = finished(&opts, job.path.as_deref()) {
-                // Said for a file that is there whether it matches its checksum or not.
-                record.url = Some(url.clone());
-                record.output = job.path.as_ref().map(|p| p.display().to_string());
-                record.fetched = Some(0);
-                if let Err(e) = &done
-                    && e.kind == Kind::Checksum
-                {
-                    record.checksum_verified = Some(false);
-                }
-                let result = done.map(|(bytes, checked)| {
-                    if !self.base.quiet {
-                        eprintln!(
-                            "ringdl: [{}/{n}] {}: already there, not fetched again (-c)",
-                            k + 1,
-                            show(job.path.as_deref())
-                        );
-                    }
-                    record.bytes = Some(bytes);
-                    record.checksum_verified = checked.then_some(true);
-                });
-                self.ended(k, &job.origin, &url, record, result, started);
-                continue;
-            }
-            if let Some(e) = there_already(&opts, job.path.as_deref()) {
-                record.url = Some(url.clone());
-                record.output = job.path.as_ref().map(|p| p.display().to_string());
-                self.ended(k, &job.origin, &url, record, Err(e), started);
-                continue;
+            if let Some(size) = already_there(&opts, job.path.as_deref()) {
+                // Checked against the server's size (and its checksum) before it counts
+                // as done; fetched again over it when it does not match.
+                opts.kept = Some(size);
+                opts.force = true;
             }
             // (The run's record is written at its end: none per file.)
             opts.json = None;
@@ -422,10 +391,15 @@ fn say_totals(t: &RunTotals, first_failure: Option<(u8, usize)>) {
         0.0
     };
     eprintln!(
-        "ringdl: {} of {}: {} ok, {} failed{}{}; {} fetched in {:.2} s, {}/s",
+        "ringdl: {} of {}: {} ok{}, {} failed{}{}; {} fetched in {:.2} s, {}/s",
         plural(t.ok + t.failed, "file"),
         t.files,
         t.ok,
+        if t.already_there > 0 {
+            format!(" ({} already there, as on the server)", t.already_there)
+        } else {
+            String::new()
+        },
         t.failed,
         first_failure.map_or(String::new(), |(c, k)| format!(" (first: file {}, exit {c})", k + 1)),
         if t.not_started > 0 {
@@ -444,16 +418,13 @@ fn plural(n: u64, what: &str) -> String {
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
-/// A path for messages (`standard output` for none).
-fn show(p: Option<&Path>) -> String {
-    p.map_or_else(|| "standard output".to_owned(), |p| p.display().to_string())
-}
-
 /// Every file of the run, checked before any request: the list read and parsed, each
-/// file's options made ([`options`]), and no two files writing one path.
+/// file's options made ([`options`]), and no two files writing one path. An entry that
+/// asks again for a file an earlier one asks for ([`same_request`], one path) is left
+/// out, said on stderr (not with `-q`).
 ///
 /// # Errors
-/// `Usage` (exit 2) for a malformed line, a bad URL or two files with one path;
+/// `Usage` (exit 2) for a malformed line, a bad URL or two different files with one path;
 /// `LocalIo` when the list cannot be read.
 pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
     let mut entries: Vec<(String, Entry)> = files
@@ -494,6 +465,18 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
         let job = Job { origin, entry, path };
         if let Some(p) = &job.path {
             if let Some(&other) = paths.get(&same_file(p)) {
+                if same_request(&jobs[other].entry, &job.entry) {
+                    // The same file asked twice (as wget and aria2c take it): fetched once.
+                    if !base.quiet {
+                        eprintln!(
+                            "ringdl: note: {} asks again for {} of {}: fetched once",
+                            job.origin,
+                            p.display(),
+                            jobs[other].origin
+                        );
+                    }
+                    continue;
+                }
                 return Err(err!(
                     Usage,
                     "{} and {} would both write {} (give one of them another name with out=, or -o on its own run)",
@@ -507,6 +490,13 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
         jobs.push(job);
     }
     Ok(jobs)
+}
+
+/// Whether two entries that write one path ask for the same file the same way: the same
+/// URLs (mirrors in the same order), checksum, headers and connections (`out=` and `dir=`
+/// may be spelled differently: their path is the same already).
+fn same_request(a: &Entry, b: &Entry) -> bool {
+    a.urls == b.urls && a.checksum == b.checksum && a.headers == b.headers && a.connections == b.connections
 }
 
 /// The options of one file: `base` (the command line's) with its URLs and its entry's
@@ -575,76 +565,17 @@ fn same_file(p: &Path) -> PathBuf {
     key
 }
 
-/// With `-c` (in `o`), whether the file of `path` landed in an earlier run and is not
-/// fetched again: it is there and no `.part` of it is (a `.part` is an unfinished file, resumed). With a
-/// checksum (`checksum=`, or the `--checksum-file` line) the file is read and must match.
-/// `None`: fetch it; `Some(Ok((size, checked)))`: it is there (`checked`: and matches
-/// its checksum); `Some(Err)`: it is there and does not match its checksum (exit 9;
-/// `--force` fetches it again).
-fn finished(o: &Config, path: Option<&Path>) -> Option<Result<(u64, bool)>> {
-    let path = path.filter(|_| o.resume && !o.force)?;
+/// The size of the file of `path` when it landed in an earlier run: it is there, a
+/// regular file, and no `.part` of it is (a `.part` is an unfinished file, resumed).
+/// `None` as well with `--force` (fetched again) and with `-N` (which asks the server
+/// about the file there by its own condition).
+fn already_there(o: &Config, path: Option<&Path>) -> Option<u64> {
+    let path = path.filter(|_| !o.force && !o.timestamping && o.etag_compare.is_none())?;
     let meta = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
     if std::fs::symlink_metadata(output::part_path(path)).is_ok() {
         return None;
     }
-    let want = match (&o.checksum, &o.checksum_file) {
-        (Some(c), _) => Some(c.clone()),
-        (None, Some(sums)) => {
-            let text = std::fs::read(sums).ok()?;
-            let url = http::Url::parse(&o.url).ok()?;
-            let name = sums.display().to_string();
-            Some(super::inputs::checksum_from_file(&text, &name, Some(path), &url).ok()?)
-        }
-        (None, None) => None,
-    };
-    Some(match want {
-        Some(c) => check_existing(path, &c).map(|()| (meta.len(), true)),
-        None => Ok((meta.len(), false)),
-    })
-}
-
-/// Without `-c` or `--force` (in `o`), a file of the list that landed in an earlier run
-/// (it is there, with no `.part`): `LocalIo` saying that `-c` skips it (a list run again
-/// goes on with the files it lacks) and `--force` fetches it again. Not with `-N` or
-/// `--etag-compare`, which ask the server whether the file there is still current.
-fn there_already(o: &Config, path: Option<&Path>) -> Option<crate::error::Error> {
-    let asks = o.timestamping || o.etag_compare.is_some();
-    let path = path.filter(|_| !o.resume && !o.force && !asks)?;
-    std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
-    if std::fs::symlink_metadata(output::part_path(path)).is_ok() {
-        return None;
-    }
-    Some(err!(
-        LocalIo,
-        "{} exists (-c skips the files a list already has, --force fetches it again)",
-        path.display()
-    ))
-}
-
-/// Reads `path` whole and compares its digest with `want`.
-///
-/// # Errors
-/// `LocalIo` when it cannot be read; `Checksum` when it does not match.
-fn check_existing(path: &Path, want: &Checksum) -> Result<()> {
-    let mut f = std::fs::File::open(path).map_err(|e| err!(LocalIo, "{}: {e}", path.display()))?;
-    let mut ctx = ring::digest::Context::new(want.algorithm);
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = std::io::Read::read(&mut f, &mut buf).map_err(|e| err!(LocalIo, "{}: {e}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        ctx.update(&buf[..n]);
-    }
-    if ctx.finish().as_ref() != want.expected.as_slice() {
-        return Err(err!(
-            Checksum,
-            "{} is there (-c) but does not match its {}: --force fetches it again",
-            path.display(),
-            want.name
-        ));
-    }
-    Ok(())
+    Some(meta.len())
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
         }
     }
     opts.condition = match (&opts.etag_compare, opts.timestamping, final_path) {
-        (Some(f), _, _) => fresh::etag_condition(f)?,
+        (Some(f), _, _) => fresh::etag_condition(f)?.filter(|_| speaks_for(opts, final_path, device, f)),
         (None, true, Some(p)) if !device => fresh::mtime_condition(p)?,
         _ => None,
     };
@@ -70,6 +70,40 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
         }
     }
     Ok(())
+}
+
+/// Whether `--etag-compare FILE`'s entity-tag (`f`) may go out as a condition: only while
+/// the file it speaks for is there whole — a regular file at `final_path`, not only its
+/// `.part` —, since a 304 keeps what is there (`-N` has the same rule from the output's
+/// time). Standard output has no such file (a 304 writes nothing). A block device is
+/// there, but how much of its image is whole cannot be told: with `--checksum` or
+/// `--signature` to check, it is fetched unconditionally. Said on stderr when the tag
+/// is left unsent (not with `-q`).
+fn speaks_for(opts: &Config, final_path: Option<&Path>, device: bool, f: &Path) -> bool {
+    let Some(p) = final_path else { return true };
+    let (there, why) = if device {
+        let checks = opts.checksum.is_some() || opts.checksum_file.is_some() || opts.signature.is_some();
+        (
+            !checks,
+            format!(
+                "the image on {} is checked (--checksum, --signature) only as it is fetched",
+                p.display()
+            ),
+        )
+    } else {
+        let there = std::fs::metadata(p).is_ok_and(|m| m.is_file());
+        (
+            there,
+            format!("{} is not there (a 304 would leave no file)", p.display()),
+        )
+    };
+    if !there && !opts.quiet {
+        eprintln!(
+            "ringdl: note: --etag-compare {} not sent: {why}; the request is unconditional",
+            f.display()
+        );
+    }
+    there
 }
 
 /// `-c` on a block device: the control file at `--control` `path`, if it describes this
@@ -127,15 +161,21 @@ pub(super) fn say_not_modified(opts: &Config, out: &Output, from: &http::Url) {
         (_, OutputTarget::Stdout) | (None, _) => "nothing written".to_owned(),
         (Some(p), _) => format!("{} left as it is", p.display()),
     };
-    let cond = opts
-        .condition
+    eprintln!(
+        "ringdl: not modified: 304 from {from} ({}); {what}",
+        condition_text(opts)
+    );
+}
+
+/// The condition of the first request as its field (`If-None-Match: "…"`), for messages.
+pub(super) fn condition_text(opts: &Config) -> String {
+    opts.condition
         .as_ref()
         .map(|c| {
             let (n, v) = c.field();
             format!("{n}: {v}")
         })
-        .unwrap_or_default();
-    eprintln!("ringdl: not modified: 304 from {from} ({cond}); {what}");
+        .unwrap_or_default()
 }
 
 /// Before the rename: `-N` sets the output's modification time from the server's

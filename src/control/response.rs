@@ -288,6 +288,9 @@ pub(crate) fn on_head(
                     )));
                 }
                 within_bound(sh.opts, complete)?;
+                if sh.opts.kept == Some(complete) && sh.tr.part.is_none() {
+                    return kept_as_is(job, sh);
+                }
                 sh.tr.total = Some(complete);
                 sh.tr.ranges = true;
                 // (A part of another reactor's transfer: the owner preallocated.)
@@ -441,6 +444,9 @@ pub(crate) fn on_head(
             }
             if !job.probe && sh.tr.ranges {
                 return Err(proto(not_that_range()));
+            }
+            if job.probe && matches!(framing, Framing::Length(l) if sh.opts.kept == Some(l)) {
+                return kept_as_is(job, sh);
             }
             if sh.tr.resume.take().is_some() {
                 sh.report.note(Note::NoRangesNoResume);
@@ -618,6 +624,14 @@ fn not_modified(job: &mut Job, sh: &mut Ctx<'_>) -> std::result::Result<HeadActi
     job.placer = Placer::new(0, 0);
     job.seg.end = 0;
     Ok(HeadAction::Complete)
+}
+
+/// The first answer gives the size of the file a list found already there
+/// ([`crate::config::Config::kept`]): it is kept as a 304 keeps one, and the body of
+/// this answer is left unread (the connection is not reused).
+fn kept_as_is(job: &mut Job, sh: &mut Ctx<'_>) -> std::result::Result<HeadAction, Fail> {
+    job.keep_alive = false;
+    not_modified(job, sh)
 }
 
 /// `--content-disposition`: takes a sanitized base name (shortened to fit, see

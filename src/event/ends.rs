@@ -140,6 +140,9 @@ pub(crate) fn start_on<'c>(
     let first = part.as_ref().map_or(FIRST_SEGMENT, |p| {
         align_up(p.bytes().div_ceil(n.max(1) as u64), out.align).min(FIRST_SEGMENT)
     });
+    // A file already there is asked for its size with one block: the answer most likely
+    // keeps it, and its body is then left unread.
+    let first = if opts.kept.is_some() { out.align } else { first };
     let resume_end = resume
         .as_ref()
         .and_then(|st| st.ranges.iter().map(|r| r.0).find(|&s| s > resume_start))
@@ -414,6 +417,40 @@ impl Loop<'_> {
     }
 }
 
+/// A 304 kept the output's file: read back for `--checksum` and `--signature` as a
+/// fetched one is (`None` when neither is asked, or when the output is not a regular
+/// file: a stream had nothing written, and a device to be checked is not asked with a
+/// condition).
+///
+/// # Errors
+/// `LocalIo` when the kept file cannot be read (gone since the request, say).
+fn read_kept(dl: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Option<Box<super::Kept>>> {
+    let out = Rc::clone(&dl.fin.out);
+    let checksum = dl.sh.opts.checksum.as_ref().map(|c| c.algorithm);
+    let signed = dl.fin.signed.take();
+    let Some(path) = out.final_path.as_deref().filter(|_| out.part.is_some()) else {
+        return Ok(None);
+    };
+    if checksum.is_none() && signed.is_none() {
+        return Ok(None);
+    }
+    let bytes = std::fs::metadata(path)
+        .map_err(|e| err!(LocalIo, "{}, kept by a 304: {e}", path.display()))?
+        .len();
+    let (digest, signed) = crate::output::verify::digests(
+        &dl.ring,
+        &reactor.verify_pool(dl.sh.pool.block_size())?,
+        (path, None, out.direct, 0, bytes),
+        checksum,
+        signed,
+        &mut dl.interrupted,
+    )?;
+    if dl.interrupted.is_some() {
+        reactor.interrupted = dl.interrupted;
+    }
+    Ok(Some(Box::new(super::Kept { bytes, digest, signed })))
+}
+
 /// What [`end`] gives back: the outcome, the report, what a failed transfer knew, and the
 /// output while writes are in flight.
 pub(crate) type Ended = (Result<Outcome>, Progress, Option<Box<Summary>>, Option<Rc<Output>>);
@@ -466,8 +503,10 @@ fn end_inner(
         }
         Ok(None) if dl.sh.tr.not_modified => {
             dl.sh.report.clear();
+            let kept = read_kept(dl, reactor)?;
             return Ok(Outcome::NotModified {
                 mirror: dl.sh.tr.reference.unwrap_or(0),
+                kept,
             });
         }
         Ok(None) => {

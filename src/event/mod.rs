@@ -64,13 +64,25 @@ pub enum Outcome {
     /// (3xx with Location).
     Redirect { mirror: usize, to: Url },
     /// The first request was conditional and mirror `mirror` answered 304 Not Modified:
-    /// nothing was written.
-    NotModified { mirror: usize },
+    /// nothing was written. `kept`: the file kept, read back for `--checksum` or
+    /// `--signature` as a fetched one is (`None` when neither is asked).
+    NotModified { mirror: usize, kept: Option<Box<Kept>> },
     /// `--threads N`, a list: the run stopped this transfer to start the file again spread
     /// over the reactors, alone in flight now (`event::many`'s `respread.rs`). What landed
     /// is kept and its control file names it, as at SIGINT: the feed starts it again
     /// from there.
     Recalled,
+}
+
+/// The file a 304 kept, read back once through the ring (O_DIRECT where the output takes
+/// it) as a finished `.part` is ([`crate::output::verify::digests`]).
+pub struct Kept {
+    /// Its size, bytes.
+    pub bytes: u64,
+    /// The `--checksum` digest of its bytes.
+    pub digest: Option<ring::digest::Digest>,
+    /// What `--signature` needs of them (as [`Summary::signed`]).
+    pub signed: Option<Option<Vec<u8>>>,
 }
 
 /// Run-wide state the connections share: the report, the options, the write pool, the

@@ -158,8 +158,10 @@ impl MirrorReport {
 pub struct RunTotals {
     /// Files in the run (the list's and the command line's).
     pub files: u64,
-    /// Files that landed (or were already there with `-c`).
+    /// Files that landed, or were already there and kept (as on the server, or a 304).
     pub ok: u64,
+    /// Of `ok`, the files already there and kept: nothing of them fetched.
+    pub already_there: u64,
     /// Files that failed.
     pub failed: u64,
     /// Files not tried: after SIGINT, or after a failure with `--fail-fast`.
@@ -183,6 +185,7 @@ impl RunTotals {
         let mut run = JsonObject::default();
         run.u64("files", Some(self.files));
         run.u64("ok", Some(self.ok));
+        run.u64("already_there", Some(self.already_there));
         run.u64("failed", Some(self.failed));
         run.u64("not_started", Some(self.not_started));
         run.u64("bytes", Some(self.bytes));
