@@ -91,7 +91,16 @@ fn limit_rate_holds_for_the_run_at_four_connections() {
         let t = Instant::now();
         let o = dir
             .ringdl()
-            .args(["-x", "4", "--min-split-size", "1M", "--limit-rate", "4M", "--json", "run.json"])
+            .args([
+                "-x",
+                "4",
+                "--min-split-size",
+                "1M",
+                "--limit-rate",
+                "4M",
+                "--json",
+                "run.json",
+            ])
             .arg("--ca-certificate")
             .arg(n.ca_pem())
             .arg("-o")
@@ -114,7 +123,10 @@ fn limit_rate_holds_for_the_run_at_four_connections() {
             serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
         assert!(j["connections"].as_u64() >= Some(4), "https={https}: {j}");
         let ratio = size as f64 / wall / limit as f64;
-        eprintln!("https={https} -x 4, {} connections: {ratio:.3} x the limit", conns.len());
+        eprintln!(
+            "https={https} -x 4, {} connections: {ratio:.3} x the limit",
+            conns.len()
+        );
         // The whole run's bytes over its wall time (process start and handshakes
         // included): at the limit. Four connections each at the limit would be 4 x.
         assert!(
