@@ -91,16 +91,8 @@ fn limit_rate_holds_for_the_run_at_four_connections() {
         let t = Instant::now();
         let o = dir
             .ringdl()
-            .args([
-                "-x",
-                "4",
-                "--min-split-size",
-                "1M",
-                "--limit-rate",
-                "4M",
-                "--json",
-                "run.json",
-            ])
+            .args(["-x", "4", "--min-split-size", "1M", "--limit-rate", "4M"])
+            .args(["--json", "run.json"])
             .arg("--ca-certificate")
             .arg(n.ca_pem())
             .arg("-o")
