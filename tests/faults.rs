@@ -1441,6 +1441,98 @@ fn steal_where_victim_and_thief_die_https() {
     steal_with_failures("steal-both-die", true, 30, true);
 }
 
+/// A connection with unread body bytes is never reused. A list of two files on one
+/// server, one at a time: the first file's first response stalls after 512 KiB and an idle
+/// connection takes the second half of what it still owes (a steal), so that response's
+/// tail is never read; the next file then takes the connections the first left open. On
+/// the server, no request follows the cut response on its connection; ringdl meets no
+/// stale body (no retry) and both files are exact. Over HTTP and HTTPS.
+#[test]
+fn a_connection_left_with_an_unread_body_is_never_reused() {
+    for tls in schemes() {
+        let srv = FaultServer::builder()
+            .size(8 * MIB)
+            .rate(4 * MIB)
+            .tls_if(tls)
+            .fault_on(
+                When::Request(1),
+                Fault::StallMidBody {
+                    after: 512 * KIB,
+                    secs: 1,
+                },
+            )
+            .start();
+        let dir = TestDir::new("unread-body");
+        let mut cmd = dir.ringdl();
+        cmd.timeout(HANG)
+            .args([
+                "-v",
+                "-j",
+                "1",
+                "-x",
+                "4",
+                "--min-split-size",
+                "1M",
+                "--retry-wait",
+                "0",
+            ])
+            .args(["--json", "run.json"]);
+        if tls {
+            cmd.arg("--ca-certificate").arg(srv.ca_pem());
+        }
+        let o = cmd.arg("-Z").arg(srv.url("a.bin")).arg(srv.url("b.bin")).run();
+        let log = o.stderr_text();
+        let explain = || format!("tls {tls}\n{log}\n{}", srv.describe());
+        o.assert_success();
+        for name in ["a.bin", "b.bin"] {
+            assert_eq!(
+                sha256_file(&dir.join(name)),
+                srv.sha256(),
+                "{name}: WRONG BYTES\n{}",
+                explain()
+            );
+        }
+        // The scenario: the stalled response was cut by a steal (a later request starts
+        // inside what it was asked for).
+        let victim = srv.fired_on(0)[0].request.clone();
+        let (from, to) = (victim.range_start().unwrap(), victim.range_end().unwrap());
+        let reqs = srv.requests();
+        assert!(
+            log.contains(" takes bytes ")
+                && reqs
+                    .iter()
+                    .any(|q| q.n != victim.n && q.range_start().is_some_and(|a| from < a && a <= to)),
+            "the stalled response was not cut\n{}",
+            explain()
+        );
+        assert!(
+            reqs.iter().any(|q| q.path() == "/b.bin"),
+            "the second file was not asked for\n{}",
+            explain()
+        );
+        // Its connection carried no other request, and no request met a stale body.
+        let after: Vec<_> = reqs
+            .iter()
+            .filter(|q| q.conn == victim.conn && q.conn_seq > victim.conn_seq)
+            .map(|q| (q.path().to_owned(), q.range.clone()))
+            .collect();
+        assert!(
+            after.is_empty(),
+            "the connection of the cut response was reused: {after:?}\n{}",
+            explain()
+        );
+        assert!(
+            !log.contains("retrying bytes") && !log.contains("malformed"),
+            "a request met a stale body\n{}",
+            explain()
+        );
+        let j: serde_json::Value = serde_json::from_str(&fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+        for f in j["files"].as_array().unwrap() {
+            assert_eq!(f["retries"], 0, "{j}\n{}", explain());
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Resume (-c)
 

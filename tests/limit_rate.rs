@@ -1,9 +1,10 @@
 //! `--limit-rate`: the whole download (all connections) paced to the rate, measured on
 //! the real binary against the nginx fixture; bytes compared by SHA-256.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
-use crate::util::{MIB, TestDir, assert_same_bytes, nginx};
+use crate::util::{MIB, TestDir, assert_same_bytes, nginx, sha256_file, write_random_file};
 
 /// Downloads the `size`-byte file at `limit` bytes/s and returns the average rate over
 /// the whole run (wall time of the process), bytes/s.
@@ -65,6 +66,65 @@ fn limit_rate_holds_for_a_small_download() {
         assert!(
             (0.75..=1.04).contains(&ratio),
             "small: https={https} -x {conns} --limit-rate 2M: {got:.0} B/s = {ratio:.3} x the limit\n{err}"
+        );
+    }
+}
+
+/// The limit holds for the run at the connection count it is used with: an 8 MiB file at
+/// `-x 4 --min-split-size 1M` opens four connections (counted in nginx's log of the
+/// `/conn/` location, one `$connection` serial per accepted connection, and in `--json`),
+/// and the four together read at the limit, not four times it (a bucket per connection
+/// would let each read at the limit: 4 x). Over HTTP and HTTPS, 2 s each.
+#[test]
+fn limit_rate_holds_for_the_run_at_four_connections() {
+    let n = nginx();
+    let size = 8 * MIB;
+    let limit = 4 * MIB;
+    for https in [false, true] {
+        let sub = format!("limit-rate-x4-{}", if https { "https" } else { "http" });
+        std::fs::create_dir_all(n.www().join(&sub)).unwrap();
+        let sha = write_random_file(&n.www().join(&sub).join("f.bin"), size, 4004);
+        let path = format!("conn/{sub}/f.bin");
+        let url = if https { n.https_url(&path) } else { n.http_url(&path) };
+        let dir = TestDir::new("limit_rate_x4");
+        let out = dir.join("out.bin");
+        let t = Instant::now();
+        let o = dir
+            .ringdl()
+            .args(["-x", "4", "--min-split-size", "1M", "--limit-rate", "4M"])
+            .args(["--json", "run.json"])
+            .arg("--ca-certificate")
+            .arg(n.ca_pem())
+            .arg("-o")
+            .arg(&out)
+            .arg(&url)
+            .run();
+        let wall = t.elapsed().as_secs_f64();
+        o.assert_success();
+        let err = o.stderr_text();
+        assert_eq!(sha256_file(&out), sha, "https={https}: WRONG BYTES\n{err}");
+        // Four connections carried requests: the limit is tested where it is claimed.
+        let served = n.conn_log(&format!("/conn/{sub}/"));
+        let conns: BTreeSet<u64> = served.iter().map(|(c, _)| *c).collect();
+        assert!(
+            conns.len() >= 4,
+            "https={https}: {} connection(s) served the file, not 4: {served:?}\n{err}",
+            conns.len()
+        );
+        let j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+        assert!(j["connections"].as_u64() >= Some(4), "https={https}: {j}");
+        let ratio = size as f64 / wall / limit as f64;
+        eprintln!(
+            "https={https} -x 4, {} connections: {ratio:.3} x the limit",
+            conns.len()
+        );
+        // The whole run's bytes over its wall time (process start and handshakes
+        // included): at the limit. Four connections each at the limit would be 4 x.
+        assert!(
+            (0.6..=1.2).contains(&ratio),
+            "https={https}: {} connections read {ratio:.2} x --limit-rate 4M\n{err}",
+            conns.len()
         );
     }
 }

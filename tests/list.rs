@@ -1573,3 +1573,38 @@ fn turned_away_asks_again_when_another_file_ends(threads: &str) {
         "--threads {threads}: {waited:?}\n{err}"
     );
 }
+
+/// `out=` naming a path outside `-d DIR` (`../x.bin`, `sub/../../x.bin`, an absolute
+/// path) in a real list file: exit 2 naming the list's line, before any request, and
+/// nothing written anywhere — not beside DIR, not at the absolute path, not in DIR.
+#[test]
+fn out_leaving_the_directory_is_refused_and_nothing_lands_outside_it() {
+    let n = nginx();
+    let (base, _) = serve("escape", &[KIB, 2 * KIB]);
+    let dir = TestDir::new("list-escape");
+    fs::create_dir(dir.join("got")).unwrap();
+    let good = n.http_url(&format!("{base}/f0.bin"));
+    let other = n.http_url(&format!("{base}/f1.bin"));
+    let abs = dir.join("abs.bin");
+    for out in ["../x.bin", "sub/../../x.bin", abs.to_str().unwrap()] {
+        let l = list(&dir, &format!("{good}\n{other}\n  out={out}\n"));
+        let o = ringdl(&dir, &["-i", l.to_str().unwrap(), "-d", "got"]);
+        let err = o.stderr_text();
+        o.assert_code(exit::USAGE);
+        assert!(
+            err.contains(&format!(
+                "{}, line 3: out={out:?} must be a name relative to the directory, without '..'",
+                l.display()
+            )),
+            "{err}"
+        );
+        assert!(
+            !dir.join("x.bin").exists() && !abs.exists(),
+            "out={out}: a file landed outside -d\n{err}"
+        );
+        let inside: Vec<_> = fs::read_dir(dir.join("got")).unwrap().collect();
+        assert!(inside.is_empty(), "out={out}: {inside:?}\n{err}");
+    }
+    assert_eq!(requests(&format!("/{base}/f0.bin")), 0, "a request went out");
+    assert_eq!(requests(&format!("/{base}/f1.bin")), 0, "a request went out");
+}

@@ -643,3 +643,49 @@ fn a_wrong_key_is_refused_before_a_byte_is_fetched() {
     let o = site.fetch(s(&sig), &[&key], &["-c"]);
     site.assert_landed(&o);
 }
+
+/// A minisign signature whose trusted comment was edited after signing (its signature
+/// over the file still good) is refused: the global signature, over the signature and the
+/// trusted comment, does not verify. Exit 10 naming the trusted comment, before a byte of
+/// the image is asked for, no file at the output and `--json` says not verified. Made by
+/// the real minisign (prehashed and legacy `-l`), served by nginx.
+#[test]
+fn a_minisign_trusted_comment_edited_after_signing_is_refused() {
+    let site = Site::new("trusted-comment", MIB + 1);
+    let key = minisign_key(site.dir.path(), "mi");
+    let requests = || nginx().access_log("/sig-trusted-comment/image.bin ").len();
+    for (legacy, name) in [(false, "image.bin.minisig"), (true, "image.bin.legacy.minisig")] {
+        let sig = site.www.join(name);
+        minisign_sign(&key, &site.image(), &sig, legacy);
+        // As signed, it verifies.
+        let o = site.fetch(&site.url(name), &[&key], &[]);
+        site.assert_landed(&o);
+        std::fs::remove_file(site.out()).unwrap();
+
+        let text = std::fs::read_to_string(&sig).unwrap();
+        let edited: String = text
+            .lines()
+            .map(|l| match l.strip_prefix("trusted comment: ") {
+                Some(c) => format!("trusted comment: {c}\tchannel:stable\n"),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        assert_ne!(edited, text, "no trusted comment in {name}:\n{text}");
+        std::fs::write(&sig, &edited).unwrap();
+        let before = requests();
+        let json = site.dir.join("trusted.json");
+        let o = site.fetch(&site.url(name), &[&key], &["--json", s(&json)]);
+        let err = site.assert_refused_before(&o);
+        assert!(
+            err.contains("BAD signature: the trusted comment's global signature does not verify"),
+            "legacy {legacy}: {err}"
+        );
+        assert_eq!(requests(), before, "legacy {legacy}: the image was asked for\n{err}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(
+            (j["exit_code"].as_u64(), &j["signature"]["verified"]),
+            (Some(10), &false.into()),
+            "legacy {legacy}: {j}"
+        );
+    }
+}

@@ -1567,3 +1567,122 @@ fn a_resume_with_scattered_gaps_spreads_over_every_connection() {
         explain()
     );
 }
+
+/// Free bytes (for root) on the file system holding `path`, by statvfs(2).
+fn free_bytes(path: &Path) -> u64 {
+    let st = rustix::fs::statvfs(path).unwrap_or_else(|e| panic!("statvfs {}: {e}", path.display()));
+    st.f_bfree * st.f_frsize
+}
+
+/// A helper reactor's write fails: at `--threads 2 -x 2` the owner's one connection is held
+/// by the server (its response stalls after 1 MiB) while the helper fetches its part of a
+/// 32 MiB file into an ext2 file system with 4 MiB free, so the disk fills on the helper's
+/// writes ("reactor 1's part failed (disk full …)"). (ext2, not tmpfs: tmpfs preallocates,
+/// and its fallocate(2) of the whole file fails before any write.) Once the failure is said
+/// the test frees the space; the owner's held request is reset (`--stall-timeout 2`) and
+/// its connection fetches the rest, the helper's included, at 16 MiB/s; kill -9 once the
+/// control file names half the file. The control file must name only bytes the `.part`
+/// holds, and `-c` then fetches only the rest, to the exact file. (A helper that told its
+/// writes as landed when submitted, not completed, names the failed write's range, which
+/// holds no byte of the file.)
+#[test]
+fn kill_9_after_a_helpers_failed_write_leaves_a_control_file_naming_only_landed_bytes() {
+    if !util::is_root() {
+        util::skip("mounting a loop file system needs root");
+        return;
+    }
+    let size = 32 * MIB;
+    let srv = FaultServer::builder()
+        .size(size)
+        .rate(16 * MIB)
+        .fault_on(When::Request(1), Fault::StallMidBody { after: MIB, secs: 30 })
+        .start();
+    let dir = TestDir::new("threads-helper-enospc");
+    let (img, mnt) = (dir.join("fs.img"), dir.join("mnt"));
+    fs::create_dir_all(&mnt).unwrap();
+    fs::File::create(&img).unwrap().set_len(48 * MIB).unwrap();
+    // (/sbin: root's PATH has it, another's may not; scripts/test.sh installs e2fsprogs.)
+    let mk = Command::new("/sbin/mkfs.ext2")
+        .args(["-q", "-F", "-m", "0"])
+        .arg(&img)
+        .output()
+        .unwrap_or_else(|e| panic!("/sbin/mkfs.ext2 (e2fsprogs): {e}"));
+    assert!(
+        mk.status.success(),
+        "mkfs.ext2: {}",
+        String::from_utf8_lossy(&mk.stderr)
+    );
+    // Unmounted at the end; the test fails if the file system is still busy then.
+    let mut mount = match util::Mount::image("ext2", &img, &mnt) {
+        Ok(m) => m,
+        Err(e) => {
+            util::skip(&e);
+            return;
+        }
+    };
+    let filler = mnt.join("filler");
+    let free = free_bytes(&mnt);
+    assert!(free > 40 * MIB, "{free} bytes free on a 48 MiB ext2");
+    fs::write(&filler, vec![7u8; (free - 4 * MIB) as usize]).unwrap();
+    let out = mnt.join("out.bin");
+    let control = dir.join("mnt/out.bin.part.ringdl");
+    let args = |cmd: &mut util::TestCommand| {
+        cmd.args(["--threads", "2", "-x", "2", "--min-split-size", "1M", "-v", "-o"])
+            .arg(&out)
+            .arg(srv.url("file.bin"));
+    };
+
+    // stderr into a file outside the full file system, read while the run goes on.
+    let err_path = dir.join("stderr.txt");
+    let mut cmd = dir.ringdl();
+    args(cmd.args(["--stall-timeout", "2"]));
+    let mut child = cmd
+        .command_mut()
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let said = || fs::read_to_string(&err_path).unwrap_or_default();
+    let ended = |child: &mut std::process::Child| child.try_wait().unwrap().is_some();
+    while !said().contains("reactor 1's part failed") && !ended(&mut child) && t.elapsed() < HANG {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Space again: the owner's writes land, and its control file is saved.
+    fs::remove_file(&filler).unwrap();
+    let named = || control_ranges(&control).iter().map(|r| r.1 - r.0).sum::<u64>();
+    while named() < size / 2 && !ended(&mut child) && t.elapsed() < HANG {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    let ranges = control_ranges(&control);
+    let err = said();
+    let explain = || format!("{status}\n{ranges:?}\n{err}\n{}", srv.describe());
+    // The scenario: the disk filled on the helper's write, and the run was killed while
+    // the owner fetched the rest.
+    assert!(
+        err.lines()
+            .any(|l| l.contains("reactor 1's part failed (disk full at offset ")),
+        "the helper's write did not fail\n{}",
+        explain()
+    );
+    assert!(
+        status.code().is_none() && named() >= size / 2,
+        "the run ended before its kill\n{}",
+        explain()
+    );
+    let source = dir.join("source.bin");
+    fs::write(&source, srv.body()).unwrap();
+    assert_ranges_hold_the_source(&ranges, &part_path(&out), &source);
+
+    let mut again = dir.ringdl();
+    again.timeout(HANG).arg("-c");
+    args(&mut again);
+    let o = again.run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), srv.sha256(), "{}", o.stderr_text());
+    let kept: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
+    assert_fetched_only_the_rest(&o.summary(), size, kept);
+    mount.unmount().unwrap();
+}
