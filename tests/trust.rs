@@ -393,7 +393,7 @@ fn tls_sessions_resume_across_connections_and_are_counted() {
 
 /// A certificate for `names` only (`DNS:…`/`IP:…` entries), signed by a CA made in
 /// `dir`: (CA path, the server labelled `label` with that certificate).
-fn server_for(dir: &Path, label: &str, names: &str) -> (PathBuf, CertServer) {
+pub(crate) fn server_for(dir: &Path, label: &str, names: &str) -> (PathBuf, CertServer) {
     let ca = make_ca(dir);
     fs::write(
         dir.join("ext.cnf"),
@@ -500,4 +500,59 @@ fn a_tls_session_is_resumed_only_for_its_own_host_name() {
     let mut conns: Vec<u64> = log.iter().map(|(c, ..)| *c).collect();
     conns.dedup();
     assert_eq!(conns.len(), 4, "a connection served two files: {log:?}");
+}
+
+/// A TLS session is resumed only on the port it was made for: two servers of `a.test`
+/// on two ports sharing one session ticket key (each would take the other's tickets),
+/// nginx closing each connection after its response: the second port's file makes a full
+/// handshake; the first port again resumes (the session was there to offer).
+#[test]
+fn a_tls_session_is_not_offered_to_another_port() {
+    let n = nginx();
+    let files = [n.file(4097), n.file(4096), n.file(4095)];
+    let dir = TestDir::new("trust_resume_by_port");
+    let (ca, one) = server_for(dir.path(), "one", "DNS:a.test");
+    let two = CertServer {
+        label: "two".into(),
+        ..one.clone()
+    };
+    let ticket_key = dir.join("ticket.key");
+    crate::util::write_random_file(&ticket_key, 80, 40);
+    let extra = format!(
+        "keepalive_timeout 0; ssl_session_ticket_key \"{}\";",
+        ticket_key.display()
+    );
+    let servers = CertServers::start_with(&n.www(), &[one, two], &[&extra, &extra]);
+    let (p1, p2) = (servers.port("one"), servers.port("two"));
+    let o = dir
+        .ringdl()
+        .args(["-j", "1", "-x", "1", "-Z", "-d", "got", "--resolve"])
+        .arg(format!("a.test:{p1}:127.0.0.1"))
+        .arg("--resolve")
+        .arg(format!("a.test:{p2}:127.0.0.1"))
+        .arg("--ca-certificate")
+        .arg(&ca)
+        .arg(servers.url("one", "a.test", &files[0].name))
+        .arg(servers.url("two", "a.test", &files[1].name))
+        .arg(servers.url("one", "a.test", &files[2].name))
+        .run();
+    o.assert_success();
+    for f in &files {
+        assert_same_bytes(&dir.join("got").join(&f.name), f);
+    }
+    let resumed = |label: &str| -> Vec<(String, bool)> {
+        servers.log(label).into_iter().map(|(_, r, uri, _)| (uri, r)).collect()
+    };
+    assert_eq!(
+        resumed("one"),
+        [
+            (format!("/{}", files[0].name), false),
+            (format!("/{}", files[2].name), true)
+        ]
+    );
+    assert_eq!(
+        resumed("two"),
+        [(format!("/{}", files[1].name), false)],
+        "a session of port {p1} resumed on {p2}"
+    );
 }

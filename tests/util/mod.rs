@@ -1553,6 +1553,7 @@ fn wait_ready(child: &mut Child, run: &Path, ports: &[u16]) -> Result<(), StartE
 
 /// One HTTPS server of a [`CertServers`]: a name for the test, the PEM chain nginx
 /// presents (leaf first) and the PEM private key of the leaf.
+#[derive(Clone)]
 pub struct CertServer {
     /// The test's name for this server (`other-name`, `expired`, …).
     pub label: String,
