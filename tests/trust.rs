@@ -1,7 +1,9 @@
 //! TLS trust and handshakes: the trust store is loaded once, only when a certificate must
 //! be verified (never under `-k`), a file named by both `SSL_CERT_FILE` and `SSL_CERT_DIR`
 //! (or reached by a symlink or a hard link) is read once; sessions are resumed across
-//! the connections of a run and counted; certificates refused for a weakness of their own
+//! the connections of a run and counted, but only under their origin key (host name as
+//! in the URL, port): neither a session nor a kept-alive connection made for one name
+//! serves another name of the same address; certificates refused for a weakness of their own
 //! are said in words. Certificates are made at test time with `openssl` and served by
 //! nginx ([`CertServers`]).
 

@@ -102,8 +102,9 @@ impl OriginKey {
 pub(crate) struct Origin {
     /// The proxy in between (`addrs` are then its addresses), or `None` for direct.
     pub(crate) proxy: Option<Proxy>,
-    /// The TLS client configuration for https (its session cache resumes sessions across
-    /// the origin's connections, RFC 8446 §2.2).
+    /// The TLS client configuration for https: its origin key's (its session store
+    /// resumes sessions across the connections of that key only, RFC 8446 §2.2; see
+    /// [`tls::Configs`]).
     pub(crate) tls: Option<Arc<ClientConfig>>,
     /// The name the server's certificate must carry (https only).
     pub(crate) server_name: Option<ServerName<'static>>,

@@ -484,3 +484,50 @@ fn settle(ring: &mut Ring, interrupted: &mut Option<&'static str>) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::tls::Settings;
+
+    /// An open connection, idle, as a finished transfer leaves it (no socket).
+    fn open_conn(pool: &BufPool) -> Conn {
+        let mut c = Conn::new(pool.alloc().expect("a free block"));
+        c.st = St::Open;
+        c
+    }
+
+    #[test]
+    fn an_idle_connection_is_found_only_by_its_whole_origin_key() {
+        let verified = Settings {
+            ca_file: None,
+            pins: Vec::new(),
+            insecure: false,
+        };
+        let insecure = Settings {
+            insecure: true,
+            ..verified.clone()
+        };
+        let key = |url: &str, tls: &Settings| OriginKey::new(&http::Url::parse(url).unwrap(), None, Some(tls));
+        let engine = (EngineKind::Direct, false);
+        let pool = BufPool::new(4096, 4).unwrap();
+        let mut r = Reactor::new();
+        let mine = key("https://localhost:8443/a", &verified);
+        r.keep(Vec::new(), None, vec![(mine.clone(), open_conn(&pool))], engine);
+        // The same address by another name, the same name under -k, another port: none.
+        for other in [
+            key("https://127.0.0.1:8443/a", &verified),
+            key("https://localhost:8443/a", &insecure),
+            key("https://localhost:8444/a", &verified),
+        ] {
+            assert_eq!(r.idle_to(&other), 0, "{other:?}");
+            assert!(
+                r.take_idle(&other, 4, engine).is_empty(),
+                "{other:?} took {mine:?}'s connection"
+            );
+        }
+        // Its own key (another path, the host in capitals) finds it.
+        let same = key("https://LOCALHOST:8443/b", &verified);
+        assert_eq!(r.take_idle(&same, 4, engine).len(), 1);
+    }
+}
