@@ -147,15 +147,15 @@ fn write_json(dest: &std::path::Path, json: &str) -> std::io::Result<()> {
     written.inspect_err(|e| eprintln!("ringdl: --json {}: {e}", dest.display()))
 }
 
-/// What the files of one run share: the signal fd, the TLS client configuration (one
-/// `Arc`, so rustls' session cache resumes sessions across files; made at the first
-/// https URL), and where the current file stands in the run.
+/// What the files of one run share: the signal fd, the TLS client configurations (one per
+/// origin key, kept so that a later file to the same origin resumes its sessions; made at
+/// the first https URL of each), and where the current file stands in the run.
 pub(crate) struct PerRun {
     /// SIGINT/SIGTERM as a readable fd (blocked from the start, so one that arrives
     /// between files stays pending and stops the next transfer).
     signals: std::os::fd::OwnedFd,
-    /// The TLS client configuration every https connection of the run uses.
-    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// The TLS client configurations of the run's https origins.
+    tls: crate::control::tls::Configs,
     /// Several files: files done before this one, and the run's count (progress line).
     files: Option<(usize, usize)>,
     /// Connections, origins and buffers one file leaves for the next (keep-alive).
@@ -223,7 +223,7 @@ impl PerRun {
             .map_err(|e| err!(LocalIo, "signalfd: {e}"))?;
         Ok(PerRun {
             signals,
-            tls: None,
+            tls: crate::control::tls::Configs::default(),
             files: None,
             reactor: download::Reactor::new(),
             ktls: None,

@@ -685,3 +685,66 @@ fn origin_credentials_do_not_follow_a_redirect_to_another_port_or_scheme() {
         }
     }
 }
+
+/// A tunnel through a proxy belongs to the host name it was opened for: through one
+/// tinyproxy (so every connection goes to the same address, the proxy's), with a
+/// certificate for `localhost` only, `https://127.0.0.1:P/` after two
+/// `https://localhost:P/` files opens its own tunnel and fails its certificate check
+/// (exit 4); the `localhost` files land exact, the second in the first one's tunnel.
+#[test]
+fn a_tunnel_for_one_host_name_is_never_reused_for_another() {
+    let n = nginx();
+    let (a, c, b) = (n.file(4097), n.file(MIB + 1), n.file(4096));
+    let dir = TestDir::new("proxy_reuse_by_name");
+    let (ca, server) = crate::trust::server_for(dir.path(), "named", "DNS:localhost");
+    let servers = util::CertServers::start(&n.www(), &[server]);
+    let port = servers.port("named");
+    let proxy = Tinyproxy::start(&[]);
+    let o = dir
+        .ringdl()
+        .args([
+            "-j",
+            "1",
+            "-x",
+            "1",
+            "-Z",
+            "-d",
+            "got",
+            "--proxy",
+            &proxy.url(),
+            "--ca-certificate",
+        ])
+        .arg(&ca)
+        .arg(servers.url("named", "localhost", &a.name))
+        .arg(servers.url("named", "localhost", &c.name))
+        .arg(servers.url("named", "127.0.0.1", &b.name))
+        .run();
+    o.assert_code(exit::TLS);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("not valid for the IP address 127.0.0.1: it names DNS:localhost"),
+        "{err}"
+    );
+    assert_same_bytes(&dir.join("got").join(&a.name), a);
+    assert_same_bytes(&dir.join("got").join(&c.name), c);
+    assert!(
+        !dir.join("got").join(&b.name).exists(),
+        "the 127.0.0.1 file landed: {err}"
+    );
+    let connects: Vec<String> = proxy
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("CONNECT"))
+        .collect();
+    assert_eq!(
+        connects,
+        [
+            format!("CONNECT localhost:{port} HTTP/1.1"),
+            format!("CONNECT 127.0.0.1:{port} HTTP/1.1")
+        ],
+        "one tunnel per host name"
+    );
+    let log = servers.log("named");
+    let uris: Vec<&str> = log.iter().map(|(_, _, uri, _)| uri.as_str()).collect();
+    assert_eq!(uris, [format!("/{}", a.name), format!("/{}", c.name)], "{log:?}");
+}

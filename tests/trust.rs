@@ -1,7 +1,9 @@
 //! TLS trust and handshakes: the trust store is loaded once, only when a certificate must
 //! be verified (never under `-k`), a file named by both `SSL_CERT_FILE` and `SSL_CERT_DIR`
 //! (or reached by a symlink or a hard link) is read once; sessions are resumed across
-//! the connections of a run and counted; certificates refused for a weakness of their own
+//! the connections of a run and counted, but only under their origin key (host name as
+//! in the URL, port): neither a session nor a kept-alive connection made for one name
+//! serves another name of the same address; certificates refused for a weakness of their own
 //! are said in words. Certificates are made at test time with `openssl` and served by
 //! nginx ([`CertServers`]).
 
@@ -388,5 +390,171 @@ fn tls_sessions_resume_across_connections_and_are_counted() {
     assert!(
         j["tls_full_handshakes"].is_null() && j["tls_resumed_handshakes"].is_null(),
         "{j}"
+    );
+}
+
+/// A certificate for `names` only (`DNS:…`/`IP:…` entries), signed by a CA made in
+/// `dir`: (CA path, the server labelled `label` with that certificate).
+pub(crate) fn server_for(dir: &Path, label: &str, names: &str) -> (PathBuf, CertServer) {
+    let ca = make_ca(dir);
+    fs::write(
+        dir.join("ext.cnf"),
+        format!("subjectAltName={names}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"),
+    )
+    .unwrap();
+    let (chain_pem, key_pem) = leaf(dir, label, "rsa:2048", "-sha256");
+    let server = CertServer {
+        label: label.into(),
+        chain_pem,
+        key_pem,
+    };
+    (ca, server)
+}
+
+/// A kept-alive connection belongs to the host name it was opened for, not to the address
+/// it reached: with a certificate for `localhost` only and `localhost` resolving to
+/// 127.0.0.1, `https://127.0.0.1:P/` after two `https://localhost:P/` files on that same
+/// server makes its own handshake and fails its certificate check (exit 4, naming the
+/// address), without a request on the connection the `localhost` files left open (nor a
+/// resumed session, which would check no certificate). The `localhost` files land exact,
+/// the second on the first one's connection (keep-alive works here: the refusal is the
+/// name's).
+#[test]
+fn a_connection_for_one_host_name_is_never_reused_for_another() {
+    let n = nginx();
+    let (a, c, b) = (n.file(4097), n.file(MIB + 1), n.file(4096));
+    let dir = TestDir::new("trust_reuse_by_name");
+    let (ca, server) = server_for(dir.path(), "named", "DNS:localhost");
+    let servers = CertServers::start(&n.www(), &[server]);
+    let port = servers.port("named");
+    let o = dir
+        .ringdl()
+        .args(["-j", "1", "-x", "1", "-Z", "-d", "got", "--resolve"])
+        .arg(format!("localhost:{port}:127.0.0.1"))
+        .arg("--ca-certificate")
+        .arg(&ca)
+        .arg(servers.url("named", "localhost", &a.name))
+        .arg(servers.url("named", "localhost", &c.name))
+        .arg(servers.url("named", "127.0.0.1", &b.name))
+        .run();
+    o.assert_code(exit::TLS);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("not valid for the IP address 127.0.0.1: it names DNS:localhost"),
+        "{err}"
+    );
+    assert_same_bytes(&dir.join("got").join(&a.name), a);
+    assert_same_bytes(&dir.join("got").join(&c.name), c);
+    assert!(
+        !dir.join("got").join(&b.name).exists(),
+        "the 127.0.0.1 file landed: {err}"
+    );
+    let log = servers.log("named");
+    let uris: Vec<&str> = log.iter().map(|(_, _, uri, _)| uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [format!("/{}", a.name), format!("/{}", c.name)],
+        "requests other than the localhost files': {log:?}"
+    );
+    assert_eq!(
+        log[0].0, log[1].0,
+        "the localhost files did not share a connection: {log:?}"
+    );
+}
+
+/// A TLS session is resumed only under the host name it was made for: `a.test` and
+/// `b.test` (`--resolve`d to one address, one server, one certificate naming both, nginx
+/// closing each connection after its response) each make a full handshake first, whatever
+/// the other left in the session cache; the same name again resumes its own session (the
+/// server takes resumption: the full handshakes are the client's choice). Every file
+/// lands exact.
+#[test]
+fn a_tls_session_is_resumed_only_for_its_own_host_name() {
+    let n = nginx();
+    let files = [n.file(4097), n.file(4096), n.file(MIB + 1), n.file(4095)];
+    let dir = TestDir::new("trust_resume_by_name");
+    let (ca, server) = server_for(dir.path(), "names", "DNS:a.test,DNS:b.test");
+    let servers = CertServers::start_with(&n.www(), &[server], &["keepalive_timeout 0;"]);
+    let port = servers.port("names");
+    let hosts = ["a.test", "a.test", "b.test", "b.test"];
+    let o = dir
+        .ringdl()
+        .args(["-j", "1", "-x", "1", "-Z", "-d", "got", "--resolve"])
+        .arg(format!("a.test:{port}:127.0.0.1"))
+        .arg("--resolve")
+        .arg(format!("b.test:{port}:127.0.0.1"))
+        .arg("--ca-certificate")
+        .arg(&ca)
+        .args(hosts.iter().zip(&files).map(|(h, f)| servers.url("names", h, &f.name)))
+        .run();
+    o.assert_success();
+    for f in &files {
+        assert_same_bytes(&dir.join("got").join(&f.name), f);
+    }
+    let log = servers.log("names");
+    let seen: Vec<(String, bool)> = log.iter().map(|(_, r, uri, _)| (uri.clone(), *r)).collect();
+    let want: Vec<(String, bool)> = files
+        .iter()
+        .zip([false, true, false, true])
+        .map(|(f, r)| (format!("/{}", f.name), r))
+        .collect();
+    assert_eq!(seen, want, "(URI, session resumed) per request, in order: {log:?}");
+    let mut conns: Vec<u64> = log.iter().map(|(c, ..)| *c).collect();
+    conns.dedup();
+    assert_eq!(conns.len(), 4, "a connection served two files: {log:?}");
+}
+
+/// A TLS session is resumed only on the port it was made for: two servers of `a.test`
+/// on two ports sharing one session ticket key (each would take the other's tickets),
+/// nginx closing each connection after its response: the second port's file makes a full
+/// handshake; the first port again resumes (the session was there to offer).
+#[test]
+fn a_tls_session_is_not_offered_to_another_port() {
+    let n = nginx();
+    let files = [n.file(4097), n.file(4096), n.file(4095)];
+    let dir = TestDir::new("trust_resume_by_port");
+    let (ca, one) = server_for(dir.path(), "one", "DNS:a.test");
+    let two = CertServer {
+        label: "two".into(),
+        ..one.clone()
+    };
+    let ticket_key = dir.join("ticket.key");
+    crate::util::write_random_file(&ticket_key, 80, 40);
+    let extra = format!(
+        "keepalive_timeout 0; ssl_session_ticket_key \"{}\";",
+        ticket_key.display()
+    );
+    let servers = CertServers::start_with(&n.www(), &[one, two], &[&extra, &extra]);
+    let (p1, p2) = (servers.port("one"), servers.port("two"));
+    let o = dir
+        .ringdl()
+        .args(["-j", "1", "-x", "1", "-Z", "-d", "got", "--resolve"])
+        .arg(format!("a.test:{p1}:127.0.0.1"))
+        .arg("--resolve")
+        .arg(format!("a.test:{p2}:127.0.0.1"))
+        .arg("--ca-certificate")
+        .arg(&ca)
+        .arg(servers.url("one", "a.test", &files[0].name))
+        .arg(servers.url("two", "a.test", &files[1].name))
+        .arg(servers.url("one", "a.test", &files[2].name))
+        .run();
+    o.assert_success();
+    for f in &files {
+        assert_same_bytes(&dir.join("got").join(&f.name), f);
+    }
+    let resumed = |label: &str| -> Vec<(String, bool)> {
+        servers.log(label).into_iter().map(|(_, r, uri, _)| (uri, r)).collect()
+    };
+    assert_eq!(
+        resumed("one"),
+        [
+            (format!("/{}", files[0].name), false),
+            (format!("/{}", files[2].name), true)
+        ]
+    );
+    assert_eq!(
+        resumed("two"),
+        [(format!("/{}", files[1].name), false)],
+        "a session of port {p1} resumed on {p2}"
     );
 }

@@ -2,6 +2,7 @@
 //! proxy, addresses and TLS configuration; and a mirror left out before the transfer.
 
 use crate::config::Config;
+use crate::control::origin::OriginKey;
 use crate::control::{headers, proxy, resolve, tls};
 use crate::err;
 use crate::error::Result;
@@ -71,16 +72,18 @@ pub(super) fn leave_out(url: http::Url, why: String, progress: &mut Progress) ->
     }
 }
 
-/// How to reach `url`: the proxy for its host, the addresses to connect to, the TLS
-/// configuration for https (made once, shared by every https URL).
+/// How to reach `url`: the proxy for its host, the addresses to connect to, its origin
+/// key, and for https the TLS configuration of that key (from `tls_configs`: connections
+/// and sessions are shared only under one key).
 ///
 /// # Errors
-/// `Network` when the name (or the proxy's) does not resolve; `Usage` for a bad proxy.
+/// `Network` when the name (or the proxy's) does not resolve; `Usage` for a bad proxy;
+/// `LocalIo` when `--ca-certificate` cannot be read.
 pub(super) fn mirror_route(
     url: &http::Url,
     headers: &[(String, String)],
     opts: &Config,
-    tls_config: &mut Option<std::sync::Arc<rustls::ClientConfig>>,
+    tls_configs: &mut tls::Configs,
 ) -> Result<download::mirrors::MirrorRoute> {
     // Chosen again for every URL: a redirect to another host may go another way.
     let proxy = match proxy::choose(
@@ -141,23 +144,14 @@ pub(super) fn mirror_route(
         }
         e
     })?;
-    let tls = if url.scheme() == http::Scheme::Https {
-        if tls_config.is_none() {
-            *tls_config = Some(tls::client_config(
-                opts.ca_certificate.as_deref(),
-                &opts.pinned_public_keys,
-                opts.insecure,
-                opts.verbose,
-            )?);
-        }
-        tls_config.clone()
-    } else {
-        None
-    };
+    let settings = (url.scheme() == http::Scheme::Https).then(|| tls::Settings::of(opts));
+    let key = OriginKey::new(url, proxy.as_ref(), settings.as_ref());
+    let tls = tls_configs.for_origin(&key, opts.verbose)?;
     Ok(download::mirrors::MirrorRoute {
         url: url.clone(),
         headers: headers.to_vec(),
         tls,
+        key,
         route: proxy::Route { addrs, proxy },
     })
 }

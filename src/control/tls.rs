@@ -1,10 +1,12 @@
 //! TLS client configuration: rustls with the ring provider, trust anchors from
 //! webpki-roots, `SSL_CERT_FILE`, `SSL_CERT_DIR` and `--ca-certificate`.
 
+mod configs;
 mod refused;
 mod roots;
 mod x509;
 
+pub use configs::{Configs, Settings};
 pub use refused::Refused;
 use refused::{name_small_key, name_weak_signature};
 
@@ -20,8 +22,9 @@ use rustls::{ClientConfig, DigitallySignedStruct, ExtendedKeyPurpose, SignatureS
 use crate::err;
 use crate::error::Result;
 
-/// Builds the client configuration shared by every connection of a run (one
-/// configuration, one TLS session cache: connections to an origin resume its sessions).
+/// Builds a client configuration: the base of every https origin of a run with these
+/// settings (see [`Configs`]: each origin gets a copy with a session store of its own,
+/// all sharing this verifier).
 ///
 /// TLS 1.2 and 1.3, ALPN `http/1.1`. Trust anchors (see [`roots::load`]): webpki-roots,
 /// then the PEM file `SSL_CERT_FILE` names and the PEM files in each directory of

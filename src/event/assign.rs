@@ -224,7 +224,7 @@ impl Loop<'_> {
 
     /// Slots parked on origin `key`'s cap that a wake would make ask sooner: the index of
     /// the transfer's origin when it has one.
-    pub(crate) fn parked_on(&self, key: &str) -> Option<usize> {
+    pub(crate) fn parked_on(&self, key: &crate::control::origin::OriginKey) -> Option<usize> {
         let o = (0..self.sh.origins.len()).find(|&o| self.fin.key(o) == key)?;
         self.parked_at(o).then_some(o)
     }

@@ -16,7 +16,7 @@ use uring::Op;
 use super::reactor::{self, Reactor};
 use super::{Loop, Outcome, READ_BLOCK, Shared, Summary, errno, mirrors};
 use crate::config::Config;
-use crate::control::origin::Origin;
+use crate::control::origin::{Origin, OriginKey};
 use crate::control::{Conn, St};
 use crate::engine::EngineKind;
 use crate::engine::blocks::{align_down, write_block};
@@ -68,7 +68,7 @@ pub(crate) struct Fin {
     sqpoll_tid: Option<u32>,
     signed: Option<crate::signature::Input>,
     /// The origin key of each of the transfer's origins.
-    keys: Vec<String>,
+    keys: Vec<OriginKey>,
     /// The engine and kTLS switch its connections are set up for.
     pub(crate) engine: (EngineKind, bool),
     /// The final fsync ran on the ring beside other transfers: its result
@@ -106,13 +106,14 @@ pub(crate) fn start_on<'c>(
     let mut origins = Vec::with_capacity(m);
     let mut keys = Vec::with_capacity(m);
     let mut kept_tls_info = Vec::with_capacity(m);
-    // Mirrors on one origin (scheme, host, port, route) share it and its caps.
+    // Mirrors under one origin key (scheme, host, port, route, TLS settings) share the
+    // origin, its connections and its caps.
     for route in mirrors {
+        let key = route.key;
         let fresh = match Origin::new(&route.url, route.tls, route.route) {
             Ok(o) => o,
             Err(e) => return Err(Box::new((e, report))),
         };
-        let key = reactor::origin_key(&route.url, &fresh);
         let o = match keys.iter().position(|k| *k == key) {
             Some(o) => o,
             None => {
@@ -314,8 +315,8 @@ pub(crate) fn start_on<'c>(
 }
 
 impl Fin {
-    /// The key of the transfer's origin `o` ([`reactor::origin_key`]).
-    pub(crate) fn key(&self, o: usize) -> &str {
+    /// The key of the transfer's origin `o`.
+    pub(crate) fn key(&self, o: usize) -> &OriginKey {
         &self.keys[o]
     }
 }

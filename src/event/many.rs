@@ -41,6 +41,7 @@ use super::reactor::{self, Reactor};
 use super::{Loop, Outcome, Start, Summary, end, start_on};
 use crate::config::Config;
 use crate::control::St;
+use crate::control::origin::OriginKey;
 use crate::engine::blocks::write_block;
 use crate::err;
 use crate::error::Result;
@@ -107,7 +108,7 @@ struct Running<'c> {
     id: usize,
     dl: Loop<'c>,
     /// Its origins' keys, and its connection slots.
-    keys: Vec<String>,
+    keys: Vec<OriginKey>,
     n: usize,
     /// A completion's handling failed: the transfer ends with it.
     failed: Option<crate::error::Error>,
@@ -303,7 +304,7 @@ fn turns<'c>(
                 }
             }
             let alone = waiting.is_empty() && exhausted && none_in_flight;
-            let keys: Vec<String> = st.mirrors.iter().map(reactor::route_key).collect();
+            let keys: Vec<OriginKey> = st.mirrors.iter().map(|r| r.key.clone()).collect();
             let on = if placing && !alone {
                 reactor_for(&st, &keys, (slots, reactor), threads, placed)
             } else {
@@ -482,7 +483,7 @@ fn start<'c>(
     slots: &mut [Slot<'c>],
     lane: usize,
     (id, st): (usize, Start),
-    keys: Vec<String>,
+    keys: Vec<OriginKey>,
     (n, spreads): (usize, bool),
     reactor: &mut Reactor,
 ) {

@@ -29,8 +29,11 @@ pub struct MirrorRoute {
     pub url: Url,
     /// Extra request fields for this URL: `-H`, and credentials on its origin.
     pub headers: Vec<(String, String)>,
-    /// The TLS client configuration for an https URL.
+    /// The TLS client configuration for an https URL (its origin key's: see
+    /// [`crate::control::tls::Configs`]).
     pub tls: Option<Arc<ClientConfig>>,
+    /// What its connections, sessions and learned caps are kept and found again by.
+    pub(crate) key: crate::control::origin::OriginKey,
     /// Addresses and proxy (chosen for this URL's host).
     pub route: Route,
 }

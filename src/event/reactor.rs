@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use uring::{BufPool, Ring};
 
 use crate::config::Config;
-use crate::control::origin::Origin;
+use crate::control::origin::{Origin, OriginKey};
 use crate::control::{Conn, St};
 use crate::engine::EngineKind;
 use crate::err;
@@ -56,11 +56,12 @@ pub struct Reactor {
     /// ... and the blocks a finished file is read back into (`--checksum`,
     /// `--signature`): its own, never waiting for blocks other transfers hold.
     verify: Option<BufPool>,
-    /// Origins by [`origin_key`], with the TLS version and suite their last handshake
+    /// Origins by their [`OriginKey`], with the TLS version and suite their last handshake
     /// agreed (for the summary of a transfer that makes none).
-    origins: Vec<(String, Origin, Option<String>)>,
-    /// Idle open connections and the origin each is connected to.
-    idle: Vec<(String, Conn, (EngineKind, bool))>,
+    origins: Vec<(OriginKey, Origin, Option<String>)>,
+    /// Idle open connections and the key of the origin each was opened for (the only
+    /// thing a connection is found again by: see [`OriginKey`]).
+    idle: Vec<(OriginKey, Conn, (EngineKind, bool))>,
     /// Most idle connections kept: [`MAX_IDLE`], or the lanes of a run of many files when
     /// more (each file in flight leaves its connection for the next).
     max_idle: usize,
@@ -95,23 +96,10 @@ pub(crate) fn ring_entries(n: usize) -> u32 {
     (3 * n + write_slots(n) + 8).next_power_of_two() as u32
 }
 
-/// What identifies an origin and the route to it: scheme, host, port (RFC 6454 §4) and
-/// the proxy in between.
-pub(crate) fn origin_key(url: &http::Url, origin: &Origin) -> String {
-    let proxy = origin.proxy.as_ref().map(|p| p.url.to_string()).unwrap_or_default();
-    format!("{:?}://{}:{} {proxy}", url.scheme(), url.host(), url.port())
-}
-
-/// [`origin_key`] of a mirror's route, before its [`Origin`] is made.
-pub(crate) fn route_key(r: &crate::event::mirrors::MirrorRoute) -> String {
-    let proxy = r.route.proxy.as_ref().map(|p| p.url.to_string()).unwrap_or_default();
-    format!("{:?}://{}:{} {proxy}", r.url.scheme(), r.url.host(), r.url.port())
-}
-
 impl Reactor {
     /// What the server of origin `key` was seen allowing (connections at once), if it
     /// turned one away in an earlier transfer.
-    pub(crate) fn allows(&self, key: &str) -> Option<usize> {
+    pub(crate) fn allows(&self, key: &OriginKey) -> Option<usize> {
         self.origins
             .iter()
             .find(|(k, ..)| k == key)
@@ -124,25 +112,25 @@ impl Reactor {
     }
 
     /// Idle connections kept to origin `key`.
-    pub(crate) fn idle_to(&self, key: &str) -> usize {
+    pub(crate) fn idle_to(&self, key: &OriginKey) -> usize {
         self.idle.iter().filter(|(k, ..)| k == key).count()
     }
 
     /// Closes the oldest idle connection kept to origin `key`, if there is one.
-    pub(crate) fn forget_one_idle(&mut self, key: &str) {
+    pub(crate) fn forget_one_idle(&mut self, key: &OriginKey) {
         if let Some(i) = self.idle.iter().position(|(k, ..)| k == key) {
             self.idle.remove(i);
         }
     }
 
     /// Closes the idle connections kept to origin `key`.
-    pub(crate) fn forget_idle(&mut self, key: &str) {
+    pub(crate) fn forget_idle(&mut self, key: &OriginKey) {
         self.idle.retain(|(k, ..)| k != key);
     }
 
     /// Idle connections kept, per origin key.
-    pub(crate) fn idle_counts(&self) -> Vec<(String, usize)> {
-        let mut counts: Vec<(String, usize)> = Vec::new();
+    pub(crate) fn idle_counts(&self) -> Vec<(OriginKey, usize)> {
+        let mut counts: Vec<(OriginKey, usize)> = Vec::new();
         for (k, ..) in &self.idle {
             match counts.iter_mut().find(|(c, _)| c == k) {
                 Some(c) => c.1 += 1,
@@ -371,7 +359,7 @@ impl Reactor {
 
     /// The origin kept under `key`, or `fresh`; with it the TLS summary of its last
     /// handshake.
-    pub(crate) fn origin(&mut self, key: &str, fresh: Origin) -> (Origin, Option<String>) {
+    pub(crate) fn origin(&mut self, key: &OriginKey, fresh: Origin) -> (Origin, Option<String>) {
         match self.origins.iter().position(|(k, ..)| k == key) {
             Some(at) => {
                 // (A copy: transfers running at once each hold one; the reactor's stays for
@@ -400,11 +388,11 @@ impl Reactor {
 
     /// Idle connections to the origin `key` set up for `engine` (its engine and kTLS
     /// switch), at most `max`.
-    pub(crate) fn take_idle(&mut self, key: &str, max: usize, engine: (EngineKind, bool)) -> Vec<Conn> {
+    pub(crate) fn take_idle(&mut self, key: &OriginKey, max: usize, engine: (EngineKind, bool)) -> Vec<Conn> {
         let mut taken = Vec::new();
         let mut i = 0;
         while i < self.idle.len() && taken.len() < max {
-            if self.idle[i].0 == key && self.idle[i].2 == engine {
+            if self.idle[i].0 == *key && self.idle[i].2 == engine {
                 taken.push(self.idle.swap_remove(i).1);
             } else {
                 i += 1;
@@ -432,9 +420,9 @@ impl Reactor {
     /// flight, no job, no unread input, no pipe holding bytes, not closed by the peer.
     pub(crate) fn keep(
         &mut self,
-        origins: Vec<(String, Origin)>,
+        origins: Vec<(OriginKey, Origin)>,
         tls_info: Option<String>,
-        conns: Vec<(String, Conn)>,
+        conns: Vec<(OriginKey, Conn)>,
         engine: (EngineKind, bool),
     ) {
         for (key, conn) in conns {
@@ -495,4 +483,51 @@ fn settle(ring: &mut Ring, interrupted: &mut Option<&'static str>) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::tls::Settings;
+
+    /// An open connection, idle, as a finished transfer leaves it (no socket).
+    fn open_conn(pool: &BufPool) -> Conn {
+        let mut c = Conn::new(pool.alloc().expect("a free block"));
+        c.st = St::Open;
+        c
+    }
+
+    #[test]
+    fn an_idle_connection_is_found_only_by_its_whole_origin_key() {
+        let verified = Settings {
+            ca_file: None,
+            pins: Vec::new(),
+            insecure: false,
+        };
+        let insecure = Settings {
+            insecure: true,
+            ..verified.clone()
+        };
+        let key = |url: &str, tls: &Settings| OriginKey::new(&http::Url::parse(url).unwrap(), None, Some(tls));
+        let engine = (EngineKind::Direct, false);
+        let pool = BufPool::new(4096, 4).unwrap();
+        let mut r = Reactor::new();
+        let mine = key("https://localhost:8443/a", &verified);
+        r.keep(Vec::new(), None, vec![(mine.clone(), open_conn(&pool))], engine);
+        // The same address by another name, the same name under -k, another port: none.
+        for other in [
+            key("https://127.0.0.1:8443/a", &verified),
+            key("https://localhost:8443/a", &insecure),
+            key("https://localhost:8444/a", &verified),
+        ] {
+            assert_eq!(r.idle_to(&other), 0, "{other:?}");
+            assert!(
+                r.take_idle(&other, 4, engine).is_empty(),
+                "{other:?} took {mine:?}'s connection"
+            );
+        }
+        // Its own key (another path, the host in capitals) finds it.
+        let same = key("https://LOCALHOST:8443/b", &verified);
+        assert_eq!(r.take_idle(&same, 4, engine).len(), 1);
+    }
 }

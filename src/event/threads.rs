@@ -32,6 +32,7 @@ use std::thread::JoinHandle;
 use super::mirrors::MirrorRoute;
 use super::{Outcome, Reactor, Start, Summary};
 use crate::config::Config;
+use crate::control::origin::OriginKey;
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::{Error, Result};
@@ -103,7 +104,7 @@ pub(crate) enum Order {
     Whole(Box<WholeOrder>),
     /// Close the idle connections kept to origin `key` (the run's caps need the room for
     /// a file that cannot start), and say what stays idle ([`Report::Idle`]).
-    Forget { key: String },
+    Forget { key: OriginKey },
 }
 
 /// A part handed to a helper.
@@ -252,7 +253,10 @@ pub(crate) enum Report {
     Whole { lending: u64, what: WholeReport },
     /// The idle connections the helper keeps, per origin key, after an
     /// [`Order::Forget`].
-    Idle { helper: usize, idle: Vec<(String, usize)> },
+    Idle {
+        helper: usize,
+        idle: Vec<(OriginKey, usize)>,
+    },
     /// The part ended: every byte landed (`None`), or why not.
     Ended {
         lending: u64,

@@ -1553,6 +1553,7 @@ fn wait_ready(child: &mut Child, run: &Path, ports: &[u16]) -> Result<(), StartE
 
 /// One HTTPS server of a [`CertServers`]: a name for the test, the PEM chain nginx
 /// presents (leaf first) and the PEM private key of the leaf.
+#[derive(Clone)]
 pub struct CertServer {
     /// The test's name for this server (`other-name`, `expired`, …).
     pub label: String,
@@ -1567,6 +1568,8 @@ pub struct CertServer {
 /// Its lifetime works as the [`Nginx`] fixture's: it stops when the test process exits.
 pub struct CertServers {
     base: PathBuf,
+    /// Where this nginx writes (`access.log`).
+    run: PathBuf,
     ports: Vec<(String, u16)>,
     /// Keeps the wrapper alive: dropping the stdin (only at process exit) stops nginx.
     _lifeline: Mutex<(Child, ChildStdin)>,
@@ -1607,7 +1610,12 @@ impl CertServers {
                 continue;
             };
             let mut conf = conf_head(&run, &modules);
-            conf.push_str(&format!("    access_log off;\n    root \"{}\";\n", www.display()));
+            conf.push_str(&format!(
+                "    log_format tls '$server_port $connection $ssl_session_reused $request_uri $status';\n    \
+                 access_log \"{}/access.log\" tls;\n    root \"{}\";\n",
+                run.display(),
+                www.display()
+            ));
             for (k, (s, port)) in servers.iter().zip(&ports).enumerate() {
                 let mut listen = format!("listen 127.0.0.1:{port} ssl;");
                 if ipv6 {
@@ -1632,6 +1640,7 @@ impl CertServers {
             ) {
                 return CertServers {
                     base,
+                    run,
                     ports: servers.iter().map(|s| s.label.clone()).zip(ports).collect(),
                     _lifeline: Mutex::new((child, stdin)),
                 };
@@ -1646,6 +1655,33 @@ impl CertServers {
     /// server's chain.
     pub fn dir(&self) -> &Path {
         &self.base
+    }
+
+    /// The requests the server labelled `label` answered, in the order they ended: per
+    /// request nginx's connection serial number (`$connection`, unique per accepted
+    /// connection), whether the TLS session was resumed (`$ssl_session_reused`: `r`
+    /// resumed, `.` a full handshake), the request URI and the status.
+    #[track_caller]
+    pub fn log(&self, label: &str) -> Vec<(u64, bool, String, u16)> {
+        let port = self.port(label).to_string();
+        fs::read_to_string(self.run.join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                let [p, conn, reused, uri, status] = f[..] else {
+                    return None;
+                };
+                (p == port).then(|| {
+                    (
+                        conn.parse().expect("$connection"),
+                        reused == "r",
+                        uri.to_owned(),
+                        status.parse().expect("$status"),
+                    )
+                })
+            })
+            .collect()
     }
 
     /// The port of the server labelled `label`.

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::Slot;
 use super::placing::Placed;
+use crate::control::origin::OriginKey;
 use crate::event::reactor::Reactor;
 
 /// Tells each transfer how many requests the others have being served by each of its
@@ -17,8 +18,8 @@ use crate::event::reactor::Reactor;
 /// the transfers on other reactors (its helper adds its own files', here too: those of a
 /// placed transfer's [`Posted::others`](crate::event::threads::Posted) are added).
 pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
-    let mut totals: Vec<(String, usize)> = Vec::new();
-    let mut add = |key: &str, n: usize| match totals.iter_mut().find(|(k, _)| k == key) {
+    let mut totals: Vec<(OriginKey, usize)> = Vec::new();
+    let mut add = |key: &OriginKey, n: usize| match totals.iter_mut().find(|(k, _)| k == key) {
         Some(t) => t.1 += n,
         None => totals.push((key.to_owned(), n)),
     };
@@ -37,9 +38,9 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
             _ => {}
         }
     }
-    let all = |key: &str| totals.iter().find(|(k, _)| k == key).map_or(0, |t| t.1);
+    let all = |key: &OriginKey| totals.iter().find(|(k, _)| k == key).map_or(0, |t| t.1);
     // (The requests of the files on helper `h` to `key`: its helper counts them.)
-    let on_helper = |slots: &[Slot<'_>], h: usize, key: &str| -> usize {
+    let on_helper = |slots: &[Slot<'_>], h: usize, key: &OriginKey| -> usize {
         slots
             .iter()
             .filter_map(|s| match s {
@@ -76,7 +77,7 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
 /// it takes at most `takes` of those on its own, before it opens any). For a running
 /// transfer (among `slots`), the room beyond the slots it holds.
 pub(super) fn room(
-    keys: &[String],
+    keys: &[OriginKey],
     max_per_host: usize,
     takes: usize,
     (slots, reactor): (&[Slot<'_>], &Reactor),
@@ -174,7 +175,7 @@ pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed: &mut P
 struct Growth {
     /// The reactor it runs on, its origins, the slots it has and those its bytes are worth.
     on: usize,
-    keys: Vec<String>,
+    keys: Vec<OriginKey>,
     n: usize,
     worth: usize,
     max_per_host: usize,
@@ -236,7 +237,7 @@ fn growth(slot: &Slot<'_>) -> Option<Growth> {
 /// nothing by an origin go first (a running file's parked slot would otherwise take the
 /// room a file that has no connection waits for). `on`: the helper the transfer ran on (0:
 /// this reactor); that helper woke its own files' slots.
-pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String], freed: usize, on: usize) {
+pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[OriginKey], freed: usize, on: usize) {
     for key in keys {
         // (lane, the transfer's index of the origin — none for a placed one —, served nothing)
         let mut parked: Vec<(usize, Option<usize>, bool)> = slots
@@ -275,7 +276,13 @@ pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[String], freed: usize,
 /// that no transfer there takes and that it can close now: this one with no transfer to
 /// `key` running here, a helper running no file (it reads orders between files) and not
 /// asked already.
-fn useless_idle(key: &str, (r, on): (usize, usize), slots: &[Slot<'_>], reactor: &Reactor, placed: &Placed) -> bool {
+fn useless_idle(
+    key: &OriginKey,
+    (r, on): (usize, usize),
+    slots: &[Slot<'_>],
+    reactor: &Reactor,
+    placed: &Placed,
+) -> bool {
     if r == on {
         return false;
     }

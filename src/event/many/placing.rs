@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use super::{Feed, Slot};
+use crate::control::origin::OriginKey;
 use crate::err;
 use crate::error::Result;
 use crate::event::reactor::Reactor;
@@ -24,7 +25,7 @@ pub(super) struct Away {
     /// The helper (1-based) and the placement's number.
     pub(super) helper: usize,
     pub(super) placement: u64,
-    pub(super) keys: Vec<String>,
+    pub(super) keys: Vec<OriginKey>,
     pub(super) report: Progress,
     /// As last told (each tick of its loop).
     pub(super) flight: Flight,
@@ -48,8 +49,8 @@ pub(super) struct Away {
 /// 0 unused: the run's own counts are its [`Reactor`]'s), the idle connections each origin
 /// has there; and the caps their transfers learned, per origin key.
 pub(super) struct Placed {
-    pub(super) idle: Vec<Vec<(String, usize)>>,
-    pub(super) learned: Vec<(String, usize)>,
+    pub(super) idle: Vec<Vec<(OriginKey, usize)>>,
+    pub(super) learned: Vec<(OriginKey, usize)>,
     /// Per reactor: asked to close idle connections, no answer yet.
     pub(super) forgetting: Vec<bool>,
     /// The shape of each helper's run of placed files: the files it runs at once at most
@@ -61,7 +62,7 @@ pub(super) struct Placed {
 /// Closes the idle connections kept to the origins `keys` on the reactors `on` picks:
 /// this one's (0) at once, each helper's by an [`Order::Forget`](super::threads::Order)
 /// (its [`Report::Idle`] brings the counts left).
-pub(super) fn forget_idle(keys: &[String], on: &dyn Fn(usize) -> bool, reactor: &mut Reactor, placed: &mut Placed) {
+pub(super) fn forget_idle(keys: &[OriginKey], on: &dyn Fn(usize) -> bool, reactor: &mut Reactor, placed: &mut Placed) {
     if on(0) {
         for k in keys {
             reactor.forget_idle(k);
@@ -86,12 +87,12 @@ pub(super) fn forget_idle(keys: &[String], on: &dyn Fn(usize) -> bool, reactor: 
 
 impl Placed {
     /// Whether reactor `k` (`k` ≥ 1) has idle connections to any of `keys`.
-    pub(super) fn idle_on_any(&self, k: usize, keys: &[String]) -> bool {
+    pub(super) fn idle_on_any(&self, k: usize, keys: &[OriginKey]) -> bool {
         keys.iter().any(|key| self.idle_on(k, key) > 0)
     }
 
     /// Idle connections to origin `key` on reactor `k` (`k` ≥ 1).
-    pub(super) fn idle_on(&self, k: usize, key: &str) -> usize {
+    pub(super) fn idle_on(&self, k: usize, key: &OriginKey) -> usize {
         self.idle
             .get(k)
             .and_then(|v| v.iter().find(|(x, _)| x == key))
@@ -107,7 +108,7 @@ impl Placed {
 /// a transfer has the helpers.
 pub(super) fn reactor_for(
     st: &Start,
-    keys: &[String],
+    keys: &[OriginKey],
     (slots, reactor): (&[Slot<'_>], &Reactor),
     threads: usize,
     placed: &Placed,
@@ -149,7 +150,7 @@ pub(super) fn place(
     slots: &mut [Slot<'_>],
     lane: usize,
     (id, st): (usize, Start),
-    keys: Vec<String>,
+    keys: Vec<OriginKey>,
     (n, on): (usize, usize),
     reactor: &mut Reactor,
     placed: &mut Placed,

@@ -29,11 +29,12 @@ use std::sync::{Arc, OnceLock};
 
 use super::{Helpers, Order, Report, tell};
 use crate::config::Config;
+use crate::control::origin::OriginKey;
 use crate::engine::EngineKind;
 use crate::error::Result;
 use crate::event::many::{Feed, Many, run_many};
 use crate::event::mirrors::MirrorRoute;
-use crate::event::{Loop, Outcome, Reactor, Start, Summary, reactor};
+use crate::event::{Loop, Outcome, Reactor, Start, Summary};
 use crate::output::Output;
 use crate::output::resume::State;
 use crate::report::{Flight, Note, Progress};
@@ -120,7 +121,7 @@ pub(crate) enum WholeReport {
     Ended {
         result: Result<Outcome>,
         failed: Option<Box<Summary>>,
-        idle: Vec<(String, usize)>,
+        idle: Vec<(OriginKey, usize)>,
         allows: Option<usize>,
     },
 }
@@ -134,7 +135,7 @@ impl Helpers {
 
     /// Asks helper `helper` (1-based) to close its idle connections to origin `key`;
     /// false when its thread is gone.
-    pub(crate) fn forget(&self, helper: usize, key: &str) -> bool {
+    pub(crate) fn forget(&self, helper: usize, key: &OriginKey) -> bool {
         helper
             .checked_sub(1)
             .and_then(|h| self.workers.get(h))
@@ -192,7 +193,7 @@ struct Placements<'a> {
     /// An order that is not a whole transfer, for the helper's loop once the files end.
     held: Option<Order>,
     /// The placements started and not ended, with their origin's key.
-    running: Vec<(u64, Option<String>)>,
+    running: Vec<(u64, Option<OriginKey>)>,
 }
 
 impl Placements<'_> {
@@ -239,7 +240,7 @@ impl Placements<'_> {
             .iter()
             .position(|p| p.0 == lending)
             .and_then(|i| self.running.swap_remove(i).1);
-        tell_ended(self.tx, self.bell, lending, r, reactor, key.as_deref());
+        tell_ended(self.tx, self.bell, lending, r, reactor, key.as_ref());
     }
 }
 
@@ -257,7 +258,7 @@ impl Feed for Placements<'_> {
                 Err(_) => return None,
             },
         };
-        let key = w.mirrors.first().map(reactor::route_key);
+        let key = w.mirrors.first().map(|r| r.key.clone());
         self.running.push((w.placement, key));
         let id = usize::try_from(w.placement).unwrap_or(usize::MAX);
         Some((id, self.start(*w)))
@@ -339,7 +340,7 @@ fn tell_ended(
     lending: u64,
     (result, failed): (Result<Outcome>, Option<Box<Summary>>),
     reactor: Option<&Reactor>,
-    key: Option<&str>,
+    key: Option<&OriginKey>,
 ) {
     let allows = key.zip(reactor).and_then(|(k, r)| r.allows(k));
     let idle = reactor.map(Reactor::idle_counts).unwrap_or_default();

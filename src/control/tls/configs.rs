@@ -1,0 +1,257 @@
+//! The TLS client configurations of a run and their session stores: one verifier per set
+//! of TLS settings, one session store per origin key. A session (RFC 8446 §2.2, RFC 5077)
+//! is resumed only by a connection of the origin key it was made for: a resumed
+//! handshake checks no certificate, so a session is proof only for the host name, port,
+//! route and settings its full handshake was verified for.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use rustls::client::{ClientSessionStore, Resumption, Tls12ClientSessionValue, Tls13ClientSessionValue};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, NamedGroup};
+
+use crate::config::Config;
+use crate::control::origin::OriginKey;
+use crate::error::Result;
+
+/// What makes a run's certificate verifier: `--ca-certificate`, `--pinnedpubkey`, `-k`
+/// (`SSL_CERT_FILE` and `SSL_CERT_DIR` are the process's, the same for every file). Part
+/// of every https [`OriginKey`]: a connection or a session verified under one set of
+/// settings is never used under another (a `-k` connection is no proof for a verified
+/// file, nor one checked against one CA for a file that names another).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Settings {
+    /// `--ca-certificate`'s path (read once per run, when its configuration is made).
+    pub ca_file: Option<PathBuf>,
+    /// `--pinnedpubkey`: SHA-256 of SubjectPublicKeyInfo DER, in the order given.
+    pub pins: Vec<[u8; 32]>,
+    /// `-k`.
+    pub insecure: bool,
+}
+
+impl Settings {
+    /// The TLS settings `opts` asks for.
+    pub fn of(opts: &Config) -> Settings {
+        Settings {
+            ca_file: opts.ca_certificate.clone(),
+            pins: opts.pinned_public_keys.clone(),
+            insecure: opts.insecure,
+        }
+    }
+}
+
+/// Origins whose configurations (and so sessions) a run keeps: the most recently used
+/// ones (rustls' own cache keeps 32 server names by default).
+const MAX_ORIGINS: usize = 32;
+
+/// Most TLS 1.3 tickets kept per origin (as rustls' own cache: the server sends a few
+/// per connection, each is used once).
+const MAX_TICKETS: usize = 8;
+
+/// The TLS client configurations of a run (see [`super::client_config`]): one base per
+/// [`Settings`] — its verifier, whose trust store is loaded once — and from it one per
+/// https [`OriginKey`], which differs from the base only in its session store of its own.
+#[derive(Default)]
+pub struct Configs {
+    bases: Vec<(Settings, Arc<ClientConfig>)>,
+    /// Least recently used first, at most [`MAX_ORIGINS`].
+    origins: Vec<(OriginKey, Arc<ClientConfig>)>,
+}
+
+impl Configs {
+    /// The configuration connections to `key` use, `None` for plain http (a key without
+    /// TLS settings). The same `Arc` for equal keys while it is kept, so connections to an
+    /// origin resume each other's sessions; a new one (with no session) for any other key.
+    ///
+    /// # Errors
+    /// As [`super::client_config`]: `LocalIo` when `--ca-certificate` cannot be read.
+    pub(crate) fn for_origin(&mut self, key: &OriginKey, verbose: u8) -> Result<Option<Arc<ClientConfig>>> {
+        let Some(settings) = key.tls() else {
+            return Ok(None);
+        };
+        if let Some(at) = self.origins.iter().position(|(k, _)| k == key) {
+            let kept = self.origins.remove(at);
+            let config = kept.1.clone();
+            self.origins.push(kept);
+            return Ok(Some(config));
+        }
+        let base = match self.bases.iter().find(|(s, _)| s == settings) {
+            Some((_, b)) => b.clone(),
+            None => {
+                let b = super::client_config(settings.ca_file.as_deref(), &settings.pins, settings.insecure, verbose)?;
+                self.bases.push((settings.clone(), b.clone()));
+                b
+            }
+        };
+        let mut config = ClientConfig::clone(&base);
+        config.resumption = Resumption::store(Arc::new(OriginSessions::default()));
+        let config = Arc::new(config);
+        if self.origins.len() >= MAX_ORIGINS {
+            self.origins.remove(0);
+        }
+        self.origins.push((key.clone(), config.clone()));
+        Ok(Some(config))
+    }
+}
+
+/// The sessions of one [`OriginKey`]: its configuration's store, so the key alone finds
+/// them (the server name rustls passes is the key's host, and is not looked at again).
+#[derive(Default)]
+struct OriginSessions(Mutex<Stored>);
+
+#[derive(Default)]
+struct Stored {
+    kx_hint: Option<NamedGroup>,
+    tls12: Option<Tls12ClientSessionValue>,
+    /// Oldest first.
+    tls13: VecDeque<Tls13ClientSessionValue>,
+}
+
+impl OriginSessions {
+    fn with<T>(&self, f: impl FnOnce(&mut Stored) -> T) -> T {
+        // (A panic elsewhere while the lock was held leaves nothing half-written here.)
+        let mut s = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut s)
+    }
+}
+
+impl std::fmt::Debug for OriginSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.with(|s| {
+            f.debug_struct("OriginSessions")
+                .field("tls12", &s.tls12.is_some())
+                .field("tls13_tickets", &s.tls13.len())
+                .finish()
+        })
+    }
+}
+
+impl ClientSessionStore for OriginSessions {
+    fn set_kx_hint(&self, _: ServerName<'static>, group: NamedGroup) {
+        self.with(|s| s.kx_hint = Some(group));
+    }
+
+    fn kx_hint(&self, _: &ServerName<'_>) -> Option<NamedGroup> {
+        self.with(|s| s.kx_hint)
+    }
+
+    fn set_tls12_session(&self, _: ServerName<'static>, value: Tls12ClientSessionValue) {
+        self.with(|s| s.tls12 = Some(value));
+    }
+
+    fn tls12_session(&self, _: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
+        self.with(|s| s.tls12.clone())
+    }
+
+    fn remove_tls12_session(&self, _: &ServerName<'static>) {
+        self.with(|s| s.tls12 = None);
+    }
+
+    fn insert_tls13_ticket(&self, _: ServerName<'static>, value: Tls13ClientSessionValue) {
+        self.with(|s| {
+            if s.tls13.len() >= MAX_TICKETS {
+                s.tls13.pop_front();
+            }
+            s.tls13.push_back(value);
+        });
+    }
+
+    fn take_tls13_ticket(&self, _: &ServerName<'static>) -> Option<Tls13ClientSessionValue> {
+        self.with(|s| s.tls13.pop_back())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::proxy::Proxy;
+
+    fn key(url: &str, proxy: Option<&Proxy>, settings: &Settings) -> OriginKey {
+        let url = http::Url::parse(url).unwrap();
+        let https = url.scheme() == http::Scheme::Https;
+        OriginKey::new(&url, proxy, https.then_some(settings))
+    }
+
+    fn proxy(url: &str, authorization: Option<&str>) -> Proxy {
+        Proxy {
+            url: http::ProxyUrl::parse(url).unwrap(),
+            authorization: authorization.map(str::to_owned),
+            tunnel: true,
+            socks: None,
+            source: "--proxy",
+        }
+    }
+
+    #[test]
+    fn one_configuration_per_origin_key_and_one_verifier_per_settings() {
+        let verified = Settings {
+            ca_file: None,
+            pins: Vec::new(),
+            insecure: false,
+        };
+        let insecure = Settings {
+            insecure: true,
+            ..verified.clone()
+        };
+        let pinned = Settings {
+            pins: vec![[7; 32]],
+            ..verified.clone()
+        };
+        let mut c = Configs::default();
+        let mut get = |k: &OriginKey| c.for_origin(k, 0).unwrap().expect("https");
+        let a = key("https://localhost:8443/a", None, &verified);
+        let first = get(&a);
+        // The same key (another path, the host in capitals): the same configuration.
+        assert!(Arc::ptr_eq(
+            &first,
+            &get(&key("https://LocalHost:8443/b", None, &verified))
+        ));
+        // Any other part of the key: a configuration (and a session store) of its own.
+        let p = proxy("http://127.0.0.1:3128", None);
+        let other = [
+            key("https://127.0.0.1:8443/a", None, &verified),
+            key("https://localhost:8444/a", None, &verified),
+            key("https://localhost:8443/a", Some(&p), &verified),
+            key(
+                "https://localhost:8443/a",
+                Some(&proxy("http://127.0.0.1:3128", Some("Basic eDp5"))),
+                &verified,
+            ),
+            key("https://localhost:8443/a", None, &insecure),
+            key("https://localhost:8443/a", None, &pinned),
+        ];
+        for k in &other {
+            assert_ne!(*k, a);
+            assert!(!Arc::ptr_eq(&first, &get(k)), "{k:?} shares the configuration of {a:?}");
+        }
+        assert!(
+            c.for_origin(&key("http://localhost:8443/a", None, &verified), 0)
+                .unwrap()
+                .is_none()
+        );
+        // Three settings: three verifiers (trust stores), whatever the number of origins.
+        assert_eq!(c.bases.len(), 3);
+        assert_eq!(c.origins.len(), 1 + other.len());
+    }
+
+    #[test]
+    fn the_configurations_kept_are_the_most_recently_used() {
+        let s = Settings {
+            ca_file: None,
+            pins: Vec::new(),
+            insecure: false,
+        };
+        let mut c = Configs::default();
+        let k = |n: usize| key(&format!("https://h{n}.example/"), None, &s);
+        let first = c.for_origin(&k(0), 0).unwrap().unwrap();
+        for n in 1..MAX_ORIGINS + 5 {
+            c.for_origin(&k(n), 0).unwrap();
+            // (Origin 0 stays in use throughout.)
+            assert!(Arc::ptr_eq(&first, &c.for_origin(&k(0), 0).unwrap().unwrap()));
+        }
+        assert_eq!(c.origins.len(), MAX_ORIGINS);
+        assert!(!c.origins.iter().any(|(key, _)| *key == k(1)));
+    }
+}
