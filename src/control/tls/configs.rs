@@ -4,13 +4,11 @@
 //! handshake checks no certificate, so a session is proof only for the host name, port,
 //! route and settings its full handshake was verified for.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use rustls::client::{ClientSessionStore, Resumption, Tls12ClientSessionValue, Tls13ClientSessionValue};
-use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, NamedGroup};
+use rustls::ClientConfig;
+use rustls::client::Resumption;
 
 use crate::config::Config;
 use crate::control::origin::OriginKey;
@@ -46,9 +44,9 @@ impl Settings {
 /// ones (rustls' own cache keeps 32 server names by default).
 const MAX_ORIGINS: usize = 32;
 
-/// Most TLS 1.3 tickets kept per origin (as rustls' own cache: the server sends a few
-/// per connection, each is used once).
-const MAX_TICKETS: usize = 8;
+/// Sessions kept per origin ([`Resumption::in_memory_sessions`]: its TLS 1.3 tickets,
+/// a few per connection and each used once, and its TLS 1.2 session).
+const MAX_SESSIONS: usize = 8;
 
 /// The TLS client configurations of a run (see [`super::client_config`]): one base per
 /// [`Settings`] — its verifier, whose trust store is loaded once — and from it one per
@@ -86,80 +84,14 @@ impl Configs {
             }
         };
         let mut config = ClientConfig::clone(&base);
-        config.resumption = Resumption::store(Arc::new(OriginSessions::default()));
+        // rustls' own cache, keyed by server name: in a store of one key, always its host.
+        config.resumption = Resumption::in_memory_sessions(MAX_SESSIONS);
         let config = Arc::new(config);
         if self.origins.len() >= MAX_ORIGINS {
             self.origins.remove(0);
         }
         self.origins.push((key.clone(), config.clone()));
         Ok(Some(config))
-    }
-}
-
-/// The sessions of one [`OriginKey`]: its configuration's store, so the key alone finds
-/// them (the server name rustls passes is the key's host, and is not looked at again).
-#[derive(Default)]
-struct OriginSessions(Mutex<Stored>);
-
-#[derive(Default)]
-struct Stored {
-    kx_hint: Option<NamedGroup>,
-    tls12: Option<Tls12ClientSessionValue>,
-    /// Oldest first.
-    tls13: VecDeque<Tls13ClientSessionValue>,
-}
-
-impl OriginSessions {
-    fn with<T>(&self, f: impl FnOnce(&mut Stored) -> T) -> T {
-        // (A panic elsewhere while the lock was held leaves nothing half-written here.)
-        let mut s = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut s)
-    }
-}
-
-impl std::fmt::Debug for OriginSessions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.with(|s| {
-            f.debug_struct("OriginSessions")
-                .field("tls12", &s.tls12.is_some())
-                .field("tls13_tickets", &s.tls13.len())
-                .finish()
-        })
-    }
-}
-
-impl ClientSessionStore for OriginSessions {
-    fn set_kx_hint(&self, _: ServerName<'static>, group: NamedGroup) {
-        self.with(|s| s.kx_hint = Some(group));
-    }
-
-    fn kx_hint(&self, _: &ServerName<'_>) -> Option<NamedGroup> {
-        self.with(|s| s.kx_hint)
-    }
-
-    fn set_tls12_session(&self, _: ServerName<'static>, value: Tls12ClientSessionValue) {
-        self.with(|s| s.tls12 = Some(value));
-    }
-
-    fn tls12_session(&self, _: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
-        self.with(|s| s.tls12.clone())
-    }
-
-    fn remove_tls12_session(&self, _: &ServerName<'static>) {
-        self.with(|s| s.tls12 = None);
-    }
-
-    fn insert_tls13_ticket(&self, _: ServerName<'static>, value: Tls13ClientSessionValue) {
-        self.with(|s| {
-            if s.tls13.len() >= MAX_TICKETS {
-                s.tls13.pop_front();
-            }
-            s.tls13.push_back(value);
-        });
-    }
-
-    fn take_tls13_ticket(&self, _: &ServerName<'static>) -> Option<Tls13ClientSessionValue> {
-        self.with(|s| s.tls13.pop_back())
     }
 }
 
