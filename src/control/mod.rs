@@ -207,23 +207,27 @@ impl Conn {
 
     /// Whether an idle kept-alive connection (open, nothing in flight, every response on
     /// it read) can no longer carry a request: its socket holds the server's FIN, a
-    /// pending error (a reset), or bytes nobody asked for (a TLS close_notify or alert, a
-    /// response to nothing). One non-blocking `recv(2)` of one byte with
-    /// `MSG_PEEK | MSG_DONTWAIT`: 0 is end of stream, `EAGAIN` an open connection with
-    /// nothing to read, anything else a connection not to reuse. The socket is a plain fd
-    /// whatever the ring backend (io_uring or epoll) and whatever rides on it (user-space
-    /// TLS, kTLS, where a pending record makes the peek fail or return bytes: dropped
-    /// either way). RFC 9112 §9.3: a server may close an idle connection at any time.
+    /// pending error (a reset), or bytes nobody asked for (a TLS alert such as
+    /// close_notify, a response to nothing). One non-blocking `recv(2)` with
+    /// `MSG_PEEK | MSG_DONTWAIT` of at most one byte: 0 is end of stream, `EAGAIN` an open
+    /// connection with nothing to read, anything else a connection not to reuse — except,
+    /// where the TLS records are read in user space, a handshake record (content type 22,
+    /// RFC 8446 §5.1: a late NewSessionTicket), which is read with the next answer. The
+    /// socket is a plain fd whatever the ring backend (io_uring or epoll); under kTLS a
+    /// pending record makes the peek fail or return bytes, and the connection is dropped
+    /// either way. RFC 9112 §9.3: a server may close an idle connection at any time.
     pub(crate) fn closed_by_peer(&self) -> bool {
         let Some(fd) = self.fd.as_ref() else {
             return true;
         };
         let mut byte = [0u8; 1];
         let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        let records = self.tls.is_some() || self.soft.is_some();
         loop {
             match rustix::net::recv(fd, &mut byte, flags) {
                 Err(rustix::io::Errno::AGAIN) => return false,
                 Err(rustix::io::Errno::INTR) => {}
+                Ok((_, 1)) if records && byte[0] == 22 => return false,
                 // End of stream (0), bytes where none belong, or an error.
                 _ => return true,
             }
