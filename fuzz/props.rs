@@ -1265,6 +1265,9 @@ pub fn scheduler(data: &[u8]) {
                     asked_wait: arg & 64 == 64,
                     // (A status answer, not a reset.)
                     answered: op & 32 == 32,
+                    // (On a connection that carried a whole response; closed under it.)
+                    kept: arg & 2 == 2 && op & 64 == 64,
+                    closed: op & 128 == 128,
                 };
                 let mut seg = Segment { start: j.pos, ..j.seg };
                 let before = seg.tries;
@@ -1288,6 +1291,10 @@ pub fn scheduler(data: &[u8]) {
                 }
                 if v == Verdict::Crowded {
                     assert!(a.busy && a.idle_others && a.asked_wait && !others_progress);
+                }
+                // Free and at once only for a kept connection closed before any answer.
+                if v == Verdict::Resent {
+                    assert!(a.kept && a.closed && a.silent && !a.stalled && !a.answered);
                 }
                 assert!(seg.tries <= max_tries);
                 if seg.tries >= max_tries {

@@ -532,6 +532,7 @@ impl Record {
         }
         self.connections = Some(s.connections as u64);
         self.retries = Some(s.retries);
+        self.resent = Some(s.resent);
         self.steals = Some(s.steals);
         self.reactors = Some(s.reactors as u64);
         self.parts = Some(s.parts as u64);

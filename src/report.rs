@@ -286,6 +286,18 @@ pub enum Note {
         addr: std::net::SocketAddr,
         winner: std::net::SocketAddr,
     },
+    /// A kept-alive connection was closed under its request before any byte of the answer
+    /// (the server's idle close): the request goes again at once on another connection,
+    /// no try spent (RFC 9112 §9.3.1).
+    Resent {
+        conn: usize,
+        why: String,
+        first: u64,
+        last: u64,
+    },
+    /// A kept-alive connection the server closed while it sat idle, found before a
+    /// request went on it: a new one is opened instead.
+    StaleClosed { conn: usize },
     /// A connection failed with no range to retry.
     ConnectionFailed { conn: usize, why: String },
     /// The server (or proxy) turned a connection away: see [`Cap`].
@@ -430,6 +442,15 @@ impl std::fmt::Display for Note {
                     "connection {conn}: {why}; retrying bytes {first}-{last} (try {attempt})"
                 )
             }
+            Note::Resent { conn, why, first, last } => write!(
+                f,
+                "connection {conn}: {why} (kept-alive connection closed by the server); sending bytes \
+                 {first}-{last} again on another, no try spent"
+            ),
+            Note::StaleClosed { conn } => write!(
+                f,
+                "connection {conn}: kept-alive connection closed by the server while idle; opening a new one"
+            ),
             Note::ConnectionFailed { conn, why } => write!(f, "connection {conn}: {why}"),
             Note::Connected { addr, family } => {
                 write!(f, "connected to {addr} ({family}): the other connections go there too")

@@ -13,6 +13,7 @@ mod download;
 mod faults;
 mod fresh;
 mod fuzz_corpus;
+mod keepalive;
 mod limit_rate;
 mod list;
 mod mirrors;

@@ -54,6 +54,10 @@ pub(crate) struct Fail {
     pub(crate) extra: bool,
     /// Said after the message when the failure drops a mirror (how to use it anyway).
     pub(crate) hint: &'static str,
+    /// The connection was closed under the request: end of stream, ECONNRESET or EPIPE on
+    /// its send or receive (on a kept-alive connection with no byte of the answer come,
+    /// the server's close of an idle connection, RFC 9112 §9.3.1).
+    pub(crate) closed: bool,
 }
 
 impl Fail {
@@ -69,6 +73,7 @@ impl Fail {
             server_wide: false,
             extra: false,
             hint: "",
+            closed: false,
         }
     }
     pub(crate) fn fatal(kind: Kind, msg: impl Into<String>) -> Fail {
@@ -83,6 +88,7 @@ impl Fail {
             server_wide: false,
             extra: false,
             hint: "",
+            closed: false,
         }
     }
     /// The server turned this connection away (see [`Fail::busy`]); that is about the
@@ -90,6 +96,11 @@ impl Fail {
     pub(crate) fn busy(mut self) -> Fail {
         self.busy = true;
         self.server_wide = true;
+        self
+    }
+    /// The connection was closed under the request (see [`Fail::closed`]).
+    pub(crate) fn closed(mut self) -> Fail {
+        self.closed = true;
         self
     }
     /// The answer is about the server (a 429 with Retry-After): its wait holds the origin.
@@ -193,6 +204,35 @@ impl Conn {
     pub(crate) fn busy(&self) -> bool {
         self.op != InFlight::Idle
     }
+
+    /// Whether an idle kept-alive connection (open, nothing in flight, every response on
+    /// it read) can no longer carry a request: its socket holds the server's FIN, a
+    /// pending error (a reset), or bytes nobody asked for (a TLS alert such as
+    /// close_notify, a response to nothing). One non-blocking `recv(2)` with
+    /// `MSG_PEEK | MSG_DONTWAIT` of at most one byte: 0 is end of stream, `EAGAIN` an open
+    /// connection with nothing to read, anything else a connection not to reuse — except,
+    /// where the TLS records are read in user space, a handshake record (content type 22,
+    /// RFC 8446 §5.1: a late NewSessionTicket), which is read with the next answer. The
+    /// socket is a plain fd whatever the ring backend (io_uring or epoll); under kTLS a
+    /// pending record makes the peek fail or return bytes, and the connection is dropped
+    /// either way. RFC 9112 §9.3: a server may close an idle connection at any time.
+    pub(crate) fn closed_by_peer(&self) -> bool {
+        let Some(fd) = self.fd.as_ref() else {
+            return true;
+        };
+        let mut byte = [0u8; 1];
+        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        let records = self.tls.is_some() || self.soft.is_some();
+        loop {
+            match rustix::net::recv(fd, &mut byte, flags) {
+                Err(rustix::io::Errno::AGAIN) => return false,
+                Err(rustix::io::Errno::INTR) => {}
+                Ok((_, 1)) if records && byte[0] == 22 => return false,
+                // End of stream (0), bytes where none belong, or an error.
+                _ => return true,
+            }
+        }
+    }
 }
 
 pub(crate) struct Conn {
@@ -246,7 +286,8 @@ pub(crate) struct Conn {
     pub(crate) no_ktls: bool,
     pub(crate) cancel_sent: bool,
     pub(crate) eof: bool,
-    /// The current request is not the first on this connection (keep-alive reuse).
+    /// The current request is not the first on this connection (keep-alive reuse), or it
+    /// sat open and idle before it.
     pub(crate) reused: bool,
     /// Requests started on this connection.
     pub(crate) requests: u32,

@@ -128,6 +128,51 @@ pub(crate) struct Origin {
     /// the wire (the owner's count of its helpers', or a helper's of the owner's and the
     /// other helpers'), updated each tick; they count toward the server's cap too.
     pub(crate) remote: usize,
+    /// Whether the server keeps connections open between requests (RFC 9112 §9.3), as
+    /// seen so far (kept with the origin for the run's later files).
+    pub(crate) keeps: KeepAlive,
+}
+
+/// What an origin's server was seen doing with a connection after a response it sent
+/// without `Connection: close`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum KeepAlive {
+    /// Nothing seen yet: connections are kept.
+    #[default]
+    Unknown,
+    /// A connection that had served one response was found closed (or closed at its
+    /// next request) before any connection carried a second: the server closes after
+    /// every response, and its connections are no longer kept.
+    Closes,
+    /// A connection carried a second response: the server keeps them (one found closed
+    /// later timed out idle, and says nothing about the others).
+    Keeps,
+}
+
+impl KeepAlive {
+    /// A kept-alive connection that had served `served` responses was found closed by
+    /// the server before its next response came; the server's way so far.
+    #[must_use]
+    pub(crate) fn closed_after(self, served: u32) -> KeepAlive {
+        match self {
+            KeepAlive::Unknown if served <= 1 => KeepAlive::Closes,
+            _ => self.served(served),
+        }
+    }
+
+    /// A connection served its `served`-th response (or is about to carry a request
+    /// after that many); the server's way so far.
+    #[must_use]
+    pub(crate) fn served(self, served: u32) -> KeepAlive {
+        if served >= 2 { KeepAlive::Keeps } else { self }
+    }
+
+    /// What two transfers learned of one origin, together: a connection seen carrying two
+    /// responses outweighs one seen closed after its first.
+    #[must_use]
+    pub(crate) fn merge(self, other: KeepAlive) -> KeepAlive {
+        self.max(other)
+    }
 }
 
 impl Origin {
@@ -158,7 +203,16 @@ impl Origin {
             allows: None,
             others: 0,
             remote: 0,
+            keeps: KeepAlive::Unknown,
         })
+    }
+
+    /// Whether a connection to this origin is kept for another request after a response
+    /// without `Connection: close`: not through a forwarding proxy (one request per client
+    /// connection), not to a server seen closing after every response
+    /// ([`KeepAlive::Closes`]).
+    pub(crate) fn reuses(&self) -> bool {
+        self.forwarding().is_none() && self.keeps != KeepAlive::Closes
     }
 
     /// Whether connections go through a tunnel (HTTP CONNECT or SOCKS5) before their own
@@ -222,7 +276,28 @@ mod tests {
             allows: None,
             others: 0,
             remote: 0,
+            keeps: KeepAlive::Unknown,
         }
+    }
+
+    #[test]
+    fn a_server_is_taken_to_close_after_every_response_only_before_any_reuse_worked() {
+        use KeepAlive::*;
+        // Closed after its first response, nothing else seen: closes after every one.
+        assert_eq!(Unknown.closed_after(1), Closes);
+        // Closed after a second (an idle timeout), or after reuse worked elsewhere: keeps.
+        assert_eq!(Unknown.closed_after(2), Keeps);
+        assert_eq!(Keeps.closed_after(1), Keeps);
+        assert_eq!(Unknown.served(1), Unknown);
+        assert_eq!(Unknown.served(2), Keeps);
+        assert_eq!(Closes.served(3), Keeps);
+        // Two transfers' views: reuse seen working wins.
+        assert_eq!(Closes.merge(Keeps), Keeps);
+        assert_eq!(Unknown.merge(Closes), Closes);
+        let mut o = origin(0, None);
+        assert!(o.reuses());
+        o.keeps = Closes;
+        assert!(!o.reuses());
     }
 
     #[test]

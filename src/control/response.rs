@@ -236,8 +236,9 @@ pub(crate) fn on_head(
     }
     // A forwarding proxy's client connection carries one request: tinyproxy, for one,
     // closes it after each response and says nothing (no `Connection: close`), and a
-    // request on it would die before its head. (A CONNECT tunnel stays open.)
-    if sh.origin(job.mirror).forwarding().is_some() {
+    // request on it would die before its head. (A CONNECT tunnel stays open.) A server
+    // seen doing the same gets the same.
+    if !sh.origin(job.mirror).reuses() {
         job.keep_alive = false;
     }
     let framing = resp

@@ -32,8 +32,34 @@ impl Loop<'_> {
         } else {
             return Ok(false);
         };
+        if self.conns[i].requests > 0 && self.stale(i) {
+            // (The segment goes first to the next connection free: this one is gone.)
+            self.sh.tr.plan.requeue(seg, probe);
+            self.recycle(i)?;
+            return Ok(false);
+        }
         self.start_job(i, seg, probe);
         Ok(true)
+    }
+
+    /// Whether kept-alive connection `i` (idle, its `requests` all answered) was closed by
+    /// the server while it sat idle ([`Conn::closed_by_peer`]): said at `-v`, and its
+    /// origin learns how the server keeps connections (one closed after its first response
+    /// before any carried a second: the server closes after every response).
+    fn stale(&mut self, i: usize) -> bool {
+        let c = &self.conns[i];
+        let (k, served) = (c.mirror, c.requests);
+        let closed = c.closed_by_peer();
+        let origin = self.sh.origin_mut(k);
+        origin.keeps = if closed {
+            origin.keeps.closed_after(served)
+        } else {
+            origin.keeps.served(served)
+        };
+        if closed {
+            self.sh.report.note(Note::StaleClosed { conn: i });
+        }
+        closed
     }
 
     /// The running body with the most bytes still to come, if splitting it is worth a

@@ -321,10 +321,14 @@ impl Loop<'_> {
         // A reset before any byte of the response is how some servers turn away a
         // connection beyond their per-client limit.
         let before_response = c.rx.job.as_ref().is_some_and(|j| !j.got_bytes) && c.rx.head.is_empty();
-        if e == rustix::io::Errno::CONNRESET && before_response {
+        let f = if e == rustix::io::Errno::CONNRESET && before_response {
             f.busy()
         } else {
             f
+        };
+        match e {
+            rustix::io::Errno::CONNRESET | rustix::io::Errno::PIPE => f.closed(),
+            _ => f,
         }
     }
 
@@ -475,7 +479,7 @@ impl Loop<'_> {
                 format!("connection closed with {rem} bytes of the response still to come"),
             )),
             Some(Delimiter::Chunked(_)) => Err(Fail::retry(Kind::Network, "connection closed inside a chunked body")),
-            None => Err(Fail::retry(Kind::Network, "connection closed before the response head")),
+            None => Err(Fail::retry(Kind::Network, "connection closed before the response head").closed()),
         }
     }
 

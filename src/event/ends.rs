@@ -224,6 +224,7 @@ pub(crate) fn start_on<'c>(
         refused_first: false,
         waited: Duration::ZERO,
         retries: 0,
+        resent: 0,
         steals: 0,
         plain_get: false,
         mirrors: states,

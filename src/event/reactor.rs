@@ -416,8 +416,11 @@ impl Reactor {
     }
 
     /// Keeps what a finished transfer leaves: its origins (under their keys, with the TLS
-    /// summary) and each connection (set up for `engine`) that can carry another request — open, nothing in
-    /// flight, no job, no unread input, no pipe holding bytes, not closed by the peer.
+    /// summary) and each connection (set up for `engine`) that can carry another request —
+    /// open, nothing in flight, no job, no unread input, no pipe holding bytes, not closed
+    /// by the peer, to an origin whose server keeps connections
+    /// ([`Origin::reuses`]). (Whether the server closed one while it sat here is seen
+    /// when it is taken for a request: [`crate::control::Conn::closed_by_peer`].)
     pub(crate) fn keep(
         &mut self,
         origins: Vec<(OriginKey, Origin)>,
@@ -425,6 +428,38 @@ impl Reactor {
         conns: Vec<(OriginKey, Conn)>,
         engine: (EngineKind, bool),
     ) {
+        for (key, mut origin) in origins {
+            // A cap another transfer on the origin learned meanwhile is not forgotten, nor
+            // how its server keeps connections.
+            if let Some((_, old, _)) = self.origins.iter().find(|(k, ..)| *k == key) {
+                origin.allows = origin.allows.or(old.allows);
+                origin.keeps = origin.keeps.merge(old.keeps);
+            }
+            self.origins.retain(|(k, ..)| *k != key);
+            self.origins.push((key, origin, tls_info.clone()));
+        }
+        // A connection that carried two responses shows a server that keeps them: a later
+        // close on that origin is an idle timeout, not a close after every response.
+        // (Open with no job: every request on it was answered.)
+        for (key, conn) in conns.iter().filter(|(_, c)| c.st == St::Open && c.rx.job.is_none()) {
+            if let Some((_, o, _)) = self.origins.iter_mut().find(|(k, ..)| k == key) {
+                o.keeps = o.keeps.served(conn.requests);
+            }
+        }
+        // (No connection is kept to a server seen closing after every response.)
+        let reuses = |key: &OriginKey| {
+            self.origins
+                .iter()
+                .find(|(k, ..)| k == key)
+                .is_none_or(|(_, o, _)| o.reuses())
+        };
+        let closes: Vec<OriginKey> = self
+            .idle_counts()
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| !reuses(k))
+            .collect();
+        self.idle.retain(|(k, ..)| !closes.contains(k));
         for (key, conn) in conns {
             let reusable = conn.st == St::Open
                 && !conn.busy()
@@ -435,7 +470,8 @@ impl Reactor {
                 && conn.rlo == conn.rhi
                 && conn.out.is_empty()
                 && conn.pending_request.is_empty()
-                && conn.pipe.as_ref().is_none_or(|p| p.is_idle() && p.held == 0);
+                && conn.pipe.as_ref().is_none_or(|p| p.is_idle() && p.held == 0)
+                && reuses(&key);
             if reusable {
                 self.idle.push((key, conn, engine));
             }
@@ -443,14 +479,6 @@ impl Reactor {
         if self.idle.len() > self.idle_cap() {
             let extra = self.idle.len() - self.idle_cap();
             self.idle.drain(..extra);
-        }
-        for (key, mut origin) in origins {
-            // A cap another transfer on the origin learned meanwhile is not forgotten.
-            if let Some((_, old, _)) = self.origins.iter().find(|(k, ..)| *k == key) {
-                origin.allows = origin.allows.or(old.allows);
-            }
-            self.origins.retain(|(k, ..)| *k != key);
-            self.origins.push((key, origin, tls_info.clone()));
         }
     }
 

@@ -135,6 +135,13 @@ impl Loop<'_> {
         };
         // (Idle connections to the origin, open beside this one: closed below if they crowd.)
         let idle = self.idle_to(k, i);
+        // Nothing of the answer came: no head byte, no body byte.
+        let silent = self.conns[i]
+            .rx
+            .job
+            .as_ref()
+            .is_some_and(|jb| !jb.got_bytes && jb.placer.delimiter().is_none())
+            && self.conns[i].rx.head.is_empty();
         let attempt = Attempt {
             busy: f.busy,
             stalled: f.stalled,
@@ -143,12 +150,20 @@ impl Loop<'_> {
             planned,
             ranges: self.sh.tr.ranges,
             reused: self.conns[i].reused,
+            // (Its requests count the one that failed: more than one, and one before it
+            // was answered whole, or the connection would have closed then.)
+            kept: self.conns[i].requests > 1,
+            closed: f.closed,
+            silent,
             extra: f.extra,
             idle_others: !crowd.is_empty() || !idle.is_empty(),
             answered: f.kind == Kind::HttpStatus,
             asked_wait: f.delay.is_some(),
             ..Attempt::default()
         };
+        if retry::resend(&attempt) {
+            return self.resend(i, &f);
+        }
         let capped = retry::parked(&attempt);
         let connect_failed = self.conns[i].st == St::Connecting;
         // A failed connect that ends a round over the addresses is about the origin (a
@@ -162,7 +177,6 @@ impl Loop<'_> {
         let mut seg_wait = None;
         let c = &mut self.conns[i];
         let job = c.rx.job.take();
-        let head_empty = c.rx.head.is_empty();
         let tries_seen;
         if let Some(mut job) = job {
             // O_DIRECT keeps the aligned part of the block and fetches the rest again.
@@ -170,7 +184,6 @@ impl Loop<'_> {
             // came with the head, and the pipe (drained below) holds the rest, so the
             // retry starts at the body's position.
             let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
-            let silent = !job.got_bytes && job.placer.delimiter().is_none() && head_empty;
             let from = job.placer.release(trim, &mut self.sh.to_write);
             if job.probe && !self.sh.tr.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
                 if self.drops_mirror(k, f.kind) {
@@ -198,14 +211,7 @@ impl Loop<'_> {
             // the file size bounds how often that can happen (see retry::judge).
             let advanced = seg.start.saturating_sub(job.seg.start);
             let tries_before = seg.tries;
-            let verdict = retry::judge(
-                &mut seg,
-                &Attempt {
-                    advanced,
-                    silent,
-                    ..attempt
-                },
-            );
+            let verdict = retry::judge(&mut seg, &Attempt { advanced, ..attempt });
             crowded = verdict == Verdict::Crowded;
             tries_seen = seg.tries;
             if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, &f) {
@@ -470,6 +476,48 @@ impl Loop<'_> {
             }
         };
         c.not_before = Some(Instant::now() + wait);
+        Ok(())
+    }
+
+    /// Connection `i`, kept alive after a whole response, was closed under its request
+    /// before any byte of the answer ([`retry::resend`]): the request goes again at once
+    /// (its segment first in the queue, no try spent, no wait), and the slot opens a new
+    /// connection at once. Its origin learns how its server keeps connections
+    /// ([`KeepAlive::closed_after`](crate::control::origin::KeepAlive::closed_after)): one
+    /// that closes after every response gets no more reuse.
+    fn resend(&mut self, i: usize, f: &Fail) -> Result<()> {
+        let c = &mut self.conns[i];
+        let k = c.mirror;
+        let served = c.requests - 1;
+        let mut job = c.rx.job.take().expect("a re-sent request has a job");
+        let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
+        let from = job.placer.release(trim, &mut self.sh.to_write);
+        let mut seg = job.seg;
+        // (Nothing of the answer came: it starts where it did, or at zero without ranges.)
+        seg.start = if self.sh.tr.ranges { from } else { 0 };
+        if self.sh.tr.sequential && seg.start < self.emitted {
+            self.sh.fatal = Some(err!(
+                Network,
+                "{}; cannot start over: {} bytes already went to {}",
+                f.msg,
+                self.emitted,
+                self.sh.tr.out_name
+            ));
+            return Ok(());
+        }
+        self.sh.report.note(Note::Resent {
+            conn: i,
+            why: f.msg.clone(),
+            first: seg.start,
+            last: seg.end - 1,
+        });
+        self.sh.tr.resent += 1;
+        let origin = self.sh.origin_mut(k);
+        origin.keeps = origin.keeps.closed_after(served);
+        self.sh.tr.plan.requeue(seg, job.probe);
+        self.drain(i)?;
+        self.close(i);
+        self.conns[i].not_before = None;
         Ok(())
     }
 

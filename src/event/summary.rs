@@ -61,6 +61,9 @@ pub struct Summary {
     pub io: String,
     /// Failed attempts that were tried again (a segment requeued, a connection reopened).
     pub retries: u64,
+    /// Requests sent again, no try spent, after their kept-alive connection was closed
+    /// before any byte of the answer (not in `retries`).
+    pub resent: u64,
     /// Work-stealing splits (an idle connection took the second half of a running body).
     pub steals: u64,
     /// `--threads`: the reactors that fetched the file (1: it ran on one), the parts
@@ -124,6 +127,7 @@ impl Loop<'_> {
             capped_at: self.sh.tr.capped_at,
             io,
             retries: self.sh.tr.retries,
+            resent: self.sh.tr.resent,
             steals: self.sh.tr.steals,
             reactors: 1,
             parts: 0,
@@ -235,6 +239,7 @@ pub(crate) mod tests {
             capped_at: None,
             io: "io_uring".to_owned(),
             retries: 0,
+            resent: 0,
             steals: 0,
             reactors: 1,
             parts: 0,

@@ -163,6 +163,7 @@ pub(crate) struct Counts {
     ktls_rekeys: usize,
     soft_rekeys: usize,
     retries: u64,
+    resent: u64,
     steals: u64,
 }
 
@@ -186,6 +187,7 @@ impl Counts {
         self.ktls_rekeys += s.ktls_rekeys;
         self.soft_rekeys += s.soft_rekeys;
         self.retries += s.retries;
+        self.resent += s.resent;
         self.steals += s.steals;
     }
 
@@ -201,6 +203,7 @@ impl Counts {
         s.ktls_rekeys += self.ktls_rekeys;
         s.soft_rekeys += self.soft_rekeys;
         s.retries += self.retries;
+        s.resent += self.resent;
         s.steals += self.steals;
     }
 }

@@ -50,6 +50,10 @@ pub struct Record {
     pub connections: Option<u64>,
     /// Failed attempts tried again (a segment requeued, a connection reopened).
     pub retries: Option<u64>,
+    /// Requests sent again at once, no try spent, because the kept-alive connection they
+    /// went on was closed before any byte of the answer (RFC 9112 §9.3.1); not in
+    /// `retries`.
+    pub resent: Option<u64>,
     /// Work-stealing splits.
     pub steals: Option<u64>,
     /// `--threads`: reactors that fetched the file, parts handed to the others, bytes
@@ -105,6 +109,7 @@ impl Record {
         o.u64("tls_resumed_handshakes", self.tls_resumed_handshakes);
         o.u64("connections", self.connections);
         o.u64("retries", self.retries);
+        o.u64("resent", self.resent);
         o.u64("steals", self.steals);
         o.u64("reactors", self.reactors);
         o.u64("parts", self.parts);

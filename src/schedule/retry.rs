@@ -26,6 +26,11 @@ pub struct Attempt {
     /// The request went on a kept-alive connection (one that carried a request before, or
     /// sat open and idle): the server may have closed it meanwhile.
     pub reused: bool,
+    /// The request went on a connection that had already carried a whole response (kept
+    /// alive, RFC 9112 §9.3).
+    pub kept: bool,
+    /// The connection was closed under the request: end of stream, ECONNRESET or EPIPE.
+    pub closed: bool,
     /// The connection moved no byte for `--stall-timeout`.
     pub stalled: bool,
     /// The server turned the connection away: a 503 status, a refused or reset connect.
@@ -67,15 +72,38 @@ pub enum Verdict {
     /// A kept-alive connection the server closed while it was idle: the segment's one free
     /// retry ([`Segment::grace`]).
     FreeRetry,
+    /// A connection that had carried a whole response was closed under the next request
+    /// before any byte of its answer ([`resend`]): the request goes again at once on
+    /// another connection, no try spent.
+    Resent,
     /// One of the segment's tries is spent.
     Counted,
 }
 
 /// Whether the server turned an extra connection away while others download: that lowers
 /// the concurrency instead of spending tries (also for a slot with no request, whose
-/// connect was refused).
+/// connect was refused). A kept-alive connection closed under its request ([`resend`]) is
+/// the server's idle close, not a cap.
 pub fn parked(a: &Attempt) -> bool {
-    a.busy && ((a.planned && a.others_progress) || (a.others_served && (!a.reused || a.answered)) || a.extra)
+    !resend(a)
+        && a.busy
+        && ((a.planned && a.others_progress) || (a.others_served && (!a.reused || a.answered)) || a.extra)
+}
+
+/// Whether a failed request is sent again at once, with no try spent and no wait: it went
+/// on a connection that had carried a whole response, and that connection was closed
+/// (end of stream, ECONNRESET, EPIPE) before any byte of the answer came — the server
+/// closed the idle connection as the request crossed it (RFC 9112 §9.3.1: a client may
+/// send an idempotent request again when its connection closed before the answer; GET is
+/// idempotent, RFC 9110 §9.2.2). A stall or a status answer always counts.
+///
+/// Bounded per connection, not per request: the connection closes with the failure, so
+/// each kept-alive connection gives at most one free re-send, and only after it served a
+/// whole response; free re-sends never outnumber the responses the server gave. (A request
+/// may meet two such connections in a row when several sat idle: each close was the
+/// server's, not the request's.)
+pub fn resend(a: &Attempt) -> bool {
+    a.kept && a.closed && a.silent && !a.stalled && !a.answered
 }
 
 /// Judges a failed attempt on `seg` and counts it there (`tries`, `grace`).
@@ -83,6 +111,9 @@ pub fn parked(a: &Attempt) -> bool {
 /// A stall always counts (a server that accepts and never answers must run out of tries,
 /// whatever connection the request went on); the idle-close grace is once per segment.
 pub fn judge(seg: &mut Segment, a: &Attempt) -> Verdict {
+    if resend(a) {
+        return Verdict::Resent;
+    }
     if parked(a) {
         return Verdict::Parked;
     }
@@ -154,6 +185,7 @@ pub fn wait(
                 .unwrap_or_default(),
         ),
         Verdict::Progress | Verdict::FreeRetry => retry_after.unwrap_or_default(),
+        Verdict::Resent => Duration::ZERO,
         Verdict::Counted => backoff(base_s, tries, jitter).max(retry_after.unwrap_or_default()),
     };
     Wait {
@@ -248,6 +280,51 @@ mod tests {
         for n in 1..=5 {
             assert_eq!(judge(&mut s, &a), Verdict::Counted);
             assert_eq!(s.tries, n);
+        }
+    }
+
+    #[test]
+    fn a_kept_connection_closed_before_its_answer_resends_free_every_time() {
+        let closed = Attempt {
+            kept: true,
+            reused: true,
+            closed: true,
+            silent: true,
+            // (A reset before any answer reads as a refusal too: it is no cap here.)
+            busy: true,
+            planned: true,
+            others_progress: true,
+            ..Attempt::default()
+        };
+        let mut s = seg();
+        for _ in 0..3 {
+            assert_eq!(judge(&mut s, &closed), Verdict::Resent);
+            assert!(!parked(&closed));
+        }
+        assert_eq!((s.tries, s.grace), (0, false));
+        assert_eq!(wait(Verdict::Resent, 0.5, 0, 0.5, None, true).segment, Duration::ZERO);
+        // A byte of the answer came, a stall, a status, a fresh connection, or a failure
+        // other than a close: not a re-send.
+        for a in [
+            Attempt {
+                silent: false,
+                ..closed
+            },
+            Attempt {
+                stalled: true,
+                ..closed
+            },
+            Attempt {
+                answered: true,
+                ..closed
+            },
+            Attempt { kept: false, ..closed },
+            Attempt {
+                closed: false,
+                ..closed
+            },
+        ] {
+            assert_ne!(judge(&mut seg(), &a), Verdict::Resent, "{a:?}");
         }
     }
 

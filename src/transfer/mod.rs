@@ -76,6 +76,9 @@ pub(crate) struct Transfer {
     pub(crate) waited: std::time::Duration,
     /// Failed attempts tried again, and work-stealing splits (for the summary).
     pub(crate) retries: u64,
+    /// Requests sent again, no try spent, because their kept-alive connection was closed
+    /// before any byte of the answer (for the summary).
+    pub(crate) resent: u64,
     pub(crate) steals: u64,
     /// The first 206 had no complete length (`bytes a-b/*`): requests go without Range.
     pub(crate) plain_get: bool,

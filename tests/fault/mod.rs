@@ -52,6 +52,9 @@ pub enum Close {
     Rst,
     /// TLS close_notify, then FIN (plain HTTP: same as [`Close::Fin`]): a clean close.
     Clean,
+    /// `close(2)` at once, nothing read after it: FIN, and the kernel answers what the
+    /// client sends next with RST (as nginx closes a kept-alive connection it is done with).
+    Drop,
 }
 
 /// Retry-After value of a [`Fault::Status`].
@@ -91,6 +94,8 @@ pub enum When {
     /// Requests that arrive less than this after the server's first request (a server
     /// restarting, an S3 "slow down" burst).
     Within(Duration),
+    /// Requests that came on a connection that carried one before (a kept-alive one).
+    Kept,
     /// Requests that arrive while more than this many connections are open (a server that
     /// counts idle keep-alive connections toward a per-client cap). Counted 50 ms after
     /// the request's head was read, so that connections the client opened together have
@@ -169,6 +174,14 @@ pub enum Fault {
     Header(String, String),
     /// `Connection: close` and close after the response.
     ConnectionClose,
+    /// Close the connection as `how` once the whole response is out, though its head said
+    /// `Connection: keep-alive` (a server that closes after every response and says
+    /// nothing). Fires where the response ends.
+    CloseAfter { how: Close },
+    /// Read the request and close the connection as `how` without a byte of answer: what a
+    /// client meets when its request crosses the server's close of an idle kept-alive
+    /// connection. Fires at the asked start.
+    Unanswered { how: Close },
     /// Replace the status line with this text (no CRLF).
     StatusLine(String),
     /// Insert a folded field (obs-fold: `X-Folded: a` + CRLF + ` b`).
@@ -285,6 +298,7 @@ pub struct Builder {
     cap: Option<u64>,
     cap_status: u16,
     close_lag: Duration,
+    idle_timeout: Option<Duration>,
 }
 
 impl Builder {
@@ -350,6 +364,14 @@ impl Builder {
         self
     }
 
+    /// Closes a kept-alive connection ([`Close::Drop`]) on which no new request began
+    /// within `idle` of the last response (nginx's `keepalive_timeout`); counted in
+    /// [`FaultServer::idle_closes`].
+    pub fn idle_timeout(mut self, idle: Duration) -> Builder {
+        self.idle_timeout = Some(idle);
+        self
+    }
+
     /// The status [`Builder::cap`] turns requests away with (default 503; 429 as nginx
     /// `limit_conn_status 429`).
     pub fn cap_status(mut self, code: u16) -> Builder {
@@ -401,6 +423,8 @@ impl Builder {
             cap: self.cap,
             cap_status: self.cap_status,
             close_lag: self.close_lag,
+            idle_timeout: self.idle_timeout,
+            idle_closes: AtomicU64::new(0),
             served: Mutex::new(Served::default()),
             sent: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
@@ -460,6 +484,7 @@ impl FaultServer {
             cap: None,
             cap_status: 503,
             close_lag: Duration::ZERO,
+            idle_timeout: None,
         }
     }
 
@@ -539,6 +564,11 @@ impl FaultServer {
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.shared.conns.load(Ordering::SeqCst)
+    }
+
+    /// Kept-alive connections [`Builder::idle_timeout`] closed so far.
+    pub fn idle_closes(&self) -> u64 {
+        self.shared.idle_closes.load(Ordering::SeqCst)
     }
 
     /// Every fault that took effect so far, in order.
@@ -708,6 +738,9 @@ struct Shared {
     cap_status: u16,
     /// [`Builder::close_lag`].
     close_lag: Duration,
+    /// [`Builder::idle_timeout`], and the connections it closed.
+    idle_timeout: Option<Duration>,
+    idle_closes: AtomicU64,
     /// The cap's count and what it saw.
     served: Mutex<Served>,
     /// Per request: (number, first file offset, body bytes written).
@@ -913,6 +946,7 @@ impl Conn {
                 let _ = self.tcp().shutdown(Shutdown::Write);
                 drain_briefly(self.tcp());
             }
+            Close::Drop => {}
         }
     }
 }
@@ -1051,6 +1085,10 @@ struct Plan {
     stall_mid_rule: Option<usize>,
     /// [`Fault::LeaveCap`]: after this many body bytes, and its rule.
     leave_cap: Option<(u64, usize)>,
+    /// [`Fault::CloseAfter`]: how, and its rule.
+    close_after: Option<(Close, usize)>,
+    /// [`Fault::Unanswered`]: how, and its rule.
+    unanswered: Option<(Close, usize)>,
 }
 
 impl Plan {
@@ -1113,6 +1151,7 @@ fn matches(sh: &Shared, when: &When, req: &Request, partial_range: Option<u64>) 
         When::Requests(v) => v.contains(&req.n),
         When::From(n) => req.n >= *n,
         When::Path(p) => req.path() == p,
+        When::Kept => req.conn_seq > 1,
         When::Segment => partial_range.is_some_and(|a| a != 0),
         When::RangeFrom(n) => partial_range.is_some_and(|a| a >= *n),
         When::And(a, b) => matches(sh, a, req, partial_range) && matches(sh, b, req, partial_range),
@@ -1150,6 +1189,8 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
         stall_head_rule: None,
         stall_mid_rule: None,
         leave_cap: None,
+        close_after: None,
+        unanswered: None,
     };
     if let Some(tag) = &sh.etag {
         p.fields.push(("ETag".into(), format!("\"{tag}\"")));
@@ -1211,6 +1252,8 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
                 | Fault::StallAfterHead { .. }
                 | Fault::StallMidBody { .. }
                 | Fault::LeaveCap { .. }
+                | Fault::CloseAfter { .. }
+                | Fault::Unanswered { .. }
         );
         if let Some(saved) = saved {
             // Spent only where it took effect, and by one request only.
@@ -1225,6 +1268,8 @@ fn plan(sh: &Shared, req: &Request) -> Plan {
             Fault::StallAfterHead { .. } => p.stall_head_rule = Some(i),
             Fault::StallMidBody { .. } => p.stall_mid_rule = Some(i),
             Fault::LeaveCap { after } => p.leave_cap = Some((*after, i)),
+            Fault::CloseAfter { how } => p.close_after = Some((*how, i)),
+            Fault::Unanswered { how } => p.unanswered = Some((*how, i)),
             // A short 206 strikes where its bytes stop; other head faults at the asked start.
             Fault::ShortRange { .. } if p.signature() != before => p.fired.push((i, p.end)),
             _ if p.signature() != before => p.fired.push((i, p.asked_start)),
@@ -1358,7 +1403,7 @@ fn apply(sh: &Shared, req: &Request, p: &mut Plan, fault: &Fault) {
                 p.multipart = Some(*m);
             }
         }
-        Fault::LeaveCap { .. } => {}
+        Fault::LeaveCap { .. } | Fault::CloseAfter { .. } | Fault::Unanswered { .. } => {}
     }
 }
 
@@ -1367,6 +1412,14 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
     let mut r = BufReader::with_capacity(16 * 1024, conn);
     let mut seq = 0;
     loop {
+        if seq > 0
+            && let Some(idle) = sh.idle_timeout
+            && !next_request_within(&mut r, idle)
+        {
+            sh.idle_closes.fetch_add(1, Ordering::SeqCst);
+            r.into_inner().close(Close::Drop);
+            return Ok(());
+        }
         let Some(lines) = read_head(&mut r)? else {
             return Ok(());
         };
@@ -1410,6 +1463,11 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
                 }
             }
         }
+        if let Some((how, rule)) = p.unanswered {
+            sh.fire(rule, &req, p.asked_start);
+            r.into_inner().close(how);
+            return Ok(());
+        }
         if p.silent {
             // Hold the connection open without a byte until the client gives up.
             let mut sink = [0u8; 4096];
@@ -1427,7 +1485,24 @@ fn serve(conn: Conn, id: u64, sh: &Shared) -> io::Result<()> {
             r.into_inner().close(how);
             return Ok(());
         }
+        if let Some((how, rule)) = p.close_after {
+            sh.fire(rule, &req, p.end);
+            r.into_inner().close(how);
+            return Ok(());
+        }
     }
+}
+
+/// Whether a byte of the next request arrives on `r` within `idle` (or is buffered):
+/// false when the wait times out (or the client closed, or it failed).
+fn next_request_within(r: &mut BufReader<Conn>, idle: Duration) -> bool {
+    if !r.buffer().is_empty() {
+        return true;
+    }
+    let _ = r.get_ref().tcp().set_read_timeout(Some(idle));
+    let came = matches!(r.fill_buf(), Ok(b) if !b.is_empty());
+    let _ = r.get_ref().tcp().set_read_timeout(Some(Duration::from_secs(30)));
+    came
 }
 
 /// Writes one response; Some(how) when the connection must be closed now (a cut).
