@@ -201,3 +201,37 @@ fn a_request_crossing_the_servers_close_is_sent_again_without_a_try() {
         );
     }
 }
+
+/// A server that keeps connections but closes one idle for 1.5 s (an idle timeout, as
+/// Apache's 5 s or nginx's 75 s after a long file elsewhere) is not taken for one that
+/// closes after every response: at `-j 1`, the connection of `a0` sits idle through a
+/// slow file of another server, is found closed, and `a1`…`a5` then share one new
+/// connection (two in all), not one each (six).
+#[test]
+fn an_idle_timeout_after_one_response_is_not_taken_for_a_close_after_every_response() {
+    let kept = server("a", 6, 32 * KIB, false, |b| {
+        b.idle_timeout(std::time::Duration::from_millis(1500))
+    });
+    let slow = server("b", 1, 48 * KIB, false, |b| {
+        b.fault(Fault::StallMidBody {
+            after: 16 * KIB,
+            secs: 3,
+        })
+    });
+    let dir = TestDir::new("keepalive-idle-not-learned");
+    let mut list = files(&kept, "a", 0..1);
+    list.extend(files(&slow, "b", 0..1));
+    list.extend(files(&kept, "a", 1..6));
+    let o = run_list(&dir, &list, "1", &["-x", "1", "--stall-timeout", "10"]);
+    assert_exact_no_try(&dir, &o, &list);
+    let err = o.stderr_text();
+    assert!(
+        kept.idle_closes() > 0,
+        "no idle connection was closed: tested nothing\n{err}"
+    );
+    assert_eq!(
+        kept.connections(),
+        2,
+        "a1-a5 each on a connection of its own: an idle timeout was taken for a close after every response\n{err}"
+    );
+}

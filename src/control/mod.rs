@@ -205,34 +205,43 @@ impl Conn {
         self.op != InFlight::Idle
     }
 
-    /// Whether an idle kept-alive connection (open, nothing in flight, every response on
-    /// it read) can no longer carry a request: its socket holds the server's FIN, a
-    /// pending error (a reset), or bytes nobody asked for (a TLS alert such as
-    /// close_notify, a response to nothing). One non-blocking `recv(2)` with
-    /// `MSG_PEEK | MSG_DONTWAIT` of at most one byte: 0 is end of stream, `EAGAIN` an open
-    /// connection with nothing to read, anything else a connection not to reuse — except,
-    /// where the TLS records are read in user space, a handshake record (content type 22,
-    /// RFC 8446 §5.1: a late NewSessionTicket), which is read with the next answer. The
-    /// socket is a plain fd whatever the ring backend (io_uring or epoll); under kTLS a
-    /// pending record makes the peek fail or return bytes, and the connection is dropped
-    /// either way. RFC 9112 §9.3: a server may close an idle connection at any time.
-    pub(crate) fn closed_by_peer(&self) -> bool {
+    /// What one look at an idle kept-alive connection (open, nothing in flight, every
+    /// response on it read) finds: one non-blocking `recv(2)` with `MSG_PEEK |
+    /// MSG_DONTWAIT` of at most one byte. `EAGAIN` is an open connection with nothing to
+    /// read ([`Peek::Open`]); end of stream, `ECONNRESET` or `EPIPE` the server's close
+    /// ([`Peek::Closed`]); bytes nobody asked for (a TLS record that arrived after the
+    /// answer: close_notify, an alert, a late NewSessionTicket — under TLS 1.3 every one of
+    /// them has outer type 23, RFC 8446 §5.2, so they cannot be told apart unopened) or any
+    /// other error (under kTLS a pending control record fails a peek without a cmsg
+    /// buffer) a connection not to reuse that says nothing of the server
+    /// ([`Peek::Unusable`]). The socket is a plain fd whatever the ring backend (io_uring
+    /// or epoll). RFC 9112 §9.3: a server may close an idle connection at any time.
+    pub(crate) fn peek_idle(&self) -> Peek {
         let Some(fd) = self.fd.as_ref() else {
-            return true;
+            return Peek::Unusable;
         };
         let mut byte = [0u8; 1];
         let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
-        let records = self.tls.is_some() || self.soft.is_some();
         loop {
-            match rustix::net::recv(fd, &mut byte, flags) {
-                Err(rustix::io::Errno::AGAIN) => return false,
-                Err(rustix::io::Errno::INTR) => {}
-                Ok((_, 1)) if records && byte[0] == 22 => return false,
-                // End of stream (0), bytes where none belong, or an error.
-                _ => return true,
-            }
+            return match rustix::net::recv(fd, &mut byte, flags) {
+                Err(rustix::io::Errno::AGAIN) => Peek::Open,
+                Err(rustix::io::Errno::INTR) => continue,
+                Ok((_, 0)) | Err(rustix::io::Errno::CONNRESET | rustix::io::Errno::PIPE) => Peek::Closed,
+                _ => Peek::Unusable,
+            };
         }
     }
+}
+
+/// What [`Conn::peek_idle`] found on an idle kept-alive connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Peek {
+    /// Open, nothing to read: it can carry the next request.
+    Open,
+    /// The server closed it (end of stream or a reset).
+    Closed,
+    /// Bytes nobody asked for, or an error: not to reuse, and no news of the server.
+    Unusable,
 }
 
 pub(crate) struct Conn {
@@ -274,6 +283,8 @@ pub(crate) struct Conn {
     pub(crate) failures: u32,
     /// Open with nothing to do since this instant.
     pub(crate) idle_since: Option<Instant>,
+    /// How long it sat idle before its current request (zero for its first).
+    pub(crate) idle_before: Duration,
     /// Engine `splice`: this connection's pipe.
     pub(crate) pipe: Option<Pipe>,
     /// kTLS is installed: the socket yields plaintext; rustls keeps only what post-handshake
@@ -339,6 +350,7 @@ impl Conn {
             waiting: false,
             failures: 0,
             idle_since: None,
+            idle_before: Duration::ZERO,
             pipe: None,
             kconn: None,
             soft: None,

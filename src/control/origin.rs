@@ -24,6 +24,12 @@ use crate::error::Result;
 /// alone before the next address (the other family first) gets an attempt of its own.
 pub(crate) const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 
+/// A kept-alive connection the server closed within this of its last response shows a
+/// server that closes after every response ([`KeepAlive::closed_after`]); one closed
+/// later met an idle timeout (Apache's default is 5 s, nginx's 75 s), which says
+/// nothing of the next connection.
+pub(crate) const QUICK_CLOSE: Duration = Duration::from_secs(1);
+
 /// What a kept-alive connection, a TLS session and what was learned of a server are
 /// looked up by: the origin as the URL names it (RFC 6454 §4: scheme, host, port), the
 /// route to it (the proxy) and the TLS settings its connections are verified with. Two

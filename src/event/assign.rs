@@ -1,6 +1,7 @@
 //! Handing segments to connections: the first request, the queue, work stealing, and
 //! reopening connections while work is left.
 
+use crate::control::origin::QUICK_CLOSE;
 use crate::control::*;
 use crate::engine::place::{Delimiter, Placer};
 use crate::error::Result;
@@ -42,24 +43,26 @@ impl Loop<'_> {
         Ok(true)
     }
 
-    /// Whether kept-alive connection `i` (idle, its `requests` all answered) was closed by
-    /// the server while it sat idle ([`Conn::closed_by_peer`]): said at `-v`, and its
-    /// origin learns how the server keeps connections (one closed after its first response
-    /// before any carried a second: the server closes after every response).
+    /// Whether kept-alive connection `i` (idle, its `requests` all answered) can no longer
+    /// carry a request ([`Conn::peek_idle`]): said at `-v`. Its origin learns how the
+    /// server keeps connections: one closed by the server within [`QUICK_CLOSE`] of its
+    /// first response, before any carried a second, shows a server that closes after
+    /// every response; a later close (an idle timeout) or unread bytes teach nothing.
     fn stale(&mut self, i: usize) -> bool {
         let c = &self.conns[i];
         let (k, served) = (c.mirror, c.requests);
-        let closed = c.closed_by_peer();
+        let quick = c.idle_since.is_some_and(|t| t.elapsed() < QUICK_CLOSE);
+        let peek = c.peek_idle();
         let origin = self.sh.origin_mut(k);
-        origin.keeps = if closed {
-            origin.keeps.closed_after(served)
-        } else {
-            origin.keeps.served(served)
+        origin.keeps = match peek {
+            Peek::Closed if quick => origin.keeps.closed_after(served),
+            Peek::Open => origin.keeps.served(served),
+            Peek::Closed | Peek::Unusable => origin.keeps,
         };
-        if closed {
+        if peek != Peek::Open {
             self.sh.report.note(Note::StaleClosed { conn: i });
         }
-        closed
+        peek != Peek::Open
     }
 
     /// The running body with the most bytes still to come, if splitting it is worth a
@@ -159,7 +162,8 @@ impl Loop<'_> {
         self.sh.used[i] = true;
         // A request on a connection that sat idle may meet the server's keep-alive close: a
         // failure before any byte then does not count as a try.
-        c.reused = c.requests > 0 || c.idle_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1));
+        c.idle_before = c.idle_since.map_or(Duration::ZERO, |t| t.elapsed());
+        c.reused = c.requests > 0 || c.idle_before > Duration::from_secs(1);
         c.idle_since = None;
         c.requests += 1;
         if !c.capped {

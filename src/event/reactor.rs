@@ -420,7 +420,7 @@ impl Reactor {
     /// open, nothing in flight, no job, no unread input, no pipe holding bytes, not closed
     /// by the peer, to an origin whose server keeps connections
     /// ([`Origin::reuses`]). (Whether the server closed one while it sat here is seen
-    /// when it is taken for a request: [`crate::control::Conn::closed_by_peer`].)
+    /// when it is taken for a request: [`crate::control::Conn::peek_idle`].)
     pub(crate) fn keep(
         &mut self,
         origins: Vec<(OriginKey, Origin)>,

@@ -1,6 +1,7 @@
 //! A connection's failure: what landed is kept, the rest of its segment requeued, the try
 //! counted (or not), the slot backed off, parked (a server's connection cap) or given up.
 
+use crate::control::origin::QUICK_CLOSE;
 use crate::control::*;
 use crate::err;
 use crate::error::{Error, Kind, Result};
@@ -484,7 +485,7 @@ impl Loop<'_> {
     /// (its segment first in the queue, no try spent, no wait), and the slot opens a new
     /// connection at once. Its origin learns how its server keeps connections
     /// ([`KeepAlive::closed_after`](crate::control::origin::KeepAlive::closed_after)): one
-    /// that closes after every response gets no more reuse.
+    /// that closes within [`QUICK_CLOSE`] of every response gets no more reuse.
     fn resend(&mut self, i: usize, f: &Fail) -> Result<()> {
         let c = &mut self.conns[i];
         let k = c.mirror;
@@ -512,8 +513,11 @@ impl Loop<'_> {
             last: seg.end - 1,
         });
         self.sh.tr.resent += 1;
-        let origin = self.sh.origin_mut(k);
-        origin.keeps = origin.keeps.closed_after(served);
+        // (A close after a longer idle is the server's idle timeout: no news.)
+        if self.conns[i].idle_before < QUICK_CLOSE {
+            let origin = self.sh.origin_mut(k);
+            origin.keeps = origin.keeps.closed_after(served);
+        }
         self.sh.tr.plan.requeue(seg, job.probe);
         self.drain(i)?;
         self.close(i);

@@ -44,8 +44,9 @@ impl Settings {
 /// ones (rustls' own cache keeps 32 server names by default).
 const MAX_ORIGINS: usize = 32;
 
-/// Sessions kept per origin ([`Resumption::in_memory_sessions`]: its TLS 1.3 tickets,
-/// a few per connection and each used once, and its TLS 1.2 session).
+/// The size of each origin's session cache ([`Resumption::in_memory_sessions`]: keyed by
+/// server name, which in one origin's cache is always its host; rustls keeps up to this
+/// many TLS 1.3 tickets per name, a few come per connection and each is used once).
 const MAX_SESSIONS: usize = 8;
 
 /// The TLS client configurations of a run (see [`super::client_config`]): one base per
