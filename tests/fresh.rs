@@ -437,3 +437,50 @@ fn a_304_checks_the_kept_file_against_its_checksum() {
     }
     let _ = fs::remove_file(n.www().join(&name));
 }
+
+/// A file cut since it landed (trial of issue 40): `--etag-save` and `-N` record the size
+/// a file landed with, and the next `--etag-compare` / `-N` sends no condition for a file
+/// of another size — a 304 would keep the cut file, exit 0. The file is fetched again,
+/// exact, and the note says why. (`-N`: its time is set back to the server's, as
+/// `touch -r` would, so only the size tells.)
+#[test]
+fn a_file_cut_since_it_landed_is_fetched_again_not_kept_by_a_304() {
+    let n = nginx();
+    let (name, sha) = serve("cut-since", 300 * KIB + 11, 83);
+    for args in [&["--etag-compare", "img.etag", "--etag-save", "img.etag"][..], &["-N"]] {
+        let dir = TestDir::new("fresh-cut-since");
+        let out = dir.join("img");
+        let run = || {
+            let mut c = dir.ringdl();
+            c.args(args).args(["-o", "img"]).arg(n.http_url(&name));
+            c.run()
+        };
+        run().assert_success();
+        assert_eq!(sha256_file(&out), sha);
+        let landed = mtime(&out);
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&out)
+            .unwrap()
+            .set_len(1000)
+            .unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&out)
+            .unwrap()
+            .set_modified(landed)
+            .unwrap();
+        let logged = log_lines(&name).len();
+        let o = run();
+        let err = o.stderr_text();
+        o.assert_success();
+        assert_eq!(sha256_file(&out), sha, "{args:?}: the cut file was kept\n{err}");
+        assert!(err.contains("img is 1000 bytes, "), "{args:?}: {err}");
+        let lines = log_lines(&name)[logged..].to_vec();
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| status_and_bytes(l).0 != 304),
+            "{args:?}: {lines:?}"
+        );
+    }
+    let _ = fs::remove_file(n.www().join(&name));
+}

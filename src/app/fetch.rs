@@ -287,7 +287,7 @@ impl Fetching {
                 ),
                 None => format!(
                     "; the server answered 304 Not Modified ({}), but the file kept fails its check: fetch \
-                     it again without -N/--etag-compare",
+                     it again with --force and without -N/--etag-compare",
                     updates::condition_text(&self.opts)
                 ),
             });

@@ -168,7 +168,7 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         Output::check_free(&p, opts.force)?;
         out.final_path = Some(p);
     }
-    updates::before_commit(opts, out, s.last_modified.as_deref())?;
+    updates::before_commit(opts, out, s.last_modified.as_deref(), s.bytes)?;
     if let Some(dir) = out.commit()? {
         match renamed {
             Some(r) => r.add(dir),

@@ -57,6 +57,18 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
         (None, true, Some(p)) if !device => fresh::mtime_condition(p)?,
         _ => None,
     };
+    if let Some(p) = final_path.filter(|_| opts.condition.is_some() && !device)
+        && let Some((now, landed)) = fresh::cut_since_landing(p)
+    {
+        // A 304 keeps what is there: a file cut or overwritten since it landed is fetched.
+        if !opts.quiet {
+            eprintln!(
+                "ringdl: note: {} is {now} bytes, {landed} when it landed: the first request is unconditional",
+                p.display()
+            );
+        }
+        opts.condition = None;
+    }
     if opts.etag_compare.is_some() || opts.timestamping {
         opts.force = true;
     }
@@ -179,11 +191,16 @@ pub(super) fn condition_text(opts: &Config) -> String {
 }
 
 /// Before the rename: `-N` sets the output's modification time from the server's
-/// Last-Modified (a regular file only).
+/// Last-Modified (a regular file only), and an update job (`-N`, `--etag-save`) records
+/// the `size` (bytes) it landed with, which the next run's condition checks
+/// ([`fresh::cut_since_landing`]).
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] when futimens(2) fails.
-pub(super) fn before_commit(opts: &Config, out: &Output, last_modified: Option<&[u8]>) -> Result<()> {
+pub(super) fn before_commit(opts: &Config, out: &Output, last_modified: Option<&[u8]>, size: u64) -> Result<()> {
+    if (opts.timestamping || opts.etag_save.is_some()) && out.part.is_some() {
+        fresh::record_landed_size(&out.fd, size);
+    }
     if opts.timestamping
         && out.part.is_some()
         && let Some(t) = last_modified.and_then(http::parse_http_date)

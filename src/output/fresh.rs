@@ -86,6 +86,37 @@ pub fn save_etag(file: &Path, etag: Option<&[u8]>) -> Result<()> {
     })
 }
 
+/// The extended attribute (xattr(7), `user.` namespace) in which a file that landed for
+/// an update job (`-N`, `--etag-save`) records its size in bytes, decimal: the size a
+/// later `-N`/`--etag-compare` checks before it lets a 304 keep the file.
+const LANDED_SIZE: &str = "user.ringdl.size";
+
+/// Records `size` (bytes) on the open output as the size it landed with
+/// ([`LANDED_SIZE`]), before it is renamed into place. Best effort: a filesystem without
+/// user xattrs (EOPNOTSUPP; tmpfs before 6.6, some FUSE), or a full one, records nothing,
+/// and the file's size is then not checked before a condition ([`cut_since_landing`]).
+/// fsetxattr(2).
+pub fn record_landed_size(fd: impl AsFd, size: u64) {
+    let _ = rustix::fs::fsetxattr(
+        fd,
+        LANDED_SIZE,
+        size.to_string().as_bytes(),
+        rustix::fs::XattrFlags::empty(),
+    );
+}
+
+/// The output's size now and the size it landed with, when both are known and differ:
+/// the file was cut, extended or overwritten since ringdl put it there, and a condition
+/// (`If-None-Match`, `If-Modified-Since`) would let a 304 keep it as it is. `None` when
+/// they agree or nothing was recorded ([`record_landed_size`]). getxattr(2).
+pub fn cut_since_landing(output: &Path) -> Option<(u64, u64)> {
+    let md = std::fs::metadata(output).ok().filter(std::fs::Metadata::is_file)?;
+    let mut buf = [0u8; 24];
+    let n = rustix::fs::getxattr(output, LANDED_SIZE, &mut buf).ok()?;
+    let landed: u64 = std::str::from_utf8(&buf[..n]).ok()?.parse().ok()?;
+    (landed != md.len()).then_some((md.len(), landed))
+}
+
 /// Sets the modification (and access) time of the open output to `secs` since the epoch
 /// (`-N`: the server's Last-Modified, as wget does), before it is renamed into place.
 ///
