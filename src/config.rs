@@ -172,6 +172,10 @@ pub struct Config {
     /// read-back then checks `--checksum`), it is kept and nothing more is fetched
     /// ([`crate::event::Outcome::NotModified`]); else it is fetched again over it.
     pub kept: Option<u64>,
+    /// Not an option: a list's file already there (kept or unfinished beside it) is
+    /// replaced by the new one once that is complete. Unlike `--force` (the user's), a
+    /// `.part` with its control file still resumes.
+    pub replace: bool,
     /// `--offset BYTES`: where the image starts within a block-device output, bytes; a
     /// multiple of the device's logical block size (0 for any other output).
     pub offset: u64,

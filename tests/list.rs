@@ -443,6 +443,59 @@ fn the_same_list_command_again_after_sigint_finishes_the_run() {
     assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
 }
 
+/// A list's file there with another size than the server's is fetched again into its
+/// `.part`; stopped there (SIGINT), the same command again resumes it and replaces the
+/// file, exit 0 — it once exited 7 ("exists") on every later run, as it did for a file
+/// beside an empty `.part` without control file (a run killed before its first byte).
+#[test]
+fn a_file_fetched_again_over_one_there_survives_a_stop_and_an_empty_part() {
+    let n = nginx();
+    let sizes = [768 * KIB, 64 * KIB];
+    let (base, shas) = serve("refetch-stop", &sizes);
+    let dir = TestDir::new("list-refetch-stop");
+    write_random_file(&dir.join("f0.bin"), 10 * KIB, 5);
+    let f1 = nginx().www().join(format!("{base}/f1.bin"));
+    fs::copy(&f1, dir.join("f1.bin")).unwrap();
+    fs::write(dir.join("f1.bin.part"), b"").unwrap();
+    let text = format!(
+        "{}\n{}\n",
+        n.http_url(&format!("{base}/f1.bin")),
+        n.slow_url(&format!("{base}/f0.bin"))
+    );
+    let l = list(&dir, &text);
+    let args = ["-j", "1", "-i", l.to_str().unwrap()];
+    let first = ringdl_cmd(&dir, &args).run_with(|pid| {
+        let t = Instant::now();
+        while !dir.join("f0.bin.part.ringdl").exists() && t.elapsed() < HANG {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status();
+    });
+    let err = first.stderr_text();
+    first.assert_code(exit::INTERRUPTED);
+    assert!(
+        dir.join("f0.bin").exists() && dir.join("f0.bin.part.ringdl").exists(),
+        "{err}"
+    );
+    assert!(!dir.join("f1.bin.part").exists(), "{err}");
+    let before = n.slow_sent(&format!("{base}/f0.bin")).len();
+    let again = ringdl(&dir, &args);
+    let err = again.stderr_text();
+    again.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+        assert!(!dir.join(format!("f{k}.bin.part")).exists(), "f{k}\n{err}");
+    }
+    let resumed = n.slow_sent(&format!("{base}/f0.bin"))[before..].to_vec();
+    assert!(
+        !resumed.is_empty() && resumed.iter().all(|r| r.0 > 0),
+        "f0 not resumed: {resumed:?}\n{err}"
+    );
+}
+
 /// `-c` over a list whose files are there (issue 40, "silent successes", 3): each is
 /// checked against the server's size before it counts as done — one cut to 1,000 bytes
 /// and one overwritten with another size are fetched again, the one that matches is

@@ -15,7 +15,8 @@ use crate::output::{Output, device, fresh};
 /// Checks the options that belong to one kind of output, and reads the precondition of
 /// the first request (`opts.condition`). `device`: the output is a block device.
 /// `-N` and `--etag-compare` replace the output when the server sends a changed file
-/// (as wget and curl do): they imply `--force`.
+/// (as wget and curl do): they imply `--force`, as [`Config::replace`] does (a list's
+/// file already there). The user's own `--force` is read before this.
 ///
 /// # Errors
 /// [`crate::error::Kind::Usage`] for `--offset`/`--control` without a block device, `-c`
@@ -57,7 +58,7 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
         (None, true, Some(p)) if !device => fresh::mtime_condition(p)?,
         _ => None,
     };
-    if opts.etag_compare.is_some() || opts.timestamping {
+    if opts.etag_compare.is_some() || opts.timestamping || opts.replace {
         opts.force = true;
     }
     if opts.verbose > 0 {
