@@ -76,12 +76,21 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
 /// Whether `--etag-compare FILE`'s entity-tag (`f`) may go out as a condition: only while
 /// the file it speaks for is there whole — a regular file at `final_path`, not only its
 /// `.part` —, since a 304 keeps what is there (`-N` has the same rule from the output's
-/// time). Standard output has no such file (a 304 writes nothing). A block device is
+/// time). Standard output has no such file (a 304 would write nothing): never sent
+/// there. A block device is
 /// there, but how much of its image is whole cannot be told: with `--checksum` or
 /// `--signature` to check, it is fetched unconditionally. Said on stderr when the tag
 /// is left unsent (not with `-q`).
 fn speaks_for(opts: &Config, final_path: Option<&Path>, device: bool, f: &Path) -> bool {
-    let Some(p) = final_path else { return true };
+    let Some(p) = final_path else {
+        if !opts.quiet {
+            eprintln!(
+                "ringdl: note: --etag-compare {} not sent: standard output keeps no file a 304 would leave; the request is unconditional",
+                f.display()
+            );
+        }
+        return false;
+    };
     let (there, why) = if device {
         let checks = opts.checksum.is_some() || opts.checksum_file.is_some() || opts.signature.is_some();
         (
