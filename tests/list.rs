@@ -361,7 +361,10 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
         asked.len() == 1 && asked[0].1 <= 4096,
         "the finished file was fetched again: {asked:?}\n{err}"
     );
-    assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
+    assert!(
+        err.contains("3 ok (1 already there, same size as on the server)"),
+        "{err}"
+    );
     let rest: u64 = served(1)[before..].iter().map(|r| r.1).sum();
     assert!(
         served(1)[before..].iter().all(|r| r.0 > 0) && rest < sizes[1],
@@ -379,7 +382,10 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     let third = ringdl(&dir, &["-j", "1", "-i", l.to_str().unwrap()]);
     third.assert_success();
     let err = third.stderr_text();
-    assert!(err.contains("3 ok (3 already there, as on the server)"), "{err}");
+    assert!(
+        err.contains("3 ok (3 already there, same size as on the server)"),
+        "{err}"
+    );
     for (k, sha) in shas.iter().enumerate() {
         let asked = served(k)[requests[k]..].to_vec();
         assert!(asked.len() == 1 && asked[0].1 <= 4096, "f{k}: {asked:?}\n{err}");
@@ -440,7 +446,10 @@ fn the_same_list_command_again_after_sigint_finishes_the_run() {
         !resumed.is_empty() && resumed.iter().all(|r| r.0 > 0),
         "f1 not resumed: {resumed:?}\n{err}"
     );
-    assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
+    assert!(
+        err.contains("3 ok (1 already there, same size as on the server)"),
+        "{err}"
+    );
 }
 
 /// A list's file there with another size than the server's is fetched again into its
@@ -525,7 +534,10 @@ fn c_over_a_list_checks_each_file_there_against_the_server() {
     for (k, sha) in shas.iter().enumerate() {
         assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
     }
-    assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
+    assert!(
+        err.contains("3 ok (1 already there, same size as on the server)"),
+        "{err}"
+    );
     let j = json(&dir);
     let files = j["files"].as_array().unwrap();
     for k in 0..2 {

@@ -299,7 +299,7 @@ impl Fetching {
         }
         match (self.opts.kept, &path) {
             (Some(size), Some(p)) if self.opts.verbose > 0 => self.progress.say(&format!(
-                "{p}: already there, {size} bytes as on the server{}: not fetched again",
+                "{p}: already there, {size} bytes, the same size as on the server{}: not fetched again",
                 self.opts
                     .checksum
                     .as_ref()

@@ -398,7 +398,7 @@ fn say_totals(t: &RunTotals, first_failure: Option<(u8, usize)>) {
         t.files,
         t.ok,
         if t.already_there > 0 {
-            format!(" ({} already there, as on the server)", t.already_there)
+            format!(" ({} already there, same size as on the server)", t.already_there)
         } else {
             String::new()
         },
