@@ -588,6 +588,30 @@ fn the_same_url_twice_is_fetched_once() {
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
 }
 
+/// The same URL twice with `--content-disposition` (no path before the server names it)
+/// is one file too: fetched once, exit 0. It was fetched twice, the second failing on the
+/// name the first had landed ("exists", exit 7).
+#[test]
+fn the_same_url_twice_named_by_the_server_is_fetched_once() {
+    let n = nginx();
+    let (base, shas) = serve("twice-cd", &[40 * KIB]);
+    let dir = TestDir::new("list-twice-cd");
+    let a = n.http_url(&format!("{base}/f0.bin"));
+    let before = requests(&format!("/{base}/f0.bin"));
+    let o = ringdl(&dir, &["--content-disposition", "-Z", &a, &a]);
+    let err = o.stderr_text();
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
+    assert!(
+        err.contains(&format!(
+            "note: command line, file 2 asks again for {a} of command line, file 1: fetched once"
+        )),
+        "{err}"
+    );
+    assert_eq!(requests(&format!("/{base}/f0.bin")) - before, 1, "{err}");
+    assert_eq!(json(&dir)["run"]["files"], 1);
+}
+
 /// SIGINT with `-j 3` while three files are in flight: every one keeps its `.part` and
 /// control file (exit 8), and `-c` then fetches only the rest of each (counted from the
 /// bytes nginx served: less than the file).

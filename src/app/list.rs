@@ -488,6 +488,19 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
                 ));
             }
             paths.insert(same_file(p), jobs.len());
+        } else if let Some(other) = jobs
+            .iter()
+            .position(|o| o.path.is_none() && o.entry.dir == job.entry.dir && same_request(&o.entry, &job.entry))
+        {
+            // Named by the server (`--content-disposition`): the same request twice is
+            // one file too, fetched once (its name is known only after its transfer).
+            if !base.quiet {
+                eprintln!(
+                    "ringdl: note: {} asks again for {} of {}: fetched once",
+                    job.origin, job.entry.urls[0], jobs[other].origin
+                );
+            }
+            continue;
         }
         jobs.push(job);
     }
