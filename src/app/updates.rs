@@ -79,8 +79,9 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
 /// time). Standard output has no such file (a 304 would write nothing): never sent
 /// there. A block device is
 /// there, but how much of its image is whole cannot be told: with `--checksum` or
-/// `--signature` to check, it is fetched unconditionally. Said on stderr when the tag
-/// is left unsent (not with `-q`).
+/// `--signature` to check, it is fetched unconditionally, and so it is while its
+/// `--control` file is there (an image a run left unfinished: said under `-v`). Said on
+/// stderr when the tag is left unsent (not with `-q`).
 fn speaks_for(opts: &Config, final_path: Option<&Path>, device: bool, f: &Path) -> bool {
     let Some(p) = final_path else {
         if !opts.quiet {
@@ -93,6 +94,17 @@ fn speaks_for(opts: &Config, final_path: Option<&Path>, device: bool, f: &Path) 
     };
     let (there, why) = if device {
         let checks = opts.checksum.is_some() || opts.checksum_file.is_some() || opts.signature.is_some();
+        if let Some(c) = opts.control.as_deref().filter(|c| std::fs::symlink_metadata(c).is_ok()) {
+            if opts.verbose > 0 {
+                eprintln!(
+                    "ringdl: note: --etag-compare {} not sent: --control {} is there, the image on {} is unfinished; the request is unconditional",
+                    f.display(),
+                    c.display(),
+                    p.display()
+                );
+            }
+            return false;
+        }
         (
             !checks,
             format!(
