@@ -374,10 +374,11 @@ impl Fetching {
         } else if let Err(e) = self.reload_resume() {
             e
         } else {
-            // (As a resume by `-c`: the `.part`'s validator proves it; no precondition.)
-            if self.opts.condition.is_some() {
+            // (As a resume by `-c`: the `.part`'s validator proves it; no precondition,
+            // and no file there to keep on its size.)
+            if self.opts.condition.is_some() || self.opts.kept.is_some() {
                 let mut o = (*self.opts).clone();
-                o.condition = None;
+                (o.condition, o.kept) = (None, None);
                 self.opts = Rc::new(o);
             }
             match self.start(per_run) {
