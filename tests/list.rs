@@ -818,6 +818,53 @@ fn a_kept_file_s_connection_is_closed_not_reused() {
     assert_eq!(conns.len(), 4, "a kept file's connection was reused: {served:?}\n{err}");
 }
 
+/// A list's file there with the server's size but other bytes, its line with
+/// `checksum=`: the size keeps it, the checksum read back fails it — exit 9, the file
+/// left as it is (never "ok" on the size alone when a checksum was asked).
+#[test]
+fn a_same_size_file_there_failing_its_checksum_is_exit_9() {
+    let n = nginx();
+    let (base, shas) = serve("same-size-sum", &[96 * KIB]);
+    let dir = TestDir::new("list-same-size-sum");
+    let other = write_random_file(&dir.join("f0.bin"), 96 * KIB, 4242);
+    let text = format!(
+        "{}\n  checksum=sha-256={}\n",
+        n.http_url(&format!("{base}/f0.bin")),
+        shas[0]
+    );
+    let l = list(&dir, &text);
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
+    let err = o.stderr_text();
+    o.assert_code(9);
+    assert!(err.contains("sha-256 mismatch"), "{err}");
+    assert_eq!(sha256_file(&dir.join("f0.bin")), other, "the file was touched\n{err}");
+    assert_eq!(json(&dir)["files"][0]["checksum_verified"], false);
+}
+
+/// A server that answers 200 with the whole file to the one-block request for a list's
+/// file there (`max_ranges 0`): the file ends exact, exit 0 — kept when its size is the
+/// server's, fetched whole over it when not.
+#[test]
+fn a_file_there_asked_of_a_server_without_ranges_ends_exact() {
+    let n = nginx();
+    let (base, shas) = serve("kept-norange", &[96 * KIB, 96 * KIB]);
+    let dir = TestDir::new("list-kept-norange");
+    fs::copy(n.www().join(format!("{base}/f0.bin")), dir.join("f0.bin")).unwrap();
+    write_random_file(&dir.join("f1.bin"), 10 * KIB, 77);
+    let text: String = (0..2)
+        .map(|k| format!("{}\n", n.norange_url(&format!("{base}/f{k}.bin"))))
+        .collect();
+    let l = list(&dir, &text);
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
+    let err = o.stderr_text();
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+        assert!(!dir.join(format!("f{k}.bin.part")).exists(), "f{k}\n{err}");
+    }
+    assert!(err.contains("(1 already there, same size as on the server)"), "{err}");
+}
+
 /// With `-j 4` a run of 60 small files from one origin opens at most four connections
 /// (one per file in flight, each reused by the files after it), not one per file, over
 /// HTTP and HTTPS; over HTTPS at most four handshakes are made in the whole run.
