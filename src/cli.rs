@@ -258,6 +258,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         timestamping: false,
         condition: None,
         kept: None,
+        replace: false,
         offset: 0,
         control: None,
         signature: None,

@@ -168,10 +168,15 @@ pub struct Config {
     /// download's first request leaves the output untouched.
     pub condition: Option<http::Condition>,
     /// Not an option: a list's file already there (no `.part` beside it), its size in
-    /// bytes. The first answer decides as a resume's does: the server's size the same (the
-    /// read-back then checks `--checksum`), it is kept and nothing more is fetched
-    /// ([`crate::event::Outcome::NotModified`]); else it is fetched again over it.
+    /// bytes. Its first request asks for its first block; the server's size the same, it
+    /// is kept and nothing more is fetched ([`crate::event::Outcome::NotModified`]) — on
+    /// the size alone (a landed file keeps no validator): only `--checksum`, read back,
+    /// proves its content. Another size: it is fetched again over it.
     pub kept: Option<u64>,
+    /// Not an option: a list's file already there (kept or unfinished beside it) is
+    /// replaced by the new one once that is complete. Unlike `--force` (the user's), a
+    /// `.part` with its control file still resumes.
+    pub replace: bool,
     /// `--offset BYTES`: where the image starts within a block-device output, bytes; a
     /// multiple of the device's logical block size (0 for any other output).
     pub offset: u64,

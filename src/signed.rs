@@ -239,7 +239,7 @@ pub(crate) fn fetch_small(url: &str, opts: &Config, run: impl FnOnce(Box<Config>
     // The signature is fetched whole every time: the conditions and the device options
     // are the file's (a signature fetch saved its own ETag into the file's --etag-save).
     (sub.etag_compare, sub.etag_save, sub.timestamping, sub.condition) = (None, None, false, None);
-    sub.kept = None;
+    (sub.kept, sub.replace) = (None, false);
     (sub.offset, sub.control) = (0, None);
     sub.trusted_keys.clear();
     sub.size_bound = Some((

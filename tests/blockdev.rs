@@ -8,7 +8,7 @@
 //! under CI=true).
 
 use std::fs::{self, File};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -428,4 +428,64 @@ fn a_bad_signature_leaves_unverified_bytes_on_the_device_and_says_so() {
     assert_eq!(j["device_holds_unverified_bytes"], true, "{j}");
     assert_image_at(&dev, &pat, offset, &changed);
     let _ = fs::remove_file(served);
+}
+
+/// `--etag-compare` to a device whose `--control` file is there (a run left its image
+/// unfinished: killed mid-way over a torn image) sends no condition: the image is fetched
+/// whole, exact. It once sent the saved tag, got 304 and ended 0 over the torn image.
+#[test]
+fn etag_compare_over_an_unfinished_image_sends_no_condition() {
+    let dir = TestDir::new("blockdev-etag-unfinished");
+    let dev_size = 24 * MIB;
+    let Some(dev) = LoopDev::attach(&dir, dev_size, 911) else {
+        return;
+    };
+    let pat = pattern(dev_size, 911);
+    let n = nginx();
+    let f = n.file(16 * MIB);
+    let image = fs::read(n.www().join(&f.name)).unwrap();
+    let control = dir.join("image.control");
+    let etag = dir.join("image.etag");
+    let run = |extra: &[&str], url: &str| {
+        let mut c = dir.ringdl();
+        c.args(["-x", "4", "--control"])
+            .arg(&control)
+            .args(extra)
+            .args(["-o", &dev.dev])
+            .arg(url);
+        c
+    };
+    run(&["--etag-save", "image.etag"], &n.http_url(&f.name))
+        .run()
+        .assert_success();
+    assert!(fs::read_to_string(&etag).unwrap().starts_with('"'));
+    // The image torn: zeros over it, then a run killed once part of it landed again.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&dev.dev)
+        .unwrap()
+        .write_all(&vec![0; image.len()])
+        .unwrap();
+    let killed = run(&[], &n.paced_url(&f.name)).run_with(|pid| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while fs::read_to_string(&control).map_or(0, |t| t.matches("range ").count()) == 0
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    assert_ne!(
+        killed.code(),
+        Some(0),
+        "ended before its kill: {}",
+        killed.stderr_text()
+    );
+    assert!(control.exists(), "no control file at --control");
+    let o = run(&["-v", "--etag-compare", "image.etag"], &n.http_url(&f.name)).run();
+    let err = o.stderr_text();
+    o.assert_success();
+    assert!(!err.contains("not modified"), "{err}");
+    assert!(err.contains("is unfinished; the request is unconditional"), "{err}");
+    assert_image_at(&dev, &pat, 0, &image);
 }

@@ -484,3 +484,38 @@ fn a_file_cut_since_it_landed_is_fetched_again_not_kept_by_a_304() {
     }
     let _ = fs::remove_file(n.www().join(&name));
 }
+
+/// `-o -` with `--etag-compare` (issue 40 review): standard output keeps no file a 304
+/// would leave, so the saved tag is not sent — the body comes on stdout, exact, and a
+/// `--checksum` is checked over it (exit 9 when wrong). The tag once went out: 304,
+/// nothing written, exit 0 with the checksum never looked at.
+#[test]
+fn etag_compare_to_standard_output_sends_no_condition() {
+    let n = nginx();
+    let (name, sha) = serve("stdout-etag", 200 * KIB + 5, 83);
+    let dir = TestDir::new("fresh-stdout-etag");
+    dir.ringdl()
+        .args(["--etag-save", "e.tag", "-o", "img"])
+        .arg(n.http_url(&name))
+        .run()
+        .assert_success();
+    assert!(fs::read_to_string(dir.join("e.tag")).unwrap().starts_with('"'));
+    let run = |sum: &str| {
+        dir.ringdl()
+            .args(["--etag-compare", "e.tag", "--checksum", sum, "-o", "-"])
+            .arg(n.http_url(&name))
+            .run()
+    };
+    let logged = log_lines(&name).len();
+    let o = run(&format!("sha-256={sha}"));
+    let err = o.stderr_text();
+    o.assert_success();
+    assert_eq!(sha256_bytes(&o.stdout), sha, "{err}");
+    let lines = log_lines(&name)[logged..].to_vec();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_ne!(status_and_bytes(&lines[0]).0, 304, "{lines:?}\n{err}");
+    let wrong = "0".repeat(64);
+    let o = run(&format!("sha-256={wrong}"));
+    o.assert_code(9);
+    let _ = fs::remove_file(n.www().join(&name));
+}

@@ -361,7 +361,10 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
         asked.len() == 1 && asked[0].1 <= 4096,
         "the finished file was fetched again: {asked:?}\n{err}"
     );
-    assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
+    assert!(
+        err.contains("3 ok (1 already there, same size as on the server)"),
+        "{err}"
+    );
     let rest: u64 = served(1)[before..].iter().map(|r| r.1).sum();
     assert!(
         served(1)[before..].iter().all(|r| r.0 > 0) && rest < sizes[1],
@@ -379,7 +382,10 @@ fn sigint_stops_the_list_and_c_fetches_only_what_was_missing() {
     let third = ringdl(&dir, &["-j", "1", "-i", l.to_str().unwrap()]);
     third.assert_success();
     let err = third.stderr_text();
-    assert!(err.contains("3 ok (3 already there, as on the server)"), "{err}");
+    assert!(
+        err.contains("3 ok (3 already there, same size as on the server)"),
+        "{err}"
+    );
     for (k, sha) in shas.iter().enumerate() {
         let asked = served(k)[requests[k]..].to_vec();
         assert!(asked.len() == 1 && asked[0].1 <= 4096, "f{k}: {asked:?}\n{err}");
@@ -440,7 +446,63 @@ fn the_same_list_command_again_after_sigint_finishes_the_run() {
         !resumed.is_empty() && resumed.iter().all(|r| r.0 > 0),
         "f1 not resumed: {resumed:?}\n{err}"
     );
-    assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
+    assert!(
+        err.contains("3 ok (1 already there, same size as on the server)"),
+        "{err}"
+    );
+}
+
+/// A list's file there with another size than the server's is fetched again into its
+/// `.part`; stopped there (SIGINT), the same command again resumes it and replaces the
+/// file, exit 0 — it once exited 7 ("exists") on every later run, as it did for a file
+/// beside an empty `.part` without control file (a run killed before its first byte).
+#[test]
+fn a_file_fetched_again_over_one_there_survives_a_stop_and_an_empty_part() {
+    let n = nginx();
+    let sizes = [768 * KIB, 64 * KIB];
+    let (base, shas) = serve("refetch-stop", &sizes);
+    let dir = TestDir::new("list-refetch-stop");
+    write_random_file(&dir.join("f0.bin"), 10 * KIB, 5);
+    let f1 = nginx().www().join(format!("{base}/f1.bin"));
+    fs::copy(&f1, dir.join("f1.bin")).unwrap();
+    fs::write(dir.join("f1.bin.part"), b"").unwrap();
+    let text = format!(
+        "{}\n{}\n",
+        n.http_url(&format!("{base}/f1.bin")),
+        n.slow_url(&format!("{base}/f0.bin"))
+    );
+    let l = list(&dir, &text);
+    let args = ["-j", "1", "-i", l.to_str().unwrap()];
+    let first = ringdl_cmd(&dir, &args).run_with(|pid| {
+        let t = Instant::now();
+        while !dir.join("f0.bin.part.ringdl").exists() && t.elapsed() < HANG {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status();
+    });
+    let err = first.stderr_text();
+    first.assert_code(exit::INTERRUPTED);
+    assert!(
+        dir.join("f0.bin").exists() && dir.join("f0.bin.part.ringdl").exists(),
+        "{err}"
+    );
+    assert!(!dir.join("f1.bin.part").exists(), "{err}");
+    let before = n.slow_sent(&format!("{base}/f0.bin")).len();
+    let again = ringdl(&dir, &args);
+    let err = again.stderr_text();
+    again.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+        assert!(!dir.join(format!("f{k}.bin.part")).exists(), "f{k}\n{err}");
+    }
+    let resumed = n.slow_sent(&format!("{base}/f0.bin"))[before..].to_vec();
+    assert!(
+        !resumed.is_empty() && resumed.iter().all(|r| r.0 > 0),
+        "f0 not resumed: {resumed:?}\n{err}"
+    );
 }
 
 /// `-c` over a list whose files are there (issue 40, "silent successes", 3): each is
@@ -472,7 +534,10 @@ fn c_over_a_list_checks_each_file_there_against_the_server() {
     for (k, sha) in shas.iter().enumerate() {
         assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
     }
-    assert!(err.contains("3 ok (1 already there, as on the server)"), "{err}");
+    assert!(
+        err.contains("3 ok (1 already there, same size as on the server)"),
+        "{err}"
+    );
     let j = json(&dir);
     let files = j["files"].as_array().unwrap();
     for k in 0..2 {
@@ -521,6 +586,30 @@ fn the_same_url_twice_is_fetched_once() {
         "{err}"
     );
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
+}
+
+/// The same URL twice with `--content-disposition` (no path before the server names it)
+/// is one file too: fetched once, exit 0. It was fetched twice, the second failing on the
+/// name the first had landed ("exists", exit 7).
+#[test]
+fn the_same_url_twice_named_by_the_server_is_fetched_once() {
+    let n = nginx();
+    let (base, shas) = serve("twice-cd", &[40 * KIB]);
+    let dir = TestDir::new("list-twice-cd");
+    let a = n.http_url(&format!("{base}/f0.bin"));
+    let before = requests(&format!("/{base}/f0.bin"));
+    let o = ringdl(&dir, &["--content-disposition", "-Z", &a, &a]);
+    let err = o.stderr_text();
+    o.assert_success();
+    assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0], "{err}");
+    assert!(
+        err.contains(&format!(
+            "note: command line, file 2 asks again for {a} of command line, file 1: fetched once"
+        )),
+        "{err}"
+    );
+    assert_eq!(requests(&format!("/{base}/f0.bin")) - before, 1, "{err}");
+    assert_eq!(json(&dir)["run"]["files"], 1);
 }
 
 /// SIGINT with `-j 3` while three files are in flight: every one keeps its `.part` and
@@ -691,6 +780,89 @@ fn a_list_from_one_origin_reuses_its_connection() {
             );
         }
     }
+}
+
+/// A list's file kept on its size leaves the rest of its one-block answer unread: its
+/// connection is closed, never reused. Three files kept then one fetched, from one origin:
+/// four connections in nginx's serial numbers (one per request), no retry in `--json`.
+#[test]
+fn a_kept_file_s_connection_is_closed_not_reused() {
+    let n = nginx();
+    let (base, shas) = serve("kept-closed", &[64 * KIB; 4]);
+    let dir = TestDir::new("list-kept-closed");
+    for k in 0..3 {
+        fs::copy(n.www().join(format!("{base}/f{k}.bin")), dir.join(format!("f{k}.bin"))).unwrap();
+    }
+    let urls: Vec<String> = (0..4).map(|k| n.http_url(&format!("conn/{base}/f{k}.bin"))).collect();
+    let mut args = vec!["-j", "1", "-x", "1", "-Z"];
+    args.extend(urls.iter().map(String::as_str));
+    let o = ringdl(&dir, &args);
+    let err = o.stderr_text();
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    let j = json(&dir);
+    assert_eq!(j["run"]["already_there"], 3, "{j}");
+    for f in j["files"].as_array().unwrap() {
+        assert!(f["retries"].as_u64().unwrap_or(0) == 0, "a retry: {j}");
+    }
+    let t = Instant::now();
+    let mut served = n.conn_log(&format!("/conn/{base}/"));
+    while served.len() < 4 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+        served = n.conn_log(&format!("/conn/{base}/"));
+    }
+    assert_eq!(served.len(), 4, "{served:?}\n{err}");
+    let conns: std::collections::BTreeSet<u64> = served.iter().map(|r| r.0).collect();
+    assert_eq!(conns.len(), 4, "a kept file's connection was reused: {served:?}\n{err}");
+}
+
+/// A list's file there with the server's size but other bytes, its line with
+/// `checksum=`: the size keeps it, the checksum read back fails it — exit 9, the file
+/// left as it is (never "ok" on the size alone when a checksum was asked).
+#[test]
+fn a_same_size_file_there_failing_its_checksum_is_exit_9() {
+    let n = nginx();
+    let (base, shas) = serve("same-size-sum", &[96 * KIB]);
+    let dir = TestDir::new("list-same-size-sum");
+    let other = write_random_file(&dir.join("f0.bin"), 96 * KIB, 4242);
+    let text = format!(
+        "{}\n  checksum=sha-256={}\n",
+        n.http_url(&format!("{base}/f0.bin")),
+        shas[0]
+    );
+    let l = list(&dir, &text);
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
+    let err = o.stderr_text();
+    o.assert_code(9);
+    assert!(err.contains("sha-256 mismatch"), "{err}");
+    assert_eq!(sha256_file(&dir.join("f0.bin")), other, "the file was touched\n{err}");
+    assert_eq!(json(&dir)["files"][0]["checksum_verified"], false);
+}
+
+/// A server that answers 200 with the whole file to the one-block request for a list's
+/// file there (`max_ranges 0`): the file ends exact, exit 0 — kept when its size is the
+/// server's, fetched whole over it when not.
+#[test]
+fn a_file_there_asked_of_a_server_without_ranges_ends_exact() {
+    let n = nginx();
+    let (base, shas) = serve("kept-norange", &[96 * KIB, 96 * KIB]);
+    let dir = TestDir::new("list-kept-norange");
+    fs::copy(n.www().join(format!("{base}/f0.bin")), dir.join("f0.bin")).unwrap();
+    write_random_file(&dir.join("f1.bin"), 10 * KIB, 77);
+    let text: String = (0..2)
+        .map(|k| format!("{}\n", n.norange_url(&format!("{base}/f{k}.bin"))))
+        .collect();
+    let l = list(&dir, &text);
+    let o = ringdl(&dir, &["-i", l.to_str().unwrap()]);
+    let err = o.stderr_text();
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+        assert!(!dir.join(format!("f{k}.bin.part")).exists(), "f{k}\n{err}");
+    }
+    assert!(err.contains("(1 already there, same size as on the server)"), "{err}");
 }
 
 /// With `-j 4` a run of 60 small files from one origin opens at most four connections

@@ -254,6 +254,10 @@ impl Fetching {
         self.progress.clear();
         let path = self.out.final_path.as_deref().map(|p| p.display().to_string());
         let name = path.clone().unwrap_or_else(|| self.out.describe());
+        if let Err(e) = self.kept_is_there(kept.is_some(), &name) {
+            self.out.discard_if_empty();
+            return Next::Done(Err(e));
+        }
         let checked = match &kept {
             Some(k) => {
                 record.bytes = Some(k.bytes);
@@ -295,7 +299,7 @@ impl Fetching {
         }
         match (self.opts.kept, &path) {
             (Some(size), Some(p)) if self.opts.verbose > 0 => self.progress.say(&format!(
-                "{p}: already there, {size} bytes as on the server{}: not fetched again",
+                "{p}: already there, {size} bytes, the same size as on the server{}: not fetched again",
                 self.opts
                     .checksum
                     .as_ref()
@@ -305,6 +309,38 @@ impl Fetching {
             (None, _) => updates::say_not_modified(&self.opts, &self.out, &self.urls[mirror]),
         }
         Next::Done(Ok(()))
+    }
+
+    /// Whether the file a first answer kept (a 304, a list's file there) may count as
+    /// kept: it was read back when a check over it is owed (`--checksum`, a `--signature`
+    /// over the file), and a regular file is still at its path (not removed since the
+    /// request went out). A device is not looked at.
+    ///
+    /// # Errors
+    /// `Internal` when a check is owed and nothing was read back (never an exit 0
+    /// unchecked); `LocalIo` when the file is gone or is no longer a regular file.
+    fn kept_is_there(&self, read_back: bool, name: &str) -> Result<()> {
+        if (self.opts.checksum.is_some() || self.signed_input.is_some()) && !read_back {
+            return Err(err!(
+                Internal,
+                "{name} kept by the server's answer was not read back for --checksum/--signature: not checked"
+            ));
+        }
+        let Some(p) = self.out.final_path.as_deref().filter(|_| self.out.room.is_none()) else {
+            return Ok(());
+        };
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => Err(err!(
+                LocalIo,
+                "{name} is no longer a regular file: the server's answer kept a file that is not there"
+            )),
+            Err(e) => Err(err!(
+                LocalIo,
+                "{name} is gone ({e}) since its request went out: the server's answer kept a file that is not there; \
+                 run the same command again to fetch it"
+            )),
+        }
     }
 
     /// What a transfer that failed knew (bytes kept, TLS, connections…), into `record`.
@@ -338,10 +374,11 @@ impl Fetching {
         } else if let Err(e) = self.reload_resume() {
             e
         } else {
-            // (As a resume by `-c`: the `.part`'s validator proves it; no precondition.)
-            if self.opts.condition.is_some() {
+            // (As a resume by `-c`: the `.part`'s validator proves it; no precondition,
+            // and no file there to keep on its size.)
+            if self.opts.condition.is_some() || self.opts.kept.is_some() {
                 let mut o = (*self.opts).clone();
-                o.condition = None;
+                (o.condition, o.kept) = (None, None);
                 self.opts = Rc::new(o);
             }
             match self.start(per_run) {

@@ -272,11 +272,13 @@ impl Feed for ListRun<'_> {
                     continue;
                 }
             };
-            if let Some(size) = already_there(&opts, job.path.as_deref()) {
-                // Checked against the server's size (and its checksum) before it counts
-                // as done; fetched again over it when it does not match.
-                opts.kept = Some(size);
-                opts.force = true;
+            // A file there is checked against the server's size (and its checksum) before
+            // it counts as done, fetched again over it when it does not match; an
+            // unfinished `.part` beside it resumes and then replaces it.
+            match already_there(&opts, job.path.as_deref()) {
+                Some(There::Landed(size)) => (opts.kept, opts.replace) = (Some(size), true),
+                Some(There::Unfinished) => opts.replace = true,
+                None => {}
             }
             // (The run's record is written at its end: none per file.)
             opts.json = None;
@@ -396,7 +398,7 @@ fn say_totals(t: &RunTotals, first_failure: Option<(u8, usize)>) {
         t.files,
         t.ok,
         if t.already_there > 0 {
-            format!(" ({} already there, as on the server)", t.already_there)
+            format!(" ({} already there, same size as on the server)", t.already_there)
         } else {
             String::new()
         },
@@ -486,6 +488,19 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
                 ));
             }
             paths.insert(same_file(p), jobs.len());
+        } else if let Some(other) = jobs
+            .iter()
+            .position(|o| o.path.is_none() && o.entry.dir == job.entry.dir && same_request(&o.entry, &job.entry))
+        {
+            // Named by the server (`--content-disposition`): the same request twice is
+            // one file too, fetched once (its name is known only after its transfer).
+            if !base.quiet {
+                eprintln!(
+                    "ringdl: note: {} asks again for {} of {}: fetched once",
+                    job.origin, job.entry.urls[0], jobs[other].origin
+                );
+            }
+            continue;
         }
         jobs.push(job);
     }
@@ -565,17 +580,34 @@ fn same_file(p: &Path) -> PathBuf {
     key
 }
 
-/// The size of the file of `path` when it landed in an earlier run: it is there, a
-/// regular file, and no `.part` of it is (a `.part` is an unfinished file, resumed).
-/// `None` as well with `--force` (fetched again) and with `-N` (which asks the server
-/// about the file there by its own condition).
-fn already_there(o: &Config, path: Option<&Path>) -> Option<u64> {
+/// What an earlier run left of a list's file at `path`.
+#[derive(Debug, PartialEq, Eq)]
+enum There {
+    /// The file landed (a regular file, no unfinished `.part` beside it): its size, bytes.
+    Landed(u64),
+    /// The file is there and an unfinished `.part` beside it (a file fetched again over
+    /// it, stopped): the `.part` resumes, and replaces the file once complete.
+    Unfinished,
+}
+
+/// What of the file of `path` an earlier run left ([`There`]); `None` when it is not
+/// there (or not a regular file), with `--force` (fetched again) and with `-N` or
+/// `--etag-compare` (which ask the server about the file there by their own condition).
+/// An empty `.part` without its control file (left by a run killed before a byte landed)
+/// counts as no `.part`.
+fn already_there(o: &Config, path: Option<&Path>) -> Option<There> {
     let path = path.filter(|_| !o.force && !o.timestamping && o.etag_compare.is_none())?;
     let meta = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
-    if std::fs::symlink_metadata(output::part_path(path)).is_ok() {
-        return None;
-    }
-    Some(meta.len())
+    let part = output::part_path(path);
+    let unfinished = match std::fs::symlink_metadata(&part) {
+        Ok(p) => p.len() > 0 || std::fs::symlink_metadata(output::resume::path_for(&part)).is_ok(),
+        Err(_) => false,
+    };
+    Some(if unfinished {
+        There::Unfinished
+    } else {
+        There::Landed(meta.len())
+    })
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@ use crate::output::{Output, device, fresh};
 /// Checks the options that belong to one kind of output, and reads the precondition of
 /// the first request (`opts.condition`). `device`: the output is a block device.
 /// `-N` and `--etag-compare` replace the output when the server sends a changed file
-/// (as wget and curl do): they imply `--force`.
+/// (as wget and curl do): they imply `--force`, as [`Config::replace`] does (a list's
+/// file already there). The user's own `--force` is read before this.
 ///
 /// # Errors
 /// [`crate::error::Kind::Usage`] for `--offset`/`--control` without a block device, `-c`
@@ -69,7 +70,7 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
         }
         opts.condition = None;
     }
-    if opts.etag_compare.is_some() || opts.timestamping {
+    if opts.etag_compare.is_some() || opts.timestamping || opts.replace {
         opts.force = true;
     }
     if opts.verbose > 0 {
@@ -87,14 +88,35 @@ pub(super) fn prepare(opts: &mut Config, final_path: Option<&Path>, device: bool
 /// Whether `--etag-compare FILE`'s entity-tag (`f`) may go out as a condition: only while
 /// the file it speaks for is there whole — a regular file at `final_path`, not only its
 /// `.part` —, since a 304 keeps what is there (`-N` has the same rule from the output's
-/// time). Standard output has no such file (a 304 writes nothing). A block device is
+/// time). Standard output has no such file (a 304 would write nothing): never sent
+/// there. A block device is
 /// there, but how much of its image is whole cannot be told: with `--checksum` or
-/// `--signature` to check, it is fetched unconditionally. Said on stderr when the tag
-/// is left unsent (not with `-q`).
+/// `--signature` to check, it is fetched unconditionally, and so it is while its
+/// `--control` file is there (an image a run left unfinished: said under `-v`). Said on
+/// stderr when the tag is left unsent (not with `-q`).
 fn speaks_for(opts: &Config, final_path: Option<&Path>, device: bool, f: &Path) -> bool {
-    let Some(p) = final_path else { return true };
+    let Some(p) = final_path else {
+        if !opts.quiet {
+            eprintln!(
+                "ringdl: note: --etag-compare {} not sent: standard output keeps no file a 304 would leave; the request is unconditional",
+                f.display()
+            );
+        }
+        return false;
+    };
     let (there, why) = if device {
         let checks = opts.checksum.is_some() || opts.checksum_file.is_some() || opts.signature.is_some();
+        if let Some(c) = opts.control.as_deref().filter(|c| std::fs::symlink_metadata(c).is_ok()) {
+            if opts.verbose > 0 {
+                eprintln!(
+                    "ringdl: note: --etag-compare {} not sent: --control {} is there, the image on {} is unfinished; the request is unconditional",
+                    f.display(),
+                    c.display(),
+                    p.display()
+                );
+            }
+            return false;
+        }
         (
             !checks,
             format!(

@@ -628,8 +628,9 @@ fn not_modified(job: &mut Job, sh: &mut Ctx<'_>) -> std::result::Result<HeadActi
 }
 
 /// The first answer gives the size of the file a list found already there
-/// ([`crate::config::Config::kept`]): it is kept as a 304 keeps one, and the body of
-/// this answer is left unread (the connection is not reused).
+/// ([`crate::config::Config::kept`]): it is kept as a 304 keeps one — on the size alone,
+/// no validator to compare (a `--checksum` read back proves the content) —, and the body
+/// of this answer is left unread (the connection is not reused).
 fn kept_as_is(job: &mut Job, sh: &mut Ctx<'_>) -> std::result::Result<HeadAction, Fail> {
     job.keep_alive = false;
     not_modified(job, sh)

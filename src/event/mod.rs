@@ -63,9 +63,11 @@ pub enum Outcome {
     /// The first response of mirror `mirror` (index in the URLs given) redirected to `to`
     /// (3xx with Location).
     Redirect { mirror: usize, to: Url },
-    /// The first request was conditional and mirror `mirror` answered 304 Not Modified:
-    /// nothing was written. `kept`: the file kept, read back for `--checksum` or
-    /// `--signature` as a fetched one is (`None` when neither is asked).
+    /// The first request was conditional and mirror `mirror` answered 304 Not Modified,
+    /// or a list's file already there has the size mirror `mirror` gives (the size alone,
+    /// [`crate::config::Config::kept`]): nothing was written. `kept`: the file kept, read
+    /// back for `--checksum` or `--signature` as a fetched one is (`None` when neither is
+    /// asked).
     NotModified { mirror: usize, kept: Option<Box<Kept>> },
     /// `--threads N`, a list: the run stopped this transfer to start the file again spread
     /// over the reactors, alone in flight now (`event::many`'s `respread.rs`). What landed
@@ -74,7 +76,7 @@ pub enum Outcome {
     Recalled,
 }
 
-/// The file a 304 kept, read back once through the ring (O_DIRECT where the output takes
+/// The file a 304 kept (or a list's file kept on its size), read back once through the ring (O_DIRECT where the output takes
 /// it) as a finished `.part` is ([`crate::output::verify::digests`]).
 pub struct Kept {
     /// Its size, bytes.

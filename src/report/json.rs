@@ -68,7 +68,9 @@ pub struct Record {
     pub redirects: u64,
     /// `--checksum` matched (`true`), did not (`false`), or none was asked (`None`).
     pub checksum_verified: Option<bool>,
-    /// The conditional first request got 304 Not Modified: nothing was fetched.
+    /// The conditional first request got 304 Not Modified, or a list's file already there
+    /// was kept because its size is the server's (the size alone: only a `--checksum`
+    /// proves its content): nothing was fetched.
     pub not_modified: bool,
     /// Block-device output only (`None` otherwise, and not written): `true` when the run
     /// wrote bytes onto the device that are not a verified image (a signature or checksum
@@ -163,7 +165,8 @@ impl MirrorReport {
 pub struct RunTotals {
     /// Files in the run (the list's and the command line's).
     pub files: u64,
-    /// Files that landed, or were already there and kept (as on the server, or a 304).
+    /// Files that landed, or were already there and kept (a list's file of the same size
+    /// as on the server, or a 304).
     pub ok: u64,
     /// Of `ok`, the files already there and kept: nothing of them fetched.
     pub already_there: u64,

@@ -315,7 +315,7 @@ impl Loop<'_> {
             };
             let mut o = (*self.sh.opts).clone();
             o.checksum = None;
-            o.condition = None;
+            (o.condition, o.kept) = (None, None);
             o.etag_save = None;
             o.json = None;
             o.limit_rate = None;
