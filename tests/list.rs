@@ -782,42 +782,6 @@ fn a_list_from_one_origin_reuses_its_connection() {
     }
 }
 
-/// A list's file kept on its size leaves the rest of its one-block answer unread: its
-/// connection is closed, never reused. Three files kept then one fetched, from one origin:
-/// four connections in nginx's serial numbers (one per request), no retry in `--json`.
-#[test]
-fn a_kept_file_s_connection_is_closed_not_reused() {
-    let n = nginx();
-    let (base, shas) = serve("kept-closed", &[64 * KIB; 4]);
-    let dir = TestDir::new("list-kept-closed");
-    for k in 0..3 {
-        fs::copy(n.www().join(format!("{base}/f{k}.bin")), dir.join(format!("f{k}.bin"))).unwrap();
-    }
-    let urls: Vec<String> = (0..4).map(|k| n.http_url(&format!("conn/{base}/f{k}.bin"))).collect();
-    let mut args = vec!["-j", "1", "-x", "1", "-Z"];
-    args.extend(urls.iter().map(String::as_str));
-    let o = ringdl(&dir, &args);
-    let err = o.stderr_text();
-    o.assert_success();
-    for (k, sha) in shas.iter().enumerate() {
-        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
-    }
-    let j = json(&dir);
-    assert_eq!(j["run"]["already_there"], 3, "{j}");
-    for f in j["files"].as_array().unwrap() {
-        assert!(f["retries"].as_u64().unwrap_or(0) == 0, "a retry: {j}");
-    }
-    let t = Instant::now();
-    let mut served = n.conn_log(&format!("/conn/{base}/"));
-    while served.len() < 4 && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-        served = n.conn_log(&format!("/conn/{base}/"));
-    }
-    assert_eq!(served.len(), 4, "{served:?}\n{err}");
-    let conns: std::collections::BTreeSet<u64> = served.iter().map(|r| r.0).collect();
-    assert_eq!(conns.len(), 4, "a kept file's connection was reused: {served:?}\n{err}");
-}
-
 /// A list's file there with the server's size but other bytes, its line with
 /// `checksum=`: the size keeps it, the checksum read back fails it — exit 9, the file
 /// left as it is (never "ok" on the size alone when a checksum was asked).
