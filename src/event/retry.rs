@@ -194,19 +194,9 @@ impl Loop<'_> {
                 self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(f.msg)));
                 return Ok(());
             }
-            let mut seg = job.seg;
-            // Without Range support a stream can only start again from zero.
-            seg.start = if self.sh.tr.ranges { from } else { 0 };
-            if self.sh.tr.sequential && seg.start < self.emitted {
-                self.sh.fatal = Some(err!(
-                    Network,
-                    "{}; cannot start over: {} bytes already went to {}",
-                    f.msg,
-                    self.emitted,
-                    self.sh.tr.out_name
-                ));
+            let Some(mut seg) = self.again_from(job.seg, from, &f.msg) else {
                 return Ok(());
-            }
+            };
             // A try counts when the attempt moved nothing forward: a connection that dies
             // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
             // the file size bounds how often that can happen (see retry::judge).
@@ -480,6 +470,24 @@ impl Loop<'_> {
         Ok(())
     }
 
+    /// Segment `seg` to ask again from `from` (the last aligned offset that landed; zero
+    /// without Range support, where a stream can only start again from the top), or
+    /// `None` with the transfer's failure set (`why` first) when the output is sequential
+    /// (a pipe) and bytes past that start already went to it.
+    fn again_from(&mut self, mut seg: Segment, from: u64, why: &str) -> Option<Segment> {
+        seg.start = if self.sh.tr.ranges { from } else { 0 };
+        if self.sh.tr.sequential && seg.start < self.emitted {
+            self.sh.fatal = Some(err!(
+                Network,
+                "{why}; cannot start over: {} bytes already went to {}",
+                self.emitted,
+                self.sh.tr.out_name
+            ));
+            return None;
+        }
+        Some(seg)
+    }
+
     /// Connection `i`, kept alive after a whole response, was closed under its request
     /// before any byte of the answer ([`retry::resend`]): the request goes again at once
     /// (its segment first in the queue, no try spent, no wait), and the slot opens a new
@@ -493,19 +501,10 @@ impl Loop<'_> {
         let mut job = c.rx.job.take().expect("a re-sent request has a job");
         let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
         let from = job.placer.release(trim, &mut self.sh.to_write);
-        let mut seg = job.seg;
         // (Nothing of the answer came: it starts where it did, or at zero without ranges.)
-        seg.start = if self.sh.tr.ranges { from } else { 0 };
-        if self.sh.tr.sequential && seg.start < self.emitted {
-            self.sh.fatal = Some(err!(
-                Network,
-                "{}; cannot start over: {} bytes already went to {}",
-                f.msg,
-                self.emitted,
-                self.sh.tr.out_name
-            ));
+        let Some(seg) = self.again_from(job.seg, from, &f.msg) else {
             return Ok(());
-        }
+        };
         self.sh.report.note(Note::Resent {
             conn: i,
             why: f.msg.clone(),
