@@ -101,11 +101,11 @@ fn release_musl_binary_is_static_and_runs() {
         "{} has PT_INTERP: it needs a dynamic loader, not static",
         bin.display()
     );
-    // What appliances and rescue images carry: stripped, at most 3 MiB (issue 15; debug
-    // info lives in `cargo build --profile profiling`).
+    // What appliances and rescue images carry: stripped, at most 3.5 MiB (the design
+    // card's limit; debug info lives in `cargo build --profile profiling`).
     assert!(
-        image.len() <= 3 << 20,
-        "{} is {} bytes: the release binary must be stripped and at most 3 MiB",
+        image.len() <= 7 << 19,
+        "{} is {} bytes: the release binary must be stripped and at most 3.5 MiB",
         bin.display(),
         image.len()
     );
