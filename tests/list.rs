@@ -873,7 +873,8 @@ fn files_in_flight_reuse_the_connections_of_the_files_before() {
 
 /// Large files in flight (`-j 2 -x 4`, four connections each once their size is known)
 /// take the connections earlier files left idle when they open their extra ones: eight
-/// files over at most eight connections, not three new ones per file.
+/// files over at most eight connections (twelve when the last is started again spread
+/// over `--threads` reactors), not three new ones per file (32).
 #[test]
 fn large_files_in_flight_take_the_idle_connections_they_need() {
     let n = nginx();
@@ -892,7 +893,15 @@ fn large_files_in_flight_take_the_idle_connections_they_need() {
     let served = n.conn_log(&format!("/conn/{base}/"));
     let conns: std::collections::BTreeSet<u64> = served.iter().map(|r| r.0).collect();
     assert!(served.len() >= 8 * 3, "{served:?}");
-    assert!(conns.len() <= 8, "8 files over {} connections\n{err}", conns.len());
+    // At --threads N the last file may be started again spread over the reactors
+    // (respread): the other reactors open their share, up to -x more.
+    let respread = err.contains("starting it again, spread over the reactors");
+    let most = if respread { 8 + 4 } else { 8 };
+    assert!(
+        conns.len() <= most,
+        "8 files over {} connections (respread: {respread})\n{err}",
+        conns.len()
+    );
 }
 
 /// URLs given as mirrors that end in different names are said to be taken as mirrors of
