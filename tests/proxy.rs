@@ -719,18 +719,7 @@ fn a_tunnel_for_one_host_name_is_never_reused_for_another() {
         .arg(servers.url("named", "localhost", &c.name))
         .arg(servers.url("named", "127.0.0.1", &b.name))
         .run();
-    o.assert_code(exit::TLS);
-    let err = o.stderr_text();
-    assert!(
-        err.contains("not valid for the IP address 127.0.0.1: it names DNS:localhost"),
-        "{err}"
-    );
-    assert_same_bytes(&dir.join("got").join(&a.name), a);
-    assert_same_bytes(&dir.join("got").join(&c.name), c);
-    assert!(
-        !dir.join("got").join(&b.name).exists(),
-        "the 127.0.0.1 file landed: {err}"
-    );
+    crate::trust::assert_only_localhost_landed(&o, &dir, a, c, b);
     let connects: Vec<String> = proxy
         .requests()
         .into_iter()

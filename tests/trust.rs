@@ -11,7 +11,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::util::{CertServer, CertServers, MIB, TestDir, assert_same_bytes, exit, nginx};
+use crate::util::{CertServer, CertServers, MIB, Output, ServedFile, TestDir, assert_same_bytes, exit, nginx};
 
 /// Runs `openssl ARGS` in `dir`; panics with its stderr when it fails.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -411,6 +411,25 @@ pub(crate) fn server_for(dir: &Path, label: &str, names: &str) -> (PathBuf, Cert
     (ca, server)
 }
 
+/// The run of `a`, `c` (for `localhost`) and `b` (for `127.0.0.1`) against a certificate
+/// for `localhost` only: exit 4 naming the address, `a` and `c` exact in `got/`, `b`
+/// never landed.
+#[track_caller]
+pub(crate) fn assert_only_localhost_landed(o: &Output, dir: &TestDir, a: &ServedFile, c: &ServedFile, b: &ServedFile) {
+    o.assert_code(exit::TLS);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("not valid for the IP address 127.0.0.1: it names DNS:localhost"),
+        "{err}"
+    );
+    assert_same_bytes(&dir.join("got").join(&a.name), a);
+    assert_same_bytes(&dir.join("got").join(&c.name), c);
+    assert!(
+        !dir.join("got").join(&b.name).exists(),
+        "the 127.0.0.1 file landed: {err}"
+    );
+}
+
 /// A kept-alive connection belongs to the host name it was opened for, not to the address
 /// it reached: with a certificate for `localhost` only and `localhost` resolving to
 /// 127.0.0.1, `https://127.0.0.1:P/` after two `https://localhost:P/` files on that same
@@ -437,18 +456,7 @@ fn a_connection_for_one_host_name_is_never_reused_for_another() {
         .arg(servers.url("named", "localhost", &c.name))
         .arg(servers.url("named", "127.0.0.1", &b.name))
         .run();
-    o.assert_code(exit::TLS);
-    let err = o.stderr_text();
-    assert!(
-        err.contains("not valid for the IP address 127.0.0.1: it names DNS:localhost"),
-        "{err}"
-    );
-    assert_same_bytes(&dir.join("got").join(&a.name), a);
-    assert_same_bytes(&dir.join("got").join(&c.name), c);
-    assert!(
-        !dir.join("got").join(&b.name).exists(),
-        "the 127.0.0.1 file landed: {err}"
-    );
+    crate::trust::assert_only_localhost_landed(&o, &dir, a, c, b);
     let log = servers.log("named");
     let uris: Vec<&str> = log.iter().map(|(_, _, uri, _)| uri.as_str()).collect();
     assert_eq!(

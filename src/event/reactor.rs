@@ -527,11 +527,7 @@ mod tests {
 
     #[test]
     fn an_idle_connection_is_found_only_by_its_whole_origin_key() {
-        let verified = Settings {
-            ca_file: None,
-            pins: Vec::new(),
-            insecure: false,
-        };
+        let verified = Settings::default();
         let insecure = Settings {
             insecure: true,
             ..verified.clone()

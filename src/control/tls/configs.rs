@@ -19,7 +19,8 @@ use crate::error::Result;
 /// of every https [`OriginKey`]: a connection or a session verified under one set of
 /// settings is never used under another (a `-k` connection is no proof for a verified
 /// file, nor one checked against one CA for a file that names another).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// (`Default`: verified against the trust store alone, no pins.)
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Settings {
     /// `--ca-certificate`'s path (read once per run, when its configuration is made).
     pub ca_file: Option<PathBuf>,
@@ -119,11 +120,7 @@ mod tests {
 
     #[test]
     fn one_configuration_per_origin_key_and_one_verifier_per_settings() {
-        let verified = Settings {
-            ca_file: None,
-            pins: Vec::new(),
-            insecure: false,
-        };
+        let verified = Settings::default();
         let insecure = Settings {
             insecure: true,
             ..verified.clone()
@@ -171,11 +168,7 @@ mod tests {
 
     #[test]
     fn the_configurations_kept_are_the_most_recently_used() {
-        let s = Settings {
-            ca_file: None,
-            pins: Vec::new(),
-            insecure: false,
-        };
+        let s = Settings::default();
         let mut c = Configs::default();
         let k = |n: usize| key(&format!("https://h{n}.example/"), None, &s);
         let first = c.for_origin(&k(0), 0).unwrap().unwrap();
