@@ -1,30 +1,25 @@
-//! A job's body bytes: placed into the write blocks through the transfer's write queue,
-//! counted for the transfer and its mirror, and the body's end (the last block queued,
-//! what the response did not cover queued again).
+//! A job's body bytes: placed into the write blocks by the transfer's data path
+//! ([`crate::engine::sink::Sink::place`]), counted for the transfer, its mirror and the
+//! job, and the body's end (the sink queues the last block; what the response did not
+//! cover is queued again in the plan).
 
 use crate::control::ctx::Ctx;
-use crate::control::*;
+use crate::control::{Fail, Rx};
 use crate::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer};
 use crate::err;
 use crate::error::Kind;
 use crate::schedule::Segment;
 use std::time::Instant;
 
-/// Runs `f` on the job's body with the shared write pool, counts what it placed, and
-/// finishes the job when the body is complete. Returns what `f` said.
+/// Runs `f` on the job's body with the transfer's write pool and queue, counts what it
+/// placed, and finishes the job when the body is complete. Returns what `f` said.
 pub(crate) fn with_placer(
     rx: &mut Rx,
     sh: &mut Ctx<'_>,
     f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
 ) -> std::result::Result<Fed, Fail> {
     let job = rx.job.as_mut().expect("body bytes for a job");
-    let before = job.placer.pos();
-    let mut blocks = Blocks {
-        pool: sh.pool,
-        queue: sh.to_write,
-    };
-    let r = f(&mut job.placer, &mut blocks);
-    let moved = job.placer.pos() - before;
+    let (r, moved) = sh.sink.place(&mut job.placer, f);
     if moved > 0 && sh.tr.received == 0 && sh.tr.refused_first {
         sh.tr.waited = sh.tr.started.elapsed();
     }
@@ -53,8 +48,8 @@ pub(crate) fn with_placer(
     Ok(fed)
 }
 
-/// The response body is complete: queue the last block and requeue what the response did
-/// not cover.
+/// The response body is complete: the sink queues the last block; what the response did
+/// not cover is requeued (a segment out of tries sets [`Ctx::gave_up`]).
 pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_>) {
     rx.served = true;
     let mut job = rx.job.take().expect("finish_job with a job");
@@ -66,7 +61,7 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_>) {
     // A short response that ended inside a block (O_DIRECT): keep the aligned part, fetch
     // the rest again. The file's last block is kept whole (padded when written).
     let trim = (sh.tr.direct && !file_end).then_some(sh.tr.align);
-    let requeue_from = job.placer.release(trim, sh.to_write);
+    let requeue_from = sh.sink.release(&mut job.placer, trim);
     let seg_end = if sh.tr.ranges {
         job.seg.end
     } else {
@@ -80,7 +75,7 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_>) {
             job.seg.tries + 1
         };
         if tries >= sh.opts.max_tries {
-            *sh.fatal = Some(err!(
+            sh.gave_up = Some(err!(
                 Protocol,
                 "{}: replies to bytes {}-{} stop short at {end} (gave up after {})",
                 sh.url(job.mirror).host(),

@@ -2,28 +2,26 @@
 
 use crate::config::Config;
 use crate::control::origin::Origin;
-use crate::engine::blocks::WriteBlock;
+use crate::engine::sink::Sink;
 use crate::error::Error;
 use crate::report::Progress;
 use crate::transfer::Transfer;
 use http::Url;
-use std::collections::VecDeque;
-use uring::BufPool;
 
 /// What a connection's response and body may read and change, lent by the loop for one
-/// call: the transfer it serves, the origins, the options, the report, the write pool and
-/// the queue of filled write blocks, and the TLS counts of the summary. Not the ring, not
-/// the other connections: what needs those is returned, and the loop applies it.
+/// call: the transfer it serves, the origins, the options, the report, the data path (body
+/// bytes are placed through it), and the TLS counts of the summary. Not the ring, not the
+/// other connections: what needs those is returned, and the loop applies it (with
+/// [`Ctx::gave_up`]).
 pub(crate) struct Ctx<'s> {
     /// Progress and notes.
     pub(crate) report: &'s mut Progress,
     pub(crate) opts: &'s Config,
-    /// The write blocks' pool (body bytes go into its blocks).
-    pub(crate) pool: &'s BufPool,
-    /// Full or final blocks waiting for a write SQE, in order.
-    pub(crate) to_write: &'s mut VecDeque<WriteBlock>,
-    /// Set when the download cannot go on (the loop ends with it).
-    pub(crate) fatal: &'s mut Option<Error>,
+    /// The transfer's data path: body bytes are placed into its write blocks.
+    pub(crate) sink: &'s mut Sink,
+    /// Set by the call when the download cannot go on (a segment out of tries): the loop
+    /// ends with it once the call returns.
+    pub(crate) gave_up: Option<Error>,
     /// The origins the mirrors are fetched from (each mirror names its own).
     pub(crate) origins: &'s [Origin],
     /// The file being fetched.

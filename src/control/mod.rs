@@ -15,6 +15,7 @@ pub(crate) mod tls;
 pub(crate) mod tunnel;
 
 use crate::engine::place::Placer;
+use crate::engine::record::SoftTls;
 use crate::engine::splice::Pipe;
 use crate::error::Kind;
 use crate::schedule::Segment;
@@ -167,6 +168,70 @@ pub(crate) struct Job {
     pub(crate) first_byte: Option<Instant>,
 }
 
+/// A connection's TLS: one mode at a time, so no two can be set together.
+pub(crate) enum Tls {
+    /// No TLS (yet): plain HTTP, or an https connection before its handshake (connect,
+    /// proxy tunnel).
+    Off,
+    /// rustls runs the session: the handshake, then records until the hand-off.
+    Rustls(Box<UnbufferedClientConnection>),
+    /// rustls keeps the session to its end: the hand-off was refused (same bytes, with
+    /// rustls' copies).
+    RustlsKept(Box<UnbufferedClientConnection>),
+    /// kTLS is installed: the socket yields plaintext; rustls keeps only what
+    /// post-handshake messages need (session tickets, KeyUpdate).
+    Kernel(KernelConnection<ClientConnectionData>),
+    /// The software record layer runs this connection's TLS (the default without kTLS):
+    /// records opened in place by `ktls::soft`, rustls keeps only the post-handshake state.
+    Soft(Box<SoftTls>),
+}
+
+impl Tls {
+    /// Any TLS runs on the connection.
+    pub(crate) fn is_on(&self) -> bool {
+        !matches!(self, Tls::Off)
+    }
+
+    /// TLS runs in user space: rustls or the software record layer (not kTLS).
+    pub(crate) fn in_user_space(&self) -> bool {
+        matches!(self, Tls::Rustls(_) | Tls::RustlsKept(_) | Tls::Soft(_))
+    }
+
+    /// kTLS is installed.
+    pub(crate) fn is_kernel(&self) -> bool {
+        matches!(self, Tls::Kernel(_))
+    }
+
+    /// The software record layer runs it.
+    pub(crate) fn is_soft(&self) -> bool {
+        matches!(self, Tls::Soft(_))
+    }
+
+    /// The TLS handshake is still running.
+    pub(crate) fn is_handshaking(&self) -> bool {
+        match self {
+            Tls::Rustls(s) | Tls::RustlsKept(s) => s.is_handshaking(),
+            _ => false,
+        }
+    }
+
+    /// The software record layer, when it runs the connection.
+    pub(crate) fn soft_mut(&mut self) -> Option<&mut SoftTls> {
+        match self {
+            Tls::Soft(soft) => Some(soft),
+            _ => None,
+        }
+    }
+
+    /// The kTLS connection's post-handshake state, when kTLS is installed.
+    pub(crate) fn kernel_mut(&mut self) -> Option<&mut KernelConnection<ClientConnectionData>> {
+        match self {
+            Tls::Kernel(k) => Some(k),
+            _ => None,
+        }
+    }
+}
+
 /// Receive side of a connection: head accumulation, then the job's body.
 #[derive(Default)]
 pub(crate) struct Rx {
@@ -264,7 +329,8 @@ pub(crate) struct Conn {
     /// This slot opened a connection: it counts toward [`Transfer::wanted`](crate::transfer::Transfer::wanted) and reconnects
     /// after a failure by its own rules. (A slot that lost a Happy Eyeballs race is not.)
     pub(crate) engaged: bool,
-    pub(crate) tls: Option<Box<UnbufferedClientConnection>>,
+    /// The connection's TLS, one mode at a time.
+    pub(crate) tls: Tls,
     /// The SOCKS5 handshake while the tunnel is being opened (`St::Tunnel`).
     pub(crate) socks: Option<Box<http::Socks5Handshake>>,
     pub(crate) rbuf: Option<Buf>,
@@ -287,14 +353,6 @@ pub(crate) struct Conn {
     pub(crate) idle_before: Duration,
     /// Engine `splice`: this connection's pipe.
     pub(crate) pipe: Option<Pipe>,
-    /// kTLS is installed: the socket yields plaintext; rustls keeps only what post-handshake
-    /// messages need (session tickets).
-    pub(crate) kconn: Option<KernelConnection<ClientConnectionData>>,
-    /// The software record layer runs this connection's TLS (the default without kTLS): records
-    /// opened in place by `ktls::soft`, rustls keeps only the post-handshake state.
-    pub(crate) soft: Option<Box<handoff::SoftTls>>,
-    /// This connection stays in user-space TLS (its hand-off was refused).
-    pub(crate) no_ktls: bool,
     pub(crate) cancel_sent: bool,
     pub(crate) eof: bool,
     /// The current request is not the first on this connection (keep-alive reuse), or it
@@ -339,7 +397,7 @@ impl Conn {
             addr: 0,
             deferred: false,
             engaged: false,
-            tls: None,
+            tls: Tls::Off,
             socks: None,
             rbuf: Some(rbuf),
             rlo: 0,
@@ -352,9 +410,6 @@ impl Conn {
             idle_since: None,
             idle_before: Duration::ZERO,
             pipe: None,
-            kconn: None,
-            soft: None,
-            no_ktls: false,
             cancel_sent: false,
             eof: false,
             reused: false,

@@ -129,7 +129,7 @@ pub(crate) fn start_tls(c: &mut Conn, origin: &Origin) -> std::result::Result<()
     if let (Some(cfg), Some(name)) = (&origin.tls, &origin.server_name) {
         let conn = rustls::client::UnbufferedClientConnection::new(cfg.clone(), name.clone())
             .map_err(|e| Fail::fatal(Kind::Tls, format!("TLS: {e}")))?;
-        c.tls = Some(Box::new(conn));
+        c.tls = Tls::Rustls(Box::new(conn));
     }
     Ok(())
 }

@@ -146,8 +146,7 @@ impl Loop<'_> {
         if !self.sh.used[i] && c.requests > 0 {
             // A connection kept open from the transfer before, used here for the first
             // time: its TLS counts for this transfer's summary (it made no handshake).
-            let tls = c.tls.is_some() || c.kconn.is_some() || c.soft.is_some();
-            let kept = [tls, c.kconn.is_some(), c.soft.is_some()].map(usize::from);
+            let kept = [c.tls.is_on(), c.tls.is_kernel(), c.tls.is_soft()].map(usize::from);
             self.sh.tls_conns += kept[0];
             self.sh.ktls_conns += kept[1];
             self.sh.soft_conns += kept[2];
@@ -217,7 +216,7 @@ impl Loop<'_> {
         });
         c.rx.head.clear();
         c.rx.extra = false;
-        if c.tls.is_some() || c.soft.is_some() {
+        if c.tls.in_user_space() {
             c.pending_request = req;
         } else {
             c.out = req;
@@ -246,8 +245,8 @@ impl Loop<'_> {
             got += 1;
         }
         let w = crate::event::reactor::write_slots(self.conns.len());
-        if self.slots.len() < w {
-            self.slots.resize_with(w, || None);
+        if self.sink.slots.len() < w {
+            self.sink.slots.resize_with(w, || None);
         }
         got
     }

@@ -1,39 +1,72 @@
-//! A connection's life on the ring: CONNECT, SEND/RECV completions, driving it on, close.
+//! A connection's life on the ring: CONNECT, SEND/RECV completions (received bytes go to
+//! the read block, or to the data path: [`crate::engine::sink`]), driving it on, close.
 
-use crate::control::body::*;
-use crate::control::ctx::Ctx;
-use crate::control::origin::ATTEMPT_DELAY;
-use crate::control::resolve;
-use crate::control::response::*;
-use crate::control::session::*;
-use crate::control::tunnel::{start_tls, start_tunnel, tunnel_answer};
-use crate::control::*;
-use crate::engine::place::{Delimiter, Fed, Placer};
-use crate::err;
-use crate::error::{Kind, Result};
-use crate::event::*;
-use crate::report::Note;
-use crate::tag::Tag;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
-use uring::{Completion, Op};
+
+use uring::{Buf, Completion, Op};
+
+use crate::control::body::{finish_job, with_placer};
+use crate::control::ctx::Ctx;
+use crate::control::handoff::pump_soft;
+use crate::control::origin::ATTEMPT_DELAY;
+use crate::control::resolve;
+use crate::control::response::feed;
+use crate::control::session::pump_tls;
+use crate::control::tunnel::{start_tls, start_tunnel, tunnel_answer};
+use crate::control::{Conn, Fail, InFlight, Pumped, St, Tls, Tunnel};
+use crate::engine::place::{Delimiter, Fed, Placer};
+use crate::engine::sink::Sink;
+use crate::err;
+use crate::error::{Kind, Result};
+use crate::event::{Loop, Shared, errno};
+use crate::report::Note;
+use crate::tag::Tag;
+
+/// Where driving a connection stands after one of its steps.
+enum Drive {
+    /// State changed: drive it again.
+    Again,
+    /// It has an operation in flight, or nothing to do: stop.
+    Stop,
+    /// Go on to the next step of this turn.
+    On,
+}
 
 impl Shared {
-    /// Lends what a connection's response and body may change ([`Ctx`]) for one call.
-    pub(crate) fn ctx(&mut self) -> Ctx<'_> {
-        Ctx {
-            report: &mut self.report,
-            opts: &self.opts,
-            pool: &self.pool,
-            to_write: &mut self.to_write,
-            fatal: &mut self.fatal,
-            origins: &self.origins,
-            tr: &mut self.tr,
-            ktls: self.ktls,
-            tls_full: &mut self.tls_full,
-            tls_resumed: &mut self.tls_resumed,
-            soft_rekeys: &mut self.soft_rekeys,
+    /// Lends what a connection's response and body may change ([`Ctx`]), with the data
+    /// path `sink`, to `f`; a download the call gave up on ([`Ctx::gave_up`]) becomes the
+    /// transfer's fatal error. Returns what `f` returned.
+    pub(crate) fn lend<R>(&mut self, sink: &mut Sink, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
+        let Shared {
+            report,
+            opts,
+            fatal,
+            origins,
+            tr,
+            ktls,
+            tls_full,
+            tls_resumed,
+            soft_rekeys,
+            ..
+        } = self;
+        let mut ctx = Ctx {
+            report,
+            opts,
+            sink,
+            gave_up: None,
+            origins,
+            tr,
+            ktls: *ktls,
+            tls_full,
+            tls_resumed,
+            soft_rekeys,
+        };
+        let r = f(&mut ctx);
+        if let Some(e) = ctx.gave_up {
+            *fatal = Some(e);
         }
+        r
     }
 }
 
@@ -109,198 +142,280 @@ impl Loop<'_> {
         self.sh.origin(k).next_attempt(&trying, backing_off, now)
     }
 
+    /// Connection `i`'s operation completed (`cq`): the SEND, RECV, SPLICE or CONNECT it
+    /// had in flight, handled by what it was.
     pub(crate) fn conn_completion(&mut self, i: usize, cq: Completion) -> std::result::Result<(), Fail> {
         let c = &mut self.conns[i];
         let op = std::mem::replace(&mut c.op, InFlight::Idle);
         c.last_io = Instant::now();
         let res = cq.result;
-        if let Some(bucket) = self.pace.as_mut() {
-            // A paced read took its tokens when it was posted: what it did not fill goes
-            // back. (A RECVMSG of a kTLS record is not paced in advance: it pays now.)
-            let taken = std::mem::take(&mut c.pace_taken);
-            let got = u64::try_from(res).unwrap_or(0);
-            if taken > 0 {
-                bucket.give_back(taken.saturating_sub(got));
-            } else if got > 0 && matches!(op, InFlight::RecvMsg) {
-                bucket.take(got);
-            }
-        }
+        // A paced read took its tokens when it was posted: what it did not fill goes back.
+        // (A RECVMSG of a kTLS record is not paced in advance: it pays now.)
+        let taken = std::mem::take(&mut c.pace_taken);
+        self.sink.pace_settle(taken, res, op == InFlight::RecvMsg);
         if let Some(data) = cq.data {
-            // A SEND came back: its Vec is the connection's out buffer.
-            let mut data = data;
-            if res >= 0 && (res as usize) < data.len() {
-                data.drain(..res as usize);
-                c.out = data;
-            } else {
-                data.clear();
-                c.out = data;
-            }
-            if res < 0 {
-                return Err(self.io_fail(i, "send", res));
-            }
-            return Ok(());
+            return self.send_done(i, data, res);
         }
         if let Some(buf) = cq.buf {
-            if op == InFlight::RecvMsg {
-                c.rbuf = Some(buf);
-                return self.record_completion(i, res, cq.control.unwrap_or_default());
-            }
-            // kTLS: a non-data record (alert, NewSessionTicket, KeyUpdate) is at the head.
-            let non_data = c.kconn.is_some() && res == -rustix::io::Errno::IO.raw_os_error();
-            if op == InFlight::RecvDirect && c.soft.is_some() {
-                if res < 0 {
-                    let r = crate::control::handoff::soft_recv_done(c, &mut self.sh.ctx(), buf, 0);
-                    return Err(r.err().unwrap_or_else(|| self.io_fail(i, "recv", res)));
-                }
-                if res > 0 {
-                    c.failures = 0;
-                }
-                return crate::control::handoff::soft_recv_done(c, &mut self.sh.ctx(), buf, res);
-            }
-            if op == InFlight::RecvDirect {
-                let n = if res > 0 { res as usize } else { 0 };
-                with_placer(&mut c.rx, &mut self.sh.ctx(), |p, blocks| {
-                    p.recv_done(buf, n);
-                    if n > 0 { p.settle(blocks) } else { Ok(Fed::More) }
-                })?;
-                if non_data {
-                    return self.read_record(i);
-                }
-                if res < 0 {
-                    return Err(self.io_fail(i, "recv", res));
-                }
-                if res == 0 {
-                    c.eof = true;
-                }
-                return Ok(());
-            }
-            c.rbuf = Some(buf);
-            if non_data {
-                return self.read_record(i);
-            }
-            if res < 0 {
-                return Err(self.io_fail(i, "recv", res));
-            }
-            // (A proxy's answer while the tunnel opens is no progress: a proxy that refuses
-            // every tunnel must still run out of tries.)
-            if res > 0 && c.st != St::Tunnel {
-                c.failures = 0;
-            }
-            if res == 0 {
-                c.eof = true;
-            } else {
-                c.rhi += res as usize;
-            }
-            return Ok(());
+            return self.recv_done(i, op, buf, res, cq.control);
         }
         if op == InFlight::Splice {
-            if c.kconn.is_some() && res == -rustix::io::Errno::INVAL.raw_os_error() {
-                // SPLICE stops with EINVAL at a non-data record under kTLS RX.
-                return self.read_record(i);
-            }
-            if res < 0 {
-                return Err(self.io_fail(i, "splice", res));
-            }
-            if res == 0 {
-                c.eof = true;
-                return Ok(());
-            }
-            let n = res as usize;
-            let pipe = c.pipe.as_mut().expect("a splicing connection has a pipe");
-            pipe.held += n;
-            with_placer(&mut c.rx, &mut self.sh.ctx(), |p, _| {
-                p.advance(n);
-                Ok(Fed::More)
-            })?;
-            self.drain(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
-            with_placer(&mut self.conns[i].rx, &mut self.sh.ctx(), Placer::settle)?;
-            return Ok(());
+            return self.splice_done(i, res);
         }
-        // CONNECT
-        if c.st == St::Connecting {
-            let k = c.addr;
-            let mirror = c.mirror;
-            let origin = self
-                .sh
-                .origins
-                .get_mut(self.sh.tr.mirrors[mirror].origin)
-                .expect("a mirror's origin");
-            let addr = origin.addrs[k];
-            let n_addrs = origin.addrs.len();
-            if res < 0 && c.cancel_sent && origin.addr_proven && origin.addr_next != k {
-                // Another address answered first: this attempt was cancelled (RFC 8305 §5);
-                // the connection goes where the winner went, and no try is spent.
-                self.sh.report.note(Note::Abandoned {
-                    conn: i,
-                    addr,
-                    winner: origin.addrs[origin.addr_next],
-                });
-                // The slot goes back to the spares: `kick` opens it again only when the
-                // download wants another connection.
-                self.close(i);
-                self.conns[i].engaged = false;
-                return Ok(());
-            }
-            if res < 0 {
-                let e = errno(res);
-                c.addr_i += 1;
-                let to = match &origin.proxy {
-                    Some(p) => format!("proxy {} ({addr})", p.url),
-                    None => addr.to_string(),
-                };
-                let mut msg = if e == rustix::io::Errno::CANCELED {
-                    format!("connect to {to}: timed out after {} s", self.sh.opts.connect_timeout_s)
-                } else {
-                    format!("connect to {to}: {e}")
-                };
-                let refused = matches!(e, rustix::io::Errno::CONNREFUSED | rustix::io::Errno::CONNRESET);
-                // Refused where connects went through before (or where there is nowhere
-                // else to go): the server turns this connection away. Refused elsewhere:
-                // nothing listens on that address; the next one is tried at once (RFC 8305
-                // §5: on to the next address, the other family first).
-                let cap = refused && (n_addrs == 1 || (origin.addr_proven && origin.addr_next == k));
-                if !cap && n_addrs > 1 {
-                    if origin.addr_next == k {
-                        origin.addr_next = (k + 1) % n_addrs;
-                        origin.addr_proven = false;
-                    }
-                    let next = origin.addrs[origin.addr_next];
-                    if next.is_ipv6() != addr.is_ipv6() {
-                        msg.push_str(&format!("; trying {} next: {next}", resolve::family(&next)));
-                    } else {
-                        msg.push_str(&format!("; trying {next} next"));
-                    }
-                }
-                let mut f = Fail::retry(Kind::Network, msg);
-                f.refused = refused;
-                return Err(if cap { f.busy() } else { f });
-            }
-            // The origin answers again: its connects start a new count.
-            self.sh.tr.mirrors[mirror].connects_failed = 0;
-            if !origin.addr_proven {
-                origin.addr_next = k;
-                origin.addr_proven = true;
-                if k != 0 {
-                    self.sh.report.note(Note::Connected {
-                        addr,
-                        family: resolve::family(&addr),
-                    });
-                }
-                // The attempts still racing to other addresses are called off.
-                for j in 0..self.conns.len() {
-                    let o = &self.conns[j];
-                    if j != i && o.mirror == mirror && o.st == St::Connecting && o.addr != k {
-                        self.cancel_op(j).map_err(|e| Fail::fatal(e.kind, e.msg))?;
-                    }
-                }
-            }
-            if self.sh.origin(mirror).tunnel() {
-                return start_tunnel(&mut self.conns[i], self.sh.origin(mirror), self.sh.url(mirror));
-            }
-            self.conns[i].st = St::Open;
-            return start_tls(&mut self.conns[i], self.sh.origin(mirror));
+        if self.conns[i].st == St::Connecting {
+            return self.connect_done(i, res);
         }
         Ok(())
+    }
+
+    /// A SEND came back with `res`: its Vec (`data`) is the connection's out buffer again,
+    /// holding what was not sent.
+    fn send_done(&mut self, i: usize, mut data: Vec<u8>, res: i32) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        if res >= 0 && (res as usize) < data.len() {
+            data.drain(..res as usize);
+        } else {
+            data.clear();
+        }
+        c.out = data;
+        if res < 0 {
+            return Err(self.io_fail(i, "send", res));
+        }
+        Ok(())
+    }
+
+    /// A RECV (or a kTLS RECVMSG, `op`) came back with `res` and its buffer: the read
+    /// block, or a write block the data path lent.
+    fn recv_done(
+        &mut self,
+        i: usize,
+        op: InFlight,
+        buf: Buf,
+        res: i32,
+        control: Option<Vec<u8>>,
+    ) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        if op == InFlight::RecvMsg {
+            c.rbuf = Some(buf);
+            return self.record_completion(i, res, control.unwrap_or_default());
+        }
+        // kTLS: a non-data record (alert, NewSessionTicket, KeyUpdate) is at the head.
+        let non_data = c.tls.is_kernel() && res == -rustix::io::Errno::IO.raw_os_error();
+        if op == InFlight::RecvDirect && c.tls.is_soft() {
+            if res < 0 {
+                let r = self.open_received(i, buf, 0);
+                return Err(r.err().unwrap_or_else(|| self.io_fail(i, "recv", res)));
+            }
+            if res > 0 {
+                self.conns[i].failures = 0;
+            }
+            return self.open_received(i, buf, res);
+        }
+        if op == InFlight::RecvDirect {
+            let n = if res > 0 { res as usize } else { 0 };
+            self.sh.lend(&mut self.sink, |ctx| {
+                with_placer(&mut c.rx, ctx, |p, blocks| {
+                    p.recv_done(buf, n);
+                    if n > 0 { p.settle(blocks) } else { Ok(Fed::More) }
+                })
+            })?;
+        } else {
+            c.rbuf = Some(buf);
+        }
+        if non_data {
+            return self.read_record(i);
+        }
+        if res < 0 {
+            return Err(self.io_fail(i, "recv", res));
+        }
+        let c = &mut self.conns[i];
+        if op == InFlight::RecvDirect {
+            if res == 0 {
+                c.eof = true;
+            }
+            return Ok(());
+        }
+        // (A proxy's answer while the tunnel opens is no progress: a proxy that refuses
+        // every tunnel must still run out of tries.)
+        if res > 0 && c.st != St::Tunnel {
+            c.failures = 0;
+        }
+        if res == 0 {
+            c.eof = true;
+        } else {
+            c.rhi += res as usize;
+        }
+        Ok(())
+    }
+
+    /// Software TLS: a RECV of `res` bytes of ciphertext into the write block `buf` came
+    /// back (0 at the end of the stream, or after an error): the record layer opens what
+    /// it can in place ([`crate::engine::record::SoftTls::open_in_block`]) and this
+    /// applies what it did to the connection.
+    fn open_received(&mut self, i: usize, buf: Buf, res: i32) -> std::result::Result<(), Fail> {
+        let n = if res > 0 { res as usize } else { 0 };
+        let Conn {
+            tls,
+            rbuf,
+            rlo,
+            rhi,
+            out,
+            rx,
+            clean_close,
+            eof,
+            ..
+        } = &mut self.conns[i];
+        let soft = tls.soft_mut().expect("a soft-TLS connection");
+        let read = rbuf
+            .as_mut()
+            .expect("the read block stays while a RECV into the write block is out");
+        let mut opened = None;
+        let placed = self.sh.lend(&mut self.sink, |ctx| {
+            with_placer(rx, ctx, |p, blocks| {
+                let mut o = soft.open_in_block(p, blocks, buf, n, read, out);
+                let fed = std::mem::replace(&mut o.fed, Ok(Fed::More));
+                opened = Some(o);
+                fed
+            })
+        });
+        let opened = opened.expect("the record layer ran");
+        if opened.closed {
+            *clean_close = true;
+            *eof = true;
+        }
+        if let Some(k) = opened.carried {
+            (*rlo, *rhi) = (0, k);
+        }
+        placed?;
+        self.sh.soft_rekeys += opened.rekeys;
+        if let Some(e) = opened.failed {
+            return Err(Fail::retry(e.kind, e.msg));
+        }
+        if res == 0 {
+            *eof = true;
+        }
+        Ok(())
+    }
+
+    /// Engine splice: a socket → pipe SPLICE came back with `res`: the body moves on by
+    /// what it brought, and the pipe drains when it holds enough.
+    fn splice_done(&mut self, i: usize, res: i32) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        if c.tls.is_kernel() && res == -rustix::io::Errno::INVAL.raw_os_error() {
+            // SPLICE stops with EINVAL at a non-data record under kTLS RX.
+            return self.read_record(i);
+        }
+        if res < 0 {
+            return Err(self.io_fail(i, "splice", res));
+        }
+        if res == 0 {
+            c.eof = true;
+            return Ok(());
+        }
+        let n = res as usize;
+        let pipe = c.pipe.as_mut().expect("a splicing connection has a pipe");
+        pipe.held += n;
+        self.sh.lend(&mut self.sink, |ctx| {
+            with_placer(&mut c.rx, ctx, |p, _| {
+                p.advance(n);
+                Ok(Fed::More)
+            })
+        })?;
+        self.drain(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+        let rx = &mut self.conns[i].rx;
+        self.sh
+            .lend(&mut self.sink, |ctx| with_placer(rx, ctx, Placer::settle))?;
+        Ok(())
+    }
+
+    /// A CONNECT came back with `res`: on to the tunnel or TLS, or why it failed.
+    fn connect_done(&mut self, i: usize, res: i32) -> std::result::Result<(), Fail> {
+        let c = &self.conns[i];
+        let (k, mirror) = (c.addr, c.mirror);
+        let origin = self.sh.origin(mirror);
+        if res < 0 && c.cancel_sent && origin.addr_proven && origin.addr_next != k {
+            // Another address answered first: this attempt was cancelled (RFC 8305 §5);
+            // the connection goes where the winner went, and no try is spent.
+            let (addr, winner) = (origin.addrs[k], origin.addrs[origin.addr_next]);
+            self.sh.report.note(Note::Abandoned { conn: i, addr, winner });
+            // The slot goes back to the spares: `kick` opens it again only when the
+            // download wants another connection.
+            self.close(i);
+            self.conns[i].engaged = false;
+            return Ok(());
+        }
+        if res < 0 {
+            return Err(self.connect_failed(i, res));
+        }
+        // The origin answers again: its connects start a new count.
+        self.sh.tr.mirrors[mirror].connects_failed = 0;
+        let origin = self.sh.origin_mut(mirror);
+        if !origin.addr_proven {
+            origin.addr_next = k;
+            origin.addr_proven = true;
+            let addr = origin.addrs[k];
+            if k != 0 {
+                self.sh.report.note(Note::Connected {
+                    addr,
+                    family: resolve::family(&addr),
+                });
+            }
+            // The attempts still racing to other addresses are called off.
+            for j in 0..self.conns.len() {
+                let o = &self.conns[j];
+                if j != i && o.mirror == mirror && o.st == St::Connecting && o.addr != k {
+                    self.cancel_op(j).map_err(|e| Fail::fatal(e.kind, e.msg))?;
+                }
+            }
+        }
+        if self.sh.origin(mirror).tunnel() {
+            return start_tunnel(&mut self.conns[i], self.sh.origin(mirror), self.sh.url(mirror));
+        }
+        self.conns[i].st = St::Open;
+        start_tls(&mut self.conns[i], self.sh.origin(mirror))
+    }
+
+    /// Connection `i`'s CONNECT failed with `res`: why, and whether the server turned it
+    /// away (refused where connects went through) or nothing listens there (the next
+    /// address is tried).
+    fn connect_failed(&mut self, i: usize, res: i32) -> Fail {
+        let c = &mut self.conns[i];
+        let k = c.addr;
+        let origin = &mut self.sh.origins[self.sh.tr.mirrors[c.mirror].origin];
+        let addr = origin.addrs[k];
+        let n_addrs = origin.addrs.len();
+        let e = errno(res);
+        c.addr_i += 1;
+        let to = match &origin.proxy {
+            Some(p) => format!("proxy {} ({addr})", p.url),
+            None => addr.to_string(),
+        };
+        let mut msg = if e == rustix::io::Errno::CANCELED {
+            format!("connect to {to}: timed out after {} s", self.sh.opts.connect_timeout_s)
+        } else {
+            format!("connect to {to}: {e}")
+        };
+        let refused = matches!(e, rustix::io::Errno::CONNREFUSED | rustix::io::Errno::CONNRESET);
+        // Refused where connects went through before (or where there is nowhere
+        // else to go): the server turns this connection away. Refused elsewhere:
+        // nothing listens on that address; the next one is tried at once (RFC 8305
+        // §5: on to the next address, the other family first).
+        let cap = refused && (n_addrs == 1 || (origin.addr_proven && origin.addr_next == k));
+        if !cap && n_addrs > 1 {
+            if origin.addr_next == k {
+                origin.addr_next = (k + 1) % n_addrs;
+                origin.addr_proven = false;
+            }
+            let next = origin.addrs[origin.addr_next];
+            if next.is_ipv6() != addr.is_ipv6() {
+                msg.push_str(&format!("; trying {} next: {next}", resolve::family(&next)));
+            } else {
+                msg.push_str(&format!("; trying {next} next"));
+            }
+        }
+        let mut f = Fail::retry(Kind::Network, msg);
+        f.refused = refused;
+        if cap { f.busy() } else { f }
     }
 
     pub(crate) fn io_fail(&self, i: usize, what: &str, res: i32) -> Fail {
@@ -343,119 +458,161 @@ impl Loop<'_> {
                 return Ok(());
             }
             if !c.out.is_empty() {
-                let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
-                let data = std::mem::take(&mut c.out);
-                let len = data.len();
-                c.op = InFlight::Send;
-                self.ring
-                    .push(
-                        Op::Send {
-                            fd,
-                            data,
-                            range: 0..len,
-                            flags: rustix::net::SendFlags::NOSIGNAL.bits(),
-                        },
-                        Tag::Conn(i).encode(),
-                    )
-                    .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))?;
-                return Ok(());
+                return self.send(i);
             }
-            // Through a proxy, an https connection first waits for its tunnel.
-            if c.st == St::Tunnel {
-                let k = c.mirror;
-                // (Requests of other transfers and of other reactors (`--threads`) to the
-                // origin go through the same proxy: their tunnels are open too. A helper
-                // whose first tunnel was refused while the owner's two were served took
-                // it for a proxy that refuses every tunnel: its parts failed 5 times.)
-                let others_open = self.sh.origin(k).elsewhere() > 0
-                    || self
-                        .conns
-                        .iter()
-                        .enumerate()
-                        .any(|(j, o)| j != i && o.mirror == k && matches!(o.st, St::Open | St::Tunnel));
-                let (origin, url) = (self.sh.origin(k), self.sh.url(k));
-                match tunnel_answer(&mut self.conns[i], i, origin, url, self.sh.opts.verbose, others_open)? {
-                    Tunnel::NeedMore => return self.post_recv(i),
-                    Tunnel::Sent => {}
-                    Tunnel::Open => start_tls(&mut self.conns[i], origin)?,
-                }
-                // (A SOCKS5 step may have queued its next message: send it.)
-                let c = &self.conns[i];
-                if c.st == St::Tunnel && (c.busy() || c.out.is_empty()) {
-                    return Ok(());
-                }
-                continue;
-            }
-            // Input held back by an empty write pool goes first.
-            if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
-                if with_placer(&mut c.rx, &mut self.sh.ctx(), Placer::retry_spill)? == Fed::Blocked {
+            let step = if c.st == St::Tunnel {
+                self.drive_tunnel(i)?
+            } else if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
+                // Input held back by an empty write pool goes first.
+                let rx = &mut c.rx;
+                if self
+                    .sh
+                    .lend(&mut self.sink, |ctx| with_placer(rx, ctx, Placer::retry_spill))?
+                    == Fed::Blocked
+                {
                     self.wait_for_block(i);
                     return Ok(());
                 }
-                continue;
+                Drive::Again
+            } else {
+                match self.pump(i)? {
+                    Drive::On => self.drive_on(i)?,
+                    step => step,
+                }
+            };
+            match step {
+                Drive::Again => continue,
+                Drive::Stop | Drive::On => return Ok(()),
             }
-            if c.tls.is_some() {
-                match pump_tls(c, &mut self.sh.ctx(), &mut self.tls_info)? {
-                    Pumped::Again => continue,
-                    Pumped::Blocked => {
-                        self.wait_for_block(i);
-                        return Ok(());
-                    }
-                    Pumped::NeedData => {}
-                    Pumped::PeerClosed => c.eof = true,
-                    Pumped::HandOff => {
-                        self.hand_off(i)?;
-                        continue;
-                    }
-                }
-            } else if c.soft.is_some() {
-                match crate::control::handoff::pump_soft(c, &mut self.sh.ctx())? {
-                    Pumped::Again => continue,
-                    Pumped::Blocked => {
-                        self.wait_for_block(i);
-                        return Ok(());
-                    }
-                    Pumped::NeedData | Pumped::HandOff => {}
-                    Pumped::PeerClosed => c.eof = true,
-                }
-            } else if c.rlo < c.rhi {
+        }
+    }
+
+    /// SENDs connection `i`'s `out` bytes.
+    fn send(&mut self, i: usize) -> std::result::Result<(), Fail> {
+        let c = &mut self.conns[i];
+        let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
+        let data = std::mem::take(&mut c.out);
+        let len = data.len();
+        c.op = InFlight::Send;
+        self.ring
+            .push(
+                Op::Send {
+                    fd,
+                    data,
+                    range: 0..len,
+                    flags: rustix::net::SendFlags::NOSIGNAL.bits(),
+                },
+                Tag::Conn(i).encode(),
+            )
+            .map_err(|_| Fail::fatal(Kind::Internal, "submission queue full"))
+    }
+
+    /// Through a proxy, an https connection first waits for its tunnel: reads the proxy's
+    /// answer, sends the next SOCKS5 message, or starts TLS once the tunnel is open.
+    fn drive_tunnel(&mut self, i: usize) -> std::result::Result<Drive, Fail> {
+        let k = self.conns[i].mirror;
+        // (Requests of other transfers and of other reactors (`--threads`) to the
+        // origin go through the same proxy: their tunnels are open too. A helper
+        // whose first tunnel was refused while the owner's two were served took
+        // it for a proxy that refuses every tunnel: its parts failed 5 times.)
+        let others_open = self.sh.origin(k).elsewhere() > 0
+            || self
+                .conns
+                .iter()
+                .enumerate()
+                .any(|(j, o)| j != i && o.mirror == k && matches!(o.st, St::Open | St::Tunnel));
+        let (origin, url) = (self.sh.origin(k), self.sh.url(k));
+        match tunnel_answer(&mut self.conns[i], i, origin, url, self.sh.opts.verbose, others_open)? {
+            Tunnel::NeedMore => {
+                self.post_recv(i)?;
+                return Ok(Drive::Stop);
+            }
+            Tunnel::Sent => {}
+            Tunnel::Open => start_tls(&mut self.conns[i], origin)?,
+        }
+        // (A SOCKS5 step may have queued its next message: send it.)
+        let c = &self.conns[i];
+        if c.st == St::Tunnel && (c.busy() || c.out.is_empty()) {
+            return Ok(Drive::Stop);
+        }
+        Ok(Drive::Again)
+    }
+
+    /// Runs connection `i`'s TLS layer (rustls, or the software record layer) over its
+    /// buffered input, or gives plain input to the response.
+    fn pump(&mut self, i: usize) -> std::result::Result<Drive, Fail> {
+        let c = &mut self.conns[i];
+        let pumped = match &c.tls {
+            Tls::Rustls(_) | Tls::RustlsKept(_) => {
+                let tls_info = &mut self.tls_info;
+                self.sh.lend(&mut self.sink, |ctx| pump_tls(c, ctx, tls_info))?
+            }
+            Tls::Soft(_) => match self.sh.lend(&mut self.sink, |ctx| pump_soft(c, ctx))? {
+                Pumped::HandOff => Pumped::NeedData,
+                p => p,
+            },
+            Tls::Off | Tls::Kernel(_) if c.rlo < c.rhi => {
                 let rbuf = c.rbuf.take().expect("idle connection holds its read block");
-                let r = feed(&mut c.rx, &mut self.sh.ctx(), &rbuf[c.rlo..c.rhi]);
+                let (lo, hi) = (c.rlo, c.rhi);
+                let r = self.sh.lend(&mut self.sink, |ctx| feed(&mut c.rx, ctx, &rbuf[lo..hi]));
                 c.rbuf = Some(rbuf);
                 c.rlo = c.rhi;
                 r?;
-                continue;
+                return Ok(Drive::Again);
             }
-            let c = &mut self.conns[i];
-            let handshaking = c.tls.as_ref().is_some_and(|t| t.is_handshaking());
-            if c.eof {
-                if c.rx.job.is_some() {
-                    return self.on_eof(i);
-                }
-                if handshaking {
-                    return Err(Fail::retry(Kind::Network, "connection closed during the TLS handshake"));
-                }
-                // An idle keep-alive connection the server closed.
-                return self.recycle(i);
-            }
-            if c.rx.job.is_none() && !handshaking {
-                if c.rx.extra {
-                    return self.recycle(i);
-                }
-                if c.idle_since.is_none() {
-                    c.idle_since = Some(Instant::now());
-                }
-                if self.assign(i)? {
-                    continue;
-                }
-                return Ok(());
-            }
-            if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
+            Tls::Off | Tls::Kernel(_) => return Ok(Drive::On),
+        };
+        match pumped {
+            Pumped::Again => Ok(Drive::Again),
+            Pumped::Blocked => {
                 self.wait_for_block(i);
-                return Ok(());
+                Ok(Drive::Stop)
             }
-            return self.post_recv(i);
+            Pumped::NeedData => Ok(Drive::On),
+            Pumped::PeerClosed => {
+                self.conns[i].eof = true;
+                Ok(Drive::On)
+            }
+            Pumped::HandOff => {
+                self.hand_off(i)?;
+                Ok(Drive::Again)
+            }
         }
+    }
+
+    /// Connection `i`'s input is processed: ends its response or the connection at the
+    /// end of the stream, gives an idle one its next request, or posts the next read.
+    fn drive_on(&mut self, i: usize) -> std::result::Result<Drive, Fail> {
+        let c = &mut self.conns[i];
+        let handshaking = c.tls.is_handshaking();
+        if c.eof {
+            if c.rx.job.is_some() {
+                self.on_eof(i)?;
+                return Ok(Drive::Stop);
+            }
+            if handshaking {
+                return Err(Fail::retry(Kind::Network, "connection closed during the TLS handshake"));
+            }
+            // An idle keep-alive connection the server closed.
+            self.recycle(i)?;
+            return Ok(Drive::Stop);
+        }
+        if c.rx.job.is_none() && !handshaking {
+            if c.rx.extra {
+                self.recycle(i)?;
+                return Ok(Drive::Stop);
+            }
+            if c.idle_since.is_none() {
+                c.idle_since = Some(Instant::now());
+            }
+            return Ok(if self.assign(i)? { Drive::Again } else { Drive::Stop });
+        }
+        if c.rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
+            self.wait_for_block(i);
+            return Ok(Drive::Stop);
+        }
+        self.post_recv(i)?;
+        Ok(Drive::Stop)
     }
 
     /// The peer closed (FIN or TLS close_notify) while a job was open.
@@ -463,15 +620,13 @@ impl Loop<'_> {
         let c = &mut self.conns[i];
         let job = c.rx.job.as_ref().expect("on_eof with a job");
         match job.placer.delimiter() {
-            Some(Delimiter::Close) if (c.tls.is_some() || c.kconn.is_some() || c.soft.is_some()) && !c.clean_close => {
-                Err(Fail::retry(
-                    Kind::Protocol,
-                    "connection closed without TLS close_notify: the body may be truncated",
-                ))
-            }
+            Some(Delimiter::Close) if c.tls.is_on() && !c.clean_close => Err(Fail::retry(
+                Kind::Protocol,
+                "connection closed without TLS close_notify: the body may be truncated",
+            )),
             Some(Delimiter::Close) => {
                 self.sh.tr.total = Some(job.placer.pos());
-                finish_job(&mut c.rx, &mut self.sh.ctx());
+                self.sh.lend(&mut self.sink, |ctx| finish_job(&mut c.rx, ctx));
                 self.recycle(i)
             }
             Some(Delimiter::Length(rem)) => Err(Fail::retry(
@@ -488,11 +643,8 @@ impl Loop<'_> {
         let c = &mut self.conns[i];
         c.st = St::Closed;
         c.op = InFlight::Idle;
-        c.tls = None;
+        c.tls = Tls::Off;
         c.socks = None;
-        c.kconn = None;
-        c.soft = None;
-        c.no_ktls = false;
         c.eof = false;
         c.rx.extra = false;
         c.rlo = 0;

@@ -4,7 +4,6 @@
 //! (control file, `.part`) or truncates, syncs and reads back a finished one, and gives
 //! the reactor its idle connections and origins.
 
-use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -20,6 +19,7 @@ use crate::control::origin::{Origin, OriginKey};
 use crate::control::{Conn, St};
 use crate::engine::EngineKind;
 use crate::engine::blocks::{align_down, write_block};
+use crate::engine::sink::Sink;
 use crate::err;
 use crate::error::{Error, Result};
 use crate::lane::LaneRing;
@@ -244,8 +244,6 @@ pub(crate) fn start_on<'c>(
     let sh = Shared {
         report,
         opts,
-        pool: wpool,
-        to_write: VecDeque::new(),
         fatal: None,
         splice,
         ktls,
@@ -269,10 +267,7 @@ pub(crate) fn start_on<'c>(
         ring,
         conns,
         sh,
-        out_fd: out.fd.as_raw_fd(),
-        slots: (0..wcount).map(|_| None).collect(),
-        writes_in_flight: 0,
-        waiting: VecDeque::new(),
+        sink: Sink::new(wpool, out.fd.as_raw_fd(), wcount, stream_digest, pace),
         started: Instant::now(),
         tls_info,
         interrupted: None,
@@ -288,11 +283,6 @@ pub(crate) fn start_on<'c>(
         recent_rate: 0.0,
         rate_mark: (Instant::now(), 0),
         last_sync: Instant::now(),
-        emitted: 0,
-        stream_digest,
-        pace,
-        paced: VecDeque::new(),
-        pace_timer: false,
         fin: Fin {
             out,
             resuming,
@@ -355,7 +345,7 @@ impl Loop<'_> {
         }
         self.push(
             Op::Fsync {
-                fd: self.out_fd,
+                fd: self.sink.out_fd,
                 datasync: false,
             },
             Tag::Fsync(0).encode(),
@@ -441,7 +431,7 @@ fn read_kept(dl: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Option<Box<supe
         .len();
     let (digest, signed) = crate::output::verify::digests(
         &dl.ring,
-        &reactor.verify_pool(dl.sh.pool.block_size())?,
+        &reactor.verify_pool(dl.sink.pool.block_size())?,
         (path, None, out.direct, 0, bytes),
         checksum,
         signed,
@@ -474,7 +464,7 @@ pub(crate) fn end(mut dl: Loop<'_>, r: Result<Option<(usize, Url)>>, reactor: &m
         p.tell_landed(&dl.sh.tr.landed, 0);
         p.tell_blame(dl.sh.tr.changed);
     }
-    let hold = (dl.writes_in_flight > 0).then(|| Rc::clone(&dl.fin.out));
+    let hold = (dl.sink.writes_in_flight > 0).then(|| Rc::clone(&dl.fin.out));
     (
         r,
         std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)),
@@ -537,7 +527,7 @@ fn end_inner(
             let mut saved = false;
             if dl.sh.tr.landed.bytes() == 0 && !dl.fin.resuming {
                 out.remove_part();
-            } else if dl.writes_in_flight > 0 {
+            } else if dl.sink.writes_in_flight > 0 {
                 // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
                 // as long. The control file keeps its last (synced) state.
                 dl.sh.report.note(Note::WritesPending);
@@ -547,7 +537,7 @@ fn end_inner(
                 // If that fails, the control file keeps its last (synced) state.
                 match dl.wait_for(
                     Op::Fsync {
-                        fd: dl.out_fd,
+                        fd: dl.sink.out_fd,
                         datasync: true,
                     },
                     Tag::Fsync(1).encode(),
@@ -590,7 +580,7 @@ fn end_inner(
             }
             dl.sh.report.clear();
             let mut s = dl.summary(before.map_or(dl.sh.tr.landed.bytes(), |b| b.0), io, registered, None);
-            s.writes_pending = dl.writes_in_flight > 0;
+            s.writes_pending = dl.sink.writes_in_flight > 0;
             if e.kind == crate::error::Kind::Interrupted {
                 // (Cut short, not failed: what its origins taught — the cap a server was
                 // seen allowing, a proven address — holds for the file's resume in this run
@@ -624,7 +614,7 @@ fn end_inner(
                 }
                 dl.wait_for(
                     Op::Fsync {
-                        fd: dl.out_fd,
+                        fd: dl.sink.out_fd,
                         datasync: false,
                     },
                     Tag::Fsync(0).encode(),
@@ -640,13 +630,13 @@ fn end_inner(
         (_, Some((part, base))) => crate::output::verify::digests(
             &dl.ring,
             // (Its own blocks: the write pool may be held by other transfers' connections.)
-            &reactor.verify_pool(dl.sh.pool.block_size())?,
+            &reactor.verify_pool(dl.sink.pool.block_size())?,
             (part, out.readable(), out.direct, base, total),
             opts.checksum.as_ref().map(|c| c.algorithm),
             dl.fin.signed.take(),
             &mut dl.interrupted,
         )?,
-        (Some(_), None) => (dl.stream_digest.take().map(|d| d.finish()), None),
+        (Some(_), None) => (dl.sink.stream_digest.take().map(|d| d.finish()), None),
         _ => (None, None),
     };
     if let Some(before) = dl.fin.fixed_before {

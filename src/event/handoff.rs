@@ -2,39 +2,43 @@
 //! software record layer, and non-data records read with RECVMSG under kTLS (alerts,
 //! NewSessionTicket, KeyUpdate).
 
-use crate::control::handoff::{SoftTls, into_secrets, ktls_rekey};
-use crate::control::*;
-use crate::error::Kind;
-use crate::event::*;
-use crate::report::Note;
-use crate::tag::Tag;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
+
+use rustls::client::UnbufferedClientConnection;
 use uring::Op;
+
+use crate::control::handoff::{into_secrets, ktls_rekey};
+use crate::control::{Fail, InFlight, Tls};
+use crate::engine::record::SoftTls;
+use crate::error::Kind;
+use crate::event::Loop;
+use crate::report::Note;
+use crate::tag::Tag;
+
+/// Takes connection TLS `tls`'s rustls session for the hand-off (leaving no TLS until
+/// the hand-off sets the next mode).
+fn take_session(tls: &mut Tls) -> Box<UnbufferedClientConnection> {
+    match std::mem::replace(tls, Tls::Off) {
+        Tls::Rustls(session) => session,
+        _ => unreachable!("hand-off of a rustls connection"),
+    }
+}
 
 impl Loop<'_> {
     /// Keeps connection `i` in rustls (same bytes, with its copies): `note` says why under
     /// `-v`, `why` goes to the summary.
-    fn stay_in_rustls(
-        &mut self,
-        i: usize,
-        tls: Box<rustls::client::UnbufferedClientConnection>,
-        note: Note,
-        why: String,
-    ) {
+    fn stay_in_rustls(&mut self, i: usize, tls: Box<UnbufferedClientConnection>, note: Note, why: String) {
         self.sh.report.note(note);
         self.sh.ktls_refused.get_or_insert(why);
-        let c = &mut self.conns[i];
-        c.tls = Some(tls);
-        c.no_ktls = true;
+        self.conns[i].tls = Tls::RustlsKept(tls);
     }
 
     /// Hands connection `i`'s TLS to the software record layer: rustls' secrets go to
     /// `ktls::soft`, which opens the server's records in place and seals our requests. An
     /// unsupported suite keeps the connection in rustls (same bytes).
     fn hand_off_soft(&mut self, i: usize) -> std::result::Result<(), Fail> {
-        let c = &mut self.conns[i];
-        let tls = c.tls.take().expect("hand-off of a TLS connection");
+        let tls = take_session(&mut self.conns[i].tls);
         match tls.negotiated_cipher_suite() {
             Some(suite) if ktls::offloadable(suite) => {}
             other => {
@@ -53,7 +57,7 @@ impl Loop<'_> {
         let (version, tx, rx, kconn) = into_secrets(tls, "TLS hand-off")?;
         let soft =
             SoftTls::new(version, tx, rx, kconn).map_err(|e| Fail::retry(Kind::Tls, format!("TLS hand-off: {e}")))?;
-        self.conns[i].soft = Some(Box::new(soft));
+        self.conns[i].tls = Tls::Soft(Box::new(soft));
         self.sh.soft_conns += 1;
         self.sh.report.note(Note::SoftOn { conn: i });
         Ok(())
@@ -70,7 +74,7 @@ impl Loop<'_> {
             return self.hand_off_soft(i);
         }
         let c = &mut self.conns[i];
-        let tls = c.tls.take().expect("hand-off of a TLS connection");
+        let tls = take_session(&mut c.tls);
         let fd = c.fd.as_ref().expect("open connection has a socket");
         let refuse = |why: String| why;
         let refused = match tls.negotiated_cipher_suite() {
@@ -99,7 +103,7 @@ impl Loop<'_> {
             // Linux 6.0+: decrypt whole records straight into our buffer; older kernels say no.
             let _ = ktls::set_rx_expect_no_pad(fd.as_fd());
         }
-        c.kconn = Some(kconn);
+        c.tls = Tls::Kernel(kconn);
         c.out = std::mem::take(&mut c.pending_request);
         self.sh.ktls_conns += 1;
         self.sh.report.note(Note::KtlsOn { conn: i });
@@ -172,7 +176,7 @@ impl Loop<'_> {
                         m.map_err(|_| Fail::retry(Kind::Tls, "a handshake message split across records under kTLS"))?;
                     match m.typ {
                         ktls::handshake_type::NEW_SESSION_TICKET => {
-                            let res = c.kconn.as_mut().map(|k| k.handle_new_session_ticket(m.body));
+                            let res = c.tls.kernel_mut().map(|k| k.handle_new_session_ticket(m.body));
                             self.sh.report.note(Note::Ticket {
                                 conn: i,
                                 ignored: res.and_then(|r| r.err()).map(|e| e.to_string()),
@@ -182,7 +186,7 @@ impl Loop<'_> {
                         // carries the rest of the segment.
                         ktls::handshake_type::KEY_UPDATE => {
                             let fd = c.fd.as_ref().expect("open connection has a socket");
-                            let kconn = c.kconn.as_mut().expect("a kTLS record comes from a kTLS connection");
+                            let kconn = c.tls.kernel_mut().expect("a kTLS record comes from a kTLS connection");
                             match ktls_rekey(fd, kconn, m.body) {
                                 Ok(tx) => {
                                     self.sh.ktls_rekeys += 1;

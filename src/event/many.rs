@@ -364,8 +364,8 @@ fn turns<'c>(
             adopt(r, reactor);
             // Connections that waited for a write block the lanes share, freed by another.
             if r.failed.is_none()
-                && !r.dl.waiting.is_empty()
-                && r.dl.sh.pool.available() > 0
+                && !r.dl.sink.waiting.is_empty()
+                && r.dl.sink.pool.available() > 0
                 && let Err(e) = r.dl.wake_waiting()
             {
                 r.failed = Some(e);

@@ -108,7 +108,7 @@ impl Loop<'_> {
             let piped = self.conns[j].pipe.as_ref().is_some_and(|p| !p.is_idle());
             let from = if piped {
                 let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
-                job.placer.release(trim, &mut self.sh.to_write)
+                self.sink.release(&mut job.placer, trim)
             } else {
                 job.placer.discard()
             };
@@ -127,11 +127,11 @@ impl Loop<'_> {
     /// written) and their ranges go back to the queue, lowest offset first. (A write
     /// already submitted lands: its bytes passed their answer's check.)
     fn discard_queued(&mut self, k: usize) {
-        if !self.sh.to_write.iter().any(|wb| wb.source == k) {
+        if !self.sink.to_write.iter().any(|wb| wb.source == k) {
             return;
         }
         let mut dropped: Vec<(u64, u64)> = Vec::new();
-        self.sh.to_write.retain(|wb| {
+        self.sink.to_write.retain(|wb| {
             if wb.source == k {
                 dropped.push((wb.off, wb.off + wb.fill as u64));
                 false

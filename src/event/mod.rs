@@ -12,7 +12,6 @@ mod ends;
 mod handoff;
 pub mod many;
 pub mod mirrors;
-mod pipe;
 mod reactor;
 mod recv;
 pub(crate) mod retry;
@@ -26,20 +25,19 @@ pub(crate) use ends::{Fin, end, start_on};
 pub use reactor::Reactor;
 pub use summary::Summary;
 
-use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use http::Url;
-use uring::{BufPool, Completion, Op};
+use uring::{Completion, Op};
 
 use crate::config::Config;
 use crate::control::origin::Origin;
-use crate::control::*;
+use crate::control::{Conn, Fail, St};
 use crate::engine::EngineKind;
-use crate::engine::blocks::WriteBlock;
+use crate::engine::sink::Sink;
 use crate::engine::splice::Pipe;
 use crate::err;
 use crate::error::{Error, Result};
@@ -47,7 +45,6 @@ use crate::lane::{LaneRing, RingCell};
 use crate::report::{Note, Progress};
 use crate::tag::Tag;
 use crate::transfer::Transfer;
-use writer::*;
 
 /// Read block per connection, bytes: holds a response head or ≥ 3 whole TLS records.
 pub(crate) const READ_BLOCK: usize = 64 << 10;
@@ -87,15 +84,14 @@ pub struct Kept {
     pub signed: Option<Option<Vec<u8>>>,
 }
 
-/// Run-wide state the connections share: the report, the options, the write pool, the
-/// engine's switches and counts, the origins — and the transfer.
+/// Run-wide state the connections share: the report, the options, the engine's switches
+/// and counts, the origins — and the transfer. (The data path's state is the loop's
+/// [`Sink`].)
 pub(crate) struct Shared {
     /// Progress and notes: everything the loop has to say goes through it.
     pub(crate) report: Progress,
     pub(crate) opts: Rc<Config>,
-    pub(crate) pool: BufPool,
-    /// Full or final blocks waiting for a write SQE.
-    pub(crate) to_write: VecDeque<WriteBlock>,
+    /// Set when the transfer cannot go on: the loop ends with it at the end of the turn.
     pub(crate) fatal: Option<Error>,
     /// Engine `splice`: bodies go socket → pipe → file.
     pub(crate) splice: bool,
@@ -280,11 +276,8 @@ pub(crate) struct Loop<'a> {
     pub(crate) sh: Shared,
     /// What only the transfer's end needs.
     pub(crate) fin: Fin,
-    pub(crate) out_fd: RawFd,
-    pub(crate) slots: Vec<Option<WriteSlot>>,
-    pub(crate) writes_in_flight: usize,
-    /// Connections stopped because the write pool was empty.
-    pub(crate) waiting: VecDeque<usize>,
+    /// The data path: write pool, queued blocks, writes in flight, the output, the pace.
+    pub(crate) sink: Sink,
     pub(crate) started: Instant,
     pub(crate) tls_info: Option<String>,
     pub(crate) tick: Duration,
@@ -303,16 +296,6 @@ pub(crate) struct Loop<'a> {
     pub(crate) rate_mark: (Instant, u64),
     /// When the last periodic fdatasync for the control file was pushed.
     pub(crate) last_sync: Instant,
-    /// Bytes queued to a sequential output (standard output, a FIFO) so far.
-    pub(crate) emitted: u64,
-    /// In-order digest of what goes to standard output (`--checksum` with `-o -`).
-    pub(crate) stream_digest: Option<ring::digest::Context>,
-    /// `--limit-rate`: the download's token bucket (its clock: `started.elapsed()`).
-    pub(crate) pace: Option<crate::schedule::pace::Bucket>,
-    /// Connections waiting for the bucket before their next socket read.
-    pub(crate) paced: VecDeque<usize>,
-    /// The [`Tag::Pace`] TIMEOUT is in flight.
-    pub(crate) pace_timer: bool,
     /// SIGINT/SIGTERM came while the loop was no longer running (the final fsync or
     /// read-back): the file lands, and the run stops before the next.
     pub(crate) interrupted: Option<&'static str>,
@@ -450,8 +433,7 @@ impl Loop<'_> {
                 .conns
                 .iter()
                 .all(|c| c.rx.job.is_none() && c.pipe.as_ref().is_none_or(Pipe::is_idle))
-            && self.sh.to_write.is_empty()
-            && self.writes_in_flight == 0
+            && self.sink.is_idle()
             && !self.remote.as_ref().is_some_and(threads::Remote::busy)
     }
 
@@ -466,8 +448,8 @@ impl Loop<'_> {
             Some(Tag::Pace) => {
                 // The bucket has refilled: the connections that waited read again (each
                 // asks the bucket anew, and waits again when it is still short).
-                self.pace_timer = false;
-                while let Some(i) = self.paced.pop_front() {
+                self.sink.pace_timer = false;
+                while let Some(i) = self.sink.paced.pop_front() {
                     if !self.conns[i].busy() {
                         self.after(i, Ok(()))?;
                     }

@@ -185,7 +185,7 @@ impl Loop<'_> {
             // came with the head, and the pipe (drained below) holds the rest, so the
             // retry starts at the body's position.
             let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
-            let from = job.placer.release(trim, &mut self.sh.to_write);
+            let from = self.sink.release(&mut job.placer, trim);
             if job.probe && !self.sh.tr.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
                 if self.drops_mirror(k, f.kind) {
                     self.sh.tr.plan.requeue(Segment { tries: 0, ..job.seg }, true);
@@ -476,11 +476,11 @@ impl Loop<'_> {
     /// (a pipe) and bytes past that start already went to it.
     fn again_from(&mut self, mut seg: Segment, from: u64, why: &str) -> Option<Segment> {
         seg.start = if self.sh.tr.ranges { from } else { 0 };
-        if self.sh.tr.sequential && seg.start < self.emitted {
+        if self.sh.tr.sequential && seg.start < self.sink.emitted {
             self.sh.fatal = Some(err!(
                 Network,
                 "{why}; cannot start over: {} bytes already went to {}",
-                self.emitted,
+                self.sink.emitted,
                 self.sh.tr.out_name
             ));
             return None;
@@ -500,7 +500,7 @@ impl Loop<'_> {
         let served = c.requests - 1;
         let mut job = c.rx.job.take().expect("a re-sent request has a job");
         let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
-        let from = job.placer.release(trim, &mut self.sh.to_write);
+        let from = self.sink.release(&mut job.placer, trim);
         // (Nothing of the answer came: it starts where it did, or at zero without ranges.)
         let Some(seg) = self.again_from(job.seg, from, &f.msg) else {
             return Ok(());

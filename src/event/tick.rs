@@ -46,7 +46,7 @@ impl Loop<'_> {
             self.sync_snapshot = Some(self.sh.tr.landed.ranges().to_vec());
             self.push(
                 Op::Fsync {
-                    fd: self.out_fd,
+                    fd: self.sink.out_fd,
                     datasync: true,
                 },
                 Tag::Control.encode(),
@@ -71,8 +71,8 @@ impl Loop<'_> {
             let state = format!(
                 "queue={} to_write={} writes={} landed={}",
                 self.sh.tr.plan.queued(),
-                self.sh.to_write.len(),
-                self.writes_in_flight,
+                self.sink.to_write.len(),
+                self.sink.writes_in_flight,
                 self.sh.tr.landed.bytes()
             );
             self.sh.report.note(Note::State(state));

@@ -1,0 +1,299 @@
+//! The writer: queued write blocks submitted in order as WRITE(_FIXED) at their offsets
+//! (in order, one at a time, for a stream), short writes resubmitted, a block device's
+//! end kept, and engine `splice`'s pipe → file SPLICE. Each completion's handler says what
+//! happened ([`Written`], an error) and the loop acts on it.
+
+use uring::{Completion, Op};
+
+use super::blocks::align_up;
+use super::sink::Sink;
+use super::splice::Pipe;
+use crate::err;
+use crate::error::{Error, Result};
+use crate::lane::LaneRing;
+use crate::output::device::Room;
+use crate::tag::Tag;
+use crate::transfer::Transfer;
+
+/// SPLICE_F_MOVE (splice(2)): move pages instead of copying when the kernel can.
+pub(crate) const SPLICE_F_MOVE: u32 = 1;
+
+/// One write in flight.
+pub(crate) struct WriteSlot {
+    pub(crate) off: u64,
+    /// Bytes submitted (padded to the alignment for the last O_DIRECT block).
+    pub(crate) len: usize,
+    /// Real body bytes in the block.
+    pub(crate) fill: usize,
+    /// Bytes the kernel has written so far.
+    pub(crate) done: usize,
+}
+
+/// What a write's completion did.
+pub(crate) enum Written {
+    /// The rest of a short write was submitted again.
+    Pending,
+    /// The block landed: it is free again (connections waiting for one may go on).
+    Landed,
+    /// The write failed: the transfer cannot go on.
+    Failed(Error),
+}
+
+/// Pushes `op` with `tag` on `ring`.
+///
+/// # Errors
+/// `Internal` when the submission queue is full (the ring was sized too small).
+fn push(ring: &LaneRing<'_>, op: Op, tag: u64) -> Result<()> {
+    ring.push(op, tag)
+        .map_err(|_| err!(Internal, "submission queue full (ring sized too small)"))
+}
+
+impl Sink {
+    /// Submits queued blocks on `ring` (in order, one at a time, for a stream), and the
+    /// FALLOCATE a new file of known size asks for first. Returns the error that ends the
+    /// transfer when the output cannot take what is queued (a block device's end), else
+    /// `None`.
+    ///
+    /// # Errors
+    /// A full submission queue, or a failed read of a device's tail for the padding.
+    pub(crate) fn flush(&mut self, ring: &LaneRing<'_>, tr: &mut Transfer) -> Result<Option<Error>> {
+        if tr.need_fallocate {
+            tr.need_fallocate = false;
+            if let Some(total) = tr.total.filter(|t| *t > 0 && tr.file) {
+                let op = Op::Fallocate {
+                    fd: self.out_fd,
+                    mode: 0,
+                    offset: 0,
+                    len: total,
+                };
+                push(ring, op, Tag::Fallocate.encode())?;
+            }
+        }
+        while !self.to_write.is_empty() {
+            if tr.sequential && self.writes_in_flight > 0 {
+                break;
+            }
+            if let Some(room) = tr.room()
+                && let Some(why) = self.beyond_room(tr, room)
+            {
+                // Nothing past the device's end, and nothing at all of an image that
+                // cannot fit: what is queued is dropped (not counted as landed).
+                self.to_write.clear();
+                return Ok(Some(why));
+            }
+            let Some(s) = self.slots.iter().position(Option::is_none) else {
+                break;
+            };
+            self.submit_next(ring, tr, s)?;
+        }
+        Ok(None)
+    }
+
+    /// Submits the first queued block as write slot `s`.
+    fn submit_next(&mut self, ring: &LaneRing<'_>, tr: &Transfer, s: usize) -> Result<()> {
+        let mut wb = self.to_write.pop_front().expect("non-empty");
+        let mut buf = wb.buf.take().expect("queued block has its buffer");
+        let mut len = wb.fill;
+        if tr.direct && !(len as u64).is_multiple_of(tr.align) {
+            // Only the file's last block may be short: pad it, ftruncate fixes the size.
+            // On a device the pad is what the device holds there (read first).
+            let padded = align_up(len as u64, tr.align) as usize;
+            match tr.room() {
+                Some(room) => room.read_tail(room.base + wb.off + len as u64, &mut buf[len..padded])?,
+                None => buf[len..padded].fill(0),
+            }
+            len = padded;
+        }
+        if wb.fill == 0 {
+            return Ok(());
+        }
+        if let Some(d) = self.stream_digest.as_mut() {
+            d.update(&buf[..wb.fill]);
+        }
+        if tr.sequential {
+            self.emitted += wb.fill as u64;
+        }
+        let offset = if tr.sequential {
+            u64::MAX
+        } else {
+            tr.room().map_or(0, |r| r.base) + wb.off
+        };
+        self.slots[s] = Some(WriteSlot {
+            off: wb.off,
+            len,
+            fill: wb.fill,
+            done: 0,
+        });
+        self.writes_in_flight += 1;
+        let op = Op::Write {
+            fd: self.out_fd,
+            buf,
+            range: 0..len,
+            offset,
+        };
+        push(ring, op, Tag::Write(s).encode())
+    }
+
+    /// A block device's limit: an image whose known size exceeds the room (refused before
+    /// its first write), or a block of an image of unknown size that would cross the
+    /// device's end. The fatal error to raise, or `None`.
+    fn beyond_room(&self, tr: &Transfer, room: &Room) -> Option<Error> {
+        let what = &tr.out_name;
+        if let Some(total) = tr.total {
+            return room.refuse(total, what).map(|m| err!(LocalIo, "{m}"));
+        }
+        let wb = self.to_write.front()?;
+        let end = wb.off + align_up(wb.fill as u64, tr.align);
+        // (What the device holds then is said once the transfer has ended, from the bytes
+        // that landed: `app::fetch`.)
+        (end > room.len).then(|| {
+            err!(
+                LocalIo,
+                "the image (unknown size) goes past the end of {what} ({} bytes from offset {})",
+                room.len,
+                room.base
+            )
+        })
+    }
+
+    /// The write of slot `s` completed (`c`): what landed is added to `tr.landed`; a short
+    /// write's rest is submitted again on `ring`.
+    ///
+    /// # Errors
+    /// A full submission queue.
+    pub(crate) fn write_done(
+        &mut self,
+        ring: &LaneRing<'_>,
+        tr: &mut Transfer,
+        s: usize,
+        c: Completion,
+    ) -> Result<Written> {
+        let buf = c.buf.expect("a write carries its block");
+        let slot = self.slots[s].as_mut().expect("write slot in use");
+        if c.result < 0 {
+            self.writes_in_flight -= 1;
+            let e = rustix::io::Errno::from_raw_os_error(-c.result);
+            let (what, hint) = if e == rustix::io::Errno::NOSPC {
+                let need = tr.total.map_or(0, |t| t.saturating_sub(tr.landed.bytes()));
+                ("disk full", tr.out.space_hint(need))
+            } else {
+                ("write failed", String::new())
+            };
+            return Ok(Written::Failed(err!(
+                LocalIo,
+                "{what} at offset {} ({} bytes): {e}{hint}",
+                slot.off + slot.done as u64,
+                slot.len - slot.done
+            )));
+        }
+        slot.done += c.result as usize;
+        if c.result == 0 || slot.done < slot.len {
+            if c.result == 0 || (tr.direct && !(slot.done as u64).is_multiple_of(tr.align)) {
+                self.writes_in_flight -= 1;
+                return Ok(Written::Failed(err!(
+                    LocalIo,
+                    "short write at offset {}: {} of {} bytes",
+                    slot.off,
+                    slot.done,
+                    slot.len
+                )));
+            }
+            let offset = if tr.sequential {
+                u64::MAX
+            } else {
+                tr.room().map_or(0, |r| r.base) + slot.off + slot.done as u64
+            };
+            let range = slot.done..slot.len;
+            let op = Op::Write {
+                fd: self.out_fd,
+                buf,
+                range,
+                offset,
+            };
+            push(ring, op, c.tag)?;
+            return Ok(Written::Pending);
+        }
+        let slot = self.slots[s].take().expect("write slot in use");
+        self.writes_in_flight -= 1;
+        tr.landed.add(slot.off, slot.off + slot.fill as u64);
+        drop(buf);
+        Ok(Written::Landed)
+    }
+
+    /// While the transfer settles after a fatal error: the write of slot `s` completed
+    /// with `res`; a whole write counts as landed, nothing is submitted again.
+    pub(crate) fn write_reaped(&mut self, tr: &mut Transfer, s: usize, res: i32) {
+        if let Some(slot) = self.slots[s].take() {
+            self.writes_in_flight -= 1;
+            if res >= 0 && slot.done + res as usize >= slot.len {
+                tr.landed.add(slot.off, slot.off + slot.fill as u64);
+            }
+        }
+    }
+
+    /// Engine splice: SPLICE `pipe` → file at the held bytes' offset (pushed on `ring`
+    /// with `tag`) once the pipe holds `write_threshold` bytes, is full, or holds the end
+    /// of the response (`ending`: the body is complete or the socket at its end).
+    ///
+    /// # Errors
+    /// A full submission queue.
+    pub(crate) fn drain(
+        &self,
+        ring: &LaneRing<'_>,
+        pipe: &mut Pipe,
+        tag: u64,
+        write_threshold: usize,
+        ending: bool,
+    ) -> Result<()> {
+        if pipe.draining || pipe.held == 0 {
+            return Ok(());
+        }
+        // A pipe fills by slots (pages), not bytes: spliced socket data may use a page per
+        // MSS-sized fragment, so wait for at most an eighth of the byte capacity, or a socket
+        // SPLICE could block on a pipe that is "full" while we wait for the threshold.
+        let threshold = write_threshold.min(pipe.cap / 8);
+        if pipe.held < threshold && pipe.room() > 0 && !ending {
+            return Ok(());
+        }
+        pipe.draining = true;
+        let op = Op::Splice {
+            fd_in: pipe.rd(),
+            off_in: None,
+            fd_out: self.out_fd,
+            off_out: Some(pipe.file_pos),
+            len: pipe.held.min(u32::MAX as usize) as u32,
+            flags: SPLICE_F_MOVE,
+        };
+        push(ring, op, tag)
+    }
+
+    /// A pipe → file SPLICE of `pipe` completed with `res`: what it moved is added to
+    /// `tr.landed`. Returns the error that ends the transfer when it failed or moved
+    /// nothing.
+    pub(crate) fn drained(&mut self, tr: &mut Transfer, pipe: &mut Pipe, res: i32) -> Option<Error> {
+        pipe.draining = false;
+        if res <= 0 {
+            let at = pipe.file_pos;
+            let e = if res == 0 {
+                "nothing written".to_owned()
+            } else {
+                rustix::io::Errno::from_raw_os_error(-res).to_string()
+            };
+            return Some(err!(LocalIo, "splice to {} at offset {at}: {e}", tr.out_name));
+        }
+        let n = res as usize;
+        tr.landed.add(pipe.file_pos, pipe.file_pos + n as u64);
+        pipe.file_pos += n as u64;
+        pipe.held -= n;
+        None
+    }
+
+    /// While the transfer settles after a fatal error: a pipe → file SPLICE of `pipe`
+    /// completed with `res`; what it moved counts as landed.
+    pub(crate) fn drain_reaped(tr: &mut Transfer, pipe: &mut Pipe, res: i32) {
+        pipe.draining = false;
+        if res > 0 {
+            tr.landed.add(pipe.file_pos, pipe.file_pos + res as u64);
+        }
+    }
+}
