@@ -56,7 +56,7 @@ pub(crate) fn soft_tls_enabled() -> bool {
     *ON.get_or_init(|| std::env::var_os("RINGDL_SOFT_TLS").is_none_or(|v| v != "0"))
 }
 
-/// Runs the software record layer over the buffered ciphertext `rbuf[rlo..rhi]`: seals a
+/// Runs the software record layer over the buffered ciphertext `rbuf[input_start..input_end]`: seals a
 /// waiting request, has the layer open each whole record in place
 /// ([`crate::engine::record::SoftTls::open_next`]) and gives application data to the receive side; tickets and
 /// KeyUpdate go to rustls, close_notify ends the stream.
@@ -68,8 +68,8 @@ pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Ctx<'_>) -> std::result::Result<P
     let Conn {
         tls,
         rbuf,
-        rlo,
-        rhi,
+        input_start,
+        input_end,
         out,
         pending_request,
         rx,
@@ -85,7 +85,7 @@ pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Ctx<'_>) -> std::result::Result<P
     }
     let rbuf = rbuf.as_mut().expect("idle connection holds its read block");
     loop {
-        let Some(opened) = soft.open_next(rbuf, rlo, *rhi, out).map_err(retry)? else {
+        let Some(opened) = soft.open_next(rbuf, input_start, *input_end, out).map_err(retry)? else {
             return Ok(Pumped::NeedData);
         };
         match opened {

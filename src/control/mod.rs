@@ -333,10 +333,11 @@ pub(crate) struct Conn {
     pub(crate) tls: Tls,
     /// The SOCKS5 handshake while the tunnel is being opened (`St::Tunnel`).
     pub(crate) socks: Option<Box<http::Socks5Handshake>>,
+    /// The read block: a response head, TLS records (taken out while a RECV fills it).
     pub(crate) rbuf: Option<Buf>,
-    /// Unprocessed input is `rbuf[rlo..rhi]`.
-    pub(crate) rlo: usize,
-    pub(crate) rhi: usize,
+    /// Received input not processed yet is `rbuf[input_start..input_end]`.
+    pub(crate) input_start: usize,
+    pub(crate) input_end: usize,
     /// Bytes to send (TLS records or a plain request).
     pub(crate) out: Vec<u8>,
     /// A plaintext request waiting for the TLS connection to accept application data.
@@ -400,8 +401,8 @@ impl Conn {
             tls: Tls::Off,
             socks: None,
             rbuf: Some(rbuf),
-            rlo: 0,
-            rhi: 0,
+            input_start: 0,
+            input_end: 0,
             out: Vec::new(),
             pending_request: Vec::new(),
             op: InFlight::Idle,

@@ -20,8 +20,8 @@ pub(crate) fn pump_tls(
     let Conn {
         tls,
         rbuf,
-        rlo,
-        rhi,
+        input_start,
+        input_end,
         out,
         pending_request,
         rx,
@@ -40,20 +40,20 @@ pub(crate) fn pump_tls(
     let handshaking = session.is_handshaking();
     let mut counted = false;
     loop {
-        let UnbufferedStatus { discard, state } = session.process_tls_records(&mut rbuf[*rlo..*rhi]);
+        let UnbufferedStatus { discard, state } = session.process_tls_records(&mut rbuf[*input_start..*input_end]);
         let state = match state {
             Ok(s) => s,
-            Err(e) => return Err(refused(e, handshaking, &url, &rbuf[*rlo..*rhi])),
+            Err(e) => return Err(refused(e, handshaking, &url, &rbuf[*input_start..*input_end])),
         };
         let side = Side {
             out,
             pending_request,
             rx,
             hand_off,
-            at_boundary: *rlo + discard == *rhi,
+            at_boundary: *input_start + discard == *input_end,
         };
         let step = on_state(state, side, sh, |e| record_fail(e, handshaking, &url))?;
-        *rlo += discard + step.discard;
+        *input_start += discard + step.discard;
         if handshaking && !counted && !session.is_handshaking() {
             counted = true;
             if session.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {

@@ -34,7 +34,7 @@ pub(crate) fn socks_answer(c: &mut Conn, i: usize, proxy: &Proxy, verbose: u8) -
     let target = hs.target().to_string();
     let phase = hs.phase();
     let rbuf = c.rbuf.as_ref().expect("idle connection holds its read block");
-    let step = hs.advance(&rbuf[c.rlo..c.rhi], &mut c.out);
+    let step = hs.advance(&rbuf[c.input_start..c.input_end], &mut c.out);
     match step {
         Ok(Socks5Step::NeedMore) => {
             if c.eof {
@@ -49,11 +49,11 @@ pub(crate) fn socks_answer(c: &mut Conn, i: usize, proxy: &Proxy, verbose: u8) -
             Ok(Tunnel::NeedMore)
         }
         Ok(Socks5Step::Send(n)) => {
-            c.rlo += n;
+            c.input_start += n;
             Ok(Tunnel::Sent)
         }
         Ok(Socks5Step::Open(n)) => {
-            c.rlo += n;
+            c.input_start += n;
             c.socks = None;
             c.st = St::Open;
             if verbose > 1 {

@@ -52,7 +52,7 @@ pub(crate) fn tunnel_answer(
     loop {
         let rbuf = c.rbuf.as_ref().expect("idle connection holds its read block");
         let mut headers = [Header::EMPTY; http::MAX_FIELDS];
-        let (len, code, reason) = match http::parse_head(&rbuf[c.rlo..c.rhi], &mut headers) {
+        let (len, code, reason) = match http::parse_head(&rbuf[c.input_start..c.input_end], &mut headers) {
             Ok(Status::Partial) => {
                 if c.eof {
                     return Err(Fail::retry(
@@ -64,7 +64,7 @@ pub(crate) fn tunnel_answer(
                     ));
                 }
                 // (The read block holds the whole answer or the answer is refused.)
-                if c.rhi - c.rlo >= rbuf.len() {
+                if c.input_end - c.input_start >= rbuf.len() {
                     return Err(Fail::fatal(
                         Kind::Protocol,
                         format!("proxy {}: CONNECT answer larger than {} bytes", proxy.url, rbuf.len()),
@@ -80,7 +80,7 @@ pub(crate) fn tunnel_answer(
                 ));
             }
         };
-        c.rlo += len;
+        c.input_start += len;
         match code {
             100..=199 => continue,
             200..=299 => {

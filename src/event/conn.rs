@@ -104,8 +104,8 @@ impl Loop<'_> {
         c.requests = 0;
         c.clean_close = false;
         c.cancel_sent = false;
-        c.rlo = 0;
-        c.rhi = 0;
+        c.input_start = 0;
+        c.input_end = 0;
         c.out.clear();
         c.last_io = Instant::now();
         let timeout = Duration::from_secs_f64(self.sh.opts.connect_timeout_s);
@@ -243,7 +243,7 @@ impl Loop<'_> {
         if res == 0 {
             c.eof = true;
         } else {
-            c.rhi += res as usize;
+            c.input_end += res as usize;
         }
         Ok(())
     }
@@ -257,8 +257,8 @@ impl Loop<'_> {
         let Conn {
             tls,
             rbuf,
-            rlo,
-            rhi,
+            input_start,
+            input_end,
             out,
             rx,
             clean_close,
@@ -284,7 +284,7 @@ impl Loop<'_> {
             *eof = true;
         }
         if let Some(k) = opened.carried {
-            (*rlo, *rhi) = (0, k);
+            (*input_start, *input_end) = (0, k);
         }
         placed?;
         self.sh.soft_rekeys += opened.rekeys;
@@ -551,12 +551,12 @@ impl Loop<'_> {
                 Pumped::HandOff => Pumped::NeedData,
                 p => p,
             },
-            Tls::Off | Tls::Kernel(_) if c.rlo < c.rhi => {
+            Tls::Off | Tls::Kernel(_) if c.input_start < c.input_end => {
                 let rbuf = c.rbuf.take().expect("idle connection holds its read block");
-                let (lo, hi) = (c.rlo, c.rhi);
+                let (lo, hi) = (c.input_start, c.input_end);
                 let r = self.sh.lend(&mut self.sink, |ctx| feed(&mut c.rx, ctx, &rbuf[lo..hi]));
                 c.rbuf = Some(rbuf);
-                c.rlo = c.rhi;
+                c.input_start = c.input_end;
                 r?;
                 return Ok(Drive::Again);
             }
@@ -647,8 +647,8 @@ impl Loop<'_> {
         c.socks = None;
         c.eof = false;
         c.rx.extra = false;
-        c.rlo = 0;
-        c.rhi = 0;
+        c.input_start = 0;
+        c.input_end = 0;
         c.out.clear();
         c.pending_request.clear();
         if let Some(fd) = c.fd.take() {

@@ -116,15 +116,15 @@ impl Loop<'_> {
         let c = &mut self.conns[i];
         let fd = c.fd.as_ref().expect("open connection has a socket").as_raw_fd();
         let mut rbuf = c.rbuf.take().expect("idle connection holds its read block");
-        if c.rlo == c.rhi {
-            c.rlo = 0;
-            c.rhi = 0;
-        } else if c.rlo > 0 {
-            rbuf.copy_within(c.rlo..c.rhi, 0);
-            c.rhi -= c.rlo;
-            c.rlo = 0;
+        if c.input_start == c.input_end {
+            c.input_start = 0;
+            c.input_end = 0;
+        } else if c.input_start > 0 {
+            rbuf.copy_within(c.input_start..c.input_end, 0);
+            c.input_end -= c.input_start;
+            c.input_start = 0;
         }
-        let range = c.rhi..rbuf.len();
+        let range = c.input_end..rbuf.len();
         c.op = InFlight::RecvMsg;
         c.last_io = Instant::now();
         let op = Op::RecvMsg {
@@ -155,11 +155,11 @@ impl Loop<'_> {
             return Err(Fail::retry(Kind::Tls, "kTLS RECVMSG returned no record type"));
         };
         if typ == ktls::content_type::APPLICATION_DATA {
-            c.rhi += n;
+            c.input_end += n;
             return Ok(());
         }
         let rbuf = c.rbuf.as_ref().expect("read block back");
-        let payload = rbuf[c.rhi..c.rhi + n].to_vec();
+        let payload = rbuf[c.input_end..c.input_end + n].to_vec();
         match ktls::NonData::decode(typ, &payload) {
             Ok(rec) if rec.is_close_notify() => {
                 c.eof = true;

@@ -467,7 +467,7 @@ impl Reactor {
                 && !conn.rx.extra
                 && !conn.eof
                 && !conn.dead
-                && conn.rlo == conn.rhi
+                && conn.input_start == conn.input_end
                 && conn.out.is_empty()
                 && conn.pending_request.is_empty()
                 && conn.pipe.as_ref().is_none_or(|p| p.is_idle() && p.held == 0)

@@ -31,8 +31,8 @@ impl Loop<'_> {
             rx,
             pipe,
             rbuf,
-            rlo,
-            rhi,
+            input_start,
+            input_end,
             ..
         } = &mut self.conns[i];
         let wire = match tls {
@@ -46,8 +46,8 @@ impl Loop<'_> {
             placer: rx.job.as_mut().map(|j| &mut j.placer),
             pipe,
             read: rbuf,
-            lo: rlo,
-            hi: rhi,
+            lo: input_start,
+            hi: input_end,
         };
         let recv = self
             .sink
