@@ -11,20 +11,16 @@ use crate::error::Kind;
 use crate::schedule::Segment;
 use std::time::Instant;
 
-/// Runs `f` on the job's body with the transfer's write pool and queue, counts what it
-/// placed, and finishes the job when the body is complete. Returns what `f` said.
+/// Runs `f` on the job's body with the transfer's write pool and queue (the sink counts
+/// what it placed for the transfer and the mirror), marks the job and its connection
+/// served, and finishes the job when the body is complete. Returns what `f` said.
 pub(crate) fn with_placer(
     rx: &mut Rx,
     sh: &mut Ctx<'_>,
     f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
 ) -> std::result::Result<Fed, Fail> {
     let job = rx.job.as_mut().expect("body bytes for a job");
-    let (r, moved) = sh.sink.place(&mut job.placer, f);
-    if moved > 0 && sh.tr.received == 0 && sh.tr.refused_first {
-        sh.tr.waited = sh.tr.started.elapsed();
-    }
-    sh.tr.received += moved;
-    sh.tr.mirrors[job.mirror].bytes += moved;
+    let (r, moved) = sh.sink.place(&mut job.placer, sh.tr, job.mirror, f);
     job.got_bytes |= moved > 0;
     rx.served |= moved > 0;
     if moved > 0 && job.first_byte.is_none() {

@@ -2,9 +2,10 @@
 //! write blocks (the compaction copy of engine `direct`), the framing that says where the
 //! body ends (RFC 9112 §6.3), and what a response that ends short leaves to write.
 //!
-//! Pure state over a [`BufPool`]: no socket, no ring. The event loop feeds it plaintext
-//! (decrypted TLS records, or plain reads), lets a RECV fill its block directly, and
-//! submits the blocks it queues. `fuzz/` drives the same code with random record sizes
+//! Pure state over a [`BufPool`]: no socket, no ring. The transfer's data path
+//! (`super::sink::Sink`) lends it the pool and the write queue; it is fed plaintext
+//! (decrypted TLS records, or plain reads), lets a RECV fill its block directly, and the
+//! sink submits the blocks it queues. `fuzz/` drives the same code with random record sizes
 //! and read splits (target `compaction`).
 
 use std::collections::VecDeque;

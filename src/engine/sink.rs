@@ -23,6 +23,7 @@ use crate::error::Result;
 use crate::lane::LaneRing;
 use crate::schedule::pace::Bucket;
 use crate::tag::Tag;
+use crate::transfer::Transfer;
 
 pub(crate) use super::write::{WriteSlot, Written};
 
@@ -86,16 +87,26 @@ impl Sink {
         }
     }
 
-    /// Runs `f` on a body's placer with the pool and the write queue; returns what `f`
-    /// said and the bytes the body moved forward.
+    /// Runs `f` on the placer of a body from `tr`'s mirror `mirror` with the pool and the
+    /// write queue, and counts the bytes the body moved forward as received (for the
+    /// transfer and the mirror). Returns what `f` said and those bytes.
     pub(crate) fn place(
         &mut self,
         placer: &mut Placer,
+        tr: &mut Transfer,
+        mirror: usize,
         f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
     ) -> (std::result::Result<Fed, PlaceError>, u64) {
         let before = placer.pos();
         let r = f(placer, &mut self.blocks());
-        (r, placer.pos() - before)
+        let moved = placer.pos() - before;
+        if moved > 0 && tr.received == 0 && tr.refused_first {
+            // (Turned away first: the time until its first body byte, for the summary.)
+            tr.waited = tr.started.elapsed();
+        }
+        tr.received += moved;
+        tr.mirrors[mirror].bytes += moved;
+        (r, moved)
     }
 
     /// A body ended (complete or not): queues what its block holds (the aligned part with

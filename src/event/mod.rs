@@ -1,10 +1,14 @@
-//! One download: the event loop over one io_uring, the connections (control plane:
-//! connect → TLS handshake → request → response head → validation) and the body path
-//! (data plane: compaction into aligned write blocks, writes at segment offsets).
+//! A transfer's event loop ([`Loop`]) on its lane of a reactor's io_uring: the
+//! connections (control plane: connect → TLS handshake → request → response head →
+//! validation, `crate::control`) and, per transfer, the data path it drives
+//! (`crate::engine::sink`: where reads go, write blocks, writes at segment offsets).
 //!
 //! Every socket and file operation is an SQE on the ring; the loop makes one
 //! `io_uring_enter` per turn that submits and waits. Each connection has at most one
-//! operation (CONNECT, SEND or RECV) in flight; write blocks have their own.
+//! operation (CONNECT, SEND or RECV) in flight; write blocks have their own. A received
+//! byte: its completion comes to [`Loop::complete`] → the connection's handler
+//! (`conn.rs`) → the read block (a head, rustls' records) or the sink (placed or opened
+//! in place into a write block) → a WRITE the sink submits → its completion back here.
 
 pub(crate) mod assign;
 mod conn;
@@ -269,6 +273,7 @@ pub(crate) fn may_spread(st: &Start, n: usize) -> std::result::Result<Vec<usize>
     }
 }
 
+/// One transfer's loop: its connections, what they share, and its data path.
 pub(crate) struct Loop<'a> {
     /// This transfer's lane of the reactor's ring.
     pub(crate) ring: LaneRing<'a>,
