@@ -180,7 +180,7 @@ pub(crate) enum Tls {
     RustlsKept(Box<UnbufferedClientConnection>),
     /// kTLS is installed: the socket yields plaintext; rustls keeps only what
     /// post-handshake messages need (session tickets, KeyUpdate).
-    Kernel(KernelConnection<ClientConnectionData>),
+    Kernel(Box<KernelConnection<ClientConnectionData>>),
     /// The software record layer runs this connection's TLS (the default without kTLS):
     /// records opened in place by `ktls::soft`, rustls keeps only the post-handshake state.
     Soft(Box<SoftTls>),

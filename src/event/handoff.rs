@@ -103,7 +103,7 @@ impl Loop<'_> {
             // Linux 6.0+: decrypt whole records straight into our buffer; older kernels say no.
             let _ = ktls::set_rx_expect_no_pad(fd.as_fd());
         }
-        c.tls = Tls::Kernel(kconn);
+        c.tls = Tls::Kernel(Box::new(kconn));
         c.out = std::mem::take(&mut c.pending_request);
         self.sh.ktls_conns += 1;
         self.sh.report.note(Note::KtlsOn { conn: i });
