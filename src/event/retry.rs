@@ -2,10 +2,10 @@
 //! counted (or not), the slot backed off, parked (a server's connection cap) or given up.
 
 use crate::control::origin::QUICK_CLOSE;
-use crate::control::*;
+use crate::control::{Fail, Job, St};
 use crate::err;
 use crate::error::{Error, Kind, Result};
-use crate::event::*;
+use crate::event::Loop;
 use crate::report::Note;
 use crate::schedule::Segment;
 use crate::schedule::retry::{self, Attempt, Cap, Verdict, n_tries};
@@ -47,13 +47,38 @@ fn jitter() -> f64 {
     f64::from(nanos % 1000) / 1000.0
 }
 
+/// What the other connections to a failed connection's origin were doing when it failed
+/// ([`Loop::scene`]).
+struct Scene {
+    /// The failure as [`retry`] judges it.
+    attempt: Attempt,
+    /// Slots to the origin parked since the failed request went out, or just before it
+    /// (less than [`LATE_CLOSE`]).
+    crowd: Vec<usize>,
+    /// Idle connections to the origin open beside the failed one.
+    idle: Vec<usize>,
+}
+
+/// How a failure was counted, for the wait of the slot that failed ([`Loop::back_off`]).
+struct Counted {
+    /// Our own crowd turned it away ([`Verdict::Crowded`]).
+    crowded: bool,
+    /// The tries the count stands at: the segment's, the origin's failed rounds of
+    /// connects, or the slot's failures without a request.
+    tries: u32,
+    /// The failed segment's wait, which the slot waits too before it reconnects.
+    seg_wait: Option<Duration>,
+    /// How long a failed round of connects holds the origin.
+    origin_wait: Option<Duration>,
+}
+
 impl Loop<'_> {
     /// How many connections to mirror `k`'s origin the server was serving when it turned connection
     /// `i` away: those other than `i` that are open and whose answer was accepted (its
     /// head, or body bytes, came), not ones whose request is still unanswered. Counted when
-    /// the refusal comes, not on every tick: a tick's count of every connection receiving
-    /// caught a response the server took after another was done on its side (a tail still
-    /// on its way here) and read "allows 3" under nginx `limit_conn 2`.
+    /// the refusal comes, not on every tick: a count of every connection receiving would
+    /// include a response the server has finished on its side (its tail still on its way
+    /// here) and overstate the cap by one.
     pub(crate) fn allowed(&self, k: usize, i: usize) -> usize {
         // (The other transfers' requests to the origin count too: `Origin::others`.)
         self.sh.origin(k).elsewhere()
@@ -79,24 +104,76 @@ impl Loop<'_> {
 
     /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
     /// segment, close it, and reconnect when work is left.
+    ///
+    /// The decision, in order: a dropped mirror's connection is released; a failure not
+    /// worth a retry ends the mirror or the transfer ([`Loop::give_up`]); an operation in
+    /// flight is cancelled first (its buffer comes back with the completion); a kept-alive
+    /// connection closed under an unanswered request sends it again ([`Loop::resend`]).
+    /// Otherwise the failure is counted — with its request ([`Loop::requeue_failed`]) or
+    /// without ([`Loop::count_connection_failure`]) —, a crowd of our own connections is
+    /// thinned ([`Loop::ease_crowd`]), and the slot is parked under a connection cap
+    /// ([`Loop::park`]) or waits before it reconnects ([`Loop::back_off`]).
     pub(crate) fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
         let k = self.conns[i].mirror;
         if self.sh.tr.mirrors[k].standing == Standing::Dropped {
             // Its mirror was dropped while an operation was in flight.
             return self.release_conn(i);
         }
-        if !f.retry && self.drops_mirror(k, f.kind) {
-            return self.drop_mirror(k, f.msg, f.hint);
-        }
         if !f.retry {
-            self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(f.msg)));
-            return Ok(());
+            return self.give_up(k, f.kind, f.msg, f.hint, None);
         }
         if self.conns[i].busy() {
             // Wait for the in-flight operation: its buffer comes back with the completion.
-            self.cancel_op(i)?;
-            return Ok(());
+            return self.cancel_op(i);
         }
+        let scene = self.scene(i, k, &f);
+        if retry::resend(&scene.attempt) {
+            return self.resend(i, &f);
+        }
+        let capped = retry::parked(&scene.attempt);
+        let connect_failed = self.conns[i].st == St::Connecting;
+        let counted = match self.conns[i].rx.job.take() {
+            Some(job) => match self.requeue_failed(i, k, job, &f, scene.attempt, capped)? {
+                Some(counted) => counted,
+                None => return Ok(()),
+            },
+            None => self.count_connection_failure(i, k, &f, capped),
+        };
+        if counted.crowded {
+            self.ease_crowd(i, k, &f, &scene);
+        }
+        // Bytes already spliced into this slot's pipe are good: let them reach the file.
+        self.drain(i)?;
+        self.close(i);
+        if capped {
+            return self.park(i, k, &f, counted.crowded);
+        }
+        self.back_off(i, k, &f, connect_failed, &counted)
+    }
+
+    /// The failure `msg` (of kind `kind`) ends mirror `k` while another mirror is left —
+    /// which takes `seg` (with its probe flag) with fresh tries — or else the transfer.
+    fn give_up(
+        &mut self,
+        k: usize,
+        kind: Kind,
+        msg: String,
+        hint: &'static str,
+        seg: Option<(Segment, bool)>,
+    ) -> Result<()> {
+        if self.drops_mirror(k, kind) {
+            if let Some((seg, probe)) = seg {
+                self.sh.tr.plan.requeue(Segment { tries: 0, ..seg }, probe);
+            }
+            return self.drop_mirror(k, msg, hint);
+        }
+        self.sh.fatal = Some(Error::new(kind, self.no_mirror_left(msg)));
+        Ok(())
+    }
+
+    /// What the other connections to mirror `k`'s origin were doing when connection `i`
+    /// failed with `f`, and the attempt [`retry`] judges.
+    fn scene(&self, i: usize, k: usize, f: &Fail) -> Scene {
         // A server that caps connections per client turns the extra ones away (503, a
         // refused or reset connect) while the others run: that lowers the concurrency, it
         // is no failed try, and the download goes on with the connections it has.
@@ -134,7 +211,6 @@ impl Loop<'_> {
                 .collect(),
             None => Vec::new(),
         };
-        // (Idle connections to the origin, open beside this one: closed below if they crowd.)
         let idle = self.idle_to(k, i);
         // Nothing of the answer came: no head byte, no body byte.
         let silent = self.conns[i]
@@ -162,254 +238,264 @@ impl Loop<'_> {
             asked_wait: f.delay.is_some(),
             ..Attempt::default()
         };
-        if retry::resend(&attempt) {
-            return self.resend(i, &f);
+        Scene { attempt, crowd, idle }
+    }
+
+    /// Connection `i`'s request `job` failed with `f`: the bytes that landed are kept, the
+    /// rest of its segment is judged ([`retry::judge`]) and requeued after its wait, or the
+    /// failure ends the mirror or the transfer (`None`: nothing more for this slot to do).
+    fn requeue_failed(
+        &mut self,
+        i: usize,
+        k: usize,
+        mut job: Job,
+        f: &Fail,
+        attempt: Attempt,
+        capped: bool,
+    ) -> Result<Option<Counted>> {
+        // O_DIRECT keeps the aligned part of the block and fetches the rest again.
+        // Buffered and splice keep every byte: under splice the block holds only what
+        // came with the head, and the pipe (drained by `fail`) holds the rest, so the
+        // retry starts at the body's position.
+        let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
+        let from = self.sink.release(&mut job.placer, trim);
+        if job.probe && !self.sh.tr.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
+            self.give_up(k, f.kind, f.msg.clone(), "", Some((job.seg, true)))?;
+            return Ok(None);
         }
-        let capped = retry::parked(&attempt);
-        let connect_failed = self.conns[i].st == St::Connecting;
+        let Some(mut seg) = self.again_from(job.seg, from, &f.msg) else {
+            return Ok(None);
+        };
+        // A try counts when the attempt moved nothing forward: a connection that dies
+        // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
+        // the file size bounds how often that can happen (see retry::judge).
+        let advanced = seg.start.saturating_sub(job.seg.start);
+        let tries_before = seg.tries;
+        let verdict = retry::judge(&mut seg, &Attempt { advanced, ..attempt });
+        if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, f) {
+            // Another mirror takes the segment, with the tries it had.
+            self.sh.tr.plan.requeue(
+                Segment {
+                    tries: tries_before,
+                    ..seg
+                },
+                job.probe,
+            );
+            self.drop_mirror(k, why, "")?;
+            return Ok(None);
+        }
+        // The wait belongs to what failed: the segment waits it out whatever connection
+        // asks for it next, and a server-wide answer (503, 429) holds every request to
+        // this origin too. Under a connection cap only the connection turned away waits
+        // (`Loop::park`); the ones the server allows go on, this segment included.
+        let w = retry::wait(
+            verdict,
+            self.sh.opts.retry_wait_s,
+            seg.tries,
+            jitter(),
+            f.delay,
+            f.server_wide,
+        );
+        if seg.tries >= self.sh.opts.max_tries {
+            if let Some(p) = self.part.as_mut() {
+                // (A helper's part: this segment spent the part's try, and the owner
+                // learns the wait this reactor would have given it: a Retry-After about a
+                // crowd of idle connections is not the server's, see retry::wait.)
+                p.counted = Some((seg.start, seg.end));
+                p.server_wait = (w.segment, w.origin);
+            }
+            let msg = format!("{} (gave up after {})", f.msg, n_tries(seg.tries));
+            self.give_up(k, f.kind, msg, "", Some((seg, job.probe)))?;
+            return Ok(None);
+        }
+        if !capped {
+            self.sh.report.note(Note::Retry {
+                conn: i,
+                why: f.msg.clone(),
+                first: seg.start,
+                last: seg.end - 1,
+                attempt: seg.tries + 1,
+            });
+            self.sh.tr.retries += 1;
+        }
+        let until = self.sh.tr.started.elapsed() + w.segment;
+        if w.origin {
+            self.sh.tr.plan.hold(k, until);
+        }
+        let counted = Counted {
+            crowded: verdict == Verdict::Crowded,
+            tries: seg.tries,
+            seg_wait: (!capped).then_some(w.segment),
+            origin_wait: None,
+        };
+        self.sh.tr.plan.requeue_after(seg, job.probe, until);
+        Ok(Some(counted))
+    }
+
+    /// Connection `i` failed with `f` and no request on it (a connect, a TLS handshake, a
+    /// proxy's answer): counted against the origin when it ends a round of connects over
+    /// its addresses, else against the slot. Nothing is counted for a slot to be parked.
+    fn count_connection_failure(&mut self, i: usize, k: usize, f: &Fail, capped: bool) -> Counted {
+        let mut counted = Counted {
+            crowded: false,
+            tries: 0,
+            seg_wait: None,
+            origin_wait: None,
+        };
+        if capped {
+            return counted;
+        }
         // A failed connect that ends a round over the addresses is about the origin (a
         // server restarting, a wrong port): one count and one hold for every connection
         // to it, however many saw it (see `origin_connect_failed`).
         let n_addrs = self.sh.origin(k).addrs.len();
-        let round_over = connect_failed && self.conns[i].addr_i.is_multiple_of(n_addrs);
-        let mut origin_wait = None;
-        let mut crowded = false;
-        // The wait of the failed segment, which this slot waits too before it reconnects.
-        let mut seg_wait = None;
-        let c = &mut self.conns[i];
-        let job = c.rx.job.take();
-        let tries_seen;
-        if let Some(mut job) = job {
-            // O_DIRECT keeps the aligned part of the block and fetches the rest again.
-            // Buffered and splice keep every byte: under splice the block holds only what
-            // came with the head, and the pipe (drained below) holds the rest, so the
-            // retry starts at the body's position.
-            let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
-            let from = self.sink.release(&mut job.placer, trim);
-            if job.probe && !self.sh.tr.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
-                if self.drops_mirror(k, f.kind) {
-                    self.sh.tr.plan.requeue(Segment { tries: 0, ..job.seg }, true);
-                    return self.drop_mirror(k, f.msg, "");
-                }
-                self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(f.msg)));
-                return Ok(());
-            }
-            let Some(mut seg) = self.again_from(job.seg, from, &f.msg) else {
-                return Ok(());
-            };
-            // A try counts when the attempt moved nothing forward: a connection that dies
-            // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
-            // the file size bounds how often that can happen (see retry::judge).
-            let advanced = seg.start.saturating_sub(job.seg.start);
-            let tries_before = seg.tries;
-            let verdict = retry::judge(&mut seg, &Attempt { advanced, ..attempt });
-            crowded = verdict == Verdict::Crowded;
-            tries_seen = seg.tries;
-            if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, &f) {
-                // Another mirror takes the segment, with the tries it had.
-                self.sh.tr.plan.requeue(
-                    Segment {
-                        tries: tries_before,
-                        ..seg
-                    },
-                    job.probe,
-                );
-                return self.drop_mirror(k, why, "");
-            }
-            if seg.tries >= self.sh.opts.max_tries {
-                if let Some(p) = self.part.as_mut() {
-                    // (A helper's part: this segment spent the part's try.)
-                    p.counted = Some((seg.start, seg.end));
-                    // (The wait this reactor would have given it: a Retry-After about a
-                    // crowd of idle connections is not the server's, see retry::wait.)
-                    let w = retry::wait(
-                        verdict,
-                        self.sh.opts.retry_wait_s,
-                        seg.tries,
-                        jitter(),
-                        f.delay,
-                        f.server_wide,
-                    );
-                    p.server_wait = (w.segment, w.origin);
-                }
-                let msg = format!("{} (gave up after {})", f.msg, n_tries(seg.tries));
-                if self.drops_mirror(k, f.kind) {
-                    // Another mirror takes the segment, with fresh tries.
-                    self.sh.tr.plan.requeue(Segment { tries: 0, ..seg }, job.probe);
-                    return self.drop_mirror(k, msg, "");
-                }
-                self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(msg)));
-                return Ok(());
-            }
-            if !capped {
-                self.sh.report.note(Note::Retry {
-                    conn: i,
-                    why: f.msg.clone(),
-                    first: seg.start,
-                    last: seg.end - 1,
-                    attempt: seg.tries + 1,
-                });
-                self.sh.tr.retries += 1;
-            }
-            // The wait belongs to what failed: the segment waits it out whatever connection
-            // asks for it next, and a server-wide answer (503, 429) holds every request to
-            // this origin too. Under a connection cap only the connection turned away waits
-            // (below); the ones the server allows go on, this segment included.
-            let w = retry::wait(
-                verdict,
-                self.sh.opts.retry_wait_s,
-                seg.tries,
-                jitter(),
-                f.delay,
-                f.server_wide,
-            );
-            let until = self.sh.tr.started.elapsed() + w.segment;
-            if w.origin {
-                self.sh.tr.plan.hold(k, until);
-            }
-            if !capped {
-                seg_wait = Some(w.segment);
-            }
-            self.sh.tr.plan.requeue_after(seg, job.probe, until);
-        } else if capped {
-            tries_seen = 0;
-        } else if round_over {
-            self.sh.tr.retries += 1;
-            self.sh.report.note(Note::ConnectionFailed {
-                conn: i,
-                why: f.msg.clone(),
-            });
-            origin_wait = Some(self.origin_connect_failed(k, &f));
-            tries_seen = self.sh.tr.mirrors[k].connects_failed;
+        let c = &self.conns[i];
+        let round_over = c.st == St::Connecting && c.addr_i.is_multiple_of(n_addrs);
+        self.sh.tr.retries += 1;
+        self.sh.report.note(Note::ConnectionFailed {
+            conn: i,
+            why: f.msg.clone(),
+        });
+        if round_over {
+            counted.origin_wait = Some(self.origin_connect_failed(k, f));
+            counted.tries = self.sh.tr.mirrors[k].connects_failed;
         } else {
             // No request was lost, but a server that accepts and then fails every connection
             // must not keep us busy forever: count these too.
             self.conns[i].failures += 1;
-            self.sh.tr.retries += 1;
-            tries_seen = self.conns[i].failures;
-            self.sh.report.note(Note::ConnectionFailed {
-                conn: i,
-                why: f.msg.clone(),
-            });
+            counted.tries = self.conns[i].failures;
         }
-        if crowded {
-            // Once per parking: a later refusal is the server's own answer (a server that
-            // turns every request away is asked once more, not at each backoff).
-            for &j in &crowd {
-                self.conns[j].parked_at = None;
+        counted
+    }
+
+    /// Connection `i` was turned away by our own crowd ([`Verdict::Crowded`]): the slots
+    /// just parked that crowded it are not counted so again, and the idle connections open
+    /// beside it close and wait as parked ones do.
+    fn ease_crowd(&mut self, i: usize, k: usize, f: &Fail, scene: &Scene) {
+        // Once per parking: a later refusal is the server's own answer (a server that
+        // turns every request away is asked once more, not at each backoff).
+        for &j in &scene.crowd {
+            self.conns[j].parked_at = None;
+        }
+        // (Crowded by parked slots alone, the segment's short backoff is all.)
+        let idle = &scene.idle;
+        if idle.is_empty() {
+            return;
+        }
+        // The server counts the idle connections toward its cap: they close and wait as
+        // parked ones do (its Retry-After, at least 2 s); the download goes on with fewer.
+        // What the server took: the connections it was serving and the idle ones it
+        // counted (kept with the origin: later files open no more).
+        let took = self.allowed(k, i) + idle.len();
+        let back = Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default());
+        for &j in idle {
+            self.close(j);
+            let o = &mut self.conns[j];
+            o.capped = true;
+            o.parked_at = Some(Instant::now());
+            o.not_before = Some(back);
+            // (Parked afresh: no refusal of its own yet.)
+            o.refusals = 0;
+            o.retry_until = f.delay.map(|d| Instant::now() + d);
+        }
+        let using = self
+            .conns
+            .iter()
+            .filter(|o| o.mirror == k && !o.capped && !o.dead)
+            .count();
+        self.sh.report.note(Note::Capped {
+            conn: i,
+            why: f.msg.clone(),
+            cap: Cap {
+                proxy: false,
+                closed: idle.len(),
+                using,
+                theirs: 0,
+                refusals: 0,
+                wait: CAP_RETRY,
+            },
+        });
+        let o = self.sh.origin(k);
+        self.sh.tr.saw_cap(using + o.elsewhere(), using + o.remote);
+        self.learn_cap(k, took);
+    }
+
+    /// Connection `i` (closed) was turned away by a connection cap: it asks again later (a
+    /// cap can be brief: the server may still count a request we abandoned) while the
+    /// others carry the download, and what the server allows is said and learned.
+    fn park(&mut self, i: usize, k: usize, f: &Fail, crowded: bool) -> Result<()> {
+        // (A transfer served nothing by the origin keeps asking every 2 s: its asking is
+        // how it gets going, whatever wakes it or not.)
+        let starved = self.serving(self.sh.tr.mirrors[k].origin) == 0 && self.sh.origin(k).remote == 0;
+        if starved && self.sh.tr.received == 0 {
+            self.sh.tr.refused_first = true;
+        }
+        let c = &mut self.conns[i];
+        c.refusals += 1;
+        let again = if starved { CAP_RETRY } else { parked_wait(c.refusals) }.max(f.delay.unwrap_or_default());
+        c.capped = true;
+        c.parked_at = Some(Instant::now());
+        c.not_before = Some(Instant::now() + again);
+        // (A Retry-After is the server's: a wake does not cut it short.)
+        c.retry_until = f.delay.map(|d| Instant::now() + d);
+        let refusals = c.refusals;
+        // A helper reactor's part: the owner sees every reactor's requests and counts
+        // what the server allows (`Loop::capped_elsewhere`); this slot asks again later
+        // as any parked one.
+        let helper = self.part.is_some();
+        let using = if f.extra && !helper {
+            // A proxy's tunnel cap shows before any body runs: count the open tunnels.
+            self.conns.iter().filter(|o| o.mirror == k && o.st == St::Open).count()
+        } else {
+            // Parked means another connection downloads: at least one goes on (on a
+            // helper, what goes on is every reactor's requests, not only this one's).
+            self.allowed(k, i).max(1)
+        };
+        if helper {
+            let own = self.allowed(k, i) - self.sh.origin(k).elsewhere();
+            if let Some(p) = self.part.as_mut() {
+                p.tell_capped(own, f.extra);
             }
         }
-        // (Crowded by parked slots alone, the segment's short backoff set above is all.)
-        if crowded && !idle.is_empty() {
-            // The server counts the idle connections toward its cap: they close and wait as
-            // parked ones do (its Retry-After, at least 2 s); the download goes on with fewer.
-            // What the server took: the connections it was serving and the idle ones it
-            // counted (kept with the origin: later files open no more).
-            let took = self.allowed(k, i) + idle.len();
-            let back = Instant::now() + CAP_RETRY.max(f.delay.unwrap_or_default());
-            for &j in &idle {
-                self.close(j);
-                let o = &mut self.conns[j];
-                o.capped = true;
-                o.parked_at = Some(Instant::now());
-                o.not_before = Some(back);
-                // (Parked afresh: no refusal of its own yet.)
-                o.refusals = 0;
-                o.retry_until = f.delay.map(|d| Instant::now() + d);
-            }
-            let using = self
-                .conns
-                .iter()
-                .filter(|o| o.mirror == k && !o.capped && !o.dead)
-                .count();
-            self.sh.report.note(Note::Capped {
-                conn: i,
-                why: f.msg.clone(),
-                cap: Cap {
-                    proxy: false,
-                    closed: idle.len(),
-                    using,
-                    theirs: 0,
-                    refusals: 0,
-                    wait: CAP_RETRY,
+        self.sh.report.note(Note::Capped {
+            conn: i,
+            why: f.msg.clone(),
+            cap: Cap {
+                proxy: f.extra,
+                closed: 0,
+                using,
+                // (A proxy's count is this transfer's tunnels.)
+                theirs: if f.extra {
+                    0
+                } else {
+                    self.sh.origin(k).others.min(using)
                 },
-            });
-            let o = self.sh.origin(k);
-            self.sh.tr.saw_cap(using + o.elsewhere(), using + o.remote);
-            self.learn_cap(k, took);
-        }
-        // Bytes already spliced into this slot's pipe are good: let them reach the file.
-        self.drain(i)?;
-        self.close(i);
-        if capped {
-            // The slot asks again later (a cap can be brief: the server may still count a
-            // request we abandoned); meanwhile the others carry the download.
-            // (A transfer served nothing by the origin keeps asking every 2 s: its asking is
-            // how it gets going, whatever wakes it or not.)
-            let starved = self.serving(self.sh.tr.mirrors[k].origin) == 0 && self.sh.origin(k).remote == 0;
-            if starved && self.sh.tr.received == 0 {
-                self.sh.tr.refused_first = true;
-            }
-            let c = &mut self.conns[i];
-            c.refusals += 1;
-            let again = if starved { CAP_RETRY } else { parked_wait(c.refusals) }.max(f.delay.unwrap_or_default());
-            c.capped = true;
-            c.parked_at = Some(Instant::now());
-            c.not_before = Some(Instant::now() + again);
-            // (A Retry-After is the server's: a wake does not cut it short.)
-            c.retry_until = f.delay.map(|d| Instant::now() + d);
-            let refusals = c.refusals;
-            // A helper reactor's part: the owner sees every reactor's requests and counts
-            // what the server allows (`Loop::capped_elsewhere`); this slot asks again later
-            // as any parked one.
-            let helper = self.part.is_some();
-            let using = if f.extra && !helper {
-                // A proxy's tunnel cap shows before any body runs: count the open tunnels.
-                self.conns.iter().filter(|o| o.mirror == k && o.st == St::Open).count()
-            } else {
-                // Parked means another connection downloads: at least one goes on (on a
-                // helper, what goes on is every reactor's requests, not only this one's).
-                self.allowed(k, i).max(1)
-            };
-            if helper {
-                let own = self.allowed(k, i) - self.sh.origin(k).elsewhere();
-                if let Some(p) = self.part.as_mut() {
-                    p.tell_capped(own, f.extra);
-                }
-            }
-            self.sh.report.note(Note::Capped {
-                conn: i,
-                why: f.msg.clone(),
-                cap: Cap {
-                    proxy: f.extra,
-                    closed: 0,
-                    using,
-                    // (A proxy's count is this transfer's tunnels.)
-                    theirs: if f.extra {
-                        0
-                    } else {
-                        self.sh.origin(k).others.min(using)
-                    },
-                    refusals,
-                    wait: again,
-                },
-            });
-            if helper {
-                return Ok(());
-            }
-            // A refusal while only another transfer's single request was served may be a
-            // passing 503, not a cap of one: that is not learned for the whole run.
-            let others = self.sh.origin(k).elsewhere();
-            let own = self.allowed(k, i) - others;
-            let theirs = if f.extra { 0 } else { self.sh.origin(k).others };
-            self.sh.tr.saw_cap(using, using.saturating_sub(theirs));
-            if !crowded && (f.extra || own > 0 || others >= 2) {
-                self.learn_cap(k, using);
-            }
+                refusals,
+                wait: again,
+            },
+        });
+        if helper {
             return Ok(());
         }
+        // A refusal while only another transfer's single request was served may be a
+        // passing 503, not a cap of one: that is not learned for the whole run.
+        let others = self.sh.origin(k).elsewhere();
+        let own = self.allowed(k, i) - others;
+        let theirs = if f.extra { 0 } else { self.sh.origin(k).others };
+        self.sh.tr.saw_cap(using, using.saturating_sub(theirs));
+        if !crowded && (f.extra || own > 0 || others >= 2) {
+            self.learn_cap(k, using);
+        }
+        Ok(())
+    }
+
+    /// Connection `i` (closed) failed with `f`, counted as `counted`: it stops for good when
+    /// every address had its chances (the origin's connects failed `--max-tries` rounds, or
+    /// the slot's own tries ran out), else it waits before it reconnects (`kick` reopens it).
+    fn back_off(&mut self, i: usize, k: usize, f: &Fail, connect_failed: bool, counted: &Counted) -> Result<()> {
         let max = self.sh.opts.max_tries;
-        let unreachable = origin_wait.is_some() && tries_seen >= max;
+        let n_addrs = self.sh.origin(k).addrs.len();
+        let unreachable = counted.origin_wait.is_some() && counted.tries >= max;
         if unreachable {
             // The origin's connects failed `--max-tries` rounds in a row: no connection to it
             // that is not open tries again (the open ones go on).
@@ -441,15 +527,15 @@ impl Loop<'_> {
             }
             return Ok(());
         }
-        // Exponential backoff with jitter before this slot reconnects; `kick` reopens it. A
-        // refused connect (nothing listening) is answered at once, and waiting long for it
-        // only delays the error: its waits start short (a wrong port fails in 2–3 s).
+        // Exponential backoff with jitter before this slot reconnects. A refused connect
+        // (nothing listening) is answered at once, and waiting long for it only delays the
+        // error: its waits start short (a wrong port fails in 2–3 s).
         if connect_failed && !f.busy && !c.addr_i.is_multiple_of(n_addrs) {
             // An address this slot has not tried in this round: at once (RFC 8305 §5).
             c.not_before = None;
             return Ok(());
         }
-        let wait = match seg_wait.or(origin_wait) {
+        let wait = match counted.seg_wait.or(counted.origin_wait) {
             Some(w) => w,
             None => {
                 let (base, attempt) = if connect_failed {
@@ -461,7 +547,7 @@ impl Loop<'_> {
                     // One wait per round over the addresses.
                     (base, (c.addr_i / n_addrs) as u32)
                 } else {
-                    (self.sh.opts.retry_wait_s, tries_seen)
+                    (self.sh.opts.retry_wait_s, counted.tries)
                 };
                 retry::backoff(base, attempt, jitter()).max(f.delay.unwrap_or_default())
             }
