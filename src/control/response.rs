@@ -1,19 +1,20 @@
 //! Response heads: parsing, status and Content-Range validation, the plan after the first
 //! reply, redirects, Retry-After, Content-Disposition.
 
-use crate::control::body::*;
+use crate::control::body::{finish_job, with_placer};
 use crate::control::ctx::Ctx;
-use crate::control::*;
-use crate::engine::blocks::align_down;
-use crate::engine::place::{Delimiter, Placer, content_range_fits};
+use crate::control::{Fail, Job, Rx};
+use crate::engine::place::{Delimiter, Placer};
 use crate::error::Kind;
 use crate::output::Output;
 use crate::report::Note;
-use crate::schedule::{self, FIRST_SEGMENT, Landed};
+use crate::schedule::FIRST_SEGMENT;
 use crate::transfer::mirror::{Standing, Validators};
 use http::{ChunkedDecoder, ContentRange, Framing, Header, MAX_HEAD, Status};
 use std::collections::VecDeque;
 use std::time::Duration;
+
+mod partial;
 
 /// Feeds received plaintext to the receive side: head first, then the body.
 pub(crate) fn feed(rx: &mut Rx, sh: &mut Ctx<'_>, data: &[u8]) -> std::result::Result<(), Fail> {
@@ -145,56 +146,9 @@ fn accept_reference(k: usize, sh: &mut Ctx<'_>, resp: &http::Response<'_, '_>, v
     sh.tr.reference = Some(k);
 }
 
-/// The first answer (a 206 for `complete` bytes) of a mirror that is not the reference:
-/// it must serve the reference's size, and its validators must agree with the
-/// reference's unless a `--checksum` will prove the bytes. `Err` fails it for good (the
-/// mirror is dropped while another is left).
-fn first_answer_of_mirror(
-    job: &Job,
-    sh: &mut Ctx<'_>,
-    resp: &http::Response<'_, '_>,
-    complete: u64,
-    validator: &Option<Vec<u8>>,
-) -> std::result::Result<(), Fail> {
-    let k = job.mirror;
-    if sh.tr.mirrors[k].standing == Standing::Accepted {
-        return Ok(());
-    }
-    let url = sh.url(k);
-    let host = url.host();
-    let Some(r) = sh.tr.reference else {
-        // (Only the first request goes out before the reference answered.)
-        return Err(Fail::retry(
-            Kind::Protocol,
-            format!("{host}: answered before the reference mirror did"),
-        ));
-    };
-    let total = sh.tr.total.unwrap_or(0);
-    if complete != total {
-        let mut f = Fail::fatal(
-            Kind::Protocol,
-            format!("{host}: size {complete} differs from the reference's {total}"),
-        );
-        if crate::transfer::mirror::names_differ(&sh.tr.mirrors[k].url, &sh.tr.mirrors[r].url) {
-            f.hint = crate::transfer::mirror::DIFFERENT_FILES_HINT;
-        }
-        return Err(f);
-    }
-    let validators = Validators::of(resp);
-    if sh.opts.checksum.is_none()
-        && let Err(why) = validators.agree_with(&sh.tr.mirrors[r].validators)
-    {
-        let mut f = Fail::fatal(Kind::Protocol, format!("{host}: {why}"));
-        f.hint = crate::transfer::mirror::CHECKSUM_HINT;
-        return Err(f);
-    }
-    let m = &mut sh.tr.mirrors[k];
-    m.standing = Standing::Accepted;
-    m.validators = validators;
-    m.validator = validator.clone();
-    let url = m.url.clone();
-    sh.report.note(Note::MirrorAccepted { url });
-    Ok(())
+/// A retryable [`Kind::Protocol`] failure `m` of the server at `host`.
+fn protocol(host: &str, m: String) -> Fail {
+    Fail::retry(Kind::Protocol, format!("{host}: {m}"))
 }
 
 /// Validates a response head against the request (RFC 9110 §14.4, §15) and sets up the body.
@@ -203,9 +157,15 @@ fn first_answer_of_mirror(
 ///
 /// Every answer is accepted here before a byte of its body is placed: one of a dropped
 /// mirror never; a mirror's first answer only once its size and validators agree with
-/// the reference's ([`first_answer_of_mirror`]), which decides its standing right then;
-/// every later one only with the size and validator its mirror was accepted with, and the
-/// Content-Range asked for. A refused answer's body is not read.
+/// the reference's, which decides its standing right then; every later one only with the
+/// size and validator its mirror was accepted with, and the Content-Range asked for. A
+/// refused answer's body is not read.
+///
+/// The status decides: 206 a range ([`partial::on_partial`]), 200 the whole file
+/// ([`on_whole`]), 416 to the first request a file shorter than asked
+/// ([`on_unsatisfiable`]), 304 to a conditional request [`not_modified`], a redirect a new
+/// URL ([`on_redirect`]), 408/429/5xx a wait and a retry ([`transient`]), any other 4xx
+/// or 5xx the end ([`refused`]).
 pub(crate) fn on_head(
     job: &mut Job,
     sh: &mut Ctx<'_>,
@@ -214,7 +174,6 @@ pub(crate) fn on_head(
 ) -> std::result::Result<HeadAction, Fail> {
     let url = sh.url(job.mirror);
     let host = url.host();
-    let proto = |m: String| Fail::retry(Kind::Protocol, format!("{host}: {m}"));
     let code = resp.code;
     if sh.tr.mirrors[job.mirror].standing == Standing::Dropped {
         // No byte of a dropped mirror's is placed, whatever it answers (the failure
@@ -243,365 +202,257 @@ pub(crate) fn on_head(
     }
     let framing = resp
         .body_framing(false)
-        .map_err(|e| proto(format!("bad body framing: {e}")))?;
+        .map_err(|e| protocol(host, format!("bad body framing: {e}")))?;
     let validator = resp.validator().map(|v| match v {
         http::Validator::ETag { value, .. } => value.to_vec(),
         http::Validator::LastModified(v) => v.to_vec(),
     });
     match code {
-        206 => {
-            let (first, last, complete) = match part {
-                // (A Content-Range in the response's own head is one a server must not
-                // send with multipart (RFC 9110 §14.6): the part's is the one that counts.)
-                Some((p, _)) => (p.first, p.last, p.complete),
-                None => {
-                    let cr = resp
-                        .content_range()
-                        .map_err(|e| proto(format!("bad Content-Range: {e}")))?;
-                    let Some(ContentRange::Bytes { first, last, complete }) = cr else {
-                        return Err(proto("206 without a byte Content-Range".into()));
-                    };
-                    (first, last, complete)
-                }
-            };
-            let Some(complete) = complete else {
-                if job.probe && !sh.tr.plain_get {
-                    // No size to plan segments with (RFC 9110 §14.4 allows `*`): ask again
-                    // without Range, for the whole file on one connection.
-                    sh.tr.plain_get = true;
-                    sh.report.note(Note::UnknownTotal {
-                        host: host.to_string(),
-                        first,
-                        last,
-                    });
-                    return Err(Fail::retry(
-                        Kind::HttpStatus,
-                        format!("{host}: 206 with an unknown complete length (bytes {first}-{last}/*)"),
-                    ));
-                }
-                return Err(proto("206 with an unknown complete length (bytes a-b/*)".into()));
-            };
-            if job.probe {
-                if first != job.seg.start {
-                    return Err(proto(format!(
-                        "asked for bytes from {}, got Content-Range {first}-{last}",
-                        job.seg.start
-                    )));
-                }
-                within_bound(sh.opts, complete)?;
-                if sh.opts.kept == Some(complete) && sh.tr.part.is_none() {
-                    return kept_as_is(job, sh);
-                }
-                sh.tr.total = Some(complete);
-                sh.tr.ranges = true;
-                // (A part of another reactor's transfer: the owner preallocated.)
-                sh.tr.need_fallocate = sh.tr.part.is_none();
-                // The rest is planned from an aligned offset: a server that caps range replies
-                // at an odd size must not make later O_DIRECT writes unaligned.
-                let first_end = if last + 1 >= complete {
-                    complete
-                } else if sh.tr.direct {
-                    align_down(last + 1, sh.tr.align)
-                } else {
-                    last + 1
-                };
-                job.seg.end = first_end;
-                take_disposition(sh, resp)?;
-                let queue = match sh.tr.resume.take() {
-                    Some(st) if st.total == complete && st.validator == validator => {
-                        sh.tr.landed = Landed::from_ranges(&st.ranges);
-                        sh.report.note(Note::Resuming {
-                            have: sh.tr.landed.bytes(),
-                            total: complete,
-                        });
-                        schedule::plan_missing(&sh.tr.landed, first_end, complete, sh.opts.connections, sh.tr.align)
-                    }
-                    Some(st) => {
-                        let what = if st.total != complete {
-                            format!("size {} -> {complete}", st.total)
-                        } else {
-                            "validator differs".to_owned()
-                        };
-                        if sh.tr.part.is_some() {
-                            // A part's bytes must be of the owner's file: it ends the part
-                            // (and the owner's transfer, which cannot use them).
-                            sh.tr.changed = true;
-                            return Err(Fail::fatal(
-                                Kind::Protocol,
-                                format!("{host}: the file changed while it was fetched ({what})"),
-                            ));
-                        }
-                        sh.report.note(Note::Changed { what });
-                        // Everything but what this first reply carries.
-                        let got = Landed::from_ranges(&[(job.seg.start, first_end)]);
-                        schedule::plan_missing(&got, 0, complete, sh.opts.connections, sh.tr.align)
-                    }
-                    None => schedule::plan(first_end, complete, sh.opts.connections, sh.tr.align),
-                };
-                sh.tr.plan.set_queue(queue);
-                // The size is known and ranges are served: open as many connections as the
-                // bytes still to fetch are worth (opened = used).
-                sh.tr.wanted = schedule::connections_for(
-                    complete.saturating_sub(sh.tr.landed.bytes()),
-                    sh.opts.min_split_size,
-                    sh.opts.connections,
-                    sh.tr.mirrors.len(),
-                );
-                accept_reference(job.mirror, sh, resp, &validator);
-                sh.tr.validator = validator;
-                let segments = sh.tr.plan.queued();
-                sh.report.note(Note::Planned {
-                    total: complete,
-                    segments,
-                });
-            } else {
-                first_answer_of_mirror(job, sh, resp, complete, &validator)?;
-                if Some(complete) != sh.tr.total {
-                    sh.tr.changed = true;
-                    return Err(Fail::fatal(
-                        Kind::Protocol,
-                        format!(
-                            "{host}: the file size changed from {} to {complete} during the download",
-                            sh.tr.total.unwrap_or(0)
-                        ),
-                    ));
-                }
-                let known = &sh.tr.mirrors[job.mirror].validator;
-                if validator.is_some() && known.is_some() && validator != *known {
-                    sh.tr.changed = true;
-                    return Err(Fail::fatal(
-                        Kind::Protocol,
-                        format!("{host}: the file changed during the download (validator differs)"),
-                    ));
-                }
-                if !content_range_fits(first, last, job.placer.pos(), job.seg.end) {
-                    return Err(proto(format!(
-                        "asked for bytes {}-{}, got Content-Range {first}-{last}",
-                        job.placer.pos(),
-                        job.seg.end - 1
-                    )));
-                }
-            }
-            let n = last - first + 1;
-            if let Some((p, boundary)) = part {
-                // The engine reads exactly the part's bytes; the closing delimiter after
-                // them stays unread, so the connection is closed instead of reused.
-                job.keep_alive = false;
-                return match framing {
-                    Framing::Length(l) if !p.is_whole_body(l, boundary) => Err(proto(format!(
-                        "206 in multipart/byteranges form with Content-Length {l}: more than the one part \
-                         asked for ({n} bytes, Content-Range {first}-{last}, and its closing boundary)"
-                    ))),
-                    Framing::Chunked => Err(proto(
-                        "206 in multipart/byteranges form with chunked transfer coding (not supported)".into(),
-                    )),
-                    _ => {
-                        job.placer.begin(Delimiter::Length(n), last + 1);
-                        Ok(HeadAction::Body)
-                    }
-                };
-            }
-            let delim = match framing {
-                Framing::Chunked => Delimiter::Chunked(ChunkedDecoder::new()),
-                Framing::Length(l) if l != n => {
-                    return Err(proto(format!(
-                        "Content-Length {l} does not match Content-Range {first}-{last}"
-                    )));
-                }
-                _ => Delimiter::Length(n),
-            };
-            job.placer.begin(delim, last + 1);
-            Ok(HeadAction::Body)
-        }
-        200 => {
-            // Not the segment: often an error page or a captive portal sent with 200.
-            let not_that_range = || {
-                let ctype = resp
-                    .header("content-type")
-                    .map_or_else(|| "none".to_owned(), |v| format!("{:?}", String::from_utf8_lossy(v)));
-                let length = match framing {
-                    Framing::Length(l) => format!("Content-Length {l}"),
-                    Framing::Chunked => "chunked".to_owned(),
-                    Framing::Close => "no length".to_owned(),
-                    Framing::NoBody => "no body".to_owned(),
-                };
-                let total = sh.tr.total.or(sh.tr.resume.as_ref().map(|r| r.total)).unwrap_or(0);
-                format!(
-                    "answered 200 (Content-Type {ctype}, {length}) to a Range request for bytes {}-{} \
-                     of a {total}-byte file: not that range",
-                    job.seg.start,
-                    job.seg.end - 1,
-                )
-            };
-            if sh.tr.part.is_some() {
-                // (A part of another reactor's file: said as on one reactor.)
-                return Err(Fail::fatal(Kind::Protocol, format!("{host}: {}", not_that_range())));
-            }
-            if !job.probe && sh.tr.ranges && sh.tr.mirrors[job.mirror].standing == Standing::Pending {
-                return Err(Fail::fatal(
-                    Kind::Protocol,
-                    format!("{host}: does not serve ranges (answered 200 to a Range request) while the reference does"),
-                ));
-            }
-            if !job.probe && sh.tr.ranges {
-                return Err(proto(not_that_range()));
-            }
-            if job.probe && matches!(framing, Framing::Length(l) if sh.opts.kept == Some(l)) {
-                return kept_as_is(job, sh);
-            }
-            if sh.tr.resume.take().is_some() {
-                sh.report.note(Note::NoRangesNoResume);
-            }
-            take_disposition(sh, resp)?;
-            sh.tr.ranges = false;
-            sh.tr.plan.set_queue(VecDeque::new());
-            accept_reference(job.mirror, sh, resp, &validator);
-            sh.tr.validator = validator;
-            job.probe = false;
-            job.seg.start = 0;
-            let (delim, end) = match framing {
-                Framing::Length(l) => {
-                    within_bound(sh.opts, l)?;
-                    sh.tr.total = Some(l);
-                    sh.tr.need_fallocate = true;
-                    (Delimiter::Length(l), l)
-                }
-                Framing::Chunked => (Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX),
-                Framing::Close => (Delimiter::Close, u64::MAX),
-                Framing::NoBody => {
-                    sh.tr.total = Some(0);
-                    (Delimiter::Length(0), 0)
-                }
-            };
-            job.seg.end = end;
-            job.placer = Placer::new(0, end).with_source(job.mirror);
-            job.placer.begin(delim, end);
-            sh.report.note(Note::NoRanges);
-            Ok(HeadAction::Body)
-        }
-        416 if job.probe && sh.tr.part.is_some() => Err(Fail::fatal(
-            Kind::Protocol,
-            format!("{host}: 416 for a part of the file: it shrank while it was fetched"),
-        )),
-        416 if job.probe && job.seg.start > 0 => {
-            // The resume point lies past the end: the file shrank. Start over from zero.
-            sh.tr.resume = None;
-            sh.tr.plan.restart_probe(0, FIRST_SEGMENT);
-            sh.report.note(Note::Shrunk);
-            Err(Fail::retry(
-                Kind::HttpStatus,
-                format!("{host}: 416 for the resume point"),
-            ))
-        }
-        416 if job.probe => match resp.content_range() {
-            Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
-                sh.tr.total = Some(0);
-                sh.tr.plan.set_queue(VecDeque::new());
-                job.placer = Placer::new(0, 0).with_source(job.mirror);
-                job.seg.end = 0;
-                Ok(HeadAction::Complete)
-            }
-            _ => Err(Fail::fatal(
-                Kind::Protocol,
-                format!("{host}: 416 Range Not Satisfiable for bytes=0-"),
-            )),
-        },
+        206 => partial::on_partial(job, sh, resp, part, framing, validator),
+        200 => on_whole(job, sh, resp, framing, validator),
+        416 if job.probe => on_unsatisfiable(job, sh, resp),
         304 if sh.opts.condition.is_some() => not_modified(job, sh),
         301 | 302 | 303 | 307 | 308 if job.probe || sh.tr.mirrors[job.mirror].standing == Standing::Pending => {
-            let Some(loc) = resp.header("location") else {
-                return Err(Fail::fatal(
-                    Kind::Protocol,
-                    format!("{host}: {code} redirect without Location"),
-                ));
-            };
-            let to = url.join(loc).map_err(|e| {
-                // Credentials in it are refused, and never printed.
-                let shown = match http::split_userinfo(&String::from_utf8_lossy(loc)) {
-                    (rest, Some(_)) => rest.replacen("://", "://***@", 1),
-                    (all, None) => all,
-                };
-                Fail::fatal(Kind::Protocol, format!("{host}: bad Location {shown:?}: {e}"))
-            })?;
-            sh.tr.redirect = Some(to);
-            sh.tr.redirect_mirror = job.mirror;
-            Ok(HeadAction::Complete)
+            on_redirect(job, sh, resp, &url)
         }
-        408 | 429 | 500 | 502 | 503 | 504 => {
-            // Transient: wait (Retry-After, capped at 5 minutes) and try again.
-            let wait = match resp.retry_after() {
-                Some(http::RetryAfter::Seconds(s)) => Some(Duration::from_secs(s.min(300))),
-                Some(http::RetryAfter::Date(d)) => http::parse_http_date(d).map(|at| {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs());
-                    Duration::from_secs(at.saturating_sub(now).min(300))
-                }),
-                None => None,
-            };
-            // The wait is applied when the loop judges the failure: the segment waits, and a
-            // 503 or 429 (about the server, not the request) holds every request to this
-            // origin; only the connection turned away waits when the server merely caps
-            // connections (a 503 while others download).
-            let f = Fail {
-                delay: wait,
-                ..Fail::retry(
-                    Kind::HttpStatus,
-                    format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), url),
-                )
-            };
-            Err(match code {
-                503 => f.busy(),
-                // Without Retry-After a 429 may be a connection cap as a 503 is (nginx
-                // `limit_conn_status 429`); with one it limits the client's requests
-                // (RFC 6585 §4): its wait holds the origin.
-                429 if f.delay.is_none() => f.busy(),
-                429 => f.server_wide(),
-                _ => f,
-            })
-        }
+        408 | 429 | 500 | 502 | 503 | 504 => Err(transient(resp, &url)),
         // (A SOCKS5 proxy never answers in HTTP: a 407 through it is the origin's.)
         407 if sh.origin(job.mirror).proxy.as_ref().is_some_and(|p| p.socks.is_none()) => {
             let p = sh.origin(job.mirror).proxy.as_ref().expect("checked");
             Err(p.auth_failure(code, &String::from_utf8_lossy(resp.reason)))
         }
-        400..=599 => {
-            // A TLS server that got plain HTTP answers 400 (nginx: "The plain HTTP request
-            // was sent to HTTPS port"): say what to try, as the other way round does.
-            let forwarding = sh.origin(job.mirror).forwarding();
-            let hint = if code == 400 && url.scheme() == http::Scheme::Http {
-                format!(
-                    " (if that port speaks TLS, try https://{}{})",
-                    http::authority(&url),
-                    url.path_and_query()
-                )
-            } else if let Some(p) = forwarding.filter(|p| code == 401 && p.authorization.is_some()) {
-                // The answer came through the proxy, and some proxies (tinyproxy 1.11)
-                // refuse wrong proxy credentials on a plain request with 401, not 407.
-                format!(
-                    " (through proxy {}, which was sent its user name and password: the proxy may be the one refusing them)",
-                    p.url
-                )
-            } else {
-                String::new()
-            };
-            let mut f = Fail::fatal(
-                Kind::HttpStatus,
-                format!("HTTP {code} {} for {}{hint}", String::from_utf8_lossy(resp.reason), url),
-            );
-            // A mirror that cannot serve a range of the reference's is shorter than it.
-            if code == 416
-                && let Some(r) = sh.tr.reference.filter(|&r| r != job.mirror)
-                && crate::transfer::mirror::names_differ(&sh.tr.mirrors[job.mirror].url, &sh.tr.mirrors[r].url)
-            {
-                f.hint = crate::transfer::mirror::DIFFERENT_FILES_HINT;
-            }
-            Err(f)
-        }
+        400..=599 => Err(refused(job, sh, resp, &url)),
         _ => Err(Fail::fatal(
             Kind::Protocol,
             format!("{host}: unexpected status {code} for a download"),
         )),
     }
+}
+
+/// 200 to a Range request: the server sends the whole file. To the first request the
+/// download goes on as one stream without ranges (resume and the plan dropped); to a
+/// later one it is not the range asked for (often an error page or a captive portal
+/// sent with 200), and a mirror not yet accepted is dropped for it.
+fn on_whole(
+    job: &mut Job,
+    sh: &mut Ctx<'_>,
+    resp: &http::Response<'_, '_>,
+    framing: Framing,
+    validator: Option<Vec<u8>>,
+) -> std::result::Result<HeadAction, Fail> {
+    let url = sh.url(job.mirror);
+    let host = url.host();
+    if sh.tr.part.is_some() {
+        // (A part of another reactor's file: said as on one reactor.)
+        return Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: {}", not_that_range(job, sh, resp, framing)),
+        ));
+    }
+    if !job.probe && sh.tr.ranges && sh.tr.mirrors[job.mirror].standing == Standing::Pending {
+        return Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: does not serve ranges (answered 200 to a Range request) while the reference does"),
+        ));
+    }
+    if !job.probe && sh.tr.ranges {
+        return Err(protocol(host, not_that_range(job, sh, resp, framing)));
+    }
+    if job.probe && matches!(framing, Framing::Length(l) if sh.opts.kept == Some(l)) {
+        return kept_as_is(job, sh);
+    }
+    if sh.tr.resume.take().is_some() {
+        sh.report.note(Note::NoRangesNoResume);
+    }
+    take_disposition(sh, resp)?;
+    sh.tr.ranges = false;
+    sh.tr.plan.set_queue(VecDeque::new());
+    accept_reference(job.mirror, sh, resp, &validator);
+    sh.tr.validator = validator;
+    job.probe = false;
+    job.seg.start = 0;
+    let (delim, end) = match framing {
+        Framing::Length(l) => {
+            within_bound(sh.opts, l)?;
+            sh.tr.total = Some(l);
+            sh.tr.need_fallocate = true;
+            (Delimiter::Length(l), l)
+        }
+        Framing::Chunked => (Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX),
+        Framing::Close => (Delimiter::Close, u64::MAX),
+        Framing::NoBody => {
+            sh.tr.total = Some(0);
+            (Delimiter::Length(0), 0)
+        }
+    };
+    job.seg.end = end;
+    job.placer = Placer::new(0, end).with_source(job.mirror);
+    job.placer.begin(delim, end);
+    sh.report.note(Note::NoRanges);
+    Ok(HeadAction::Body)
+}
+
+/// Why a 200 to a later request is refused: what it carries (Content-Type, length) beside
+/// the range and the file size asked for.
+fn not_that_range(job: &Job, sh: &Ctx<'_>, resp: &http::Response<'_, '_>, framing: Framing) -> String {
+    let ctype = resp
+        .header("content-type")
+        .map_or_else(|| "none".to_owned(), |v| format!("{:?}", String::from_utf8_lossy(v)));
+    let length = match framing {
+        Framing::Length(l) => format!("Content-Length {l}"),
+        Framing::Chunked => "chunked".to_owned(),
+        Framing::Close => "no length".to_owned(),
+        Framing::NoBody => "no body".to_owned(),
+    };
+    let total = sh.tr.total.or(sh.tr.resume.as_ref().map(|r| r.total)).unwrap_or(0);
+    format!(
+        "answered 200 (Content-Type {ctype}, {length}) to a Range request for bytes {}-{} \
+         of a {total}-byte file: not that range",
+        job.seg.start,
+        job.seg.end - 1,
+    )
+}
+
+/// 416 Range Not Satisfiable to the first request: for a part of another reactor's file,
+/// the file shrank (fatal); for a resume point, the file shrank and the download starts
+/// over from zero; for `bytes=0-`, an empty file when it says so (`*/0`).
+fn on_unsatisfiable(
+    job: &mut Job,
+    sh: &mut Ctx<'_>,
+    resp: &http::Response<'_, '_>,
+) -> std::result::Result<HeadAction, Fail> {
+    let host = sh.url(job.mirror).host().to_owned();
+    if sh.tr.part.is_some() {
+        return Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: 416 for a part of the file: it shrank while it was fetched"),
+        ));
+    }
+    if job.seg.start > 0 {
+        // The resume point lies past the end: the file shrank. Start over from zero.
+        sh.tr.resume = None;
+        sh.tr.plan.restart_probe(0, FIRST_SEGMENT);
+        sh.report.note(Note::Shrunk);
+        return Err(Fail::retry(
+            Kind::HttpStatus,
+            format!("{host}: 416 for the resume point"),
+        ));
+    }
+    match resp.content_range() {
+        Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
+            sh.tr.total = Some(0);
+            sh.tr.plan.set_queue(VecDeque::new());
+            job.placer = Placer::new(0, 0).with_source(job.mirror);
+            job.seg.end = 0;
+            Ok(HeadAction::Complete)
+        }
+        _ => Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: 416 Range Not Satisfiable for bytes=0-"),
+        )),
+    }
+}
+
+/// A redirect (301, 302, 303, 307, 308) to the first request of a mirror: its Location,
+/// resolved against `url`, is where the transfer asks next.
+fn on_redirect(
+    job: &Job,
+    sh: &mut Ctx<'_>,
+    resp: &http::Response<'_, '_>,
+    url: &http::Url,
+) -> std::result::Result<HeadAction, Fail> {
+    let host = url.host();
+    let Some(loc) = resp.header("location") else {
+        return Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: {} redirect without Location", resp.code),
+        ));
+    };
+    let to = url.join(loc).map_err(|e| {
+        // Credentials in it are refused, and never printed.
+        let shown = match http::split_userinfo(&String::from_utf8_lossy(loc)) {
+            (rest, Some(_)) => rest.replacen("://", "://***@", 1),
+            (all, None) => all,
+        };
+        Fail::fatal(Kind::Protocol, format!("{host}: bad Location {shown:?}: {e}"))
+    })?;
+    sh.tr.redirect = Some(to);
+    sh.tr.redirect_mirror = job.mirror;
+    Ok(HeadAction::Complete)
+}
+
+/// A transient answer (408, 429, 500, 502, 503, 504) for `url`: a retry after its
+/// Retry-After (capped at 5 minutes).
+///
+/// The wait is applied when the loop judges the failure: the segment waits, and a 503 or
+/// 429 (about the server, not the request) holds every request to this origin; only the
+/// connection turned away waits when the server merely caps connections (a 503 while
+/// others download).
+fn transient(resp: &http::Response<'_, '_>, url: &http::Url) -> Fail {
+    let code = resp.code;
+    let wait = match resp.retry_after() {
+        Some(http::RetryAfter::Seconds(s)) => Some(Duration::from_secs(s.min(300))),
+        Some(http::RetryAfter::Date(d)) => http::parse_http_date(d).map(|at| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            Duration::from_secs(at.saturating_sub(now).min(300))
+        }),
+        None => None,
+    };
+    let f = Fail {
+        delay: wait,
+        ..Fail::retry(
+            Kind::HttpStatus,
+            format!("HTTP {code} {} for {}", String::from_utf8_lossy(resp.reason), url),
+        )
+    };
+    match code {
+        503 => f.busy(),
+        // Without Retry-After a 429 may be a connection cap as a 503 is (nginx
+        // `limit_conn_status 429`); with one it limits the client's requests
+        // (RFC 6585 §4): its wait holds the origin.
+        429 if f.delay.is_none() => f.busy(),
+        429 => f.server_wide(),
+        _ => f,
+    }
+}
+
+/// Any other 4xx or 5xx for `url`: the end of this mirror (fatal), with a hint where the
+/// status suggests one.
+fn refused(job: &Job, sh: &Ctx<'_>, resp: &http::Response<'_, '_>, url: &http::Url) -> Fail {
+    let code = resp.code;
+    // A TLS server that got plain HTTP answers 400 (nginx: "The plain HTTP request
+    // was sent to HTTPS port"): say what to try, as the other way round does.
+    let forwarding = sh.origin(job.mirror).forwarding();
+    let hint = if code == 400 && url.scheme() == http::Scheme::Http {
+        format!(
+            " (if that port speaks TLS, try https://{}{})",
+            http::authority(url),
+            url.path_and_query()
+        )
+    } else if let Some(p) = forwarding.filter(|p| code == 401 && p.authorization.is_some()) {
+        // The answer came through the proxy, and some proxies (tinyproxy 1.11)
+        // refuse wrong proxy credentials on a plain request with 401, not 407.
+        format!(
+            " (through proxy {}, which was sent its user name and password: the proxy may be the one refusing them)",
+            p.url
+        )
+    } else {
+        String::new()
+    };
+    let mut f = Fail::fatal(
+        Kind::HttpStatus,
+        format!("HTTP {code} {} for {}{hint}", String::from_utf8_lossy(resp.reason), url),
+    );
+    // A mirror that cannot serve a range of the reference's is shorter than it.
+    if code == 416
+        && let Some(r) = sh.tr.reference.filter(|&r| r != job.mirror)
+        && crate::transfer::mirror::names_differ(&sh.tr.mirrors[job.mirror].url, &sh.tr.mirrors[r].url)
+    {
+        f.hint = crate::transfer::mirror::DIFFERENT_FILES_HINT;
+    }
+    f
 }
 
 /// 304 Not Modified (RFC 9110 §15.4.5) to a conditional request. To the download's first
