@@ -290,91 +290,16 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
     record.mirror_urls = opts.mirrors.iter().map(|m| m.url.clone()).collect();
     let given = given_urls(&opts)?;
     let url = given[0].0.clone();
-    if opts.insecure {
-        eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
-    }
-    // URLs given as mirrors whose names differ may be different files: said before the
-    // download, since a small file may come whole from the first and the others are then
-    // never asked (nothing would be dropped to hint at it).
-    if !opts.quiet
-        && let Some(other) = opts
-            .mirrors
-            .iter()
-            .find(|m| crate::transfer::mirror::names_differ(&opts.url, &m.url))
-    {
-        eprintln!(
-            "ringdl: note: the URLs end in different names ({} and {}): they are taken as mirrors of one file; -Z fetches each URL as its own file",
-            url.file_name().unwrap_or_default(),
-            http::Url::parse(&other.url)
-                .ok()
-                .and_then(|u| u.file_name().map(str::to_owned))
-                .unwrap_or_default()
-        );
-    }
+    warn_before(&opts, &url);
     let final_path = output::final_path(&opts.output, &url).map(|p| in_dir(opts.dir.as_deref(), p));
     record.output = final_path.as_ref().map(|p| p.display().to_string());
-    // A signature (and its keys) is read, fetched and parsed before anything is.
-    let plan = crate::signed::load(&opts, |u| {
-        crate::signed::fetch_small(u, &opts, |sub| run(sub, &mut Record::default(), per_run))
-    })?;
-    if let Some(p) = &plan {
-        p.signer_known(&opts, &mut record.signature)?;
-    }
-    let signed_input = plan.as_ref().and_then(|p| p.over_file(&mut opts));
-    if let Some(sums) = &opts.checksum_file {
-        let text = std::fs::read(sums).map_err(|e| err!(LocalIo, "--checksum-file {}: {e}", sums.display()))?;
-        let name = sums.display().to_string();
-        match &plan {
-            // Over the checksum file: checked now, before a byte of the file is fetched.
-            Some(p) => p.check(
-                crate::signature::prehash(p.sig.input(), &text).as_deref(),
-                &name,
-                &opts,
-                &mut record.signature,
-            )?,
-            None => crate::signed::pgp_unchecked(&text, &name, &mut record.signature),
-        }
-        opts.checksum = Some(checksum_from_file(&text, &name, final_path.as_deref(), &url)?);
-    }
+    let (plan, signed_input) = load_signature_and_sums(&mut opts, record, per_run, final_path.as_deref(), &url)?;
     let device = final_path.as_deref().is_some_and(output::device::is_block_device);
     // (`-N` and `--etag-compare` imply --force to replace the output; a `.part` with its
     // control file still resumes: only the user's --force starts over.)
     let asked_force = opts.force;
     updates::prepare(&mut opts, final_path.as_deref(), device)?;
-    // Standard output, a FIFO, a terminal, a socket, a device: bytes go in order, on one
-    // connection (several would deliver blocks out of order). A sink (/dev/null) takes any.
-    let special = match &final_path {
-        None => Some(output::Special {
-            what: "standard output".to_owned(),
-            sink: false,
-            fd: Some(1),
-        }),
-        Some(_) if device => None,
-        Some(p) => output::special(p),
-    };
-    if let (Some(sp), Some(_)) = (&special, signed_input) {
-        return Err(err!(
-            Usage,
-            "--signature over {}: a signature is checked before the file is renamed into place, \
-             so it needs a file output (or sign a checksum file: --checksum-file)",
-            sp.what
-        ));
-    }
-    if let Some(sp) = special.as_ref().filter(|sp| !sp.sink) {
-        if opts.connections > 1 && opts.verbose > 0 {
-            eprintln!(
-                "ringdl: {} takes bytes only in order: one connection (not {})",
-                sp.what, opts.connections
-            );
-        }
-        opts.connections = 1;
-        if opts.resume {
-            eprintln!(
-                "ringdl: warning: -c has no effect with {} (it cannot be resumed)",
-                sp.what
-            );
-        }
-    }
+    let special = special_output(&mut opts, final_path.as_deref(), device, signed_input.is_some())?;
     // A forced engine that cannot run here fails before the output is touched (an
     // existing .part and its control file stay). kTLS is probed only where it decides.
     let https = url.scheme() == http::Scheme::Https;
@@ -392,15 +317,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
     }
     let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;
     let control = updates::control_path(&opts, final_path.as_deref(), device);
-    // Without -c a `.part` whose control file is there resumes too (aria2c does the same),
-    // validated as -c validates; --no-continue or --force starts over. (A device resumes
-    // only with -c and --control: its control file is the user's to name.)
-    let implicit = !device
-        && !opts.resume
-        && !opts.no_continue
-        && !asked_force
-        && special.is_none()
-        && control.as_deref().is_some_and(|c| std::fs::symlink_metadata(c).is_ok());
+    let implicit = resumes_implicitly(&opts, control.as_deref(), device, asked_force, special.is_some());
     let resume_state = match (&control, opts.resume || implicit) {
         (Some(c), true) if !device => load_resume(c, &opts.url, opts.quiet),
         _ => None,
@@ -446,38 +363,13 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
     if resume_state.is_some() && opts.condition.take().is_some() && opts.verbose > 0 {
         eprintln!("ringdl: resuming: the first request is not conditional");
     }
-    let sink = match (&out.part, not_a_file) {
-        (None, _) if out.room.is_some() => Sink::File {
-            direct: true,
-            path: out.final_path.as_deref().expect("a device has a path"),
-        },
-        (Some(part), _) => Sink::File {
-            direct: out.direct,
-            path: part,
-        },
-        (None, what) => Sink::NotAFile(what.unwrap_or("standard output")),
-    };
-    let chosen = select::select(opts.engine, https, ktls_here, &sink);
+    let (selection, engine_line) = choose_engine(&opts, &out, not_a_file, https, ktls_here)?;
     let select::Selection {
         engine,
         ktls: ktls_on,
         note: engine_note,
-    } = match chosen {
-        Ok(s) => s,
-        Err(e) => {
-            out.discard_if_empty();
-            return Err(e);
-        }
-    };
+    } = selection;
     record.engine = Some(engine.name().to_owned());
-    let engine_line = (opts.verbose > 0).then(|| {
-        let how = if out.direct {
-            format!("O_DIRECT, {}-byte alignment", out.align)
-        } else {
-            "page cache".to_owned()
-        };
-        format!("engine {} ({how})", engine.name())
-    });
     Ok(Prepared {
         opts,
         given,
@@ -493,6 +385,171 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         engine_note,
         engine_line,
     })
+}
+
+/// What is said before a file is fetched: `--insecure`'s warning, and a note when URLs
+/// given as mirrors end in different names (they may be different files: said before the
+/// download, since a small file may come whole from the first and the others are then
+/// never asked, nothing dropped to hint at it).
+fn warn_before(opts: &Config, url: &http::Url) {
+    if opts.insecure {
+        eprintln!("ringdl: warning: --insecure: the server certificate is NOT verified");
+    }
+    if !opts.quiet
+        && let Some(other) = opts
+            .mirrors
+            .iter()
+            .find(|m| crate::transfer::mirror::names_differ(&opts.url, &m.url))
+    {
+        eprintln!(
+            "ringdl: note: the URLs end in different names ({} and {}): they are taken as mirrors of one file; -Z fetches each URL as its own file",
+            url.file_name().unwrap_or_default(),
+            http::Url::parse(&other.url)
+                .ok()
+                .and_then(|u| u.file_name().map(str::to_owned))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// `--signature` (and its keys) read, fetched and parsed before anything else is, and
+/// `--checksum-file` read (checked against the signature when it signs that file) into
+/// the checksum of the file at `final_path`. Returns the signature's plan and what it
+/// needs of the file (when it signs the file).
+fn load_signature_and_sums(
+    opts: &mut Config,
+    record: &mut Record,
+    per_run: &mut PerRun,
+    final_path: Option<&std::path::Path>,
+    url: &http::Url,
+) -> Result<(Option<crate::signed::Plan>, Option<crate::signature::Input>)> {
+    let plan = crate::signed::load(opts, |u| {
+        crate::signed::fetch_small(u, opts, |sub| run(sub, &mut Record::default(), per_run))
+    })?;
+    if let Some(p) = &plan {
+        p.signer_known(opts, &mut record.signature)?;
+    }
+    let signed_input = plan.as_ref().and_then(|p| p.over_file(opts));
+    if let Some(sums) = &opts.checksum_file {
+        let text = std::fs::read(sums).map_err(|e| err!(LocalIo, "--checksum-file {}: {e}", sums.display()))?;
+        let name = sums.display().to_string();
+        match &plan {
+            // Over the checksum file: checked now, before a byte of the file is fetched.
+            Some(p) => p.check(
+                crate::signature::prehash(p.sig.input(), &text).as_deref(),
+                &name,
+                opts,
+                &mut record.signature,
+            )?,
+            None => crate::signed::pgp_unchecked(&text, &name, &mut record.signature),
+        }
+        opts.checksum = Some(checksum_from_file(&text, &name, final_path, url)?);
+    }
+    Ok((plan, signed_input))
+}
+
+/// The output when it is not a regular file: standard output, a FIFO, a terminal, a
+/// socket, a device. Bytes go to it in order, on one connection (several would deliver
+/// blocks out of order); a sink (/dev/null) takes any.
+///
+/// # Errors
+/// `Usage` for a `--signature` over such an output (`signs_file`).
+fn special_output(
+    opts: &mut Config,
+    final_path: Option<&std::path::Path>,
+    device: bool,
+    signs_file: bool,
+) -> Result<Option<output::Special>> {
+    let special = match final_path {
+        None => Some(output::Special {
+            what: "standard output".to_owned(),
+            sink: false,
+            fd: Some(1),
+        }),
+        Some(_) if device => None,
+        Some(p) => output::special(p),
+    };
+    if let Some(sp) = special.as_ref().filter(|_| signs_file) {
+        return Err(err!(
+            Usage,
+            "--signature over {}: a signature is checked before the file is renamed into place, \
+             so it needs a file output (or sign a checksum file: --checksum-file)",
+            sp.what
+        ));
+    }
+    if let Some(sp) = special.as_ref().filter(|sp| !sp.sink) {
+        if opts.connections > 1 && opts.verbose > 0 {
+            eprintln!(
+                "ringdl: {} takes bytes only in order: one connection (not {})",
+                sp.what, opts.connections
+            );
+        }
+        opts.connections = 1;
+        if opts.resume {
+            eprintln!(
+                "ringdl: warning: -c has no effect with {} (it cannot be resumed)",
+                sp.what
+            );
+        }
+    }
+    Ok(special)
+}
+
+/// Without -c a `.part` whose control file is there resumes too (aria2c does the same),
+/// validated as -c validates; --no-continue or --force (`asked_force`, the user's own)
+/// starts over. A device resumes only with -c and --control: its control file is the
+/// user's to name.
+fn resumes_implicitly(
+    opts: &Config,
+    control: Option<&std::path::Path>,
+    device: bool,
+    asked_force: bool,
+    special: bool,
+) -> bool {
+    !device
+        && !opts.resume
+        && !opts.no_continue
+        && !asked_force
+        && !special
+        && control.is_some_and(|c| std::fs::symlink_metadata(c).is_ok())
+}
+
+/// The engine for output `out` (`not_a_file`: what it is when it is not a regular file)
+/// and `-v`'s line on it. An engine refused here discards the output when it is empty.
+fn choose_engine(
+    opts: &Config,
+    out: &Output,
+    not_a_file: Option<&str>,
+    https: bool,
+    ktls_here: Option<bool>,
+) -> Result<(select::Selection, Option<String>)> {
+    let sink = match (&out.part, not_a_file) {
+        (None, _) if out.room.is_some() => Sink::File {
+            direct: true,
+            path: out.final_path.as_deref().expect("a device has a path"),
+        },
+        (Some(part), _) => Sink::File {
+            direct: out.direct,
+            path: part,
+        },
+        (None, what) => Sink::NotAFile(what.unwrap_or("standard output")),
+    };
+    let selection = match select::select(opts.engine, https, ktls_here, &sink) {
+        Ok(s) => s,
+        Err(e) => {
+            out.discard_if_empty();
+            return Err(e);
+        }
+    };
+    let engine_line = (opts.verbose > 0).then(|| {
+        let how = if out.direct {
+            format!("O_DIRECT, {}-byte alignment", out.align)
+        } else {
+            "page cache".to_owned()
+        };
+        format!("engine {} ({how})", selection.engine.name())
+    });
+    Ok((selection, engine_line))
 }
 
 /// `p` in `-d`'s directory `dir` when `p` is relative (as aria2c places `-o` under `-d`).
