@@ -8,12 +8,17 @@ use crate::config::{
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::Result;
+use lexopt::Arg::{self, Long, Short, Value};
+use lexopt::Parser;
+
+mod help;
+pub use help::HELP;
 
 /// What the command line asks for.
 pub enum Command {
     /// Download with these options.
     Download(Box<Config>),
-    /// `-i` or `-Z`: several files, one after another; the options apply to each (its
+    /// `-i` or `-Z`: several files, up to `-j` at once; the options apply to each (its
     /// URLs are not set yet: see [`set_urls`]).
     Files(Box<Config>, Files),
     /// Print help and exit 0.
@@ -43,177 +48,86 @@ pub const MAX_JOBS: usize = 64;
 /// Most reactor threads (`--threads`).
 pub const MAX_THREADS: usize = 64;
 
-/// The `--help` text.
-pub const HELP: &str = "\
-ringdl - download files over HTTP or HTTPS through io_uring, O_DIRECT and rustls:
-one file or many (-i LIST, -Z URL...), each over up to -x Range connections
-
-Usage: ringdl [OPTIONS] URL [MIRROR-URL...]
-       ringdl [OPTIONS] -Z URL...          (each URL its own file)
-       ringdl [OPTIONS] -i LIST            (the files of a list)
-
-More than one URL: mirrors of one file (as aria2c takes them). Connections are spread
-over them; the first URL names the output; a mirror whose size or validator (ETag, else
-Last-Modified; any validator with --checksum) differs from the first that answers, or
-that fails, is dropped with a note. See docs/guide/mirrors.md.
-
-Several files (up to -j at once; the options below apply to each):
-  -i, --input-file FILE     fetch the files listed in FILE ('-' = standard input),
-                            aria2c's format: a line of TAB-separated URLs (mirrors of one
-                            file), then indented key=value lines for that file: out=,
-                            dir=, checksum=ALG=HEX, header=, connections=; # comments
-  -Z, --force-sequential    each URL on the command line is its own file (without -Z,
-                            several URLs are mirrors of one file)
-  -d, --dir DIR             where names without a directory go (created if missing)
-  -j, --max-concurrent-downloads N
-                            files in flight at once, 1-64 (default 5, as aria2c);
-                            their connections count together against
-                            --max-connections-per-host
-      --fail-fast           stop at the first file that fails (default: fetch the
-                            others, exit with the first failure's code)
-
-Output:
-  -o, --output FILE         write to FILE ('-' = standard output); default: the URL's
-                            last path segment in the current directory
-      --force               replace FILE if it exists
-  -c, --continue            resume FILE.part from its control file (FILE.part.ringdl);
-                            without -c ringdl resumes too when that control file is
-                            there, and starts over when it is not valid
-      --no-continue         start over even when FILE.part can be resumed (so does
-                            --force)
-      --content-disposition name the file from Content-Disposition (base name only)
-      --checksum ALG=HEX    verify sha-256 or sha-512 (also sha256, sha512) before the
-                            rename
-      --checksum-file FILE  take the digest from a SHA256SUMS / SHA512SUMS file: the line
-                            for the output's file name (or the URL's); none = error
-                            before the download
-      --signature FILE|URL  a detached signature (SSHSIG from ssh-keygen -Y sign, signify
-                            / usign, minisign) over the file, or over --checksum-file when
-                            one is given; checked before the rename (exit 10 if it fails)
-      --trusted-key FILE    a key the signature may come from (repeatable): an OpenSSH
-                            public key or allowed-signers file, a signify or minisign .pub
-      --signature-namespace NAME
-                            the SSHSIG namespace to require (default file)
-
-      --etag-compare FILE   send the ETag saved in FILE as If-None-Match while the
-                            output is there; 304 Not Modified leaves it untouched
-                            (checked against --checksum, --signature) and exits 0
-                            (a missing or empty FILE: no condition)
-      --etag-save FILE      when the file has landed, save its ETag in FILE
-  -N, --timestamping        send If-Modified-Since from the output's modification
-                            time; set that time from Last-Modified when it lands
-      --offset BYTES        block-device output: write the image at this offset (a
-                            multiple of the logical block size)
-      --control FILE        block-device output: keep the control file for -c here
-
-Connections and I/O:
-  -x, --connections N       concurrent Range connections, 1-64 (default 4)
-      --threads N|auto      reactors on N threads, each with its own ring, buffers
-                            and connections, sharing a file's ranges; -x (and
-                            --max-connections-per-host) is shared out over them, so
-                            a file spreads over at most -x; only a regular file from one
-                            URL served in ranges spreads (not -o -, FIFOs, devices,
-                            mirrors, --limit-rate); a list at -j 2+ places whole
-                            files on them instead (-j shared over them; a large file
-                            left alone starts again from what landed, spread);
-                            auto: the CPUs the process may use; 1-64 (default 1)
-      --pin                 each reactor's thread on its own CPU of those the
-                            process may use (sched_setaffinity); off by default
-      --min-split-size SIZE open one connection per SIZE bytes still to fetch, up to
-                            -x: the first connection alone learns the size; 512K, 4M,
-                            1G (powers of 1024; 4K to 1G; default 4M)
-      --max-connections-per-host N
-                            most connections open at once to one server (scheme,
-                            host, port, proxy), over its mirrors and the files in
-                            flight, 1-64 (default 16); a
-                            server's own cap, learned from a 503, holds for the
-                            run's later files too
-      --engine NAME         auto | direct | buffered | splice | ktls-direct (default auto:
-                            ktls-direct when the kernel has kTLS, else direct)
-      --io NAME             auto | uring | epoll (default auto: io_uring, epoll where
-                            io_uring is refused, e.g. by a container's seccomp profile)
-      --sqpoll              io_uring: a kernel thread polls the submission queue
-                            (IORING_SETUP_SQPOLL, Linux 5.13+ unprivileged): fewer
-                            syscalls, one more busy core while data flows; not with
-                            --io epoll (docs/design.md \"Copy budget\" has the costs)
-      --limit-rate RATE     most bytes/s for the whole download (all connections):
-                            500K, 10M, 1G (powers of 1024); default: no limit
-      --buf-size BYTES      splice: most bytes per socket->pipe SPLICE (default 1048576)
-      --write-threshold B   splice: bytes held in the pipe before writing (default 1048576)
-
-Network:
-      --proxy URL           proxy: [SCHEME://][user:password@]host[:port] (port
-                            default 1080). SCHEME http (default; https goes through
-                            a CONNECT tunnel), socks5 (SOCKS5, names resolved here)
-                            or socks5h (the proxy resolves them); \"\" = none.
-                            Default: the environment, as curl reads it (https_proxy,
-                            http_proxy, all_proxy; upper case too, except HTTP_PROXY)
-      --proxy-user USER:PASSWORD
-                            the proxy's credentials (HTTP Basic, or SOCKS5 username/
-                            password), apart from the proxy URL (over its
-                            user:password@); never printed
-      --noproxy LIST        hosts that go direct: comma-separated names (suffix
-                            match), IP addresses, CIDR networks, or '*'; default
-                            no_proxy / NO_PROXY
-      --resolve HOST:PORT:ADDR[,ADDR...]
-                            connect to these addresses for HOST:PORT, not the resolver's
-                            (repeatable; the name still goes in Host, SNI and the check)
-      --connect-timeout S   seconds to wait for a TCP connect, fractions allowed (default 30)
-      --stall-timeout S     reset a connection that moves no byte for S seconds, fractions
-                            allowed (default 60)
-      --max-tries N         attempts per segment before giving up (default 5)
-      --retry-wait S        first wait before a retry in seconds, doubled per try, at
-                            most 30 (default 0.5)
-      --max-redirects N     redirects to follow (default 10)
-      --allow-downgrade     follow a redirect from https to http
-
-Request:
-  -H, --header 'NAME: VALUE'
-                            send this request header (repeatable); 'NAME:' with no value
-                            removes User-Agent or Accept. Authorization and Cookie go only
-                            to the URL's origin, never after a redirect to another one
-  -A, --user-agent STR      User-Agent to send (default ringdl/VERSION; '' sends none)
-  -u, --user USER:PASSWORD  Basic authentication (also from https://USER:PASSWORD@host/,
-                            percent-decoded); sent only to the URL's origin
-
-TLS:
-  -k, --insecure            do not verify the server certificate (prints a warning)
-      --ca-certificate FILE trust the PEM certificates in FILE as well
-      --pinnedpubkey sha256//BASE64[;sha256//BASE64...]
-                            the server key must have one of these SHA-256 hashes
-                            (SubjectPublicKeyInfo); checked with -k too
-
-Reporting:
-  -q, --quiet               no progress line, no summary
-  -v, --verbose             say more (engine choice, segments, retries); repeat for more
-      --json FILE           at the end, success or failure, write one JSON object (size,
-                            bytes fetched, seconds, rate, engine, TLS, connections, retries,
-                            redirects, checksum, exit code, error) to FILE ('-' = standard
-                            output, when the data goes to a file)
-  -h, --help                print this help
-  -V, --version             print the version
-
-Trust: bundled Mozilla roots (webpki-roots), plus SSL_CERT_FILE and SSL_CERT_DIR,
-plus --ca-certificate (CAs, or the server's own certificate). The host name is checked
-against the certificate's names whatever the anchor; only -k skips it.
-
-Exit status: 0 ok, 1 internal error, 2 usage, 3 network, 4 TLS, 5 HTTP status,
-6 protocol violation, 7 local I/O, 8 interrupted, 9 checksum mismatch,
-10 signature not verified.
-The manual: man ./ringdl.1 (in the source tree).
-";
-
 /// Parses `args` (without the program name).
 ///
 /// # Errors
 /// [`crate::error::Kind::Usage`] for unknown options, missing or bad values, and a missing URL.
 pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Command> {
-    use lexopt::prelude::*;
-    let mut p = lexopt::Parser::from_args(args);
+    let mut p = Parser::from_args(args);
     let mut urls: Vec<String> = Vec::new();
     let mut files = Files::default();
     let mut each = false;
-    let mut o = Config {
+    let mut o = defaults();
+    while let Some(arg) = p.next().map_err(usage)? {
+        let name = match arg {
+            Short('h') | Long("help") => return Ok(Command::Help),
+            Short('V') | Long("version") => return Ok(Command::Version),
+            Value(v) => {
+                let url = v
+                    .into_string()
+                    .map_err(|v| err!(Usage, "URL is not valid UTF-8: {}", v.to_string_lossy()))?;
+                urls.push(url);
+                continue;
+            }
+            Short(c) => Name::Short(c),
+            Long(l) => Name::Long(l.to_owned()),
+        };
+        let arg = name.arg();
+        let known = files_option(&arg, &mut p, &mut files, &mut each, &mut o)?
+            || output_option(&arg, &mut p, &mut o)?
+            || io_option(&arg, &mut p, &mut o)?
+            || network_option(&arg, &mut p, &mut o)?
+            || request_option(&arg, &mut p, &mut o)?
+            || tls_option(&arg, &mut p, &mut o)?
+            || reporting_option(&arg, &mut p, &mut o)?;
+        if !known {
+            return Err(usage(arg.unexpected()));
+        }
+    }
+    refuse_conflicts(&o)?;
+    if files.input.is_some() || each {
+        refuse_with_files(&o)?;
+        if urls.is_empty() && files.input.is_none() {
+            return Err(err!(Usage, "missing URL (see ringdl --help)"));
+        }
+        files.given = match each {
+            true => urls.into_iter().map(|u| vec![u]).collect(),
+            false if urls.is_empty() => Vec::new(),
+            false => vec![urls],
+        };
+        return Ok(Command::Files(Box::new(o), files));
+    }
+    if urls.is_empty() {
+        return Err(err!(Usage, "missing URL (see ringdl --help)"));
+    }
+    set_urls(&mut o, urls);
+    Ok(Command::Download(Box::new(o)))
+}
+
+/// An option's name as lexopt gave it, owned: its value is then read from the parser.
+enum Name {
+    Short(char),
+    Long(String),
+}
+
+impl Name {
+    /// The option as lexopt's [`Arg`], to match and to report as unexpected.
+    fn arg(&self) -> Arg<'_> {
+        match self {
+            Name::Short(c) => Short(*c),
+            Name::Long(l) => Long(l),
+        }
+    }
+}
+
+/// A lexopt error as a usage error (exit 2) that points at `--help`.
+fn usage(e: lexopt::Error) -> crate::error::Error {
+    err!(Usage, "{e} (see ringdl --help)")
+}
+
+/// The options before the command line sets any.
+fn defaults() -> Config {
+    Config {
         url: String::new(),
         mirrors: Vec::new(),
         output: OutputTarget::Default,
@@ -265,187 +179,14 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         trusted_keys: Vec::new(),
         signature_namespace: "file".to_owned(),
         size_bound: None,
-    };
-    let usage = |e: lexopt::Error| err!(Usage, "{e} (see ringdl --help)");
-    while let Some(arg) = p.next().map_err(usage)? {
-        match arg {
-            Short('h') | Long("help") => return Ok(Command::Help),
-            Short('i') | Long("input-file") => files.input = Some(path_value(&mut p, "-i")?),
-            Short('Z') | Long("force-sequential") => each = true,
-            Short('d') | Long("dir") => o.dir = Some(path_value(&mut p, "-d")?),
-            Long("fail-fast") => files.fail_fast = true,
-            Short('j') | Long("max-concurrent-downloads") => {
-                let n: usize = number(&mut p, "-j")?;
-                if !(1..=MAX_JOBS).contains(&n) {
-                    return Err(err!(Usage, "-j must be 1 to {MAX_JOBS}, not {n}"));
-                }
-                files.jobs = Some(n);
-            }
-            Short('V') | Long("version") => return Ok(Command::Version),
-            Short('o') | Long("output") => {
-                let v = p.value().map_err(usage)?;
-                if v.is_empty() {
-                    return Err(err!(Usage, "-o needs a file name"));
-                }
-                o.output = if v == "-" {
-                    OutputTarget::Stdout
-                } else {
-                    OutputTarget::File(PathBuf::from(v))
-                };
-            }
-            Short('x') | Long("connections") => {
-                let n: usize = number(&mut p, "--connections")?;
-                if !(1..=MAX_CONNECTIONS).contains(&n) {
-                    return Err(err!(Usage, "--connections must be 1 to {MAX_CONNECTIONS}, not {n}"));
-                }
-                o.connections = n;
-            }
-            Long("threads") => {
-                let v = p.value().map_err(usage)?;
-                let s = v.to_string_lossy();
-                o.threads = if s.eq_ignore_ascii_case("auto") {
-                    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
-                } else {
-                    match s.parse::<usize>() {
-                        Ok(n) if (1..=MAX_THREADS).contains(&n) => n,
-                        _ => return Err(err!(Usage, "--threads must be 1 to {MAX_THREADS} or auto, not {s:?}")),
-                    }
-                };
-            }
-            Long("engine") => {
-                let v = p.value().map_err(usage)?;
-                o.engine = match v.to_str() {
-                    Some("auto") => None,
-                    name => Some(name.and_then(EngineKind::from_name).ok_or_else(|| {
-                        err!(
-                            Usage,
-                            "--engine must be auto, direct, buffered, splice or ktls-direct, not {}",
-                            v.to_string_lossy()
-                        )
-                    })?),
-                };
-            }
-            Long("io") => {
-                let v = p.value().map_err(usage)?;
-                o.io = match v.to_str() {
-                    Some("auto") => IoChoice::Auto,
-                    Some("uring" | "io_uring") => IoChoice::Uring,
-                    Some("epoll") => IoChoice::Epoll,
-                    _ => {
-                        return Err(err!(
-                            Usage,
-                            "--io must be auto, uring or epoll, not {}",
-                            v.to_string_lossy()
-                        ));
-                    }
-                };
-            }
-            Long("sqpoll") => o.sqpoll = true,
-            Long("pin") => o.pin = true,
-            Short('k') | Long("insecure") => o.insecure = true,
-            Long("ca-certificate") => o.ca_certificate = Some(p.value().map_err(usage)?.into()),
-            Long("pinnedpubkey") => {
-                let v = p.value().map_err(usage)?;
-                o.pinned_public_keys = crate::control::tls::parse_pins(&v.to_string_lossy())?;
-            }
-            Long("force") => o.force = true,
-            Short('q') | Long("quiet") => o.quiet = true,
-            Short('v') | Long("verbose") => o.verbose = o.verbose.saturating_add(1),
-            Long("max-tries") => {
-                o.max_tries = number(&mut p, "--max-tries")?;
-                if o.max_tries == 0 {
-                    return Err(err!(Usage, "--max-tries must be at least 1"));
-                }
-            }
-            Long("connect-timeout") => o.connect_timeout_s = timeout(&mut p, "--connect-timeout")?,
-            Long("stall-timeout") => o.stall_timeout_s = timeout(&mut p, "--stall-timeout")?,
-            Short('c') | Long("continue") => o.resume = true,
-            Long("no-continue") => o.no_continue = true,
-            Long("max-redirects") => o.max_redirects = number(&mut p, "--max-redirects")?,
-            Long("allow-downgrade") => o.allow_downgrade = true,
-            Long("retry-wait") => {
-                let v: f64 = number(&mut p, "--retry-wait")?;
-                if !(0.0..=3600.0).contains(&v) {
-                    return Err(err!(Usage, "--retry-wait must be 0 to 3600 seconds"));
-                }
-                o.retry_wait_s = v;
-            }
-            Long("checksum") => {
-                let v = p.value().map_err(usage)?;
-                o.checksum = Some(Checksum::parse(&v.to_string_lossy())?);
-            }
-            Long("content-disposition") => o.content_disposition = true,
-            Long("proxy") => o.proxy = Some(utf8(p.value().map_err(usage)?, "--proxy")?),
-            Long("limit-rate") => o.limit_rate = Some(rate(&utf8(p.value().map_err(usage)?, "--limit-rate")?)?),
-            Long("max-connections-per-host") => {
-                let n: usize = number(&mut p, "--max-connections-per-host")?;
-                if !(1..=MAX_CONNECTIONS).contains(&n) {
-                    return Err(err!(
-                        Usage,
-                        "--max-connections-per-host must be 1 to {MAX_CONNECTIONS}, not {n}"
-                    ));
-                }
-                o.max_per_host = n;
-            }
-            Long("min-split-size") => {
-                o.min_split_size = split_size(&utf8(p.value().map_err(usage)?, "--min-split-size")?)?;
-            }
-            Long("noproxy") => o.noproxy = Some(utf8(p.value().map_err(usage)?, "--noproxy")?),
-            Long("resolve") => {
-                let v = p.value().map_err(usage)?;
-                o.resolve.push(Resolve::parse(&v.to_string_lossy())?);
-            }
-            Long("checksum-file") => o.checksum_file = Some(p.value().map_err(usage)?.into()),
-            Long("etag-compare") => o.etag_compare = Some(path_value(&mut p, "--etag-compare")?),
-            Long("etag-save") => o.etag_save = Some(path_value(&mut p, "--etag-save")?),
-            Short('N') | Long("timestamping") => o.timestamping = true,
-            Long("offset") => o.offset = number(&mut p, "--offset")?,
-            Long("control") => o.control = Some(path_value(&mut p, "--control")?),
-            Long("signature") => o.signature = Some(utf8(p.value().map_err(usage)?, "--signature")?),
-            Long("trusted-key") => o.trusted_keys.push(p.value().map_err(usage)?.into()),
-            Long("signature-namespace") => {
-                o.signature_namespace = utf8(p.value().map_err(usage)?, "--signature-namespace")?;
-                if o.signature_namespace.is_empty() {
-                    return Err(err!(Usage, "--signature-namespace: the namespace may not be empty"));
-                }
-            }
-            Long("json") => {
-                let v = p.value().map_err(usage)?;
-                if v.is_empty() {
-                    return Err(err!(Usage, "--json needs a file name ('-' = standard output)"));
-                }
-                o.json = Some(PathBuf::from(v));
-            }
-            Short('H') | Long("header") => {
-                let v = p.value().map_err(usage)?;
-                let v = v
-                    .into_string()
-                    .map_err(|_| err!(Usage, "-H: the header is not valid UTF-8"))?;
-                let (name, value) = v
-                    .split_once(':')
-                    .ok_or_else(|| err!(Usage, "-H wants 'Name: value', not {v:?}"))?;
-                add_header(&mut o.headers, name, value.trim_matches([' ', '\t']))?;
-            }
-            Short('A') | Long("user-agent") => {
-                let v = p.value().map_err(usage)?;
-                let v = v
-                    .into_string()
-                    .map_err(|_| err!(Usage, "--user-agent is not valid UTF-8"))?;
-                add_header(&mut o.headers, "User-Agent", &v)?;
-            }
-            Short('u') | Long("user") => o.credentials = Some(user_password(&mut p, "--user")?),
-            Long("proxy-user") => o.proxy_user = Some(user_password(&mut p, "--proxy-user")?),
-            Long("buf-size") => o.splice_chunk = size(number(&mut p, "--buf-size")?, "--buf-size")?,
-            Long("write-threshold") => {
-                o.write_threshold = size(number(&mut p, "--write-threshold")?, "--write-threshold")?
-            }
-            Value(v) => urls.push(
-                v.into_string()
-                    .map_err(|v| err!(Usage, "URL is not valid UTF-8: {}", v.to_string_lossy()))?,
-            ),
-            _ => return Err(usage(arg.unexpected())),
-        }
     }
+}
+
+/// Options that cannot go together.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] naming the two.
+fn refuse_conflicts(o: &Config) -> Result<()> {
     if o.output == OutputTarget::Stdout && o.json.as_deref() == Some(std::path::Path::new("-")) {
         return Err(err!(
             Usage,
@@ -482,23 +223,257 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
             "--signature and --trusted-key go together: a signature is checked against the keys you trust"
         ));
     }
-    if files.input.is_some() || each {
-        refuse_with_files(&o)?;
-        if urls.is_empty() && files.input.is_none() {
-            return Err(err!(Usage, "missing URL (see ringdl --help)"));
+    Ok(())
+}
+
+/// Applies `arg` when it is an option of the files of a run (`-i`, `-Z`, `-d`, `-j`, `--fail-fast`: "Several files" in `--help`), reading its value from `p`.
+/// Returns whether it was one.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for a missing or bad value.
+fn files_option(arg: &Arg<'_>, p: &mut Parser, files: &mut Files, each: &mut bool, o: &mut Config) -> Result<bool> {
+    match arg {
+        Short('i') | Long("input-file") => files.input = Some(path_value(p, "-i")?),
+        Short('Z') | Long("force-sequential") => *each = true,
+        Short('d') | Long("dir") => o.dir = Some(path_value(p, "-d")?),
+        Long("fail-fast") => files.fail_fast = true,
+        Short('j') | Long("max-concurrent-downloads") => {
+            let n: usize = number(p, "-j")?;
+            if !(1..=MAX_JOBS).contains(&n) {
+                return Err(err!(Usage, "-j must be 1 to {MAX_JOBS}, not {n}"));
+            }
+            files.jobs = Some(n);
         }
-        files.given = match each {
-            true => urls.into_iter().map(|u| vec![u]).collect(),
-            false if urls.is_empty() => Vec::new(),
-            false => vec![urls],
-        };
-        return Ok(Command::Files(Box::new(o), files));
+        _ => return Ok(false),
     }
-    if urls.is_empty() {
-        return Err(err!(Usage, "missing URL (see ringdl --help)"));
+    Ok(true)
+}
+
+/// Applies `arg` when it is an option of the output, its resume, digest, signature and validators ("Output:" in `--help`), reading its value from `p`.
+/// Returns whether it was one.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for a missing or bad value.
+fn output_option(arg: &Arg<'_>, p: &mut Parser, o: &mut Config) -> Result<bool> {
+    match arg {
+        Short('o') | Long("output") => {
+            let v = p.value().map_err(usage)?;
+            if v.is_empty() {
+                return Err(err!(Usage, "-o needs a file name"));
+            }
+            o.output = if v == "-" {
+                OutputTarget::Stdout
+            } else {
+                OutputTarget::File(PathBuf::from(v))
+            };
+        }
+        Long("force") => o.force = true,
+        Short('c') | Long("continue") => o.resume = true,
+        Long("no-continue") => o.no_continue = true,
+        Long("content-disposition") => o.content_disposition = true,
+        Long("checksum") => {
+            let v = p.value().map_err(usage)?;
+            o.checksum = Some(Checksum::parse(&v.to_string_lossy())?);
+        }
+        Long("checksum-file") => o.checksum_file = Some(p.value().map_err(usage)?.into()),
+        Long("signature") => o.signature = Some(utf8(p.value().map_err(usage)?, "--signature")?),
+        Long("trusted-key") => o.trusted_keys.push(p.value().map_err(usage)?.into()),
+        Long("signature-namespace") => {
+            o.signature_namespace = utf8(p.value().map_err(usage)?, "--signature-namespace")?;
+            if o.signature_namespace.is_empty() {
+                return Err(err!(Usage, "--signature-namespace: the namespace may not be empty"));
+            }
+        }
+        Long("etag-compare") => o.etag_compare = Some(path_value(p, "--etag-compare")?),
+        Long("etag-save") => o.etag_save = Some(path_value(p, "--etag-save")?),
+        Short('N') | Long("timestamping") => o.timestamping = true,
+        Long("offset") => o.offset = number(p, "--offset")?,
+        Long("control") => o.control = Some(path_value(p, "--control")?),
+        _ => return Ok(false),
     }
-    set_urls(&mut o, urls);
-    Ok(Command::Download(Box::new(o)))
+    Ok(true)
+}
+
+/// Applies `arg` when it is an option of connections, threads, engine and I/O ("Connections and I/O:" in `--help`), reading its value from `p`.
+/// Returns whether it was one.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for a missing or bad value.
+fn io_option(arg: &Arg<'_>, p: &mut Parser, o: &mut Config) -> Result<bool> {
+    match arg {
+        Short('x') | Long("connections") => {
+            let n: usize = number(p, "--connections")?;
+            if !(1..=MAX_CONNECTIONS).contains(&n) {
+                return Err(err!(Usage, "--connections must be 1 to {MAX_CONNECTIONS}, not {n}"));
+            }
+            o.connections = n;
+        }
+        Long("threads") => {
+            let v = p.value().map_err(usage)?;
+            let s = v.to_string_lossy();
+            o.threads = if s.eq_ignore_ascii_case("auto") {
+                std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+            } else {
+                match s.parse::<usize>() {
+                    Ok(n) if (1..=MAX_THREADS).contains(&n) => n,
+                    _ => return Err(err!(Usage, "--threads must be 1 to {MAX_THREADS} or auto, not {s:?}")),
+                }
+            };
+        }
+        Long("pin") => o.pin = true,
+        Long("min-split-size") => {
+            o.min_split_size = split_size(&utf8(p.value().map_err(usage)?, "--min-split-size")?)?;
+        }
+        Long("max-connections-per-host") => {
+            let n: usize = number(p, "--max-connections-per-host")?;
+            if !(1..=MAX_CONNECTIONS).contains(&n) {
+                return Err(err!(
+                    Usage,
+                    "--max-connections-per-host must be 1 to {MAX_CONNECTIONS}, not {n}"
+                ));
+            }
+            o.max_per_host = n;
+        }
+        Long("engine") => {
+            let v = p.value().map_err(usage)?;
+            o.engine = match v.to_str() {
+                Some("auto") => None,
+                name => Some(name.and_then(EngineKind::from_name).ok_or_else(|| {
+                    err!(
+                        Usage,
+                        "--engine must be auto, direct, buffered, splice or ktls-direct, not {}",
+                        v.to_string_lossy()
+                    )
+                })?),
+            };
+        }
+        Long("io") => {
+            let v = p.value().map_err(usage)?;
+            o.io = match v.to_str() {
+                Some("auto") => IoChoice::Auto,
+                Some("uring" | "io_uring") => IoChoice::Uring,
+                Some("epoll") => IoChoice::Epoll,
+                _ => {
+                    return Err(err!(
+                        Usage,
+                        "--io must be auto, uring or epoll, not {}",
+                        v.to_string_lossy()
+                    ));
+                }
+            };
+        }
+        Long("sqpoll") => o.sqpoll = true,
+        Long("limit-rate") => o.limit_rate = Some(rate(&utf8(p.value().map_err(usage)?, "--limit-rate")?)?),
+        Long("buf-size") => o.splice_chunk = size(number(p, "--buf-size")?, "--buf-size")?,
+        Long("write-threshold") => o.write_threshold = size(number(p, "--write-threshold")?, "--write-threshold")?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Applies `arg` when it is an option of proxies, addresses, timeouts, retries and redirects ("Network:" in `--help`), reading its value from `p`.
+/// Returns whether it was one.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for a missing or bad value.
+fn network_option(arg: &Arg<'_>, p: &mut Parser, o: &mut Config) -> Result<bool> {
+    match arg {
+        Long("proxy") => o.proxy = Some(utf8(p.value().map_err(usage)?, "--proxy")?),
+        Long("proxy-user") => o.proxy_user = Some(user_password(p, "--proxy-user")?),
+        Long("noproxy") => o.noproxy = Some(utf8(p.value().map_err(usage)?, "--noproxy")?),
+        Long("resolve") => {
+            let v = p.value().map_err(usage)?;
+            o.resolve.push(Resolve::parse(&v.to_string_lossy())?);
+        }
+        Long("connect-timeout") => o.connect_timeout_s = timeout(p, "--connect-timeout")?,
+        Long("stall-timeout") => o.stall_timeout_s = timeout(p, "--stall-timeout")?,
+        Long("max-tries") => {
+            o.max_tries = number(p, "--max-tries")?;
+            if o.max_tries == 0 {
+                return Err(err!(Usage, "--max-tries must be at least 1"));
+            }
+        }
+        Long("retry-wait") => {
+            let v: f64 = number(p, "--retry-wait")?;
+            if !(0.0..=3600.0).contains(&v) {
+                return Err(err!(Usage, "--retry-wait must be 0 to 3600 seconds"));
+            }
+            o.retry_wait_s = v;
+        }
+        Long("max-redirects") => o.max_redirects = number(p, "--max-redirects")?,
+        Long("allow-downgrade") => o.allow_downgrade = true,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Applies `arg` when it is an option of headers and credentials of the request ("Request:" in `--help`), reading its value from `p`.
+/// Returns whether it was one.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for a missing or bad value.
+fn request_option(arg: &Arg<'_>, p: &mut Parser, o: &mut Config) -> Result<bool> {
+    match arg {
+        Short('H') | Long("header") => {
+            let v = p.value().map_err(usage)?;
+            let v = v
+                .into_string()
+                .map_err(|_| err!(Usage, "-H: the header is not valid UTF-8"))?;
+            let (name, value) = v
+                .split_once(':')
+                .ok_or_else(|| err!(Usage, "-H wants 'Name: value', not {v:?}"))?;
+            add_header(&mut o.headers, name, value.trim_matches([' ', '\t']))?;
+        }
+        Short('A') | Long("user-agent") => {
+            let v = p.value().map_err(usage)?;
+            let v = v
+                .into_string()
+                .map_err(|_| err!(Usage, "--user-agent is not valid UTF-8"))?;
+            add_header(&mut o.headers, "User-Agent", &v)?;
+        }
+        Short('u') | Long("user") => o.credentials = Some(user_password(p, "--user")?),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Applies `arg` when it is an option of certificate checks ("TLS:" in `--help`), reading its value from `p`.
+/// Returns whether it was one.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for a missing or bad value.
+fn tls_option(arg: &Arg<'_>, p: &mut Parser, o: &mut Config) -> Result<bool> {
+    match arg {
+        Short('k') | Long("insecure") => o.insecure = true,
+        Long("ca-certificate") => o.ca_certificate = Some(p.value().map_err(usage)?.into()),
+        Long("pinnedpubkey") => {
+            let v = p.value().map_err(usage)?;
+            o.pinned_public_keys = crate::control::tls::parse_pins(&v.to_string_lossy())?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Applies `arg` when it is an option of what is said (`-q`, `-v`, `--json`: "Reporting:" in `--help`), reading its value from `p`.
+/// Returns whether it was one.
+///
+/// # Errors
+/// [`crate::error::Kind::Usage`] for a missing or bad value.
+fn reporting_option(arg: &Arg<'_>, p: &mut Parser, o: &mut Config) -> Result<bool> {
+    match arg {
+        Short('q') | Long("quiet") => o.quiet = true,
+        Short('v') | Long("verbose") => o.verbose = o.verbose.saturating_add(1),
+        Long("json") => {
+            let v = p.value().map_err(usage)?;
+            if v.is_empty() {
+                return Err(err!(Usage, "--json needs a file name ('-' = standard output)"));
+            }
+            o.json = Some(PathBuf::from(v));
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// Sets the URL and the mirrors of `o` (which has none yet) from `urls` (at least one).
