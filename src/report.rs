@@ -411,6 +411,28 @@ impl Note {
 impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Note::Request { .. }
+            | Note::Steal { .. }
+            | Note::Retry { .. }
+            | Note::Resent { .. }
+            | Note::StaleClosed { .. }
+            | Note::ConnectionFailed { .. }
+            | Note::Connected { .. }
+            | Note::Abandoned { .. }
+            | Note::Capped { .. }
+            | Note::KtlsRefused { .. }
+            | Note::SoftRefused { .. }
+            | Note::SoftOn { .. }
+            | Note::KtlsOn { .. }
+            | Note::Ticket { .. }
+            | Note::Rekeyed { .. } => self.connection_text(f),
+            Note::PartFailed { .. }
+            | Note::GaveBack { .. }
+            | Note::StealToReactor { .. }
+            | Note::OnReactor { .. }
+            | Note::OneReactor { .. }
+            | Note::Respread { .. }
+            | Note::Reactors { .. } => self.reactor_text(f),
             Note::Unregistered { why } => {
                 write!(
                     f,
@@ -418,6 +440,46 @@ impl std::fmt::Display for Note {
                 )
             }
             Note::NoPreallocation { why } => write!(f, "fallocate: {why} (continuing without preallocation)"),
+            Note::Allowed { connections: n, own } => {
+                let s = if *n == 1 { "" } else { "s" };
+                if own >= n {
+                    write!(f, "server allows {n} connection{s}: using {n}")
+                } else {
+                    write!(f, "server allows {n} connection{s}, shared with other files")
+                }
+            }
+            Note::Resuming { have, total } => write!(f, "resuming: {have} of {total} bytes already in place"),
+            Note::FixedFileOps { ops } => write!(f, "{ops} ops on the registered output (writes, fallocate, fsync)"),
+            Note::SqpollCpu { cpu } => write!(f, "SQPOLL thread CPU {:.2} s", cpu.as_secs_f64()),
+            Note::Planned { total, segments } => write!(
+                f,
+                "{total} bytes, ranges supported, {segments} segment{} after the first",
+                if *segments == 1 { "" } else { "s" }
+            ),
+            Note::Changed { what } => write!(f, "the file on the server changed ({what}): starting from zero"),
+            Note::MirrorDropped { url, why, hint } => write!(f, "mirror {url} dropped: {why}{hint}"),
+            Note::MirrorAccepted { url } => write!(f, "mirror {url} agrees with the reference: used"),
+            Note::NoRangesNoResume => {
+                f.write_str("the server does not serve ranges: cannot resume, starting from zero")
+            }
+            Note::UnknownTotal { host, first, last } => write!(
+                f,
+                "{host}: 206 with an unknown complete length (bytes {first}-{last}/*): asking again without Range, one connection"
+            ),
+            Note::NoRanges => f.write_str("the server does not serve ranges: one connection"),
+            Note::Shrunk => f.write_str("the file on the server is shorter than the resumed part: starting from zero"),
+            Note::WritesPending => f.write_str("warning: writes still pending: the resume state is older"),
+            Note::SyncFailed => f.write_str("warning: fdatasync of the partial file failed: the resume state is older"),
+            Note::ControlNotSaved { why } => write!(f, "warning: {why}"),
+            Note::State(s) => f.write_str(s),
+        }
+    }
+}
+
+impl Note {
+    /// The text of a note about one connection (`connection N: ...`).
+    fn connection_text(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
             Note::Request { conn, first, last } => write!(f, "connection {conn}: GET bytes {first}-{last}"),
             Note::Steal {
                 conn,
@@ -445,7 +507,7 @@ impl std::fmt::Display for Note {
             Note::Resent { conn, why, first, last } => write!(
                 f,
                 "connection {conn}: {why} (kept-alive connection closed by the server); sending bytes \
-                 {first}-{last} again on another, no try spent"
+             {first}-{last} again on another, no try spent"
             ),
             Note::StaleClosed { conn } => write!(
                 f,
@@ -462,14 +524,6 @@ impl std::fmt::Display for Note {
                 )
             }
             Note::Capped { conn, why, cap } => write!(f, "connection {conn}: {why}: {cap}"),
-            Note::Allowed { connections: n, own } => {
-                let s = if *n == 1 { "" } else { "s" };
-                if own >= n {
-                    write!(f, "server allows {n} connection{s}: using {n}")
-                } else {
-                    write!(f, "server allows {n} connection{s}, shared with other files")
-                }
-            }
             Note::KtlsRefused { conn, why } => {
                 write!(f, "connection {conn}: kTLS refused ({why}): staying in user-space TLS")
             }
@@ -488,30 +542,13 @@ impl std::fmt::Display for Note {
                 "connection {conn}: KeyUpdate: kTLS rekeyed in place ({})",
                 if *tx { "RX and TX, as the server asked" } else { "RX" }
             ),
-            Note::Resuming { have, total } => write!(f, "resuming: {have} of {total} bytes already in place"),
-            Note::FixedFileOps { ops } => write!(f, "{ops} ops on the registered output (writes, fallocate, fsync)"),
-            Note::SqpollCpu { cpu } => write!(f, "SQPOLL thread CPU {:.2} s", cpu.as_secs_f64()),
-            Note::Planned { total, segments } => write!(
-                f,
-                "{total} bytes, ranges supported, {segments} segment{} after the first",
-                if *segments == 1 { "" } else { "s" }
-            ),
-            Note::Changed { what } => write!(f, "the file on the server changed ({what}): starting from zero"),
-            Note::MirrorDropped { url, why, hint } => write!(f, "mirror {url} dropped: {why}{hint}"),
-            Note::MirrorAccepted { url } => write!(f, "mirror {url} agrees with the reference: used"),
-            Note::NoRangesNoResume => {
-                f.write_str("the server does not serve ranges: cannot resume, starting from zero")
-            }
-            Note::UnknownTotal { host, first, last } => write!(
-                f,
-                "{host}: 206 with an unknown complete length (bytes {first}-{last}/*): asking again without Range, one connection"
-            ),
-            Note::NoRanges => f.write_str("the server does not serve ranges: one connection"),
-            Note::Shrunk => f.write_str("the file on the server is shorter than the resumed part: starting from zero"),
-            Note::WritesPending => f.write_str("warning: writes still pending: the resume state is older"),
-            Note::SyncFailed => f.write_str("warning: fdatasync of the partial file failed: the resume state is older"),
-            Note::ControlNotSaved { why } => write!(f, "warning: {why}"),
-            Note::State(s) => f.write_str(s),
+            _ => unreachable!("not a connection's note"),
+        }
+    }
+
+    /// The text of a note about the reactors of a `--threads` run.
+    fn reactor_text(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
             Note::PartFailed { reactor, why } => {
                 write!(
                     f,
@@ -548,6 +585,7 @@ impl std::fmt::Display for Note {
                     "{reactors} reactor{rs}: {parts} part{ps} to {to}, {bytes} bytes landed there"
                 )
             }
+            _ => unreachable!("not a reactor's note"),
         }
     }
 }
