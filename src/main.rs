@@ -1,5 +1,6 @@
-//! ringdl: download one file over HTTP or HTTPS with N Range connections, from one thread
-//! and one io_uring, landing exact bytes with O_DIRECT. Everything is in the library.
+//! ringdl: download files over HTTP or HTTPS, each over up to N Range connections, on
+//! io_uring (or epoll) reactors — one per thread with `--threads` —, landing exact bytes
+//! with O_DIRECT. Everything is in the library.
 
 #![forbid(unsafe_code)]
 

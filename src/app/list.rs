@@ -1,16 +1,16 @@
 //! Several files in one run (`-i LIST`, `-Z URL...`): every file is checked before any
 //! request (the list's lines, the URLs, two files that would write one path: [`plan`]),
-//! then the files run one after another in this process, each with its [`options`]
-//! through the one-file path's three steps ([`super::run`]: prepare — the output and
-//! resume state —, fetch — `event::run` —, finish — the checksum, the rename, the
-//! summary), so that a reactor can later prepare many, run them at once and finish each
-//! as it completes. What is per run is
-//! made once and shared: the signal fd and the TLS client configuration (its session
-//! cache resumes sessions across files), in [`PerRun`].
+//! then up to `-j` files are in flight at once on the reactor's lanes
+//! ([`download::many::run_many`] asks [`ListRun`] for the next file and tells it each
+//! end). Each file goes with its [`options`] through the one-file path's steps: prepare —
+//! the output and resume state —, fetch — its transfer on a lane —, finish — the
+//! checksum, the rename, the summary — as it completes. What is per run is made once and
+//! shared: the signal fd and the TLS client configuration (its session cache resumes
+//! sessions across files), in [`PerRun`].
 //!
 //! A failed file does not stop the others (but with `--fail-fast`); SIGINT/SIGTERM stop
-//! the run: the file in flight keeps its `.part` and control file, later files are not
-//! started. Exit status: 0 when every file landed, else the first failure's code.
+//! the run: the files in flight keep their `.part` and control files, later files are
+//! not started. Exit status: 0 when every file landed, else the first failure's code.
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -121,6 +121,15 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         }
     };
     list.line.clear();
+    conclude(&base, list, signal, started)
+}
+
+/// The end of a run of files: an interruption by `signal` said (the first file not
+/// started is blamed), the files not started counted, the renames made durable, the
+/// totals said and written to `--json` (objects in the list's order). Returns the exit
+/// code: the first failure's, else 0.
+fn conclude(base: &Config, list: ListRun<'_>, signal: Option<&'static str>, started: Instant) -> u8 {
+    let n = list.n;
     let ListRun {
         mut per_run,
         mut totals,
