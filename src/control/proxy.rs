@@ -2,7 +2,7 @@
 //! read as curl reads it) and the route to an origin. The tunnels through them are in
 //! [`crate::control::tunnel`] (HTTP `CONNECT`) and [`crate::control::socks`] (SOCKS5).
 
-use crate::control::*;
+use crate::control::Fail;
 use crate::err;
 use crate::error::{Kind, Result};
 use http::{ProxyUrl, Url};

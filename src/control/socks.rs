@@ -4,7 +4,7 @@
 //! then the origin's TLS (or plain HTTP) inside the tunnel.
 
 use crate::control::proxy::Proxy;
-use crate::control::*;
+use crate::control::{Conn, Fail, St, Tunnel};
 use crate::error::Kind;
 use http::{Socks5Error, Socks5Step, Socks5Target, Url};
 

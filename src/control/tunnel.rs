@@ -3,7 +3,7 @@
 //! ([`crate::control::socks`]), then the TLS session with the origin.
 
 use crate::control::origin::Origin;
-use crate::control::*;
+use crate::control::{Conn, Fail, St, Tls, Tunnel};
 use crate::error::Kind;
 use http::{Header, Status, Url};
 

@@ -1,8 +1,8 @@
 //! The tick: stall detection, the periodic fdatasync and control-file save, progress.
 
-use crate::control::*;
+use crate::control::St;
 use crate::error::Result;
-use crate::event::*;
+use crate::event::{CONTROL_INTERVAL, Loop};
 use crate::output::resume::State;
 use crate::report::Note;
 use crate::tag::Tag;
