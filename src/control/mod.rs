@@ -5,6 +5,7 @@ pub(crate) mod body;
 pub(crate) mod ctx;
 pub(crate) mod handoff;
 pub(crate) mod headers;
+pub(crate) mod key;
 pub(crate) mod origin;
 pub(crate) mod proxy;
 pub(crate) mod resolve;

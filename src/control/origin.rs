@@ -16,8 +16,8 @@ use http::Url;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
+pub(crate) use crate::control::key::OriginKey;
 use crate::control::proxy::{Proxy, Route};
-use crate::control::tls;
 use crate::error::Result;
 
 /// RFC 8305 §5 "Connection Attempt Delay": how long a connect to one address runs
@@ -30,79 +30,6 @@ pub(crate) const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 /// nothing of the next connection.
 pub(crate) const QUICK_CLOSE: Duration = Duration::from_secs(1);
 
-/// What a kept-alive connection, a TLS session and what was learned of a server are
-/// looked up by: the origin as the URL names it (RFC 6454 §4: scheme, host, port), the
-/// route to it (the proxy) and the TLS settings its connections are verified with. Two
-/// URLs share a connection or a session only when their keys are equal.
-///
-/// The host is the URL's (lowercased, as [`Url`] stores it), never an address it
-/// resolves to: a certificate is checked for the host name a connection was opened for,
-/// and a connection (or a resumed session, which checks no certificate) opened for
-/// `localhost` is no proof for `127.0.0.1` even when both reach one server. The proxy
-/// counts with its scheme, host, port, whether it tunnels, and its credentials (by their
-/// SHA-256 only, so that the key never holds a secret). The TLS settings are those that
-/// make the verifier ([`tls::Settings`]); `None` for plain http.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct OriginKey {
-    scheme: http::Scheme,
-    host: String,
-    port: u16,
-    proxy: Option<ProxyRoute>,
-    tls: Option<tls::Settings>,
-}
-
-/// The proxy part of an [`OriginKey`].
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct ProxyRoute {
-    /// `SCHEME://host:port` (credentials hidden, as [`http::ProxyUrl`] shows it).
-    url: String,
-    tunnel: bool,
-    /// SHA-256 of the credentials sent to the proxy (`Proxy-Authorization`, SOCKS5
-    /// user and password), when there are any.
-    credentials: Option<[u8; 32]>,
-}
-
-impl OriginKey {
-    /// The key of `url` reached through `proxy` (`None`: direct), verified with `tls`
-    /// (https; `None` for plain http).
-    pub(crate) fn new(url: &Url, proxy: Option<&Proxy>, tls: Option<&tls::Settings>) -> OriginKey {
-        let proxy = proxy.map(|p| {
-            let mut secret = Vec::new();
-            if let Some(a) = &p.authorization {
-                secret.extend_from_slice(b"authorization\0");
-                secret.extend_from_slice(a.as_bytes());
-            }
-            if let Some((user, password)) = p.socks.as_ref().and_then(|s| s.credentials.as_ref()) {
-                secret.extend_from_slice(b"\0socks\0");
-                secret.extend_from_slice(&(user.len() as u64).to_be_bytes());
-                secret.extend_from_slice(user);
-                secret.extend_from_slice(password);
-            }
-            let credentials = (!secret.is_empty()).then(|| {
-                let d = ring::digest::digest(&ring::digest::SHA256, &secret);
-                <[u8; 32]>::try_from(d.as_ref()).expect("SHA-256 is 32 bytes")
-            });
-            ProxyRoute {
-                url: p.url.to_string(),
-                tunnel: p.tunnel,
-                credentials,
-            }
-        });
-        OriginKey {
-            scheme: url.scheme(),
-            host: url.host().to_ascii_lowercase(),
-            port: url.port(),
-            proxy,
-            tls: tls.cloned(),
-        }
-    }
-
-    /// The TLS settings of an https origin (`None` for plain http).
-    pub(crate) fn tls(&self) -> Option<&tls::Settings> {
-        self.tls.as_ref()
-    }
-}
-
 /// One origin and the state of the connects to it.
 #[derive(Clone)]
 pub(crate) struct Origin {
@@ -110,7 +37,7 @@ pub(crate) struct Origin {
     pub(crate) proxy: Option<Proxy>,
     /// The TLS client configuration for https: its origin key's (its session store
     /// resumes sessions across the connections of that key only, RFC 8446 §2.2; see
-    /// [`tls::Configs`]).
+    /// [`crate::control::tls::Configs`]).
     pub(crate) tls: Option<Arc<ClientConfig>>,
     /// The name the server's certificate must carry (https only).
     pub(crate) server_name: Option<ServerName<'static>>,

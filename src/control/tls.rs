@@ -6,7 +6,8 @@ mod refused;
 mod roots;
 mod x509;
 
-pub use configs::{Configs, Settings};
+pub use crate::control::key::Settings;
+pub use configs::Configs;
 pub use refused::Refused;
 use refused::{name_small_key, name_weak_signature};
 

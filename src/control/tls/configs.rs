@@ -4,42 +4,13 @@
 //! handshake checks no certificate, so a session is proof only for the host name, port,
 //! route and settings its full handshake was verified for.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use rustls::ClientConfig;
 use rustls::client::Resumption;
 
-use crate::config::Config;
-use crate::control::origin::OriginKey;
+use crate::control::key::{OriginKey, Settings};
 use crate::error::Result;
-
-/// What makes a run's certificate verifier: `--ca-certificate`, `--pinnedpubkey`, `-k`
-/// (`SSL_CERT_FILE` and `SSL_CERT_DIR` are the process's, the same for every file). Part
-/// of every https [`OriginKey`]: a connection or a session verified under one set of
-/// settings is never used under another (a `-k` connection is no proof for a verified
-/// file, nor one checked against one CA for a file that names another).
-/// (`Default`: verified against the trust store alone, no pins.)
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Settings {
-    /// `--ca-certificate`'s path (read once per run, when its configuration is made).
-    pub ca_file: Option<PathBuf>,
-    /// `--pinnedpubkey`: SHA-256 of SubjectPublicKeyInfo DER, in the order given.
-    pub pins: Vec<[u8; 32]>,
-    /// `-k`.
-    pub insecure: bool,
-}
-
-impl Settings {
-    /// The TLS settings `opts` asks for.
-    pub fn of(opts: &Config) -> Settings {
-        Settings {
-            ca_file: opts.ca_certificate.clone(),
-            pins: opts.pinned_public_keys.clone(),
-            insecure: opts.insecure,
-        }
-    }
-}
 
 /// Origins whose configurations (and so sessions) a run keeps: the most recently used
 /// ones (rustls' own cache keeps 32 server names by default).
