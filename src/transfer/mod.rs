@@ -8,7 +8,7 @@
 pub(crate) mod mirror;
 
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::Url;
 
@@ -101,6 +101,54 @@ pub(crate) struct Transfer {
 }
 
 impl Transfer {
+    /// A transfer's state before its first answer: to `out`, over `mirrors`, its plan the
+    /// first request's byte range `first` (`start`, `end`), `wanted` connections to open at
+    /// first; `part`: the byte range of another reactor's transfer this one fetches, if it
+    /// is such a part (`--threads`).
+    pub(crate) fn new(
+        out: &Rc<Output>,
+        resume: Option<State>,
+        mirrors: Vec<Mirror>,
+        first: (u64, u64),
+        wanted: usize,
+        part: Option<(u64, u64)>,
+    ) -> Transfer {
+        Transfer {
+            align: out.align,
+            direct: out.direct,
+            sequential: out.sequential,
+            file: out.part.is_some(),
+            out: Rc::clone(out),
+            out_name: out.describe(),
+            plan: Plan::new(first.0, first.1),
+            started: Instant::now(),
+            ranges: false,
+            total: None,
+            validator: None,
+            landed: Landed::default(),
+            received: 0,
+            redirect: None,
+            redirect_mirror: 0,
+            need_fallocate: false,
+            resume,
+            disposition: None,
+            changed: false,
+            capped_at: None,
+            capped_own: 0,
+            refused_first: false,
+            waited: Duration::ZERO,
+            retries: 0,
+            resent: 0,
+            steals: 0,
+            plain_get: false,
+            mirrors,
+            reference: None,
+            not_modified: false,
+            wanted,
+            part,
+        }
+    }
+
     /// The server turned a request away while it served `using` of them, `own` of which
     /// this transfer's: kept when it is the most seen (for the summary and `-v`).
     pub(crate) fn saw_cap(&mut self, using: usize, own: usize) {

@@ -1,0 +1,330 @@
+//! A transfer's end: [`end`] keeps what a failed transfer landed (control file, `.part`)
+//! or truncates, syncs and reads back a finished one ([`Loop::begin_sync`] starts the
+//! sync beside other transfers on the ring), and gives the reactor its idle connections
+//! and origins.
+
+use std::rc::Rc;
+
+use http::Url;
+use uring::Op;
+
+use crate::err;
+use crate::error::{Error, Result};
+use crate::event::reactor::Reactor;
+use crate::event::{Kept, Loop, Outcome, Summary, errno};
+use crate::output::Output;
+use crate::report::{Note, Progress};
+use crate::tag::Tag;
+
+impl Loop<'_> {
+    /// A finished transfer's output truncated to its size and its fsync pushed, so that
+    /// the other transfers on the ring go on while the disk syncs; its completion lands in
+    /// [`Fin::synced`] and [`end`] goes on from there. Returns whether the fsync was
+    /// pushed (not for outputs that are not files, nor when bytes are missing: [`end`]
+    /// says so).
+    ///
+    /// # Errors
+    /// `LocalIo` when the truncation fails; `Internal` when the SQ is full.
+    pub(crate) fn begin_sync(&mut self) -> Result<bool> {
+        let total = self.sh.tr.total.unwrap_or(self.sh.tr.received);
+        let out = Rc::clone(&self.fin.out);
+        if !(self.sh.tr.file || out.room.is_some()) || !self.sh.tr.landed.is_complete(total) {
+            return Ok(false);
+        }
+        if self.sh.tr.file {
+            out.truncate(total)?;
+        }
+        self.push(
+            Op::Fsync {
+                fd: self.sink.out_fd,
+                datasync: false,
+            },
+            Tag::Fsync(0).encode(),
+        )?;
+        Ok(true)
+    }
+}
+
+/// A 304 kept the output's file: read back for `--checksum` and `--signature` as a
+/// fetched one is (`None` when neither is asked, or when the output is not a regular
+/// file: a stream had nothing written, and a device to be checked is not asked with a
+/// condition).
+///
+/// # Errors
+/// `LocalIo` when the kept file cannot be read (gone since the request, say).
+fn read_kept(dl: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Option<Box<Kept>>> {
+    let out = Rc::clone(&dl.fin.out);
+    let checksum = dl.sh.opts.checksum.as_ref().map(|c| c.algorithm);
+    let signed = dl.fin.signed.take();
+    let Some(path) = out.final_path.as_deref().filter(|_| out.part.is_some()) else {
+        return Ok(None);
+    };
+    if checksum.is_none() && signed.is_none() {
+        return Ok(None);
+    }
+    let bytes = std::fs::metadata(path)
+        .map_err(|e| err!(LocalIo, "{}, kept by a 304: {e}", path.display()))?
+        .len();
+    let (digest, signed) = crate::output::verify::digests(
+        &dl.ring,
+        &reactor.verify_pool(dl.sink.pool.block_size())?,
+        (path, None, out.direct, 0, bytes),
+        checksum,
+        signed,
+        &mut dl.interrupted,
+    )?;
+    if dl.interrupted.is_some() {
+        reactor.interrupted = dl.interrupted;
+    }
+    Ok(Some(Box::new(Kept { bytes, digest, signed })))
+}
+
+/// What [`end`] gives back: the outcome, the report, what a failed transfer knew, and the
+/// output while writes are in flight.
+pub(crate) type Ended = (Result<Outcome>, Progress, Option<Box<Summary>>, Option<Rc<Output>>);
+
+/// Ends the transfer of `dl` after its loop returned `r`: a failure keeps what landed
+/// (control file, `.part`) and says how to resume; a success truncates, syncs and reads
+/// the file back for its checksum or signature, and keeps its idle connections and
+/// origins in `reactor`. Gives back the transfer's report, what a failed transfer knew
+/// (for `--json`), and the output when writes are still in flight (to be kept open until
+/// they are reaped: an epoll worker writes to the fd number).
+pub(crate) fn end(mut dl: Loop<'_>, r: Result<Option<(usize, Url)>>, reactor: &mut Reactor) -> Ended {
+    let mut failed = None;
+    let r = end_inner(&mut dl, r, reactor, &mut failed);
+    if let Some(rm) = dl.remote.take() {
+        reactor.helpers_back(rm);
+    }
+    if let Some(p) = dl.part.as_mut() {
+        // What of a helper's part landed, to its owner before the part's end is said.
+        p.tell_landed(&dl.sh.tr.landed, 0);
+        p.tell_blame(dl.sh.tr.changed);
+    }
+    let hold = (dl.sink.writes_in_flight > 0).then(|| Rc::clone(&dl.fin.out));
+    (
+        r,
+        std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)),
+        failed,
+        hold,
+    )
+}
+
+/// What the loop's result `r` means for the transfer of `dl`: a redirect, a 304 that kept
+/// the file, a failure ([`end_failed`], its summary in `failed`) or a finished download
+/// ([`end_finished`]).
+fn end_inner(
+    dl: &mut Loop<'_>,
+    r: Result<Option<(usize, Url)>>,
+    reactor: &mut Reactor,
+    failed: &mut Option<Box<Summary>>,
+) -> Result<Outcome> {
+    match r {
+        Ok(Some((mirror, to))) => {
+            dl.stop_parts();
+            if dl.sh.tr.mirrors.len() > 1 {
+                // A mirror's redirect may come while bytes are on their way to the file:
+                // they land before the ring goes (the next run fetches them again).
+                dl.settle();
+            }
+            Ok(Outcome::Redirect { mirror, to })
+        }
+        Ok(None) if dl.sh.tr.not_modified => {
+            dl.sh.report.clear();
+            let kept = read_kept(dl, reactor)?;
+            Ok(Outcome::NotModified {
+                mirror: dl.sh.tr.reference.unwrap_or(0),
+                kept,
+            })
+        }
+        Ok(None) => {
+            if let Some(n) = dl.sh.tr.capped_at {
+                dl.sh.report.note(Note::Allowed {
+                    connections: n,
+                    own: dl.sh.tr.capped_own.min(n),
+                });
+            }
+            if let Some(rm) = dl.remote.as_ref().filter(|rm| rm.given > 0) {
+                dl.sh.report.note(Note::Reactors {
+                    reactors: rm.reactors(),
+                    others: rm.helpers(),
+                    parts: rm.given,
+                    bytes: rm.by_others,
+                });
+            }
+            end_finished(dl, reactor)
+        }
+        Err(e) => Err(end_failed(dl, e, reactor, failed)),
+    }
+}
+
+/// The transfer of `dl` failed with `e`: parts out on other reactors stop first and say
+/// what they landed, the writes in flight land, and what landed is kept for a later run
+/// ([`keep_landed`]); `e` comes back saying what was kept, and `failed` gets the summary.
+fn end_failed(dl: &mut Loop<'_>, mut e: Error, reactor: &mut Reactor, failed: &mut Option<Box<Summary>>) -> Error {
+    let out = Rc::clone(&dl.fin.out);
+    dl.stop_parts();
+    dl.settle();
+    let saved = keep_landed(dl, &out);
+    dl.disown_control();
+    // A resume stopped before its first answer: its control file, untouched (it
+    // saves only once planned), still names what landed before.
+    let before = dl
+        .sh
+        .tr
+        .resume
+        .as_ref()
+        .filter(|_| dl.sh.tr.landed.bytes() == 0)
+        .map(|st| (st.ranges.iter().map(|r| r.1 - r.0).sum::<u64>(), st.total))
+        .filter(|b| b.0 > 0);
+    if let Some(part) = &out.part
+        && !dl.sh.tr.changed
+    {
+        let kept = if saved {
+            Some((dl.sh.tr.landed.bytes(), dl.sh.tr.total.unwrap_or(0)))
+        } else {
+            before
+        };
+        if let Some((have, total)) = kept {
+            e.msg.push_str(&format!(
+                "; {have} of {total} bytes kept in {}: run the same command again to fetch only the rest",
+                part.display()
+            ));
+        } else if dl.sh.tr.landed.bytes() > 0 && dl.sh.tr.plan.is_planned() && !dl.sh.tr.ranges {
+            e.msg.push_str(&format!(
+                "; {} bytes kept in {}, but the server does not serve ranges: a new run starts over",
+                dl.sh.tr.landed.bytes(),
+                part.display()
+            ));
+        }
+    }
+    dl.sh.report.clear();
+    let (io, registered) = (dl.fin.ring.io.clone(), dl.fin.ring.registered);
+    let mut s = dl.summary(before.map_or(dl.sh.tr.landed.bytes(), |b| b.0), io, registered, None);
+    s.writes_pending = dl.sink.writes_in_flight > 0;
+    if e.kind == crate::error::Kind::Interrupted {
+        // (Cut short, not failed: what its origins taught — the cap a server was
+        // seen allowing, a proven address — holds for the file's resume in this run
+        // (`Outcome::Recalled`) and the files after it. Its connections close.)
+        let keys = std::mem::take(&mut dl.fin.keys);
+        let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
+        reactor.keep(origins, dl.tls_info.clone(), Vec::new(), dl.fin.engine);
+    }
+    *failed = Some(Box::new(s));
+    e
+}
+
+/// A failed transfer's bytes on `out`, kept for a later `-c`: a `.part` that holds
+/// nothing (only preallocated zeros) is removed; else the control file is saved once an
+/// fdatasync proved the bytes it names are on disk (it keeps its last synced state when
+/// writes are still pending or the sync fails). Returns whether it was saved with bytes.
+fn keep_landed(dl: &mut Loop<'_>, out: &Output) -> bool {
+    if dl.sh.tr.landed.bytes() == 0 && !dl.fin.resuming {
+        out.remove_part();
+    } else if dl.sink.writes_in_flight > 0 {
+        // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
+        // as long.
+        dl.sh.report.note(Note::WritesPending);
+    } else if dl.control.is_some() && (dl.sh.tr.file || out.room.is_some()) && out.owns_part() {
+        // (A `.part` replaced under the run is another's: its control file too.)
+        match dl.wait_for(
+            Op::Fsync {
+                fd: dl.sink.out_fd,
+                datasync: true,
+            },
+            Tag::Fsync(1).encode(),
+        ) {
+            Ok(r) if r >= 0 => return dl.save_control(None) && dl.sh.tr.landed.bytes() > 0,
+            _ => dl.sh.report.note(Note::SyncFailed),
+        }
+    }
+    false
+}
+
+/// The transfer of `dl` finished: its output is complete, truncated and synced
+/// ([`sync_output`]), read back for `--checksum` and `--signature`, and what it leaves
+/// open goes to `reactor` for the next transfer from the same origin.
+fn end_finished(dl: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Outcome> {
+    let out = Rc::clone(&dl.fin.out);
+    let opts = Rc::clone(&dl.sh.opts);
+    let total = dl.sh.tr.total.unwrap_or(dl.sh.tr.received);
+    if !dl.sh.tr.landed.is_complete(total) {
+        return Err(err!(
+            Internal,
+            "download ended with {} of {total} bytes on disk",
+            dl.sh.tr.landed.bytes()
+        ));
+    }
+    // (Read back, renamed or resumed by its name, a replaced `.part` is another file.)
+    out.still_ours().inspect_err(|_| dl.disown_control())?;
+    sync_output(dl, &out, total)?;
+    dl.sh.report.clear();
+    let (digest, signed) = match (&opts.checksum, out.read_back()) {
+        (_, Some((part, base))) => crate::output::verify::digests(
+            &dl.ring,
+            // (Its own blocks: the write pool may be held by other transfers' connections.)
+            &reactor.verify_pool(dl.sink.pool.block_size())?,
+            (part, out.readable(), out.direct, base, total),
+            opts.checksum.as_ref().map(|c| c.algorithm),
+            dl.fin.signed.take(),
+            &mut dl.interrupted,
+        )?,
+        (Some(_), None) => (dl.sink.stream_digest.take().map(|d| d.finish()), None),
+        _ => (None, None),
+    };
+    if let Some(before) = dl.fin.ring.fixed_before {
+        let ops = dl.ring.fixed_file_ops() - before;
+        dl.sh.report.note(Note::FixedFileOps { ops });
+    }
+    if opts.verbose > 0
+        && let Some(cpu) = dl.fin.ring.sqpoll_tid.and_then(crate::io::thread_cpu)
+    {
+        // Not in the process's rusage until the thread exits: say it here.
+        dl.sh.report.note(Note::SqpollCpu { cpu });
+    }
+    let info = dl.tls_info.clone();
+    let (io, registered) = (dl.fin.ring.io.clone(), dl.fin.ring.registered);
+    let mut summary = dl.summary(total, io, registered, digest);
+    summary.signed = signed;
+    if dl.interrupted.is_some() {
+        reactor.interrupted = dl.interrupted;
+    }
+    // What this transfer leaves open goes to the next one from the same origin.
+    let keys = std::mem::take(&mut dl.fin.keys);
+    let conns = std::mem::take(&mut dl.conns)
+        .into_iter()
+        .map(|c| (keys[dl.sh.tr.mirrors[c.mirror].origin].clone(), c))
+        .collect();
+    let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
+    reactor.keep(origins, info, conns, dl.fin.engine);
+    Ok(Outcome::Done(Box::new(summary)))
+}
+
+/// A file (or device) output of `total` bytes truncated to its size and fsynced, unless
+/// the reactor already did so beside other transfers ([`Loop::begin_sync`]).
+///
+/// # Errors
+/// `LocalIo` when the truncation or the fsync fails.
+fn sync_output(dl: &mut Loop<'_>, out: &Output, total: u64) -> Result<()> {
+    if !(dl.sh.tr.file || out.room.is_some()) {
+        return Ok(());
+    }
+    let r = match dl.fin.synced.take() {
+        Some(r) => r,
+        None => {
+            if dl.sh.tr.file {
+                out.truncate(total)?;
+            }
+            dl.wait_for(
+                Op::Fsync {
+                    fd: dl.sink.out_fd,
+                    datasync: false,
+                },
+                Tag::Fsync(0).encode(),
+            )?
+        }
+    };
+    if r < 0 {
+        return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
+    }
+    Ok(())
+}
