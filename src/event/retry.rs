@@ -12,6 +12,9 @@ use crate::schedule::retry::{self, Attempt, Cap, Verdict, n_tries};
 use crate::transfer::mirror::Standing;
 use std::time::{Duration, Instant};
 
+mod connects;
+pub(crate) use connects::REFUSED_WAIT;
+
 /// A slot the server turned away (a per-client connection cap) asks again after this;
 /// turned away again, after twice as long, up to [`CAP_RETRY_MOST`] ([`parked_wait`]).
 pub(crate) const CAP_RETRY: Duration = Duration::from_secs(2);
@@ -31,13 +34,6 @@ pub(crate) fn parked_wait(refusals: u32) -> Duration {
 /// How late a server may see a close of ours: a request sent less than this after slots
 /// to its origin were parked may have met a count that still held them ([`Loop::fail`]).
 pub(crate) const LATE_CLOSE: Duration = Duration::from_secs(1);
-
-/// First wait after a round of refused connects, seconds (then doubled per round, with
-/// jitter 0.75–1.25), holding the origin: 0.15 + 0.3 + 0.6 + 1.2 s before the fifth round,
-/// each ended by the first 250 ms tick after it (0.25, 0.25–0.5, 0.5–0.75, 1–1.5 s), waits
-/// out a server that restarts for up to 2 s, while a port where nothing listens still
-/// fails in 2–3 s.
-pub(crate) const REFUSED_WAIT: f64 = 0.15;
 
 /// A jitter in `[0, 1)` for [`retry::backoff`], from the clock's nanoseconds.
 fn jitter() -> f64 {
@@ -332,42 +328,6 @@ impl Loop<'_> {
         Ok(Some(counted))
     }
 
-    /// Connection `i` failed with `f` and no request on it (a connect, a TLS handshake, a
-    /// proxy's answer): counted against the origin when it ends a round of connects over
-    /// its addresses, else against the slot. Nothing is counted for a slot to be parked.
-    fn count_connection_failure(&mut self, i: usize, k: usize, f: &Fail, capped: bool) -> Counted {
-        let mut counted = Counted {
-            crowded: false,
-            tries: 0,
-            seg_wait: None,
-            origin_wait: None,
-        };
-        if capped {
-            return counted;
-        }
-        // A failed connect that ends a round over the addresses is about the origin (a
-        // server restarting, a wrong port): one count and one hold for every connection
-        // to it, however many saw it (see `origin_connect_failed`).
-        let n_addrs = self.sh.origin(k).addrs.len();
-        let c = &self.conns[i];
-        let round_over = c.st == St::Connecting && c.addr_i.is_multiple_of(n_addrs);
-        self.sh.tr.retries += 1;
-        self.sh.report.note(Note::ConnectionFailed {
-            conn: i,
-            why: f.msg.clone(),
-        });
-        if round_over {
-            counted.origin_wait = Some(self.origin_connect_failed(k, f));
-            counted.tries = self.sh.tr.mirrors[k].connects_failed;
-        } else {
-            // No request was lost, but a server that accepts and then fails every connection
-            // must not keep us busy forever: count these too.
-            self.conns[i].failures += 1;
-            counted.tries = self.conns[i].failures;
-        }
-        counted
-    }
-
     /// Connection `i` was turned away by our own crowd ([`Verdict::Crowded`]): the slots
     /// just parked that crowded it are not counted so again, and the idle connections open
     /// beside it close and wait as parked ones do.
@@ -608,51 +568,6 @@ impl Loop<'_> {
         self.close(i);
         self.conns[i].not_before = None;
         Ok(())
-    }
-
-    /// A round of connects to mirror `k` failed (`f`): counts it once per hold (connects
-    /// that were already under way when another one's failure set the hold bring no news)
-    /// and holds the origin for its backoff: no connection to `k` connects or sends a
-    /// request before it has passed, and then one connection tries alone
-    /// ([`Loop::may_connect`]). Returns how long the origin is held from now (zero when
-    /// this failure was already counted).
-    ///
-    /// The waits: a refused (or reset) connect, [`REFUSED_WAIT`] s doubled per round
-    /// (2–3 s over 5 rounds, each wait ended by the next tick: a server that restarts is
-    /// waited out, a wrong port still fails fast); a timed-out or unreachable one, `--retry-wait` doubled; each
-    /// times 0.75–1.25 (one timer for every connection, so little jitter is needed).
-    fn origin_connect_failed(&mut self, k: usize, f: &Fail) -> Duration {
-        let now = self.sh.tr.started.elapsed();
-        if self.sh.tr.plan.held(now, k) {
-            return Duration::ZERO;
-        }
-        let m = &mut self.sh.tr.mirrors[k];
-        m.connects_failed += 1;
-        let base = if f.busy || f.refused {
-            self.sh.opts.retry_wait_s.min(REFUSED_WAIT)
-        } else {
-            self.sh.opts.retry_wait_s
-        };
-        let wait = retry::backoff(base, m.connects_failed, 0.25 + jitter() / 2.0).max(f.delay.unwrap_or_default());
-        self.sh.tr.plan.hold(k, now + wait);
-        wait
-    }
-
-    /// May closed connection `i` connect now? Not while its origin is held; and while the
-    /// origin's last round of connects failed, only when no other connection to it is
-    /// connecting (one tries alone: a refusing server is asked once per round, not once
-    /// per connection).
-    pub(crate) fn may_connect(&self, i: usize) -> bool {
-        let k = self.conns[i].mirror;
-        if self.sh.tr.plan.held(self.sh.tr.started.elapsed(), k) {
-            return false;
-        }
-        self.sh.tr.mirrors[k].connects_failed == 0
-            || !self
-                .conns
-                .iter()
-                .enumerate()
-                .any(|(j, o)| j != i && o.mirror == k && o.st == St::Connecting)
     }
 
     /// Mirrors `a` and `b` are on one origin (the server counts their connections together).
