@@ -240,7 +240,7 @@ impl PerRun {
 }
 
 /// One download as `opts` asks (the command's, or a `--signature` URL's), in three steps:
-/// [`prepare`] (names, output, resume state, engine), [`fetch`] (the transfer, redirects,
+/// [`prepare`] (names, output, resume state, engine), [`fetch()`] (the transfer, redirects,
 /// mirrors left out) and [`finish::finish`] (checks, rename, summary).
 fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
     let prepared = prepare(opts, record, per_run)?;

@@ -19,7 +19,7 @@ use crate::tag::Tag;
 impl Loop<'_> {
     /// A finished transfer's output truncated to its size and its fsync pushed, so that
     /// the other transfers on the ring go on while the disk syncs; its completion lands in
-    /// [`Fin::synced`] and [`end`] goes on from there. Returns whether the fsync was
+    /// [`super::Fin::synced`] and [`end`] goes on from there. Returns whether the fsync was
     /// pushed (not for outputs that are not files, nor when bytes are missing: [`end`]
     /// says so).
     ///
