@@ -50,6 +50,7 @@ pub mod input;
 mod io;
 mod lane;
 mod output;
+mod reactors;
 mod report;
 pub mod schedule;
 pub mod signature;

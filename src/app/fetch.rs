@@ -466,7 +466,7 @@ pub(super) fn fetch(p: Prepared, record: &mut Record, per_run: &mut PerRun) -> R
     let mut st = f.start(per_run)?;
     loop {
         let signals = Some(per_run.signals.as_raw_fd());
-        let (r, report, failed) = download::run(st, signals, &mut per_run.reactor);
+        let (r, report, failed) = crate::reactors::run(st, signals, &mut per_run.reactor);
         match f.ended(r, report, failed, record, per_run) {
             Next::Again(next) => st = *next,
             Next::Done(r) => return r,

@@ -24,9 +24,10 @@ use crate::config::{Config, OutputTarget};
 use crate::engine::EngineKind;
 use crate::err;
 use crate::error::{Kind, Result};
-use crate::event::{self as download, many::Feed, many::Flight, many::Many};
+use crate::event as download;
 use crate::input::{self, Entry};
 use crate::output;
+use crate::reactors::lanes::{Feed, Flight, Many, run_many};
 use crate::report::{self as progress, Progress, Record, RunTotals};
 
 /// One file of the run, checked: where it was given, its entry, where it lands. (Its
@@ -112,7 +113,7 @@ pub(super) fn main(base: Box<Config>, files: Files) -> u8 {
         done: 0,
         line: Progress::new(base.quiet, base.verbose),
     };
-    let signal = match download::many::run_many(&mut list, &base, &many, &mut reactor) {
+    let signal = match run_many(&mut list, &base, &many, &mut reactor) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("ringdl: {e}");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use uring::{BufPool, Op};
 
 use super::reactor::{self, Reactor};
-use super::threads::PartLink;
+use super::wire::PartLink;
 use super::{Loop, READ_BLOCK, Shared, mirrors};
 use crate::config::Config;
 use crate::control::origin::{Origin, OriginKey};
@@ -57,7 +57,7 @@ pub struct Start {
     /// `--threads`: a part of another reactor's transfer (None for a transfer of its own).
     pub(crate) part: Option<PartLink>,
     /// `--threads`: a whole transfer placed on this reactor by the one that runs the list.
-    pub(crate) whole: Option<super::threads::WholeLink>,
+    pub(crate) whole: Option<super::wire::WholeLink>,
 }
 
 /// What only the end of a transfer needs.

@@ -13,15 +13,17 @@
 pub(crate) mod assign;
 mod conn;
 mod ends;
+mod flight;
 mod handoff;
-pub mod many;
+mod helper;
 pub mod mirrors;
-mod reactor;
+pub(crate) mod owner;
+pub(crate) mod reactor;
 mod recv;
 pub(crate) mod retry;
 mod summary;
-mod threads;
 mod tick;
+pub(crate) mod wire;
 mod writer;
 
 pub use ends::Start;
@@ -29,7 +31,6 @@ pub(crate) use ends::{Fin, end, start_on};
 pub use reactor::Reactor;
 pub use summary::Summary;
 
-use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -40,12 +41,11 @@ use uring::{Completion, Op};
 use crate::config::Config;
 use crate::control::origin::Origin;
 use crate::control::{Conn, Fail, St};
-use crate::engine::EngineKind;
 use crate::engine::sink::Sink;
 use crate::engine::splice::Pipe;
 use crate::err;
 use crate::error::{Error, Result};
-use crate::lane::{LaneRing, RingCell};
+use crate::lane::LaneRing;
 use crate::report::{Note, Progress};
 use crate::tag::Tag;
 use crate::transfer::Transfer;
@@ -71,7 +71,7 @@ pub enum Outcome {
     /// asked).
     NotModified { mirror: usize, kept: Option<Box<Kept>> },
     /// `--threads N`, a list: the run stopped this transfer to start the file again spread
-    /// over the reactors, alone in flight now (`event::many`'s `respread.rs`). What landed
+    /// over the reactors, alone in flight now (`crate::reactors::lanes`'s `respread.rs`). What landed
     /// is kept and its control file names it, as at SIGINT: the feed starts it again
     /// from there.
     Recalled,
@@ -127,152 +127,6 @@ pub(crate) struct Shared {
     pub(crate) tr: Transfer,
 }
 
-/// Runs transfer `st` alone on the ring of `reactor` (SIGINT/SIGTERM read from
-/// `signals`): into its output from the URLs of its mirrors (one, or several serving the
-/// same file: see [`mirrors`]), on connections `reactor` kept open from the transfers
-/// before it where they go to the same origins; the connections this one leaves open and
-/// idle are kept in `reactor` for the next (only when it is [`Outcome::Done`]). Gives
-/// back the transfer's report, and what a failed transfer knew (for `--json`: `bytes` is
-/// then what the `.part` holds, not the file's size).
-///
-/// The result's error is any [`Kind`]: the first fatal failure of a connection, a refused
-/// ring, a failed write; with several mirrors, a server's failure only once no mirror is
-/// left.
-pub fn run(
-    st: Start,
-    signals: Option<RawFd>,
-    reactor: &mut Reactor,
-) -> (Result<Outcome>, Progress, Option<Box<Summary>>) {
-    let mut st = st;
-    let n = st.opts.connections;
-    let remote = match spread(&mut st, n, reactor, true) {
-        Ok(r) => r,
-        Err(e) => return (Err(e), st.report, None),
-    };
-    let n = st.opts.connections;
-    // (A file placed on a helper may grow to more slots than it starts with; a ring that
-    // large refused, it keeps those it starts with.)
-    let ring_n = st.whole.as_ref().map_or(n, |w| w.most.max(n));
-    let splice = st.engine == EngineKind::Splice;
-    let ring = match reactor.take_ring(&st.opts, reactor::ring_entries(ring_n), splice) {
-        Err(_) if ring_n > n => {
-            if let Some(w) = st.whole.as_mut() {
-                w.most = 0;
-            }
-            reactor.take_ring(&st.opts, reactor::ring_entries(n), splice)
-        }
-        r => r,
-    };
-    let (chosen, entries, splice) = match ring {
-        Ok(r) => r,
-        Err(e) => {
-            if let Some(rm) = remote {
-                reactor.helpers_back(rm);
-            }
-            return (Err(e), st.report, None);
-        }
-    };
-    let cell = RingCell::new(chosen);
-    let r = match start_on(st, reactor, cell.lane(0), n, signals, true) {
-        Ok(mut dl) => {
-            dl.remote = remote;
-            let r = dl.arm_mail(None).and_then(|()| dl.event_loop());
-            // (Writes still in flight are reaped by give_back below; the caller holds
-            // the output until then.)
-            let (r, report, failed, _hold) = end(dl, r, reactor);
-            (r, report, failed)
-        }
-        Err(b) => {
-            if let Some(rm) = remote {
-                reactor.helpers_back(rm);
-            }
-            (Err(b.0), b.1, None)
-        }
-    };
-    reactor.give_back((cell.into_inner(), entries, splice));
-    if !matches!(r.0, Ok(Outcome::Done(_))) {
-        reactor.reset();
-    }
-    r
-}
-
-/// `--threads N`: when transfer `st` spreads over other reactors (`spreads`: the run
-/// lets it — a list places whole files on them instead while several are in flight; a
-/// regular file from one URL, more than one of its `n` connections, no `--limit-rate`),
-/// its options keep the owner's share of the `n` and the helpers come back lent to it;
-/// `None` when it runs on this reactor alone (also while another transfer has the
-/// helpers).
-///
-/// # Errors
-/// `LocalIo` when the helper threads or their eventfd cannot be made, or its block mapped.
-pub(crate) fn spread(
-    st: &mut Start,
-    n: usize,
-    reactor: &mut Reactor,
-    spreads: bool,
-) -> Result<Option<threads::Remote>> {
-    let opts = &st.opts;
-    if opts.pin && st.part.is_none() && st.whole.is_none() {
-        // `--pin`: this reactor's thread on the first CPU the process may use.
-        threads::pin(0);
-    }
-    if !spreads {
-        return Ok(None);
-    }
-    let shares = match may_spread(st, n) {
-        Ok(shares) => shares,
-        Err(why) => {
-            if let Some(why) = why {
-                st.report.note(crate::report::Note::OneReactor { why });
-            }
-            return Ok(None);
-        }
-    };
-    let Some(mail) = reactor.mail_block()?.alloc() else {
-        return Ok(None);
-    };
-    // (As many as --threads asks, once: files with fewer connections use fewer of them.)
-    let helpers = reactor.helpers(opts.threads - 1, opts.pin)?;
-    let mut o = (**opts).clone();
-    let Some(remote) = helpers.lend(shares, st.mirrors.clone(), mail) else {
-        return Ok(None);
-    };
-    o.connections = remote.own();
-    o.max_per_host = o.max_per_host.min(remote.own());
-    st.opts = Rc::new(o);
-    Ok(Some(remote))
-}
-
-/// Whether transfer `st`, with `n` connection slots, may spread over other reactors
-/// (`--threads N`): its connections per reactor ([`threads::shares`], the owner's first),
-/// or `Err` with why not, to say (`-x 1`, several mirrors, `--limit-rate`,
-/// a block device, an output that is not a regular file), or `None` when nothing is said
-/// (one connection under `--max-connections-per-host`, a part of another reactor's file
-/// or a placed one, an output that takes bytes only in order).
-pub(crate) fn may_spread(st: &Start, n: usize) -> std::result::Result<Vec<usize>, Option<&'static str>> {
-    let opts = &st.opts;
-    // (-x, and --max-connections-per-host, shared out: every reactor's connections count.)
-    let shares = threads::shares(n.min(opts.connections).min(opts.max_per_host), opts.threads);
-    if shares.len() < 2 && opts.threads > 1 && opts.connections == 1 && st.part.is_none() && st.whole.is_none() {
-        // (`-x` is shared out over the reactors: one connection is one reactor's.)
-        return Err(Some("-x 1"));
-    }
-    if shares.len() < 2 || st.part.is_some() || st.whole.is_some() || st.out.sequential {
-        return Err(None);
-    }
-    if st.mirrors.len() != 1 {
-        Err(Some("several mirrors"))
-    } else if opts.limit_rate.is_some() {
-        Err(Some("--limit-rate"))
-    } else if st.out.room.is_some() {
-        Err(Some("a block device"))
-    } else if st.out.part.is_none() {
-        Err(Some("the output is not a regular file"))
-    } else {
-        Ok(shares)
-    }
-}
-
 /// One transfer's loop: its connections, what they share, and its data path.
 pub(crate) struct Loop<'a> {
     /// This transfer's lane of the reactor's ring.
@@ -305,11 +159,11 @@ pub(crate) struct Loop<'a> {
     /// read-back): the file lands, and the run stops before the next.
     pub(crate) interrupted: Option<&'static str>,
     /// `--threads`: the other reactors this transfer hands parts to (its owner's side) ...
-    pub(crate) remote: Option<threads::Remote>,
+    pub(crate) remote: Option<owner::Remote>,
     /// ... or the owner this loop fetches a part for (a helper's side) ...
-    pub(crate) part: Option<threads::PartLink>,
+    pub(crate) part: Option<wire::PartLink>,
     /// ... or the reactor that placed this whole transfer here (a helper's side).
-    pub(crate) whole: Option<threads::WholeLink>,
+    pub(crate) whole: Option<wire::WholeLink>,
 }
 
 impl Shared {
@@ -439,7 +293,7 @@ impl Loop<'_> {
                 .iter()
                 .all(|c| c.rx.job.is_none() && c.pipe.as_ref().is_none_or(Pipe::is_idle))
             && self.sink.is_idle()
-            && !self.remote.as_ref().is_some_and(threads::Remote::busy)
+            && !self.remote.as_ref().is_some_and(owner::Remote::busy)
     }
 
     pub(crate) fn complete(&mut self, c: Completion) -> Result<()> {

@@ -2,7 +2,7 @@
 //! Eyeballs, TLS configuration) and the connections left open and idle by the last
 //! transfer (HTTP/1.1 persistent connections, RFC 9112 §9.3), kept for the next transfer
 //! from the same origin. A run of many files passes one [`Reactor`] to each
-//! [`crate::event::run`]; a run of one file makes one and drops it.
+//! [`crate::reactors::run`]; a run of one file makes one and drops it.
 //!
 //! The ring is kept too, with the write pool registered with it once (IORING_REGISTER_BUFFERS
 //! pins their pages: the costliest part of a small file's setup) and the signalfd's read
@@ -70,7 +70,7 @@ pub struct Reactor {
     pub(crate) interrupted: Option<&'static str>,
     /// `--threads`: the other reactors, on their threads (started by the first transfer
     /// that spreads over them).
-    helpers: Option<super::threads::Helpers>,
+    helpers: Option<super::wire::Helpers>,
     /// The block of the READ of the eventfd the helpers ring.
     mail_block: Option<BufPool>,
 }
@@ -141,12 +141,12 @@ impl Reactor {
     }
 
     /// The helpers, when they run (none is started here).
-    pub(crate) fn helpers_running(&self) -> Option<&super::threads::Helpers> {
+    pub(crate) fn helpers_running(&self) -> Option<&super::wire::Helpers> {
         self.helpers.as_ref()
     }
 
     /// (See [`Reactor::helpers_running`].)
-    pub(crate) fn helpers_running_mut(&mut self) -> Option<&mut super::threads::Helpers> {
+    pub(crate) fn helpers_running_mut(&mut self) -> Option<&mut super::wire::Helpers> {
         self.helpers.as_mut()
     }
 
@@ -207,21 +207,26 @@ impl Reactor {
     }
 
     /// `--threads`: `n` helper reactors, started now unless some run already (more are
-    /// started only while none is lent: a transfer holds their channels); `pin`: helper
-    /// `k` on the `k`-th CPU the process may use (`--pin`).
+    /// started only while none is lent: a transfer holds their channels), each a thread
+    /// running `body`; `pin`: helper `k` on the `k`-th CPU the process may use (`--pin`).
     ///
     /// # Errors
     /// `LocalIo` when eventfd(2) or a thread's creation fails.
-    pub(crate) fn helpers(&mut self, n: usize, pin: bool) -> Result<&mut super::threads::Helpers> {
+    pub(crate) fn helpers(
+        &mut self,
+        n: usize,
+        pin: bool,
+        body: fn(super::wire::HelperEnds),
+    ) -> Result<&mut super::wire::Helpers> {
         if self.helpers.as_ref().is_none_or(|h| h.len() < n && !h.lent()) {
             self.helpers = None; // (joins the fewer ones first)
-            self.helpers = Some(super::threads::Helpers::spawn(n, pin)?);
+            self.helpers = Some(super::wire::Helpers::spawn(n, pin, body)?);
         }
         Ok(self.helpers.as_mut().expect("started above"))
     }
 
     /// The helpers lent to a transfer, back at its end.
-    pub(crate) fn helpers_back(&mut self, remote: super::threads::Remote) {
+    pub(crate) fn helpers_back(&mut self, remote: super::owner::Remote) {
         if let Some(h) = self.helpers.as_mut() {
             h.give_back(remote);
         }

@@ -79,7 +79,7 @@ impl Loop<'_> {
         }
         // (With the other reactors' connections that have a body coming: `--threads`.)
         let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count()
-            + self.remote.as_ref().map_or(0, super::threads::Remote::serving);
+            + self.remote.as_ref().map_or(0, super::owner::Remote::serving);
         self.sh.report.update(
             self.sh.tr.landed.bytes(),
             self.sh.tr.received,

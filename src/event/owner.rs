@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use super::{Counts, Helpers, Order, PartFile, PartOrder, Report};
 use crate::err;
 use crate::error::{Error, Kind, Result};
 use crate::event::Loop;
+use crate::event::Summary;
 use crate::event::mirrors::MirrorRoute;
+use crate::event::wire::{Helpers, Order, PartFile, PartOrder, Report, nudge};
 use crate::report::Note;
 use crate::schedule::queue::Taken;
 use crate::schedule::{Segment, align_down, align_up};
@@ -31,6 +32,79 @@ const ASK_AGAIN: Duration = Duration::from_millis(500);
 const RECALL: Duration = Duration::from_secs(1);
 
 mod ask;
+
+/// Connections per reactor when `connections` are spread over `threads` reactors: the
+/// owner's first, each at least one; fewer reactors than `threads` when there are fewer
+/// connections. `[x / t + 1, …, x / t]`.
+pub(crate) fn shares(connections: usize, threads: usize) -> Vec<usize> {
+    let t = threads.min(connections).max(1);
+    (0..t)
+        .map(|k| connections / t + usize::from(k < connections % t))
+        .collect()
+}
+
+/// What a helper's parts counted, for the owner's summary. Connections are the most one
+/// part used on each helper (a helper keeps its connections for its next part, whose
+/// summary counts them again). Those that went to TLS, kTLS or the software record layer
+/// count reconnects too: each part's hand-offs are summed, and the connections a part
+/// found kept open ([`Summary::kept`]) count only in the helper's first part of the file
+/// (later, they are the ones its parts before opened; a connection a placed file left idle
+/// and a later part took is then not counted). Handshakes, KeyUpdates taken, retries and
+/// splits are summed.
+#[derive(Default)]
+pub(crate) struct Counts {
+    /// Per helper: connections, TLS ones, kTLS ones, software record layer ones.
+    conns: Vec<[usize; 4]>,
+    tls_full: usize,
+    tls_resumed: usize,
+    /// KeyUpdates taken under kTLS, and by the software record layer.
+    ktls_rekeys: usize,
+    soft_rekeys: usize,
+    retries: u64,
+    resent: u64,
+    steals: u64,
+}
+
+impl Counts {
+    fn count(&mut self, helper: usize, s: &Summary) {
+        if self.conns.len() < helper {
+            self.conns.resize(helper, [0; 4]);
+        }
+        let c = &mut self.conns[helper - 1];
+        let first = c[0] == 0;
+        c[0] = c[0].max(s.connections);
+        for ((have, part), kept) in c[1..]
+            .iter_mut()
+            .zip([s.tls_conns, s.ktls_conns, s.soft_conns])
+            .zip(s.kept)
+        {
+            *have += if first { part } else { part.saturating_sub(kept) };
+        }
+        self.tls_full += s.tls_full;
+        self.tls_resumed += s.tls_resumed;
+        self.ktls_rekeys += s.ktls_rekeys;
+        self.soft_rekeys += s.soft_rekeys;
+        self.retries += s.retries;
+        self.resent += s.resent;
+        self.steals += s.steals;
+    }
+
+    /// Adds the helpers' counts to the owner's summary `s`.
+    pub(crate) fn add_to(&self, s: &mut Summary) {
+        let sum = |k: usize| self.conns.iter().map(|c| c[k]).sum::<usize>();
+        s.connections += sum(0);
+        s.tls_conns += sum(1);
+        s.ktls_conns += sum(2);
+        s.soft_conns += sum(3);
+        s.tls_full += self.tls_full;
+        s.tls_resumed += self.tls_resumed;
+        s.ktls_rekeys += self.ktls_rekeys;
+        s.soft_rekeys += self.soft_rekeys;
+        s.retries += self.retries;
+        s.resent += self.resent;
+        s.steals += self.steals;
+    }
+}
 
 impl Helpers {
     /// The helpers lent to one transfer for its run: `None` when another has them.
@@ -74,7 +148,7 @@ impl Helpers {
 /// A part out on a helper, as its owner sees it.
 struct Out {
     range: (u64, u64),
-    /// Ranges of `range` not the part's ([`super::PartOrder`]'s holes): never a gap of
+    /// Ranges of `range` not the part's ([`PartOrder`]'s holes): never a gap of
     /// its end.
     holes: Vec<(u64, u64)>,
     tries: u32,
@@ -107,7 +181,7 @@ pub(crate) struct Remote {
     /// This lending's number: reports of others are dropped.
     lending: u64,
     orders: Vec<Sender<Order>>,
-    /// Per helper, its eventfd ([`super::nudge`]).
+    /// Per helper, its eventfd ([`nudge`](nudge())).
     nudges: Vec<Arc<OwnedFd>>,
     inbox: Receiver<Report>,
     bell: RawFd,
@@ -118,7 +192,7 @@ pub(crate) struct Remote {
     shares: Vec<usize>,
     /// Per helper: the connections it may open for this transfer, set at the first
     /// hand-out: what the file is worth over every reactor (`--min-split-size`: a run
-    /// opens no connection it does not use), shared out as `-x` is ([`super::shares`]),
+    /// opens no connection it does not use), shared out as `-x` is ([`shares`]),
     /// the owner's part first (its `wanted` lowered to it).
     allot: Option<Vec<usize>>,
     /// The transfer's routes, until its first answer made the part file.
@@ -136,11 +210,11 @@ pub(crate) struct Remote {
 }
 
 impl Out {
-    /// Stops the part: its helper ends it at once ([`super::nudge`]), or on its tick.
+    /// Stops the part: its helper ends it at once ([`nudge`](nudge())), or on its tick.
     fn stop(&self) {
         // (Once: a recall asks on every turn until the part's end is told.)
         if !self.stop.swap(true, Ordering::AcqRel) {
-            super::nudge::nudge(&self.nudge);
+            nudge(&self.nudge);
         }
     }
 }
@@ -213,7 +287,7 @@ impl Loop<'_> {
             // owner keeps its part of them, or what it opened already (this runs before
             // `kick`, so that is its first connection alone).
             let all = crate::schedule::connections_for(remaining, min_split, r.shares.iter().sum(), 1);
-            let split = super::shares(all, r.shares.len());
+            let split = shares(all, r.shares.len());
             let mine = split[0].max(opened).min(own);
             self.sh.tr.wanted = mine;
             let mut left = all.saturating_sub(mine);
@@ -380,7 +454,7 @@ impl Loop<'_> {
     }
 
     /// Applies what the helpers reported so far (also when the run's reactor took the
-    /// eventfd's wake-up: [`crate::event::many`] READs it too while it places files).
+    /// eventfd's wake-up: [`crate::reactors::lanes`] READs it too while it places files).
     pub(crate) fn drain_mail(&mut self) {
         while let Some(m) = self.remote.as_ref().and_then(|r| r.inbox.try_recv().ok()) {
             self.apply(m);
@@ -652,5 +726,52 @@ fn seg(start: u64, end: u64, tries: u32) -> Segment {
         end,
         tries,
         grace: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Counts, shares};
+    use crate::event::Summary;
+    use crate::event::summary::tests::summary;
+
+    /// A part's summary: `tls` hand-offs and first uses, `kept` of them kept from before.
+    fn part(conns: usize, tls: usize, kept: usize) -> Summary {
+        let mut s = summary("TLSv1.3 TLS13_AES_256_GCM_SHA384", 0, tls);
+        s.connections = conns;
+        s.soft_conns = tls;
+        s.kept = [kept, 0, kept];
+        s
+    }
+
+    /// `soft_tls::closes_and_small_records` at `--threads 2` once read "2 of 2 TLS
+    /// connections" where the server had served 3: a helper's second part reconnected,
+    /// and the most of one part was taken for the helper's count.
+    #[test]
+    fn a_helpers_reconnects_count_and_its_kept_connections_count_once() {
+        let mut c = Counts::default();
+        c.count(1, &part(2, 2, 0));
+        // One connection kept from the part before; the other was closed by the server
+        // and this part opened it twice.
+        c.count(1, &part(2, 3, 1));
+        // Helper 2's first part found a connection kept from another file: it counts.
+        c.count(2, &part(1, 1, 1));
+        let mut s = summary("TLSv1.3 TLS13_AES_256_GCM_SHA384", 0, 1);
+        s.soft_conns = 1;
+        c.add_to(&mut s);
+        assert_eq!(
+            (s.connections, s.tls_conns, s.soft_conns),
+            (1 + 2 + 1, 1 + 4 + 1, 1 + 4 + 1)
+        );
+    }
+
+    #[test]
+    fn connections_are_shared_out_owner_first_and_never_zero() {
+        assert_eq!(shares(4, 2), [2, 2]);
+        assert_eq!(shares(5, 2), [3, 2]);
+        assert_eq!(shares(16, 4), [4, 4, 4, 4]);
+        assert_eq!(shares(1, 4), [1], "one connection: one reactor");
+        assert_eq!(shares(3, 8), [1, 1, 1]);
+        assert_eq!(shares(4, 1), [4]);
     }
 }

@@ -1,5 +1,5 @@
 //! `--threads N` with `-j` ≥ 2, the run's side of placing whole files on the helper
-//! reactors ([`crate::event::threads`]'s `whole.rs` is the helper's side): which reactor
+//! reactors ([`crate::event::wire`]'s `whole.rs` is the helper's side): which reactor
 //! a file goes to, the order that sends it, the helpers' reports applied to its slot
 //! (progress, notes, its end handed to the feed), the idle connections each reactor
 //! keeps (closed by message when a file cannot start for them), and the completion of the
@@ -11,8 +11,8 @@ use super::{Feed, Slot};
 use crate::control::origin::OriginKey;
 use crate::err;
 use crate::error::Result;
-use crate::event::reactor::Reactor;
-use crate::event::threads::{Helpers, Posted, Report, WholeOrder, WholeReport};
+use crate::event::Reactor;
+use crate::event::wire::{Helpers, Posted, Report, WholeOrder, WholeReport};
 use crate::event::{Outcome, Start};
 use crate::lane::RingCell;
 use crate::report::{Flight, Progress};
@@ -60,7 +60,7 @@ pub(super) struct Placed {
 }
 
 /// Closes the idle connections kept to the origins `keys` on the reactors `on` picks:
-/// this one's (0) at once, each helper's by an [`Order::Forget`](super::threads::Order)
+/// this one's (0) at once, each helper's by an [`Order::Forget`](crate::event::wire::Order::Forget)
 /// (its [`Report::Idle`] brings the counts left).
 pub(super) fn forget_idle(keys: &[OriginKey], on: &dyn Fn(usize) -> bool, reactor: &mut Reactor, placed: &mut Placed) {
     if on(0) {
@@ -290,7 +290,7 @@ pub(super) fn take_reports(
 /// A helper's report of a file placed on it: its progress and notes, or its end (handed
 /// to the feed; a redirect to follow, or a file stopped to start again spread, waits to
 /// be started again); or the idle connections it keeps after an
-/// [`Order::Forget`](super::threads::Order). `stop`: what stopped the run, if anything did.
+/// [`Order::Forget`](crate::event::wire::Order::Forget). `stop`: what stopped the run, if anything did.
 pub(super) fn on_report(
     feed: &mut dyn Feed,
     m: Report,

@@ -4,7 +4,7 @@
 //! transfer is then stopped as at SIGINT (what landed stays, its control file names it),
 //! and its feed starts it again at once as a resume ([`Outcome::Recalled`]): alone in
 //! flight, the new transfer spreads its segments over every reactor
-//! ([`crate::event::spread`]).
+//! ([`crate::reactors::spread`]).
 
 use super::{Outcome, Slot, in_flight};
 use crate::err;
@@ -23,7 +23,7 @@ const RESTART: &str = "a restart to spread over the reactors";
 /// The one file in flight, when the list has none left to start, is stopped to start
 /// again spread over the `threads` reactors, if it may spread (its `respreads`, decided
 /// at its start: one mirror, `-x` above 1, no `--limit-rate`, a regular file)
-/// and its transfer may resume so ([`super::Flight::ranged`]) with enough left
+/// and its transfer may resume so ([`crate::report::Flight::ranged`]) with enough left
 /// ([`SPLITS_PER_REACTOR`]). Once per file: a file started again spreads, or runs alone
 /// where it is.
 pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
@@ -84,7 +84,7 @@ enum Worth {
 }
 
 /// What a restart over `threads` reactors with `min_split`-byte splits is worth for a
-/// transfer that may resume spread (`ranged`: [`super::Flight::ranged`], its first answer
+/// transfer that may resume spread (`ranged`: [`crate::report::Flight::ranged`], its first answer
 /// planned) with `have` of `total` bytes landed.
 fn worth((ranged, total, have): (bool, Option<u64>, u64), min_split: u64, threads: usize) -> Worth {
     // (Once a byte landed: a transfer that ends with none removes its `.part`.)

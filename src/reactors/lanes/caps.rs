@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use super::Slot;
 use super::placing::Placed;
 use crate::control::origin::OriginKey;
-use crate::event::reactor::Reactor;
+use crate::event::Reactor;
 
 /// Tells each transfer how many requests the others have being served by each of its
 /// origins — answered, a body coming ([`crate::control::origin::Origin::others`]), on
@@ -16,7 +16,7 @@ use crate::event::reactor::Reactor;
 /// another transfer is served is a cap (no failed try), what the server allows is learned
 /// with them, and no transfer opens past it. A file placed on a helper is posted those of
 /// the transfers on other reactors (its helper adds its own files', here too: those of a
-/// placed transfer's [`Posted::others`](crate::event::threads::Posted) are added).
+/// placed transfer's [`Posted::others`](crate::event::wire::Posted) are added).
 pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
     let mut totals: Vec<(OriginKey, usize)> = Vec::new();
     let mut add = |key: &OriginKey, n: usize| match totals.iter_mut().find(|(k, _)| k == key) {
@@ -123,7 +123,7 @@ pub(super) fn room(
 /// origins' caps were held by others then) take the room left since: more slots, up to
 /// the connections their bytes are worth and `-x`, each with a read block of its reactor's
 /// pool ([`crate::event::Loop::grow`]; one placed on another reactor is posted how many,
-/// [`crate::event::threads::Posted::more`]). Called only while no file waits to start (the
+/// [`crate::event::wire::Posted::more`]). Called only while no file waits to start (the
 /// room is a waiting file's first). Not for a file spread over reactors (its slots are
 /// `-x` already).
 pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed: &mut Placed) {

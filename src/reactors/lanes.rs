@@ -19,7 +19,7 @@
 //! transfer as `Interrupted` (each keeps its `.part` and control file) and starts no more.
 //!
 //! `--threads N` with `-j` ≥ 2: a file may be placed whole on a helper reactor instead of
-//! a lane ([`crate::event::threads`]'s `whole.rs`); its slot here keeps its report, its
+//! a lane ([`crate::event::wire`]'s `whole.rs`); its slot here keeps its report, its
 //! place among the files in flight and its share of the caps, from the helper's reports
 //! (read after each wait; the helpers' eventfd READ, also on the reactor's own lane,
 //! wakes the run).
@@ -37,14 +37,13 @@ use caps::{grow, room, share_origins, wake_parked};
 use placing::{Away, Placed, forget_idle, on_report, place, reactor_for, take_reports};
 use run_lane::{on_run_lane, on_signal, read_eventfd, read_signal};
 
-use super::reactor::{self, Reactor};
-use super::{Loop, Outcome, Start, Summary, end, start_on};
 use crate::config::Config;
-use crate::control::St;
 use crate::control::origin::OriginKey;
 use crate::engine::blocks::write_block;
 use crate::err;
 use crate::error::Result;
+use crate::event::reactor::{self, Reactor};
+use crate::event::{Loop, Outcome, Start, Summary, end, start_on};
 use crate::lane::{RUN_LANE, RingCell};
 use crate::output::Output;
 use crate::report::Progress;
@@ -95,7 +94,7 @@ pub struct Many {
     /// `--pin`: each reactor's thread on its own CPU.
     pub pin: bool,
     /// This reactor is a helper running files the run's reactor placed on it (`--threads`,
-    /// [`crate::event::threads`]): each comes with the connection slots the caps left it
+    /// [`crate::event::wire`]): each comes with the connection slots the caps left it
     /// (counted there, over every reactor), a file ended is not followed by another of
     /// this run once none is in the feed (the run ends; the helper waits for its next
     /// order), and this eventfd READ on the reactor's lane wakes it for a new file or a
@@ -115,7 +114,7 @@ struct Running<'c> {
     /// Its bytes are all in; its final fsync is in flight ([`Loop::begin_sync`]).
     syncing: bool,
     /// It started on one reactor, as one of several files in flight, though it may spread
-    /// ([`super::may_spread`]); it was stopped to start again spread, alone in flight now
+    /// ([`crate::reactors::may_spread`]); it was stopped to start again spread, alone in flight now
     /// ([`respread::recall_alone`]).
     respreads: bool,
     recalled: bool,
@@ -252,7 +251,9 @@ fn turns<'c>(
     let threads = many.threads.max(1);
     let placing = threads > 1 && lanes > 1;
     if placing {
-        let bell = reactor.helpers(threads - 1, many.pin)?.bell_fd();
+        let bell = reactor
+            .helpers(threads - 1, many.pin, super::helpers::helper)?
+            .bell_fd();
         let Some(buf) = reactor.mail_block()?.alloc() else {
             return Err(err!(Internal, "no block for the reactors' eventfd"));
         };
@@ -530,87 +531,6 @@ fn start<'c>(
             }
             // (A transfer that did not start has no redirect to follow.)
             let _ = feed.ended(id, Err(e), report, None, reactor);
-        }
-    }
-}
-
-impl Loop<'_> {
-    /// Connection slots of its `n` it holds against its origins' caps: all of them until
-    /// its size is known, then those it may open (and at least those open).
-    pub(crate) fn held(&self, n: usize) -> usize {
-        let open = self.conns.iter().filter(|c| c.st != St::Closed).count();
-        if self.sh.tr.total.is_some() {
-            self.sh.tr.wanted.min(n).max(open)
-        } else {
-            n
-        }
-    }
-
-    /// A connection slot that would open a new connection now (`kick`'s rule: work for
-    /// it, room under the transfer's and its origin's counts), and the index of its
-    /// origin among the transfer's.
-    pub(crate) fn would_connect(&self) -> Option<(usize, usize)> {
-        if !self.wants_connection() {
-            return None;
-        }
-        let single = self.sh.tr.plan.is_planned() && !self.sh.tr.ranges;
-        if single && self.conns.iter().any(|c| c.st != St::Closed) {
-            return None;
-        }
-        let now = Instant::now();
-        let i = (0..self.conns.len()).find(|&i| {
-            let c = &self.conns[i];
-            c.st == St::Closed
-                && !c.deferred
-                && !c.busy()
-                && !c.dead
-                && c.rx.job.is_none()
-                && c.not_before.is_none_or(|t| t <= now)
-                && self.may_connect(i)
-                && self.may_open(i)
-        })?;
-        Some((i, self.sh.tr.mirrors[self.conns[i].mirror].origin))
-    }
-
-    /// Slot `i` takes `conn`, a connection another transfer left open and idle to the same
-    /// origin: no connect, no handshake (its slot's unused read block goes back).
-    pub(crate) fn adopt(&mut self, i: usize, mut conn: crate::control::Conn) {
-        conn.mirror = self.conns[i].mirror;
-        conn.engaged = true;
-        self.conns[i] = conn;
-        // (Its requests are counted for this transfer from now on.)
-        self.sh.used[i] = false;
-    }
-
-    /// A resume of this transfer could spread over other reactors ([`Flight::ranged`]): its
-    /// first answer planned a regular file served in ranges, with a validator and a size,
-    /// and it fetches the whole file (not a part of another reactor's), in any order, at
-    /// its own pace, with no failure pending.
-    fn may_resume_spread(&self) -> bool {
-        let tr = &self.sh.tr;
-        tr.plan.is_planned()
-            && tr.ranges
-            && tr.file
-            && !tr.sequential
-            && !tr.plain_get
-            && !tr.changed
-            && tr.validator.is_some()
-            && tr.total.is_some()
-            && tr.room().is_none()
-            && tr.part.is_none()
-            && self.sh.fatal.is_none()
-    }
-
-    /// What the run's progress line shows of this transfer.
-    pub(crate) fn flight(&self) -> Flight {
-        Flight {
-            name: Flight::name_of(&self.sh.tr.out_name),
-            have: self.sh.tr.landed.bytes(),
-            total: self.sh.tr.total,
-            fetched: self.sh.tr.received,
-            live: self.conns.iter().filter(|c| c.rx.job.is_some()).count()
-                + self.remote.as_ref().map_or(0, super::threads::Remote::serving),
-            ranged: self.may_resume_spread(),
         }
     }
 }

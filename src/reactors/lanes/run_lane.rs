@@ -10,7 +10,7 @@ use super::placing::on_bell;
 use super::{Many, Slot};
 use crate::err;
 use crate::error::Result;
-use crate::event::reactor::Reactor;
+use crate::event::Reactor;
 use crate::lane::{RUN_LANE, RingCell};
 use crate::tag::Tag;
 
