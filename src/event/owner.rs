@@ -9,14 +9,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use crate::err;
-use crate::error::{Error, Kind, Result};
+use crate::error::Result;
 use crate::event::Loop;
 use crate::event::Summary;
 use crate::event::mirrors::MirrorRoute;
 use crate::event::wire::{Helpers, Order, PartFile, PartOrder, Report, nudge};
 use crate::report::Note;
 use crate::schedule::queue::Taken;
-use crate::schedule::{Segment, align_down, align_up};
+use crate::schedule::Segment;
 use crate::tag::Tag;
 
 /// How long an ending owner waits for its helpers to stop their parts and report what
@@ -31,6 +31,7 @@ const ASK_AGAIN: Duration = Duration::from_millis(500);
 /// served while its owner has nothing left to do, before the owner takes it back.
 const RECALL: Duration = Duration::from_secs(1);
 
+mod apply;
 mod ask;
 
 /// Connections per reactor when `connections` are spread over `threads` reactors: the
@@ -499,199 +500,6 @@ impl Loop<'_> {
         }
         for o in &mut self.sh.origins {
             o.remote = helpers;
-        }
-    }
-
-    /// One helper's report.
-    fn apply(&mut self, m: Report) {
-        let Some(r) = self.remote.as_mut() else {
-            return;
-        };
-        let lending = match &m {
-            Report::Landed { lending, .. }
-            | Report::Ended { lending, .. }
-            | Report::Note { lending, .. }
-            | Report::Capped { lending, .. }
-            | Report::Gave { lending, .. }
-            | Report::Whole { lending, .. }
-            | Report::Blame { lending, .. } => *lending,
-            // (Of the run's reactor's, never of a lending.)
-            Report::Idle { .. } => return,
-        };
-        if lending != r.lending {
-            return;
-        }
-        match m {
-            // (Whole transfers go to the run's reactor, never to a lending.)
-            Report::Whole { .. } | Report::Idle { .. } => {}
-            Report::Note { helper, note, .. } => self.sh.report.note(Note::OnReactor {
-                reactor: helper,
-                note: Box::new(note),
-            }),
-            Report::Gave {
-                helper, range, tries, ..
-            } => {
-                let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) else {
-                    return;
-                };
-                out.asked = out.asked.map(|a| (a.0, true));
-                if let Some((a, b)) = range {
-                    // (The helper writes no byte of it from now on: it is this queue's,
-                    // with the tries the part had: a helper counts none of its own.)
-                    out.given.push((a, b));
-                    self.sh.tr.plan.requeue(seg(a, b, out.tries.max(tries)), false);
-                }
-            }
-            Report::Blame {
-                helper,
-                counted,
-                changed,
-                wait,
-                hold,
-                ..
-            } => {
-                if let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) {
-                    out.counted = counted;
-                    out.changed = changed;
-                    out.wait = wait;
-                    out.hold = hold;
-                }
-            }
-            Report::Capped {
-                helper, serving, proxy, ..
-            } => {
-                // What the server was serving when it turned the helper away: the owner's
-                // requests, the other helpers' (as they last said) and the helper's own.
-                let others: usize = r
-                    .parts
-                    .iter()
-                    .enumerate()
-                    .filter(|&(h, _)| h + 1 != helper)
-                    .filter_map(|(_, o)| o.as_ref().map(|o| o.serving))
-                    .sum();
-                let own = self.serving(0);
-                let using = (own + others + serving).max(1);
-                self.sh.tr.saw_cap(using, using);
-                // (As for one reactor: a refusal while a single other request was served
-                // may be a passing 503, not a cap of one.)
-                if proxy || serving > 0 || own + others >= 2 {
-                    self.learn_cap(0, using);
-                }
-            }
-            Report::Landed {
-                helper,
-                ranges,
-                serving,
-                ..
-            } => {
-                let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::as_mut) else {
-                    return;
-                };
-                out.serving = serving;
-                let bytes: u64 = ranges.iter().map(|x| x.1 - x.0).sum();
-                let more = bytes.saturating_sub(out.landed);
-                if more > 0 || serving > 0 {
-                    out.moved = Instant::now();
-                }
-                out.landed = out.landed.max(bytes);
-                r.by_others += more;
-                r.landed_by[helper - 1] += more;
-                self.sh.tr.received += more;
-                for (s, e) in ranges {
-                    self.sh.tr.landed.add(s, e);
-                }
-            }
-            Report::Ended {
-                helper,
-                range,
-                error,
-                summary,
-                ..
-            } => {
-                if let Some(s) = &summary {
-                    r.counts.count(helper, s);
-                }
-                let Some(out) = r.parts.get_mut(helper - 1).and_then(Option::take) else {
-                    return;
-                };
-                debug_assert_eq!(out.range, range);
-                // What of the part is not on disk goes back to the queue (edges widened
-                // to the alignment: fetching a few bytes again beats an unaligned write).
-                let align = self.sh.tr.align;
-                let total = self.sh.tr.total.unwrap_or(range.1);
-                // (What it gave back is this reactor's queue's, landed or not, and its
-                // holes were never its.)
-                let mut covered = self.sh.tr.landed.clone();
-                for &(s, e) in out.given.iter().chain(&out.holes) {
-                    covered.add(s, e);
-                }
-                let gaps = covered.gaps_in(range.0, range.1);
-                // A helper gives a part up at its first counted failure: the segment that
-                // failed spends a try (the whole rest when no one segment's did), the rest
-                // of the part goes back with the tries it had. An Interrupted part was
-                // stopped by this owner (ending, or taking it back).
-                let failed = error.as_ref().filter(|e| e.kind != Kind::Interrupted);
-                let mut not_before = self.sh.tr.started.elapsed();
-                let mut counted = None;
-                if let Some(e) = failed {
-                    self.sh.report.note(Note::PartFailed {
-                        reactor: helper,
-                        why: e.msg.clone(),
-                    });
-                    if out.changed {
-                        // Its bytes are not of the owner's file, and neither is the server's.
-                        self.sh.tr.changed = true;
-                        self.sh.fatal.get_or_insert(Error {
-                            kind: Kind::Protocol,
-                            msg: format!("reactor {helper}: {}", e.msg),
-                        });
-                    } else if matches!(e.kind, Kind::LocalIo | Kind::Internal) {
-                        // This reactor could not do it (its ring, a descriptor, its
-                        // memory): it takes no more of this transfer, and no try is spent.
-                        if let Some(a) = r.allot.as_mut().and_then(|a| a.get_mut(helper - 1)) {
-                            *a = 0;
-                        }
-                    } else {
-                        counted = Some(out.counted.unwrap_or(range));
-                        let tries = out.tries + 1;
-                        if tries >= self.sh.opts.max_tries && !gaps.is_empty() {
-                            let msg = format!(
-                                "reactor {helper}: bytes {}-{}: {} (gave up after {})",
-                                range.0,
-                                range.1 - 1,
-                                e.msg,
-                                crate::schedule::retry::n_tries(tries)
-                            );
-                            self.sh.fatal.get_or_insert(Error { kind: e.kind, msg });
-                        }
-                        let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
-                        // (At least the wait the helper judged, as on one reactor: the
-                        // server's Retry-After; a 503 or 429 holds the origin for as long,
-                        // so no reactor asks it earlier.)
-                        let backoff = crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
-                        not_before += backoff.max(out.wait);
-                        if out.hold {
-                            self.sh.tr.plan.hold(0, not_before);
-                        }
-                    }
-                }
-                let now = self.sh.tr.started.elapsed();
-                for &(s, e) in gaps.iter().rev() {
-                    let (s, e) = (align_down(s, align), align_up(e, align).min(total));
-                    // Cut at the counted segment's edges (aligned: segment bounds are).
-                    let mut cuts = vec![s, e];
-                    if let Some((cs, ce)) = counted {
-                        cuts.extend([cs, ce].into_iter().filter(|&x| x > s && x < e));
-                    }
-                    cuts.sort_unstable();
-                    for w in cuts.windows(2).rev() {
-                        let hit = counted.is_some_and(|(cs, ce)| w[0] < ce && w[1] > cs);
-                        let tries = out.tries + u32::from(hit);
-                        let wait = if hit { not_before } else { now };
-                        self.sh.tr.plan.requeue_after(seg(w[0], w[1], tries), false, wait);
-                    }
-                }
-            }
         }
     }
 
