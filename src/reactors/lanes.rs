@@ -185,7 +185,7 @@ fn drive(
     };
     // Files handed over that wait for a lane and room under their caps, in order (a
     // redirect to follow goes first).
-    let mut waiting: std::collections::VecDeque<(usize, Start)> = std::collections::VecDeque::new();
+    let mut waiting = Waiting::new();
     let r = turns(feed, cell, many, reactor, (&mut slots, &mut waiting), &mut placed);
     if r.is_err() {
         // The files placed on other reactors stop too, and their ends go to the feed: none
@@ -218,20 +218,111 @@ fn drive(
     r
 }
 
+/// Files handed over that wait for a lane and room under their caps, in order.
+type Waiting = std::collections::VecDeque<(usize, Start)>;
+
+/// What the run's turns carry from one to the next.
+struct TurnState {
+    /// The feed has no file left to give (asked again each turn on a helper).
+    exhausted: bool,
+    /// The signal that stopped the run, if one did.
+    interrupted: Option<&'static str>,
+    /// `--threads` with several files in flight: whole files are placed on the reactors.
+    placing: bool,
+    /// Reactors (`--threads`), at least one.
+    threads: usize,
+}
+
 /// The run's turns, until every file ended (the signal that stopped it, if one did).
 fn turns<'c>(
     feed: &mut dyn Feed,
     cell: &'c RingCell,
     many: &Many,
     reactor: &mut Reactor,
-    (slots, waiting): (&mut [Slot<'c>], &mut std::collections::VecDeque<(usize, Start)>),
+    (slots, waiting): (&mut [Slot<'c>], &mut Waiting),
     placed: &mut Placed,
 ) -> Result<Option<&'static str>> {
     let started = Instant::now();
-    let lanes = slots.len();
-    let mut exhausted = false;
-    let mut interrupted: Option<&'static str> = None;
     let mut next_progress = started;
+    let placing = arm_run_lane(cell, many, reactor, slots.len())?;
+    let mut state = TurnState {
+        exhausted: false,
+        interrupted: None,
+        placing,
+        threads: many.threads.max(1),
+    };
+    loop {
+        // (A helper asks its feed again each turn: files are placed on it as it runs.)
+        if many.placed.is_some() && waiting.is_empty() {
+            state.exhausted = false;
+        }
+        // What the helpers said of the files placed on them.
+        if placing {
+            take_reports(feed, reactor, slots, waiting, placed, state.interrupted);
+        }
+        // A signal taken while a lane waited for its own completion (its fsync or
+        // read-back) stops the run before another file starts; the helpers' wake-up
+        // taken then is read again.
+        while let Some(c) = cell.take_stashed(RUN_LANE) {
+            on_run_lane(cell, (many, reactor), c, slots, &mut state.interrupted)?;
+        }
+        // A file handed over but not started goes back when the run stops.
+        if state.interrupted.is_some() || feed.stopping() {
+            while let Some((id, st)) = waiting.pop_front() {
+                feed.unstarted(id, st);
+            }
+        }
+        start_files(feed, cell, (many, reactor), (slots, waiting), placed, &mut state);
+        // The room files that ended left goes to those running once none waits for it
+        // (on a helper, the run's reactor posts it).
+        if state.interrupted.is_none() && waiting.is_empty() && state.exhausted && many.placed.is_none() {
+            // (With `--threads`, a large file left alone in flight starts again spread over
+            // the reactors first: [`respread`].)
+            if placing && !feed.stopping() {
+                respread::recall_alone(slots, state.threads);
+            }
+            grow(slots, reactor, placed);
+        }
+        share_origins(slots);
+        adopt_idle(slots, reactor);
+        let freed = step_lanes(feed, cell, reactor, (slots, waiting), state.interrupted)?;
+        let idle = slots.iter().all(|s| matches!(s, Slot::Free));
+        if idle && waiting.is_empty() && (state.exhausted || state.interrupted.is_some()) {
+            // (A signal that came meanwhile is said all the same.)
+            while let Some(c) = cell.take_stashed(RUN_LANE) {
+                if Tag::decode(c.tag) == Some(Tag::Signal) {
+                    on_signal(cell, None, c, slots, &mut state.interrupted)?;
+                }
+            }
+            return Ok(state.interrupted);
+        }
+        if Instant::now() >= next_progress {
+            next_progress = Instant::now() + Duration::from_millis(250);
+            show_progress(feed, slots, started);
+        }
+        if freed {
+            // A lane came free (or a redirect waits): start the next file before waiting.
+            continue;
+        }
+        cell.submit_and_wait(1)
+            .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+        if placing || many.placed.is_some() {
+            // (A transfer here judges a refusal by the requests of those placed elsewhere
+            // as they are now, not as they were when the run went to wait. Those on this
+            // reactor were counted at the top of the turn: nothing here changed them.)
+            if placing {
+                take_reports(feed, reactor, slots, waiting, placed, state.interrupted);
+            }
+            share_origins(slots);
+        }
+        reap(cell, (many, reactor), slots, &mut state.interrupted)?;
+    }
+}
+
+/// The READs of the reactor's own lane: the signalfd's, a helper's own eventfd (files are
+/// placed on it), and with `--threads` and several `lanes` the bell the helpers ring
+/// (started now). Returns whether files are placed on the helpers.
+fn arm_run_lane(cell: &RingCell, many: &Many, reactor: &mut Reactor, lanes: usize) -> Result<bool> {
     if let Some(fd) = many.signals {
         let block = reactor.signal_block()?;
         if let Some(buf) = block.alloc() {
@@ -259,219 +350,201 @@ fn turns<'c>(
         };
         read_eventfd(cell, bell, buf, Tag::Mail)?;
     }
-    loop {
-        // (A helper asks its feed again each turn: files are placed on it as it runs.)
-        if many.placed.is_some() && waiting.is_empty() {
-            exhausted = false;
-        }
-        // What the helpers said of the files placed on them.
-        if placing {
-            take_reports(feed, reactor, slots, waiting, placed, interrupted);
-        }
-        // A signal taken while a lane waited for its own completion (its fsync or
-        // read-back) stops the run before another file starts; the helpers' wake-up
-        // taken then is read again.
-        while let Some(c) = cell.take_stashed(RUN_LANE) {
-            on_run_lane(cell, (many, reactor), c, slots, &mut interrupted)?;
-        }
-        // A file handed over but not started goes back when the run stops.
-        if interrupted.is_some() || feed.stopping() {
-            while let Some((id, st)) = waiting.pop_front() {
-                feed.unstarted(id, st);
+    Ok(placing)
+}
+
+/// Starts what the free lanes and the origins' caps have room for: files that waited
+/// first, then the feed's next; a file with no room under its caps waits at the front.
+fn start_files<'c>(
+    feed: &mut dyn Feed,
+    cell: &'c RingCell,
+    (many, reactor): (&Many, &mut Reactor),
+    (slots, waiting): (&mut [Slot<'c>], &mut Waiting),
+    placed: &mut Placed,
+    state: &mut TurnState,
+) {
+    let placing = state.placing;
+    while state.interrupted.is_none() {
+        let Some(lane) = slots.iter().position(|s| matches!(s, Slot::Free)) else {
+            break;
+        };
+        let next = match waiting.pop_front() {
+            Some(w) => Some(w),
+            None if state.exhausted => None,
+            None => feed.next(),
+        };
+        let Some((id, st)) = next else {
+            state.exhausted = true;
+            break;
+        };
+        // (Whether another file comes after it: one alone in flight spreads. Asked only
+        // with none in flight, the one case where it decides: the feed opens the file it
+        // gives, and no more than `-j` are open at once.)
+        let none_in_flight = slots.iter().all(|s| !in_flight(s));
+        if placing && waiting.is_empty() && !state.exhausted && none_in_flight {
+            match feed.next() {
+                Some(w) => waiting.push_back(w),
+                None => state.exhausted = true,
             }
         }
-        // Start what the free lanes and the origins' caps have room for.
-        while interrupted.is_none() {
-            let Some(lane) = slots.iter().position(|s| matches!(s, Slot::Free)) else {
-                break;
-            };
-            let next = match waiting.pop_front() {
-                Some(w) => Some(w),
-                None if exhausted => None,
-                None => feed.next(),
-            };
-            let Some((id, st)) = next else {
-                exhausted = true;
-                break;
-            };
-            // (Whether another file comes after it: one alone in flight spreads. Asked only
-            // with none in flight, the one case where it decides: the feed opens the file it
-            // gives, and no more than `-j` are open at once.)
-            let none_in_flight = slots.iter().all(|s| !in_flight(s));
-            if placing && waiting.is_empty() && !exhausted && none_in_flight {
-                match feed.next() {
-                    Some(w) => waiting.push_back(w),
-                    None => exhausted = true,
-                }
+        let alone = waiting.is_empty() && state.exhausted && none_in_flight;
+        let keys: Vec<OriginKey> = st.mirrors.iter().map(|r| r.key.clone()).collect();
+        let on = if placing && !alone {
+            reactor_for(&st, &keys, (slots, reactor), state.threads, placed)
+        } else {
+            0
+        };
+        // (The idle connections on its reactor are its own to take: one at its start,
+        // the others as it opens more, before any new one; below. A file placed on a
+        // helper comes with its slots.)
+        let takes = st.opts.connections;
+        let n = if many.placed.is_some() {
+            st.opts.connections
+        } else {
+            st.opts.connections.min(room(
+                &keys,
+                st.opts.max_per_host,
+                takes.min(st.opts.connections),
+                (slots, reactor),
+                (on, placed),
+            ))
+        };
+        if n == 0 {
+            // Its origins' caps are taken by the transfers running: it waits for one
+            // of them to end. With none running, idle connections kept to its origins
+            // fill them (another reactor's, which only a file placed there could
+            // take): they are closed, here at once, on the helpers by message (it
+            // starts when they said so).
+            if !slots.iter().any(in_flight) {
+                forget_idle(&keys, &|_| true, reactor, placed);
             }
-            let alone = waiting.is_empty() && exhausted && none_in_flight;
-            let keys: Vec<OriginKey> = st.mirrors.iter().map(|r| r.key.clone()).collect();
-            let on = if placing && !alone {
-                reactor_for(&st, &keys, (slots, reactor), threads, placed)
-            } else {
-                0
-            };
-            // (The idle connections on its reactor are its own to take: one at its start,
-            // the others as it opens more, before any new one; below. A file placed on a
-            // helper comes with its slots.)
-            let takes = st.opts.connections;
-            let n = if many.placed.is_some() {
-                st.opts.connections
-            } else {
-                st.opts.connections.min(room(
-                    &keys,
-                    st.opts.max_per_host,
-                    takes.min(st.opts.connections),
-                    (slots, reactor),
-                    (on, placed),
-                ))
-            };
-            if n == 0 {
-                // Its origins' caps are taken by the transfers running: it waits for one
-                // of them to end. With none running, idle connections kept to its origins
-                // fill them (another reactor's, which only a file placed there could
-                // take): they are closed, here at once, on the helpers by message (it
-                // starts when they said so).
-                if !slots.iter().any(in_flight) {
-                    forget_idle(&keys, &|_| true, reactor, placed);
-                }
-                waiting.push_front((id, st));
-                break;
-            }
-            if on == 0 {
-                start(feed, cell, slots, lane, (id, st), keys, (n, !placing || alone), reactor);
-            } else {
-                place(feed, slots, lane, (id, st), keys, (n, on), reactor, placed);
-            }
+            waiting.push_front((id, st));
+            break;
         }
-        // The room files that ended left goes to those running once none waits for it
-        // (on a helper, the run's reactor posts it).
-        if interrupted.is_none() && waiting.is_empty() && exhausted && many.placed.is_none() {
-            // (With `--threads`, a large file left alone in flight starts again spread over
-            // the reactors first: [`respread`].)
-            if placing && !feed.stopping() {
-                respread::recall_alone(slots, threads);
-            }
-            grow(slots, reactor, placed);
-        }
-        share_origins(slots);
-        adopt_idle(slots, reactor);
-        // Drive each transfer on; end those that are done.
-        let mut freed = false;
-        #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
-        for lane in 0..slots.len() {
-            let Slot::Busy(r) = &mut slots[lane] else { continue };
-            // (Connections a transfer that ended earlier in this pass left idle.)
-            adopt(r, reactor);
-            // Connections that waited for a write block the lanes share, freed by another.
-            if r.failed.is_none()
-                && !r.dl.sink.waiting.is_empty()
-                && r.dl.sink.pool.available() > 0
-                && let Err(e) = r.dl.wake_waiting()
-            {
-                r.failed = Some(e);
-            }
-            let step = match r.failed.take() {
-                Some(e) => Some(Err(e)),
-                None if r.syncing => r.dl.fin.synced.is_some().then_some(Ok(None)),
-                None => r.dl.step(),
-            };
-            // A finished file's fsync runs beside the other transfers.
-            let step = match step {
-                Some(Ok(None)) if !r.syncing && !r.dl.sh.tr.not_modified => match r.dl.begin_sync() {
-                    Ok(true) => {
-                        r.syncing = true;
-                        None
-                    }
-                    Ok(false) => Some(Ok(None)),
-                    Err(e) => Some(Err(e)),
-                },
-                s => s,
-            };
-            let Some(step) = step else { continue };
-            let Slot::Busy(r) = std::mem::replace(&mut slots[lane], Slot::Draining { _hold: None }) else {
-                unreachable!("matched Busy above")
-            };
-            let freed_slots = r.held();
-            let (outcome, report, failed, hold) = end(r.dl, step, reactor);
-            let outcome = if r.recalled {
-                respread::recalled(outcome, interrupted)
-            } else {
-                outcome
-            };
-            // Its connections closed or went idle: slots parked on its origins' caps ask now.
-            wake_parked(slots, &r.keys, freed_slots, 0);
-            // Its ops still in flight (the tick, reads of connections not kept) come back
-            // cancelled before the lane takes another transfer.
-            cell.cancel_lane(lane as u8)
-                .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
-            if cell.in_flight(lane as u8) == 0 {
-                slots[lane] = Slot::Free;
-                freed = true;
-            } else {
-                slots[lane] = Slot::Draining { _hold: hold };
-            }
-            if let Some(again) = feed.ended(r.id, outcome, report, failed, reactor) {
-                waiting.push_front((r.id, again));
-                freed = true;
-            }
-        }
-        let idle = slots.iter().all(|s| matches!(s, Slot::Free));
-        if idle && waiting.is_empty() && (exhausted || interrupted.is_some()) {
-            // (A signal that came meanwhile is said all the same.)
-            while let Some(c) = cell.take_stashed(RUN_LANE) {
-                if Tag::decode(c.tag) == Some(Tag::Signal) {
-                    on_signal(cell, None, c, slots, &mut interrupted)?;
-                }
-            }
-            return Ok(interrupted);
-        }
-        if Instant::now() >= next_progress {
-            next_progress = Instant::now() + Duration::from_millis(250);
-            let flights: Vec<Flight> = slots
-                .iter()
-                .filter_map(|s| match s {
-                    Slot::Busy(r) => Some(r.dl.flight()),
-                    Slot::Away(a) => Some(a.flight.clone()),
-                    _ => None,
-                })
-                .collect();
-            feed.progress(&flights, started.elapsed());
-        }
-        if freed {
-            // A lane came free (or a redirect waits): start the next file before waiting.
-            continue;
-        }
-        cell.submit_and_wait(1)
-            .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
-        if placing || many.placed.is_some() {
-            // (A transfer here judges a refusal by the requests of those placed elsewhere
-            // as they are now, not as they were when the run went to wait. Those on this
-            // reactor were counted at the top of the turn: nothing here changed them.)
-            if placing {
-                take_reports(feed, reactor, slots, waiting, placed, interrupted);
-            }
-            share_origins(slots);
-        }
-        while let Some((lane, c)) = cell.next_any() {
-            if lane == RUN_LANE {
-                on_run_lane(cell, (many, reactor), c, slots, &mut interrupted)?;
-                continue;
-            }
-            match slots.get_mut(usize::from(lane)) {
-                Some(Slot::Busy(r)) => {
-                    if let Err(e) = r.dl.complete(c) {
-                        // The transfer ends with it before another completion is taken:
-                        // its end reaps what is left of its own (its writes) itself.
-                        r.failed = Some(e);
-                        break;
-                    }
-                }
-                Some(s @ Slot::Draining { .. }) if cell.in_flight(lane) == 0 => *s = Slot::Free,
-                _ => {}
-            }
+        if on == 0 {
+            start(feed, cell, slots, lane, (id, st), keys, (n, !placing || alone), reactor);
+        } else {
+            place(feed, slots, lane, (id, st), keys, (n, on), reactor, placed);
         }
     }
+}
+
+/// Drives each transfer on its lane one step, and ends those that are done (their ends
+/// go to the feed; a redirect or a restart waits at the front). Returns whether a lane
+/// came free or a file waits to start again.
+fn step_lanes<'c>(
+    feed: &mut dyn Feed,
+    cell: &'c RingCell,
+    reactor: &mut Reactor,
+    (slots, waiting): (&mut [Slot<'c>], &mut Waiting),
+    interrupted: Option<&'static str>,
+) -> Result<bool> {
+    let mut freed = false;
+    #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
+    for lane in 0..slots.len() {
+        let Slot::Busy(r) = &mut slots[lane] else { continue };
+        let Some(step) = step_one(r, reactor) else { continue };
+        let Slot::Busy(r) = std::mem::replace(&mut slots[lane], Slot::Draining { _hold: None }) else {
+            unreachable!("matched Busy above")
+        };
+        let freed_slots = r.held();
+        let (outcome, report, failed, hold) = end(r.dl, step, reactor);
+        let outcome = if r.recalled {
+            respread::recalled(outcome, interrupted)
+        } else {
+            outcome
+        };
+        // Its connections closed or went idle: slots parked on its origins' caps ask now.
+        wake_parked(slots, &r.keys, freed_slots, 0);
+        // Its ops still in flight (the tick, reads of connections not kept) come back
+        // cancelled before the lane takes another transfer.
+        cell.cancel_lane(lane as u8)
+            .map_err(|e| err!(LocalIo, "io_uring_enter: {e}"))?;
+        if cell.in_flight(lane as u8) == 0 {
+            slots[lane] = Slot::Free;
+            freed = true;
+        } else {
+            slots[lane] = Slot::Draining { _hold: hold };
+        }
+        if let Some(again) = feed.ended(r.id, outcome, report, failed, reactor) {
+            waiting.push_front((r.id, again));
+            freed = true;
+        }
+    }
+    Ok(freed)
+}
+
+/// One step of transfer `r`: its end when it has one (as [`Loop::step`] gives it), else
+/// `None`. A finished file's fsync runs beside the other transfers.
+fn step_one(r: &mut Running<'_>, reactor: &mut Reactor) -> Option<Result<Option<(usize, http::Url)>>> {
+    // (Connections a transfer that ended earlier in this pass left idle.)
+    adopt(r, reactor);
+    // Connections that waited for a write block the lanes share, freed by another.
+    if r.failed.is_none()
+        && !r.dl.sink.waiting.is_empty()
+        && r.dl.sink.pool.available() > 0
+        && let Err(e) = r.dl.wake_waiting()
+    {
+        r.failed = Some(e);
+    }
+    let step = match r.failed.take() {
+        Some(e) => Some(Err(e)),
+        None if r.syncing => r.dl.fin.synced.is_some().then_some(Ok(None)),
+        None => r.dl.step(),
+    };
+    match step {
+        Some(Ok(None)) if !r.syncing && !r.dl.sh.tr.not_modified => match r.dl.begin_sync() {
+            Ok(true) => {
+                r.syncing = true;
+                None
+            }
+            Ok(false) => Some(Ok(None)),
+            Err(e) => Some(Err(e)),
+        },
+        s => s,
+    }
+}
+
+/// Shows the feed the transfers in flight, here and placed on other reactors.
+fn show_progress(feed: &mut dyn Feed, slots: &[Slot<'_>], started: Instant) {
+    let flights: Vec<Flight> = slots
+        .iter()
+        .filter_map(|s| match s {
+            Slot::Busy(r) => Some(r.dl.flight()),
+            Slot::Away(a) => Some(a.flight.clone()),
+            _ => None,
+        })
+        .collect();
+    feed.progress(&flights, started.elapsed());
+}
+
+/// Hands each completion reaped to its lane's transfer (the reactor's own lane: the
+/// signal, the nudge, the helpers' bell); a lane that drained comes free.
+fn reap(
+    cell: &RingCell,
+    (many, reactor): (&Many, &mut Reactor),
+    slots: &mut [Slot<'_>],
+    interrupted: &mut Option<&'static str>,
+) -> Result<()> {
+    while let Some((lane, c)) = cell.next_any() {
+        if lane == RUN_LANE {
+            on_run_lane(cell, (many, reactor), c, slots, interrupted)?;
+            continue;
+        }
+        match slots.get_mut(usize::from(lane)) {
+            Some(Slot::Busy(r)) => {
+                if let Err(e) = r.dl.complete(c) {
+                    // The transfer ends with it before another completion is taken:
+                    // its end reaps what is left of its own (its writes) itself.
+                    r.failed = Some(e);
+                    break;
+                }
+            }
+            Some(s @ Slot::Draining { .. }) if cell.in_flight(lane) == 0 => *s = Slot::Free,
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Starts transfer `st` of file `id` on lane `lane` with `n` connection slots (`spreads`:
