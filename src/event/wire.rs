@@ -49,7 +49,7 @@ mod part;
 mod whole;
 
 pub(crate) use part::{PartFile, PartLink, PartOrder};
-pub(crate) use whole::{Posted, WholeLink, WholeOrder, WholeReport};
+pub(crate) use whole::{PlacedShape, Posted, WholeLink, WholeOrder, WholeReport};
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;

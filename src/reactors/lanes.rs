@@ -43,6 +43,7 @@ use crate::engine::blocks::write_block;
 use crate::err;
 use crate::error::Result;
 use crate::event::reactor::{self, Reactor};
+use crate::event::wire::PlacedShape;
 use crate::event::{Loop, Outcome, Start, Summary, end, start_on};
 use crate::lane::{RUN_LANE, RingCell};
 use crate::output::Output;
@@ -181,7 +182,11 @@ fn drive(
         idle: vec![Vec::new(); threads],
         learned: Vec::new(),
         forgetting: vec![false; threads],
-        shape: (lanes.div_ceil(threads), many.connections.max(1), many.splice),
+        shape: PlacedShape {
+            lanes: lanes.div_ceil(threads),
+            connections: many.connections.max(1),
+            splice: many.splice,
+        },
     };
     // Files handed over that wait for a lane and room under their caps, in order (a
     // redirect to follow goes first).

@@ -60,7 +60,18 @@ pub(crate) struct WholeOrder {
     /// The shape of the helper's run of placed files (the run's `-j` shared over the
     /// reactors, the largest `-x`, whether a file may splice): its ring and pools are
     /// sized for it when this order starts it.
-    pub(crate) shape: (usize, usize, bool),
+    pub(crate) shape: PlacedShape,
+}
+
+/// The shape of a helper's run of placed files: its ring and pools are sized for it.
+#[derive(Clone, Copy)]
+pub(crate) struct PlacedShape {
+    /// Files it runs at once at most: the run's `-j` shared over the reactors, rounded up.
+    pub(crate) lanes: usize,
+    /// Connection slots per file at most: the largest `-x` of the list.
+    pub(crate) connections: usize,
+    /// Some file may use the `splice` engine.
+    pub(crate) splice: bool,
 }
 
 /// What the run's reactor posts to a placed transfer: `stop` is read at once (its helper's

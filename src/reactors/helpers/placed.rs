@@ -140,9 +140,9 @@ pub(super) fn run_placed(
 ) -> Option<Order> {
     let opts = w.opts.clone();
     let many = Many {
-        lanes: w.shape.0,
-        connections: w.shape.1.max(w.most),
-        splice: w.shape.2,
+        lanes: w.shape.lanes,
+        connections: w.shape.connections.max(w.most),
+        splice: w.shape.splice,
         signals: None,
         threads: 1,
         pin: false,

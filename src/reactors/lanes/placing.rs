@@ -12,7 +12,7 @@ use crate::control::origin::OriginKey;
 use crate::err;
 use crate::error::Result;
 use crate::event::Reactor;
-use crate::event::wire::{Helpers, Posted, Report, WholeOrder, WholeReport};
+use crate::event::wire::{Helpers, PlacedShape, Posted, Report, WholeOrder, WholeReport};
 use crate::event::{Outcome, Start};
 use crate::lane::RingCell;
 use crate::report::{Flight, Progress};
@@ -53,10 +53,8 @@ pub(super) struct Placed {
     pub(super) learned: Vec<(OriginKey, usize)>,
     /// Per reactor: asked to close idle connections, no answer yet.
     pub(super) forgetting: Vec<bool>,
-    /// The shape of each helper's run of placed files: the files it runs at once at most
-    /// (`-j` over the reactors, rounded up), connection slots per file at most, whether a
-    /// file may splice ([`WholeOrder::shape`]).
-    pub(super) shape: (usize, usize, bool),
+    /// The shape of each helper's run of placed files ([`WholeOrder::shape`]).
+    pub(super) shape: PlacedShape,
 }
 
 /// Closes the idle connections kept to the origins `keys` on the reactors `on` picks:
@@ -86,6 +84,21 @@ pub(super) fn forget_idle(keys: &[OriginKey], on: &dyn Fn(usize) -> bool, reacto
 }
 
 impl Placed {
+    /// The slots a file to the origins `keys` with options `o`, placed with `n`, may grow
+    /// to: its `-x`, under `--max-connections-per-host` and what the server was seen
+    /// allowing (here or on a helper); its helper's ring and pools are sized for that.
+    fn most(&self, keys: &[OriginKey], o: &crate::config::Config, n: usize, reactor: &Reactor) -> usize {
+        let learned = keys.first().and_then(|k| {
+            let here = reactor.allows(k);
+            let there = self.learned.iter().find(|(x, _)| x == k).map(|x| x.1);
+            here.into_iter().chain(there).max()
+        });
+        o.connections
+            .min(o.max_per_host)
+            .min(learned.unwrap_or(usize::MAX))
+            .max(n)
+    }
+
     /// Whether reactor `k` (`k` ≥ 1) has idle connections to any of `keys`.
     pub(super) fn idle_on_any(&self, k: usize, keys: &[OriginKey]) -> bool {
         keys.iter().any(|key| self.idle_on(k, key) > 0)
@@ -133,7 +146,7 @@ pub(super) fn reactor_for(
         Some(key) => placed.idle_on(k, key),
         None => 0,
     };
-    let per = placed.shape.0.max(1);
+    let per = placed.shape.lanes.max(1);
     (1..=helpers.min(threads.saturating_sub(1)))
         .filter(|&k| files(k) < per)
         .chain([0])
@@ -170,12 +183,12 @@ pub(super) fn place(
         ..
     } = st;
     let dup = match out.duplicate() {
-        Ok(Some(d)) => Ok(d),
-        Ok(None) => Err(err!(Internal, "a placed file's output is not a regular file")),
-        Err(e) => Err(e),
-    };
-    let dup = match dup {
-        Ok(d) => d,
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            let e = err!(Internal, "a placed file's output is not a regular file");
+            let _ = feed.ended(id, Err(e), report, None, reactor);
+            return;
+        }
         Err(e) => {
             let _ = feed.ended(id, Err(e), report, None, reactor);
             return;
@@ -185,18 +198,7 @@ pub(super) fn place(
     // (The file's own stays with its feed, which renames it once the helper is done.)
     drop(out);
     let mut o = (*opts).clone();
-    // (What it may grow to: its `-x`, under `--max-connections-per-host` and what the
-    // server was seen allowing; its helper's ring and pools are sized for that.)
-    let learned = keys.first().and_then(|k| {
-        let here = reactor.allows(k);
-        let there = placed.learned.iter().find(|(x, _)| x == k).map(|x| x.1);
-        here.into_iter().chain(there).max()
-    });
-    let most = o
-        .connections
-        .min(o.max_per_host)
-        .min(learned.unwrap_or(usize::MAX))
-        .max(n);
+    let most = placed.most(&keys, &o, n, reactor);
     let (min_split, max_per_host) = (o.min_split_size, o.max_per_host);
     o.connections = n;
     o.threads = 1;
