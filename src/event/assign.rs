@@ -2,10 +2,10 @@
 //! reopening connections while work is left.
 
 use crate::control::origin::QUICK_CLOSE;
-use crate::control::*;
+use crate::control::{Conn, Fail, Job, Peek, St};
 use crate::engine::place::{Delimiter, Placer};
 use crate::error::Result;
-use crate::event::*;
+use crate::event::Loop;
 use crate::report::Note;
 use crate::schedule::{Segment, steal};
 use http::{ByteRange, Request};
