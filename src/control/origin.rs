@@ -16,6 +16,10 @@ use http::Url;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
+mod cap;
+
+pub(crate) use cap::OriginCap;
+
 pub(crate) use crate::control::key::OriginKey;
 use crate::control::proxy::{Proxy, Route};
 use crate::error::Result;
@@ -109,6 +113,12 @@ impl KeepAlive {
 }
 
 impl Origin {
+    /// This origin's connection cap under `configured` (`--max-connections-per-host`, this
+    /// reactor's share of it) and what its server was seen allowing.
+    pub(crate) fn cap(&self, configured: usize) -> OriginCap {
+        OriginCap::new(configured, self.allows)
+    }
+
     /// Requests to this origin on the wire outside the transfer's own connections on this
     /// reactor: the other transfers' ([`Origin::others`]) and its other reactors'
     /// ([`Origin::remote`]).

@@ -332,7 +332,8 @@ impl Loop<'_> {
         // `--max-connections-per-host` is shared out over the reactors (`--threads`): this
         // reactor's share counts only this ring's; what the server allows counts every
         // reactor's (`Origin::remote`).
-        open + o.others < self.sh.opts.max_per_host && open + o.elsewhere() < o.allows.unwrap_or(usize::MAX)
+        o.cap(self.sh.opts.max_per_host)
+            .may_open_one(open, o.others, o.elsewhere())
     }
 
     /// Slot `c` will carry nothing more: it gave up, waits for a race it will not run, or

@@ -15,8 +15,8 @@ use crate::event::Summary;
 use crate::event::mirrors::MirrorRoute;
 use crate::event::wire::{Helpers, Order, PartFile, PartOrder, Report, nudge};
 use crate::report::Note;
-use crate::schedule::queue::Taken;
 use crate::schedule::Segment;
+use crate::schedule::queue::Taken;
 use crate::tag::Tag;
 
 /// How long an ending owner waits for its helpers to stop their parts and report what

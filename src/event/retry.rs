@@ -93,7 +93,7 @@ impl Loop<'_> {
     /// origin for the run's later files ([`Loop::origin_room`]).
     pub(crate) fn learn_cap(&mut self, k: usize, took: usize) {
         let seen = &mut self.sh.tr.mirrors[k].allows_seen;
-        let most = seen.unwrap_or(0).max(took).max(1);
+        let most = crate::control::origin::OriginCap::learn(*seen, took);
         *seen = Some(most);
         self.sh.origin_mut(k).allows = Some(most);
     }

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
+use crate::control::origin::OriginCap;
 use crate::err;
 use crate::error::Result;
 use crate::event::wire::{HelperEnds, Order, PartLink, PartOrder, Report, tell};
@@ -98,7 +99,7 @@ fn run_part(
     opts.connections = p.connections;
     // (Its share of --max-connections-per-host too: the reactors' connections together
     // stay under it.)
-    opts.max_per_host = opts.max_per_host.min(p.connections);
+    opts.max_per_host = OriginCap::share(opts.max_per_host, p.connections);
     opts.threads = 1;
     let st = Start {
         mirrors: f.routes.clone(),

@@ -33,7 +33,7 @@ mod placing;
 mod respread;
 mod run_lane;
 
-use caps::{grow, room, share_origins, wake_parked};
+use caps::{grow_running, room_under_caps, share_origins, wake_parked};
 use placing::{Away, Placed, forget_idle, on_report, place, reactor_for, take_reports};
 use run_lane::{on_run_lane, on_signal, read_eventfd, read_signal};
 
@@ -286,7 +286,7 @@ fn turns<'c>(
             if placing && !feed.stopping() {
                 respread::recall_alone(slots, state.threads);
             }
-            grow(slots, reactor, placed);
+            grow_running(slots, reactor, placed);
         }
         share_origins(slots);
         adopt_idle(slots, reactor);
@@ -406,7 +406,7 @@ fn start_files<'c>(
         let n = if many.placed.is_some() {
             st.opts.connections
         } else {
-            st.opts.connections.min(room(
+            st.opts.connections.min(room_under_caps(
                 &keys,
                 st.opts.max_per_host,
                 takes.min(st.opts.connections),
@@ -644,7 +644,7 @@ fn adopt(r: &mut Running<'_>, reactor: &mut Reactor) {
         let key = r.dl.fin.key(o);
         let Some(c) = reactor.take_idle(key, 1, r.dl.fin.engine).pop() else {
             // Idle ones it cannot take (set up for another engine) were counted as its own
-            // by `room`: one closes for the connection it opens.
+            // by `room_under_caps`: one closes for the connection it opens.
             reactor.forget_one_idle(key);
             break;
         };

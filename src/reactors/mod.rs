@@ -11,6 +11,7 @@ pub mod lanes;
 use std::os::fd::RawFd;
 use std::rc::Rc;
 
+use crate::control::origin::OriginCap;
 use crate::engine::EngineKind;
 use crate::error::Result;
 use crate::event::owner::{Remote, shares};
@@ -125,7 +126,7 @@ pub(crate) fn spread(st: &mut Start, n: usize, reactor: &mut Reactor, spreads: b
         return Ok(None);
     };
     o.connections = remote.own();
-    o.max_per_host = o.max_per_host.min(remote.own());
+    o.max_per_host = OriginCap::share(o.max_per_host, remote.own());
     st.opts = Rc::new(o);
     Ok(Some(remote))
 }

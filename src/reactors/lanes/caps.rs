@@ -1,13 +1,15 @@
 //! The origins' caps over the transfers in flight: what each transfer's origins serve for
 //! the others ([`share_origins`]), the room a starting transfer has under them
-//! ([`room`]), the room a running one takes once others ended ([`grow`]), and the slots
-//! parked on a cap woken when a transfer to their origin ends ([`wake_parked`]).
+//! ([`room_under_caps`]), the room a running one takes once others ended
+//! ([`grow_running`]), and the slots parked on a cap woken when a transfer to their origin
+//! ends ([`wake_parked`]). Each origin's cap itself is one
+//! [`OriginCap`](crate::control::origin::OriginCap).
 
 use std::sync::atomic::Ordering;
 
 use super::Slot;
 use super::placing::Placed;
-use crate::control::origin::OriginKey;
+use crate::control::origin::{OriginCap, OriginKey};
 use crate::event::Reactor;
 
 /// Tells each transfer how many requests the others have being served by each of its
@@ -76,7 +78,7 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
 /// on other reactors — and the idle connections kept to them on every reactor (of which
 /// it takes at most `takes` of those on its own, before it opens any). For a running
 /// transfer (among `slots`), the room beyond the slots it holds.
-pub(super) fn room(
+pub(super) fn room_under_caps(
     keys: &[OriginKey],
     max_per_host: usize,
     takes: usize,
@@ -87,14 +89,7 @@ pub(super) fn room(
         .map(|k| {
             // (What a server allows is the most any transfer saw it take, here or on
             // another reactor.)
-            let learned = placed.learned.iter().find(|(x, _)| x == k).map(|x| x.1);
-            let cap = reactor
-                .allows(k)
-                .into_iter()
-                .chain(learned)
-                .max()
-                .unwrap_or(usize::MAX)
-                .min(max_per_host);
+            let cap = OriginCap::new(max_per_host, placed.learned(k, reactor));
             let held: usize = slots
                 .iter()
                 .filter_map(|s| match s {
@@ -113,7 +108,7 @@ pub(super) fn room(
             let idle: usize = (0..placed.idle.len().max(1)).map(idle_on).sum();
             // Open after it starts: the others' slots, the idle connections it leaves, and
             // its own (of which `takes` are idle ones it takes, not new).
-            (cap + idle_on(on).min(takes)).saturating_sub(held + idle).min(cap)
+            cap.room(held, idle, idle_on(on).min(takes))
         })
         .min()
         .unwrap_or(0)
@@ -126,7 +121,7 @@ pub(super) fn room(
 /// [`crate::event::wire::Posted::more`]). Called only while no file waits to start (the
 /// room is a waiting file's first). Not for a file spread over reactors (its slots are
 /// `-x` already).
-pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed: &mut Placed) {
+pub(super) fn grow_running(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed: &mut Placed) {
     for lane in 0..slots.len() {
         let Some(g) = growth(&slots[lane]) else { continue };
         let idle: Vec<usize> = (0..placed.idle.len().max(1))
@@ -143,14 +138,14 @@ pub(super) fn grow(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed: &mut P
             super::placing::forget_idle(&g.keys, &|r| idle.contains(&r), reactor, placed);
             continue;
         }
-        // (Its own held slots are among those `room` counts: what it gives is room beyond
-        // them. Idle connections kept to its origins on its reactor count as its to take:
-        // the adopt loop of `turns`, right after this, takes them before the new slots
-        // open anything.)
+        // (Its own held slots are among those `room_under_caps` counts: what it gives is
+        // room beyond them. Idle connections kept to its origins on its reactor count as
+        // its to take: the adopt loop of `turns`, right after this, takes them before the
+        // new slots open anything.)
         // (A file placed on a helper opens new connections only: the idle ones there are
         // not its to take.)
         let takes = if g.on == 0 { g.worth - g.n } else { 0 };
-        let more = room(&g.keys, g.max_per_host, takes, (slots, reactor), (g.on, placed)).min(g.worth - g.n);
+        let more = room_under_caps(&g.keys, g.max_per_host, takes, (slots, reactor), (g.on, placed)).min(g.worth - g.n);
         if more == 0 {
             continue;
         }

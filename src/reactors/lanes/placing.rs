@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::{Feed, Slot};
-use crate::control::origin::OriginKey;
+use crate::control::origin::{OriginCap, OriginKey};
 use crate::err;
 use crate::error::Result;
 use crate::event::Reactor;
@@ -34,7 +34,7 @@ pub(super) struct Away {
     /// A slot of it is parked on a cap ([`WholeReport::Flight`]).
     pub(super) parked: bool,
     pub(super) posted: Arc<Posted>,
-    /// Connection slots given it (at its start, and posted since: [`super::caps::grow`]),
+    /// Connection slots given it (at its start, and posted since: [`super::caps::grow_running`]),
     /// and what it may grow to: its `-x`, `--min-split-size`, `--max-connections-per-host`.
     pub(super) n: usize,
     pub(super) most: usize,
@@ -84,19 +84,11 @@ pub(super) fn forget_idle(keys: &[OriginKey], on: &dyn Fn(usize) -> bool, reacto
 }
 
 impl Placed {
-    /// The slots a file to the origins `keys` with options `o`, placed with `n`, may grow
-    /// to: its `-x`, under `--max-connections-per-host` and what the server was seen
-    /// allowing (here or on a helper); its helper's ring and pools are sized for that.
-    fn most(&self, keys: &[OriginKey], o: &crate::config::Config, n: usize, reactor: &Reactor) -> usize {
-        let learned = keys.first().and_then(|k| {
-            let here = reactor.allows(k);
-            let there = self.learned.iter().find(|(x, _)| x == k).map(|x| x.1);
-            here.into_iter().chain(there).max()
-        });
-        o.connections
-            .min(o.max_per_host)
-            .min(learned.unwrap_or(usize::MAX))
-            .max(n)
+    /// What the server of origin `key` was seen allowing, here or on a helper: the most
+    /// any transfer saw it take.
+    pub(super) fn learned(&self, key: &OriginKey, reactor: &Reactor) -> Option<usize> {
+        let there = self.learned.iter().find(|(x, _)| x == key).map(|x| x.1);
+        OriginCap::most_seen(reactor.allows(key), there)
     }
 
     /// Whether reactor `k` (`k` ≥ 1) has idle connections to any of `keys`.
@@ -198,7 +190,10 @@ pub(super) fn place(
     // (The file's own stays with its feed, which renames it once the helper is done.)
     drop(out);
     let mut o = (*opts).clone();
-    let most = placed.most(&keys, &o, n, reactor);
+    // (What it may grow to: its `-x`, under `--max-connections-per-host` and what the
+    // server was seen allowing; its helper's ring and pools are sized for that.)
+    let learned = keys.first().and_then(|k| placed.learned(k, reactor));
+    let most = OriginCap::new(o.max_per_host, learned).most(o.connections, n);
     let (min_split, max_per_host) = (o.min_split_size, o.max_per_host);
     o.connections = n;
     o.threads = 1;
