@@ -54,8 +54,8 @@ pub(crate) fn shares(connections: usize, threads: usize) -> Vec<usize> {
 /// splits are summed.
 #[derive(Default)]
 pub(crate) struct Counts {
-    /// Per helper: connections, TLS ones, kTLS ones, software record layer ones.
-    conns: Vec<[usize; 4]>,
+    /// Per helper, its connections.
+    conns: Vec<HelperConns>,
     tls_full: usize,
     tls_resumed: usize,
     /// KeyUpdates taken under kTLS, and by the software record layer.
@@ -66,21 +66,34 @@ pub(crate) struct Counts {
     steals: u64,
 }
 
+/// One helper's connections over the parts of one file.
+#[derive(Clone, Copy, Default)]
+struct HelperConns {
+    /// The most one part used.
+    most: usize,
+    /// Those that went to TLS, to kTLS and to the software record layer (reconnects
+    /// included).
+    tls: usize,
+    ktls: usize,
+    soft: usize,
+}
+
 impl Counts {
     fn count(&mut self, helper: usize, s: &Summary) {
         if self.conns.len() < helper {
-            self.conns.resize(helper, [0; 4]);
+            self.conns.resize(helper, HelperConns::default());
         }
         let c = &mut self.conns[helper - 1];
-        let first = c[0] == 0;
-        c[0] = c[0].max(s.connections);
-        for ((have, part), kept) in c[1..]
-            .iter_mut()
-            .zip([s.tls_conns, s.ktls_conns, s.soft_conns])
-            .zip(s.kept)
-        {
+        let first = c.most == 0;
+        c.most = c.most.max(s.connections);
+        // (The connections a part found kept open count in the helper's first part only.)
+        let [kept_tls, kept_ktls, kept_soft] = s.kept;
+        let add = |have: &mut usize, part: usize, kept: usize| {
             *have += if first { part } else { part.saturating_sub(kept) };
-        }
+        };
+        add(&mut c.tls, s.tls_conns, kept_tls);
+        add(&mut c.ktls, s.ktls_conns, kept_ktls);
+        add(&mut c.soft, s.soft_conns, kept_soft);
         self.tls_full += s.tls_full;
         self.tls_resumed += s.tls_resumed;
         self.ktls_rekeys += s.ktls_rekeys;
@@ -92,11 +105,11 @@ impl Counts {
 
     /// Adds the helpers' counts to the owner's summary `s`.
     pub(crate) fn add_to(&self, s: &mut Summary) {
-        let sum = |k: usize| self.conns.iter().map(|c| c[k]).sum::<usize>();
-        s.connections += sum(0);
-        s.tls_conns += sum(1);
-        s.ktls_conns += sum(2);
-        s.soft_conns += sum(3);
+        let sum = |f: fn(&HelperConns) -> usize| self.conns.iter().map(f).sum::<usize>();
+        s.connections += sum(|c| c.most);
+        s.tls_conns += sum(|c| c.tls);
+        s.ktls_conns += sum(|c| c.ktls);
+        s.soft_conns += sum(|c| c.soft);
         s.tls_full += self.tls_full;
         s.tls_resumed += self.tls_resumed;
         s.ktls_rekeys += self.ktls_rekeys;

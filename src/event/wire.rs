@@ -30,7 +30,7 @@
 //!   reactor of the transfer is idle: give back what you can, answered by
 //!   [`Report::Gave`]) and `others` (requests the transfer's other reactors have on the
 //!   wire, posted each tick: they count toward the server's cap); a placed file's
-//!   [`Posted`] (`stop`, `others`, `wake`, `more`).
+//!   [`PostedToPlaced`] (`stop`, `others`, `wake`, `more`).
 //! - **The nudge, owner/run → helper**: each helper has an eventfd of its own
 //!   ([`nudge`]); the side that posts a stop, or places a file, writes it, and a READ of
 //!   it on the helper's ring ([`crate::tag::Tag::Nudge`]) completes at once, so the
@@ -49,7 +49,7 @@ mod part;
 mod whole;
 
 pub(crate) use part::{PartFile, PartLink, PartOrder};
-pub(crate) use whole::{PlacedShape, Posted, WholeLink, WholeOrder, WholeReport};
+pub(crate) use whole::{PlacedShape, PostedToPlaced, WholeLink, WholeOrder, WholeReport};
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;

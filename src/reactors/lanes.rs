@@ -34,7 +34,7 @@ mod respread;
 mod run_lane;
 
 use caps::{grow_running, room_under_caps, share_origins, wake_parked};
-use placing::{Away, Placed, forget_idle, on_report, place, reactor_for, take_reports};
+use placing::{HelperLedger, Placement, forget_idle, on_report, place, reactor_for, take_reports};
 use run_lane::{on_run_lane, on_signal, read_eventfd, read_signal};
 
 use crate::config::Config;
@@ -106,7 +106,7 @@ pub struct Many {
 /// A transfer on its lane.
 struct Running<'c> {
     id: usize,
-    dl: Loop<'c>,
+    transfer: Loop<'c>,
     /// Its origins' keys, and its connection slots.
     keys: Vec<OriginKey>,
     n: usize,
@@ -124,7 +124,7 @@ struct Running<'c> {
 impl Running<'_> {
     /// Connection slots it holds against its origins' caps ([`Loop::held`]).
     fn held(&self) -> usize {
-        self.dl.held(self.n)
+        self.transfer.held(self.n)
     }
 }
 
@@ -133,7 +133,7 @@ enum Slot<'c> {
     Free,
     Busy(Box<Running<'c>>),
     /// Its transfer runs on a helper reactor.
-    Away(Box<Away>),
+    Placed(Box<Placement>),
     /// Its transfer ended; its ops are cancelled and not all back yet (with the output
     /// when writes were still in flight: an epoll worker may still write to its fd).
     Draining {
@@ -178,7 +178,7 @@ fn drive(
 ) -> Result<Option<&'static str>> {
     let mut slots: Vec<Slot<'_>> = (0..lanes).map(|_| Slot::Free).collect();
     let threads = many.threads.max(1);
-    let mut placed = Placed {
+    let mut placed = HelperLedger {
         idle: vec![Vec::new(); threads],
         learned: Vec::new(),
         forgetting: vec![false; threads],
@@ -197,12 +197,12 @@ fn drive(
         // runs on unseen, nor keeps a helper's thread (joined when the run ends) busy. The
         // files waiting go back as not started.
         for s in &slots {
-            if let Slot::Away(a) = s {
+            if let Slot::Placed(a) = s {
                 a.posted.post_stop("the run's failure");
             }
         }
         let deadline = Instant::now() + STOP_WAIT;
-        while slots.iter().any(|s| matches!(s, Slot::Away(_))) {
+        while slots.iter().any(|s| matches!(s, Slot::Placed(_))) {
             let left = deadline.saturating_duration_since(Instant::now());
             let Some(m) = reactor.helpers_running().and_then(|h| h.report_within(left)) else {
                 break;
@@ -245,7 +245,7 @@ fn turns<'c>(
     many: &Many,
     reactor: &mut Reactor,
     (slots, waiting): (&mut [Slot<'c>], &mut Waiting),
-    placed: &mut Placed,
+    placed: &mut HelperLedger,
 ) -> Result<Option<&'static str>> {
     let started = Instant::now();
     let mut next_progress = started;
@@ -365,7 +365,7 @@ fn start_files<'c>(
     cell: &'c RingCell,
     (many, reactor): (&Many, &mut Reactor),
     (slots, waiting): (&mut [Slot<'c>], &mut Waiting),
-    placed: &mut Placed,
+    placed: &mut HelperLedger,
     state: &mut TurnState,
 ) {
     let placing = state.placing;
@@ -453,7 +453,7 @@ fn step_lanes<'c>(
             unreachable!("matched Busy above")
         };
         let freed_slots = r.held();
-        let (outcome, report, failed, hold) = end(r.dl, step, reactor);
+        let (outcome, report, failed, hold) = end(r.transfer, step, reactor);
         let outcome = if r.recalled {
             respread::recalled(outcome, interrupted)
         } else {
@@ -486,19 +486,19 @@ fn step_one(r: &mut Running<'_>, reactor: &mut Reactor) -> Option<Result<Option<
     adopt(r, reactor);
     // Connections that waited for a write block the lanes share, freed by another.
     if r.failed.is_none()
-        && !r.dl.sink.waiting.is_empty()
-        && r.dl.sink.pool.available() > 0
-        && let Err(e) = r.dl.wake_waiting()
+        && !r.transfer.sink.waiting.is_empty()
+        && r.transfer.sink.pool.available() > 0
+        && let Err(e) = r.transfer.wake_waiting()
     {
         r.failed = Some(e);
     }
     let step = match r.failed.take() {
         Some(e) => Some(Err(e)),
-        None if r.syncing => r.dl.fin.synced.is_some().then_some(Ok(None)),
-        None => r.dl.step(),
+        None if r.syncing => r.transfer.fin.synced.is_some().then_some(Ok(None)),
+        None => r.transfer.step(),
     };
     match step {
-        Some(Ok(None)) if !r.syncing && !r.dl.sh.tr.not_modified => match r.dl.begin_sync() {
+        Some(Ok(None)) if !r.syncing && !r.transfer.sh.tr.not_modified => match r.transfer.begin_sync() {
             Ok(true) => {
                 r.syncing = true;
                 None
@@ -515,8 +515,8 @@ fn show_progress(feed: &mut dyn Feed, slots: &[Slot<'_>], started: Instant) {
     let flights: Vec<Flight> = slots
         .iter()
         .filter_map(|s| match s {
-            Slot::Busy(r) => Some(r.dl.flight()),
-            Slot::Away(a) => Some(a.flight.clone()),
+            Slot::Busy(r) => Some(r.transfer.flight()),
+            Slot::Placed(a) => Some(a.flight.clone()),
             _ => None,
         })
         .collect();
@@ -538,7 +538,7 @@ fn reap(
         }
         match slots.get_mut(usize::from(lane)) {
             Some(Slot::Busy(r)) => {
-                if let Err(e) = r.dl.complete(c) {
+                if let Err(e) = r.transfer.complete(c) {
                     // The transfer ends with it before another completion is taken:
                     // its end reaps what is left of its own (its writes) itself.
                     r.failed = Some(e);
@@ -581,14 +581,14 @@ fn start<'c>(
     };
     let own = if remote.is_some() { st.opts.connections } else { n };
     match start_on(st, reactor, cell.lane(lane as u8), own, None, false) {
-        Ok(mut dl) => {
-            dl.remote = remote;
-            if let Err(e) = dl.arm_mail(None) {
-                dl.sh.fatal.get_or_insert(e);
+        Ok(mut transfer) => {
+            transfer.remote = remote;
+            if let Err(e) = transfer.arm_mail(None) {
+                transfer.sh.fatal.get_or_insert(e);
             }
             slots[lane] = Slot::Busy(Box::new(Running {
                 id,
-                dl,
+                transfer,
                 keys,
                 n,
                 failed: None,
@@ -623,7 +623,10 @@ fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
         .iter()
         .enumerate()
         .filter_map(|(lane, s)| match s {
-            Slot::Busy(r) => Some(((0..r.dl.sh.origins.len()).any(|o| r.dl.serving(o) > 0), lane)),
+            Slot::Busy(r) => Some((
+                (0..r.transfer.sh.origins.len()).any(|o| r.transfer.serving(o) > 0),
+                lane,
+            )),
             _ => None,
         })
         .collect();
@@ -637,22 +640,22 @@ fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
 
 /// Transfer `r` takes the idle connections to its origins it would open new ones for.
 fn adopt(r: &mut Running<'_>, reactor: &mut Reactor) {
-    if r.failed.is_some() || r.syncing || r.dl.sh.fatal.is_some() || r.dl.sh.tr.redirect.is_some() {
+    if r.failed.is_some() || r.syncing || r.transfer.sh.fatal.is_some() || r.transfer.sh.tr.redirect.is_some() {
         return;
     }
-    while let Some((i, o)) = r.dl.would_connect() {
-        let key = r.dl.fin.key(o);
-        let Some(c) = reactor.take_idle(key, 1, r.dl.fin.engine).pop() else {
+    while let Some((i, o)) = r.transfer.would_connect() {
+        let key = r.transfer.fin.key(o);
+        let Some(c) = reactor.take_idle(key, 1, r.transfer.fin.engine).pop() else {
             // Idle ones it cannot take (set up for another engine) were counted as its own
             // by `room_under_caps`: one closes for the connection it opens.
             reactor.forget_one_idle(key);
             break;
         };
-        r.dl.adopt(i, c);
+        r.transfer.adopt(i, c);
     }
 }
 
 /// A transfer in flight (here or placed on another reactor).
 fn in_flight(s: &Slot<'_>) -> bool {
-    matches!(s, Slot::Busy(_) | Slot::Away(_))
+    matches!(s, Slot::Busy(_) | Slot::Placed(_))
 }

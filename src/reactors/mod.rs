@@ -67,12 +67,12 @@ pub fn run(
     };
     let cell = RingCell::new(chosen);
     let r = match start_on(st, reactor, cell.lane(0), n, signals, true) {
-        Ok(mut dl) => {
-            dl.remote = remote;
-            let r = dl.arm_mail(None).and_then(|()| dl.event_loop());
+        Ok(mut transfer) => {
+            transfer.remote = remote;
+            let r = transfer.arm_mail(None).and_then(|()| transfer.event_loop());
             // (Writes still in flight are reaped by give_back below; the caller holds
             // the output until then.)
-            let (r, report, failed, _hold) = end(dl, r, reactor);
+            let (r, report, failed, _hold) = end(transfer, r, reactor);
             (r, report, failed)
         }
         Err(b) => {

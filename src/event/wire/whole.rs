@@ -1,12 +1,12 @@
 //! A list's whole file placed on a helper (`--threads` with `-j` ≥ 2): the order
-//! ([`WholeOrder`]), what the run's reactor posts to it ([`Posted`]), what the helper
+//! ([`WholeOrder`]), what the run's reactor posts to it ([`PostedToPlaced`]), what the helper
 //! reports of it ([`WholeReport`]) and its side of the messages ([`WholeLink`]).
 //!
 //! The run's reactor keeps each placed file's report, its place among the files in flight
 //! and its share of the per-origin caps; the helper runs it on a lane of its own ring.
 //! - To the helper: an [`Order::Whole`](super::Order::Whole) with the transfer's `Send`
 //!   pieces (its output a duplicate descriptor of the same `.part`) and the connection
-//!   slots the caps left it, and a [`Posted`] the run's reactor writes: a signal that
+//!   slots the caps left it, and a [`PostedToPlaced`] the run's reactor writes: a signal that
 //!   stops the run, and the requests the transfers on *other* reactors have on the wire
 //!   to the file's origin (they count toward its caps; the helper counts its own). The
 //!   helper's eventfd is written after each order and each stop: its ring wakes for
@@ -52,7 +52,7 @@ pub(crate) struct WholeOrder {
     pub(crate) engine: EngineKind,
     pub(crate) ktls: bool,
     pub(crate) signed: Option<crate::signature::Input>,
-    pub(crate) posted: Arc<Posted>,
+    pub(crate) posted: Arc<PostedToPlaced>,
     /// The slots it may grow to (its `-x` under `--max-connections-per-host` and the cap
     /// learned for its server): at most the `-x` of `shape`, which the helper's ring and
     /// pools are sized for.
@@ -75,10 +75,10 @@ pub(crate) struct PlacedShape {
 }
 
 /// What the run's reactor posts to a placed transfer: `stop` is read at once (its helper's
-/// eventfd is written: [`Posted::post_stop`]), at each of its turns and on its tick
+/// eventfd is written: [`PostedToPlaced::post_stop`]), at each of its turns and on its tick
 /// (250 ms), the rest after each of its waits.
 #[derive(Default)]
-pub(crate) struct Posted {
+pub(crate) struct PostedToPlaced {
     /// SIGINT or SIGTERM came, or the run failed: the transfer ends as `Interrupted` by
     /// it, keeping its `.part` and control file.
     pub(crate) stop: OnceLock<&'static str>,
@@ -97,7 +97,7 @@ pub(crate) struct Posted {
     pub(crate) more: AtomicUsize,
 }
 
-impl Posted {
+impl PostedToPlaced {
     /// Ends the placed transfer as `Interrupted` by `why` (the first reason posted
     /// stays), and wakes its helper's ring to read it now.
     pub(crate) fn post_stop(&self, why: &'static str) {
@@ -137,7 +137,7 @@ pub(crate) struct WholeLink {
     lending: u64,
     tx: Sender<Report>,
     bell: Arc<OwnedFd>,
-    pub(crate) posted: Arc<Posted>,
+    pub(crate) posted: Arc<PostedToPlaced>,
     /// Its requests the server serves, and whether a slot is parked on a cap, as last
     /// told.
     pub(crate) told: (usize, bool),
@@ -154,7 +154,7 @@ impl WholeLink {
         lending: u64,
         tx: Sender<Report>,
         bell: Arc<OwnedFd>,
-        posted: Arc<Posted>,
+        posted: Arc<PostedToPlaced>,
         most: usize,
     ) -> WholeLink {
         WholeLink {

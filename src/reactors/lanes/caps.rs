@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Slot;
-use super::placing::Placed;
+use super::placing::HelperLedger;
 use crate::control::origin::{OriginCap, OriginKey};
 use crate::event::Reactor;
 
@@ -18,7 +18,7 @@ use crate::event::Reactor;
 /// another transfer is served is a cap (no failed try), what the server allows is learned
 /// with them, and no transfer opens past it. A file placed on a helper is posted those of
 /// the transfers on other reactors (its helper adds its own files', here too: those of a
-/// placed transfer's [`Posted::others`](crate::event::wire::Posted) are added).
+/// placed transfer's [`PostedToPlaced::others`](crate::event::wire::PostedToPlaced) are added).
 pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
     let mut totals: Vec<(OriginKey, usize)> = Vec::new();
     let mut add = |key: &OriginKey, n: usize| match totals.iter_mut().find(|(k, _)| k == key) {
@@ -28,11 +28,11 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
     for s in slots.iter() {
         match s {
             Slot::Busy(r) => {
-                for o in 0..r.dl.sh.origins.len() {
-                    add(r.dl.fin.key(o), r.dl.serving(o));
+                for o in 0..r.transfer.sh.origins.len() {
+                    add(r.transfer.fin.key(o), r.transfer.serving(o));
                 }
             }
-            Slot::Away(a) => {
+            Slot::Placed(a) => {
                 if let Some(k) = a.keys.first() {
                     add(k, a.serving);
                 }
@@ -46,25 +46,25 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
         slots
             .iter()
             .filter_map(|s| match s {
-                Slot::Away(a) if a.helper == h && a.keys.first().is_some_and(|k| k == key) => Some(a.serving),
+                Slot::Placed(a) if a.helper == h && a.keys.first().is_some_and(|k| k == key) => Some(a.serving),
                 _ => None,
             })
             .sum()
     };
     for lane in 0..slots.len() {
         let others = match &slots[lane] {
-            Slot::Away(a) => a.keys.first().map(|k| all(k) - on_helper(slots, a.helper, k)),
+            Slot::Placed(a) => a.keys.first().map(|k| all(k) - on_helper(slots, a.helper, k)),
             _ => None,
         };
         match &mut slots[lane] {
             Slot::Busy(r) => {
-                let placed = r.dl.posted_others();
-                for o in 0..r.dl.sh.origins.len() {
-                    let own = r.dl.serving(o);
-                    r.dl.sh.origins[o].others = all(r.dl.fin.key(o)) - own + placed;
+                let placed = r.transfer.posted_others();
+                for o in 0..r.transfer.sh.origins.len() {
+                    let own = r.transfer.serving(o);
+                    r.transfer.sh.origins[o].others = all(r.transfer.fin.key(o)) - own + placed;
                 }
             }
-            Slot::Away(a) => {
+            Slot::Placed(a) => {
                 a.posted.others.store(others.unwrap_or(0), Ordering::Release);
             }
             _ => {}
@@ -83,7 +83,7 @@ pub(super) fn room_under_caps(
     max_per_host: usize,
     takes: usize,
     (slots, reactor): (&[Slot<'_>], &Reactor),
-    (on, placed): (usize, &Placed),
+    (on, placed): (usize, &HelperLedger),
 ) -> usize {
     keys.iter()
         .map(|k| {
@@ -94,7 +94,7 @@ pub(super) fn room_under_caps(
                 .iter()
                 .filter_map(|s| match s {
                     Slot::Busy(r) if r.keys.contains(k) => Some(r.held()),
-                    Slot::Away(a) if a.keys.contains(k) => Some(a.held),
+                    Slot::Placed(a) if a.keys.contains(k) => Some(a.held),
                     _ => None,
                 })
                 .sum();
@@ -118,10 +118,10 @@ pub(super) fn room_under_caps(
 /// origins' caps were held by others then) take the room left since: more slots, up to
 /// the connections their bytes are worth and `-x`, each with a read block of its reactor's
 /// pool ([`crate::event::Loop::grow`]; one placed on another reactor is posted how many,
-/// [`crate::event::wire::Posted::more`]). Called only while no file waits to start (the
+/// [`crate::event::wire::PostedToPlaced::more`]). Called only while no file waits to start (the
 /// room is a waiting file's first). Not for a file spread over reactors (its slots are
 /// `-x` already).
-pub(super) fn grow_running(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed: &mut Placed) {
+pub(super) fn grow_running(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed: &mut HelperLedger) {
     for lane in 0..slots.len() {
         let Some(g) = growth(&slots[lane]) else { continue };
         let idle: Vec<usize> = (0..placed.idle.len().max(1))
@@ -152,10 +152,10 @@ pub(super) fn grow_running(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed
         match &mut slots[lane] {
             Slot::Busy(r) => {
                 if let Some(pool) = reactor.read_pool() {
-                    r.n += r.dl.grow(more, pool);
+                    r.n += r.transfer.grow(more, pool);
                 }
             }
-            Slot::Away(a) => {
+            Slot::Placed(a) => {
                 a.posted.more.fetch_add(more, Ordering::AcqRel);
                 a.n += more;
                 // (Held from now on: its next flight says so too.)
@@ -182,7 +182,7 @@ struct Growth {
 /// ending, spread over reactors or has no work for another connection.
 fn growth(slot: &Slot<'_>) -> Option<Growth> {
     let g = match slot {
-        Slot::Away(a) => {
+        Slot::Placed(a) => {
             // (As last told: its size known, what is in place.)
             let left = a.flight.total?.saturating_sub(a.flight.have);
             Growth {
@@ -194,13 +194,13 @@ fn growth(slot: &Slot<'_>) -> Option<Growth> {
             }
         }
         Slot::Busy(r) => {
-            let tr = &r.dl.sh.tr;
-            let o = &r.dl.sh.opts;
+            let tr = &r.transfer.sh.tr;
+            let o = &r.transfer.sh.opts;
             if r.syncing
                 || r.failed.is_some()
-                || r.dl.remote.is_some()
-                || r.dl.sh.fatal.is_some()
-                || !r.dl.wants_connection()
+                || r.transfer.remote.is_some()
+                || r.transfer.sh.fatal.is_some()
+                || !r.transfer.wants_connection()
             {
                 return None;
             }
@@ -239,9 +239,12 @@ pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[OriginKey], freed: usi
             .iter()
             .enumerate()
             .filter_map(|(lane, s)| match s {
-                Slot::Busy(r) => r.dl.parked_on(key).map(|o| (lane, Some(o), r.dl.serving(o) == 0)),
+                Slot::Busy(r) => r
+                    .transfer
+                    .parked_on(key)
+                    .map(|o| (lane, Some(o), r.transfer.serving(o) == 0)),
                 // (A file on the helper the ended one ran on was woken there.)
-                Slot::Away(a) if a.parked && a.keys.contains(key) && (on == 0 || a.helper != on) => {
+                Slot::Placed(a) if a.parked && a.keys.contains(key) && (on == 0 || a.helper != on) => {
                     Some((lane, None, a.serving == 0))
                 }
                 _ => None,
@@ -254,8 +257,8 @@ pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[OriginKey], freed: usi
                 break;
             }
             match (&mut slots[lane], o) {
-                (Slot::Busy(r), Some(o)) => left -= r.dl.wake_parked(o, left).min(left),
-                (Slot::Away(a), None) => {
+                (Slot::Busy(r), Some(o)) => left -= r.transfer.wake_parked(o, left).min(left),
+                (Slot::Placed(a), None) => {
                     // (How many it has parked is not known here: one place, one slot.)
                     a.posted.wake.store(true, Ordering::Release);
                     a.parked = false;
@@ -276,7 +279,7 @@ fn useless_idle(
     (r, on): (usize, usize),
     slots: &[Slot<'_>],
     reactor: &Reactor,
-    placed: &Placed,
+    placed: &HelperLedger,
 ) -> bool {
     if r == on {
         return false;
@@ -289,5 +292,5 @@ fn useless_idle(
     }
     placed.idle_on(r, key) > 0
         && !placed.forgetting[r]
-        && !slots.iter().any(|s| matches!(s, Slot::Away(a) if a.helper == r))
+        && !slots.iter().any(|s| matches!(s, Slot::Placed(a) if a.helper == r))
 }

@@ -12,7 +12,7 @@ use crate::control::origin::{OriginCap, OriginKey};
 use crate::err;
 use crate::error::Result;
 use crate::event::Reactor;
-use crate::event::wire::{Helpers, PlacedShape, Posted, Report, WholeOrder, WholeReport};
+use crate::event::wire::{Helpers, PlacedShape, PostedToPlaced, Report, WholeOrder, WholeReport};
 use crate::event::{Outcome, Start};
 use crate::lane::RingCell;
 use crate::report::{Flight, Progress};
@@ -20,7 +20,7 @@ use crate::tag::Tag;
 
 /// A transfer placed on a helper reactor (`--threads`, `-j` ≥ 2): its report stays here,
 /// the helper says the rest ([`WholeReport`]).
-pub(super) struct Away {
+pub(super) struct Placement {
     pub(super) id: usize,
     /// The helper (1-based) and the placement's number.
     pub(super) helper: usize,
@@ -33,7 +33,7 @@ pub(super) struct Away {
     pub(super) held: usize,
     /// A slot of it is parked on a cap ([`WholeReport::Flight`]).
     pub(super) parked: bool,
-    pub(super) posted: Arc<Posted>,
+    pub(super) posted: Arc<PostedToPlaced>,
     /// Connection slots given it (at its start, and posted since: [`super::caps::grow_running`]),
     /// and what it may grow to: its `-x`, `--min-split-size`, `--max-connections-per-host`.
     pub(super) n: usize,
@@ -48,7 +48,7 @@ pub(super) struct Away {
 /// What the run's reactor keeps of the reactors it placed files on: per reactor (index
 /// 0 unused: the run's own counts are its [`Reactor`]'s), the idle connections each origin
 /// has there; and the caps their transfers learned, per origin key.
-pub(super) struct Placed {
+pub(super) struct HelperLedger {
     pub(super) idle: Vec<Vec<(OriginKey, usize)>>,
     pub(super) learned: Vec<(OriginKey, usize)>,
     /// Per reactor: asked to close idle connections, no answer yet.
@@ -60,7 +60,12 @@ pub(super) struct Placed {
 /// Closes the idle connections kept to the origins `keys` on the reactors `on` picks:
 /// this one's (0) at once, each helper's by an [`Order::Forget`](crate::event::wire::Order::Forget)
 /// (its [`Report::Idle`] brings the counts left).
-pub(super) fn forget_idle(keys: &[OriginKey], on: &dyn Fn(usize) -> bool, reactor: &mut Reactor, placed: &mut Placed) {
+pub(super) fn forget_idle(
+    keys: &[OriginKey],
+    on: &dyn Fn(usize) -> bool,
+    reactor: &mut Reactor,
+    placed: &mut HelperLedger,
+) {
     if on(0) {
         for k in keys {
             reactor.forget_idle(k);
@@ -83,7 +88,7 @@ pub(super) fn forget_idle(keys: &[OriginKey], on: &dyn Fn(usize) -> bool, reacto
     }
 }
 
-impl Placed {
+impl HelperLedger {
     /// What the server of origin `key` was seen allowing, here or on a helper: the most
     /// any transfer saw it take.
     pub(super) fn learned(&self, key: &OriginKey, reactor: &Reactor) -> Option<usize> {
@@ -106,7 +111,7 @@ impl Placed {
 }
 
 /// The reactor a file (to the origins `keys`) goes to when files are placed: the one that
-/// runs the fewest files (a helper at most its share of `-j`, [`Placed::shape`]; this one
+/// runs the fewest files (a helper at most its share of `-j`, [`HelperLedger::shape`]; this one
 /// takes the rest), among those the one with the most idle connections to its origin, a
 /// helper before this one (which also drives the list). This one also for a file that
 /// cannot run elsewhere (several mirrors, an output that is not a regular file) and while
@@ -116,7 +121,7 @@ pub(super) fn reactor_for(
     keys: &[OriginKey],
     (slots, reactor): (&[Slot<'_>], &Reactor),
     threads: usize,
-    placed: &Placed,
+    placed: &HelperLedger,
 ) -> usize {
     let elsewhere = st.mirrors.len() == 1 && st.out.part.is_some() && st.out.room.is_none() && !st.out.sequential;
     let helpers = reactor.helpers_running().filter(|h| !h.lent()).map_or(0, Helpers::len);
@@ -127,7 +132,7 @@ pub(super) fn reactor_for(
         slots
             .iter()
             .filter(|s| match s {
-                Slot::Away(a) => a.helper == k,
+                Slot::Placed(a) => a.helper == k,
                 Slot::Busy(_) => k == 0,
                 _ => false,
             })
@@ -158,7 +163,7 @@ pub(super) fn place(
     keys: Vec<OriginKey>,
     (n, on): (usize, usize),
     reactor: &mut Reactor,
-    placed: &mut Placed,
+    placed: &mut HelperLedger,
 ) {
     // (Alone in flight later, it may start again here, spread: [`super::respread`].)
     let respreads = super::super::may_spread(&st, st.opts.connections).is_ok();
@@ -208,9 +213,9 @@ pub(super) fn place(
         );
         return;
     };
-    let posted = Arc::new(Posted {
+    let posted = Arc::new(PostedToPlaced {
         nudge: helpers.nudge(on),
-        ..Posted::default()
+        ..PostedToPlaced::default()
     });
     let placement = helpers.next_placement();
     let order = WholeOrder {
@@ -246,7 +251,7 @@ pub(super) fn place(
             }
         }
     }
-    slots[lane] = Slot::Away(Box::new(Away {
+    slots[lane] = Slot::Placed(Box::new(Placement {
         id,
         helper: on,
         placement,
@@ -275,7 +280,7 @@ pub(super) fn take_reports(
     reactor: &Reactor,
     slots: &mut [Slot<'_>],
     waiting: &mut std::collections::VecDeque<(usize, Start)>,
-    placed: &mut Placed,
+    placed: &mut HelperLedger,
     stop: Option<&str>,
 ) {
     let reports = reactor.helpers_running().map(Helpers::reports).unwrap_or_default();
@@ -293,7 +298,7 @@ pub(super) fn on_report(
     m: Report,
     (slots, reactor): (&mut [Slot<'_>], &Reactor),
     waiting: &mut std::collections::VecDeque<(usize, Start)>,
-    placed: &mut Placed,
+    placed: &mut HelperLedger,
     stop: Option<&str>,
 ) {
     let (lending, what) = match m {
@@ -309,11 +314,11 @@ pub(super) fn on_report(
     };
     let Some(lane) = slots
         .iter()
-        .position(|s| matches!(s, Slot::Away(a) if a.placement == lending))
+        .position(|s| matches!(s, Slot::Placed(a) if a.placement == lending))
     else {
         return;
     };
-    let Slot::Away(a) = &mut slots[lane] else {
+    let Slot::Placed(a) = &mut slots[lane] else {
         return;
     };
     match what {
@@ -341,7 +346,7 @@ pub(super) fn on_report(
             idle,
             allows,
         } => {
-            let Slot::Away(a) = std::mem::replace(&mut slots[lane], Slot::Free) else {
+            let Slot::Placed(a) = std::mem::replace(&mut slots[lane], Slot::Free) else {
                 return;
             };
             if let Some(v) = placed.idle.get_mut(a.helper) {
@@ -389,9 +394,9 @@ pub(super) fn on_bell(cell: &RingCell, reactor: &Reactor, c: uring::Completion, 
     }
     for s in slots.iter_mut() {
         if let Slot::Busy(r) = s
-            && r.dl.remote.is_some()
+            && r.transfer.remote.is_some()
         {
-            r.dl.drain_mail();
+            r.transfer.drain_mail();
         }
     }
     match (reactor.helpers_running(), c.buf) {

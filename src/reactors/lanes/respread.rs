@@ -37,26 +37,26 @@ pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
                 && !r.recalled
                 && !r.syncing
                 && r.failed.is_none()
-                && r.dl.sh.fatal.is_none()
-                && r.dl.remote.is_none()
-                && r.dl.sh.tr.redirect.is_none() =>
+                && r.transfer.sh.fatal.is_none()
+                && r.transfer.remote.is_none()
+                && r.transfer.sh.tr.redirect.is_none() =>
         {
-            let tr = &r.dl.sh.tr;
+            let tr = &r.transfer.sh.tr;
             match worth(
-                (r.dl.may_resume_spread(), tr.total, tr.landed.bytes()),
-                r.dl.sh.opts.min_split_size,
+                (r.transfer.may_resume_spread(), tr.total, tr.landed.bytes()),
+                r.transfer.sh.opts.min_split_size,
                 threads,
             ) {
                 Worth::Restart(left) => {
                     r.recalled = true;
-                    r.dl.sh.report.note(Note::Respread { left });
-                    r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {RESTART}"));
+                    r.transfer.sh.report.note(Note::Respread { left });
+                    r.transfer.sh.fatal = Some(err!(Interrupted, "interrupted by {RESTART}"));
                 }
                 Worth::Never => r.respreads = false,
                 Worth::NotYet => {}
             }
         }
-        Slot::Away(a) if a.respreads && !a.recalled => {
+        Slot::Placed(a) if a.respreads && !a.recalled => {
             let f = &a.flight;
             match worth((f.ranged, f.total, f.have), a.min_split, threads) {
                 Worth::Restart(left) => {

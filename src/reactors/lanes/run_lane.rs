@@ -74,7 +74,7 @@ fn on_nudge(cell: &RingCell, fd: Option<RawFd>, c: uring::Completion, slots: &mu
             .contains(&c.result);
     for s in slots.iter_mut() {
         if let Slot::Busy(r) = s {
-            r.dl.posted_stop();
+            r.transfer.posted_stop();
         }
     }
     match (again, c.buf, fd) {
@@ -109,9 +109,9 @@ pub(super) fn on_signal(
     *interrupted = Some(name);
     for s in slots.iter_mut() {
         match s {
-            Slot::Busy(r) => r.dl.sh.fatal = Some(err!(Interrupted, "interrupted by {name}")),
+            Slot::Busy(r) => r.transfer.sh.fatal = Some(err!(Interrupted, "interrupted by {name}")),
             // (Its reactor's ring is woken to end it, keeping its `.part` and control file.)
-            Slot::Away(a) => {
+            Slot::Placed(a) => {
                 a.posted.post_stop(name);
             }
             _ => {}
