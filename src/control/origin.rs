@@ -18,7 +18,7 @@ use rustls::pki_types::ServerName;
 
 mod cap;
 
-pub(crate) use cap::OriginCap;
+pub(crate) use cap::{OriginCap, shares};
 
 pub(crate) use crate::control::key::OriginKey;
 use crate::control::proxy::{Proxy, Route};

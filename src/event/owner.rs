@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
+use crate::control::origin::shares;
 use crate::err;
 use crate::error::Result;
 use crate::event::Loop;
@@ -33,16 +34,6 @@ const RECALL: Duration = Duration::from_secs(1);
 
 mod apply;
 mod ask;
-
-/// Connections per reactor when `connections` are spread over `threads` reactors: the
-/// owner's first, each at least one; fewer reactors than `threads` when there are fewer
-/// connections. `[x / t + 1, …, x / t]`.
-pub(crate) fn shares(connections: usize, threads: usize) -> Vec<usize> {
-    let t = threads.min(connections).max(1);
-    (0..t)
-        .map(|k| connections / t + usize::from(k < connections % t))
-        .collect()
-}
 
 /// What a helper's parts counted, for the owner's summary. Connections are the most one
 /// part used on each helper (a helper keeps its connections for its next part, whose
@@ -552,7 +543,7 @@ fn seg(start: u64, end: u64, tries: u32) -> Segment {
 
 #[cfg(test)]
 mod tests {
-    use super::{Counts, shares};
+    use super::Counts;
     use crate::event::Summary;
     use crate::event::summary::tests::summary;
 
@@ -584,15 +575,5 @@ mod tests {
             (s.connections, s.tls_conns, s.soft_conns),
             (1 + 2 + 1, 1 + 4 + 1, 1 + 4 + 1)
         );
-    }
-
-    #[test]
-    fn connections_are_shared_out_owner_first_and_never_zero() {
-        assert_eq!(shares(4, 2), [2, 2]);
-        assert_eq!(shares(5, 2), [3, 2]);
-        assert_eq!(shares(16, 4), [4, 4, 4, 4]);
-        assert_eq!(shares(1, 4), [1], "one connection: one reactor");
-        assert_eq!(shares(3, 8), [1, 1, 1]);
-        assert_eq!(shares(4, 1), [4]);
     }
 }

@@ -11,10 +11,10 @@ pub mod lanes;
 use std::os::fd::RawFd;
 use std::rc::Rc;
 
-use crate::control::origin::OriginCap;
+use crate::control::origin::{OriginCap, shares};
 use crate::engine::EngineKind;
 use crate::error::Result;
-use crate::event::owner::{Remote, shares};
+use crate::event::owner::Remote;
 use crate::event::reactor::ring_entries;
 use crate::event::{Outcome, Reactor, Start, Summary, end, start_on};
 use crate::lane::RingCell;

@@ -83,9 +83,29 @@ impl OriginCap {
     }
 }
 
+/// Connections per reactor when `connections` are spread over `threads` reactors: the
+/// owner's first, each at least one; fewer reactors than `threads` when there are fewer
+/// connections. `[x / t + 1, …, x / t]`.
+pub(crate) fn shares(connections: usize, threads: usize) -> Vec<usize> {
+    let t = threads.min(connections).max(1);
+    (0..t)
+        .map(|k| connections / t + usize::from(k < connections % t))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::OriginCap;
+    use super::{OriginCap, shares};
+
+    #[test]
+    fn connections_are_shared_out_owner_first_and_never_zero() {
+        assert_eq!(shares(4, 2), [2, 2]);
+        assert_eq!(shares(5, 2), [3, 2]);
+        assert_eq!(shares(16, 4), [4, 4, 4, 4]);
+        assert_eq!(shares(1, 4), [1], "one connection: one reactor");
+        assert_eq!(shares(3, 8), [1, 1, 1]);
+        assert_eq!(shares(4, 1), [4]);
+    }
 
     #[test]
     fn one_more_opens_under_both_bounds_each_counting_its_own() {

@@ -1,21 +1,11 @@
 //! A list's whole file placed on a helper (`--threads` with `-j` ≥ 2): the order
-//! ([`WholeOrder`]), what the run's reactor posts to it ([`PostedToPlaced`]), what the helper
-//! reports of it ([`WholeReport`]) and its side of the messages ([`WholeLink`]).
-//!
-//! The run's reactor keeps each placed file's report, its place among the files in flight
-//! and its share of the per-origin caps; the helper runs it on a lane of its own ring.
-//! - To the helper: an [`Order::Whole`](super::Order::Whole) with the transfer's `Send`
-//!   pieces (its output a duplicate descriptor of the same `.part`) and the connection
-//!   slots the caps left it, and a [`PostedToPlaced`] the run's reactor writes: a signal that
-//!   stops the run, and the requests the transfers on *other* reactors have on the wire
-//!   to the file's origin (they count toward its caps; the helper counts its own). The
-//!   helper's eventfd is written after each order and each stop: its ring wakes for
-//!   them.
-//! - Back: a [`WholeReport`]: each tick what the run's progress line shows of it, each
-//!   note as it comes (said by the run's reactor with the file's report), and its end —
-//!   the outcome, what a failed transfer knew, the connections its reactor keeps idle and
-//!   the cap it learned. A file that landed has its descriptor of the output closed by
-//!   then, so the run's reactor may rename the file.
+//! ([`WholeOrder`]: the transfer's `Send` pieces, its output a duplicate descriptor of the
+//! same `.part`, and the connection slots the caps left it), what the run's reactor posts
+//! to it ([`PostedToPlaced`]), what the helper reports of it ([`WholeReport`]: each tick
+//! its progress line, each note, its end) and its side of the messages ([`WholeLink`]).
+//! The run's reactor keeps the file's report, its place among the files in flight and its
+//! share of the caps. A file that landed has its descriptor of the output closed before
+//! its end is told, so the run's reactor may rename the file.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
