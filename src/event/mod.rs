@@ -1,7 +1,9 @@
 //! A transfer's event loop ([`Loop`]) on its lane of a reactor's io_uring: the
 //! connections (control plane: connect → TLS handshake → request → response head →
 //! validation, `crate::control`) and, per transfer, the data path it drives
-//! (`crate::engine::sink`: where reads go, write blocks, writes at segment offsets).
+//! (`crate::engine::sink`: where reads go, write blocks, writes at segment offsets),
+//! and what its [`Reactor`] lends it. What drives several loops is [`crate::reactors`];
+//! messages between reactors are [`wire`]'s, a loop's sides of them [`owner`], [`helper`].
 //!
 //! Every socket and file operation is an SQE on the ring; the loop makes one
 //! `io_uring_enter` per turn that submits and waits. Each connection has at most one
