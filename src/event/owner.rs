@@ -2,10 +2,8 @@
 //! parts handed out ([`Loop::hand_out`]), the helpers' reports applied, the requests
 //! served shared out, and the parts stopped when the transfer ends.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use crate::control::origin::shares;
@@ -14,7 +12,7 @@ use crate::error::Result;
 use crate::event::Loop;
 use crate::event::Summary;
 use crate::event::mirrors::MirrorRoute;
-use crate::event::wire::{Helpers, Order, PartFile, PartOrder, Report, nudge};
+use crate::event::wire::{Helpers, Lent, Order, PartFile, PartFlags, PartOrder};
 use crate::report::Note;
 use crate::schedule::Segment;
 use crate::schedule::queue::Taken;
@@ -111,43 +109,31 @@ impl Counts {
     }
 }
 
-impl Helpers {
-    /// The helpers lent to one transfer for its run: `None` when another has them.
-    /// `shares`: connections per reactor (the owner's first), at most one per helper
-    /// running and the owner; `mail`: the block of the owner's eventfd READ.
-    pub(crate) fn lend(
-        &mut self,
-        mut shares: Vec<usize>,
-        routes: Vec<MirrorRoute>,
-        mail: uring::Buf,
-    ) -> Option<Remote> {
-        let inbox = self.inbox.take()?;
-        self.lendings += 1;
-        shares.truncate(self.workers.len() + 1);
-        let helpers = shares.len() - 1;
-        Some(Remote {
-            lending: self.lendings,
-            orders: self.workers[..helpers].iter().map(|w| w.orders.clone()).collect(),
-            nudges: self.workers[..helpers].iter().map(|w| Arc::clone(&w.nudge)).collect(),
-            inbox,
-            bell: self.bell.as_raw_fd(),
-            mail: Some(mail),
-            shares,
-            allot: None,
-            routes: Some(routes),
-            file: None,
-            parts: (0..helpers).map(|_| None).collect(),
-            landed_by: vec![0; helpers],
-            by_others: 0,
-            given: 0,
-            counts: Counts::default(),
-        })
-    }
-
-    /// The lent inbox back, at the transfer's end.
-    pub(crate) fn give_back(&mut self, remote: Remote) {
-        self.inbox = Some(remote.inbox);
-    }
+/// The helpers lent to one transfer for its run (`None` when another has them), as its
+/// owner's [`Remote`]. `shares`: connections per reactor (the owner's first), at most one
+/// per helper running and the owner; `mail`: the block of the owner's eventfd READ.
+pub(crate) fn lend(
+    helpers: &mut Helpers,
+    mut shares: Vec<usize>,
+    routes: Vec<MirrorRoute>,
+    mail: uring::Buf,
+) -> Option<Remote> {
+    shares.truncate(helpers.len() + 1);
+    let n = shares.len() - 1;
+    let lent = helpers.lend(n)?;
+    Some(Remote {
+        lent,
+        mail: Some(mail),
+        shares,
+        allot: None,
+        routes: Some(routes),
+        file: None,
+        parts: (0..n).map(|_| None).collect(),
+        landed_by: vec![0; n],
+        by_others: 0,
+        given: 0,
+        counts: Counts::default(),
+    })
 }
 
 /// A part out on a helper, as its owner sees it.
@@ -157,23 +143,20 @@ struct Out {
     /// its end.
     holes: Vec<(u64, u64)>,
     tries: u32,
-    stop: Arc<AtomicBool>,
-    /// Its helper's eventfd, written after `stop` is set.
-    nudge: Arc<OwnedFd>,
-    /// Set to ask for some of it back ([`Report::Gave`]).
-    give: Arc<AtomicBool>,
+    /// What it shares with its helper: its stop, an ask to give some back
+    /// ([`crate::event::wire::Report::Gave`]), the others' requests.
+    flags: PartFlags,
     /// When it was last asked, until it answers (`asked.1`: answered).
     asked: Option<(Instant, bool)>,
     /// What of it the helper gave back (queued here): never a gap of its end.
     given: Vec<(u64, u64)>,
-    others: Arc<AtomicUsize>,
     /// Bytes of it landed so far.
     landed: u64,
     /// Its requests the server serves, as last told.
     serving: usize,
     /// When it last moved: bytes landed, or a request served.
     moved: Instant,
-    /// Why it failed, as its helper said ([`Report::Blame`]).
+    /// Why it failed, as its helper said ([`crate::event::wire::Report::Blame`]).
     counted: Option<(u64, u64)>,
     changed: bool,
     /// The wait its helper judged for that failure, and whether it holds the origin.
@@ -183,13 +166,8 @@ struct Out {
 
 /// The owner's side: the helpers lent to one transfer.
 pub(crate) struct Remote {
-    /// This lending's number: reports of others are dropped.
-    lending: u64,
-    orders: Vec<Sender<Order>>,
-    /// Per helper, its eventfd ([`nudge`](nudge())).
-    nudges: Vec<Arc<OwnedFd>>,
-    inbox: Receiver<Report>,
-    bell: RawFd,
+    /// The helpers' channels, lent.
+    lent: Lent,
     /// The eventfd READ's block, until the first READ takes it (each completion gives it
     /// back for the next).
     mail: Option<uring::Buf>,
@@ -214,17 +192,12 @@ pub(crate) struct Remote {
     pub(crate) counts: Counts,
 }
 
-impl Out {
-    /// Stops the part: its helper ends it at once ([`nudge`](nudge())), or on its tick.
-    fn stop(&self) {
-        // (Once: a recall asks on every turn until the part's end is told.)
-        if !self.stop.swap(true, Ordering::AcqRel) {
-            nudge(&self.nudge);
-        }
-    }
-}
-
 impl Remote {
+    /// The helpers' channels, to give back at the transfer's end.
+    pub(crate) fn into_lent(self) -> Lent {
+        self.lent
+    }
+
     /// A part is out on a helper.
     pub(crate) fn busy(&self) -> bool {
         self.parts.iter().any(Option::is_some)
@@ -238,7 +211,7 @@ impl Remote {
 
     /// The helper threads lent (the other reactors).
     pub(crate) fn helpers(&self) -> usize {
-        self.orders.len()
+        self.lent.nudges.len()
     }
 
     /// The owner's connections.
@@ -259,7 +232,7 @@ impl Loop<'_> {
         let Some(r) = &self.remote else {
             return Ok(());
         };
-        let fd = r.bell;
+        let fd = r.lent.bell;
         let Some(buf) = buf.or_else(|| self.remote.as_mut().and_then(|r| r.mail.take())) else {
             return Err(err!(Internal, "no block for the reactors' eventfd"));
         };
@@ -318,7 +291,7 @@ impl Loop<'_> {
         if tr.plan.is_drained() && self.conns.iter().all(|c| c.rx.job.is_none()) {
             for (h, out) in r.parts.iter().enumerate() {
                 if let Some(out) = out.as_ref().filter(|o| o.serving == 0 && o.moved.elapsed() >= RECALL) {
-                    out.stop();
+                    out.flags.stop();
                     allot[h] = 0;
                 }
             }
@@ -411,23 +384,12 @@ impl Loop<'_> {
                 validator: tr.validator.clone(),
             }));
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let give = Arc::new(AtomicBool::new(false));
         // (What the others have on the wire now; the owner posts it again each tick.)
         let helpers: usize = r.parts.iter().flatten().map(|o| o.serving).sum();
-        let others = Arc::new(AtomicUsize::new(own + helpers));
-        let order = PartOrder {
-            lending: r.lending,
-            helper: h + 1,
-            file: Arc::clone(r.file.as_ref().expect("made above")),
-            range,
-            holes: t.holes.clone(),
-            connections: share,
-            stop: Arc::clone(&stop),
-            give: Arc::clone(&give),
-            others: Arc::clone(&others),
-        };
-        if r.orders[h].send(Order::Part(order)).is_err() {
+        let flags = PartFlags::new(own + helpers, Arc::clone(&r.lent.nudges[h]));
+        let file = Arc::clone(r.file.as_ref().expect("made above"));
+        let order = PartOrder::new((r.lent.lending, h + 1), file, range, t.holes.clone(), share, &flags);
+        if !r.lent.send(h, Order::Part(order)) {
             return Ok(false);
         }
         r.given += 1;
@@ -435,12 +397,9 @@ impl Loop<'_> {
             range,
             holes: t.holes.clone(),
             tries,
-            stop,
-            nudge: Arc::clone(&r.nudges[h]),
-            give,
+            flags,
             asked: None,
             given: Vec::new(),
-            others,
             landed: 0,
             serving: 0,
             moved: Instant::now(),
@@ -461,7 +420,7 @@ impl Loop<'_> {
     /// Applies what the helpers reported so far (also when the run's reactor took the
     /// eventfd's wake-up: [`crate::reactors::lanes`] READs it too while it places files).
     pub(crate) fn drain_mail(&mut self) {
-        while let Some(m) = self.remote.as_ref().and_then(|r| r.inbox.try_recv().ok()) {
+        while let Some(m) = self.remote.as_ref().and_then(|r| r.lent.try_report()) {
             self.apply(m);
         }
         self.share_serving();
@@ -500,7 +459,7 @@ impl Loop<'_> {
         };
         let helpers: usize = r.parts.iter().flatten().map(|o| o.serving).sum();
         for out in r.parts.iter().flatten() {
-            out.others.store(own + helpers - out.serving, Ordering::Release);
+            out.flags.post_others(own + helpers - out.serving);
         }
         for o in &mut self.sh.origins {
             o.remote = helpers;
@@ -515,12 +474,12 @@ impl Loop<'_> {
             return;
         };
         for out in r.parts.iter().flatten() {
-            out.stop();
+            out.flags.stop();
         }
         let deadline = Instant::now() + STOP_WAIT;
         while self.remote.as_ref().is_some_and(Remote::busy) {
             let left = deadline.saturating_duration_since(Instant::now());
-            let m = match self.remote.as_ref().map(|r| r.inbox.recv_timeout(left)) {
+            let m = match self.remote.as_ref().map(|r| r.lent.report_within(left)) {
                 Some(Ok(m)) => m,
                 Some(Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected)) | None => {
                     self.sh.report.note(Note::WritesPending);

@@ -228,7 +228,7 @@ impl Reactor {
     /// The helpers lent to a transfer, back at its end.
     pub(crate) fn helpers_back(&mut self, remote: super::owner::Remote) {
         if let Some(h) = self.helpers.as_mut() {
-            h.give_back(remote);
+            h.give_back(remote.into_lent());
         }
     }
 

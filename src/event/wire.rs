@@ -48,12 +48,12 @@
 mod part;
 mod whole;
 
-pub(crate) use part::{PartFile, PartLink, PartOrder};
+pub(crate) use part::{PartFile, PartFlags, PartLink, PartOrder};
 pub(crate) use whole::{PlacedShape, PostedToPlaced, WholeLink, WholeOrder, WholeReport};
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 
 use crate::control::origin::OriginKey;
@@ -65,21 +65,54 @@ use crate::report::Note;
 /// The helper reactors of a run (threads started on the first transfer that spreads, kept
 /// for the next; joined when the run's [`crate::event::Reactor`] goes).
 pub(crate) struct Helpers {
-    pub(super) workers: Vec<Worker>,
+    workers: Vec<Worker>,
     /// What the helpers report; lent to the transfer that owns the parts.
-    pub(super) inbox: Option<Receiver<Report>>,
+    inbox: Option<Receiver<Report>>,
     /// Rings after each report (the owner's ring READs it).
-    pub(super) bell: Arc<OwnedFd>,
+    bell: Arc<OwnedFd>,
     /// Lendings and placements so far (their numbers: a late report of one is never
     /// taken for another's).
-    pub(super) lendings: u64,
+    lendings: u64,
 }
 
-pub(super) struct Worker {
-    pub(super) orders: Sender<Order>,
+struct Worker {
+    orders: Sender<Order>,
     /// Its eventfd, written after a stop is posted to its transfer ([`nudge`]).
-    pub(super) nudge: Arc<OwnedFd>,
+    nudge: Arc<OwnedFd>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The owner's ends of the channels of the helpers lent to its transfer
+/// ([`Helpers::lend`]), until [`Helpers::give_back`].
+pub(crate) struct Lent {
+    /// This lending's number: reports of others are dropped.
+    pub(crate) lending: u64,
+    orders: Vec<Sender<Order>>,
+    /// Per helper, its eventfd ([`nudge`]).
+    pub(crate) nudges: Vec<Arc<OwnedFd>>,
+    inbox: Receiver<Report>,
+    /// The eventfd the helpers write after each report (the owner's ring READs it).
+    pub(crate) bell: RawFd,
+}
+
+impl Lent {
+    /// Sends `order` to helper `h` (0-based); false when its thread is gone.
+    pub(crate) fn send(&self, h: usize, order: Order) -> bool {
+        self.orders[h].send(order).is_ok()
+    }
+
+    /// The next report, if one came.
+    pub(crate) fn try_report(&self) -> Option<Report> {
+        self.inbox.try_recv().ok()
+    }
+
+    /// The next report, waiting at most `wait`.
+    ///
+    /// # Errors
+    /// As [`Receiver::recv_timeout`]: none came in time, or every helper is gone.
+    pub(crate) fn report_within(&self, wait: std::time::Duration) -> std::result::Result<Report, RecvTimeoutError> {
+        self.inbox.recv_timeout(wait)
+    }
 }
 
 /// What a helper thread is given by [`Helpers::spawn`]: its number (1-based: reactor 0 is
@@ -210,6 +243,26 @@ impl Helpers {
             });
         }
         Ok(helpers)
+    }
+
+    /// The channels of the first `helpers` helpers, lent to one transfer: `None` when
+    /// another has them.
+    pub(crate) fn lend(&mut self, helpers: usize) -> Option<Lent> {
+        let inbox = self.inbox.take()?;
+        self.lendings += 1;
+        let lent = &self.workers[..helpers.min(self.workers.len())];
+        Some(Lent {
+            lending: self.lendings,
+            orders: lent.iter().map(|w| w.orders.clone()).collect(),
+            nudges: lent.iter().map(|w| Arc::clone(&w.nudge)).collect(),
+            inbox,
+            bell: self.bell.as_raw_fd(),
+        })
+    }
+
+    /// The lent channels back, at the transfer's end.
+    pub(crate) fn give_back(&mut self, lent: Lent) {
+        self.inbox = Some(lent.inbox);
     }
 
     /// Whether a transfer has them (its [`crate::event::owner::Remote`] holds their channels).

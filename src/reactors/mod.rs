@@ -14,7 +14,7 @@ use std::rc::Rc;
 use crate::control::origin::{OriginCap, shares};
 use crate::engine::EngineKind;
 use crate::error::Result;
-use crate::event::owner::Remote;
+use crate::event::owner::{self, Remote};
 use crate::event::reactor::ring_entries;
 use crate::event::{Outcome, Reactor, Start, Summary, end, start_on};
 use crate::lane::RingCell;
@@ -122,7 +122,7 @@ pub(crate) fn spread(st: &mut Start, n: usize, reactor: &mut Reactor, spreads: b
     // (As many as --threads asks, once: files with fewer connections use fewer of them.)
     let helpers = reactor.helpers(opts.threads - 1, opts.pin, helpers::helper)?;
     let mut o = (**opts).clone();
-    let Some(remote) = helpers.lend(shares, st.mirrors.clone(), mail) else {
+    let Some(remote) = owner::lend(helpers, shares, st.mirrors.clone(), mail) else {
         return Ok(None);
     };
     o.connections = remote.own();

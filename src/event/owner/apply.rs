@@ -36,7 +36,7 @@ impl Loop<'_> {
             // (Of the run's reactor's, never of a lending.)
             Report::Idle { .. } => return,
         };
-        if lending != r.lending {
+        if lending != r.lent.lending {
             return;
         }
         match m {

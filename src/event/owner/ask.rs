@@ -1,7 +1,6 @@
 //! `--threads`, the owner's side: work stealing between reactors asked by message (a
 //! part out on a helper gives some of itself back, [`Loop::give_to_owner`]).
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::{ASK_AGAIN, Out};
@@ -53,7 +52,7 @@ impl Loop<'_> {
             return;
         };
         if let Some(o) = self.remote.as_mut().and_then(|r| r.parts[k].as_mut()) {
-            o.give.store(true, Ordering::Release);
+            o.flags.ask_give();
             o.asked = Some((Instant::now(), false));
         }
     }

@@ -30,15 +30,81 @@ pub(crate) struct PartOrder {
     /// Connections the helper opens for it.
     pub(crate) connections: usize,
     /// Set by the owner when the transfer ends before the part.
-    pub(crate) stop: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
     /// Set by the owner when a reactor of the transfer is idle: the helper gives back
     /// what it can of the part ([`Report::Gave`]).
-    pub(crate) give: Arc<AtomicBool>,
+    give: Arc<AtomicBool>,
     /// Requests the transfer's other reactors have on the wire to its origin, posted by
     /// the owner each tick (they count toward the server's cap: [`Origin::remote`]).
     ///
     /// [`Origin::remote`]: crate::control::origin::Origin::remote
-    pub(crate) others: Arc<AtomicUsize>,
+    others: Arc<AtomicUsize>,
+}
+
+impl PartOrder {
+    /// Part `range` of lending `lending` for helper `helper` (1-based) over `connections`,
+    /// less its `holes`, sharing `flags` with its owner.
+    pub(crate) fn new(
+        (lending, helper): (u64, usize),
+        file: Arc<PartFile>,
+        range: (u64, u64),
+        holes: Vec<(u64, u64)>,
+        connections: usize,
+        flags: &PartFlags,
+    ) -> PartOrder {
+        PartOrder {
+            lending,
+            helper,
+            file,
+            range,
+            holes,
+            connections,
+            stop: Arc::clone(&flags.stop),
+            give: Arc::clone(&flags.give),
+            others: Arc::clone(&flags.others),
+        }
+    }
+}
+
+/// The owner's side of the flags it shares with the helper fetching a part: written
+/// here, read by the helper's loop ([`PartLink`]).
+pub(crate) struct PartFlags {
+    stop: Arc<AtomicBool>,
+    give: Arc<AtomicBool>,
+    others: Arc<AtomicUsize>,
+    /// The helper's eventfd, written after `stop` is set.
+    nudge: Arc<OwnedFd>,
+}
+
+impl PartFlags {
+    /// Flags for a part going to the helper whose eventfd is `nudge`, with `others`
+    /// requests on the wire elsewhere now.
+    pub(crate) fn new(others: usize, nudge: Arc<OwnedFd>) -> PartFlags {
+        PartFlags {
+            stop: Arc::new(AtomicBool::new(false)),
+            give: Arc::new(AtomicBool::new(false)),
+            others: Arc::new(AtomicUsize::new(others)),
+            nudge,
+        }
+    }
+
+    /// Stops the part: its helper ends it at once (its eventfd is written), or on its
+    /// tick. Once: a recall asks on every turn until the part's end is told.
+    pub(crate) fn stop(&self) {
+        if !self.stop.swap(true, Ordering::AcqRel) {
+            super::nudge(&self.nudge);
+        }
+    }
+
+    /// Asks the helper for some of the part back ([`Report::Gave`] answers).
+    pub(crate) fn ask_give(&self) {
+        self.give.store(true, Ordering::Release);
+    }
+
+    /// Posts the requests the transfer's other reactors have on the wire.
+    pub(crate) fn post_others(&self, n: usize) {
+        self.others.store(n, Ordering::Release);
+    }
 }
 
 /// What every part of one transfer shares: where and what to fetch.

@@ -3,7 +3,7 @@
 //! ([`room_under_caps`]), the room a running one takes once others ended
 //! ([`grow_running`]), and the slots parked on a cap woken when a transfer to their origin
 //! ends ([`wake_parked`]). Each origin's cap itself is one
-//! [`OriginCap`](crate::control::origin::OriginCap).
+//! [`crate::control::origin::OriginCap`].
 
 use std::sync::atomic::Ordering;
 
