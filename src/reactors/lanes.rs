@@ -19,7 +19,8 @@
 //! transfer as `Interrupted` (each keeps its `.part` and control file) and starts no more.
 //!
 //! `--threads N` with `-j` ≥ 2: a file may be placed whole on a helper reactor instead of
-//! a lane ([`crate::event::wire`]'s `whole.rs`); its slot here keeps its report, its
+//! a lane (`reactors/helpers/placed.rs` runs it there; the messages are
+//! [`crate::event::wire`]'s); its slot here keeps its report, its
 //! place among the files in flight and its share of the caps, from the helper's reports
 //! (read after each wait; the helpers' eventfd READ, also on the reactor's own lane,
 //! wakes the run).

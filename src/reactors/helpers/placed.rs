@@ -3,7 +3,7 @@
 //! ring each), with its own ring, pools and connections (kept for the next files it is
 //! given), each file's control file, final fsync and read-back. A helper runs at most
 //! its share of `-j` (`-j` over the reactors, rounded up) at once. The messages are
-//! [`crate::event::wire`]'s `whole.rs`.
+//! [`crate::event::wire`]'s (its `whole.rs`).
 
 use std::os::fd::{OwnedFd, RawFd};
 use std::rc::Rc;

@@ -1,5 +1,5 @@
 //! `--threads N` with `-j` ≥ 2, the run's side of placing whole files on the helper
-//! reactors ([`crate::event::wire`]'s `whole.rs` is the helper's side): which reactor
+//! reactors (`reactors/helpers/placed.rs` is the helper's side): which reactor
 //! a file goes to, the order that sends it, the helpers' reports applied to its slot
 //! (progress, notes, its end handed to the feed), the idle connections each reactor
 //! keeps (closed by message when a file cannot start for them), and the completion of the
