@@ -10,9 +10,11 @@ use std::time::Duration;
 
 mod bar;
 mod json;
+pub(crate) mod summary;
 
 pub(crate) use json::push_json_string;
 pub use json::{MirrorReport, Record, RunTotals};
+pub use summary::Summary;
 
 /// Time constant of the rate shown, seconds: an exponentially weighted rate over about
 /// this long (bytes land in bursts of write blocks; a per-tick rate swings 2x and more).

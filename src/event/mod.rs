@@ -28,10 +28,10 @@ mod tick;
 pub(crate) mod wire;
 mod writer;
 
+pub use crate::report::Summary;
 pub use ends::Start;
 pub(crate) use ends::{Fin, end, start_on};
 pub use reactor::Reactor;
-pub use summary::Summary;
 
 use std::path::PathBuf;
 use std::rc::Rc;

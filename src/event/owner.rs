@@ -504,7 +504,7 @@ fn seg(start: u64, end: u64, tries: u32) -> Segment {
 mod tests {
     use super::Counts;
     use crate::event::Summary;
-    use crate::event::summary::tests::summary;
+    use crate::report::summary::tests::summary;
 
     /// A part's summary: `tls` hand-offs and first uses, `kept` of them kept from before.
     fn part(conns: usize, tls: usize, kept: usize) -> Summary {
