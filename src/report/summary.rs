@@ -14,7 +14,7 @@ pub struct Summary {
     /// Connection slots that were served a response (those the server only turned away
     /// are not counted); at least 1.
     pub connections: usize,
-    /// The mirror (index in the URLs given to [`run`]) whose first answer planned the
+    /// The mirror (index in the URLs given to [`crate::reactors::run`]) whose first answer planned the
     /// segments; `None` when none answered (or with one URL before its first answer).
     pub reference: Option<usize>,
     /// `TLSv1.3 TLS13_AES_256_GCM_SHA384`, or `plain`.
