@@ -304,7 +304,7 @@ impl Loop<'_> {
             && self.sh.tr.mirrors[c.mirror].origin == o
     }
 
-    /// Room for another connection: fewer slots opened one than [`Shared::wanted`].
+    /// Room for another connection: fewer slots opened one than [`crate::transfer::Transfer::wanted`].
     pub(crate) fn room(&self) -> bool {
         self.conns.iter().filter(|c| c.engaged).count() < self.sh.tr.wanted
     }
