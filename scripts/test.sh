@@ -72,6 +72,10 @@ step="cargo clippy"
 log "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step="shape"
+log "the house's shape (scripts/shape.py: functions over 120 lines, glob imports, event/'s share, circles)"
+python3 scripts/shape.py
+
 step="static build"
 RINGDL_STATIC_BIN="$(build_static)"
 export RINGDL_STATIC_BIN
