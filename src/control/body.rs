@@ -16,11 +16,11 @@ use std::time::Instant;
 /// served, and finishes the job when the body is complete. Returns what `f` said.
 pub(crate) fn with_placer(
     rx: &mut Rx,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
 ) -> std::result::Result<Fed, Fail> {
     let job = rx.job.as_mut().expect("body bytes for a job");
-    let (r, moved) = sh.sink.place(&mut job.placer, sh.tr, job.mirror, f);
+    let (r, moved) = shared.sink.place(&mut job.placer, shared.transfer, job.mirror, f);
     job.got_bytes |= moved > 0;
     rx.served |= moved > 0;
     if moved > 0 && job.first_byte.is_none() {
@@ -35,33 +35,33 @@ pub(crate) fn with_placer(
         Fail::retry(kind, e.to_string())
     })?;
     if fed == Fed::Done {
-        if matches!(job.placer.delimiter(), Some(Delimiter::Chunked(_))) && !sh.tr.ranges {
+        if matches!(job.placer.delimiter(), Some(Delimiter::Chunked(_))) && !shared.transfer.ranges {
             // A chunked 200 tells the file size only at its end.
-            sh.tr.total = Some(job.placer.pos());
+            shared.transfer.total = Some(job.placer.pos());
         }
-        finish_job(rx, sh);
+        finish_job(rx, shared);
     }
     Ok(fed)
 }
 
 /// The response body is complete: the sink queues the last block; what the response did
 /// not cover is requeued (a segment out of tries sets [`Ctx::gave_up`]).
-pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_>) {
+pub(crate) fn finish_job(rx: &mut Rx, shared: &mut Ctx<'_>) {
     rx.served = true;
     let mut job = rx.job.take().expect("finish_job with a job");
     let end = job.placer.pos();
-    let file_end = sh.tr.total.is_some_and(|t| end >= t);
+    let file_end = shared.transfer.total.is_some_and(|t| end >= t);
     if job.placer.overrun() {
         rx.extra = true;
     }
     // A short response that ended inside a block (O_DIRECT): keep the aligned part, fetch
     // the rest again. The file's last block is kept whole (padded when written).
-    let trim = (sh.tr.direct && !file_end).then_some(sh.tr.align);
-    let requeue_from = sh.sink.release(&mut job.placer, trim);
-    let seg_end = if sh.tr.ranges {
+    let trim = (shared.transfer.direct && !file_end).then_some(shared.transfer.align);
+    let requeue_from = shared.sink.release(&mut job.placer, trim);
+    let seg_end = if shared.transfer.ranges {
         job.seg.end
     } else {
-        sh.tr.total.unwrap_or(end)
+        shared.transfer.total.unwrap_or(end)
     };
     if requeue_from < seg_end && !file_end {
         // A short reply that moved nothing (aligned) forward counts as a failed try.
@@ -70,17 +70,17 @@ pub(crate) fn finish_job(rx: &mut Rx, sh: &mut Ctx<'_>) {
         } else {
             job.seg.tries + 1
         };
-        if tries >= sh.opts.max_tries {
-            sh.gave_up = Some(err!(
+        if tries >= shared.opts.max_tries {
+            shared.gave_up = Some(err!(
                 Protocol,
                 "{}: replies to bytes {}-{} stop short at {end} (gave up after {})",
-                sh.url(job.mirror).host(),
+                shared.url(job.mirror).host(),
                 job.seg.start,
                 seg_end - 1,
                 crate::schedule::retry::n_tries(tries)
             ));
         }
-        sh.tr.plan.requeue(
+        shared.transfer.plan.requeue(
             Segment {
                 start: requeue_from,
                 end: seg_end,

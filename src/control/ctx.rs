@@ -25,7 +25,7 @@ pub(crate) struct Ctx<'s> {
     /// The origins the mirrors are fetched from (each mirror names its own).
     pub(crate) origins: &'s [Origin],
     /// The file being fetched.
-    pub(crate) tr: &'s mut Transfer,
+    pub(crate) transfer: &'s mut Transfer,
     /// Finished handshakes go to kTLS (else to the software record layer, or rustls).
     pub(crate) ktls: bool,
     /// TLS handshakes completed in full, and by resuming a session (RFC 8446 §2.2).
@@ -38,11 +38,11 @@ pub(crate) struct Ctx<'s> {
 impl Ctx<'_> {
     /// Mirror `k`'s URL (a handle: held while the context is changed).
     pub(crate) fn url(&self, k: usize) -> std::rc::Rc<Url> {
-        std::rc::Rc::clone(&self.tr.mirrors[k].target)
+        std::rc::Rc::clone(&self.transfer.mirrors[k].target)
     }
 
     /// Mirror `k`'s origin.
     pub(crate) fn origin(&self, k: usize) -> &Origin {
-        &self.origins[self.tr.mirrors[k].origin]
+        &self.origins[self.transfer.mirrors[k].origin]
     }
 }

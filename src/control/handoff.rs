@@ -64,7 +64,7 @@ pub(crate) fn soft_tls_enabled() -> bool {
 /// # Errors
 /// A record that fails (authentication, size, type), an alert, a post-handshake message
 /// rustls refuses: the connection cannot go on, the segment is retried elsewhere.
-pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Ctx<'_>) -> std::result::Result<Pumped, Fail> {
+pub(crate) fn pump_soft(c: &mut Conn, shared: &mut Ctx<'_>) -> std::result::Result<Pumped, Fail> {
     let Conn {
         tls,
         rbuf,
@@ -90,14 +90,14 @@ pub(crate) fn pump_soft(c: &mut Conn, sh: &mut Ctx<'_>) -> std::result::Result<P
         };
         match opened {
             Opened::Data(content) => {
-                feed(rx, sh, &rbuf[content])?;
+                feed(rx, shared, &rbuf[content])?;
                 if rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
                     return Ok(Pumped::Blocked);
                 }
             }
             Opened::Control => {}
             Opened::Rekeyed { answered } => {
-                *sh.soft_rekeys += 1;
+                *shared.soft_rekeys += 1;
                 if answered {
                     return Ok(Pumped::Again);
                 }

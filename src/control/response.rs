@@ -17,7 +17,7 @@ use std::time::Duration;
 mod partial;
 
 /// Feeds received plaintext to the receive side: head first, then the body.
-pub(crate) fn feed(rx: &mut Rx, sh: &mut Ctx<'_>, data: &[u8]) -> std::result::Result<(), Fail> {
+pub(crate) fn feed(rx: &mut Rx, shared: &mut Ctx<'_>, data: &[u8]) -> std::result::Result<(), Fail> {
     if data.is_empty() {
         return Ok(());
     }
@@ -26,10 +26,10 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Ctx<'_>, data: &[u8]) -> std::result::R
         return Ok(());
     };
     if job.placer.delimiter().is_some() {
-        with_placer(rx, sh, |p, blocks| p.feed(data, blocks))?;
+        with_placer(rx, shared, |p, blocks| p.feed(data, blocks))?;
         return Ok(());
     }
-    let url = &*sh.url(job.mirror);
+    let url = &*shared.url(job.mirror);
     rx.head.extend_from_slice(data);
     loop {
         let mut headers = [Header { name: "", value: &[] }; http::MAX_FIELDS];
@@ -46,10 +46,11 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Ctx<'_>, data: &[u8]) -> std::result::R
             Ok(Status::Complete((len, resp))) => {
                 let mut part_headers = [Header::EMPTY; http::MAX_PART_FIELDS];
                 match one_part(url, &resp, &rx.head[len..], &mut part_headers)? {
-                    None => (len, on_head(job, sh, &resp, None)?),
-                    Some(Status::Complete((part, boundary))) => {
-                        (len + part.head_len, on_head(job, sh, &resp, Some((&part, boundary)))?)
-                    }
+                    None => (len, on_head(job, shared, &resp, None)?),
+                    Some(Status::Complete((part, boundary))) => (
+                        len + part.head_len,
+                        on_head(job, shared, &resp, Some((&part, boundary)))?,
+                    ),
                     Some(Status::Partial) => {
                         // (The part's header block has its own limit: http::MAX_PART_HEAD.)
                         return Ok(());
@@ -72,13 +73,13 @@ pub(crate) fn feed(rx: &mut Rx, sh: &mut Ctx<'_>, data: &[u8]) -> std::result::R
                 let rest = rx.head.split_off(len);
                 rx.head.clear();
                 // Also with no bytes yet: an empty body is complete right away.
-                with_placer(rx, sh, |p, blocks| p.feed(&rest, blocks))?;
+                with_placer(rx, shared, |p, blocks| p.feed(&rest, blocks))?;
                 return Ok(());
             }
             HeadAction::Complete => {
                 rx.head.clear();
                 rx.extra = true;
-                finish_job(rx, sh);
+                finish_job(rx, shared);
                 return Ok(());
             }
         }
@@ -138,12 +139,12 @@ pub(crate) enum HeadAction {
 }
 
 /// Mirror `k` answered the first request: it is the reference the others must agree with.
-fn accept_reference(k: usize, sh: &mut Ctx<'_>, resp: &http::Response<'_, '_>, validator: &Option<Vec<u8>>) {
-    let m = &mut sh.tr.mirrors[k];
+fn accept_reference(k: usize, shared: &mut Ctx<'_>, resp: &http::Response<'_, '_>, validator: &Option<Vec<u8>>) {
+    let m = &mut shared.transfer.mirrors[k];
     m.standing = Standing::Accepted;
     m.validators = Validators::of(resp);
     m.validator = validator.clone();
-    sh.tr.reference = Some(k);
+    shared.transfer.reference = Some(k);
 }
 
 /// A retryable [`Kind::Protocol`] failure `m` of the server at `host`.
@@ -168,14 +169,14 @@ fn protocol(host: &str, m: String) -> Fail {
 /// or 5xx the end ([`refused`]).
 pub(crate) fn on_head(
     job: &mut Job,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
     part: Option<(&http::Part<'_, '_>, &[u8])>,
 ) -> std::result::Result<HeadAction, Fail> {
-    let url = sh.url(job.mirror);
+    let url = shared.url(job.mirror);
     let host = url.host();
     let code = resp.code;
-    if sh.tr.mirrors[job.mirror].standing == Standing::Dropped {
+    if shared.transfer.mirrors[job.mirror].standing == Standing::Dropped {
         // No byte of a dropped mirror's is placed, whatever it answers (the failure
         // releases the connection: `Loop::release_conn`).
         return Err(Fail::fatal(
@@ -197,7 +198,7 @@ pub(crate) fn on_head(
     // closes it after each response and says nothing (no `Connection: close`), and a
     // request on it would die before its head. (A CONNECT tunnel stays open.) A server
     // seen doing the same gets the same.
-    if !sh.origin(job.mirror).reuses() {
+    if !shared.origin(job.mirror).reuses() {
         job.keep_alive = false;
     }
     let framing = resp
@@ -208,20 +209,27 @@ pub(crate) fn on_head(
         http::Validator::LastModified(v) => v.to_vec(),
     });
     match code {
-        206 => partial::on_partial(job, sh, resp, part, framing, validator),
-        200 => on_whole(job, sh, resp, framing, validator),
-        416 if job.probe => on_unsatisfiable(job, sh, resp),
-        304 if sh.opts.condition.is_some() => not_modified(job, sh),
-        301 | 302 | 303 | 307 | 308 if job.probe || sh.tr.mirrors[job.mirror].standing == Standing::Pending => {
-            on_redirect(job, sh, resp, &url)
+        206 => partial::on_partial(job, shared, resp, part, framing, validator),
+        200 => on_whole(job, shared, resp, framing, validator),
+        416 if job.probe => on_unsatisfiable(job, shared, resp),
+        304 if shared.opts.condition.is_some() => not_modified(job, shared),
+        301 | 302 | 303 | 307 | 308
+            if job.probe || shared.transfer.mirrors[job.mirror].standing == Standing::Pending =>
+        {
+            on_redirect(job, shared, resp, &url)
         }
         408 | 429 | 500 | 502 | 503 | 504 => Err(transient(resp, &url)),
         // (A SOCKS5 proxy never answers in HTTP: a 407 through it is the origin's.)
-        407 if sh.origin(job.mirror).proxy.as_ref().is_some_and(|p| p.socks.is_none()) => {
-            let p = sh.origin(job.mirror).proxy.as_ref().expect("checked");
+        407 if shared
+            .origin(job.mirror)
+            .proxy
+            .as_ref()
+            .is_some_and(|p| p.socks.is_none()) =>
+        {
+            let p = shared.origin(job.mirror).proxy.as_ref().expect("checked");
             Err(p.auth_failure(code, &String::from_utf8_lossy(resp.reason)))
         }
-        400..=599 => Err(refused(job, sh, resp, &url)),
+        400..=599 => Err(refused(job, shared, resp, &url)),
         _ => Err(Fail::fatal(
             Kind::Protocol,
             format!("{host}: unexpected status {code} for a download"),
@@ -235,66 +243,66 @@ pub(crate) fn on_head(
 /// sent with 200), and a mirror not yet accepted is dropped for it.
 fn on_whole(
     job: &mut Job,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
     framing: Framing,
     validator: Option<Vec<u8>>,
 ) -> std::result::Result<HeadAction, Fail> {
-    let url = sh.url(job.mirror);
+    let url = shared.url(job.mirror);
     let host = url.host();
-    if sh.tr.part.is_some() {
+    if shared.transfer.part.is_some() {
         // (A part of another reactor's file: said as on one reactor.)
         return Err(Fail::fatal(
             Kind::Protocol,
-            format!("{host}: {}", not_that_range(job, sh, resp, framing)),
+            format!("{host}: {}", not_that_range(job, shared, resp, framing)),
         ));
     }
-    if !job.probe && sh.tr.ranges && sh.tr.mirrors[job.mirror].standing == Standing::Pending {
+    if !job.probe && shared.transfer.ranges && shared.transfer.mirrors[job.mirror].standing == Standing::Pending {
         return Err(Fail::fatal(
             Kind::Protocol,
             format!("{host}: does not serve ranges (answered 200 to a Range request) while the reference does"),
         ));
     }
-    if !job.probe && sh.tr.ranges {
-        return Err(protocol(host, not_that_range(job, sh, resp, framing)));
+    if !job.probe && shared.transfer.ranges {
+        return Err(protocol(host, not_that_range(job, shared, resp, framing)));
     }
-    if job.probe && matches!(framing, Framing::Length(l) if sh.opts.kept == Some(l)) {
-        return kept_as_is(job, sh);
+    if job.probe && matches!(framing, Framing::Length(l) if shared.opts.kept == Some(l)) {
+        return kept_as_is(job, shared);
     }
-    if sh.tr.resume.take().is_some() {
-        sh.report.note(Note::NoRangesNoResume);
+    if shared.transfer.resume.take().is_some() {
+        shared.report.note(Note::NoRangesNoResume);
     }
-    take_disposition(sh, resp)?;
-    sh.tr.ranges = false;
-    sh.tr.plan.set_queue(VecDeque::new());
-    accept_reference(job.mirror, sh, resp, &validator);
-    sh.tr.validator = validator;
+    take_disposition(shared, resp)?;
+    shared.transfer.ranges = false;
+    shared.transfer.plan.set_queue(VecDeque::new());
+    accept_reference(job.mirror, shared, resp, &validator);
+    shared.transfer.validator = validator;
     job.probe = false;
     job.seg.start = 0;
     let (delim, end) = match framing {
         Framing::Length(l) => {
-            within_bound(sh.opts, l)?;
-            sh.tr.total = Some(l);
-            sh.tr.need_fallocate = true;
+            within_bound(shared.opts, l)?;
+            shared.transfer.total = Some(l);
+            shared.transfer.need_fallocate = true;
             (Delimiter::Length(l), l)
         }
         Framing::Chunked => (Delimiter::Chunked(ChunkedDecoder::new()), u64::MAX),
         Framing::Close => (Delimiter::Close, u64::MAX),
         Framing::NoBody => {
-            sh.tr.total = Some(0);
+            shared.transfer.total = Some(0);
             (Delimiter::Length(0), 0)
         }
     };
     job.seg.end = end;
     job.placer = Placer::new(0, end).with_source(job.mirror);
     job.placer.begin(delim, end);
-    sh.report.note(Note::NoRanges);
+    shared.report.note(Note::NoRanges);
     Ok(HeadAction::Body)
 }
 
 /// Why a 200 to a later request is refused: what it carries (Content-Type, length) beside
 /// the range and the file size asked for.
-fn not_that_range(job: &Job, sh: &Ctx<'_>, resp: &http::Response<'_, '_>, framing: Framing) -> String {
+fn not_that_range(job: &Job, shared: &Ctx<'_>, resp: &http::Response<'_, '_>, framing: Framing) -> String {
     let ctype = resp
         .header("content-type")
         .map_or_else(|| "none".to_owned(), |v| format!("{:?}", String::from_utf8_lossy(v)));
@@ -304,7 +312,11 @@ fn not_that_range(job: &Job, sh: &Ctx<'_>, resp: &http::Response<'_, '_>, framin
         Framing::Close => "no length".to_owned(),
         Framing::NoBody => "no body".to_owned(),
     };
-    let total = sh.tr.total.or(sh.tr.resume.as_ref().map(|r| r.total)).unwrap_or(0);
+    let total = shared
+        .transfer
+        .total
+        .or(shared.transfer.resume.as_ref().map(|r| r.total))
+        .unwrap_or(0);
     format!(
         "answered 200 (Content-Type {ctype}, {length}) to a Range request for bytes {}-{} \
          of a {total}-byte file: not that range",
@@ -318,11 +330,11 @@ fn not_that_range(job: &Job, sh: &Ctx<'_>, resp: &http::Response<'_, '_>, framin
 /// over from zero; for `bytes=0-`, an empty file when it says so (`*/0`).
 fn on_unsatisfiable(
     job: &mut Job,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
 ) -> std::result::Result<HeadAction, Fail> {
-    let host = sh.url(job.mirror).host().to_owned();
-    if sh.tr.part.is_some() {
+    let host = shared.url(job.mirror).host().to_owned();
+    if shared.transfer.part.is_some() {
         return Err(Fail::fatal(
             Kind::Protocol,
             format!("{host}: 416 for a part of the file: it shrank while it was fetched"),
@@ -330,9 +342,9 @@ fn on_unsatisfiable(
     }
     if job.seg.start > 0 {
         // The resume point lies past the end: the file shrank. Start over from zero.
-        sh.tr.resume = None;
-        sh.tr.plan.restart_probe(0, FIRST_SEGMENT);
-        sh.report.note(Note::Shrunk);
+        shared.transfer.resume = None;
+        shared.transfer.plan.restart_probe(0, FIRST_SEGMENT);
+        shared.report.note(Note::Shrunk);
         return Err(Fail::retry(
             Kind::HttpStatus,
             format!("{host}: 416 for the resume point"),
@@ -340,8 +352,8 @@ fn on_unsatisfiable(
     }
     match resp.content_range() {
         Ok(Some(ContentRange::Unsatisfied { complete: 0 })) => {
-            sh.tr.total = Some(0);
-            sh.tr.plan.set_queue(VecDeque::new());
+            shared.transfer.total = Some(0);
+            shared.transfer.plan.set_queue(VecDeque::new());
             job.placer = Placer::new(0, 0).with_source(job.mirror);
             job.seg.end = 0;
             Ok(HeadAction::Complete)
@@ -357,7 +369,7 @@ fn on_unsatisfiable(
 /// resolved against `url`, is where the transfer asks next.
 fn on_redirect(
     job: &Job,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
     url: &http::Url,
 ) -> std::result::Result<HeadAction, Fail> {
@@ -376,8 +388,8 @@ fn on_redirect(
         };
         Fail::fatal(Kind::Protocol, format!("{host}: bad Location {shown:?}: {e}"))
     })?;
-    sh.tr.redirect = Some(to);
-    sh.tr.redirect_mirror = job.mirror;
+    shared.transfer.redirect = Some(to);
+    shared.transfer.redirect_mirror = job.mirror;
     Ok(HeadAction::Complete)
 }
 
@@ -420,11 +432,11 @@ fn transient(resp: &http::Response<'_, '_>, url: &http::Url) -> Fail {
 
 /// Any other 4xx or 5xx for `url`: the end of this mirror (fatal), with a hint where the
 /// status suggests one.
-fn refused(job: &Job, sh: &Ctx<'_>, resp: &http::Response<'_, '_>, url: &http::Url) -> Fail {
+fn refused(job: &Job, shared: &Ctx<'_>, resp: &http::Response<'_, '_>, url: &http::Url) -> Fail {
     let code = resp.code;
     // A TLS server that got plain HTTP answers 400 (nginx: "The plain HTTP request
     // was sent to HTTPS port"): say what to try, as the other way round does.
-    let forwarding = sh.origin(job.mirror).forwarding();
+    let forwarding = shared.origin(job.mirror).forwarding();
     let hint = if code == 400 && url.scheme() == http::Scheme::Http {
         format!(
             " (if that port speaks TLS, try https://{}{})",
@@ -447,8 +459,11 @@ fn refused(job: &Job, sh: &Ctx<'_>, resp: &http::Response<'_, '_>, url: &http::U
     );
     // A mirror that cannot serve a range of the reference's is shorter than it.
     if code == 416
-        && let Some(r) = sh.tr.reference.filter(|&r| r != job.mirror)
-        && crate::transfer::mirror::names_differ(&sh.tr.mirrors[job.mirror].url, &sh.tr.mirrors[r].url)
+        && let Some(r) = shared.transfer.reference.filter(|&r| r != job.mirror)
+        && crate::transfer::mirror::names_differ(
+            &shared.transfer.mirrors[job.mirror].url,
+            &shared.transfer.mirrors[r].url,
+        )
     {
         f.hint = crate::transfer::mirror::DIFFERENT_FILES_HINT;
     }
@@ -459,20 +474,20 @@ fn refused(job: &Job, sh: &Ctx<'_>, resp: &http::Response<'_, '_>, url: &http::U
 /// request: the precondition held, nothing is fetched from any mirror and the output is
 /// left as it is. To another mirror's first request, after the reference sent the file:
 /// that mirror still serves the copy the saved validator names (fatal: it is dropped).
-fn not_modified(job: &mut Job, sh: &mut Ctx<'_>) -> std::result::Result<HeadAction, Fail> {
+fn not_modified(job: &mut Job, shared: &mut Ctx<'_>) -> std::result::Result<HeadAction, Fail> {
     if !job.probe {
         return Err(Fail::fatal(
             Kind::Protocol,
             format!(
                 "{}: 304 Not Modified: it still serves the copy the saved validator names, while the reference sent a changed file",
-                sh.url(job.mirror).host()
+                shared.url(job.mirror).host()
             ),
         ));
     }
-    sh.tr.reference = Some(job.mirror);
-    sh.tr.not_modified = true;
-    sh.tr.total = Some(0);
-    sh.tr.plan.set_queue(VecDeque::new());
+    shared.transfer.reference = Some(job.mirror);
+    shared.transfer.not_modified = true;
+    shared.transfer.total = Some(0);
+    shared.transfer.plan.set_queue(VecDeque::new());
     job.placer = Placer::new(0, 0);
     job.seg.end = 0;
     Ok(HeadAction::Complete)
@@ -482,9 +497,9 @@ fn not_modified(job: &mut Job, sh: &mut Ctx<'_>) -> std::result::Result<HeadActi
 /// ([`crate::config::Config::kept`]): it is kept as a 304 keeps one — on the size alone,
 /// no validator to compare (a `--checksum` read back proves the content) —, and the body
 /// of this answer is left unread (the connection is not reused).
-fn kept_as_is(job: &mut Job, sh: &mut Ctx<'_>) -> std::result::Result<HeadAction, Fail> {
+fn kept_as_is(job: &mut Job, shared: &mut Ctx<'_>) -> std::result::Result<HeadAction, Fail> {
     job.keep_alive = false;
-    not_modified(job, sh)
+    not_modified(job, shared)
 }
 
 /// `--content-disposition`: takes a sanitized base name (shortened to fit, see
@@ -494,13 +509,13 @@ fn kept_as_is(job: &mut Job, sh: &mut Ctx<'_>) -> std::result::Result<HeadAction
 /// # Errors
 /// [`Kind::LocalIo`] (fatal) when the name exists (without `--force`) or is a device,
 /// FIFO or socket.
-pub(crate) fn take_disposition(sh: &mut Ctx<'_>, resp: &http::Response<'_, '_>) -> std::result::Result<(), Fail> {
-    if sh.opts.content_disposition
+pub(crate) fn take_disposition(shared: &mut Ctx<'_>, resp: &http::Response<'_, '_>) -> std::result::Result<(), Fail> {
+    if shared.opts.content_disposition
         && let Some(v) = resp.header("content-disposition")
     {
-        sh.tr.disposition = http::content_disposition_filename(v).map(crate::output::fit_name);
-        if let Some(name) = &sh.tr.disposition {
-            Output::check_free(std::path::Path::new(name), sh.opts.force)
+        shared.transfer.disposition = http::content_disposition_filename(v).map(crate::output::fit_name);
+        if let Some(name) = &shared.transfer.disposition {
+            Output::check_free(std::path::Path::new(name), shared.opts.force)
                 .map_err(|e| Fail::fatal(e.kind, format!("Content-Disposition names {name:?}: {}", e.msg)))?;
         }
     }

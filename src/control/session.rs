@@ -13,10 +13,10 @@ use crate::error::Kind;
 /// names the negotiated version and suite in `tls_info` once the handshake is done.
 pub(crate) fn pump_tls(
     c: &mut Conn,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     tls_info: &mut Option<String>,
 ) -> std::result::Result<Pumped, Fail> {
-    let url = sh.url(c.mirror);
+    let url = shared.url(c.mirror);
     let Conn {
         tls,
         rbuf,
@@ -35,7 +35,7 @@ pub(crate) fn pump_tls(
     };
     // kTLS, or else the software record layer when switched on: both take the secrets at a
     // record boundary once the handshake is done (not when the hand-off was refused).
-    let hand_off = (sh.ktls || crate::control::handoff::soft_tls_enabled()) && !kept;
+    let hand_off = (shared.ktls || crate::control::handoff::soft_tls_enabled()) && !kept;
     let rbuf = rbuf.as_mut().expect("idle connection holds its read block");
     let handshaking = session.is_handshaking();
     let mut counted = false;
@@ -52,14 +52,14 @@ pub(crate) fn pump_tls(
             hand_off,
             at_boundary: *input_start + discard == *input_end,
         };
-        let step = on_state(state, side, sh, |e| record_fail(e, handshaking, &url))?;
+        let step = on_state(state, side, shared, |e| record_fail(e, handshaking, &url))?;
         *input_start += discard + step.discard;
         if handshaking && !counted && !session.is_handshaking() {
             counted = true;
             if session.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
-                *sh.tls_resumed += 1;
+                *shared.tls_resumed += 1;
             } else {
-                *sh.tls_full += 1;
+                *shared.tls_full += 1;
             }
         }
         if step.handshake_done && tls_info.is_none() {
@@ -102,7 +102,7 @@ struct Step {
 fn on_state(
     state: ConnectionState<'_, '_, ClientConnectionData>,
     side: Side<'_>,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     fail: impl Fn(rustls::Error) -> Fail,
 ) -> std::result::Result<Step, Fail> {
     let Side {
@@ -169,7 +169,7 @@ fn on_state(
             while let Some(rec) = r.next_record() {
                 let rec = rec.map_err(&fail)?;
                 step.discard += rec.discard;
-                feed(rx, sh, rec.payload)?;
+                feed(rx, shared, rec.payload)?;
                 if rx.job.as_ref().is_some_and(|j| j.placer.has_spill()) {
                     blocked = true;
                     break;

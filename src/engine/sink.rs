@@ -87,25 +87,25 @@ impl Sink {
         }
     }
 
-    /// Runs `f` on the placer of a body from `tr`'s mirror `mirror` with the pool and the
+    /// Runs `f` on the placer of a body from `transfer`'s mirror `mirror` with the pool and the
     /// write queue, and counts the bytes the body moved forward as received (for the
     /// transfer and the mirror). Returns what `f` said and those bytes.
     pub(crate) fn place(
         &mut self,
         placer: &mut Placer,
-        tr: &mut Transfer,
+        transfer: &mut Transfer,
         mirror: usize,
         f: impl FnOnce(&mut Placer, &mut Blocks<'_>) -> std::result::Result<Fed, PlaceError>,
     ) -> (std::result::Result<Fed, PlaceError>, u64) {
         let before = placer.pos();
         let r = f(placer, &mut self.blocks());
         let moved = placer.pos() - before;
-        if moved > 0 && tr.received == 0 && tr.refused_first {
+        if moved > 0 && transfer.received == 0 && transfer.refused_first {
             // (Turned away first: the time until its first body byte, for the summary.)
-            tr.waited = tr.started.elapsed();
+            transfer.waited = transfer.started.elapsed();
         }
-        tr.received += moved;
-        tr.mirrors[mirror].bytes += moved;
+        transfer.received += moved;
+        transfer.mirrors[mirror].bytes += moved;
         (r, moved)
     }
 

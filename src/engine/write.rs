@@ -56,10 +56,10 @@ impl Sink {
     ///
     /// # Errors
     /// A full submission queue, or a failed read of a device's tail for the padding.
-    pub(crate) fn flush(&mut self, ring: &LaneRing<'_>, tr: &mut Transfer) -> Result<Option<Error>> {
-        if tr.need_fallocate {
-            tr.need_fallocate = false;
-            if let Some(total) = tr.total.filter(|t| *t > 0 && tr.file) {
+    pub(crate) fn flush(&mut self, ring: &LaneRing<'_>, transfer: &mut Transfer) -> Result<Option<Error>> {
+        if transfer.need_fallocate {
+            transfer.need_fallocate = false;
+            if let Some(total) = transfer.total.filter(|t| *t > 0 && transfer.file) {
                 let op = Op::Fallocate {
                     fd: self.out_fd,
                     mode: 0,
@@ -70,11 +70,11 @@ impl Sink {
             }
         }
         while !self.to_write.is_empty() {
-            if tr.sequential && self.writes_in_flight > 0 {
+            if transfer.sequential && self.writes_in_flight > 0 {
                 break;
             }
-            if let Some(room) = tr.room()
-                && let Some(why) = self.beyond_room(tr, room)
+            if let Some(room) = transfer.room()
+                && let Some(why) = self.beyond_room(transfer, room)
             {
                 // Nothing past the device's end, and nothing at all of an image that
                 // cannot fit: what is queued is dropped (not counted as landed).
@@ -84,21 +84,21 @@ impl Sink {
             let Some(s) = self.slots.iter().position(Option::is_none) else {
                 break;
             };
-            self.submit_next(ring, tr, s)?;
+            self.submit_next(ring, transfer, s)?;
         }
         Ok(None)
     }
 
     /// Submits the first queued block as write slot `s`.
-    fn submit_next(&mut self, ring: &LaneRing<'_>, tr: &Transfer, s: usize) -> Result<()> {
+    fn submit_next(&mut self, ring: &LaneRing<'_>, transfer: &Transfer, s: usize) -> Result<()> {
         let mut wb = self.to_write.pop_front().expect("non-empty");
         let mut buf = wb.buf.take().expect("queued block has its buffer");
         let mut len = wb.fill;
-        if tr.direct && !(len as u64).is_multiple_of(tr.align) {
+        if transfer.direct && !(len as u64).is_multiple_of(transfer.align) {
             // Only the file's last block may be short: pad it, ftruncate fixes the size.
             // On a device the pad is what the device holds there (read first).
-            let padded = align_up(len as u64, tr.align) as usize;
-            match tr.room() {
+            let padded = align_up(len as u64, transfer.align) as usize;
+            match transfer.room() {
                 Some(room) => room.read_tail(room.base + wb.off + len as u64, &mut buf[len..padded])?,
                 None => buf[len..padded].fill(0),
             }
@@ -110,13 +110,13 @@ impl Sink {
         if let Some(d) = self.stream_digest.as_mut() {
             d.update(&buf[..wb.fill]);
         }
-        if tr.sequential {
+        if transfer.sequential {
             self.emitted += wb.fill as u64;
         }
-        let offset = if tr.sequential {
+        let offset = if transfer.sequential {
             u64::MAX
         } else {
-            tr.room().map_or(0, |r| r.base) + wb.off
+            transfer.room().map_or(0, |r| r.base) + wb.off
         };
         self.slots[s] = Some(WriteSlot {
             off: wb.off,
@@ -137,13 +137,13 @@ impl Sink {
     /// A block device's limit: an image whose known size exceeds the room (refused before
     /// its first write), or a block of an image of unknown size that would cross the
     /// device's end. The fatal error to raise, or `None`.
-    fn beyond_room(&self, tr: &Transfer, room: &Room) -> Option<Error> {
-        let what = &tr.out_name;
-        if let Some(total) = tr.total {
+    fn beyond_room(&self, transfer: &Transfer, room: &Room) -> Option<Error> {
+        let what = &transfer.out_name;
+        if let Some(total) = transfer.total {
             return room.refuse(total, what).map(|m| err!(LocalIo, "{m}"));
         }
         let wb = self.to_write.front()?;
-        let end = wb.off + align_up(wb.fill as u64, tr.align);
+        let end = wb.off + align_up(wb.fill as u64, transfer.align);
         // (What the device holds then is said once the transfer has ended, from the bytes
         // that landed: `app::fetch`.)
         (end > room.len).then(|| {
@@ -156,7 +156,7 @@ impl Sink {
         })
     }
 
-    /// The write of slot `s` completed (`c`): what landed is added to `tr.landed`; a short
+    /// The write of slot `s` completed (`c`): what landed is added to `transfer.landed`; a short
     /// write's rest is submitted again on `ring`.
     ///
     /// # Errors
@@ -164,7 +164,7 @@ impl Sink {
     pub(crate) fn write_done(
         &mut self,
         ring: &LaneRing<'_>,
-        tr: &mut Transfer,
+        transfer: &mut Transfer,
         s: usize,
         c: Completion,
     ) -> Result<Written> {
@@ -174,8 +174,8 @@ impl Sink {
             self.writes_in_flight -= 1;
             let e = rustix::io::Errno::from_raw_os_error(-c.result);
             let (what, hint) = if e == rustix::io::Errno::NOSPC {
-                let need = tr.total.map_or(0, |t| t.saturating_sub(tr.landed.bytes()));
-                ("disk full", tr.out.space_hint(need))
+                let need = transfer.total.map_or(0, |t| t.saturating_sub(transfer.landed.bytes()));
+                ("disk full", transfer.out.space_hint(need))
             } else {
                 ("write failed", String::new())
             };
@@ -188,7 +188,7 @@ impl Sink {
         }
         slot.done += c.result as usize;
         if c.result == 0 || slot.done < slot.len {
-            if c.result == 0 || (tr.direct && !(slot.done as u64).is_multiple_of(tr.align)) {
+            if c.result == 0 || (transfer.direct && !(slot.done as u64).is_multiple_of(transfer.align)) {
                 self.writes_in_flight -= 1;
                 return Ok(Written::Failed(err!(
                     LocalIo,
@@ -198,10 +198,10 @@ impl Sink {
                     slot.len
                 )));
             }
-            let offset = if tr.sequential {
+            let offset = if transfer.sequential {
                 u64::MAX
             } else {
-                tr.room().map_or(0, |r| r.base) + slot.off + slot.done as u64
+                transfer.room().map_or(0, |r| r.base) + slot.off + slot.done as u64
             };
             let range = slot.done..slot.len;
             let op = Op::Write {
@@ -215,18 +215,18 @@ impl Sink {
         }
         let slot = self.slots[s].take().expect("write slot in use");
         self.writes_in_flight -= 1;
-        tr.landed.add(slot.off, slot.off + slot.fill as u64);
+        transfer.landed.add(slot.off, slot.off + slot.fill as u64);
         drop(buf);
         Ok(Written::Landed)
     }
 
     /// While the transfer settles after a fatal error: the write of slot `s` completed
     /// with `res`; a whole write counts as landed, nothing is submitted again.
-    pub(crate) fn write_reaped(&mut self, tr: &mut Transfer, s: usize, res: i32) {
+    pub(crate) fn write_reaped(&mut self, transfer: &mut Transfer, s: usize, res: i32) {
         if let Some(slot) = self.slots[s].take() {
             self.writes_in_flight -= 1;
             if res >= 0 && slot.done + res as usize >= slot.len {
-                tr.landed.add(slot.off, slot.off + slot.fill as u64);
+                transfer.landed.add(slot.off, slot.off + slot.fill as u64);
             }
         }
     }
@@ -268,9 +268,9 @@ impl Sink {
     }
 
     /// A pipe → file SPLICE of `pipe` completed with `res`: what it moved is added to
-    /// `tr.landed`. Returns the error that ends the transfer when it failed or moved
+    /// `transfer.landed`. Returns the error that ends the transfer when it failed or moved
     /// nothing.
-    pub(crate) fn drained(&mut self, tr: &mut Transfer, pipe: &mut Pipe, res: i32) -> Option<Error> {
+    pub(crate) fn drained(&mut self, transfer: &mut Transfer, pipe: &mut Pipe, res: i32) -> Option<Error> {
         pipe.draining = false;
         if res <= 0 {
             let at = pipe.file_pos;
@@ -279,10 +279,10 @@ impl Sink {
             } else {
                 rustix::io::Errno::from_raw_os_error(-res).to_string()
             };
-            return Some(err!(LocalIo, "splice to {} at offset {at}: {e}", tr.out_name));
+            return Some(err!(LocalIo, "splice to {} at offset {at}: {e}", transfer.out_name));
         }
         let n = res as usize;
-        tr.landed.add(pipe.file_pos, pipe.file_pos + n as u64);
+        transfer.landed.add(pipe.file_pos, pipe.file_pos + n as u64);
         pipe.file_pos += n as u64;
         pipe.held -= n;
         None
@@ -290,10 +290,10 @@ impl Sink {
 
     /// While the transfer settles after a fatal error: a pipe → file SPLICE of `pipe`
     /// completed with `res`; what it moved counts as landed.
-    pub(crate) fn drain_reaped(tr: &mut Transfer, pipe: &mut Pipe, res: i32) {
+    pub(crate) fn drain_reaped(transfer: &mut Transfer, pipe: &mut Pipe, res: i32) {
         pipe.draining = false;
         if res > 0 {
-            tr.landed.add(pipe.file_pos, pipe.file_pos + res as u64);
+            transfer.landed.add(pipe.file_pos, pipe.file_pos + res as u64);
         }
     }
 }

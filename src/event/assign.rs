@@ -19,14 +19,14 @@ impl Loop<'_> {
             return Ok(false);
         }
         // The first request goes to the first mirror given that is left.
-        if !self.sh.tr.plan.is_planned() && self.probe_mirror() != Some(self.conns[i].mirror) {
+        if !self.shared.transfer.plan.is_planned() && self.probe_mirror() != Some(self.conns[i].mirror) {
             return Ok(false);
         }
-        let now = self.sh.tr.started.elapsed();
+        let now = self.shared.transfer.started.elapsed();
         let origin = self.conns[i].mirror;
-        let (seg, probe) = if let Some(next) = self.sh.tr.plan.next(now, origin) {
+        let (seg, probe) = if let Some(next) = self.shared.transfer.plan.next(now, origin) {
             next
-        } else if !self.sh.tr.plan.held(now, origin)
+        } else if !self.shared.transfer.plan.held(now, origin)
             && let Some(s) = self.steal(i)
         {
             (s, false)
@@ -35,7 +35,7 @@ impl Loop<'_> {
         };
         if self.conns[i].requests > 0 && self.stale(i) {
             // (The segment goes first to the next connection free: this one is gone.)
-            self.sh.tr.plan.requeue(seg, probe);
+            self.shared.transfer.plan.requeue(seg, probe);
             self.recycle(i)?;
             return Ok(false);
         }
@@ -53,14 +53,14 @@ impl Loop<'_> {
         let (k, served) = (c.mirror, c.requests);
         let quick = c.idle_since.is_some_and(|t| t.elapsed() < QUICK_CLOSE);
         let peek = c.peek_idle();
-        let origin = self.sh.origin_mut(k);
+        let origin = self.shared.origin_mut(k);
         origin.keeps = match peek {
             Peek::Closed if quick => origin.keeps.closed_after(served),
             Peek::Open => origin.keeps.served(served),
             Peek::Closed | Peek::Unusable => origin.keeps,
         };
         if peek != Peek::Open {
-            self.sh.report.note(Note::StaleClosed { conn: i });
+            self.shared.report.note(Note::StaleClosed { conn: i });
         }
         peek != Peek::Open
     }
@@ -70,16 +70,20 @@ impl Loop<'_> {
     /// A helper's part is split by its own idle connections too, and when its owner asks
     /// for some back ([`Loop::give_to_owner`]).
     pub(crate) fn steal_victim(&self, thief: Option<usize>) -> Option<(usize, u64)> {
-        if !self.sh.tr.plan.is_planned() || !self.sh.tr.ranges || self.sh.splice || self.sh.tr.sequential {
+        if !self.shared.transfer.plan.is_planned()
+            || !self.shared.transfer.ranges
+            || self.shared.splice
+            || self.shared.transfer.sequential
+        {
             return None;
         }
-        let align = self.sh.tr.align;
+        let align = self.shared.transfer.align;
         let busy = self.conns.iter().filter(|c| c.rx.job.is_some()).count().max(1);
         let ran = self.started.elapsed().as_secs_f64();
         let rate = if self.recent_rate > 0.0 {
             self.recent_rate
         } else if ran > 0.0 {
-            self.sh.tr.received as f64 / ran
+            self.shared.transfer.received as f64 / ran
         } else {
             0.0
         };
@@ -112,7 +116,7 @@ impl Loop<'_> {
     pub(crate) fn steal(&mut self, thief: usize) -> Option<Segment> {
         let (v, at) = self.steal_victim(Some(thief))?;
         let seg = self.split_off(v, at)?;
-        self.sh.report.note(Note::Steal {
+        self.shared.report.note(Note::Steal {
             conn: thief,
             from: v,
             first: seg.start,
@@ -136,29 +140,29 @@ impl Loop<'_> {
             grace: job.seg.grace,
         };
         job.seg.end = at;
-        self.sh.tr.steals += 1;
+        self.shared.transfer.steals += 1;
         Some(seg)
     }
 
     pub(crate) fn start_job(&mut self, i: usize, seg: Segment, probe: bool) {
         let c = &mut self.conns[i];
         let k = c.mirror;
-        if !self.sh.used[i] && c.requests > 0 {
+        if !self.shared.used[i] && c.requests > 0 {
             // A connection kept open from the transfer before, used here for the first
             // time: its TLS counts for this transfer's summary (it made no handshake).
             let kept = [c.tls.is_on(), c.tls.is_kernel(), c.tls.is_soft()].map(usize::from);
-            self.sh.tls_conns += kept[0];
-            self.sh.ktls_conns += kept[1];
-            self.sh.soft_conns += kept[2];
-            for (n, k) in self.sh.kept.iter_mut().zip(kept) {
+            self.shared.tls_conns += kept[0];
+            self.shared.ktls_conns += kept[1];
+            self.shared.soft_conns += kept[2];
+            for (n, k) in self.shared.kept.iter_mut().zip(kept) {
                 *n += k;
             }
         }
-        if !self.sh.used[i] {
+        if !self.shared.used[i] {
             // (Served in the transfer before, not yet in this one.)
             c.rx.served = false;
         }
-        self.sh.used[i] = true;
+        self.shared.used[i] = true;
         // A request on a connection that sat idle may meet the server's keep-alive close: a
         // failure before any byte then does not count as a try.
         c.idle_before = c.idle_since.map_or(Duration::ZERO, |t| t.elapsed());
@@ -172,34 +176,34 @@ impl Loop<'_> {
         c.capped = false;
         // The first request, and every request once ranges are known to work, asks for its
         // segment; a server without ranges gets a plain GET.
-        let range =
-            ((probe && !self.sh.tr.plain_get) || self.sh.tr.ranges).then(|| ByteRange::FromTo(seg.start, seg.end - 1));
+        let range = ((probe && !self.shared.transfer.plain_get) || self.shared.transfer.ranges)
+            .then(|| ByteRange::FromTo(seg.start, seg.end - 1));
         let mut req = Vec::with_capacity(256);
-        let mut extra: Vec<(&str, &str)> = self.sh.tr.mirrors[k]
+        let mut extra: Vec<(&str, &str)> = self.shared.transfer.mirrors[k]
             .headers
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect();
         // Fetch only if changed: the precondition goes with each mirror's first request.
-        let condition = (self.sh.tr.mirrors[k].standing == crate::transfer::mirror::Standing::Pending)
-            .then(|| self.sh.opts.condition.as_ref().map(http::Condition::field))
+        let condition = (self.shared.transfer.mirrors[k].standing == crate::transfer::mirror::Standing::Pending)
+            .then(|| self.shared.opts.condition.as_ref().map(http::Condition::field))
             .flatten();
         if let Some((name, value)) = &condition {
             extra.push((name, value));
         }
         let request = Request {
-            url: self.sh.url(k),
+            url: self.shared.url(k),
             range,
             user_agent: crate::control::USER_AGENT,
             extra_headers: &extra,
         };
-        match self.sh.origin(k).forwarding() {
+        match self.shared.origin(k).forwarding() {
             // Plain http through a proxy: absolute-form, with the proxy's credentials.
             Some(p) => http::write_proxied_request(&request, p.authorization.as_deref(), &mut req)
                 .expect("the program's own request and a checked authorization are valid"),
             None => request.write_to(&mut req),
         }
-        self.sh.report.note(Note::Request {
+        self.shared.report.note(Note::Request {
             conn: i,
             first: seg.start,
             last: seg.end.saturating_sub(1),
@@ -225,7 +229,7 @@ impl Loop<'_> {
 
     /// Work exists that an idle connection could take.
     pub(crate) fn wants_connection(&self) -> bool {
-        self.sh.tr.plan.has_work() || self.steal_victim(None).is_some()
+        self.shared.transfer.plan.has_work() || self.steal_victim(None).is_some()
     }
 
     /// `k` more connection slots (a transfer that started with fewer than it is worth,
@@ -240,7 +244,7 @@ impl Loop<'_> {
         while got < k {
             let Some(block) = pool.alloc() else { break };
             self.conns.push(Conn::new(block));
-            self.sh.used.push(false);
+            self.shared.used.push(false);
             self.reassign(self.conns.len() - 1);
             got += 1;
         }
@@ -254,13 +258,13 @@ impl Loop<'_> {
     /// Slots parked on origin `key`'s cap that a wake would make ask sooner: the index of
     /// the transfer's origin when it has one.
     pub(crate) fn parked_on(&self, key: &crate::control::origin::OriginKey) -> Option<usize> {
-        let o = (0..self.sh.origins.len()).find(|&o| self.fin.key(o) == key)?;
+        let o = (0..self.shared.origins.len()).find(|&o| self.end_state.key(o) == key)?;
         self.parked_at(o).then_some(o)
     }
 
     /// Whether any slot is parked on a cap of its origin, a wake would make it ask sooner.
     pub(crate) fn parked(&self) -> bool {
-        (0..self.sh.origins.len()).any(|o| self.parked_at(o))
+        (0..self.shared.origins.len()).any(|o| self.parked_at(o))
     }
 
     /// Whether a slot is parked on origin `o`'s cap, a wake would make it ask sooner.
@@ -301,12 +305,12 @@ impl Loop<'_> {
             && !c.dead
             && c.st == St::Closed
             && c.not_before.is_some_and(|t| t > earliest)
-            && self.sh.tr.mirrors[c.mirror].origin == o
+            && self.shared.transfer.mirrors[c.mirror].origin == o
     }
 
     /// Room for another connection: fewer slots opened one than [`crate::transfer::Transfer::wanted`].
     pub(crate) fn room(&self) -> bool {
-        self.conns.iter().filter(|c| c.engaged).count() < self.sh.tr.wanted
+        self.conns.iter().filter(|c| c.engaged).count() < self.shared.transfer.wanted
     }
 
     /// May slot `i` open a connection as far as the count goes: it opened one before (it
@@ -321,18 +325,18 @@ impl Loop<'_> {
     /// one away ([`Origin::allows`](crate::control::origin::Origin::allows), learned by
     /// this transfer or one before it). Slots to an origin are those of mirrors on it.
     pub(crate) fn origin_room(&self, k: usize) -> bool {
-        let origin = self.sh.tr.mirrors[k].origin;
-        let o = self.sh.origin(k);
+        let origin = self.shared.transfer.mirrors[k].origin;
+        let o = self.shared.origin(k);
         let open = self
             .conns
             .iter()
-            .filter(|c| c.engaged && !c.dead && self.sh.tr.mirrors[c.mirror].origin == origin)
+            .filter(|c| c.engaged && !c.dead && self.shared.transfer.mirrors[c.mirror].origin == origin)
             .count();
         // With the requests other transfers have on the wire to it (`Origin::others`).
         // `--max-connections-per-host` is shared out over the reactors (`--threads`): this
         // reactor's share counts only this ring's; what the server allows counts every
         // reactor's (`Origin::remote`).
-        o.cap(self.sh.opts.max_per_host)
+        o.cap(self.shared.opts.max_per_host)
             .may_open_one(open, o.others, o.elsewhere())
     }
 
@@ -350,12 +354,12 @@ impl Loop<'_> {
                 // Racing the next address (no address proven yet) is Happy Eyeballs; once
                 // one is, a deferred slot opens only when the download wants it.
                 let k = c.mirror;
-                let racing = !self.sh.origin(k).addr_proven;
+                let racing = !self.shared.origin(k).addr_proven;
                 if let Some(a) = self
                     .next_attempt(k)
                     .filter(|_| self.may_connect(i) && (racing || self.may_open(i)))
                 {
-                    self.sh.origin_mut(k).addr_next = a;
+                    self.shared.origin_mut(k).addr_next = a;
                     self.connect(i)?;
                 }
                 continue;
@@ -363,9 +367,9 @@ impl Loop<'_> {
             if c.busy() || c.dead || c.rx.job.is_some() || c.not_before.is_some_and(|t| t > Instant::now()) {
                 continue;
             }
-            let single = self.sh.tr.plan.is_planned() && !self.sh.tr.ranges;
+            let single = self.shared.transfer.plan.is_planned() && !self.shared.transfer.ranges;
             match c.st {
-                St::Open if single && self.sh.tr.plan.queued() == 0 => self.close(i),
+                St::Open if single && self.shared.transfer.plan.queued() == 0 => self.close(i),
                 St::Open if self.wants_connection() => {
                     self.after(i, Ok(()))?;
                 }

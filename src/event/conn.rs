@@ -43,7 +43,7 @@ impl Shared {
             opts,
             fatal,
             origins,
-            tr,
+            transfer,
             ktls,
             tls_full,
             tls_resumed,
@@ -56,7 +56,7 @@ impl Shared {
             sink,
             gave_up: None,
             origins,
-            tr,
+            transfer,
             ktls: *ktls,
             tls_full,
             tls_resumed,
@@ -74,7 +74,7 @@ impl Loop<'_> {
     pub(crate) fn connect(&mut self, i: usize) -> Result<()> {
         let c = &mut self.conns[i];
         let k = c.mirror;
-        let origin = &mut self.sh.origins[self.sh.tr.mirrors[k].origin];
+        let origin = &mut self.shared.origins[self.shared.transfer.mirrors[k].origin];
         // Every connection starts where the download's last good connect went (or, before
         // one, at the next address no connect has failed on yet): a family that fails is
         // paid for once, not once per connection.
@@ -108,7 +108,7 @@ impl Loop<'_> {
         c.input_end = 0;
         c.out.clear();
         c.last_io = Instant::now();
-        let timeout = Duration::from_secs_f64(self.sh.opts.connect_timeout_s);
+        let timeout = Duration::from_secs_f64(self.shared.opts.connect_timeout_s);
         self.ring
             .push_with_timeout(Op::Connect { fd: raw, addr }, Tag::Conn(i).encode(), timeout)
             .map_err(|_| err!(Internal, "submission queue full"))?;
@@ -139,7 +139,7 @@ impl Loop<'_> {
             .conns
             .iter()
             .any(|c| c.mirror == k && !c.deferred && !c.dead && c.not_before.is_some_and(|t| t > now));
-        self.sh.origin(k).next_attempt(&trying, backing_off, now)
+        self.shared.origin(k).next_attempt(&trying, backing_off, now)
     }
 
     /// Connection `i`'s operation completed (`cq`): the SEND, RECV, SPLICE or CONNECT it
@@ -213,7 +213,7 @@ impl Loop<'_> {
         }
         if op == InFlight::RecvDirect {
             let n = if res > 0 { res as usize } else { 0 };
-            self.sh.lend(&mut self.sink, |ctx| {
+            self.shared.lend(&mut self.sink, |ctx| {
                 with_placer(&mut c.rx, ctx, |p, blocks| {
                     p.recv_done(buf, n);
                     if n > 0 { p.settle(blocks) } else { Ok(Fed::More) }
@@ -270,7 +270,7 @@ impl Loop<'_> {
             .as_mut()
             .expect("the read block stays while a RECV into the write block is out");
         let mut opened = None;
-        let placed = self.sh.lend(&mut self.sink, |ctx| {
+        let placed = self.shared.lend(&mut self.sink, |ctx| {
             with_placer(rx, ctx, |p, blocks| {
                 let mut o = soft.open_in_block(p, blocks, buf, n, read, out);
                 let fed = std::mem::replace(&mut o.fed, Ok(Fed::More));
@@ -287,7 +287,7 @@ impl Loop<'_> {
             (*input_start, *input_end) = (0, k);
         }
         placed?;
-        self.sh.soft_rekeys += opened.rekeys;
+        self.shared.soft_rekeys += opened.rekeys;
         if let Some(e) = opened.failed {
             return Err(Fail::retry(e.kind, e.msg));
         }
@@ -315,7 +315,7 @@ impl Loop<'_> {
         let n = res as usize;
         let pipe = c.pipe.as_mut().expect("a splicing connection has a pipe");
         pipe.held += n;
-        self.sh.lend(&mut self.sink, |ctx| {
+        self.shared.lend(&mut self.sink, |ctx| {
             with_placer(&mut c.rx, ctx, |p, _| {
                 p.advance(n);
                 Ok(Fed::More)
@@ -323,7 +323,7 @@ impl Loop<'_> {
         })?;
         self.drain(i).map_err(|e| Fail::fatal(e.kind, e.msg))?;
         let rx = &mut self.conns[i].rx;
-        self.sh
+        self.shared
             .lend(&mut self.sink, |ctx| with_placer(rx, ctx, Placer::settle))?;
         Ok(())
     }
@@ -332,12 +332,12 @@ impl Loop<'_> {
     fn connect_done(&mut self, i: usize, res: i32) -> std::result::Result<(), Fail> {
         let c = &self.conns[i];
         let (k, mirror) = (c.addr, c.mirror);
-        let origin = self.sh.origin(mirror);
+        let origin = self.shared.origin(mirror);
         if res < 0 && c.cancel_sent && origin.addr_proven && origin.addr_next != k {
             // Another address answered first: this attempt was cancelled (RFC 8305 §5);
             // the connection goes where the winner went, and no try is spent.
             let (addr, winner) = (origin.addrs[k], origin.addrs[origin.addr_next]);
-            self.sh.report.note(Note::Abandoned { conn: i, addr, winner });
+            self.shared.report.note(Note::Abandoned { conn: i, addr, winner });
             // The slot goes back to the spares: `kick` opens it again only when the
             // download wants another connection.
             self.close(i);
@@ -348,14 +348,14 @@ impl Loop<'_> {
             return Err(self.connect_failed(i, res));
         }
         // The origin answers again: its connects start a new count.
-        self.sh.tr.mirrors[mirror].connects_failed = 0;
-        let origin = self.sh.origin_mut(mirror);
+        self.shared.transfer.mirrors[mirror].connects_failed = 0;
+        let origin = self.shared.origin_mut(mirror);
         if !origin.addr_proven {
             origin.addr_next = k;
             origin.addr_proven = true;
             let addr = origin.addrs[k];
             if k != 0 {
-                self.sh.report.note(Note::Connected {
+                self.shared.report.note(Note::Connected {
                     addr,
                     family: resolve::family(&addr),
                 });
@@ -368,11 +368,11 @@ impl Loop<'_> {
                 }
             }
         }
-        if self.sh.origin(mirror).tunnel() {
-            return start_tunnel(&mut self.conns[i], self.sh.origin(mirror), self.sh.url(mirror));
+        if self.shared.origin(mirror).tunnel() {
+            return start_tunnel(&mut self.conns[i], self.shared.origin(mirror), self.shared.url(mirror));
         }
         self.conns[i].st = St::Open;
-        start_tls(&mut self.conns[i], self.sh.origin(mirror))
+        start_tls(&mut self.conns[i], self.shared.origin(mirror))
     }
 
     /// Connection `i`'s CONNECT failed with `res`: why, and whether the server turned it
@@ -381,17 +381,20 @@ impl Loop<'_> {
     fn connect_failed(&mut self, i: usize, res: i32) -> Fail {
         let c = &mut self.conns[i];
         let k = c.addr;
-        let origin = &mut self.sh.origins[self.sh.tr.mirrors[c.mirror].origin];
+        let origin = &mut self.shared.origins[self.shared.transfer.mirrors[c.mirror].origin];
         let addr = origin.addrs[k];
         let n_addrs = origin.addrs.len();
         let e = errno(res);
-        c.addr_i += 1;
+        c.address_index += 1;
         let to = match &origin.proxy {
             Some(p) => format!("proxy {} ({addr})", p.url),
             None => addr.to_string(),
         };
         let mut msg = if e == rustix::io::Errno::CANCELED {
-            format!("connect to {to}: timed out after {} s", self.sh.opts.connect_timeout_s)
+            format!(
+                "connect to {to}: timed out after {} s",
+                self.shared.opts.connect_timeout_s
+            )
         } else {
             format!("connect to {to}: {e}")
         };
@@ -424,14 +427,14 @@ impl Loop<'_> {
         if e == rustix::io::Errno::CANCELED && c.cancel_sent {
             let mut f = Fail::retry(
                 Kind::Network,
-                format!("no data for {} s: connection reset", self.sh.opts.stall_timeout_s),
+                format!("no data for {} s: connection reset", self.shared.opts.stall_timeout_s),
             );
             f.stalled = true;
             return f;
         }
         let f = Fail::retry(
             Kind::Network,
-            format!("{what} from {}: {e}", self.sh.url(c.mirror).host()),
+            format!("{what} from {}: {e}", self.shared.url(c.mirror).host()),
         );
         // A reset before any byte of the response is how some servers turn away a
         // connection beyond their per-client limit.
@@ -450,7 +453,7 @@ impl Loop<'_> {
     /// Advances connection `i` until it has an operation in flight or nothing to do.
     pub(crate) fn drive(&mut self, i: usize) -> std::result::Result<(), Fail> {
         loop {
-            if self.sh.fatal.is_some() || self.sh.tr.redirect.is_some() {
+            if self.shared.fatal.is_some() || self.shared.transfer.redirect.is_some() {
                 return Ok(());
             }
             let c = &mut self.conns[i];
@@ -466,7 +469,7 @@ impl Loop<'_> {
                 // Input held back by an empty write pool goes first.
                 let rx = &mut c.rx;
                 if self
-                    .sh
+                    .shared
                     .lend(&mut self.sink, |ctx| with_placer(rx, ctx, Placer::retry_spill))?
                     == Fed::Blocked
                 {
@@ -515,14 +518,21 @@ impl Loop<'_> {
         // origin go through the same proxy: their tunnels are open too. A helper
         // whose first tunnel was refused while the owner's two were served took
         // it for a proxy that refuses every tunnel: its parts failed 5 times.)
-        let others_open = self.sh.origin(k).elsewhere() > 0
+        let others_open = self.shared.origin(k).elsewhere() > 0
             || self
                 .conns
                 .iter()
                 .enumerate()
                 .any(|(j, o)| j != i && o.mirror == k && matches!(o.st, St::Open | St::Tunnel));
-        let (origin, url) = (self.sh.origin(k), self.sh.url(k));
-        match tunnel_answer(&mut self.conns[i], i, origin, url, self.sh.opts.verbose, others_open)? {
+        let (origin, url) = (self.shared.origin(k), self.shared.url(k));
+        match tunnel_answer(
+            &mut self.conns[i],
+            i,
+            origin,
+            url,
+            self.shared.opts.verbose,
+            others_open,
+        )? {
             Tunnel::NeedMore => {
                 self.post_recv(i)?;
                 return Ok(Drive::Stop);
@@ -545,16 +555,18 @@ impl Loop<'_> {
         let pumped = match &c.tls {
             Tls::Rustls(_) | Tls::RustlsKept(_) => {
                 let tls_info = &mut self.tls_info;
-                self.sh.lend(&mut self.sink, |ctx| pump_tls(c, ctx, tls_info))?
+                self.shared.lend(&mut self.sink, |ctx| pump_tls(c, ctx, tls_info))?
             }
-            Tls::Soft(_) => match self.sh.lend(&mut self.sink, |ctx| pump_soft(c, ctx))? {
+            Tls::Soft(_) => match self.shared.lend(&mut self.sink, |ctx| pump_soft(c, ctx))? {
                 Pumped::HandOff => Pumped::NeedData,
                 p => p,
             },
             Tls::Off | Tls::Kernel(_) if c.input_start < c.input_end => {
                 let rbuf = c.rbuf.take().expect("idle connection holds its read block");
                 let (lo, hi) = (c.input_start, c.input_end);
-                let r = self.sh.lend(&mut self.sink, |ctx| feed(&mut c.rx, ctx, &rbuf[lo..hi]));
+                let r = self
+                    .shared
+                    .lend(&mut self.sink, |ctx| feed(&mut c.rx, ctx, &rbuf[lo..hi]));
                 c.rbuf = Some(rbuf);
                 c.input_start = c.input_end;
                 r?;
@@ -625,8 +637,8 @@ impl Loop<'_> {
                 "connection closed without TLS close_notify: the body may be truncated",
             )),
             Some(Delimiter::Close) => {
-                self.sh.tr.total = Some(job.placer.pos());
-                self.sh.lend(&mut self.sink, |ctx| finish_job(&mut c.rx, ctx));
+                self.shared.transfer.total = Some(job.placer.pos());
+                self.shared.lend(&mut self.sink, |ctx| finish_job(&mut c.rx, ctx));
                 self.recycle(i)
             }
             Some(Delimiter::Length(rem)) => Err(Fail::retry(

@@ -61,7 +61,7 @@ pub struct Start {
 }
 
 /// What only the end of a transfer needs.
-pub(crate) struct Fin {
+pub(crate) struct EndState {
     out: Rc<Output>,
     resuming: bool,
     ring: RingFacts,
@@ -272,7 +272,7 @@ pub(crate) fn start_on<'c>(
     let take = if alone { n } else { m.min(n) };
     let (conns, tls_info) = connection_slots(reactor, &all, take, (engine, ktls), &rpool, n);
     let ring_facts = RingFacts::of(reactor, &ring, &out, alone, &mut report);
-    let tr = Transfer::new(
+    let transfer = Transfer::new(
         &out,
         resume,
         all.mirrors,
@@ -284,7 +284,7 @@ pub(crate) fn start_on<'c>(
     let stream_digest = opts.checksum.as_ref().filter(|_| out.sequential);
     let stream_digest = stream_digest.map(|c| ring::digest::Context::new(c.algorithm));
     let pace = opts.limit_rate.map(|r| Bucket::new(r, Duration::ZERO));
-    let sh = Shared {
+    let shared = Shared {
         report,
         opts,
         fatal: None,
@@ -301,15 +301,15 @@ pub(crate) fn start_on<'c>(
         tls_resumed: 0,
         used: vec![false; n],
         origins: all.origins,
-        tr,
+        transfer,
     };
     // (This run holds the `.part`'s lock: a control file there now is the one it resumes
     // from, or its own last save before a redirect.)
     let control_id = control.as_deref().and_then(crate::output::resume::id_of);
-    let mut dl = Loop {
+    let mut transfer_loop = Loop {
         ring,
         conns,
-        sh,
+        shared,
         sink: Sink::new(wpool, out.fd.as_raw_fd(), wcount, stream_digest, pace),
         started: Instant::now(),
         tls_info,
@@ -326,7 +326,7 @@ pub(crate) fn start_on<'c>(
         recent_rate: 0.0,
         rate_mark: (Instant::now(), 0),
         last_sync: Instant::now(),
-        fin: Fin {
+        end_state: EndState {
             out,
             resuming,
             ring: ring_facts,
@@ -336,16 +336,16 @@ pub(crate) fn start_on<'c>(
             synced: None,
         },
     };
-    match dl.begin(reactor, signals) {
-        Ok(()) => Ok(dl),
+    match transfer_loop.begin(reactor, signals) {
+        Ok(()) => Ok(transfer_loop),
         Err(e) => Err(Box::new((
             e,
-            std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)),
+            std::mem::replace(&mut transfer_loop.shared.report, Progress::new(true, 0)),
         ))),
     }
 }
 
-impl Fin {
+impl EndState {
     /// The key of the transfer's origin `o`.
     pub(crate) fn key(&self, o: usize) -> &OriginKey {
         &self.keys[o]
@@ -402,7 +402,7 @@ impl Loop<'_> {
         // (`kick`: as many as the size is worth, see `Transfer::wanted`). One name with
         // several addresses: the first connect goes alone; another races the next address
         // after its head start (RFC 8305 §5).
-        let m = self.sh.tr.mirrors.len();
+        let m = self.shared.transfer.mirrors.len();
         let mut started: Vec<bool> = (0..m)
             .map(|k| self.conns.iter().any(|c| c.mirror == k && c.st == St::Open))
             .collect();

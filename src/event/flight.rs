@@ -15,8 +15,8 @@ impl Loop<'_> {
     /// its size is known, then those it may open (and at least those open).
     pub(crate) fn held(&self, n: usize) -> usize {
         let open = self.conns.iter().filter(|c| c.st != St::Closed).count();
-        if self.sh.tr.total.is_some() {
-            self.sh.tr.wanted.min(n).max(open)
+        if self.shared.transfer.total.is_some() {
+            self.shared.transfer.wanted.min(n).max(open)
         } else {
             n
         }
@@ -29,7 +29,7 @@ impl Loop<'_> {
         if !self.wants_connection() {
             return None;
         }
-        let single = self.sh.tr.plan.is_planned() && !self.sh.tr.ranges;
+        let single = self.shared.transfer.plan.is_planned() && !self.shared.transfer.ranges;
         if single && self.conns.iter().any(|c| c.st != St::Closed) {
             return None;
         }
@@ -45,7 +45,7 @@ impl Loop<'_> {
                 && self.may_connect(i)
                 && self.may_open(i)
         })?;
-        Some((i, self.sh.tr.mirrors[self.conns[i].mirror].origin))
+        Some((i, self.shared.transfer.mirrors[self.conns[i].mirror].origin))
     }
 
     /// Slot `i` takes `conn`, a connection another transfer left open and idle to the same
@@ -55,7 +55,7 @@ impl Loop<'_> {
         conn.engaged = true;
         self.conns[i] = conn;
         // (Its requests are counted for this transfer from now on.)
-        self.sh.used[i] = false;
+        self.shared.used[i] = false;
     }
 
     /// A resume of this transfer could spread over other reactors ([`Flight::ranged`]): its
@@ -63,27 +63,27 @@ impl Loop<'_> {
     /// and it fetches the whole file (not a part of another reactor's), in any order, at
     /// its own pace, with no failure pending.
     pub(crate) fn may_resume_spread(&self) -> bool {
-        let tr = &self.sh.tr;
-        tr.plan.is_planned()
-            && tr.ranges
-            && tr.file
-            && !tr.sequential
-            && !tr.plain_get
-            && !tr.changed
-            && tr.validator.is_some()
-            && tr.total.is_some()
-            && tr.room().is_none()
-            && tr.part.is_none()
-            && self.sh.fatal.is_none()
+        let transfer = &self.shared.transfer;
+        transfer.plan.is_planned()
+            && transfer.ranges
+            && transfer.file
+            && !transfer.sequential
+            && !transfer.plain_get
+            && !transfer.changed
+            && transfer.validator.is_some()
+            && transfer.total.is_some()
+            && transfer.room().is_none()
+            && transfer.part.is_none()
+            && self.shared.fatal.is_none()
     }
 
     /// What the run's progress line shows of this transfer.
     pub(crate) fn flight(&self) -> Flight {
         Flight {
-            name: Flight::name_of(&self.sh.tr.out_name),
-            have: self.sh.tr.landed.bytes(),
-            total: self.sh.tr.total,
-            fetched: self.sh.tr.received,
+            name: Flight::name_of(&self.shared.transfer.out_name),
+            have: self.shared.transfer.landed.bytes(),
+            total: self.shared.transfer.total,
+            fetched: self.shared.transfer.received,
             live: self.conns.iter().filter(|c| c.rx.job.is_some()).count()
                 + self.remote.as_ref().map_or(0, Remote::serving),
             ranged: self.may_resume_spread(),

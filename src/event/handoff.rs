@@ -29,8 +29,8 @@ impl Loop<'_> {
     /// Keeps connection `i` in rustls (same bytes, with its copies): `note` says why under
     /// `-v`, `why` goes to the summary.
     fn stay_in_rustls(&mut self, i: usize, tls: Box<UnbufferedClientConnection>, note: Note, why: String) {
-        self.sh.report.note(note);
-        self.sh.ktls_refused.get_or_insert(why);
+        self.shared.report.note(note);
+        self.shared.ktls_refused.get_or_insert(why);
         self.conns[i].tls = Tls::RustlsKept(tls);
     }
 
@@ -58,8 +58,8 @@ impl Loop<'_> {
         let soft =
             SoftTls::new(version, tx, rx, kconn).map_err(|e| Fail::retry(Kind::Tls, format!("TLS hand-off: {e}")))?;
         self.conns[i].tls = Tls::Soft(Box::new(soft));
-        self.sh.soft_conns += 1;
-        self.sh.report.note(Note::SoftOn { conn: i });
+        self.shared.soft_conns += 1;
+        self.shared.report.note(Note::SoftOn { conn: i });
         Ok(())
     }
 
@@ -69,8 +69,8 @@ impl Loop<'_> {
     /// the software record layer takes the secrets instead (unless `RINGDL_SOFT_TLS=0`).
     pub(crate) fn hand_off(&mut self, i: usize) -> std::result::Result<(), Fail> {
         use std::os::fd::AsFd;
-        self.sh.tls_conns += 1;
-        if !self.sh.ktls {
+        self.shared.tls_conns += 1;
+        if !self.shared.ktls {
             return self.hand_off_soft(i);
         }
         let c = &mut self.conns[i];
@@ -105,8 +105,8 @@ impl Loop<'_> {
         }
         c.tls = Tls::Kernel(Box::new(kconn));
         c.out = std::mem::take(&mut c.pending_request);
-        self.sh.ktls_conns += 1;
-        self.sh.report.note(Note::KtlsOn { conn: i });
+        self.shared.ktls_conns += 1;
+        self.shared.report.note(Note::KtlsOn { conn: i });
         Ok(())
     }
 
@@ -177,7 +177,7 @@ impl Loop<'_> {
                     match m.typ {
                         ktls::handshake_type::NEW_SESSION_TICKET => {
                             let res = c.tls.kernel_mut().map(|k| k.handle_new_session_ticket(m.body));
-                            self.sh.report.note(Note::Ticket {
+                            self.shared.report.note(Note::Ticket {
                                 conn: i,
                                 ignored: res.and_then(|r| r.err()).map(|e| e.to_string()),
                             });
@@ -189,8 +189,8 @@ impl Loop<'_> {
                             let kconn = c.tls.kernel_mut().expect("a kTLS record comes from a kTLS connection");
                             match ktls_rekey(fd, kconn, m.body) {
                                 Ok(tx) => {
-                                    self.sh.ktls_rekeys += 1;
-                                    self.sh.report.note(Note::Rekeyed { conn: i, tx });
+                                    self.shared.ktls_rekeys += 1;
+                                    self.shared.report.note(Note::Rekeyed { conn: i, tx });
                                 }
                                 Err(why) => {
                                     return Err(Fail::retry(

@@ -25,14 +25,14 @@ impl Loop<'_> {
         if !self.part.as_ref().is_some_and(PartLink::asked) {
             return;
         }
-        let now = self.sh.tr.started.elapsed();
-        let queued: u64 = self.sh.tr.plan.segments().map(|s| s.end - s.start).sum();
-        let taken = if self.sh.fatal.is_some() || !self.sh.tr.plan.is_planned() {
+        let now = self.shared.transfer.started.elapsed();
+        let queued: u64 = self.shared.transfer.plan.segments().map(|s| s.end - s.start).sum();
+        let taken = if self.shared.fatal.is_some() || !self.shared.transfer.plan.is_planned() {
             None
         } else if queued > 0 {
             // (Contiguous: the owner queues what it is given as one segment.)
-            self.sh
-                .tr
+            self.shared
+                .transfer
                 .plan
                 .take_back(queued.div_ceil(2), now, false)
                 .map(|t| (t.start, t.end, t.tries))
@@ -42,8 +42,8 @@ impl Loop<'_> {
                 .map(|s| (s.start, s.end, s.tries))
         };
         if let Some((first, end, _)) = taken {
-            self.sh.tr.landed.add(first, end);
-            self.sh.report.note(Note::GaveBack { first, last: end - 1 });
+            self.shared.transfer.landed.add(first, end);
+            self.shared.report.note(Note::GaveBack { first, last: end - 1 });
         }
         if let Some(p) = self.part.as_mut() {
             p.tell_gave(taken.map(|t| (t.0, t.1)), taken.map_or(0, |t| t.2));
@@ -83,7 +83,7 @@ impl Loop<'_> {
             return;
         }
         self.posted_stop();
-        let Some(w) = self.whole.as_ref().filter(|_| self.sh.fatal.is_none()) else {
+        let Some(w) = self.whole.as_ref().filter(|_| self.shared.fatal.is_none()) else {
             return;
         };
         let wake = w.posted.wake.swap(false, Ordering::AcqRel);
@@ -93,26 +93,31 @@ impl Loop<'_> {
         let told = w.told;
         if wake {
             // (One place freed: its one slot asks.)
-            for o in 0..self.sh.origins.len() {
+            for o in 0..self.shared.origins.len() {
                 self.wake_parked(o, 1);
             }
         }
         // (Room for a transfer that can use it: served in ranges, with work for another
         // connection, within what its ring was sized for.)
         let room = most.saturating_sub(self.conns.len());
-        let pool = pool.filter(|_| self.sh.tr.ranges && self.wants_connection() && room > 0);
+        let pool = pool.filter(|_| self.shared.transfer.ranges && self.wants_connection() && room > 0);
         if let Some(pool) = pool {
             // Room other files left: more slots, and as many more it may open (its `-x`
             // was the slots it started with; what its bytes are worth still bounds them).
             self.grow(more.min(room), &pool);
-            let left = self.sh.tr.total.unwrap_or(0).saturating_sub(self.sh.tr.landed.bytes());
+            let left = self
+                .shared
+                .transfer
+                .total
+                .unwrap_or(0)
+                .saturating_sub(self.shared.transfer.landed.bytes());
             let worth = crate::schedule::connections_for(
                 left,
-                self.sh.opts.min_split_size,
+                self.shared.opts.min_split_size,
                 self.conns.len(),
-                self.sh.tr.mirrors.len(),
+                self.shared.transfer.mirrors.len(),
             );
-            self.sh.tr.wanted = self.sh.tr.wanted.max(worth);
+            self.shared.transfer.wanted = self.shared.transfer.wanted.max(worth);
         }
         // (A slot parked on the cap is told at once: a wake the run's reactor deals out
         // when another file ends goes to parked files, served-nothing ones first.)
@@ -179,13 +184,13 @@ impl Loop<'_> {
                 .map(|e| -e.raw_os_error())
                 .contains(&c.result);
             return match c.buf {
-                Some(buf) if again && self.sh.fatal.is_none() => self.arm_nudge(buf),
+                Some(buf) if again && self.shared.fatal.is_none() => self.arm_nudge(buf),
                 _ => Ok(()),
             };
         }
         self.posted_stop();
         match c.buf {
-            Some(buf) if self.sh.fatal.is_none() => self.arm_nudge(buf),
+            Some(buf) if self.shared.fatal.is_none() => self.arm_nudge(buf),
             _ => Ok(()),
         }
     }
@@ -193,13 +198,13 @@ impl Loop<'_> {
     /// A stop posted to this loop's part (its owner ended the transfer) or placed
     /// transfer (a signal, or the run's failure) ends it as `Interrupted`.
     pub(crate) fn posted_stop(&mut self) {
-        if self.sh.fatal.is_some() {
+        if self.shared.fatal.is_some() {
             return;
         }
         if self.part.as_ref().is_some_and(PartLink::stopped) {
-            self.sh.fatal = Some(err!(Interrupted, "the reactor that owns the transfer ended it"));
+            self.shared.fatal = Some(err!(Interrupted, "the reactor that owns the transfer ended it"));
         } else if let Some(name) = self.whole.as_ref().and_then(|w| w.posted.stop.get()) {
-            self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
+            self.shared.fatal = Some(err!(Interrupted, "interrupted by {name}"));
         }
     }
 }

@@ -41,12 +41,16 @@ pub struct MirrorRoute {
 impl Loop<'_> {
     /// How many addresses mirror `k`'s origin has.
     pub(crate) fn addr_count(&self, k: usize) -> usize {
-        self.sh.origin(k).addrs.len()
+        self.shared.origin(k).addrs.len()
     }
 
     /// The mirror the first request goes to: the first one given that is not dropped.
     pub(crate) fn probe_mirror(&self) -> Option<usize> {
-        self.sh.tr.mirrors.iter().position(|m| m.standing != Standing::Dropped)
+        self.shared
+            .transfer
+            .mirrors
+            .iter()
+            .position(|m| m.standing != Standing::Dropped)
     }
 
     /// A failure of `kind` on mirror `k` drops that mirror instead of failing the
@@ -54,8 +58,8 @@ impl Loop<'_> {
     /// (not the disk's, not an interrupt).
     pub(crate) fn drops_mirror(&self, k: usize, kind: Kind) -> bool {
         let left = self
-            .sh
-            .tr
+            .shared
+            .transfer
             .mirrors
             .iter()
             .enumerate()
@@ -67,7 +71,7 @@ impl Loop<'_> {
     /// Leaves mirror `k` out: says why, moves its connections (and their unfinished
     /// segments) to the mirrors left.
     pub(crate) fn drop_mirror(&mut self, k: usize, why: String, hint: &'static str) -> Result<()> {
-        let m = &mut self.sh.tr.mirrors[k];
+        let m = &mut self.shared.transfer.mirrors[k];
         if m.standing == Standing::Dropped {
             return Ok(());
         }
@@ -75,8 +79,8 @@ impl Loop<'_> {
         m.dropped = Some(why.clone());
         let url = m.url.clone();
         // What a dropped mirror served differently is no change of the file.
-        self.sh.tr.changed = false;
-        self.sh.report.note(Note::MirrorDropped { url, why, hint });
+        self.shared.transfer.changed = false;
+        self.shared.report.note(Note::MirrorDropped { url, why, hint });
         self.discard_queued(k);
         for j in 0..self.conns.len() {
             if self.conns[j].mirror == k {
@@ -107,15 +111,15 @@ impl Loop<'_> {
         if let Some(mut job) = self.conns[j].rx.job.take() {
             let piped = self.conns[j].pipe.as_ref().is_some_and(|p| !p.is_idle());
             let from = if piped {
-                let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
+                let trim = self.shared.transfer.direct.then_some(self.shared.transfer.align);
                 self.sink.release(&mut job.placer, trim)
             } else {
                 job.placer.discard()
             };
-            self.sh
-                .tr
+            self.shared
+                .transfer
                 .plan
-                .requeue(job.seg.released(from, self.sh.tr.ranges), job.probe);
+                .requeue(job.seg.released(from, self.shared.transfer.ranges), job.probe);
         }
         self.drain(j)?;
         self.close(j);
@@ -141,7 +145,7 @@ impl Loop<'_> {
         });
         dropped.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
         for (start, end) in dropped {
-            self.sh.tr.plan.requeue(
+            self.shared.transfer.plan.requeue(
                 Segment {
                     start,
                     end,
@@ -156,7 +160,7 @@ impl Loop<'_> {
     /// Moves closed connection `j` to the mirror left with the fewest connections (the
     /// first given on a tie); with none left it stays dead.
     pub(crate) fn reassign(&mut self, j: usize) {
-        let counts: Vec<usize> = (0..self.sh.tr.mirrors.len())
+        let counts: Vec<usize> = (0..self.shared.transfer.mirrors.len())
             .map(|k| {
                 self.conns
                     .iter()
@@ -166,8 +170,8 @@ impl Loop<'_> {
             })
             .collect();
         let to = self
-            .sh
-            .tr
+            .shared
+            .transfer
             .mirrors
             .iter()
             .enumerate()
@@ -181,7 +185,7 @@ impl Loop<'_> {
                 c.dead = false;
                 c.deferred = false;
                 c.capped = false;
-                c.addr_i = 0;
+                c.address_index = 0;
                 c.failures = 0;
                 c.not_before = None;
             }
@@ -193,8 +197,8 @@ impl Loop<'_> {
     /// drop the mirror once `--max-tries` such tries came in a row and another mirror is
     /// left. A try that moved bytes forward starts the count again.
     pub(crate) fn mirror_failing(&mut self, k: usize, counted: bool, f: &crate::control::Fail) -> Option<String> {
-        let max = self.sh.opts.max_tries;
-        let m = &mut self.sh.tr.mirrors[k];
+        let max = self.shared.opts.max_tries;
+        let m = &mut self.shared.transfer.mirrors[k];
         m.failures = if counted { m.failures + 1 } else { 0 };
         let failures = m.failures;
         (failures >= max && self.drops_mirror(k, f.kind))
@@ -205,13 +209,13 @@ impl Loop<'_> {
     /// one was dropped, that none is left.
     pub(crate) fn no_mirror_left(&self, msg: String) -> String {
         let left = self
-            .sh
-            .tr
+            .shared
+            .transfer
             .mirrors
             .iter()
             .filter(|m| m.standing != Standing::Dropped)
             .count();
-        if self.sh.tr.mirrors.len() < 2 || left > 1 {
+        if self.shared.transfer.mirrors.len() < 2 || left > 1 {
             return msg;
         }
         format!("{msg}; no mirror left (the others were dropped)")
@@ -224,11 +228,11 @@ impl Loop<'_> {
 
     /// What each mirror served, for the summary (empty with one URL).
     pub(crate) fn mirror_reports(&self) -> Vec<MirrorReport> {
-        if self.sh.tr.mirrors.len() < 2 {
+        if self.shared.transfer.mirrors.len() < 2 {
             return Vec::new();
         }
-        self.sh
-            .tr
+        self.shared
+            .transfer
             .mirrors
             .iter()
             .map(|m| MirrorReport {

@@ -30,7 +30,7 @@ mod writer;
 
 pub use crate::report::Summary;
 pub use ends::Start;
-pub(crate) use ends::{Fin, end, start_on};
+pub(crate) use ends::{EndState, end, start_on};
 pub use reactor::Reactor;
 
 use std::path::PathBuf;
@@ -126,7 +126,7 @@ pub(crate) struct Shared {
     /// The origins the mirrors are fetched from (each mirror names its own).
     pub(crate) origins: Vec<Origin>,
     /// The file being fetched.
-    pub(crate) tr: Transfer,
+    pub(crate) transfer: Transfer,
 }
 
 /// One transfer's loop: its connections, what they share, and its data path.
@@ -134,9 +134,9 @@ pub(crate) struct Loop<'a> {
     /// This transfer's lane of the reactor's ring.
     pub(crate) ring: LaneRing<'a>,
     pub(crate) conns: Vec<Conn>,
-    pub(crate) sh: Shared,
+    pub(crate) shared: Shared,
     /// What only the transfer's end needs.
-    pub(crate) fin: Fin,
+    pub(crate) end_state: EndState,
     /// The data path: write pool, queued blocks, writes in flight, the output, the pace.
     pub(crate) sink: Sink,
     pub(crate) started: Instant,
@@ -171,17 +171,17 @@ pub(crate) struct Loop<'a> {
 impl Shared {
     /// Mirror `k`'s URL.
     pub(crate) fn url(&self, k: usize) -> &Url {
-        &self.tr.mirrors[k].target
+        &self.transfer.mirrors[k].target
     }
 
     /// Mirror `k`'s origin.
     pub(crate) fn origin(&self, k: usize) -> &Origin {
-        &self.origins[self.tr.mirrors[k].origin]
+        &self.origins[self.transfer.mirrors[k].origin]
     }
 
     /// Mirror `k`'s origin, to update its Happy Eyeballs state.
     pub(crate) fn origin_mut(&mut self, k: usize) -> &mut Origin {
-        &mut self.origins[self.tr.mirrors[k].origin]
+        &mut self.origins[self.transfer.mirrors[k].origin]
     }
 }
 
@@ -221,11 +221,11 @@ impl Loop<'_> {
         {
             return Some(Err(e));
         }
-        if let Some(e) = self.sh.fatal.take() {
+        if let Some(e) = self.shared.fatal.take() {
             return Some(Err(e));
         }
-        if let Some(u) = self.sh.tr.redirect.take() {
-            return Some(Ok(Some((self.sh.tr.redirect_mirror, u))));
+        if let Some(u) = self.shared.transfer.redirect.take() {
+            return Some(Ok(Some((self.shared.transfer.redirect_mirror, u))));
         }
         self.finished().then_some(Ok(None))
     }
@@ -278,7 +278,7 @@ impl Loop<'_> {
             .iter()
             .filter(|c| {
                 c.st == St::Open
-                    && self.sh.tr.mirrors[c.mirror].origin == o
+                    && self.shared.transfer.mirrors[c.mirror].origin == o
                     && c.rx
                         .job
                         .as_ref()
@@ -289,7 +289,7 @@ impl Loop<'_> {
 
     /// All segments fetched and written.
     pub(crate) fn finished(&self) -> bool {
-        self.sh.tr.plan.is_drained()
+        self.shared.transfer.plan.is_drained()
             && self
                 .conns
                 .iter()
@@ -324,16 +324,16 @@ impl Loop<'_> {
                 let e = errno(c.result);
                 if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
                     // (EFBIG: larger than the file system allows a file; no space freed helps.)
-                    let total = self.sh.tr.total.unwrap_or(0);
+                    let total = self.shared.transfer.total.unwrap_or(0);
                     let hint = if e == rustix::io::Errno::NOSPC {
-                        let need = total.saturating_sub(self.sh.tr.landed.bytes());
-                        self.sh.tr.out.space_hint(need)
+                        let need = total.saturating_sub(self.shared.transfer.landed.bytes());
+                        self.shared.transfer.out.space_hint(need)
                     } else {
                         String::new()
                     };
-                    self.sh.fatal = Some(err!(LocalIo, "not enough space for {total} bytes: {e}{hint}"));
+                    self.shared.fatal = Some(err!(LocalIo, "not enough space for {total} bytes: {e}{hint}"));
                 } else {
-                    self.sh.report.note(Note::NoPreallocation { why: e.to_string() });
+                    self.shared.report.note(Note::NoPreallocation { why: e.to_string() });
                 }
             }
             Some(Tag::Control) => {
@@ -342,7 +342,7 @@ impl Loop<'_> {
                     self.save_control(snap);
                 }
             }
-            Some(Tag::Fsync(0)) => self.fin.synced = Some(c.result),
+            Some(Tag::Fsync(0)) => self.end_state.synced = Some(c.result),
             Some(Tag::Mail) if c.result >= 0 => self.on_mail(c.buf)?,
             Some(Tag::Mail) => {
                 return Err(err!(LocalIo, "reading the reactors' eventfd: {}", errno(c.result)));
@@ -350,7 +350,7 @@ impl Loop<'_> {
             Some(Tag::Nudge) => self.on_nudge(c)?,
             Some(Tag::Signal) => {
                 let name = crate::tag::signal_name(c.buf.as_deref());
-                self.sh.fatal = Some(err!(Interrupted, "interrupted by {name}"));
+                self.shared.fatal = Some(err!(Interrupted, "interrupted by {name}"));
             }
             _ => {}
         }
@@ -359,7 +359,7 @@ impl Loop<'_> {
 
     /// Handles a connection's failure, or drives it on.
     pub(crate) fn after(&mut self, i: usize, r: std::result::Result<(), Fail>) -> Result<()> {
-        if self.sh.tr.mirrors[self.conns[i].mirror].standing == crate::transfer::mirror::Standing::Dropped {
+        if self.shared.transfer.mirrors[self.conns[i].mirror].standing == crate::transfer::mirror::Standing::Dropped {
             // A completion that was in the ring when the mirror was dropped: nothing it
             // brought is placed (a response head is not even parsed), see `release_conn`.
             return self.release_conn(i);

@@ -242,19 +242,19 @@ impl Loop<'_> {
     /// Gives each free helper a part of the queue, once the first answer planned it (a
     /// regular file served in ranges, no failure pending).
     pub(crate) fn hand_out(&mut self) -> Result<()> {
-        let tr = &self.sh.tr;
+        let transfer = &self.shared.transfer;
         if self.remote.is_none()
-            || !tr.plan.is_planned()
-            || !tr.ranges
-            || !tr.file
-            || tr.plain_get
-            || self.sh.fatal.is_some()
+            || !transfer.plan.is_planned()
+            || !transfer.ranges
+            || !transfer.file
+            || transfer.plain_get
+            || self.shared.fatal.is_some()
         {
             return Ok(());
         }
-        let now = tr.started.elapsed();
-        let remaining = tr.total.unwrap_or(0).saturating_sub(tr.landed.bytes());
-        let (min_split, own) = (self.sh.opts.min_split_size, tr.wanted);
+        let now = transfer.started.elapsed();
+        let remaining = transfer.total.unwrap_or(0).saturating_sub(transfer.landed.bytes());
+        let (min_split, own) = (self.shared.opts.min_split_size, transfer.wanted);
         let opened = self.conns.iter().filter(|c| c.engaged).count();
         let Some(r) = self.remote.as_mut() else {
             return Ok(());
@@ -267,7 +267,7 @@ impl Loop<'_> {
             let all = crate::schedule::connections_for(remaining, min_split, r.shares.iter().sum(), 1);
             let split = shares(all, r.shares.len());
             let mine = split[0].max(opened).min(own);
-            self.sh.tr.wanted = mine;
+            self.shared.transfer.wanted = mine;
             let mut left = all.saturating_sub(mine);
             r.allot = Some(
                 (1..r.shares.len())
@@ -279,7 +279,7 @@ impl Loop<'_> {
                     .collect(),
             );
         }
-        let tr = &self.sh.tr;
+        let transfer = &self.shared.transfer;
         let Some(allot) = r.allot.as_mut() else {
             return Ok(());
         };
@@ -288,7 +288,7 @@ impl Loop<'_> {
         // back: the helper stops it, its rest goes back to the queue with no try counted,
         // and that helper takes no more of this transfer. (Work stealing between
         // reactors the other way: this one takes a part back.)
-        if tr.plan.is_drained() && self.conns.iter().all(|c| c.rx.job.is_none()) {
+        if transfer.plan.is_drained() && self.conns.iter().all(|c| c.rx.job.is_none()) {
             for (h, out) in r.parts.iter().enumerate() {
                 if let Some(out) = out.as_ref().filter(|o| o.serving == 0 && o.moved.elapsed() >= RECALL) {
                     out.flags.stop();
@@ -297,7 +297,7 @@ impl Loop<'_> {
             }
         }
         // (While the origin is held — a Retry-After, a 503 or 429 — no part goes either.)
-        if tr.plan.held(now, 0) {
+        if transfer.plan.held(now, 0) {
             return Ok(());
         }
         let free: Vec<(usize, usize)> = (0..r.parts.len())
@@ -308,19 +308,19 @@ impl Loop<'_> {
             // As many bytes as the helper's connections are worth (`--min-split-size`
             // each); with the queue empty, the second half of the largest running body
             // (work stealing between reactors).
-            let queued: u64 = self.sh.tr.plan.segments().map(|s| s.end - s.start).sum();
+            let queued: u64 = self.shared.transfer.plan.segments().map(|s| s.end - s.start).sum();
             let all: usize = self.remote.as_ref().map_or(1, |r| r.shares.iter().sum());
-            let want = (share as u64 * self.sh.opts.min_split_size).max(queued * share as u64 / (2 * all as u64));
+            let want = (share as u64 * self.shared.opts.min_split_size).max(queued * share as u64 / (2 * all as u64));
             // (Scattered: a resume's gaps go out together, one part over the helper's
             // connections, not one gap at a time over one of them.)
-            let taken = match self.sh.tr.plan.take_back(want, now, true) {
+            let taken = match self.shared.transfer.plan.take_back(want, now, true) {
                 Some(t) => Some((t, None)),
                 // (Only while every slot of this reactor has a body to read or will carry
                 // nothing more: an idle or connecting one of its own takes the split
                 // itself, and so does one not opened yet that may open. Handed out first,
                 // the split left that slot's new connection nothing worth stealing: an
                 // unused connection.)
-                None if self.sh.tr.plan.is_drained()
+                None if self.shared.transfer.plan.is_drained()
                     && self.conns.iter().all(|c| c.rx.job.is_some() || self.gone(c)) =>
                 {
                     self.steal_victim(None)
@@ -337,10 +337,10 @@ impl Loop<'_> {
                 // The helper's thread is gone (or the output cannot be shared): its share
                 // stays with the owner (each taken segment, front first as they were).
                 for (s, e) in t.segments().into_iter().rev() {
-                    self.sh.tr.plan.requeue(seg(s, e, t.tries), false);
+                    self.shared.transfer.plan.requeue(seg(s, e, t.tries), false);
                 }
             } else if let Some(from) = from {
-                self.sh.report.note(Note::StealToReactor {
+                self.shared.report.note(Note::StealToReactor {
                     reactor: h + 1,
                     from,
                     first: a,
@@ -357,15 +357,15 @@ impl Loop<'_> {
     fn send_part(&mut self, h: usize, share: usize, t: &Taken) -> Result<bool> {
         let (range, tries) = ((t.start, t.end), t.tries);
         let own = self.serving(0);
-        let tr = &self.sh.tr;
-        let (Some(total), Some(r)) = (tr.total, self.remote.as_mut()) else {
+        let transfer = &self.shared.transfer;
+        let (Some(total), Some(r)) = (transfer.total, self.remote.as_mut()) else {
             return Ok(false);
         };
         if r.file.is_none() {
-            let Some(part_out) = tr.out.part_of()? else {
+            let Some(part_out) = transfer.out.part_of()? else {
                 return Ok(false);
             };
-            let mut o = (*self.sh.opts).clone();
+            let mut o = (*self.shared.opts).clone();
             o.checksum = None;
             (o.condition, o.kept) = (None, None);
             o.etag_save = None;
@@ -378,10 +378,10 @@ impl Loop<'_> {
                 routes: r.routes.take().unwrap_or_default(),
                 opts: o,
                 out: part_out,
-                engine: self.fin.engine.0,
-                ktls: self.fin.engine.1,
+                engine: self.end_state.engine.0,
+                ktls: self.end_state.engine.1,
                 total,
-                validator: tr.validator.clone(),
+                validator: transfer.validator.clone(),
             }));
         }
         // (What the others have on the wire now; the owner posts it again each tick.)
@@ -436,7 +436,7 @@ impl Loop<'_> {
         }
         let serving = self.serving(0);
         if let Some(p) = self.part.as_mut().filter(|p| p.serving_changed(serving)) {
-            p.tell_landed(&self.sh.tr.landed, serving);
+            p.tell_landed(&self.shared.transfer.landed, serving);
         }
         self.share_serving();
     }
@@ -448,7 +448,7 @@ impl Loop<'_> {
     pub(crate) fn share_serving(&mut self) {
         if let Some(p) = &self.part {
             let others = p.others();
-            for o in &mut self.sh.origins {
+            for o in &mut self.shared.origins {
                 o.remote = others;
             }
             return;
@@ -461,7 +461,7 @@ impl Loop<'_> {
         for out in r.parts.iter().flatten() {
             out.flags.post_others(own + helpers - out.serving);
         }
-        for o in &mut self.sh.origins {
+        for o in &mut self.shared.origins {
             o.remote = helpers;
         }
     }
@@ -482,7 +482,7 @@ impl Loop<'_> {
             let m = match self.remote.as_ref().map(|r| r.lent.report_within(left)) {
                 Some(Ok(m)) => m,
                 Some(Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected)) | None => {
-                    self.sh.report.note(Note::WritesPending);
+                    self.shared.report.note(Note::WritesPending);
                     return;
                 }
             };

@@ -51,7 +51,7 @@ impl Loop<'_> {
         };
         let recv = self
             .sink
-            .recv(receiver, self.sh.splice, self.sh.opts.splice_chunk, budget);
+            .recv(receiver, self.shared.splice, self.shared.opts.splice_chunk, budget);
         let (op, into, tokens) = match recv {
             Ok(Recv::Post { op, into, tokens }) => (op, into, tokens),
             // Full: the pipe → file completion drives this connection again.

@@ -77,7 +77,7 @@ impl Loop<'_> {
     /// here) and overstate the cap by one.
     pub(crate) fn allowed(&self, k: usize, i: usize) -> usize {
         // (The other transfers' requests to the origin count too: `Origin::others`.)
-        self.sh.origin(k).elsewhere()
+        self.shared.origin(k).elsewhere()
             + self
                 .conns
                 .iter()
@@ -92,10 +92,10 @@ impl Loop<'_> {
     /// allows is the most seen over this transfer's refusals (at least 1), kept with the
     /// origin for the run's later files ([`Loop::origin_room`]).
     pub(crate) fn learn_cap(&mut self, k: usize, took: usize) {
-        let seen = &mut self.sh.tr.mirrors[k].allows_seen;
+        let seen = &mut self.shared.transfer.mirrors[k].allows_seen;
         let most = crate::control::origin::OriginCap::learn(*seen, took);
         *seen = Some(most);
-        self.sh.origin_mut(k).allows = Some(most);
+        self.shared.origin_mut(k).allows = Some(most);
     }
 
     /// A connection failed: keep the aligned bytes it placed, requeue the rest of its
@@ -111,7 +111,7 @@ impl Loop<'_> {
     /// ([`Loop::park`]) or waits before it reconnects ([`Loop::back_off`]).
     pub(crate) fn fail(&mut self, i: usize, f: Fail) -> Result<()> {
         let k = self.conns[i].mirror;
-        if self.sh.tr.mirrors[k].standing == Standing::Dropped {
+        if self.shared.transfer.mirrors[k].standing == Standing::Dropped {
             // Its mirror was dropped while an operation was in flight.
             return self.release_conn(i);
         }
@@ -159,11 +159,11 @@ impl Loop<'_> {
     ) -> Result<()> {
         if self.drops_mirror(k, kind) {
             if let Some((seg, probe)) = seg {
-                self.sh.tr.plan.requeue(Segment { tries: 0, ..seg }, probe);
+                self.shared.transfer.plan.requeue(Segment { tries: 0, ..seg }, probe);
             }
             return self.drop_mirror(k, msg, hint);
         }
-        self.sh.fatal = Some(Error::new(kind, self.no_mirror_left(msg)));
+        self.shared.fatal = Some(Error::new(kind, self.no_mirror_left(msg)));
         Ok(())
     }
 
@@ -177,7 +177,7 @@ impl Loop<'_> {
         // an answer on it (between two requests: the server took it and keeps it), or
         // with its request on the wire once the first answer came (the server counts it;
         // its answer may be sitting unread beside this one).
-        let planned = self.sh.tr.plan.is_planned();
+        let planned = self.shared.transfer.plan.is_planned();
         let others_progress = self.conns.iter().enumerate().any(|(j, o)| {
             j != i
                 && o.mirror == k
@@ -188,7 +188,7 @@ impl Loop<'_> {
                 }
         });
         // (A spread transfer's requests on its other reactors are its own too: `remote`.)
-        let others_progress = others_progress || self.sh.origin(k).remote > 0;
+        let others_progress = others_progress || self.shared.origin(k).remote > 0;
         // Slots to the origin parked since this request went out, or just before (less
         // than [`LATE_CLOSE`]): the server may still have counted them when it judged this
         // one (it turned them away at about the same moment, and sees a close only when
@@ -219,9 +219,9 @@ impl Loop<'_> {
             busy: f.busy,
             stalled: f.stalled,
             others_progress,
-            others_served: self.sh.origin(k).elsewhere() > 0,
+            others_served: self.shared.origin(k).elsewhere() > 0,
             planned,
-            ranges: self.sh.tr.ranges,
+            ranges: self.shared.transfer.ranges,
             reused: self.conns[i].reused,
             // (Its requests count the one that failed: more than one, and one before it
             // was answered whole, or the connection would have closed then.)
@@ -253,9 +253,9 @@ impl Loop<'_> {
         // Buffered and splice keep every byte: under splice the block holds only what
         // came with the head, and the pipe (drained by `fail`) holds the rest, so the
         // retry starts at the body's position.
-        let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
+        let trim = self.shared.transfer.direct.then_some(self.shared.transfer.align);
         let from = self.sink.release(&mut job.placer, trim);
-        if job.probe && !self.sh.tr.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
+        if job.probe && !self.shared.transfer.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
             self.give_up(k, f.kind, f.msg.clone(), "", Some((job.seg, true)))?;
             return Ok(None);
         }
@@ -270,7 +270,7 @@ impl Loop<'_> {
         let verdict = retry::judge(&mut seg, &Attempt { advanced, ..attempt });
         if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, f) {
             // Another mirror takes the segment, with the tries it had.
-            self.sh.tr.plan.requeue(
+            self.shared.transfer.plan.requeue(
                 Segment {
                     tries: tries_before,
                     ..seg
@@ -286,13 +286,13 @@ impl Loop<'_> {
         // (`Loop::park`); the ones the server allows go on, this segment included.
         let w = retry::wait(
             verdict,
-            self.sh.opts.retry_wait_s,
+            self.shared.opts.retry_wait_s,
             seg.tries,
             jitter(),
             f.delay,
             f.server_wide,
         );
-        if seg.tries >= self.sh.opts.max_tries {
+        if seg.tries >= self.shared.opts.max_tries {
             if let Some(p) = self.part.as_mut() {
                 // (A helper's part: this segment spent the part's try, and the owner
                 // learns the wait this reactor would have given it: a Retry-After about a
@@ -305,18 +305,18 @@ impl Loop<'_> {
             return Ok(None);
         }
         if !capped {
-            self.sh.report.note(Note::Retry {
+            self.shared.report.note(Note::Retry {
                 conn: i,
                 why: f.msg.clone(),
                 first: seg.start,
                 last: seg.end - 1,
                 attempt: seg.tries + 1,
             });
-            self.sh.tr.retries += 1;
+            self.shared.transfer.retries += 1;
         }
-        let until = self.sh.tr.started.elapsed() + w.segment;
+        let until = self.shared.transfer.started.elapsed() + w.segment;
         if w.origin {
-            self.sh.tr.plan.hold(k, until);
+            self.shared.transfer.plan.hold(k, until);
         }
         let counted = Counted {
             crowded: verdict == Verdict::Crowded,
@@ -324,7 +324,7 @@ impl Loop<'_> {
             seg_wait: (!capped).then_some(w.segment),
             origin_wait: None,
         };
-        self.sh.tr.plan.requeue_after(seg, job.probe, until);
+        self.shared.transfer.plan.requeue_after(seg, job.probe, until);
         Ok(Some(counted))
     }
 
@@ -363,7 +363,7 @@ impl Loop<'_> {
             .iter()
             .filter(|o| o.mirror == k && !o.capped && !o.dead)
             .count();
-        self.sh.report.note(Note::Capped {
+        self.shared.report.note(Note::Capped {
             conn: i,
             why: f.msg.clone(),
             cap: Cap {
@@ -375,8 +375,8 @@ impl Loop<'_> {
                 wait: CAP_RETRY,
             },
         });
-        let o = self.sh.origin(k);
-        self.sh.tr.saw_cap(using + o.elsewhere(), using + o.remote);
+        let o = self.shared.origin(k);
+        self.shared.transfer.saw_cap(using + o.elsewhere(), using + o.remote);
         self.learn_cap(k, took);
     }
 
@@ -386,9 +386,9 @@ impl Loop<'_> {
     fn park(&mut self, i: usize, k: usize, f: &Fail, crowded: bool) -> Result<()> {
         // (A transfer served nothing by the origin keeps asking every 2 s: its asking is
         // how it gets going, whatever wakes it or not.)
-        let starved = self.serving(self.sh.tr.mirrors[k].origin) == 0 && self.sh.origin(k).remote == 0;
-        if starved && self.sh.tr.received == 0 {
-            self.sh.tr.refused_first = true;
+        let starved = self.serving(self.shared.transfer.mirrors[k].origin) == 0 && self.shared.origin(k).remote == 0;
+        if starved && self.shared.transfer.received == 0 {
+            self.shared.transfer.refused_first = true;
         }
         let c = &mut self.conns[i];
         c.refusals += 1;
@@ -412,12 +412,12 @@ impl Loop<'_> {
             self.allowed(k, i).max(1)
         };
         if helper {
-            let own = self.allowed(k, i) - self.sh.origin(k).elsewhere();
+            let own = self.allowed(k, i) - self.shared.origin(k).elsewhere();
             if let Some(p) = self.part.as_mut() {
                 p.tell_capped(own, f.extra);
             }
         }
-        self.sh.report.note(Note::Capped {
+        self.shared.report.note(Note::Capped {
             conn: i,
             why: f.msg.clone(),
             cap: Cap {
@@ -428,7 +428,7 @@ impl Loop<'_> {
                 theirs: if f.extra {
                     0
                 } else {
-                    self.sh.origin(k).others.min(using)
+                    self.shared.origin(k).others.min(using)
                 },
                 refusals,
                 wait: again,
@@ -439,10 +439,10 @@ impl Loop<'_> {
         }
         // A refusal while only another transfer's single request was served may be a
         // passing 503, not a cap of one: that is not learned for the whole run.
-        let others = self.sh.origin(k).elsewhere();
+        let others = self.shared.origin(k).elsewhere();
         let own = self.allowed(k, i) - others;
-        let theirs = if f.extra { 0 } else { self.sh.origin(k).others };
-        self.sh.tr.saw_cap(using, using.saturating_sub(theirs));
+        let theirs = if f.extra { 0 } else { self.shared.origin(k).others };
+        self.shared.transfer.saw_cap(using, using.saturating_sub(theirs));
         if !crowded && (f.extra || own > 0 || others >= 2) {
             self.learn_cap(k, using);
         }
@@ -453,8 +453,8 @@ impl Loop<'_> {
     /// every address had its chances (the origin's connects failed `--max-tries` rounds, or
     /// the slot's own tries ran out), else it waits before it reconnects (`kick` reopens it).
     fn back_off(&mut self, i: usize, k: usize, f: &Fail, connect_failed: bool, counted: &Counted) -> Result<()> {
-        let max = self.sh.opts.max_tries;
-        let n_addrs = self.sh.origin(k).addrs.len();
+        let max = self.shared.opts.max_tries;
+        let n_addrs = self.shared.origin(k).addrs.len();
         let unreachable = counted.origin_wait.is_some() && counted.tries >= max;
         if unreachable {
             // The origin's connects failed `--max-tries` rounds in a row: no connection to it
@@ -469,7 +469,7 @@ impl Loop<'_> {
             }
         }
         let c = &mut self.conns[i];
-        if unreachable || (connect_failed && c.addr_i >= n_addrs * max as usize) || c.failures >= max {
+        if unreachable || (connect_failed && c.address_index >= n_addrs * max as usize) || c.failures >= max {
             // Every address had its chances: this slot stops; the download fails when no
             // connection is left.
             c.dead = true;
@@ -477,20 +477,20 @@ impl Loop<'_> {
                 let why = format!(
                     "cannot be reached: {} (gave up after {})",
                     f.msg,
-                    n_tries(self.sh.opts.max_tries)
+                    n_tries(self.shared.opts.max_tries)
                 );
                 return self.drop_mirror(k, why, "");
             }
             if self.conns.iter().all(|c| self.gone(c)) {
-                let msg = format!("{} (gave up after {})", f.msg, n_tries(self.sh.opts.max_tries));
-                self.sh.fatal = Some(Error::new(f.kind, self.no_mirror_left(msg)));
+                let msg = format!("{} (gave up after {})", f.msg, n_tries(self.shared.opts.max_tries));
+                self.shared.fatal = Some(Error::new(f.kind, self.no_mirror_left(msg)));
             }
             return Ok(());
         }
         // Exponential backoff with jitter before this slot reconnects. A refused connect
         // (nothing listening) is answered at once, and waiting long for it only delays the
         // error: its waits start short (a wrong port fails in 2–3 s).
-        if connect_failed && !f.busy && !c.addr_i.is_multiple_of(n_addrs) {
+        if connect_failed && !f.busy && !c.address_index.is_multiple_of(n_addrs) {
             // An address this slot has not tried in this round: at once (RFC 8305 §5).
             c.not_before = None;
             return Ok(());
@@ -500,14 +500,14 @@ impl Loop<'_> {
             None => {
                 let (base, attempt) = if connect_failed {
                     let base = if f.busy || f.refused {
-                        self.sh.opts.retry_wait_s.min(REFUSED_WAIT)
+                        self.shared.opts.retry_wait_s.min(REFUSED_WAIT)
                     } else {
-                        self.sh.opts.retry_wait_s
+                        self.shared.opts.retry_wait_s
                     };
                     // One wait per round over the addresses.
-                    (base, (c.addr_i / n_addrs) as u32)
+                    (base, (c.address_index / n_addrs) as u32)
                 } else {
-                    (self.sh.opts.retry_wait_s, counted.tries)
+                    (self.shared.opts.retry_wait_s, counted.tries)
                 };
                 retry::backoff(base, attempt, jitter()).max(f.delay.unwrap_or_default())
             }
@@ -521,13 +521,13 @@ impl Loop<'_> {
     /// `None` with the transfer's failure set (`why` first) when the output is sequential
     /// (a pipe) and bytes past that start already went to it.
     fn again_from(&mut self, mut seg: Segment, from: u64, why: &str) -> Option<Segment> {
-        seg.start = if self.sh.tr.ranges { from } else { 0 };
-        if self.sh.tr.sequential && seg.start < self.sink.emitted {
-            self.sh.fatal = Some(err!(
+        seg.start = if self.shared.transfer.ranges { from } else { 0 };
+        if self.shared.transfer.sequential && seg.start < self.sink.emitted {
+            self.shared.fatal = Some(err!(
                 Network,
                 "{why}; cannot start over: {} bytes already went to {}",
                 self.sink.emitted,
-                self.sh.tr.out_name
+                self.shared.transfer.out_name
             ));
             return None;
         }
@@ -545,25 +545,25 @@ impl Loop<'_> {
         let k = c.mirror;
         let served = c.requests - 1;
         let mut job = c.rx.job.take().expect("a re-sent request has a job");
-        let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
+        let trim = self.shared.transfer.direct.then_some(self.shared.transfer.align);
         let from = self.sink.release(&mut job.placer, trim);
         // (Nothing of the answer came: it starts where it did, or at zero without ranges.)
         let Some(seg) = self.again_from(job.seg, from, &f.msg) else {
             return Ok(());
         };
-        self.sh.report.note(Note::Resent {
+        self.shared.report.note(Note::Resent {
             conn: i,
             why: f.msg.clone(),
             first: seg.start,
             last: seg.end - 1,
         });
-        self.sh.tr.resent += 1;
+        self.shared.transfer.resent += 1;
         // (A close after a longer idle is the server's idle timeout: no news.)
         if self.conns[i].idle_before < QUICK_CLOSE {
-            let origin = self.sh.origin_mut(k);
+            let origin = self.shared.origin_mut(k);
             origin.keeps = origin.keeps.closed_after(served);
         }
-        self.sh.tr.plan.requeue(seg, job.probe);
+        self.shared.transfer.plan.requeue(seg, job.probe);
         self.drain(i)?;
         self.close(i);
         self.conns[i].not_before = None;
@@ -572,7 +572,7 @@ impl Loop<'_> {
 
     /// Mirrors `a` and `b` are on one origin (the server counts their connections together).
     pub(crate) fn same_origin(&self, a: usize, b: usize) -> bool {
-        self.sh.tr.mirrors[a].origin == self.sh.tr.mirrors[b].origin
+        self.shared.transfer.mirrors[a].origin == self.shared.transfer.mirrors[b].origin
     }
 
     /// Connections to mirror `k`'s origin other than `i` that sit open with no request and nothing

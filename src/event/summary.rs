@@ -16,47 +16,47 @@ impl Loop<'_> {
     ) -> Summary {
         let mut s = Summary {
             bytes,
-            fetched: self.sh.tr.received,
-            connections: (self.sh.used.iter().zip(&self.conns))
+            fetched: self.shared.transfer.received,
+            connections: (self.shared.used.iter().zip(&self.conns))
                 .filter(|(u, c)| **u && c.rx.served)
                 .count()
                 .max(1),
-            reference: self.sh.tr.reference,
+            reference: self.shared.transfer.reference,
             tls: self.tls_info.take().unwrap_or_else(|| "plain".to_owned()),
             elapsed: self.started.elapsed(),
-            waited: self.sh.tr.waited,
+            waited: self.shared.transfer.waited,
             registered,
             digest,
-            disposition: self.sh.tr.disposition.take(),
-            ktls_conns: self.sh.ktls_conns,
-            ktls_refused: self.sh.ktls_refused.take(),
-            ktls_rekeys: self.sh.ktls_rekeys,
-            soft_conns: self.sh.soft_conns,
-            soft_rekeys: self.sh.soft_rekeys,
-            tls_conns: self.sh.tls_conns,
-            kept: self.sh.kept,
-            tls_full: self.sh.tls_full,
-            tls_resumed: self.sh.tls_resumed,
-            capped_at: self.sh.tr.capped_at,
+            disposition: self.shared.transfer.disposition.take(),
+            ktls_conns: self.shared.ktls_conns,
+            ktls_refused: self.shared.ktls_refused.take(),
+            ktls_rekeys: self.shared.ktls_rekeys,
+            soft_conns: self.shared.soft_conns,
+            soft_rekeys: self.shared.soft_rekeys,
+            tls_conns: self.shared.tls_conns,
+            kept: self.shared.kept,
+            tls_full: self.shared.tls_full,
+            tls_resumed: self.shared.tls_resumed,
+            capped_at: self.shared.transfer.capped_at,
             io,
-            retries: self.sh.tr.retries,
-            resent: self.sh.tr.resent,
-            steals: self.sh.tr.steals,
+            retries: self.shared.transfer.retries,
+            resent: self.shared.transfer.resent,
+            steals: self.shared.transfer.steals,
             reactors: 1,
             parts: 0,
             other_reactors_bytes: 0,
             reactor: 0,
             mirrors: self.mirror_reports(),
             etag: self
-                .sh
-                .tr
+                .shared
+                .transfer
                 .reference
-                .and_then(|k| self.sh.tr.mirrors[k].validators.etag.clone()),
+                .and_then(|k| self.shared.transfer.mirrors[k].validators.etag.clone()),
             last_modified: self
-                .sh
-                .tr
+                .shared
+                .transfer
                 .reference
-                .and_then(|k| self.sh.tr.mirrors[k].validators.last_modified.clone()),
+                .and_then(|k| self.shared.transfer.mirrors[k].validators.last_modified.clone()),
             signed: None,
             control_id: self.control_id,
             writes_pending: false,

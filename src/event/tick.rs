@@ -14,7 +14,7 @@ impl Loop<'_> {
         let serving = self.serving(0);
         if let Some(p) = self.part.as_mut() {
             // A helper's part: what landed goes to the owner; the owner may have ended.
-            p.tell_landed(&self.sh.tr.landed, serving);
+            p.tell_landed(&self.shared.transfer.landed, serving);
             self.posted_stop();
             self.give_to_owner();
         }
@@ -22,10 +22,10 @@ impl Loop<'_> {
         self.share_serving();
         let window = self.rate_mark.0.elapsed();
         if window >= Duration::from_millis(500) {
-            self.recent_rate = (self.sh.tr.received - self.rate_mark.1) as f64 / window.as_secs_f64();
-            self.rate_mark = (Instant::now(), self.sh.tr.received);
+            self.recent_rate = (self.shared.transfer.received - self.rate_mark.1) as f64 / window.as_secs_f64();
+            self.rate_mark = (Instant::now(), self.shared.transfer.received);
         }
-        let stall = Duration::from_secs_f64(self.sh.opts.stall_timeout_s);
+        let stall = Duration::from_secs_f64(self.shared.opts.stall_timeout_s);
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
             if c.busy() && matches!(c.st, St::Open | St::Tunnel) && c.last_io.elapsed() > stall {
@@ -33,17 +33,17 @@ impl Loop<'_> {
             }
         }
         // Every CONTROL_INTERVAL: make what landed durable (fdatasync on the ring), then record it.
-        let landed = self.sh.tr.landed.bytes();
+        let landed = self.shared.transfer.landed.bytes();
         if self.control.is_some()
             && self.sync_snapshot.is_none()
             && landed != self.saved_bytes
-            && self.sh.tr.plan.is_planned()
-            && self.sh.tr.ranges
+            && self.shared.transfer.plan.is_planned()
+            && self.shared.transfer.ranges
             && self.last_sync.elapsed() >= CONTROL_INTERVAL
         {
             self.last_sync = Instant::now();
             self.saved_bytes = landed;
-            self.sync_snapshot = Some(self.sh.tr.landed.ranges().to_vec());
+            self.sync_snapshot = Some(self.shared.transfer.landed.ranges().to_vec());
             self.push(
                 Op::Fsync {
                     fd: self.sink.out_fd,
@@ -52,7 +52,7 @@ impl Loop<'_> {
                 Tag::Control.encode(),
             )?;
         }
-        if self.sh.opts.verbose > 2 {
+        if self.shared.opts.verbose > 2 {
             for (i, c) in self.conns.iter().enumerate() {
                 let state = format!(
                     "[{i}] {:?} op={:?} job={:?} wb={:?} spill={} pipe={:?} waiting={}",
@@ -66,27 +66,27 @@ impl Loop<'_> {
                     c.pipe.as_ref().map(|p| (p.held, p.draining, p.file_pos)),
                     c.waiting
                 );
-                self.sh.report.note(Note::State(state));
+                self.shared.report.note(Note::State(state));
             }
             let state = format!(
                 "queue={} to_write={} writes={} landed={}",
-                self.sh.tr.plan.queued(),
+                self.shared.transfer.plan.queued(),
                 self.sink.to_write.len(),
                 self.sink.writes_in_flight,
-                self.sh.tr.landed.bytes()
+                self.shared.transfer.landed.bytes()
             );
-            self.sh.report.note(Note::State(state));
+            self.shared.report.note(Note::State(state));
         }
         // (With the other reactors' connections that have a body coming: `--threads`.)
         let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count()
             + self.remote.as_ref().map_or(0, super::owner::Remote::serving);
-        self.sh.report.update(
-            self.sh.tr.landed.bytes(),
-            self.sh.tr.received,
-            self.sh.tr.total,
+        self.shared.report.update(
+            self.shared.transfer.landed.bytes(),
+            self.shared.transfer.received,
+            self.shared.transfer.total,
             live,
             self.started.elapsed(),
-            self.sh.tr.landed.ranges(),
+            self.shared.transfer.landed.ranges(),
         );
         Ok(())
     }
@@ -97,7 +97,7 @@ impl Loop<'_> {
     /// owns no control file (a later call removes nothing).
     pub(crate) fn disown_control(&mut self) {
         if let Some(c) = &self.control
-            && self.sh.tr.out.part_replaced()
+            && self.shared.transfer.out.part_replaced()
         {
             crate::output::resume::remove_if_ours(c, self.control_id.take());
         }
@@ -110,31 +110,31 @@ impl Loop<'_> {
     pub(crate) fn save_control(&mut self, ranges: Option<Vec<(u64, u64)>>) -> bool {
         let (Some(path), Some(total), true) = (
             &self.control,
-            self.sh.tr.total,
-            self.sh.tr.plan.is_planned() && self.sh.tr.ranges,
+            self.shared.transfer.total,
+            self.shared.transfer.plan.is_planned() && self.shared.transfer.ranges,
         ) else {
             return false;
         };
-        if !self.sh.tr.out.owns_part() {
+        if !self.shared.transfer.out.owns_part() {
             // The `.part` was removed, or made again by another run, whose control file
             // may be there now: nothing of this run's goes into it, and the run ends (its
             // bytes go into a file no name reaches). A name that cannot be read just now
             // (EIO, ESTALE) tells nothing: this save waits for the next.
-            if self.sh.tr.out.part_replaced() {
-                if self.sh.fatal.is_none() {
-                    self.sh.fatal = self.sh.tr.out.still_ours().err();
+            if self.shared.transfer.out.part_replaced() {
+                if self.shared.fatal.is_none() {
+                    self.shared.fatal = self.shared.transfer.out.still_ours().err();
                 }
                 self.disown_control();
             }
             return false;
         }
-        let ranges = ranges.unwrap_or_else(|| self.sh.tr.landed.ranges().to_vec());
+        let ranges = ranges.unwrap_or_else(|| self.shared.transfer.landed.ranges().to_vec());
         let st = State {
-            url: self.sh.opts.url.clone(),
+            url: self.shared.opts.url.clone(),
             total,
-            validator: self.sh.tr.validator.clone(),
+            validator: self.shared.transfer.validator.clone(),
             ranges,
-            target: self.sh.tr.room().map(|r| r.target(&self.sh.opts)),
+            target: self.shared.transfer.room().map(|r| r.target(&self.shared.opts)),
         };
         match crate::output::resume::save(path, &st) {
             Ok(id) => {
@@ -142,7 +142,7 @@ impl Loop<'_> {
                 true
             }
             Err(m) => {
-                self.sh.report.note(Note::ControlNotSaved { why: m.to_string() });
+                self.shared.report.note(Note::ControlNotSaved { why: m.to_string() });
                 false
             }
         }

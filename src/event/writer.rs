@@ -24,11 +24,11 @@ impl Loop<'_> {
         // under O_DIRECT), except where a RECV into the block is in flight, except for a
         // dropped mirror's (not another byte of it is written: `Loop::release_conn`), and
         // except for standard output, which only takes bytes in order.
-        if !self.sh.tr.sequential {
-            let trim = self.sh.tr.direct.then_some(self.sh.tr.align);
+        if !self.shared.transfer.sequential {
+            let trim = self.shared.transfer.direct.then_some(self.shared.transfer.align);
             for c in &mut self.conns {
                 if c.op != InFlight::RecvDirect
-                    && self.sh.tr.mirrors[c.mirror].standing != Standing::Dropped
+                    && self.shared.transfer.mirrors[c.mirror].standing != Standing::Dropped
                     && let Some(job) = c.rx.job.as_mut()
                 {
                     self.sink.release(&mut job.placer, trim);
@@ -53,10 +53,10 @@ impl Loop<'_> {
             }
             while let Some(c) = self.ring.next_completion() {
                 match Tag::decode(c.tag) {
-                    Some(Tag::Write(s)) => self.sink.write_reaped(&mut self.sh.tr, s, c.result),
+                    Some(Tag::Write(s)) => self.sink.write_reaped(&mut self.shared.transfer, s, c.result),
                     Some(Tag::Drain(i)) => {
                         if let Some(pipe) = self.conns[i].pipe.as_mut() {
-                            crate::engine::sink::Sink::drain_reaped(&mut self.sh.tr, pipe, c.result);
+                            crate::engine::sink::Sink::drain_reaped(&mut self.shared.transfer, pipe, c.result);
                         }
                     }
                     _ => {}
@@ -68,11 +68,11 @@ impl Loop<'_> {
     /// The write of slot `s` completed: a failure ends the transfer; a block that landed
     /// wakes the connections that waited for one.
     pub(crate) fn write_completion(&mut self, s: usize, c: Completion) -> Result<()> {
-        match self.sink.write_done(&self.ring, &mut self.sh.tr, s, c)? {
+        match self.sink.write_done(&self.ring, &mut self.shared.transfer, s, c)? {
             Written::Pending => Ok(()),
             Written::Landed => self.wake_waiting(),
             Written::Failed(e) => {
-                self.sh.fatal = Some(e);
+                self.shared.fatal = Some(e);
                 Ok(())
             }
         }
@@ -92,8 +92,8 @@ impl Loop<'_> {
     /// Submits queued blocks (in order, one at a time, for standard output); a block
     /// device's end reached ends the transfer.
     pub(crate) fn flush_writes(&mut self) -> Result<()> {
-        if let Some(why) = self.sink.flush(&self.ring, &mut self.sh.tr)? {
-            self.sh.fatal.get_or_insert(why);
+        if let Some(why) = self.sink.flush(&self.ring, &mut self.shared.transfer)? {
+            self.shared.fatal.get_or_insert(why);
         }
         Ok(())
     }
@@ -108,7 +108,7 @@ impl Loop<'_> {
                 .is_none_or(|j| matches!(j.placer.delimiter(), Some(Delimiter::Length(0))));
         let Some(pipe) = c.pipe.as_mut() else { return Ok(()) };
         let ending = body_done || c.eof;
-        let threshold = self.sh.opts.write_threshold;
+        let threshold = self.shared.opts.write_threshold;
         self.sink
             .drain(&self.ring, pipe, Tag::Drain(i).encode(), threshold, ending)
     }
@@ -117,8 +117,8 @@ impl Loop<'_> {
     /// transfer; else the pipe drains on and the connection is driven.
     pub(crate) fn drain_completion(&mut self, i: usize, res: i32) -> Result<()> {
         let pipe = self.conns[i].pipe.as_mut().expect("drain of a pipe");
-        if let Some(e) = self.sink.drained(&mut self.sh.tr, pipe, res) {
-            self.sh.fatal = Some(e);
+        if let Some(e) = self.sink.drained(&mut self.shared.transfer, pipe, res) {
+            self.shared.fatal = Some(e);
             return Ok(());
         }
         self.drain(i)?;

@@ -360,7 +360,7 @@ impl Output {
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when rename fails; the `.part` stays.
     pub fn commit(&self) -> Result<Option<PathBuf>> {
-        let (Some(part), Some(fin)) = (&self.part, &self.final_path) else {
+        let (Some(part), Some(end_state)) = (&self.part, &self.final_path) else {
             return Ok(None);
         };
         // The data is complete and synced: the control file goes first, so no crash can
@@ -371,9 +371,10 @@ impl Output {
         } else {
             rustix::fs::RenameFlags::NOREPLACE
         };
-        match rustix::fs::renameat_with(CWD, part, CWD, fin, flags) {
+        match rustix::fs::renameat_with(CWD, part, CWD, end_state, flags) {
             Ok(()) => Ok(Some(
-                fin.parent()
+                end_state
+                    .parent()
                     .filter(|d| !d.as_os_str().is_empty())
                     .unwrap_or(Path::new("."))
                     .to_path_buf(),
@@ -381,10 +382,15 @@ impl Output {
             Err(rustix::io::Errno::EXIST) => Err(err!(
                 LocalIo,
                 "{} appeared during the download (use --force); data kept in {}",
-                fin.display(),
+                end_state.display(),
                 part.display()
             )),
-            Err(e) => Err(err!(LocalIo, "rename {} to {}: {e}", part.display(), fin.display())),
+            Err(e) => Err(err!(
+                LocalIo,
+                "rename {} to {}: {e}",
+                part.display(),
+                end_state.display()
+            )),
         }
     }
 

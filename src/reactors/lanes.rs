@@ -495,11 +495,11 @@ fn step_one(r: &mut Running<'_>, reactor: &mut Reactor) -> Option<Result<Option<
     }
     let step = match r.failed.take() {
         Some(e) => Some(Err(e)),
-        None if r.syncing => r.transfer.fin.synced.is_some().then_some(Ok(None)),
+        None if r.syncing => r.transfer.end_state.synced.is_some().then_some(Ok(None)),
         None => r.transfer.step(),
     };
     match step {
-        Some(Ok(None)) if !r.syncing && !r.transfer.sh.tr.not_modified => match r.transfer.begin_sync() {
+        Some(Ok(None)) if !r.syncing && !r.transfer.shared.transfer.not_modified => match r.transfer.begin_sync() {
             Ok(true) => {
                 r.syncing = true;
                 None
@@ -585,7 +585,7 @@ fn start<'c>(
         Ok(mut transfer) => {
             transfer.remote = remote;
             if let Err(e) = transfer.arm_mail(None) {
-                transfer.sh.fatal.get_or_insert(e);
+                transfer.shared.fatal.get_or_insert(e);
             }
             slots[lane] = Slot::Busy(Box::new(Running {
                 id,
@@ -625,7 +625,7 @@ fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
         .enumerate()
         .filter_map(|(lane, s)| match s {
             Slot::Busy(r) => Some((
-                (0..r.transfer.sh.origins.len()).any(|o| r.transfer.serving(o) > 0),
+                (0..r.transfer.shared.origins.len()).any(|o| r.transfer.serving(o) > 0),
                 lane,
             )),
             _ => None,
@@ -641,12 +641,16 @@ fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
 
 /// Transfer `r` takes the idle connections to its origins it would open new ones for.
 fn adopt(r: &mut Running<'_>, reactor: &mut Reactor) {
-    if r.failed.is_some() || r.syncing || r.transfer.sh.fatal.is_some() || r.transfer.sh.tr.redirect.is_some() {
+    if r.failed.is_some()
+        || r.syncing
+        || r.transfer.shared.fatal.is_some()
+        || r.transfer.shared.transfer.redirect.is_some()
+    {
         return;
     }
     while let Some((i, o)) = r.transfer.would_connect() {
-        let key = r.transfer.fin.key(o);
-        let Some(c) = reactor.take_idle(key, 1, r.transfer.fin.engine).pop() else {
+        let key = r.transfer.end_state.key(o);
+        let Some(c) = reactor.take_idle(key, 1, r.transfer.end_state.engine).pop() else {
             // Idle ones it cannot take (set up for another engine) were counted as its own
             // by `room_under_caps`: one closes for the connection it opens.
             reactor.forget_one_idle(key);

@@ -22,17 +22,17 @@ type Carried = (u64, u64, Option<u64>);
 /// ([`begin_body`]). `part`, `framing`, `validator`: as [`super::on_head`] read them.
 pub(super) fn on_partial(
     job: &mut Job,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
     part: Option<(&http::Part<'_, '_>, &[u8])>,
     framing: Framing,
     validator: Option<Vec<u8>>,
 ) -> std::result::Result<HeadAction, Fail> {
-    let url = sh.url(job.mirror);
+    let url = shared.url(job.mirror);
     let host = url.host();
     let (first, last, complete) = carried(resp, part, host)?;
     let Some(complete) = complete else {
-        return Err(unknown_total(job, sh, host, first, last));
+        return Err(unknown_total(job, shared, host, first, last));
     };
     if job.probe {
         if first != job.seg.start {
@@ -44,13 +44,13 @@ pub(super) fn on_partial(
                 ),
             ));
         }
-        within_bound(sh.opts, complete)?;
-        if sh.opts.kept == Some(complete) && sh.tr.part.is_none() {
-            return kept_as_is(job, sh);
+        within_bound(shared.opts, complete)?;
+        if shared.opts.kept == Some(complete) && shared.transfer.part.is_none() {
+            return kept_as_is(job, shared);
         }
-        plan_from_first(job, sh, resp, last, complete, validator)?;
+        plan_from_first(job, shared, resp, last, complete, validator)?;
     } else {
-        check_later(job, sh, resp, (first, last, complete), &validator)?;
+        check_later(job, shared, resp, (first, last, complete), &validator)?;
     }
     begin_body(job, part, framing, host, first, last)
 }
@@ -78,10 +78,10 @@ fn carried(
 /// A 206 with no complete length (`bytes first-last/*`, RFC 9110 §14.4 allows it): no size
 /// to plan segments with. To the first request the transfer asks again without Range,
 /// for the whole file on one connection; else it is a protocol failure.
-fn unknown_total(job: &Job, sh: &mut Ctx<'_>, host: &str, first: u64, last: u64) -> Fail {
-    if job.probe && !sh.tr.plain_get {
-        sh.tr.plain_get = true;
-        sh.report.note(Note::UnknownTotal {
+fn unknown_total(job: &Job, shared: &mut Ctx<'_>, host: &str, first: u64, last: u64) -> Fail {
+    if job.probe && !shared.transfer.plain_get {
+        shared.transfer.plain_get = true;
+        shared.report.note(Note::UnknownTotal {
             host: host.to_string(),
             first,
             last,
@@ -99,41 +99,41 @@ fn unknown_total(job: &Job, sh: &mut Ctx<'_>, host: &str, first: u64, last: u64)
 /// planned ([`rest_to_fetch`]) over as many connections as it is worth.
 fn plan_from_first(
     job: &mut Job,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
     last: u64,
     complete: u64,
     validator: Option<Vec<u8>>,
 ) -> std::result::Result<(), Fail> {
-    sh.tr.total = Some(complete);
-    sh.tr.ranges = true;
+    shared.transfer.total = Some(complete);
+    shared.transfer.ranges = true;
     // (A part of another reactor's transfer: the owner preallocated.)
-    sh.tr.need_fallocate = sh.tr.part.is_none();
+    shared.transfer.need_fallocate = shared.transfer.part.is_none();
     // The rest is planned from an aligned offset: a server that caps range replies
     // at an odd size must not make later O_DIRECT writes unaligned.
     let first_end = if last + 1 >= complete {
         complete
-    } else if sh.tr.direct {
-        align_down(last + 1, sh.tr.align)
+    } else if shared.transfer.direct {
+        align_down(last + 1, shared.transfer.align)
     } else {
         last + 1
     };
     job.seg.end = first_end;
-    take_disposition(sh, resp)?;
-    let queue = rest_to_fetch(job, sh, first_end, complete, &validator)?;
-    sh.tr.plan.set_queue(queue);
+    take_disposition(shared, resp)?;
+    let queue = rest_to_fetch(job, shared, first_end, complete, &validator)?;
+    shared.transfer.plan.set_queue(queue);
     // The size is known and ranges are served: open as many connections as the
     // bytes still to fetch are worth (opened = used).
-    sh.tr.wanted = schedule::connections_for(
-        complete.saturating_sub(sh.tr.landed.bytes()),
-        sh.opts.min_split_size,
-        sh.opts.connections,
-        sh.tr.mirrors.len(),
+    shared.transfer.wanted = schedule::connections_for(
+        complete.saturating_sub(shared.transfer.landed.bytes()),
+        shared.opts.min_split_size,
+        shared.opts.connections,
+        shared.transfer.mirrors.len(),
     );
-    accept_reference(job.mirror, sh, resp, &validator);
-    sh.tr.validator = validator;
-    let segments = sh.tr.plan.queued();
-    sh.report.note(Note::Planned {
+    accept_reference(job.mirror, shared, resp, &validator);
+    shared.transfer.validator = validator;
+    let segments = shared.transfer.plan.queued();
+    shared.report.note(Note::Planned {
         total: complete,
         segments,
     });
@@ -146,19 +146,25 @@ fn plan_from_first(
 /// whose bytes must be of the owner's file), else the whole rest.
 fn rest_to_fetch(
     job: &Job,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     first_end: u64,
     complete: u64,
     validator: &Option<Vec<u8>>,
 ) -> std::result::Result<VecDeque<Segment>, Fail> {
-    Ok(match sh.tr.resume.take() {
+    Ok(match shared.transfer.resume.take() {
         Some(st) if st.total == complete && st.validator == *validator => {
-            sh.tr.landed = Landed::from_ranges(&st.ranges);
-            sh.report.note(Note::Resuming {
-                have: sh.tr.landed.bytes(),
+            shared.transfer.landed = Landed::from_ranges(&st.ranges);
+            shared.report.note(Note::Resuming {
+                have: shared.transfer.landed.bytes(),
                 total: complete,
             });
-            schedule::plan_missing(&sh.tr.landed, first_end, complete, sh.opts.connections, sh.tr.align)
+            schedule::plan_missing(
+                &shared.transfer.landed,
+                first_end,
+                complete,
+                shared.opts.connections,
+                shared.transfer.align,
+            )
         }
         Some(st) => {
             let what = if st.total != complete {
@@ -166,24 +172,24 @@ fn rest_to_fetch(
             } else {
                 "validator differs".to_owned()
             };
-            if sh.tr.part.is_some() {
+            if shared.transfer.part.is_some() {
                 // A part's bytes must be of the owner's file: it ends the part
                 // (and the owner's transfer, which cannot use them).
-                sh.tr.changed = true;
+                shared.transfer.changed = true;
                 return Err(Fail::fatal(
                     Kind::Protocol,
                     format!(
                         "{}: the file changed while it was fetched ({what})",
-                        sh.url(job.mirror).host()
+                        shared.url(job.mirror).host()
                     ),
                 ));
             }
-            sh.report.note(Note::Changed { what });
+            shared.report.note(Note::Changed { what });
             // Everything but what this first reply carries.
             let got = Landed::from_ranges(&[(job.seg.start, first_end)]);
-            schedule::plan_missing(&got, 0, complete, sh.opts.connections, sh.tr.align)
+            schedule::plan_missing(&got, 0, complete, shared.opts.connections, shared.transfer.align)
         }
-        None => schedule::plan(first_end, complete, sh.opts.connections, sh.tr.align),
+        None => schedule::plan(first_end, complete, shared.opts.connections, shared.transfer.align),
     })
 }
 
@@ -193,27 +199,27 @@ fn rest_to_fetch(
 /// range asked for.
 fn check_later(
     job: &Job,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
     (first, last, complete): (u64, u64, u64),
     validator: &Option<Vec<u8>>,
 ) -> std::result::Result<(), Fail> {
-    let url = sh.url(job.mirror);
+    let url = shared.url(job.mirror);
     let host = url.host();
-    first_answer_of_mirror(job, sh, resp, complete, validator)?;
-    if Some(complete) != sh.tr.total {
-        sh.tr.changed = true;
+    first_answer_of_mirror(job, shared, resp, complete, validator)?;
+    if Some(complete) != shared.transfer.total {
+        shared.transfer.changed = true;
         return Err(Fail::fatal(
             Kind::Protocol,
             format!(
                 "{host}: the file size changed from {} to {complete} during the download",
-                sh.tr.total.unwrap_or(0)
+                shared.transfer.total.unwrap_or(0)
             ),
         ));
     }
-    let known = &sh.tr.mirrors[job.mirror].validator;
+    let known = &shared.transfer.mirrors[job.mirror].validator;
     if validator.is_some() && known.is_some() && validator != known {
-        sh.tr.changed = true;
+        shared.transfer.changed = true;
         return Err(Fail::fatal(
             Kind::Protocol,
             format!("{host}: the file changed during the download (validator differs)"),
@@ -238,49 +244,49 @@ fn check_later(
 /// mirror is dropped while another is left).
 fn first_answer_of_mirror(
     job: &Job,
-    sh: &mut Ctx<'_>,
+    shared: &mut Ctx<'_>,
     resp: &http::Response<'_, '_>,
     complete: u64,
     validator: &Option<Vec<u8>>,
 ) -> std::result::Result<(), Fail> {
     let k = job.mirror;
-    if sh.tr.mirrors[k].standing == Standing::Accepted {
+    if shared.transfer.mirrors[k].standing == Standing::Accepted {
         return Ok(());
     }
-    let url = sh.url(k);
+    let url = shared.url(k);
     let host = url.host();
-    let Some(r) = sh.tr.reference else {
+    let Some(r) = shared.transfer.reference else {
         // (Only the first request goes out before the reference answered.)
         return Err(Fail::retry(
             Kind::Protocol,
             format!("{host}: answered before the reference mirror did"),
         ));
     };
-    let total = sh.tr.total.unwrap_or(0);
+    let total = shared.transfer.total.unwrap_or(0);
     if complete != total {
         let mut f = Fail::fatal(
             Kind::Protocol,
             format!("{host}: size {complete} differs from the reference's {total}"),
         );
-        if crate::transfer::mirror::names_differ(&sh.tr.mirrors[k].url, &sh.tr.mirrors[r].url) {
+        if crate::transfer::mirror::names_differ(&shared.transfer.mirrors[k].url, &shared.transfer.mirrors[r].url) {
             f.hint = crate::transfer::mirror::DIFFERENT_FILES_HINT;
         }
         return Err(f);
     }
     let validators = Validators::of(resp);
-    if sh.opts.checksum.is_none()
-        && let Err(why) = validators.agree_with(&sh.tr.mirrors[r].validators)
+    if shared.opts.checksum.is_none()
+        && let Err(why) = validators.agree_with(&shared.transfer.mirrors[r].validators)
     {
         let mut f = Fail::fatal(Kind::Protocol, format!("{host}: {why}"));
         f.hint = crate::transfer::mirror::CHECKSUM_HINT;
         return Err(f);
     }
-    let m = &mut sh.tr.mirrors[k];
+    let m = &mut shared.transfer.mirrors[k];
     m.standing = Standing::Accepted;
     m.validators = validators;
     m.validator = validator.clone();
     let url = m.url.clone();
-    sh.report.note(Note::MirrorAccepted { url });
+    shared.report.note(Note::MirrorAccepted { url });
     Ok(())
 }
 

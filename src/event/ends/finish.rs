@@ -19,19 +19,19 @@ use crate::tag::Tag;
 impl Loop<'_> {
     /// A finished transfer's output truncated to its size and its fsync pushed, so that
     /// the other transfers on the ring go on while the disk syncs; its completion lands in
-    /// [`super::Fin::synced`] and [`end`] goes on from there. Returns whether the fsync was
+    /// [`super::EndState::synced`] and [`end`] goes on from there. Returns whether the fsync was
     /// pushed (not for outputs that are not files, nor when bytes are missing: [`end`]
     /// says so).
     ///
     /// # Errors
     /// `LocalIo` when the truncation fails; `Internal` when the SQ is full.
     pub(crate) fn begin_sync(&mut self) -> Result<bool> {
-        let total = self.sh.tr.total.unwrap_or(self.sh.tr.received);
-        let out = Rc::clone(&self.fin.out);
-        if !(self.sh.tr.file || out.room.is_some()) || !self.sh.tr.landed.is_complete(total) {
+        let total = self.shared.transfer.total.unwrap_or(self.shared.transfer.received);
+        let out = Rc::clone(&self.end_state.out);
+        if !(self.shared.transfer.file || out.room.is_some()) || !self.shared.transfer.landed.is_complete(total) {
             return Ok(false);
         }
-        if self.sh.tr.file {
+        if self.shared.transfer.file {
             out.truncate(total)?;
         }
         self.push(
@@ -52,10 +52,10 @@ impl Loop<'_> {
 ///
 /// # Errors
 /// `LocalIo` when the kept file cannot be read (gone since the request, say).
-fn read_kept(dl: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Option<Box<Kept>>> {
-    let out = Rc::clone(&dl.fin.out);
-    let checksum = dl.sh.opts.checksum.as_ref().map(|c| c.algorithm);
-    let signed = dl.fin.signed.take();
+fn read_kept(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Option<Box<Kept>>> {
+    let out = Rc::clone(&transfer_loop.end_state.out);
+    let checksum = transfer_loop.shared.opts.checksum.as_ref().map(|c| c.algorithm);
+    let signed = transfer_loop.end_state.signed.take();
     let Some(path) = out.final_path.as_deref().filter(|_| out.part.is_some()) else {
         return Ok(None);
     };
@@ -66,15 +66,15 @@ fn read_kept(dl: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Option<Box<Kept
         .map_err(|e| err!(LocalIo, "{}, kept by a 304: {e}", path.display()))?
         .len();
     let (digest, signed) = crate::output::verify::digests(
-        &dl.ring,
-        &reactor.verify_pool(dl.sink.pool.block_size())?,
+        &transfer_loop.ring,
+        &reactor.verify_pool(transfer_loop.sink.pool.block_size())?,
         (path, None, out.direct, 0, bytes),
         checksum,
         signed,
-        &mut dl.interrupted,
+        &mut transfer_loop.interrupted,
     )?;
-    if dl.interrupted.is_some() {
-        reactor.interrupted = dl.interrupted;
+    if transfer_loop.interrupted.is_some() {
+        reactor.interrupted = transfer_loop.interrupted;
     }
     Ok(Some(Box::new(Kept { bytes, digest, signed })))
 }
@@ -83,104 +83,112 @@ fn read_kept(dl: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Option<Box<Kept
 /// output while writes are in flight.
 pub(crate) type Ended = (Result<Outcome>, Progress, Option<Box<Summary>>, Option<Rc<Output>>);
 
-/// Ends the transfer of `dl` after its loop returned `r`: a failure keeps what landed
+/// Ends the transfer of `transfer_loop` after its loop returned `r`: a failure keeps what landed
 /// (control file, `.part`) and says how to resume; a success truncates, syncs and reads
 /// the file back for its checksum or signature, and keeps its idle connections and
 /// origins in `reactor`. Gives back the transfer's report, what a failed transfer knew
 /// (for `--json`), and the output when writes are still in flight (to be kept open until
 /// they are reaped: an epoll worker writes to the fd number).
-pub(crate) fn end(mut dl: Loop<'_>, r: Result<Option<(usize, Url)>>, reactor: &mut Reactor) -> Ended {
+pub(crate) fn end(mut transfer_loop: Loop<'_>, r: Result<Option<(usize, Url)>>, reactor: &mut Reactor) -> Ended {
     let mut failed = None;
-    let r = end_inner(&mut dl, r, reactor, &mut failed);
-    if let Some(rm) = dl.remote.take() {
+    let r = end_inner(&mut transfer_loop, r, reactor, &mut failed);
+    if let Some(rm) = transfer_loop.remote.take() {
         reactor.helpers_back(rm);
     }
-    if let Some(p) = dl.part.as_mut() {
+    if let Some(p) = transfer_loop.part.as_mut() {
         // What of a helper's part landed, to its owner before the part's end is said.
-        p.tell_landed(&dl.sh.tr.landed, 0);
-        p.tell_blame(dl.sh.tr.changed);
+        p.tell_landed(&transfer_loop.shared.transfer.landed, 0);
+        p.tell_blame(transfer_loop.shared.transfer.changed);
     }
-    let hold = (dl.sink.writes_in_flight > 0).then(|| Rc::clone(&dl.fin.out));
+    let hold = (transfer_loop.sink.writes_in_flight > 0).then(|| Rc::clone(&transfer_loop.end_state.out));
     (
         r,
-        std::mem::replace(&mut dl.sh.report, Progress::new(true, 0)),
+        std::mem::replace(&mut transfer_loop.shared.report, Progress::new(true, 0)),
         failed,
         hold,
     )
 }
 
-/// What the loop's result `r` means for the transfer of `dl`: a redirect, a 304 that kept
+/// What the loop's result `r` means for the transfer of `transfer_loop`: a redirect, a 304 that kept
 /// the file, a failure ([`end_failed`], its summary in `failed`) or a finished download
 /// ([`end_finished`]).
 fn end_inner(
-    dl: &mut Loop<'_>,
+    transfer_loop: &mut Loop<'_>,
     r: Result<Option<(usize, Url)>>,
     reactor: &mut Reactor,
     failed: &mut Option<Box<Summary>>,
 ) -> Result<Outcome> {
     match r {
         Ok(Some((mirror, to))) => {
-            dl.stop_parts();
-            if dl.sh.tr.mirrors.len() > 1 {
+            transfer_loop.stop_parts();
+            if transfer_loop.shared.transfer.mirrors.len() > 1 {
                 // A mirror's redirect may come while bytes are on their way to the file:
                 // they land before the ring goes (the next run fetches them again).
-                dl.settle();
+                transfer_loop.settle();
             }
             Ok(Outcome::Redirect { mirror, to })
         }
-        Ok(None) if dl.sh.tr.not_modified => {
-            dl.sh.report.clear();
-            let kept = read_kept(dl, reactor)?;
+        Ok(None) if transfer_loop.shared.transfer.not_modified => {
+            transfer_loop.shared.report.clear();
+            let kept = read_kept(transfer_loop, reactor)?;
             Ok(Outcome::NotModified {
-                mirror: dl.sh.tr.reference.unwrap_or(0),
+                mirror: transfer_loop.shared.transfer.reference.unwrap_or(0),
                 kept,
             })
         }
         Ok(None) => {
-            if let Some(n) = dl.sh.tr.capped_at {
-                dl.sh.report.note(Note::Allowed {
+            if let Some(n) = transfer_loop.shared.transfer.capped_at {
+                transfer_loop.shared.report.note(Note::Allowed {
                     connections: n,
-                    own: dl.sh.tr.capped_own.min(n),
+                    own: transfer_loop.shared.transfer.capped_own.min(n),
                 });
             }
-            if let Some(rm) = dl.remote.as_ref().filter(|rm| rm.given > 0) {
-                dl.sh.report.note(Note::Reactors {
+            if let Some(rm) = transfer_loop.remote.as_ref().filter(|rm| rm.given > 0) {
+                transfer_loop.shared.report.note(Note::Reactors {
                     reactors: rm.reactors(),
                     others: rm.helpers(),
                     parts: rm.given,
                     bytes: rm.by_others,
                 });
             }
-            end_finished(dl, reactor)
+            end_finished(transfer_loop, reactor)
         }
-        Err(e) => Err(end_failed(dl, e, reactor, failed)),
+        Err(e) => Err(end_failed(transfer_loop, e, reactor, failed)),
     }
 }
 
-/// The transfer of `dl` failed with `e`: parts out on other reactors stop first and say
+/// The transfer of `transfer_loop` failed with `e`: parts out on other reactors stop first and say
 /// what they landed, the writes in flight land, and what landed is kept for a later run
 /// ([`keep_landed`]); `e` comes back saying what was kept, and `failed` gets the summary.
-fn end_failed(dl: &mut Loop<'_>, mut e: Error, reactor: &mut Reactor, failed: &mut Option<Box<Summary>>) -> Error {
-    let out = Rc::clone(&dl.fin.out);
-    dl.stop_parts();
-    dl.settle();
-    let saved = keep_landed(dl, &out);
-    dl.disown_control();
+fn end_failed(
+    transfer_loop: &mut Loop<'_>,
+    mut e: Error,
+    reactor: &mut Reactor,
+    failed: &mut Option<Box<Summary>>,
+) -> Error {
+    let out = Rc::clone(&transfer_loop.end_state.out);
+    transfer_loop.stop_parts();
+    transfer_loop.settle();
+    let saved = keep_landed(transfer_loop, &out);
+    transfer_loop.disown_control();
     // A resume stopped before its first answer: its control file, untouched (it
     // saves only once planned), still names what landed before.
-    let before = dl
-        .sh
-        .tr
+    let before = transfer_loop
+        .shared
+        .transfer
         .resume
         .as_ref()
-        .filter(|_| dl.sh.tr.landed.bytes() == 0)
+        .filter(|_| transfer_loop.shared.transfer.landed.bytes() == 0)
         .map(|st| (st.ranges.iter().map(|r| r.1 - r.0).sum::<u64>(), st.total))
         .filter(|b| b.0 > 0);
     if let Some(part) = &out.part
-        && !dl.sh.tr.changed
+        && !transfer_loop.shared.transfer.changed
     {
         let kept = if saved {
-            Some((dl.sh.tr.landed.bytes(), dl.sh.tr.total.unwrap_or(0)))
+            Some((
+                transfer_loop.shared.transfer.landed.bytes(),
+                transfer_loop.shared.transfer.total.unwrap_or(0),
+            ))
         } else {
             before
         };
@@ -189,25 +197,44 @@ fn end_failed(dl: &mut Loop<'_>, mut e: Error, reactor: &mut Reactor, failed: &m
                 "; {have} of {total} bytes kept in {}: run the same command again to fetch only the rest",
                 part.display()
             ));
-        } else if dl.sh.tr.landed.bytes() > 0 && dl.sh.tr.plan.is_planned() && !dl.sh.tr.ranges {
+        } else if transfer_loop.shared.transfer.landed.bytes() > 0
+            && transfer_loop.shared.transfer.plan.is_planned()
+            && !transfer_loop.shared.transfer.ranges
+        {
             e.msg.push_str(&format!(
                 "; {} bytes kept in {}, but the server does not serve ranges: a new run starts over",
-                dl.sh.tr.landed.bytes(),
+                transfer_loop.shared.transfer.landed.bytes(),
                 part.display()
             ));
         }
     }
-    dl.sh.report.clear();
-    let (io, registered) = (dl.fin.ring.io.clone(), dl.fin.ring.registered);
-    let mut s = dl.summary(before.map_or(dl.sh.tr.landed.bytes(), |b| b.0), io, registered, None);
-    s.writes_pending = dl.sink.writes_in_flight > 0;
+    transfer_loop.shared.report.clear();
+    let (io, registered) = (
+        transfer_loop.end_state.ring.io.clone(),
+        transfer_loop.end_state.ring.registered,
+    );
+    let mut s = transfer_loop.summary(
+        before.map_or(transfer_loop.shared.transfer.landed.bytes(), |b| b.0),
+        io,
+        registered,
+        None,
+    );
+    s.writes_pending = transfer_loop.sink.writes_in_flight > 0;
     if e.kind == crate::error::Kind::Interrupted {
         // (Cut short, not failed: what its origins taught — the cap a server was
         // seen allowing, a proven address — holds for the file's resume in this run
         // (`Outcome::Recalled`) and the files after it. Its connections close.)
-        let keys = std::mem::take(&mut dl.fin.keys);
-        let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
-        reactor.keep(origins, dl.tls_info.clone(), Vec::new(), dl.fin.engine);
+        let keys = std::mem::take(&mut transfer_loop.end_state.keys);
+        let origins = keys
+            .into_iter()
+            .zip(std::mem::take(&mut transfer_loop.shared.origins))
+            .collect();
+        reactor.keep(
+            origins,
+            transfer_loop.tls_info.clone(),
+            Vec::new(),
+            transfer_loop.end_state.engine,
+        );
     }
     *failed = Some(Box::new(s));
     e
@@ -217,85 +244,100 @@ fn end_failed(dl: &mut Loop<'_>, mut e: Error, reactor: &mut Reactor, failed: &m
 /// nothing (only preallocated zeros) is removed; else the control file is saved once an
 /// fdatasync proved the bytes it names are on disk (it keeps its last synced state when
 /// writes are still pending or the sync fails). Returns whether it was saved with bytes.
-fn keep_landed(dl: &mut Loop<'_>, out: &Output) -> bool {
-    if dl.sh.tr.landed.bytes() == 0 && !dl.fin.resuming {
+fn keep_landed(transfer_loop: &mut Loop<'_>, out: &Output) -> bool {
+    if transfer_loop.shared.transfer.landed.bytes() == 0 && !transfer_loop.end_state.resuming {
         out.remove_part();
-    } else if dl.sink.writes_in_flight > 0 {
+    } else if transfer_loop.sink.writes_in_flight > 0 {
         // Writes that did not complete in settle()'s 10 s: an fdatasync could hang
         // as long.
-        dl.sh.report.note(Note::WritesPending);
-    } else if dl.control.is_some() && (dl.sh.tr.file || out.room.is_some()) && out.owns_part() {
+        transfer_loop.shared.report.note(Note::WritesPending);
+    } else if transfer_loop.control.is_some()
+        && (transfer_loop.shared.transfer.file || out.room.is_some())
+        && out.owns_part()
+    {
         // (A `.part` replaced under the run is another's: its control file too.)
-        match dl.wait_for(
+        match transfer_loop.wait_for(
             Op::Fsync {
-                fd: dl.sink.out_fd,
+                fd: transfer_loop.sink.out_fd,
                 datasync: true,
             },
             Tag::Fsync(1).encode(),
         ) {
-            Ok(r) if r >= 0 => return dl.save_control(None) && dl.sh.tr.landed.bytes() > 0,
-            _ => dl.sh.report.note(Note::SyncFailed),
+            Ok(r) if r >= 0 => {
+                return transfer_loop.save_control(None) && transfer_loop.shared.transfer.landed.bytes() > 0;
+            }
+            _ => transfer_loop.shared.report.note(Note::SyncFailed),
         }
     }
     false
 }
 
-/// The transfer of `dl` finished: its output is complete, truncated and synced
+/// The transfer of `transfer_loop` finished: its output is complete, truncated and synced
 /// ([`sync_output`]), read back for `--checksum` and `--signature`, and what it leaves
 /// open goes to `reactor` for the next transfer from the same origin.
-fn end_finished(dl: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Outcome> {
-    let out = Rc::clone(&dl.fin.out);
-    let opts = Rc::clone(&dl.sh.opts);
-    let total = dl.sh.tr.total.unwrap_or(dl.sh.tr.received);
-    if !dl.sh.tr.landed.is_complete(total) {
+fn end_finished(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Outcome> {
+    let out = Rc::clone(&transfer_loop.end_state.out);
+    let opts = Rc::clone(&transfer_loop.shared.opts);
+    let total = transfer_loop
+        .shared
+        .transfer
+        .total
+        .unwrap_or(transfer_loop.shared.transfer.received);
+    if !transfer_loop.shared.transfer.landed.is_complete(total) {
         return Err(err!(
             Internal,
             "download ended with {} of {total} bytes on disk",
-            dl.sh.tr.landed.bytes()
+            transfer_loop.shared.transfer.landed.bytes()
         ));
     }
     // (Read back, renamed or resumed by its name, a replaced `.part` is another file.)
-    out.still_ours().inspect_err(|_| dl.disown_control())?;
-    sync_output(dl, &out, total)?;
-    dl.sh.report.clear();
+    out.still_ours().inspect_err(|_| transfer_loop.disown_control())?;
+    sync_output(transfer_loop, &out, total)?;
+    transfer_loop.shared.report.clear();
     let (digest, signed) = match (&opts.checksum, out.read_back()) {
         (_, Some((part, base))) => crate::output::verify::digests(
-            &dl.ring,
+            &transfer_loop.ring,
             // (Its own blocks: the write pool may be held by other transfers' connections.)
-            &reactor.verify_pool(dl.sink.pool.block_size())?,
+            &reactor.verify_pool(transfer_loop.sink.pool.block_size())?,
             (part, out.readable(), out.direct, base, total),
             opts.checksum.as_ref().map(|c| c.algorithm),
-            dl.fin.signed.take(),
-            &mut dl.interrupted,
+            transfer_loop.end_state.signed.take(),
+            &mut transfer_loop.interrupted,
         )?,
-        (Some(_), None) => (dl.sink.stream_digest.take().map(|d| d.finish()), None),
+        (Some(_), None) => (transfer_loop.sink.stream_digest.take().map(|d| d.finish()), None),
         _ => (None, None),
     };
-    if let Some(before) = dl.fin.ring.fixed_before {
-        let ops = dl.ring.fixed_file_ops() - before;
-        dl.sh.report.note(Note::FixedFileOps { ops });
+    if let Some(before) = transfer_loop.end_state.ring.fixed_before {
+        let ops = transfer_loop.ring.fixed_file_ops() - before;
+        transfer_loop.shared.report.note(Note::FixedFileOps { ops });
     }
     if opts.verbose > 0
-        && let Some(cpu) = dl.fin.ring.sqpoll_tid.and_then(crate::io::thread_cpu)
+        && let Some(cpu) = transfer_loop.end_state.ring.sqpoll_tid.and_then(crate::io::thread_cpu)
     {
         // Not in the process's rusage until the thread exits: say it here.
-        dl.sh.report.note(Note::SqpollCpu { cpu });
+        transfer_loop.shared.report.note(Note::SqpollCpu { cpu });
     }
-    let info = dl.tls_info.clone();
-    let (io, registered) = (dl.fin.ring.io.clone(), dl.fin.ring.registered);
-    let mut summary = dl.summary(total, io, registered, digest);
+    let info = transfer_loop.tls_info.clone();
+    let (io, registered) = (
+        transfer_loop.end_state.ring.io.clone(),
+        transfer_loop.end_state.ring.registered,
+    );
+    let mut summary = transfer_loop.summary(total, io, registered, digest);
     summary.signed = signed;
-    if dl.interrupted.is_some() {
-        reactor.interrupted = dl.interrupted;
+    if transfer_loop.interrupted.is_some() {
+        reactor.interrupted = transfer_loop.interrupted;
     }
     // What this transfer leaves open goes to the next one from the same origin.
-    let keys = std::mem::take(&mut dl.fin.keys);
-    let conns = std::mem::take(&mut dl.conns)
+    let keys = std::mem::take(&mut transfer_loop.end_state.keys);
+    let conns = std::mem::take(&mut transfer_loop.conns)
         .into_iter()
-        .map(|c| (keys[dl.sh.tr.mirrors[c.mirror].origin].clone(), c))
+        .map(|c| (keys[transfer_loop.shared.transfer.mirrors[c.mirror].origin].clone(), c))
         .collect();
-    let origins = keys.into_iter().zip(std::mem::take(&mut dl.sh.origins)).collect();
-    reactor.keep(origins, info, conns, dl.fin.engine);
+    let origins = keys
+        .into_iter()
+        .zip(std::mem::take(&mut transfer_loop.shared.origins))
+        .collect();
+    reactor.keep(origins, info, conns, transfer_loop.end_state.engine);
     Ok(Outcome::Done(Box::new(summary)))
 }
 
@@ -304,19 +346,19 @@ fn end_finished(dl: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Outcome> {
 ///
 /// # Errors
 /// `LocalIo` when the truncation or the fsync fails.
-fn sync_output(dl: &mut Loop<'_>, out: &Output, total: u64) -> Result<()> {
-    if !(dl.sh.tr.file || out.room.is_some()) {
+fn sync_output(transfer_loop: &mut Loop<'_>, out: &Output, total: u64) -> Result<()> {
+    if !(transfer_loop.shared.transfer.file || out.room.is_some()) {
         return Ok(());
     }
-    let r = match dl.fin.synced.take() {
+    let r = match transfer_loop.end_state.synced.take() {
         Some(r) => r,
         None => {
-            if dl.sh.tr.file {
+            if transfer_loop.shared.transfer.file {
                 out.truncate(total)?;
             }
-            dl.wait_for(
+            transfer_loop.wait_for(
                 Op::Fsync {
-                    fd: dl.sink.out_fd,
+                    fd: transfer_loop.sink.out_fd,
                     datasync: false,
                 },
                 Tag::Fsync(0).encode(),

@@ -42,7 +42,7 @@ impl Loop<'_> {
         match m {
             // (Whole transfers go to the run's reactor, never to a lending.)
             Report::Whole { .. } | Report::Idle { .. } => {}
-            Report::Note { helper, note, .. } => self.sh.report.note(Note::OnReactor {
+            Report::Note { helper, note, .. } => self.shared.report.note(Note::OnReactor {
                 reactor: helper,
                 note: Box::new(note),
             }),
@@ -100,7 +100,7 @@ impl Loop<'_> {
             // tries the part had: a helper counts none of its own.)
             out.given.push((a, b));
             let tries = out.tries.max(tries);
-            self.sh.tr.plan.requeue(seg(a, b, tries), false);
+            self.shared.transfer.plan.requeue(seg(a, b, tries), false);
         }
     }
 
@@ -121,7 +121,7 @@ impl Loop<'_> {
             .sum();
         let own = self.serving(0);
         let using = (own + others + serving).max(1);
-        self.sh.tr.saw_cap(using, using);
+        self.shared.transfer.saw_cap(using, using);
         // (As for one reactor: a refusal while a single other request was served may be a
         // passing 503, not a cap of one.)
         if proxy || serving > 0 || own + others >= 2 {
@@ -146,9 +146,9 @@ impl Loop<'_> {
         out.landed = out.landed.max(bytes);
         r.by_others += more;
         r.landed_by[helper - 1] += more;
-        self.sh.tr.received += more;
+        self.shared.transfer.received += more;
         for &(s, e) in ranges {
-            self.sh.tr.landed.add(s, e);
+            self.shared.transfer.landed.add(s, e);
         }
     }
 
@@ -168,7 +168,7 @@ impl Loop<'_> {
         debug_assert_eq!(out.range, range);
         // (What it gave back is this reactor's queue's, landed or not, and its holes were
         // never its.)
-        let mut covered = self.sh.tr.landed.clone();
+        let mut covered = self.shared.transfer.landed.clone();
         for &(s, e) in out.given.iter().chain(&out.holes) {
             covered.add(s, e);
         }
@@ -179,7 +179,7 @@ impl Loop<'_> {
             Some(e) => self.judge_part_failure(helper, &out, e, !gaps.is_empty()),
             None => Judged {
                 counted: None,
-                not_before: self.sh.tr.started.elapsed(),
+                not_before: self.shared.transfer.started.elapsed(),
             },
         };
         self.requeue_gaps(&gaps, &out, &judged);
@@ -192,16 +192,16 @@ impl Loop<'_> {
     fn judge_part_failure(&mut self, helper: usize, out: &Out, e: &Error, left: bool) -> Judged {
         let mut judged = Judged {
             counted: None,
-            not_before: self.sh.tr.started.elapsed(),
+            not_before: self.shared.transfer.started.elapsed(),
         };
-        self.sh.report.note(Note::PartFailed {
+        self.shared.report.note(Note::PartFailed {
             reactor: helper,
             why: e.msg.clone(),
         });
         if out.changed {
             // Its bytes are not of the owner's file, and neither is the server's.
-            self.sh.tr.changed = true;
-            self.sh.fatal.get_or_insert(Error {
+            self.shared.transfer.changed = true;
+            self.shared.fatal.get_or_insert(Error {
                 kind: Kind::Protocol,
                 msg: format!("reactor {helper}: {}", e.msg),
             });
@@ -219,7 +219,7 @@ impl Loop<'_> {
         let range = out.range;
         judged.counted = Some(out.counted.unwrap_or(range));
         let tries = out.tries + 1;
-        if tries >= self.sh.opts.max_tries && left {
+        if tries >= self.shared.opts.max_tries && left {
             let msg = format!(
                 "reactor {helper}: bytes {}-{}: {} (gave up after {})",
                 range.0,
@@ -227,16 +227,16 @@ impl Loop<'_> {
                 e.msg,
                 crate::schedule::retry::n_tries(tries)
             );
-            self.sh.fatal.get_or_insert(Error { kind: e.kind, msg });
+            self.shared.fatal.get_or_insert(Error { kind: e.kind, msg });
         }
         let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
         // (At least the wait the helper judged, as on one reactor: the server's
         // Retry-After; a 503 or 429 holds the origin for as long, so no reactor asks it
         // earlier.)
-        let backoff = crate::schedule::retry::backoff(self.sh.opts.retry_wait_s, tries, jitter);
+        let backoff = crate::schedule::retry::backoff(self.shared.opts.retry_wait_s, tries, jitter);
         judged.not_before += backoff.max(out.wait);
         if out.hold {
-            self.sh.tr.plan.hold(0, judged.not_before);
+            self.shared.transfer.plan.hold(0, judged.not_before);
         }
         judged
     }
@@ -244,9 +244,9 @@ impl Loop<'_> {
     /// Queues `gaps` of ended part `out` again, aligned, cut at the counted segment's
     /// edges: that segment with a try more, not before its wait; the rest at once.
     fn requeue_gaps(&mut self, gaps: &[(u64, u64)], out: &Out, judged: &Judged) {
-        let align = self.sh.tr.align;
-        let total = self.sh.tr.total.unwrap_or(out.range.1);
-        let now = self.sh.tr.started.elapsed();
+        let align = self.shared.transfer.align;
+        let total = self.shared.transfer.total.unwrap_or(out.range.1);
+        let now = self.shared.transfer.started.elapsed();
         let counted = judged.counted;
         for &(s, e) in gaps.iter().rev() {
             let (s, e) = (align_down(s, align), align_up(e, align).min(total));
@@ -260,7 +260,10 @@ impl Loop<'_> {
                 let hit = counted.is_some_and(|(cs, ce)| w[0] < ce && w[1] > cs);
                 let tries = out.tries + u32::from(hit);
                 let wait = if hit { judged.not_before } else { now };
-                self.sh.tr.plan.requeue_after(seg(w[0], w[1], tries), false, wait);
+                self.shared
+                    .transfer
+                    .plan
+                    .requeue_after(seg(w[0], w[1], tries), false, wait);
             }
         }
     }

@@ -13,8 +13,11 @@ impl Loop<'_> {
     /// message: the helper splits its own bodies, [`Loop::give_to_owner`]). One ask per
     /// part at a time, and at most every [`ASK_AGAIN`] while it finds nothing worth giving.
     pub(super) fn ask_back(&mut self) {
-        let tr = &self.sh.tr;
-        if !tr.plan.is_drained() || tr.plan.held(tr.started.elapsed(), 0) || self.sh.fatal.is_some() {
+        let transfer = &self.shared.transfer;
+        if !transfer.plan.is_drained()
+            || transfer.plan.held(transfer.started.elapsed(), 0)
+            || self.shared.fatal.is_some()
+        {
             return;
         }
         let Some(r) = self.remote.as_ref() else {

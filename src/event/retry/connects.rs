@@ -34,17 +34,17 @@ impl Loop<'_> {
         // A failed connect that ends a round over the addresses is about the origin (a
         // server restarting, a wrong port): one count and one hold for every connection
         // to it, however many saw it (see `origin_connect_failed`).
-        let n_addrs = self.sh.origin(k).addrs.len();
+        let n_addrs = self.shared.origin(k).addrs.len();
         let c = &self.conns[i];
-        let round_over = c.st == St::Connecting && c.addr_i.is_multiple_of(n_addrs);
-        self.sh.tr.retries += 1;
-        self.sh.report.note(Note::ConnectionFailed {
+        let round_over = c.st == St::Connecting && c.address_index.is_multiple_of(n_addrs);
+        self.shared.transfer.retries += 1;
+        self.shared.report.note(Note::ConnectionFailed {
             conn: i,
             why: f.msg.clone(),
         });
         if round_over {
             counted.origin_wait = Some(self.origin_connect_failed(k, f));
-            counted.tries = self.sh.tr.mirrors[k].connects_failed;
+            counted.tries = self.shared.transfer.mirrors[k].connects_failed;
         } else {
             // No request was lost, but a server that accepts and then fails every connection
             // must not keep us busy forever: count these too.
@@ -66,19 +66,19 @@ impl Loop<'_> {
     /// waited out, a wrong port still fails fast); a timed-out or unreachable one, `--retry-wait` doubled; each
     /// times 0.75–1.25 (one timer for every connection, so little jitter is needed).
     fn origin_connect_failed(&mut self, k: usize, f: &Fail) -> Duration {
-        let now = self.sh.tr.started.elapsed();
-        if self.sh.tr.plan.held(now, k) {
+        let now = self.shared.transfer.started.elapsed();
+        if self.shared.transfer.plan.held(now, k) {
             return Duration::ZERO;
         }
-        let m = &mut self.sh.tr.mirrors[k];
+        let m = &mut self.shared.transfer.mirrors[k];
         m.connects_failed += 1;
         let base = if f.busy || f.refused {
-            self.sh.opts.retry_wait_s.min(REFUSED_WAIT)
+            self.shared.opts.retry_wait_s.min(REFUSED_WAIT)
         } else {
-            self.sh.opts.retry_wait_s
+            self.shared.opts.retry_wait_s
         };
         let wait = retry::backoff(base, m.connects_failed, 0.25 + jitter() / 2.0).max(f.delay.unwrap_or_default());
-        self.sh.tr.plan.hold(k, now + wait);
+        self.shared.transfer.plan.hold(k, now + wait);
         wait
     }
 
@@ -88,10 +88,15 @@ impl Loop<'_> {
     /// per connection).
     pub(crate) fn may_connect(&self, i: usize) -> bool {
         let k = self.conns[i].mirror;
-        if self.sh.tr.plan.held(self.sh.tr.started.elapsed(), k) {
+        if self
+            .shared
+            .transfer
+            .plan
+            .held(self.shared.transfer.started.elapsed(), k)
+        {
             return false;
         }
-        self.sh.tr.mirrors[k].connects_failed == 0
+        self.shared.transfer.mirrors[k].connects_failed == 0
             || !self
                 .conns
                 .iter()

@@ -28,8 +28,8 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
     for s in slots.iter() {
         match s {
             Slot::Busy(r) => {
-                for o in 0..r.transfer.sh.origins.len() {
-                    add(r.transfer.fin.key(o), r.transfer.serving(o));
+                for o in 0..r.transfer.shared.origins.len() {
+                    add(r.transfer.end_state.key(o), r.transfer.serving(o));
                 }
             }
             Slot::Placed(a) => {
@@ -59,9 +59,9 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
         match &mut slots[lane] {
             Slot::Busy(r) => {
                 let placed = r.transfer.posted_others();
-                for o in 0..r.transfer.sh.origins.len() {
+                for o in 0..r.transfer.shared.origins.len() {
                     let own = r.transfer.serving(o);
-                    r.transfer.sh.origins[o].others = all(r.transfer.fin.key(o)) - own + placed;
+                    r.transfer.shared.origins[o].others = all(r.transfer.end_state.key(o)) - own + placed;
                 }
             }
             Slot::Placed(a) => {
@@ -194,27 +194,27 @@ fn growth(slot: &Slot<'_>) -> Option<Growth> {
             }
         }
         Slot::Busy(r) => {
-            let tr = &r.transfer.sh.tr;
-            let o = &r.transfer.sh.opts;
+            let transfer = &r.transfer.shared.transfer;
+            let o = &r.transfer.shared.opts;
             if r.syncing
                 || r.failed.is_some()
                 || r.transfer.remote.is_some()
-                || r.transfer.sh.fatal.is_some()
+                || r.transfer.shared.fatal.is_some()
                 || !r.transfer.wants_connection()
             {
                 return None;
             }
             // (What the bytes still to fetch are worth now, not at its first answer.)
-            let left = tr.total?.saturating_sub(tr.landed.bytes());
+            let left = transfer.total?.saturating_sub(transfer.landed.bytes());
             Growth {
                 on: 0,
                 keys: r.keys.clone(),
                 n: r.n,
-                worth: tr.wanted.min(crate::schedule::connections_for(
+                worth: transfer.wanted.min(crate::schedule::connections_for(
                     left,
                     o.min_split_size,
                     o.connections,
-                    tr.mirrors.len(),
+                    transfer.mirrors.len(),
                 )),
                 max_per_host: o.max_per_host,
             }

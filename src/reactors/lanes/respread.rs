@@ -37,20 +37,20 @@ pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
                 && !r.recalled
                 && !r.syncing
                 && r.failed.is_none()
-                && r.transfer.sh.fatal.is_none()
+                && r.transfer.shared.fatal.is_none()
                 && r.transfer.remote.is_none()
-                && r.transfer.sh.tr.redirect.is_none() =>
+                && r.transfer.shared.transfer.redirect.is_none() =>
         {
-            let tr = &r.transfer.sh.tr;
+            let transfer = &r.transfer.shared.transfer;
             match worth(
-                (r.transfer.may_resume_spread(), tr.total, tr.landed.bytes()),
-                r.transfer.sh.opts.min_split_size,
+                (r.transfer.may_resume_spread(), transfer.total, transfer.landed.bytes()),
+                r.transfer.shared.opts.min_split_size,
                 threads,
             ) {
                 Worth::Restart(left) => {
                     r.recalled = true;
-                    r.transfer.sh.report.note(Note::Respread { left });
-                    r.transfer.sh.fatal = Some(err!(Interrupted, "interrupted by {RESTART}"));
+                    r.transfer.shared.report.note(Note::Respread { left });
+                    r.transfer.shared.fatal = Some(err!(Interrupted, "interrupted by {RESTART}"));
                 }
                 Worth::Never => r.respreads = false,
                 Worth::NotYet => {}

@@ -109,7 +109,7 @@ pub(super) fn on_signal(
     *interrupted = Some(name);
     for s in slots.iter_mut() {
         match s {
-            Slot::Busy(r) => r.transfer.sh.fatal = Some(err!(Interrupted, "interrupted by {name}")),
+            Slot::Busy(r) => r.transfer.shared.fatal = Some(err!(Interrupted, "interrupted by {name}")),
             // (Its reactor's ring is woken to end it, keeping its `.part` and control file.)
             Slot::Placed(a) => {
                 a.posted.post_stop(name);
