@@ -1,7 +1,7 @@
 //! Several files in one run (`-i LIST`, `-Z URL...`): every file is checked before any
 //! request (the list's lines, the URLs, two files that would write one path: [`plan`]),
 //! then up to `-j` files are in flight at once on the reactor's lanes
-//! ([`download::many::run_many`] asks [`ListRun`] for the next file and tells it each
+//! ([`crate::reactors::lanes::run_many`] asks [`ListRun`] for the next file and tells it each
 //! end). Each file goes with its [`options`] through the one-file path's steps: prepare —
 //! the output and resume state —, fetch — its transfer on a lane —, finish — the
 //! checksum, the rename, the summary — as it completes. What is per run is made once and

@@ -1,5 +1,7 @@
-//! The header fields a request carries beyond the standard ones: `-H`, `--user-agent`,
-//! Basic credentials (RFC 7617), and which of them may follow a redirect.
+//! The header fields a request carries beyond the standard ones: `-H` (`--user-agent`
+//! is parsed into one), Basic credentials (RFC 7617), and which of them may follow a
+//! redirect to another origin. `app/route.rs` asks per hop; `event/assign.rs`
+//! `start_job` puts them on the request that `http::Request` writes.
 
 use http::Url;
 

@@ -319,7 +319,7 @@ pub(crate) struct Conn {
     pub(crate) mirror: usize,
     pub(crate) fd: Option<OwnedFd>,
     /// Connects that failed on this slot (bounds its tries: `--max-tries` per address).
-    pub(crate) address_index: usize,
+    pub(crate) failed_connects: usize,
     /// Index in its origin's addresses ([`Origin::addrs`](crate::control::origin::Origin::addrs)) of this slot's current (or last)
     /// connect.
     pub(crate) addr: usize,
@@ -395,7 +395,7 @@ impl Conn {
             pace_taken: 0,
             mirror: 0,
             fd: None,
-            address_index: 0,
+            failed_connects: 0,
             addr: 0,
             deferred: false,
             engaged: false,

@@ -7,10 +7,11 @@
 //! O_DIRECT (ramfs, tmpfs before 6.6) and for standard output.
 //!
 //! A transfer's data path is one `sink::Sink`: a received byte goes from the loop's
-//! completion to the sink (where the RECV went: `receive`; placed: [`place`]; opened in
-//! place under the software record layer: `record`), into a write block on the sink's
-//! queue, and out as a WRITE the sink submits (`write`); each step returns what
-//! happened to the loop. The engine never reaches the loop or the connection's control
+//! completion (where the RECV went: `receive`) through its connection's body
+//! (`control/body.rs`: the job's framing and count, which lends the bytes on) to the
+//! sink (placed: [`place`]; opened in place under the software record layer:
+//! `record`), into a write block on the sink's queue, and out as a WRITE the sink
+//! submits (`write`); each step returns what happened to the loop. The engine never reaches the loop or the connection's control
 //! state.
 
 pub mod blocks;

@@ -385,7 +385,7 @@ impl Loop<'_> {
         let addr = origin.addrs[k];
         let n_addrs = origin.addrs.len();
         let e = errno(res);
-        c.address_index += 1;
+        c.failed_connects += 1;
         let to = match &origin.proxy {
             Some(p) => format!("proxy {} ({addr})", p.url),
             None => addr.to_string(),
@@ -515,9 +515,9 @@ impl Loop<'_> {
     fn drive_tunnel(&mut self, i: usize) -> std::result::Result<Drive, Fail> {
         let k = self.conns[i].mirror;
         // (Requests of other transfers and of other reactors (`--threads`) to the
-        // origin go through the same proxy: their tunnels are open too. A helper
-        // whose first tunnel was refused while the owner's two were served took
-        // it for a proxy that refuses every tunnel: its parts failed 5 times.)
+        // origin go through the same proxy: their tunnels are open too, so a refused
+        // tunnel with others open is the proxy's crowd, not a proxy that refuses
+        // every tunnel.)
         let others_open = self.shared.origin(k).elsewhere() > 0
             || self
                 .conns

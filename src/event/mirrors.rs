@@ -185,7 +185,7 @@ impl Loop<'_> {
                 c.dead = false;
                 c.deferred = false;
                 c.capped = false;
-                c.address_index = 0;
+                c.failed_connects = 0;
                 c.failures = 0;
                 c.not_before = None;
             }

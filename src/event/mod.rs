@@ -9,8 +9,9 @@
 //! `io_uring_enter` per turn that submits and waits. Each connection has at most one
 //! operation (CONNECT, SEND or RECV) in flight; write blocks have their own. A received
 //! byte: its completion comes to [`Loop::complete`] → the connection's handler
-//! (`conn.rs`) → the read block (a head, rustls' records) or the sink (placed or opened
-//! in place into a write block) → a WRITE the sink submits → its completion back here.
+//! (`conn.rs`) → the read block (a head, rustls' records) or, for a body, the job's
+//! framing (`control/body.rs`) and the sink (placed or opened in place into a write
+//! block) → a WRITE the sink submits → its completion back here.
 
 pub(crate) mod assign;
 mod conn;

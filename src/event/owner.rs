@@ -515,9 +515,9 @@ mod tests {
         s
     }
 
-    /// `soft_tls::closes_and_small_records` at `--threads 2` once read "2 of 2 TLS
-    /// connections" where the server had served 3: a helper's second part reconnected,
-    /// and the most of one part was taken for the helper's count.
+    /// A helper's connections are summed over its parts, not the most of one part: a
+    /// second part that reconnected counts its new connections (the server served 3,
+    /// not "2 of 2 TLS connections"), and a connection kept between parts counts once.
     #[test]
     fn a_helpers_reconnects_count_and_its_kept_connections_count_once() {
         let mut c = Counts::default();

@@ -400,7 +400,7 @@ impl Loop<'_> {
         c.retry_until = f.delay.map(|d| Instant::now() + d);
         let refusals = c.refusals;
         // A helper reactor's part: the owner sees every reactor's requests and counts
-        // what the server allows (`Loop::capped_elsewhere`); this slot asks again later
+        // what the server allows (`Loop::on_capped`, event/owner/apply.rs); this slot asks again later
         // as any parked one.
         let helper = self.part.is_some();
         let using = if f.extra && !helper {
@@ -469,7 +469,7 @@ impl Loop<'_> {
             }
         }
         let c = &mut self.conns[i];
-        if unreachable || (connect_failed && c.address_index >= n_addrs * max as usize) || c.failures >= max {
+        if unreachable || (connect_failed && c.failed_connects >= n_addrs * max as usize) || c.failures >= max {
             // Every address had its chances: this slot stops; the download fails when no
             // connection is left.
             c.dead = true;
@@ -490,7 +490,7 @@ impl Loop<'_> {
         // Exponential backoff with jitter before this slot reconnects. A refused connect
         // (nothing listening) is answered at once, and waiting long for it only delays the
         // error: its waits start short (a wrong port fails in 2–3 s).
-        if connect_failed && !f.busy && !c.address_index.is_multiple_of(n_addrs) {
+        if connect_failed && !f.busy && !c.failed_connects.is_multiple_of(n_addrs) {
             // An address this slot has not tried in this round: at once (RFC 8305 §5).
             c.not_before = None;
             return Ok(());
@@ -505,7 +505,7 @@ impl Loop<'_> {
                         self.shared.opts.retry_wait_s
                     };
                     // One wait per round over the addresses.
-                    (base, (c.address_index / n_addrs) as u32)
+                    (base, (c.failed_connects / n_addrs) as u32)
                 } else {
                     (self.shared.opts.retry_wait_s, counted.tries)
                 };

@@ -18,7 +18,8 @@
 //!   A helper waits on its channel between parts; placed files take new orders between
 //!   two waits of their ring.
 //! - **Reports, helper → owner/run** ([`Report`], one `mpsc` channel all helpers share):
-//!   what of a part landed (every tick, 250 ms, and at its end), a cap met, why a part
+//!   what of a part landed (on a tick, 250 ms, when that grew or its requests on the
+//!   wire changed, and at its end), a cap met, why a part
 //!   failed, what it gave back, its notes, that it ended; a placed file's progress,
 //!   notes and end ([`WholeReport`]); the idle connections kept after a forget. After
 //!   each report the helper writes the *bell* (an eventfd, eventfd(2)), which the owner's
@@ -142,7 +143,7 @@ pub(crate) enum Order {
 
 /// A helper's message to the owner.
 pub(crate) enum Report {
-    /// These ranges of part `range` are written (each write's completion came).
+    /// These ranges of the part lent as `lending` are written (each write's completion came).
     Landed {
         lending: u64,
         helper: usize,

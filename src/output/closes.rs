@@ -185,7 +185,7 @@ mod tests {
     }
 
     /// Another process holds the lock (a run that took the file over once this one let go
-    /// of it): the wait ends at once, where it used to go on for its whole limit.
+    /// of it): the wait ends at once, not after its whole limit.
     #[test]
     fn another_process_s_lock_is_not_waited_for() {
         let p = std::env::temp_dir().join(format!("ringdl-closes-other-{}", std::process::id()));

@@ -360,7 +360,7 @@ impl Output {
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when rename fails; the `.part` stays.
     pub fn commit(&self) -> Result<Option<PathBuf>> {
-        let (Some(part), Some(end_state)) = (&self.part, &self.final_path) else {
+        let (Some(part), Some(final_path)) = (&self.part, &self.final_path) else {
             return Ok(None);
         };
         // The data is complete and synced: the control file goes first, so no crash can
@@ -371,9 +371,9 @@ impl Output {
         } else {
             rustix::fs::RenameFlags::NOREPLACE
         };
-        match rustix::fs::renameat_with(CWD, part, CWD, end_state, flags) {
+        match rustix::fs::renameat_with(CWD, part, CWD, final_path, flags) {
             Ok(()) => Ok(Some(
-                end_state
+                final_path
                     .parent()
                     .filter(|d| !d.as_os_str().is_empty())
                     .unwrap_or(Path::new("."))
@@ -382,14 +382,14 @@ impl Output {
             Err(rustix::io::Errno::EXIST) => Err(err!(
                 LocalIo,
                 "{} appeared during the download (use --force); data kept in {}",
-                end_state.display(),
+                final_path.display(),
                 part.display()
             )),
             Err(e) => Err(err!(
                 LocalIo,
                 "rename {} to {}: {e}",
                 part.display(),
-                end_state.display()
+                final_path.display()
             )),
         }
     }

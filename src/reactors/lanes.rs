@@ -107,7 +107,7 @@ pub struct Many {
 /// A transfer on its lane.
 struct Running<'c> {
     id: usize,
-    transfer: Loop<'c>,
+    transfer_loop: Loop<'c>,
     /// Its origins' keys, and its connection slots.
     keys: Vec<OriginKey>,
     n: usize,
@@ -125,7 +125,7 @@ struct Running<'c> {
 impl Running<'_> {
     /// Connection slots it holds against its origins' caps ([`Loop::held`]).
     fn held(&self) -> usize {
-        self.transfer.held(self.n)
+        self.transfer_loop.held(self.n)
     }
 }
 
@@ -454,7 +454,7 @@ fn step_lanes<'c>(
             unreachable!("matched Busy above")
         };
         let freed_slots = r.held();
-        let (outcome, report, failed, hold) = end(r.transfer, step, reactor);
+        let (outcome, report, failed, hold) = end(r.transfer_loop, step, reactor);
         let outcome = if r.recalled {
             respread::recalled(outcome, interrupted)
         } else {
@@ -487,26 +487,28 @@ fn step_one(r: &mut Running<'_>, reactor: &mut Reactor) -> Option<Result<Option<
     adopt(r, reactor);
     // Connections that waited for a write block the lanes share, freed by another.
     if r.failed.is_none()
-        && !r.transfer.sink.waiting.is_empty()
-        && r.transfer.sink.pool.available() > 0
-        && let Err(e) = r.transfer.wake_waiting()
+        && !r.transfer_loop.sink.waiting.is_empty()
+        && r.transfer_loop.sink.pool.available() > 0
+        && let Err(e) = r.transfer_loop.wake_waiting()
     {
         r.failed = Some(e);
     }
     let step = match r.failed.take() {
         Some(e) => Some(Err(e)),
-        None if r.syncing => r.transfer.end_state.synced.is_some().then_some(Ok(None)),
-        None => r.transfer.step(),
+        None if r.syncing => r.transfer_loop.end_state.synced.is_some().then_some(Ok(None)),
+        None => r.transfer_loop.step(),
     };
     match step {
-        Some(Ok(None)) if !r.syncing && !r.transfer.shared.transfer.not_modified => match r.transfer.begin_sync() {
-            Ok(true) => {
-                r.syncing = true;
-                None
+        Some(Ok(None)) if !r.syncing && !r.transfer_loop.shared.transfer.not_modified => {
+            match r.transfer_loop.begin_sync() {
+                Ok(true) => {
+                    r.syncing = true;
+                    None
+                }
+                Ok(false) => Some(Ok(None)),
+                Err(e) => Some(Err(e)),
             }
-            Ok(false) => Some(Ok(None)),
-            Err(e) => Some(Err(e)),
-        },
+        }
         s => s,
     }
 }
@@ -516,7 +518,7 @@ fn show_progress(feed: &mut dyn Feed, slots: &[Slot<'_>], started: Instant) {
     let flights: Vec<Flight> = slots
         .iter()
         .filter_map(|s| match s {
-            Slot::Busy(r) => Some(r.transfer.flight()),
+            Slot::Busy(r) => Some(r.transfer_loop.flight()),
             Slot::Placed(a) => Some(a.flight.clone()),
             _ => None,
         })
@@ -539,7 +541,7 @@ fn reap(
         }
         match slots.get_mut(usize::from(lane)) {
             Some(Slot::Busy(r)) => {
-                if let Err(e) = r.transfer.complete(c) {
+                if let Err(e) = r.transfer_loop.complete(c) {
                     // The transfer ends with it before another completion is taken:
                     // its end reaps what is left of its own (its writes) itself.
                     r.failed = Some(e);
@@ -589,7 +591,7 @@ fn start<'c>(
             }
             slots[lane] = Slot::Busy(Box::new(Running {
                 id,
-                transfer,
+                transfer_loop: transfer,
                 keys,
                 n,
                 failed: None,
@@ -625,7 +627,7 @@ fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
         .enumerate()
         .filter_map(|(lane, s)| match s {
             Slot::Busy(r) => Some((
-                (0..r.transfer.shared.origins.len()).any(|o| r.transfer.serving(o) > 0),
+                (0..r.transfer_loop.shared.origins.len()).any(|o| r.transfer_loop.serving(o) > 0),
                 lane,
             )),
             _ => None,
@@ -643,20 +645,20 @@ fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
 fn adopt(r: &mut Running<'_>, reactor: &mut Reactor) {
     if r.failed.is_some()
         || r.syncing
-        || r.transfer.shared.fatal.is_some()
-        || r.transfer.shared.transfer.redirect.is_some()
+        || r.transfer_loop.shared.fatal.is_some()
+        || r.transfer_loop.shared.transfer.redirect.is_some()
     {
         return;
     }
-    while let Some((i, o)) = r.transfer.would_connect() {
-        let key = r.transfer.end_state.key(o);
-        let Some(c) = reactor.take_idle(key, 1, r.transfer.end_state.engine).pop() else {
+    while let Some((i, o)) = r.transfer_loop.would_connect() {
+        let key = r.transfer_loop.end_state.key(o);
+        let Some(c) = reactor.take_idle(key, 1, r.transfer_loop.end_state.engine).pop() else {
             // Idle ones it cannot take (set up for another engine) were counted as its own
             // by `room_under_caps`: one closes for the connection it opens.
             reactor.forget_one_idle(key);
             break;
         };
-        r.transfer.adopt(i, c);
+        r.transfer_loop.adopt(i, c);
     }
 }
 

@@ -67,12 +67,12 @@ pub fn run(
     };
     let cell = RingCell::new(chosen);
     let r = match start_on(st, reactor, cell.lane(0), n, signals, true) {
-        Ok(mut transfer) => {
-            transfer.remote = remote;
-            let r = transfer.arm_mail(None).and_then(|()| transfer.event_loop());
+        Ok(mut transfer_loop) => {
+            transfer_loop.remote = remote;
+            let r = transfer_loop.arm_mail(None).and_then(|()| transfer_loop.event_loop());
             // (Writes still in flight are reaped by give_back below; the caller holds
             // the output until then.)
-            let (r, report, failed, _hold) = end(transfer, r, reactor);
+            let (r, report, failed, _hold) = end(transfer_loop, r, reactor);
             (r, report, failed)
         }
         Err(b) => {

@@ -1,8 +1,9 @@
 //! The connection cap of one origin: how many connections may be open to its server at
-//! once, and whether one more may open. Every place that asks — a transfer's slot about
-//! to connect ([`crate::event::Loop::origin_room`]), a file about to start on a lane or
-//! be placed on a helper, a running file that may grow, a transfer spread over reactors —
-//! asks an [`OriginCap`].
+//! once, and whether one more may open. The places that ask whether one more may open —
+//! a transfer's slot about to connect ([`crate::event::Loop::origin_room`]), a file about
+//! to start on a lane or be placed on a helper, a running file that may grow — ask an
+//! [`OriginCap`]; a transfer spread over reactors takes its share of the configured bound
+//! with [`shares`].
 //!
 //! A cap has two bounds:
 //! - the *configured* one, `--max-connections-per-host` (under `--threads`, each

@@ -36,7 +36,7 @@ impl Loop<'_> {
         // to it, however many saw it (see `origin_connect_failed`).
         let n_addrs = self.shared.origin(k).addrs.len();
         let c = &self.conns[i];
-        let round_over = c.st == St::Connecting && c.address_index.is_multiple_of(n_addrs);
+        let round_over = c.st == St::Connecting && c.failed_connects.is_multiple_of(n_addrs);
         self.shared.transfer.retries += 1;
         self.shared.report.note(Note::ConnectionFailed {
             conn: i,

@@ -28,8 +28,8 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
     for s in slots.iter() {
         match s {
             Slot::Busy(r) => {
-                for o in 0..r.transfer.shared.origins.len() {
-                    add(r.transfer.end_state.key(o), r.transfer.serving(o));
+                for o in 0..r.transfer_loop.shared.origins.len() {
+                    add(r.transfer_loop.end_state.key(o), r.transfer_loop.serving(o));
                 }
             }
             Slot::Placed(a) => {
@@ -58,10 +58,10 @@ pub(super) fn share_origins(slots: &mut [Slot<'_>]) {
         };
         match &mut slots[lane] {
             Slot::Busy(r) => {
-                let placed = r.transfer.posted_others();
-                for o in 0..r.transfer.shared.origins.len() {
-                    let own = r.transfer.serving(o);
-                    r.transfer.shared.origins[o].others = all(r.transfer.end_state.key(o)) - own + placed;
+                let placed = r.transfer_loop.posted_others();
+                for o in 0..r.transfer_loop.shared.origins.len() {
+                    let own = r.transfer_loop.serving(o);
+                    r.transfer_loop.shared.origins[o].others = all(r.transfer_loop.end_state.key(o)) - own + placed;
                 }
             }
             Slot::Placed(a) => {
@@ -152,7 +152,7 @@ pub(super) fn grow_running(slots: &mut [Slot<'_>], reactor: &mut Reactor, placed
         match &mut slots[lane] {
             Slot::Busy(r) => {
                 if let Some(pool) = reactor.read_pool() {
-                    r.n += r.transfer.grow(more, pool);
+                    r.n += r.transfer_loop.grow(more, pool);
                 }
             }
             Slot::Placed(a) => {
@@ -194,13 +194,13 @@ fn growth(slot: &Slot<'_>) -> Option<Growth> {
             }
         }
         Slot::Busy(r) => {
-            let transfer = &r.transfer.shared.transfer;
-            let o = &r.transfer.shared.opts;
+            let transfer = &r.transfer_loop.shared.transfer;
+            let o = &r.transfer_loop.shared.opts;
             if r.syncing
                 || r.failed.is_some()
-                || r.transfer.remote.is_some()
-                || r.transfer.shared.fatal.is_some()
-                || !r.transfer.wants_connection()
+                || r.transfer_loop.remote.is_some()
+                || r.transfer_loop.shared.fatal.is_some()
+                || !r.transfer_loop.wants_connection()
             {
                 return None;
             }
@@ -240,9 +240,9 @@ pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[OriginKey], freed: usi
             .enumerate()
             .filter_map(|(lane, s)| match s {
                 Slot::Busy(r) => r
-                    .transfer
+                    .transfer_loop
                     .parked_on(key)
-                    .map(|o| (lane, Some(o), r.transfer.serving(o) == 0)),
+                    .map(|o| (lane, Some(o), r.transfer_loop.serving(o) == 0)),
                 // (A file on the helper the ended one ran on was woken there.)
                 Slot::Placed(a) if a.parked && a.keys.contains(key) && (on == 0 || a.helper != on) => {
                     Some((lane, None, a.serving == 0))
@@ -257,7 +257,7 @@ pub(super) fn wake_parked(slots: &mut [Slot<'_>], keys: &[OriginKey], freed: usi
                 break;
             }
             match (&mut slots[lane], o) {
-                (Slot::Busy(r), Some(o)) => left -= r.transfer.wake_parked(o, left).min(left),
+                (Slot::Busy(r), Some(o)) => left -= r.transfer_loop.wake_parked(o, left).min(left),
                 (Slot::Placed(a), None) => {
                     // (How many it has parked is not known here: one place, one slot.)
                     a.posted.wake.store(true, Ordering::Release);

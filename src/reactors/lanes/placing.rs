@@ -394,9 +394,9 @@ pub(super) fn on_bell(cell: &RingCell, reactor: &Reactor, c: uring::Completion, 
     }
     for s in slots.iter_mut() {
         if let Slot::Busy(r) = s
-            && r.transfer.remote.is_some()
+            && r.transfer_loop.remote.is_some()
         {
-            r.transfer.drain_mail();
+            r.transfer_loop.drain_mail();
         }
     }
     match (reactor.helpers_running(), c.buf) {

@@ -37,20 +37,24 @@ pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
                 && !r.recalled
                 && !r.syncing
                 && r.failed.is_none()
-                && r.transfer.shared.fatal.is_none()
-                && r.transfer.remote.is_none()
-                && r.transfer.shared.transfer.redirect.is_none() =>
+                && r.transfer_loop.shared.fatal.is_none()
+                && r.transfer_loop.remote.is_none()
+                && r.transfer_loop.shared.transfer.redirect.is_none() =>
         {
-            let transfer = &r.transfer.shared.transfer;
+            let transfer = &r.transfer_loop.shared.transfer;
             match worth(
-                (r.transfer.may_resume_spread(), transfer.total, transfer.landed.bytes()),
-                r.transfer.shared.opts.min_split_size,
+                (
+                    r.transfer_loop.may_resume_spread(),
+                    transfer.total,
+                    transfer.landed.bytes(),
+                ),
+                r.transfer_loop.shared.opts.min_split_size,
                 threads,
             ) {
                 Worth::Restart(left) => {
                     r.recalled = true;
-                    r.transfer.shared.report.note(Note::Respread { left });
-                    r.transfer.shared.fatal = Some(err!(Interrupted, "interrupted by {RESTART}"));
+                    r.transfer_loop.shared.report.note(Note::Respread { left });
+                    r.transfer_loop.shared.fatal = Some(err!(Interrupted, "interrupted by {RESTART}"));
                 }
                 Worth::Never => r.respreads = false,
                 Worth::NotYet => {}

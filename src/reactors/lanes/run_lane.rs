@@ -74,7 +74,7 @@ fn on_nudge(cell: &RingCell, fd: Option<RawFd>, c: uring::Completion, slots: &mu
             .contains(&c.result);
     for s in slots.iter_mut() {
         if let Slot::Busy(r) = s {
-            r.transfer.posted_stop();
+            r.transfer_loop.posted_stop();
         }
     }
     match (again, c.buf, fd) {
@@ -109,7 +109,7 @@ pub(super) fn on_signal(
     *interrupted = Some(name);
     for s in slots.iter_mut() {
         match s {
-            Slot::Busy(r) => r.transfer.shared.fatal = Some(err!(Interrupted, "interrupted by {name}")),
+            Slot::Busy(r) => r.transfer_loop.shared.fatal = Some(err!(Interrupted, "interrupted by {name}")),
             // (Its reactor's ring is woken to end it, keeping its `.part` and control file.)
             Slot::Placed(a) => {
                 a.posted.post_stop(name);
