@@ -1,0 +1,1 @@
+//! zchunk (`zchunk_format.txt`): the lead, the header and its index, the chunker, chunks decoded.

@@ -1,0 +1,1 @@
+//! zsync control files (`zsyncmake`): the header, block sums, the rolling search.
