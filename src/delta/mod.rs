@@ -12,6 +12,8 @@
 //! This room is pure but for what [`seed`] reads: formats, scanning, the plan of
 //! requests. Fetching and writing are the app's (`app/delta.rs`).
 
+pub mod plan;
+pub mod seed;
 pub mod zck;
 pub mod zsync;
 

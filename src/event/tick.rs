@@ -129,6 +129,11 @@ impl Loop<'_> {
             return false;
         }
         let ranges = ranges.unwrap_or_else(|| self.shared.transfer.landed.ranges().to_vec());
+        // A partial fetch's holes count as landed but hold nothing: not recorded.
+        let ranges = match self.shared.opts.fetch_only.as_deref() {
+            Some(want) => crate::schedule::Landed::from_ranges(&ranges).within(want),
+            None => ranges,
+        };
         let st = State {
             url: self.shared.opts.url.clone(),
             total,

@@ -76,6 +76,8 @@ pub(crate) struct Transfer {
     pub(crate) waited: std::time::Duration,
     /// Failed attempts tried again, and work-stealing splits (for the summary).
     pub(crate) retries: u64,
+    /// Requests sent (HTTP requests for body bytes, each try counted).
+    pub(crate) requests: u64,
     /// Requests sent again, no try spent, because their kept-alive connection was closed
     /// before any byte of the answer (for the summary).
     pub(crate) resent: u64,
@@ -138,6 +140,7 @@ impl Transfer {
             refused_first: false,
             waited: Duration::ZERO,
             retries: 0,
+            requests: 0,
             resent: 0,
             steals: 0,
             plain_get: false,
