@@ -10,6 +10,7 @@ mod util;
 
 mod blockdev;
 mod delta;
+mod delta_zck;
 mod download;
 mod faults;
 mod fresh;
