@@ -40,6 +40,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("signature_minisign", signature_minisign),
     ("signature_keys", signature_keys),
     ("input_list", input_list),
+    ("zsync_control", zsync_control),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -2170,4 +2171,136 @@ pub fn input_list(data: &[u8]) {
     let back = parse(again.as_bytes(), "L").unwrap_or_else(|e| panic!("{again:?} does not parse back: {}", e.msg));
     let strip = |v: &[Entry]| -> Vec<Entry> { v.iter().cloned().map(|e| Entry { line: 0, ..e }).collect() };
     assert_eq!(strip(&back), strip(&entries), "written back as {again:?}");
+}
+
+/// `zsync_control`: the input as a `.zsync` ([`ringdl::delta::zsync::Zsync::parse`]): an
+/// error names the control file; a parsed one's pieces are its blocks (contiguous, the
+/// last one short, remote = target), `ceil(Length / Blocksize)` of them, held by the input.
+/// Scanning a seed (the input itself) finds the same blocks whatever the feed sizes, and
+/// each block found is that block ([`ringdl::delta::Index::matches`]). Then the input as
+/// a target: a control file made for it in `zsyncmake`'s format (block size and
+/// `Hash-Lengths` from its first bytes) parses back, an edited copy scans the same in any
+/// feed sizes to blocks that match, and the target itself, when its blocks differ, is
+/// found whole, each block in place.
+pub fn zsync_control(data: &[u8]) {
+    use ringdl::delta::Index;
+    use ringdl::delta::zsync::Zsync;
+    match Zsync::parse(data) {
+        Err(e) => assert!(e.contains("zsync"), "an error that does not name the format: {e}"),
+        Ok(z) => {
+            let n = z.pieces().len() as u64;
+            let bs = z.block_size();
+            assert!(bs.is_power_of_two());
+            assert_eq!(n, z.target_len().div_ceil(bs));
+            let (_, rsum, ck) = z.hash_lengths();
+            assert!(n * u64::from(rsum + ck) < data.len() as u64 || n == 0);
+            check_zsync_pieces(&z);
+            if bs <= 1 << 16 {
+                zsync_scan_agrees(&z, data, &mut Rng::from(data));
+            }
+        }
+    }
+    let Some((&pick, _)) = data.split_first() else { return };
+    let bs = 16usize << (pick % 6);
+    let lengths = (1 + (pick >> 3) % 2, 1 + (pick >> 4) % 4, 3 + (pick >> 6) * 4);
+    let control = make_zsync(data, bs, lengths);
+    let z = Zsync::parse(&control).unwrap_or_else(|e| panic!("a control file made here: {e}"));
+    assert_eq!(z.target_len(), data.len() as u64);
+    check_zsync_pieces(&z);
+    let mut rng = Rng::from(data);
+    let mut seed = data.to_vec();
+    for _ in 0..rng.below(4) {
+        let at = rng.below(seed.len() + 1);
+        match rng.below(3) {
+            0 => seed
+                .splice(at..at, (0..rng.below(2 * bs) + 1).map(|i| i as u8))
+                .for_each(drop),
+            1 => seed.drain(at..(at + rng.below(2 * bs)).min(seed.len())).for_each(drop),
+            _ => {
+                if let Some(b) = seed.get_mut(at) {
+                    *b ^= 1;
+                }
+            }
+        }
+    }
+    zsync_scan_agrees(&z, &seed, &mut rng);
+    let blocks: std::collections::HashSet<&[u8]> = data.chunks(bs).collect();
+    let can_start = lengths.0 == 1 || data.len() > bs;
+    if blocks.len() == data.len().div_ceil(bs) && can_start {
+        let found = zsync_scan_agrees(&z, data, &mut rng);
+        for (p, f) in z.pieces().iter().zip(found) {
+            assert_eq!(
+                f,
+                Some(ringdl::delta::Found::Target(p.target_start)),
+                "the target as seed"
+            );
+        }
+    }
+}
+
+fn check_zsync_pieces(z: &ringdl::delta::zsync::Zsync) {
+    use ringdl::delta::Index;
+    let mut at = 0;
+    for p in z.pieces() {
+        assert_eq!(p.target_start, at);
+        assert!(p.target_len > 0 && p.target_len <= z.block_size());
+        assert_eq!((p.remote_start, p.remote_len), (p.target_start, p.target_len));
+        at += p.target_len;
+    }
+    assert_eq!(at, z.target_len());
+    if let Some(p) = z.pieces().last() {
+        assert!(p.target_len == z.block_size() || p.target_start + p.target_len == z.target_len());
+    }
+}
+
+/// Scans `seed` whole, then in feed sizes from `rng`: the same result, every block found
+/// is the block. Returns the result.
+fn zsync_scan_agrees(z: &ringdl::delta::zsync::Zsync, seed: &[u8], rng: &mut Rng) -> Vec<Option<ringdl::delta::Found>> {
+    use ringdl::delta::{Found, Index};
+    let mut s = z.scanner();
+    s.feed(seed);
+    let whole = s.finish();
+    assert_eq!(whole.len(), z.pieces().len());
+    let mut s = z.scanner();
+    let mut rest = seed;
+    while !rest.is_empty() {
+        let n = (rng.below(3 * z.block_size() as usize) + 1).min(rest.len());
+        s.feed(&rest[..n]);
+        rest = &rest[n..];
+    }
+    assert_eq!(s.finish(), whole, "feed sizes changed what was found");
+    for (i, f) in whole.iter().enumerate() {
+        let Some(Found::Target(o)) = *f else { continue };
+        let p = z.pieces()[i];
+        let bytes = seed.get(o as usize..(o + p.target_len) as usize);
+        assert!(
+            bytes.is_some_and(|b| z.matches(i, b)),
+            "block {i} found at {o} is not the block"
+        );
+    }
+    whole
+}
+
+/// A control file for `target` in `zsyncmake` 0.6.2's format (no SHA-1), blocks of `bs`
+/// bytes, `Hash-Lengths` `(seq_matches, rsum_bytes, checksum_bytes)`.
+fn make_zsync(target: &[u8], bs: usize, (seq, rsum, ck): (u8, u8, u8)) -> Vec<u8> {
+    use md4::{Digest, Md4};
+    let mut out = format!(
+        "zsync: 0.6.2\nBlocksize: {bs}\nLength: {}\nHash-Lengths: {seq},{rsum},{ck}\nURL: t\n\n",
+        target.len()
+    )
+    .into_bytes();
+    for block in target.chunks(bs) {
+        let mut padded = block.to_vec();
+        padded.resize(bs, 0);
+        let (mut a, mut b) = (0u16, 0u16);
+        for &c in &padded {
+            a = a.wrapping_add(u16::from(c));
+            b = b.wrapping_add(a);
+        }
+        let r = [(a >> 8) as u8, a as u8, (b >> 8) as u8, b as u8];
+        out.extend_from_slice(&r[4 - usize::from(rsum)..]);
+        out.extend_from_slice(&Md4::digest(&padded)[..usize::from(ck)]);
+    }
+    out
 }
