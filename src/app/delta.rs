@@ -57,6 +57,11 @@ struct Target {
 /// its whole digest (the `.part` removed); `LocalIo` for a seed or the target.
 pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
     let started = std::time::Instant::now();
+    if let Some(p) = opts.json.as_ref() {
+        // A record that cannot be written is found out now, not after the update.
+        super::json_writable(p).map_err(|e| err!(LocalIo, "--json {}: {e}", p.display()))?;
+    }
+    record.json = opts.json.clone();
     refuse(&opts)?;
     let url = http::Url::parse(&opts.url).map_err(|e| err!(Usage, "{}: {e}", opts.url))?;
     let format = if url.path().ends_with(".zsync") {
