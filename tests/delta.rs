@@ -244,7 +244,16 @@ fn a_signature_over_the_index_is_checked_before_any_piece() {
     let sign = |file: &Path| {
         tool(
             "/usr/bin/ssh-keygen",
-            &["-q", "-Y", "sign", "-n", "file", "-f", key.to_str().unwrap(), file.to_str().unwrap()],
+            &[
+                "-q",
+                "-Y",
+                "sign",
+                "-n",
+                "file",
+                "-f",
+                key.to_str().unwrap(),
+                file.to_str().unwrap(),
+            ],
             s.dir.path(),
         );
         PathBuf::from(format!("{}.sig", file.display()))

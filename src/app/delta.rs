@@ -193,7 +193,7 @@ fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
     };
     let mut seeds = Vec::new();
     for p in &opts.seeds {
-        let seed = Seed::open(p).map_err(|e| err!(LocalIo, "{e}"))?;
+        let seed = Seed::open(p, opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
         if Some(seed.id) == target.id() || Some(seed.id) == part_id {
             return Err(err!(
                 Usage,
@@ -213,7 +213,7 @@ fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
 fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<(Box<dyn Index>, Staging, Vec<u8>)> {
     let mut staging = Staging::new(target.staging.clone(), opts.url.clone());
     let st = staging.fetch(opts, Some(vec![(0, HEAD_FIRST)]), true, per_run)?;
-    let mut reader = Seed::open(&staging.part()).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     let mut head = Vec::new();
     reader
         .read(0, HEAD_FIRST.min(st.total), &mut head)
@@ -231,7 +231,7 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
     }
     if len > HEAD_FIRST {
         staging.fetch(opts, Some(vec![(0, len)]), true, per_run)?;
-        let mut reader = Seed::open(&staging.part()).map_err(|e| err!(LocalIo, "{e}"))?;
+        let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
         reader.read(0, len, &mut head).map_err(|e| err!(LocalIo, "{e}"))?;
     }
     head.truncate(len as usize);
@@ -365,7 +365,7 @@ fn check_fetched(
     if plan.ranges.is_empty() {
         return Ok(());
     }
-    let mut reader = Seed::open(&staging.part()).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     if let Some((a, b)) = index.always_fetch() {
         let mut bytes = Vec::new();
         reader.read(a, b - a, &mut bytes).map_err(|e| err!(LocalIo, "{e}"))?;
@@ -393,7 +393,7 @@ fn check_fetched(
     let ranges = plan::coalesce(&ranges, 0);
     staging.forget(&ranges)?;
     staging.fetch(opts, Some(ranges), opts.quiet, per_run)?;
-    let mut reader = Seed::open(&staging.part()).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     bad = bad_pieces(index, plan, &mut reader)?;
     match bad.first() {
         None => Ok(()),

@@ -1,8 +1,9 @@
 //! An image written front to back in large aligned blocks (a delta's target): `FILE.part`
 //! renamed into place once complete, or a block device at `--offset`. O_DIRECT where the
-//! filesystem takes it, so a 1 GiB target leaves no page cache behind.
+//! filesystem takes it, so a 1 GiB target leaves no page cache behind; the writes go on a
+//! ring of their own while the next block fills (write-behind, [`WRITES`] at a time).
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
@@ -12,7 +13,9 @@ use crate::err;
 use crate::error::Result;
 
 /// Bytes gathered before one write (a multiple of every logical block size).
-pub const WRITE_BLOCK: usize = 4 << 20;
+pub const WRITE_BLOCK: usize = 2 << 20;
+/// Writes in flight while the next block fills.
+pub const WRITES: usize = 2;
 
 /// A target written in order: [`ImageWriter::push`] appends, [`ImageWriter::finish`] writes
 /// the tail, sets the size and syncs.
@@ -28,8 +31,12 @@ pub struct ImageWriter {
     buf: uring::Buf,
     /// Bytes of `buf` filled.
     filled: usize,
-    /// Image bytes written so far (`buf` holds the next ones).
+    /// Image bytes handed to writes so far (`buf` holds the next ones).
     written: u64,
+    /// The ring the writes go on, the blocks free, and the writes in flight (offset, length).
+    ring: uring::Ring,
+    spare: Vec<uring::Buf>,
+    in_flight: Vec<(u64, usize)>,
     /// `FILE.part` and `FILE`, for a file target.
     part: Option<(PathBuf, PathBuf)>,
 }
@@ -40,7 +47,7 @@ impl ImageWriter {
     ///
     /// # Errors
     /// `LocalIo` when the `.part` cannot be opened or the buffer mapped.
-    pub fn file(final_path: &Path) -> Result<ImageWriter> {
+    pub fn file(final_path: &Path, io: crate::config::IoChoice) -> Result<ImageWriter> {
         let part = super::part_path(final_path);
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC;
         let mode = Mode::from_raw_mode(0o644);
@@ -52,7 +59,7 @@ impl ImageWriter {
             ),
             Err(e) => return Err(err!(LocalIo, "{}: {e}", part.display())),
         };
-        ImageWriter::over(fd, direct, 4096, 0, None, Some((part, final_path.to_path_buf())))
+        ImageWriter::over(fd, (direct, 4096), 0, None, Some((part, final_path.to_path_buf())), io)
     }
 
     /// Opens the block device `path` for an image at `offset` ([`device::open`]: O_DIRECT,
@@ -60,25 +67,27 @@ impl ImageWriter {
     ///
     /// # Errors
     /// What [`device::open`] returns; `Usage` when `len` bytes do not fit after `offset`.
-    pub fn device(path: &Path, offset: u64, len: u64) -> Result<ImageWriter> {
+    pub fn device(path: &Path, offset: u64, len: u64, io: crate::config::IoChoice) -> Result<ImageWriter> {
         let (fd, room) = device::open(path, offset)?;
         if let Some(why) = room.refuse(len, "the image") {
             return Err(err!(Usage, "{why}"));
         }
         let align = room.block;
-        ImageWriter::over(fd, true, align, offset, Some(room), None)
+        ImageWriter::over(fd, (true, align), offset, Some(room), None, io)
     }
 
     fn over(
         fd: OwnedFd,
-        direct: bool,
-        align: u64,
+        (direct, align): (bool, u64),
         base: u64,
         room: Option<Room>,
         part: Option<(PathBuf, PathBuf)>,
+        io: crate::config::IoChoice,
     ) -> Result<ImageWriter> {
-        let pool = uring::BufPool::new(WRITE_BLOCK, 1).map_err(|e| err!(LocalIo, "write buffer: {e}"))?;
-        let buf = pool.alloc().ok_or_else(|| err!(Internal, "write buffer: none free"))?;
+        let pool = uring::BufPool::new(WRITE_BLOCK, WRITES + 1).map_err(|e| err!(LocalIo, "write buffers: {e}"))?;
+        let mut spare: Vec<uring::Buf> = std::iter::from_fn(|| pool.alloc()).collect();
+        let buf = spare.pop().ok_or_else(|| err!(Internal, "write buffers: none free"))?;
+        let ring = crate::io::build_ring(io, 8, false, false, 0)?.ring;
         Ok(ImageWriter {
             fd,
             direct,
@@ -88,6 +97,9 @@ impl ImageWriter {
             buf,
             filled: 0,
             written: 0,
+            ring,
+            spare,
+            in_flight: Vec::new(),
             part,
         })
     }
@@ -117,20 +129,62 @@ impl ImageWriter {
         Ok(())
     }
 
-    /// Writes `buf[..len]` at the image's next offset.
+    /// Hands `buf[..len]` to a write at the image's next offset and takes a free block
+    /// (waiting for a write to complete when none is free).
     fn write_out(&mut self, len: usize) -> Result<()> {
-        let mut done = 0;
-        while done < len {
-            let at = self.base + self.written + done as u64;
-            match rustix::io::pwrite(&self.fd, &self.buf[done..len], at) {
-                Ok(0) => return Err(err!(LocalIo, "{}: write returned 0 at byte {at}", self.describe())),
-                Ok(n) => done += n,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(err!(LocalIo, "{}: write at byte {at}: {e}", self.describe())),
-            }
+        let at = self.base + self.written;
+        while self.spare.is_empty() {
+            self.reap(1)?;
         }
+        let next = self
+            .spare
+            .pop()
+            .ok_or_else(|| err!(Internal, "write buffers: none free"))?;
+        let buf = std::mem::replace(&mut self.buf, next);
+        let op = uring::Op::Write {
+            fd: self.fd.as_raw_fd(),
+            buf,
+            range: 0..len,
+            offset: at,
+        };
+        if self.ring.push(op, at).is_err() {
+            return Err(err!(Internal, "{}: the write ring is full", self.describe()));
+        }
+        self.in_flight.push((at, len));
         self.written += len as u64;
         self.filled = 0;
+        Ok(())
+    }
+
+    /// Waits for at least `want` writes to complete; a short write is completed with
+    /// pwrite(2), a failed one is an error (ENOSPC named).
+    fn reap(&mut self, want: usize) -> Result<()> {
+        self.ring
+            .submit_and_wait(want)
+            .map_err(|e| err!(LocalIo, "{}: io_uring_enter: {e}", self.describe()))?;
+        while let Some(c) = self.ring.next_completion() {
+            let buf = c
+                .buf
+                .ok_or_else(|| err!(Internal, "a write came back without its block"))?;
+            let Some(k) = self.in_flight.iter().position(|w| w.0 == c.tag) else {
+                continue;
+            };
+            let (at, len) = self.in_flight.swap_remove(k);
+            if c.result < 0 {
+                let e = rustix::io::Errno::from_raw_os_error(-c.result);
+                return Err(err!(LocalIo, "{}: write at byte {at}: {e}", self.describe()));
+            }
+            let mut done = c.result as usize;
+            while done < len {
+                match rustix::io::pwrite(&self.fd, &buf[done..len], at + done as u64) {
+                    Ok(0) => return Err(err!(LocalIo, "{}: write returned 0 at byte {at}", self.describe())),
+                    Ok(n) => done += n,
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(err!(LocalIo, "{}: write at byte {at}: {e}", self.describe())),
+                }
+            }
+            self.spare.push(buf);
+        }
         Ok(())
     }
 
@@ -157,6 +211,9 @@ impl ImageWriter {
     pub fn finish(mut self) -> Result<Finished> {
         let total = self.pushed();
         let tail = self.filled;
+        while !self.in_flight.is_empty() {
+            self.reap(1)?;
+        }
         if tail > 0 {
             let padded = if self.direct {
                 (tail as u64).next_multiple_of(self.align) as usize
@@ -170,6 +227,10 @@ impl ImageWriter {
                 }
             }
             self.write_out(padded)?;
+            while !self.in_flight.is_empty() {
+                self.reap(1)?;
+            }
+            self.written = total;
         }
         if self.part.is_some() {
             rustix::fs::ftruncate(&self.fd, total)

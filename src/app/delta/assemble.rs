@@ -27,9 +27,9 @@ pub(super) fn write(
     staging: &super::Staging,
 ) -> Result<()> {
     let mut writer = if target.device {
-        ImageWriter::device(&target.path, opts.offset, index.target_len())?
+        ImageWriter::device(&target.path, opts.offset, index.target_len(), opts.io)?
     } else {
-        ImageWriter::file(&target.path)?
+        ImageWriter::file(&target.path, opts.io)?
     };
     let mut wholes: Vec<Whole> = index
         .whole_digests()
@@ -43,7 +43,7 @@ pub(super) fn write(
             "--checksum's",
         ));
     }
-    if let Err(e) = pieces(index, plan, seeds, staging, &mut writer, &mut wholes) {
+    if let Err(e) = pieces(opts.io, index, plan, seeds, staging, &mut writer, &mut wholes) {
         writer.abandon();
         return Err(e);
     }
@@ -80,6 +80,7 @@ type Whole = (ring::digest::Context, Vec<u8>, &'static str);
 
 /// Every piece in target order, checked, pushed to `writer` and into `wholes`.
 fn pieces(
+    io: crate::config::IoChoice,
     index: &dyn Index,
     plan: &Plan,
     seeds: &mut [Seed],
@@ -88,7 +89,7 @@ fn pieces(
     wholes: &mut [Whole],
 ) -> Result<()> {
     let mut staged = if plan.from.contains(&From::Fetched) {
-        Some(Seed::open(&staging.part()).map_err(|e| err!(LocalIo, "{e}"))?)
+        Some(Seed::open(&staging.part(), io).map_err(|e| err!(LocalIo, "{e}"))?)
     } else {
         None
     };

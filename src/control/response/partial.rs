@@ -163,10 +163,13 @@ fn rest_to_fetch(
     let mut landed = match shared.transfer.resume.take() {
         Some(st) if st.total == complete && st.validator == *validator => {
             let landed = Landed::from_ranges(&st.ranges);
-            shared.report.note(Note::Resuming {
-                have: landed.bytes(),
-                total: complete,
-            });
+            if holes.is_none() {
+                // (A partial fetch's caller says what it reuses.)
+                shared.report.note(Note::Resuming {
+                    have: landed.bytes(),
+                    total: complete,
+                });
+            }
             landed
         }
         Some(st) => {
