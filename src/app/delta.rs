@@ -84,7 +84,7 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
     }
     let plan = Plan::of(index.as_ref(), &found, plan::BRIDGE);
     let full = full_size(index.as_ref(), &format, &staging)?;
-    say_plan(&opts, &plan, index.as_ref(), full);
+    say_plan(&opts, &plan, index.as_ref(), full, &staging)?;
     let whole = fetch_pieces(&opts, &plan, full, &mut staging, per_run)?;
     let plan = if whole { Plan::of(index.as_ref(), &[], 0) } else { plan };
     check_fetched(&opts, index.as_mut(), &plan, &mut staging, per_run)?;
@@ -300,22 +300,32 @@ fn full_size(index: &dyn Index, format: &Format, staging: &Staging) -> Result<u6
     })
 }
 
-/// The plan said before anything is fetched (not with `-q`).
-fn say_plan(opts: &Config, plan: &Plan, index: &dyn Index, full: u64) {
+/// The plan said before anything is fetched (not with `-q`), with what the staging file
+/// holds already (a run stopped before: checked again before it is used).
+fn say_plan(opts: &Config, plan: &Plan, index: &dyn Index, full: u64, staging: &Staging) -> Result<()> {
     if opts.quiet {
-        return;
+        return Ok(());
     }
+    let staged = staging.state()?.map_or(0, |st| {
+        let landed = crate::schedule::Landed::from_ranges(&st.ranges).within(&plan.ranges);
+        landed.iter().map(|r| r.1 - r.0).sum::<u64>()
+    });
+    let staged = match staged {
+        0 => String::new(),
+        n => format!(", {n} of them staged already"),
+    };
     let pieces = index.pieces().len();
     let reused = plan.from.iter().filter(|f| matches!(f, plan::From::Seed(..))).count();
     eprintln!(
         "ringdl: delta: {reused} of {pieces} pieces ({} of {} bytes) found in {} seed(s); fetching {} bytes in {} \
-         range(s) (a full download: {full} bytes)",
+         range(s){staged} (a full download: {full} bytes)",
         plan.reused,
         index.target_len(),
         opts.seeds.len(),
         plan.bytes(),
         plan.ranges.len()
     );
+    Ok(())
 }
 
 /// Fetches the plan's ranges into the staging file, within `--max-delta-bytes`. A server

@@ -130,8 +130,9 @@ impl Loop<'_> {
         }
         let ranges = ranges.unwrap_or_else(|| self.shared.transfer.landed.ranges().to_vec());
         // A partial fetch's holes count as landed but hold nothing: not recorded.
-        let ranges = match self.shared.opts.fetch_only.as_deref() {
-            Some(want) => crate::schedule::Landed::from_ranges(&ranges).within(want),
+        let ranges = match &self.shared.transfer.holes {
+            Some(holes) => crate::schedule::Landed::from_ranges(&ranges)
+                .within(crate::schedule::Landed::outside(holes.ranges(), total).ranges()),
             None => ranges,
         };
         let st = State {

@@ -203,10 +203,14 @@ fn rest_to_fetch(
         }
         None => Landed::default(),
     };
-    // A partial fetch's holes count as landed (never written, never recorded: the control
-    // file keeps only the wanted ranges, `Loop::save_control`).
-    for &(a, b) in holes.as_ref().map_or(&[][..], Landed::ranges) {
-        landed.add(a, b);
+    // A partial fetch's holes count as landed; those that hold nothing are never recorded
+    // (`Loop::save_control`): what landed before stays in the control file.
+    if let Some(holes) = &holes {
+        let empty = holes.within(Landed::outside(landed.ranges(), complete).ranges());
+        for &(a, b) in holes.ranges() {
+            landed.add(a, b);
+        }
+        shared.transfer.holes = Some(Landed::from_ranges(&empty));
     }
     let mut planned = landed.clone();
     planned.add(this_answer.0, this_answer.1);
