@@ -343,3 +343,74 @@ fn staged(control: &str) -> u64 {
         })
         .sum()
 }
+
+#[test]
+fn a_delta_onto_a_loop_device_at_an_offset_is_exact_and_touches_nothing_else() {
+    let s = Site::new("device");
+    let Some(dev) = crate::blockdev::LoopDev::attach(&s.dir, SIZE + 4 * MIB, 5) else {
+        return;
+    };
+    let before = dev.read(0, SIZE + 4 * MIB);
+    let offset = MIB;
+    for index in ["new.img.zck", "new.img.zsync"] {
+        let mut c = s.dir.ringdl();
+        c.args(["-x", "4", "--offset", &offset.to_string(), "--control"])
+            .arg(s.dir.join("image.control"))
+            .arg("-o")
+            .arg(&dev.dev)
+            .arg("--seed")
+            .arg(s.served("old.img"))
+            .arg(s.url(index));
+        c.run().assert_success();
+        let image = dev.read(offset, SIZE);
+        assert_eq!(
+            crate::util::sha256_bytes(&image),
+            s.sha,
+            "{index}: the image at the offset"
+        );
+        let after = dev.read(0, SIZE + 4 * MIB);
+        assert_eq!(after[..offset as usize], before[..offset as usize], "before the offset");
+        assert_eq!(
+            after[(offset + SIZE) as usize..],
+            before[(offset + SIZE) as usize..],
+            "after the image"
+        );
+        assert!(!s.dir.join("image.control.delta.part").exists(), "staging file left");
+    }
+}
+
+#[test]
+fn a_server_without_ranges_fails_unless_allow_full() {
+    let s = Site::new("norange");
+    let url = nginx().norange_url("delta-norange/new.img.zck");
+    let run = |extra: &[&str]| {
+        let mut c = s.dir.ringdl();
+        c.args(["-x", "4", "-o"])
+            .arg(s.out())
+            .arg("--seed")
+            .arg(s.served("old.img"))
+            .args(extra)
+            .arg(&url);
+        c.run()
+    };
+    let o = run(&[]);
+    o.assert_code(DELTA);
+    assert!(o.stderr_text().contains("--allow-full"), "{}", o.stderr_text());
+    s.assert_no_output(&o);
+    let o = run(&["--allow-full"]);
+    s.assert_landed(&o);
+}
+
+#[test]
+fn a_zsync_file_whose_url_points_elsewhere_is_refused() {
+    let s = Site::new("elsewhere");
+    tool(
+        "/usr/bin/zsyncmake",
+        &["-u", "http://192.0.2.1/new.img", "-o", "far.zsync", "new.img"],
+        &s.www,
+    );
+    let o = s.fetch(&[&s.served("old.img")], "far.zsync", &[]);
+    o.assert_code(6);
+    assert!(o.stderr_text().contains("points elsewhere"), "{}", o.stderr_text());
+    s.assert_no_output(&o);
+}

@@ -212,7 +212,10 @@ fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
 /// bytes, then the rest of the header if it is longer), parsed and checked.
 fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<(Box<dyn Index>, Staging, Vec<u8>)> {
     let mut staging = Staging::new(target.staging.clone(), opts.url.clone());
-    let st = staging.fetch(opts, Some(vec![(0, HEAD_FIRST)]), true, per_run)?;
+    let st = match staging.fetch(opts, Some(vec![(0, HEAD_FIRST)]), true, per_run) {
+        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, &mut staging, per_run)?,
+        got => got?,
+    };
     let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     let mut head = Vec::new();
     reader
@@ -346,20 +349,32 @@ fn fetch_pieces(opts: &Config, plan: &Plan, full: u64, staging: &mut Staging, pe
     }
     match staging.fetch(opts, Some(plan.ranges.clone()), opts.quiet, per_run) {
         Ok(_) => Ok(false),
-        Err(e) if stage::is_no_ranges(&e) && opts.allow_full => {
-            if !opts.quiet {
-                eprintln!("ringdl: delta: {e}; fetching the whole file ({full} bytes, --allow-full)");
-            }
-            staging.fetch(opts, None, opts.quiet, per_run)?;
-            Ok(true)
-        }
-        Err(e) if stage::is_no_ranges(&e) => Err(err!(
-            Delta,
-            "{}; --allow-full would fetch the whole file ({full} bytes)",
-            e.msg
-        )),
+        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, staging, per_run).map(|_| true),
         Err(e) => Err(e),
     }
+}
+
+/// A server that answered a Range request with the whole file: with `--allow-full` the
+/// whole file is fetched into the staging file (its state returned), else `Delta`.
+fn no_ranges(
+    opts: &Config,
+    e: crate::error::Error,
+    staging: &mut Staging,
+    per_run: &mut PerRun,
+) -> Result<crate::output::resume::State> {
+    if !opts.allow_full {
+        return Err(err!(
+            Delta,
+            "{}; --allow-full would fetch the whole file instead",
+            e.msg
+        ));
+    }
+    if !opts.quiet {
+        eprintln!("ringdl: delta: {e}; fetching the whole file (--allow-full)");
+    }
+    let st = staging.fetch(opts, None, opts.quiet, per_run)?;
+    staging.whole = true;
+    Ok(st)
 }
 
 /// Every fetched piece (and the always-fetched range) read back from the staging file and

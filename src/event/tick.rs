@@ -111,7 +111,7 @@ impl Loop<'_> {
         let (Some(path), Some(total), true) = (
             &self.control,
             self.shared.transfer.total,
-            self.shared.transfer.plan.is_planned() && self.shared.transfer.ranges,
+            (self.shared.transfer.plan.is_planned() && self.shared.transfer.ranges) || self.shared.opts.keep_part,
         ) else {
             return false;
         };

@@ -20,6 +20,9 @@ pub(super) struct Staging {
     /// Body bytes and requests this run's fetches took.
     pub(super) fetched: u64,
     pub(super) requests: u64,
+    /// The whole file was fetched into it in this run (a server without ranges,
+    /// `--allow-full`): later fetches have nothing to add.
+    pub(super) whole: bool,
 }
 
 impl Staging {
@@ -29,6 +32,7 @@ impl Staging {
             url,
             fetched: 0,
             requests: 0,
+            whole: false,
         }
     }
 
@@ -64,6 +68,11 @@ impl Staging {
         quiet: bool,
         per_run: &mut super::super::PerRun,
     ) -> Result<State> {
+        if self.whole
+            && let Some(st) = self.state()?
+        {
+            return Ok(st);
+        }
         let sub = sub_options(opts, &self.url, &self.path, want, quiet);
         let mut record = Record::default();
         let got = super::super::run(sub, &mut record, per_run);
