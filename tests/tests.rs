@@ -9,6 +9,7 @@ mod fault;
 mod util;
 
 mod blockdev;
+mod delta_zsync;
 mod download;
 mod faults;
 mod fresh;
