@@ -322,6 +322,25 @@ fn repeats_and_zero_blocks_as_zsync() {
 }
 
 #[test]
+fn a_run_stops_at_a_block_found_before_it_began() {
+    // Target: blocks A B C D E F. Seed: D E, then A B C D E F. zsync finds D E first; A B
+    // starts a run that goes on only to D (found before the run began); from there it
+    // searches byte by byte for pairs of blocks not yet found, and F, the last, is only
+    // ever the second of a pair: zsync does not reuse it, nor does the scanner.
+    tools();
+    let dir = TestDir::new("delta_zsync_run");
+    let data = random(6 * 2048, 600);
+    let control = zsyncmake(dir.path(), "t.bin", &data, &[]);
+    let z = Zsync::parse(&control).unwrap();
+    assert_eq!(z.hash_lengths().0, 2);
+    let seed = [&data[3 * 2048..5 * 2048], &data[..]].concat();
+    let found = scan(&z, &seed);
+    let (theirs, _) = zsync_reuses(dir.path(), "run", &control, &seed, &data, 2048);
+    assert_eq!(theirs, [true, true, true, true, true, false]);
+    assert_eq!(found.iter().map(Option::is_some).collect::<Vec<_>>(), theirs);
+}
+
+#[test]
 fn damaged_control_files() {
     tools();
     let dir = TestDir::new("delta_zsync_damaged");
