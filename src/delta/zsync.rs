@@ -78,6 +78,9 @@ impl Zsync {
             ));
         }
         let blocks = body.len() / entry;
+        if blocks > i32::MAX as usize {
+            return Err(format!("zsync control file: {blocks} blocks (zsync's limit: 2^31 - 1)"));
+        }
         let rsum_len = usize::from(h.rsum_bytes);
         let mut rsums = Vec::with_capacity(blocks);
         let mut checksums = Vec::with_capacity(blocks * usize::from(h.checksum_bytes));

@@ -25,7 +25,8 @@
 //! since its bytes are not all in the seed.
 //!
 //! Memory: the seed passes through a buffer of `seq_matches` blocks plus
-//! max(256 KiB, a block); fed bytes are copied once into it.
+//! max(256 KiB, a block); fed bytes are copied once into it. Per block of the target:
+//! 4 to 8 bytes of filter (2 MiB at most), 8 to 12 of table and 8 of result.
 
 use super::Zsync;
 use super::table::{Known, Table, hash};
@@ -40,8 +41,9 @@ const BEYOND: u64 = u64::MAX - 1;
 /// Bytes the buffer takes beyond the window before it is scanned.
 const CHUNK: usize = 1 << 18;
 
-/// The weak sums of the window's two blocks (the second unused with `seq_matches` = 1),
-/// kept mod 2^32; zsync keeps them mod 2^16 and only the low 16 bits are compared.
+/// The weak sums of the window's two blocks (the second unused with `seq_matches` = 1).
+/// zsync keeps them mod 2^16; here they are rolled in 32 bits, of which only the low 16
+/// are right and used.
 #[derive(Clone, Copy, Debug)]
 struct Sums {
     a0: u32,
@@ -54,6 +56,7 @@ struct Sums {
 #[derive(Clone, Copy)]
 struct Shape {
     bs: usize,
+    rsum_bytes: u8,
     mask: u32,
     seq2: bool,
 }
@@ -115,7 +118,7 @@ fn weak_r<const R: u8>(a: u32, b: u32) -> u32 {
 /// the sums rolled to it. `data` holds `end + context` bytes at least. Made for each
 /// `rsum_bytes` (`R`) and `seq_matches` (`SEQ2`): the inner loop of the whole search.
 fn seek(table: &Table, sh: Shape, data: &[u8], x: usize, end: usize, s: Sums) -> (usize, Sums, u32) {
-    match (sh.mask.count_ones() / 8, sh.seq2) {
+    match (sh.rsum_bytes, sh.seq2) {
         (1, false) => seek_with::<1, false>(table, sh.bs, data, x, end, s),
         (2, false) => seek_with::<2, false>(table, sh.bs, data, x, end, s),
         (3, false) => seek_with::<3, false>(table, sh.bs, data, x, end, s),
@@ -205,6 +208,7 @@ impl<'a> ZsyncScanner<'a> {
         let bs = z.block_size as usize;
         let sh = Shape {
             bs,
+            rsum_bytes: z.rsum_bytes,
             mask: z.rsum_mask(),
             seq2: z.seq_matches == 2,
         };

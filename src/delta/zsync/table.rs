@@ -28,9 +28,9 @@ fn word_index(h: u32, len: usize) -> usize {
 }
 
 /// Blocks by weak sums: a filter (a blocked Bloom filter: one 64-bit word per hash, two
-/// bits set in it; 32 bits per block, 2^24 bits = 2 MiB at most) that lets through
-/// about 1 % of the windows that match no block, and buckets listing the blocks
-/// (ascending) whose sums hash there.
+/// bits set in it; 32 to 64 bits per block, 2^24 bits = 2 MiB at most) that lets through
+/// under 1 % of the windows that match no block, and buckets (one or two blocks each on
+/// average) listing the blocks, ascending, whose sums hash there.
 pub struct Table {
     words: Vec<u64>,
     bucket_shift: u32,
@@ -47,7 +47,7 @@ impl Table {
     /// 0 when windows are one block).
     pub fn new(n: u32, sums: impl Fn(u32) -> (u32, u32)) -> Table {
         let log = (u64::from(n).max(2) - 1).ilog2() + 1; // ceil(log2(n)), at least 1
-        let bucket_bits = log;
+        let bucket_bits = log.max(2) - 1; // one or two blocks a bucket on average
         let word_bits = log.clamp(5, 19) - 1;
         let buckets = 1usize << bucket_bits;
         let bucket_shift = 32 - bucket_bits;
