@@ -388,8 +388,9 @@ fn damaged_control_files() {
     }
 }
 
-/// Scan speed over a 256 MiB random seed, release build: `cargo test --release --test
-/// tests -- delta_zsync::scan_speed --ignored --nocapture`.
+/// Scan speed over 256 MiB seeds (random: none of the blocks, 97 % of them, all of them;
+/// zeros), release build: `cargo test --release --test tests --
+/// delta_zsync::scan_speed --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement: run it by name with --ignored --nocapture (release build)"]
 fn scan_speed() {
@@ -413,9 +414,23 @@ fn scan_speed() {
         s.split_whitespace().next().unwrap().parse::<f64>().unwrap() / 1e9
     };
     let mib = size as f64 / f64::from(1 << 20);
-    for (what, seed) in [("no match", &other), ("3 % changed", &mostly), ("the original", &data)] {
+    // A target with runs of zero blocks (40 KiB every 400 KiB) and a seed of zeros: once
+    // the runs are found, the zero windows must stop at the filter.
+    let mut runs = data.clone();
+    for at in (0..size).step_by(409_600) {
+        runs[at..(at + 40_960).min(size)].fill(0);
+    }
+    let z_runs = Zsync::parse(&zsyncmake(dir.path(), "runs.bin", &runs, &["-b", "4096"])).unwrap();
+    let zeros = vec![0; size];
+    let cases = [
+        ("no match", &z, &other),
+        ("3 % changed", &z, &mostly),
+        ("the original", &z, &data),
+        ("zeros, zero runs in the target", &z_runs, &zeros),
+    ];
+    for (what, z, seed) in cases {
         let (t, c) = (std::time::Instant::now(), cpu());
-        let found = scan(&z, seed);
+        let found = scan(z, seed);
         let (wall, secs) = (t.elapsed().as_secs_f64(), cpu() - c);
         let n = found.iter().filter(|f| f.is_some()).count();
         eprintln!(

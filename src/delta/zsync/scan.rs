@@ -26,7 +26,7 @@
 //!
 //! Memory: the seed passes through a buffer of `seq_matches` blocks plus
 //! max(256 KiB, a block); fed bytes are copied once into it. Per block of the target:
-//! 4 to 8 bytes of filter (2 MiB at most), 8 to 12 of table and 8 of result.
+//! 12 to 20 bytes of table and filter (2 MiB of filter at most), 8 of result.
 
 use super::Zsync;
 use super::table::{Known, Table, hash};
@@ -173,6 +173,13 @@ fn seek_with<const R: u8, const SEQ2: bool>(
     (end, Sums { a0, b0, a1, b1 }, 0)
 }
 
+/// The stored sums block `id` is a candidate under: its own and, with two-block windows,
+/// its successor's (else 0).
+fn block_sums_stored(z: &Zsync, seq2: bool, id: u32) -> (u32, u32) {
+    let w1 = if seq2 { z.rsums[id as usize + 1] } else { 0 };
+    (z.rsums[id as usize], w1)
+}
+
 /// Searches one seed for a [`Zsync`]'s blocks (see the module's text).
 pub struct ZsyncScanner<'a> {
     z: &'a Zsync,
@@ -213,10 +220,7 @@ impl<'a> ZsyncScanner<'a> {
             seq2: z.seq_matches == 2,
         };
         let candidates = if sh.seq2 { n.saturating_sub(1) } else { n };
-        let key = |i: u32| {
-            let w1 = if sh.seq2 { z.rsums[i as usize + 1] } else { 0 };
-            (z.rsums[i as usize], w1)
-        };
+        let key = |i: u32| block_sums_stored(z, sh.seq2, i);
         let cap = sh.context() + CHUNK.max(bs);
         ZsyncScanner {
             z,
@@ -327,14 +331,14 @@ impl<'a> ZsyncScanner<'a> {
             self.table.ids[keep] = id;
             keep += 1;
         }
-        self.table.shorten(b, keep);
+        let (z, seq2) = (self.z, self.sh.seq2);
+        self.table.shorten(b, keep, |i| block_sums_stored(z, seq2, i));
         matched
     }
 
     /// The weak sums block `id` (and its successor, with two blocks) is stored under.
     fn block_key(&self, id: u32) -> (u32, u32) {
-        let w1 = if self.sh.seq2 { self.z.rsums[id as usize + 1] } else { 0 };
-        (self.z.rsums[id as usize], w1)
+        block_sums_stored(self.z, self.sh.seq2, id)
     }
 
     /// Whether window `x`'s blocks have the MD4 prefixes of `id` (and `id + 1` with two

@@ -7,8 +7,8 @@
 //! the same blocks in the same order, keyed on the whole weak key, so the blocks a
 //! window's key reaches are exactly zsync's (which compares the whole weak sums itself).
 
-/// Spreads a window's weak sums (as stored: masked) over 32 bits; the filter's word and the
-/// bucket are its top bits, the filter's two bits in the word its low 12.
+/// Spreads a window's weak sums (as stored: masked) over 32 bits; the bucket (and its
+/// filter word) is from its top bits, the filter's two bits in the word its low 12.
 #[inline(always)]
 pub fn hash(w0: u32, w1: u32) -> u32 {
     (w0.wrapping_mul(0x9E37_79B1) ^ w1).wrapping_mul(0x85EB_CA77)
@@ -20,20 +20,21 @@ fn filter_bits(h: u32) -> u64 {
     1 << (h & 63) | 1 << (h >> 6 & 63)
 }
 
-/// The filter word of hash `h` among `len`: its top bits scaled (a multiply, no shift by
-/// a variable amount, which costs three micro-ops on many x86 cores).
+/// The bucket (filter word) of hash `h` among `len`: its top bits scaled (a multiply, no
+/// shift by a variable amount, which costs three micro-ops on many x86 cores).
 #[inline(always)]
 fn word_index(h: u32, len: usize) -> usize {
     ((u64::from(h) * len as u64) >> 32) as usize
 }
 
-/// Blocks by weak sums: a filter (a blocked Bloom filter: one 64-bit word per hash, two
-/// bits set in it; 32 to 64 bits per block, 2^24 bits = 2 MiB at most) that lets through
-/// under 1 % of the windows that match no block, and buckets (one or two blocks each on
-/// average) listing the blocks, ascending, whose sums hash there.
+/// Blocks by weak sums, in buckets by hash (ascending within one), each bucket with a
+/// filter word: a blocked Bloom filter, two bits set in the word per block, that lets
+/// through under 1 % of the windows that match no block. About one or two blocks a
+/// bucket (at most 2^18 buckets: 2 MiB of filter); a bucket's word is made again from
+/// the blocks left when found ones are dropped, so the windows of a region already
+/// found (a run of zeros) stop at the filter.
 pub struct Table {
     words: Vec<u64>,
-    bucket_shift: u32,
     /// Bucket `b`'s blocks are `ids[starts[b]..ends[b]]`; `ends` shrinks as blocks are
     /// dropped (found).
     starts: Vec<u32>,
@@ -47,34 +48,29 @@ impl Table {
     /// 0 when windows are one block).
     pub fn new(n: u32, sums: impl Fn(u32) -> (u32, u32)) -> Table {
         let log = (u64::from(n).max(2) - 1).ilog2() + 1; // ceil(log2(n)), at least 1
-        let bucket_bits = log.max(2) - 1; // one or two blocks a bucket on average
-        let word_bits = log.clamp(5, 19) - 1;
-        let buckets = 1usize << bucket_bits;
-        let bucket_shift = 32 - bucket_bits;
+        let buckets = 1usize << (log.clamp(5, 19) - 1);
         let mut starts = vec![0u32; buckets + 1];
         for i in 0..n {
             let (w0, w1) = sums(i);
-            starts[(hash(w0, w1) >> bucket_shift) as usize + 1] += 1;
+            starts[word_index(hash(w0, w1), buckets) + 1] += 1;
         }
         for b in 0..buckets {
             starts[b + 1] += starts[b];
         }
         let mut ends = starts[..buckets].to_vec();
         let mut ids = vec![0u32; n as usize];
-        let mut words = vec![0u64; 1 << word_bits];
+        let mut words = vec![0u64; buckets];
         for i in 0..n {
             let (w0, w1) = sums(i);
             let h = hash(w0, w1);
-            let b = (h >> bucket_shift) as usize;
+            let b = word_index(h, buckets);
             ids[ends[b] as usize] = i;
             ends[b] += 1;
-            let w = word_index(h, words.len());
-            words[w] |= filter_bits(h);
+            words[b] |= filter_bits(h);
         }
         starts.truncate(buckets);
         Table {
             words,
-            bucket_shift,
             starts,
             ends,
             ids,
@@ -90,13 +86,24 @@ impl Table {
 
     /// The bucket of hash `h` and its range in [`Table::ids`].
     pub fn bucket(&self, h: u32) -> (usize, usize, usize) {
-        let b = (h >> self.bucket_shift) as usize;
+        let b = word_index(h, self.words.len());
         (b, self.starts[b] as usize, self.ends[b] as usize)
     }
 
-    /// Bucket `b` now ends at `end` (its blocks from `end` on were dropped).
-    pub fn shorten(&mut self, b: usize, end: usize) {
+    /// Bucket `b` now ends at `end` (its blocks from `end` on were dropped); its filter
+    /// word is made again from the blocks left (`sums` as for [`Table::new`]).
+    pub fn shorten(&mut self, b: usize, end: usize, sums: impl Fn(u32) -> (u32, u32)) {
+        if end == self.ends[b] as usize {
+            return;
+        }
         self.ends[b] = end as u32;
+        self.words[b] = self.ids[self.starts[b] as usize..end]
+            .iter()
+            .map(|&i| {
+                let (w0, w1) = sums(i);
+                filter_bits(hash(w0, w1))
+            })
+            .fold(0, |w, bits| w | bits);
     }
 }
 

@@ -584,6 +584,24 @@ fn table_lists_each_block_under_its_sums() {
         .filter(|&k| t.maybe(super::table::hash(k + 1000, k)))
         .count();
     assert!(misses < 1000, "the filter lets {misses} of 100000 through");
+    // Blocks dropped from a bucket leave its filter word: the sums of the blocks left still
+    // pass, the dropped ones' no longer (unless they share both bits), an empty bucket
+    // passes nothing.
+    let mut t = t;
+    let h = super::table::hash(sums[5].0, sums[5].1);
+    let (b, start, end) = t.bucket(h);
+    let kept: Vec<u32> = t.ids[start..end].iter().copied().filter(|&i| i % 37 != 5).collect();
+    t.ids[start..start + kept.len()].copy_from_slice(&kept);
+    t.shorten(b, start + kept.len(), |i| sums[i as usize]);
+    for &i in &kept {
+        assert!(t.maybe(super::table::hash(sums[i as usize].0, sums[i as usize].1)));
+    }
+    t.shorten(b, start, |i| sums[i as usize]);
+    assert!(
+        !t.maybe(h),
+        "an emptied bucket's word still lets its blocks' sums through"
+    );
+    assert!((0..100_000u32).all(|k| t.bucket(k).0 != b || !t.maybe(k)));
 }
 
 #[test]
