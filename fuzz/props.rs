@@ -2180,8 +2180,8 @@ pub fn input_list(data: &[u8]) {
 /// each block found is that block ([`ringdl::delta::Index::matches`]). Then the input as
 /// a target: a control file made for it in `zsyncmake`'s format (block size and
 /// `Hash-Lengths` from its first bytes) parses back, an edited copy scans the same in any
-/// feed sizes to blocks that match, and the target itself, when its blocks differ, is
-/// found whole, each block in place.
+/// feed sizes to blocks that match, and the target itself, when its blocks differ (the
+/// last one zero-padded), is found whole, each block in place.
 pub fn zsync_control(data: &[u8]) {
     use ringdl::delta::Index;
     use ringdl::delta::zsync::Zsync;
@@ -2224,7 +2224,15 @@ pub fn zsync_control(data: &[u8]) {
         }
     }
     zsync_scan_agrees(&z, &seed, &mut rng);
-    let blocks: std::collections::HashSet<&[u8]> = data.chunks(bs).collect();
+    // Blocks as their sums see them: the last one zero-padded.
+    let blocks: std::collections::HashSet<Vec<u8>> = data
+        .chunks(bs)
+        .map(|b| {
+            let mut b = b.to_vec();
+            b.resize(bs, 0);
+            b
+        })
+        .collect();
     let can_start = lengths.0 == 1 || data.len() > bs;
     if blocks.len() == data.len().div_ceil(bs) && can_start {
         let found = zsync_scan_agrees(&z, data, &mut rng);

@@ -11,6 +11,7 @@ mod util;
 mod blockdev;
 mod delta;
 mod delta_zck;
+mod delta_zsync;
 mod download;
 mod faults;
 mod fresh;

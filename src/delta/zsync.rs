@@ -2,7 +2,9 @@
 //! the rolling search of a seed.
 //!
 //! A control file is a text header (`zsync:`, `Filename:`, `MTime:`, `Blocksize:`,
-//! `Length:`, `Hash-Lengths:`, `URL:`…, `SHA-1:`; [`header`]) ended by an empty line, then
+//! `Length:`, `Hash-Lengths:`, `URL:`…, `SHA-1:`; the rules in `zsync/header.rs`: a
+//! header zsync 0.6.2 does not know is refused unless `Safe:` lists it, gzip mode is
+//! refused, `SHA-256:` and the newer `File-Hash:` are read) ended by an empty line, then
 //! one record per block of the target: the last `rsum_bytes` bytes of the block's rolling
 //! sum (`a` then `b`, 16 bits each, big-endian) and the first `checksum_bytes` bytes of
 //! its MD4. The last block is zero-padded to `Blocksize` for both sums. Sources: zsync
@@ -10,8 +12,9 @@
 //! (`zsync_begin`, `zsync_read_blocksums`), the format's `SPEC.md`.
 //!
 //! A piece is one block, fetched as is: the target and remote ranges are the same.
-//! [`Zsync::scanner`] searches a seed at every byte offset as zsync's client does
-//! ([`scan`]).
+//! [`Index::scanner`] searches a seed at every byte offset as zsync's client does
+//! (`zsync/scan.rs`). An empty target (`Length: 0`, which zsync's client refuses) has no
+//! blocks.
 
 mod header;
 mod scan;
@@ -37,7 +40,7 @@ pub struct Zsync {
     rsum_bytes: u8,
     checksum_bytes: u8,
     /// Per block: the stored rolling sum, `a << 16 | b` with the bytes the file leaves out
-    /// zero (so it is the full sum masked by [`Zsync::rsum_mask`]).
+    /// zero (so it is the full sum masked by `rsum_mask`).
     rsums: Vec<u32>,
     /// Per block, `checksum_bytes` bytes: the start of the MD4 of the zero-padded block.
     checksums: Vec<u8>,
@@ -54,7 +57,7 @@ impl Zsync {
     /// before anything is allocated, so a lying `Length:` is an error, not an allocation.
     ///
     /// # Errors
-    /// A message naming what is wrong and where: the header ([`header::parse`]), or a body
+    /// A message naming what is wrong and where: the header (a line, by number), or a body
     /// that holds fewer (truncated) or more records than `Length:` and `Blocksize:` say.
     pub fn parse(control: &[u8]) -> Result<Zsync, String> {
         let (h, start) = header::parse(control)?;
@@ -78,6 +81,9 @@ impl Zsync {
             ));
         }
         let blocks = body.len() / entry;
+        if blocks > i32::MAX as usize {
+            return Err(format!("zsync control file: {blocks} blocks (zsync's limit: 2^31 - 1)"));
+        }
         let rsum_len = usize::from(h.rsum_bytes);
         let mut rsums = Vec::with_capacity(blocks);
         let mut checksums = Vec::with_capacity(blocks * usize::from(h.checksum_bytes));

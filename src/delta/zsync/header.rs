@@ -7,6 +7,14 @@
 //! refused. Also read, from the current format (`SPEC.md` of zsync 0.8):
 //! `Strong-Hash-Algorithm: MD4` and `File-Hash: SHA-1:…` / `SHA-256:…`; a `SHA-256:`
 //! line is read like `SHA-1:`.
+//!
+//! Stricter than zsync 0.6.2, which reads what it can: the first line must be `zsync:`
+//! (as `SPEC.md` says), a single-valued header given twice, a number with other than
+//! digits and a digest of the wrong length or not hex are refused (zsync takes the last,
+//! `atoi`'s prefix, and ignores a bad `SHA-1:`, skipping the final check); gzip mode
+//! (`Z-URL:`, `Z-Map2:`, `Recompress:`) is refused, even when `Safe:` lists it; `Safe:`
+//! may come after the header it lists (zsync 0.6.2 reads it in order; `SPEC.md` says order
+//! does not matter), its names split at spaces or commas.
 
 /// The version of the format this reader implements (a `Min-Version:` above it is refused).
 const VERSION: &str = "0.6.2";

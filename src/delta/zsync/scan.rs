@@ -25,7 +25,8 @@
 //! since its bytes are not all in the seed.
 //!
 //! Memory: the seed passes through a buffer of `seq_matches` blocks plus
-//! max(256 KiB, a block); fed bytes are copied once into it.
+//! max(256 KiB, a block); fed bytes are copied once into it. Per block of the target:
+//! 12 to 20 bytes of table and filter (2 MiB of filter at most), 8 of result.
 
 use super::Zsync;
 use super::table::{Known, Table, hash};
@@ -40,8 +41,9 @@ const BEYOND: u64 = u64::MAX - 1;
 /// Bytes the buffer takes beyond the window before it is scanned.
 const CHUNK: usize = 1 << 18;
 
-/// The weak sums of the window's two blocks (the second unused with `seq_matches` = 1),
-/// kept mod 2^32; zsync keeps them mod 2^16 and only the low 16 bits are compared.
+/// The weak sums of the window's two blocks (the second unused with `seq_matches` = 1).
+/// zsync keeps them mod 2^16; here they are rolled in 32 bits, of which only the low 16
+/// are right and used.
 #[derive(Clone, Copy, Debug)]
 struct Sums {
     a0: u32,
@@ -54,7 +56,7 @@ struct Sums {
 #[derive(Clone, Copy)]
 struct Shape {
     bs: usize,
-    shift: u32,
+    rsum_bytes: u8,
     mask: u32,
     seq2: bool,
 }
@@ -66,15 +68,11 @@ impl Shape {
         (a << 16 | (b & 0xffff)) & self.mask
     }
 
-    /// The window's key: with two blocks, both weak sums.
+    /// The window's weak sums as stored (the second 0 with one-block windows).
     #[inline(always)]
-    fn key(self, s: &Sums) -> u64 {
-        let w0 = u64::from(self.weak(s.a0, s.b0));
-        if self.seq2 {
-            w0 << 32 | u64::from(self.weak(s.a1, s.b1))
-        } else {
-            w0
-        }
+    fn key(self, s: &Sums) -> (u32, u32) {
+        let w1 = if self.seq2 { self.weak(s.a1, s.b1) } else { 0 };
+        (self.weak(s.a0, s.b0), w1)
     }
 
     /// The window's span: `seq_matches` blocks.
@@ -83,54 +81,103 @@ impl Shape {
     }
 }
 
-/// One block's weak sums (zsync's `rcksum_calc_rsum_block`).
+/// One block's weak sums (zsync's `rcksum_calc_rsum_block`), mod 2^16 as zsync keeps
+/// them: `a` = Σ d_k and `b` = Σ (len − k)·d_k = len·a − Σ k·d_k, two sums without a
+/// chain from byte to byte, in 16-bit lanes (the compiler vectorizes them).
 fn block_sums(block: &[u8]) -> (u32, u32) {
-    let (mut a, mut b) = (0u32, 0u32);
-    for &c in block {
-        a = a.wrapping_add(u32::from(c));
-        b = b.wrapping_add(a);
+    let (mut a, mut kd) = (0u16, 0u16);
+    for (k, &d) in block.iter().enumerate() {
+        a = a.wrapping_add(u16::from(d));
+        kd = kd.wrapping_add((k as u16).wrapping_mul(u16::from(d)));
     }
-    (a, b)
+    let b = (block.len() as u16).wrapping_mul(a).wrapping_sub(kd);
+    (u32::from(a), u32::from(b))
 }
 
-/// Moves `(a, b)` one byte on: `old` leaves, `new` enters.
+/// Moves `(a, b)` one byte on: `old` leaves, `new` enters; `bs` is the block size.
 #[inline(always)]
-fn roll(a: &mut u32, b: &mut u32, old: u8, new: u8, shift: u32) {
+fn roll(a: &mut u32, b: &mut u32, old: u8, new: u8, bs: u32) {
     *a = a.wrapping_add(u32::from(new)).wrapping_sub(u32::from(old));
-    *b = b.wrapping_add(*a).wrapping_sub(u32::from(old) << shift);
+    *b = b.wrapping_add(*a).wrapping_sub(u32::from(old).wrapping_mul(bs));
 }
 
-/// From window `x` of `data` (up to `end`, exclusive), rolls until a window whose key's
+/// One block's sums as stored with `R` = `rsum_bytes`: the last `R` bytes of
+/// `a << 16 | b` (16-bit `a` and `b`); [`Shape::weak`] for a constant `R`.
+#[inline(always)]
+fn weak_r<const R: u8>(a: u32, b: u32) -> u32 {
+    match R {
+        1 => b & 0xff,
+        2 => b & 0xffff,
+        3 => (a & 0xff) << 16 | (b & 0xffff),
+        _ => a << 16 | (b & 0xffff),
+    }
+}
+
+/// From window `x` of `data` (up to `end`, exclusive), rolls until a window whose sums
 /// hash the filter lets through; returns that window, its sums and hash, or `end` with
-/// the sums rolled to it. `data` holds `end + context` bytes at least.
+/// the sums rolled to it. `data` holds `end + context` bytes at least. Made for each
+/// `rsum_bytes` (`R`) and `seq_matches` (`SEQ2`): the inner loop of the whole search.
+fn seek(table: &Table, sh: Shape, data: &[u8], x: usize, end: usize, s: Sums) -> (usize, Sums, u32) {
+    match (sh.rsum_bytes, sh.seq2) {
+        (1, false) => seek_with::<1, false>(table, sh.bs, data, x, end, s),
+        (2, false) => seek_with::<2, false>(table, sh.bs, data, x, end, s),
+        (3, false) => seek_with::<3, false>(table, sh.bs, data, x, end, s),
+        (_, false) => seek_with::<4, false>(table, sh.bs, data, x, end, s),
+        (1, true) => seek_with::<1, true>(table, sh.bs, data, x, end, s),
+        (2, true) => seek_with::<2, true>(table, sh.bs, data, x, end, s),
+        (3, true) => seek_with::<3, true>(table, sh.bs, data, x, end, s),
+        (_, true) => seek_with::<4, true>(table, sh.bs, data, x, end, s),
+    }
+}
+
 #[inline(never)]
-fn seek(table: &Table, sh: Shape, data: &[u8], x: usize, end: usize, mut s: Sums) -> (usize, Sums, u64) {
+fn seek_with<const R: u8, const SEQ2: bool>(
+    table: &Table,
+    bs: usize,
+    data: &[u8],
+    x: usize,
+    end: usize,
+    s: Sums,
+) -> (usize, Sums, u32) {
+    let Sums {
+        mut a0,
+        mut b0,
+        mut a1,
+        mut b1,
+    } = s;
     let n = end - x;
-    let bs = sh.bs;
-    if sh.seq2 {
+    let bs32 = bs as u32;
+    if SEQ2 {
         let lanes = data[x..x + n]
             .iter()
             .zip(&data[x + bs..x + bs + n])
             .zip(&data[x + 2 * bs..x + 2 * bs + n]);
         for (i, ((&old, &mid), &new)) in lanes.enumerate() {
-            let h = hash(sh.key(&s));
+            let h = hash(weak_r::<R>(a0, b0), weak_r::<R>(a1, b1));
             if table.maybe(h) {
-                return (x + i, s, h);
+                return (x + i, Sums { a0, b0, a1, b1 }, h);
             }
-            roll(&mut s.a0, &mut s.b0, old, mid, sh.shift);
-            roll(&mut s.a1, &mut s.b1, mid, new, sh.shift);
+            roll(&mut a0, &mut b0, old, mid, bs32);
+            roll(&mut a1, &mut b1, mid, new, bs32);
         }
     } else {
         let lanes = data[x..x + n].iter().zip(&data[x + bs..x + bs + n]);
         for (i, (&old, &new)) in lanes.enumerate() {
-            let h = hash(sh.key(&s));
+            let h = hash(weak_r::<R>(a0, b0), 0);
             if table.maybe(h) {
-                return (x + i, s, h);
+                return (x + i, Sums { a0, b0, a1, b1 }, h);
             }
-            roll(&mut s.a0, &mut s.b0, old, new, sh.shift);
+            roll(&mut a0, &mut b0, old, new, bs32);
         }
     }
-    (end, s, 0)
+    (end, Sums { a0, b0, a1, b1 }, 0)
+}
+
+/// The stored sums block `id` is a candidate under: its own and, with two-block windows,
+/// its successor's (else 0).
+fn block_sums_stored(z: &Zsync, seq2: bool, id: u32) -> (u32, u32) {
+    let w1 = if seq2 { z.rsums[id as usize + 1] } else { 0 };
+    (z.rsums[id as usize], w1)
 }
 
 /// Searches one seed for a [`Zsync`]'s blocks (see the module's text).
@@ -150,6 +197,9 @@ pub struct ZsyncScanner<'a> {
     x: usize,
     /// The sums of window `x`, when known.
     sums: Option<Sums>,
+    /// The sums of window `x`'s first block, when known (a run went on by one block:
+    /// they were the second block's).
+    first: Option<(u32, u32)>,
     /// The block to try first at window `x`: a match's run going on.
     next_match: Option<u32>,
     /// The first block found at or after the run's first when it began.
@@ -165,19 +215,12 @@ impl<'a> ZsyncScanner<'a> {
         let bs = z.block_size as usize;
         let sh = Shape {
             bs,
-            shift: z.block_size.trailing_zeros(),
+            rsum_bytes: z.rsum_bytes,
             mask: z.rsum_mask(),
             seq2: z.seq_matches == 2,
         };
         let candidates = if sh.seq2 { n.saturating_sub(1) } else { n };
-        let key = |i: u32| {
-            let w0 = u64::from(z.rsums[i as usize]);
-            if sh.seq2 {
-                w0 << 32 | u64::from(z.rsums[i as usize + 1])
-            } else {
-                w0
-            }
-        };
+        let key = |i: u32| block_sums_stored(z, sh.seq2, i);
         let cap = sh.context() + CHUNK.max(bs);
         ZsyncScanner {
             z,
@@ -191,6 +234,7 @@ impl<'a> ZsyncScanner<'a> {
             base: 0,
             x: 0,
             sums: None,
+            first: None,
             next_match: None,
             run_next_known: n,
             fed: 0,
@@ -212,6 +256,7 @@ impl<'a> ZsyncScanner<'a> {
             {
                 x += sh.bs;
                 self.sums = None;
+                self.first = Some((s.a1, s.b1));
                 continue;
             }
             let (at, mut s, h) = seek(&self.table, sh, &data, x, end, s);
@@ -225,9 +270,9 @@ impl<'a> ZsyncScanner<'a> {
                 self.sums = None;
                 continue;
             }
-            roll(&mut s.a0, &mut s.b0, data[x], data[x + sh.bs], sh.shift);
+            roll(&mut s.a0, &mut s.b0, data[x], data[x + sh.bs], sh.bs as u32);
             if sh.seq2 {
-                roll(&mut s.a1, &mut s.b1, data[x + sh.bs], data[x + 2 * sh.bs], sh.shift);
+                roll(&mut s.a1, &mut s.b1, data[x + sh.bs], data[x + 2 * sh.bs], sh.bs as u32);
             }
             self.sums = Some(s);
             x += 1;
@@ -236,10 +281,13 @@ impl<'a> ZsyncScanner<'a> {
         self.buf = data;
     }
 
-    /// The sums of window `x`, computed afresh.
-    fn sums_at(&self, data: &[u8], x: usize) -> Sums {
+    /// The sums of window `x`, computed afresh (but for the first block's, when known).
+    fn sums_at(&mut self, data: &[u8], x: usize) -> Sums {
         let bs = self.sh.bs;
-        let (a0, b0) = block_sums(&data[x..x + bs]);
+        let (a0, b0) = match self.first.take() {
+            Some(first) => first,
+            None => block_sums(&data[x..x + bs]),
+        };
         let (a1, b1) = if self.sh.seq2 {
             block_sums(&data[x + bs..x + 2 * bs])
         } else {
@@ -264,7 +312,7 @@ impl<'a> ZsyncScanner<'a> {
 
     /// Checks every candidate of hash `h` not yet found (ascending) at window `x`;
     /// takes each that matches. Drops found blocks from the bucket. True when one matched.
-    fn candidates(&mut self, data: &[u8], x: usize, s: &Sums, h: u64) -> bool {
+    fn candidates(&mut self, data: &[u8], x: usize, s: &Sums, h: u32) -> bool {
         let key = self.sh.key(s);
         let (b, start, end) = self.table.bucket(h);
         let mut keep = start;
@@ -283,18 +331,14 @@ impl<'a> ZsyncScanner<'a> {
             self.table.ids[keep] = id;
             keep += 1;
         }
-        self.table.shorten(b, keep);
+        let (z, seq2) = (self.z, self.sh.seq2);
+        self.table.shorten(b, keep, |i| block_sums_stored(z, seq2, i));
         matched
     }
 
-    /// The weak key block `id` (and its successor, with two blocks) is stored under.
-    fn block_key(&self, id: u32) -> u64 {
-        let w0 = u64::from(self.z.rsums[id as usize]);
-        if self.sh.seq2 {
-            w0 << 32 | u64::from(self.z.rsums[id as usize + 1])
-        } else {
-            w0
-        }
+    /// The weak sums block `id` (and its successor, with two blocks) is stored under.
+    fn block_key(&self, id: u32) -> (u32, u32) {
+        block_sums_stored(self.z, self.sh.seq2, id)
     }
 
     /// Whether window `x`'s blocks have the MD4 prefixes of `id` (and `id + 1` with two

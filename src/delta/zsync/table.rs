@@ -7,19 +7,34 @@
 //! the same blocks in the same order, keyed on the whole weak key, so the blocks a
 //! window's key reaches are exactly zsync's (which compares the whole weak sums itself).
 
-/// Spreads a weak key over 64 bits; the filter's bit and the bucket are its top bits.
+/// Spreads a window's weak sums (as stored: masked) over 32 bits; the bucket (and its
+/// filter word) is from its top bits, the filter's two bits in the word its low 12.
 #[inline(always)]
-pub fn hash(key: u64) -> u64 {
-    (key ^ (key >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+pub fn hash(w0: u32, w1: u32) -> u32 {
+    (w0.wrapping_mul(0x9E37_79B1) ^ w1).wrapping_mul(0x85EB_CA77)
 }
 
-/// Blocks by weak key: a filter of `2^k` bits (about 32 per block, at most 2^24 = 2 MiB)
-/// where a clear bit means no block has a key of that hash, and buckets listing the
-/// blocks (ascending) whose key hashes there.
+/// The two bits hash `h` sets in its filter word.
+#[inline(always)]
+fn filter_bits(h: u32) -> u64 {
+    1 << (h & 63) | 1 << (h >> 6 & 63)
+}
+
+/// The bucket (filter word) of hash `h` among `len`: its top bits scaled (a multiply, no
+/// shift by a variable amount, which costs three micro-ops on many x86 cores).
+#[inline(always)]
+fn word_index(h: u32, len: usize) -> usize {
+    ((u64::from(h) * len as u64) >> 32) as usize
+}
+
+/// Blocks by weak sums, in buckets by hash (ascending within one), each bucket with a
+/// filter word: a blocked Bloom filter, two bits set in the word per block, that lets
+/// through under 1 % of the windows that match no block. About one or two blocks a
+/// bucket (at most 2^18 buckets: 2 MiB of filter); a bucket's word is made again from
+/// the blocks left when found ones are dropped, so the windows of a region already
+/// found (a run of zeros) stop at the filter.
 pub struct Table {
-    bits: Vec<u64>,
-    bit_shift: u32,
-    bucket_shift: u32,
+    words: Vec<u64>,
     /// Bucket `b`'s blocks are `ids[starts[b]..ends[b]]`; `ends` shrinks as blocks are
     /// dropped (found).
     starts: Vec<u32>,
@@ -29,59 +44,66 @@ pub struct Table {
 }
 
 impl Table {
-    /// A table of the blocks `0..n`, block `i` under the weak key `key(i)`.
-    pub fn new(n: u32, key: impl Fn(u32) -> u64) -> Table {
+    /// A table of the blocks `0..n`, block `i` under the weak sums `sums(i)` (the second
+    /// 0 when windows are one block).
+    pub fn new(n: u32, sums: impl Fn(u32) -> (u32, u32)) -> Table {
         let log = (u64::from(n).max(2) - 1).ilog2() + 1; // ceil(log2(n)), at least 1
-        let bucket_bits = log;
-        let filter_bits = (log + 5).clamp(6, 24);
-        let buckets = 1usize << bucket_bits;
-        let bucket_shift = 64 - bucket_bits;
+        let buckets = 1usize << (log.clamp(5, 19) - 1);
         let mut starts = vec![0u32; buckets + 1];
         for i in 0..n {
-            starts[(hash(key(i)) >> bucket_shift) as usize + 1] += 1;
+            let (w0, w1) = sums(i);
+            starts[word_index(hash(w0, w1), buckets) + 1] += 1;
         }
         for b in 0..buckets {
             starts[b + 1] += starts[b];
         }
         let mut ends = starts[..buckets].to_vec();
         let mut ids = vec![0u32; n as usize];
-        let mut bits = vec![0u64; 1 << (filter_bits - 6)];
-        let bit_shift = 64 - filter_bits;
+        let mut words = vec![0u64; buckets];
         for i in 0..n {
-            let h = hash(key(i));
-            let b = (h >> bucket_shift) as usize;
+            let (w0, w1) = sums(i);
+            let h = hash(w0, w1);
+            let b = word_index(h, buckets);
             ids[ends[b] as usize] = i;
             ends[b] += 1;
-            let bit = h >> bit_shift;
-            bits[(bit >> 6) as usize] |= 1 << (bit & 63);
+            words[b] |= filter_bits(h);
         }
         starts.truncate(buckets);
         Table {
-            bits,
-            bit_shift,
-            bucket_shift,
+            words,
             starts,
             ends,
             ids,
         }
     }
 
-    /// False when no block has a key hashing to `h`.
+    /// False when no block has sums hashing to `h`.
     #[inline(always)]
-    pub fn maybe(&self, h: u64) -> bool {
-        let bit = h >> self.bit_shift;
-        self.bits[(bit >> 6) as usize] >> (bit & 63) & 1 != 0
+    pub fn maybe(&self, h: u32) -> bool {
+        let w = self.words[word_index(h, self.words.len())];
+        w >> (h & 63) & 1 != 0 && w >> (h >> 6 & 63) & 1 != 0
     }
 
     /// The bucket of hash `h` and its range in [`Table::ids`].
-    pub fn bucket(&self, h: u64) -> (usize, usize, usize) {
-        let b = (h >> self.bucket_shift) as usize;
+    pub fn bucket(&self, h: u32) -> (usize, usize, usize) {
+        let b = word_index(h, self.words.len());
         (b, self.starts[b] as usize, self.ends[b] as usize)
     }
 
-    /// Bucket `b` now ends at `end` (its blocks from `end` on were dropped).
-    pub fn shorten(&mut self, b: usize, end: usize) {
+    /// Bucket `b` now ends at `end` (its blocks from `end` on were dropped); its filter
+    /// word is made again from the blocks left (`sums` as for [`Table::new`]).
+    pub fn shorten(&mut self, b: usize, end: usize, sums: impl Fn(u32) -> (u32, u32)) {
+        if end == self.ends[b] as usize {
+            return;
+        }
         self.ends[b] = end as u32;
+        self.words[b] = self.ids[self.starts[b] as usize..end]
+            .iter()
+            .map(|&i| {
+                let (w0, w1) = sums(i);
+                filter_bits(hash(w0, w1))
+            })
+            .fold(0, |w, bits| w | bits);
     }
 }
 
@@ -132,7 +154,7 @@ impl Known {
         let next = w + 1;
         let mut s = next >> 6;
         let mut bits = match self.summary.get(s) {
-            Some(&v) => v & u64::MAX.checked_shl((next & 63) as u32).unwrap_or(0),
+            Some(&v) => v & (u64::MAX << (next & 63)),
             None => return self.n,
         };
         loop {
