@@ -38,7 +38,7 @@ pub const MAX_CHUNK_LEN: u64 = 16 << 20;
 pub const MAX_DICT_LEN: u64 = 16 << 20;
 
 /// A checksum type of the lead or the index (`zchunk_format.txt`, "Checksum type",
-/// "Chunk checksum type"): the digest is the first [`HashType::len`] bytes of
+/// "Chunk checksum type"): the digest is the first [`HashType::digest_len`] bytes of
 /// [`HashType::algorithm`]'s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HashType {
@@ -63,7 +63,7 @@ impl HashType {
         })
     }
 
-    /// The algorithm whose digest, cut to [`HashType::len`] bytes, is this one's.
+    /// The algorithm whose digest, cut to [`HashType::digest_len`] bytes, is this one's.
     pub fn algorithm(self) -> &'static digest::Algorithm {
         match self {
             HashType::Sha1 => &digest::SHA1_FOR_LEGACY_USE_ONLY,
@@ -73,8 +73,7 @@ impl HashType {
     }
 
     /// The digest's length, bytes.
-    #[allow(clippy::len_without_is_empty)]
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             HashType::Sha1 => 20,
             HashType::Sha256 => 32,
@@ -96,7 +95,7 @@ impl HashType {
     /// Whether `bytes` digest to `expected`.
     fn check(self, bytes: &[u8], expected: &[u8]) -> bool {
         let d = digest::digest(self.algorithm(), bytes);
-        d.as_ref()[..self.len()] == *expected
+        d.as_ref()[..self.digest_len()] == *expected
     }
 }
 
@@ -139,7 +138,7 @@ pub struct Zck {
     /// The dictionary, uncompressed, once [`Index::take_always`] has checked it.
     dict_bytes: Option<Vec<u8>>,
     pieces: Vec<Piece>,
-    /// Each piece's compressed checksum, [`HashType::len`] bytes each, in piece order.
+    /// Each piece's compressed checksum, [`HashType::digest_len`] bytes each, in piece order.
     digests: Vec<u8>,
     /// Each piece's uncompressed checksum, likewise; empty without flag 2.
     uncompressed_digests: Vec<u8>,
@@ -170,8 +169,8 @@ pub fn reseal(head: &mut [u8]) -> Result<(), String> {
         return Err(format!("the zchunk header is cut short: {} of {end} bytes", head.len()));
     }
     let d = header_checksum(head, &lead);
-    let at = lead.len - lead.hash.len();
-    head[at..lead.len].copy_from_slice(&d.as_ref()[..lead.hash.len()]);
+    let at = lead.len - lead.hash.digest_len();
+    head[at..lead.len].copy_from_slice(&d.as_ref()[..lead.hash.digest_len()]);
     Ok(())
 }
 
@@ -179,7 +178,7 @@ pub fn reseal(head: &mut [u8]) -> Result<(), String> {
 /// checksum itself (`read_header_from_file`).
 fn header_checksum(head: &[u8], lead: &header::Lead) -> digest::Digest {
     let mut ctx = digest::Context::new(lead.hash.algorithm());
-    ctx.update(&head[..lead.len - lead.hash.len()]);
+    ctx.update(&head[..lead.len - lead.hash.digest_len()]);
     ctx.update(&head[lead.len..lead.len + lead.header_len]);
     ctx.finish()
 }
@@ -201,8 +200,8 @@ impl Zck {
             return Err(format!("zchunk header cut short: {} of its {end} bytes", head.len()));
         }
         let head = &head[..end];
-        let stored = &head[lead.len - lead.hash.len()..lead.len];
-        if header_checksum(head, &lead).as_ref()[..lead.hash.len()] != *stored {
+        let stored = &head[lead.len - lead.hash.digest_len()..lead.len];
+        if header_checksum(head, &lead).as_ref()[..lead.hash.digest_len()] != *stored {
             return Err(format!(
                 "zchunk header checksum ({}) does not match: the header is corrupt or was changed",
                 lead.hash.name()
@@ -219,7 +218,7 @@ impl Zck {
             dict: None,
             dict_bytes: None,
             pieces: Vec::with_capacity(body.entries.len() - 1),
-            digests: Vec::with_capacity((body.entries.len() - 1) * body.chunk_hash.len()),
+            digests: Vec::with_capacity((body.entries.len() - 1) * body.chunk_hash.digest_len()),
             uncompressed_digests: Vec::new(),
             decoder: Mutex::new(None),
         };
@@ -299,13 +298,13 @@ impl Zck {
 
     /// Piece `i`'s compressed checksum.
     fn digest(&self, i: usize) -> &[u8] {
-        let d = self.chunk_hash.len();
+        let d = self.chunk_hash.digest_len();
         &self.digests[i * d..(i + 1) * d]
     }
 
     /// Piece `i`'s uncompressed checksum (empty without flag 2).
     fn uncompressed_digest(&self, i: usize) -> &[u8] {
-        let d = self.chunk_hash.len();
+        let d = self.chunk_hash.digest_len();
         self.uncompressed_digests.get(i * d..(i + 1) * d).unwrap_or(&[])
     }
 

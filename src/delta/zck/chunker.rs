@@ -121,7 +121,7 @@ impl Chunker {
     }
 
     /// Bytes of the current chunk so far (those fed since the last cut).
-    pub fn len(&self) -> u64 {
+    pub fn chunk_len(&self) -> u64 {
         self.len
     }
 
@@ -234,8 +234,8 @@ pub fn chunk_lengths(data: &[u8]) -> Vec<u64> {
         out.push(len);
         rest = &rest[k..];
     }
-    if c.len() > 0 {
-        out.push(c.len());
+    if c.chunk_len() > 0 {
+        out.push(c.chunk_len());
     }
     out
 }
