@@ -7,7 +7,7 @@
 //! chunk; signatures) and the chunks, each compressed on its own. Entry 0 is the
 //! dictionary (lengths 0 when there is none); the others are the data chunks, in order.
 //! With flag 2 (`zck -u`) each entry carries the uncompressed chunk's checksum too, so a
-//! plain seed (an image, a partition) cut with zck's own chunker ([`chunker`]) can be
+//! plain seed (an image, a partition) cut with zck's own chunker ([`Chunker`]) can be
 //! matched chunk for chunk.
 //!
 //! [`Zck`] is the [`Index`]: its pieces are the data chunks, target offsets the running
@@ -127,6 +127,8 @@ struct Dict {
 /// A parsed zchunk header: the target's pieces and their checksums.
 pub struct Zck {
     head_len: u64,
+    /// Where the data ends: the whole file's length.
+    data_end: u64,
     header_hash: HashType,
     header_digest: Vec<u8>,
     /// Absent with flag 2 (zck writes zeros and checks nothing).
@@ -210,6 +212,7 @@ impl Zck {
         let body = header::body(head, &lead)?;
         let mut z = Zck {
             head_len: end as u64,
+            data_end: end as u64,
             header_hash: lead.hash,
             header_digest: stored.to_vec(),
             data_digest: (!body.uncompressed).then(|| body.data_digest.to_vec()),
@@ -251,6 +254,7 @@ impl Zck {
             }
             remote = next;
         }
+        z.data_end = remote;
         Ok(z)
     }
 
@@ -261,10 +265,7 @@ impl Zck {
 
     /// The whole `.zck` file's length, bytes: what a full download costs.
     pub fn file_len(&self) -> u64 {
-        self.pieces.last().map_or_else(
-            || self.dict.as_ref().map_or(self.head_len, |d| d.remote.1),
-            |p| p.remote_start + p.remote_len,
-        )
+        self.data_end
     }
 
     /// The header checksum (the lead's): type and digest. Pinning it pins the whole index.
@@ -459,7 +460,7 @@ impl Index for Zck {
     /// Streams a seed: a `.zck` (it starts with `\0ZCK1`) is matched by compressed chunk,
     /// anything else is cut with zck's chunker and matched by uncompressed checksum — which
     /// a file without uncompressed checksums (made without `zck -u`) does not have: such a
-    /// plain seed finds nothing. See [`scan`].
+    /// plain seed finds nothing. How, in `zck/scan.rs`.
     fn scanner(&self) -> Box<dyn Scanner + '_> {
         Box::new(scan::SeedScanner::new(self))
     }

@@ -57,11 +57,14 @@ fn take<'a>(buf: &'a [u8], pos: &mut usize, n: u64, what: &str) -> Result<&'a [u
     Ok(bytes)
 }
 
-/// The lead: its length (up to the header proper), the header's length after it, the
-/// header checksum's type and where the checksum is.
+/// The lead, as read.
 pub struct Lead {
+    /// The lead's length, bytes: ID, checksum type, header size, header checksum (its
+    /// last `hash.digest_len()` bytes).
     pub len: usize,
+    /// The header's length after the lead, bytes.
     pub header_len: usize,
+    /// The header (and data) checksum's type.
     pub hash: HashType,
 }
 
@@ -69,7 +72,7 @@ pub struct Lead {
 pub fn lead(prefix: &[u8]) -> Result<Option<Lead>, String> {
     let n = prefix.len().min(MAGIC.len());
     if prefix[..n] != MAGIC[..n] {
-        if prefix == DETACHED_MAGIC.as_slice() || prefix.starts_with(DETACHED_MAGIC) {
+        if prefix.starts_with(DETACHED_MAGIC) {
             return Err("a detached zchunk header (lead \\0ZHR1): the chunks are not in this file".into());
         }
         return Err("not a zchunk file: it does not start with the lead \\0ZCK1".into());

@@ -453,3 +453,9 @@ fn a_chunk_that_decodes_to_more_than_declared_stops_at_its_length() {
     let mut z = parse_file(&file);
     assert_eq!(decode_file(&mut z, &file), [b'z'; 131_072]);
 }
+
+#[test]
+fn an_index_can_be_shared_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Zck>();
+}
