@@ -459,3 +459,26 @@ fn an_index_can_be_shared_between_threads() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Zck>();
 }
+
+#[test]
+fn a_changed_chunk_byte_is_refused_before_decoding() {
+    for name in ["text.zck", "text-u.zck", "rand-none-u.zck"] {
+        let file = corpus(name);
+        let z = parse_file(&file);
+        let i = z.pieces().len() - 1;
+        let p = z.pieces()[i];
+        let mut fetched = at(&file, p.remote_start, p.remote_len).to_vec();
+        let last = fetched.len() - 1;
+        fetched[last] ^= 0x40;
+        let mut out = Vec::new();
+        let e = z.open_fetched(i, &fetched, &mut out).unwrap_err();
+        let (from, to) = (p.target_start, p.target_start + p.target_len);
+        let want = format!(
+            "zchunk chunk {} (target bytes {from}..{to}): its {} checksum does not match",
+            i + 1,
+            z.chunk_hash().name()
+        );
+        assert_eq!(e, want, "{name}");
+        assert!(out.is_empty());
+    }
+}
