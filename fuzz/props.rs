@@ -41,6 +41,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("signature_keys", signature_keys),
     ("input_list", input_list),
     ("zsync_control", zsync_control),
+    ("zck_header", zck_header),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -2311,4 +2312,131 @@ fn make_zsync(target: &[u8], bs: usize, (seq, rsum, ck): (u8, u8, u8)) -> Vec<u8
         out.extend_from_slice(&Md4::digest(&padded)[..usize::from(ck)]);
     }
     out
+
+/// `zck_header`: a `.zck` file's start (lead, header, maybe chunks). `head_len` over the
+/// growing prefixes says "not yet" until it knows, then one length (or one refusal) for
+/// good; `Zck::parse` never panics, as given and resealed (the header checksum made right
+/// again, so mutations reach the index); a parsed index's pieces tile the target and its
+/// remote ranges follow the header; any shorter head is refused; every piece opened from
+/// the input's bytes gives no more than its length, and a refusal names its chunk; the
+/// input scanned as a seed (as a `.zck`, and from its second byte as a plain seed) finds
+/// the same pieces whatever the feed sizes, a plain find holding the piece's bytes.
+///
+/// Corpus (`fuzz/corpus/zck_header/`, made with Debian's zck 1.2.3): whole files
+/// `text-u.zck` (`zck -u`), `text.zck`, `text-dict-u.zck` (`-u -D`, a raw dictionary),
+/// `rand-none-u.zck` (`-u --compression-format=none`); headers of a 2 MB random file
+/// `big-u.head`, `big.head`, `big-sha512.head` (`-h sha512`); and `text-u.zck` edited and
+/// resealed: `.lying.zck` (a chunk's length 1000 short), `.optsig.zck` (an optional
+/// element, a signature, trailing bytes), `text.sha1-lead.zck`, `text.sha1-chunks.zck`
+/// (SHA-1 checksums, which zck accepts but does not write), `streams.head` (flag 0),
+/// `comp1.head` (compression 1), `count.head` (a count one too many); and cut or broken:
+/// `.truncated`, `.lead`, `.flipped.head` (checksum mismatch), `detached.head` (`\0ZHR1`),
+/// `huge.lead` (a 1 TiB header).
+pub fn zck_header(data: &[u8]) {
+    use ringdl::delta::zck;
+    let mut settled: Option<Result<Option<u64>, String>> = None;
+    for k in 0..=data.len().min(128) {
+        let r = zck::head_len(&data[..k]);
+        if let Some(s) = &settled {
+            assert_eq!(r.is_err(), s.is_err(), "head_len of {k} bytes: {r:?} after {s:?}");
+            if let (Ok(Some(a)), Ok(Some(b))) = (&r, s) {
+                assert_eq!(a, b, "head_len changed at {k} bytes");
+            }
+        } else if !matches!(r, Ok(None)) {
+            settled = Some(r);
+        }
+    }
+    zck_checks(data);
+    let mut sealed = data.to_vec();
+    if zck::reseal(&mut sealed).is_ok() {
+        zck_checks(&sealed);
+    }
+}
+
+/// `len` bytes of `src` from `start`, if it has them.
+fn zck_bytes(src: &[u8], start: u64, len: u64) -> Option<&[u8]> {
+    let start = usize::try_from(start).ok()?;
+    src.get(start..start.checked_add(usize::try_from(len).ok()?)?)
+}
+
+/// The checks of [`zck_header`] on one input.
+fn zck_checks(data: &[u8]) {
+    use ringdl::delta::zck::{self, Zck};
+    use ringdl::delta::{Found, Index};
+    let Ok(mut z) = Zck::parse(data) else { return };
+    let n = z.head_len();
+    assert_eq!(zck::head_len(data), Ok(Some(n)));
+    assert!(
+        Zck::parse(&data[..n as usize - 1]).is_err(),
+        "a head one byte short parsed"
+    );
+    let (mut target, mut remote) = (0, z.pieces().first().map_or(n, |p| p.remote_start));
+    assert!(remote >= n);
+    for p in z.pieces() {
+        assert_eq!(
+            (p.target_start, p.remote_start),
+            (target, remote),
+            "pieces do not tile: {p:?}"
+        );
+        assert!(
+            p.target_len > 0 && p.target_len <= zck::MAX_CHUNK_LEN && p.remote_len > 0,
+            "{p:?}"
+        );
+        target += p.target_len;
+        remote += p.remote_len;
+    }
+    assert_eq!(z.target_len(), target);
+    assert_eq!(z.file_len(), remote.max(n));
+    if let Some((a, b)) = z.always_fetch() {
+        let _ = z.take_always(zck_bytes(data, a, b - a).unwrap_or(&data[..1]));
+    }
+    let mut out = Vec::new();
+    for (i, p) in z.pieces().iter().enumerate().take(8) {
+        // The piece's bytes when the input holds them, else its first byte (a length error).
+        let fetched = zck_bytes(data, p.remote_start, p.remote_len).unwrap_or(&data[..1]);
+        match z.open_fetched(i, fetched, &mut out) {
+            Ok(()) => assert_eq!(out.len() as u64, p.target_len),
+            Err(e) => {
+                assert!(e.contains(&format!("chunk {}", i + 1)), "{e}");
+                assert!(out.is_empty(), "bytes left after a refusal");
+            }
+        }
+    }
+    let mut rng = Rng::from(data);
+    for seed in [data, &data[1.min(data.len())..]] {
+        let scan = |split: &mut dyn FnMut() -> usize| {
+            let mut s = z.scanner();
+            let mut rest = seed;
+            while !rest.is_empty() {
+                let k = split().clamp(1, rest.len());
+                s.feed(&rest[..k]);
+                rest = &rest[k..];
+            }
+            s.finish()
+        };
+        let whole = scan(&mut || usize::MAX);
+        assert_eq!(whole.len(), z.pieces().len());
+        assert_eq!(
+            scan(&mut || 1 + rng.below(700)),
+            whole,
+            "the feed sizes changed what was found"
+        );
+        for (i, f) in whole.iter().enumerate() {
+            let p = z.pieces()[i];
+            match *f {
+                Some(Found::Target(at)) => {
+                    assert!(
+                        at + p.target_len <= seed.len() as u64,
+                        "piece {i} found past the seed's end"
+                    );
+                    assert!(
+                        z.matches(i, &seed[at as usize..(at + p.target_len) as usize]),
+                        "piece {i} found where it is not"
+                    );
+                }
+                Some(Found::Remote(at)) => assert!(at + p.remote_len <= seed.len() as u64),
+                None => {}
+            }
+        }
+    }
 }

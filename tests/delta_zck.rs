@@ -9,7 +9,7 @@
 //! naming them. `scan_speed` measures the plain-seed scan on 256 MiB (release).
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -120,8 +120,8 @@ fn cut(data: &[u8], step: usize) -> Vec<u64> {
             part = &part[k..];
         }
     }
-    if c.len() > 0 {
-        out.push(c.len());
+    if c.chunk_len() > 0 {
+        out.push(c.chunk_len());
     }
     out
 }
@@ -260,7 +260,7 @@ fn every_chunk_decodes_to_the_original() {
             match z.data_digest() {
                 Some((h, d)) => {
                     let all = ring::digest::digest(h.algorithm(), &file[z.head_len() as usize..]);
-                    assert_eq!(&all.as_ref()[..h.len()], d, "{what}: data checksum");
+                    assert_eq!(&all.as_ref()[..h.digest_len()], d, "{what}: data checksum");
                     assert!(!z.has_uncompressed_digests(), "{what}");
                 }
                 None => assert!(z.has_uncompressed_digests(), "{what}"),
@@ -440,4 +440,139 @@ fn an_edited_copy_finds_exactly_the_unchanged_chunks() {
     );
     let found = scan(&z0, &old_zck, MIB as usize);
     check_found(&z0, &data, &old_zck, &found, &by_comp);
+}
+
+#[test]
+fn a_corrupt_or_truncated_header_is_refused() {
+    let dir = TestDir::new("zck-header");
+    let data = text(MIB as usize, 9);
+    std::fs::write(dir.join("f"), &data).unwrap();
+    for args in [&["-u"][..], &[]] {
+        let file = zck_make(&dir.join("f"), &dir.join("f.zck"), args);
+        let n = zck::head_len(&file).unwrap().unwrap() as usize;
+        assert!(Zck::parse(&file[..n]).is_ok());
+        // Every prefix of the lead tells "not yet", never a wrong length.
+        for k in 0..n {
+            match zck::head_len(&file[..k]) {
+                Ok(None) => {}
+                Ok(Some(m)) => assert_eq!(m as usize, n, "head_len of {k} bytes"),
+                Err(e) => panic!("head_len of a {k}-byte prefix: {e}"),
+            }
+        }
+        // A byte changed anywhere in the header (the checksum included): refused.
+        for at in [0usize, 5, 7, 20, 60, n / 2, n - 1] {
+            let mut bad = file[..n].to_vec();
+            bad[at] ^= 0x20;
+            let e = Zck::parse(&bad)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?}: byte {at} changed, parsed"));
+            assert!(
+                e.contains("checksum") || e.contains("zchunk file") || e.contains("lead") || e.contains("header"),
+                "byte {at}: {e}"
+            );
+            if at >= 8 {
+                assert!(e.contains("header checksum"), "byte {at} changed: {e}");
+            }
+        }
+        // Truncated: a byte short, half, the lead alone.
+        for k in [n - 1, n / 2, 40] {
+            let e = Zck::parse(&file[..k])
+                .err()
+                .unwrap_or_else(|| panic!("{k} of {n} bytes parsed"));
+            assert!(e.contains("cut short"), "{k} of {n} bytes: {e}");
+        }
+        assert!(
+            zck::head_len(b"\x7fELF\x02\x01\x01")
+                .unwrap_err()
+                .contains("not a zchunk file")
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_chunk_is_refused_naming_it() {
+    let dir = TestDir::new("zck-chunk");
+    let data = mixed(2 * MIB as usize, 10);
+    std::fs::write(dir.join("f"), &data).unwrap();
+    for args in [&["-u"][..], &[], &["-u", "--compression-format=none"]] {
+        let file = zck_make(&dir.join("f"), &dir.join("f.zck"), args);
+        let z = parse(&file);
+        let mut out = Vec::new();
+        for i in [0, z.pieces().len() / 2, z.pieces().len() - 1] {
+            let p: Piece = z.pieces()[i];
+            let mut fetched = file[p.remote_start as usize..(p.remote_start + p.remote_len) as usize].to_vec();
+            z.open_fetched(i, &fetched, &mut out).unwrap();
+            fetched[p.remote_len as usize / 2] ^= 1;
+            let e = z.open_fetched(i, &fetched, &mut out).unwrap_err();
+            let name = format!("chunk {} (target bytes {}..", i + 1, p.target_start);
+            assert!(e.contains(&name) && e.contains("checksum"), "{args:?}: {e}");
+            assert!(out.is_empty(), "bytes left in out after a refused chunk");
+            let mut want = data[p.target_start as usize..(p.target_start + p.target_len) as usize].to_vec();
+            assert_eq!(
+                z.matches(i, &want),
+                z.has_uncompressed_digests(),
+                "{args:?}: piece {i}'s own bytes"
+            );
+            want[0] ^= 1;
+            assert!(!z.matches(i, &want), "{args:?}: piece {i} matches a changed byte");
+            let e = z.open_fetched(i, &fetched[1..], &mut out).unwrap_err();
+            assert!(e.contains("bytes where the index says"), "{e}");
+        }
+    }
+}
+
+/// This thread's CPU time (user + system), seconds, from `/proc/thread-self/stat`
+/// (clock ticks, 100 a second): the machine may be shared, so wall time alone says little.
+fn thread_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let f: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+}
+
+/// Measures the plain-seed scan: 256 MiB of random bytes (a seed that matches every chunk
+/// of its `zck -u` index: every chunk cut and hashed) in release builds, 16 MiB
+/// otherwise, fed 4 MiB at a time. Prints MiB/s of wall and of CPU time; release builds
+/// must reach 200 MiB per CPU second.
+#[test]
+fn scan_speed() {
+    let dir = TestDir::new("zck-speed");
+    let size = if cfg!(debug_assertions) { 16 } else { 256 } * MIB as usize;
+    let data = random(size, 11);
+    std::fs::write(dir.join("f"), &data).unwrap();
+    let file = zck_make(&dir.join("f"), &dir.join("f.zck"), &["-u", "--compression-format=none"]);
+    let z = parse(&file);
+    let mib = size as f64 / MIB as f64;
+    let (t, cpu) = (Instant::now(), thread_cpu());
+    let found = scan(&z, &data, 4 * MIB as usize);
+    let (wall, cpu) = (t.elapsed().as_secs_f64(), thread_cpu() - cpu);
+    assert!(found.iter().all(Option::is_some));
+    let rate = mib / cpu.max(0.01);
+    eprintln!(
+        "plain seed scan, {mib} MiB, {} chunks: {wall:.3} s wall ({:.0} MiB/s), {cpu:.2} s CPU ({rate:.0} MiB/s)",
+        found.len(),
+        mib / wall
+    );
+    // The parts: zck's chunker alone, SHA-256 alone (ring).
+    let cpu0 = thread_cpu();
+    let n = cut(&data, 4 * MIB as usize).len();
+    let cpu1 = thread_cpu();
+    let _ = ring::digest::digest(&ring::digest::SHA256, &data);
+    let cpu2 = thread_cpu();
+    eprintln!(
+        "  chunker alone ({n} chunks): {:.2} s CPU; SHA-256 alone: {:.2} s CPU",
+        cpu1 - cpu0,
+        cpu2 - cpu1
+    );
+    // Without -u a plain seed is not even cut.
+    let z0 = parse(&zck_make(
+        &dir.join("f"),
+        &dir.join("f0.zck"),
+        &["--compression-format=none"],
+    ));
+    let t = Instant::now();
+    assert!(scan(&z0, &data, 4 * MIB as usize).iter().all(Option::is_none));
+    eprintln!("  without -u: {:.3} s wall", t.elapsed().as_secs_f64());
+    if !cfg!(debug_assertions) {
+        assert!(rate >= 200.0, "plain seed scan at {rate:.0} MiB per CPU second");
+    }
 }

@@ -7,7 +7,7 @@
 //! chunk; signatures) and the chunks, each compressed on its own. Entry 0 is the
 //! dictionary (lengths 0 when there is none); the others are the data chunks, in order.
 //! With flag 2 (`zck -u`) each entry carries the uncompressed chunk's checksum too, so a
-//! plain seed (an image, a partition) cut with zck's own chunker ([`chunker`]) can be
+//! plain seed (an image, a partition) cut with zck's own chunker ([`Chunker`]) can be
 //! matched chunk for chunk.
 //!
 //! [`Zck`] is the [`Index`]: its pieces are the data chunks, target offsets the running
@@ -38,7 +38,7 @@ pub const MAX_CHUNK_LEN: u64 = 16 << 20;
 pub const MAX_DICT_LEN: u64 = 16 << 20;
 
 /// A checksum type of the lead or the index (`zchunk_format.txt`, "Checksum type",
-/// "Chunk checksum type"): the digest is the first [`HashType::len`] bytes of
+/// "Chunk checksum type"): the digest is the first [`HashType::digest_len`] bytes of
 /// [`HashType::algorithm`]'s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HashType {
@@ -63,7 +63,7 @@ impl HashType {
         })
     }
 
-    /// The algorithm whose digest, cut to [`HashType::len`] bytes, is this one's.
+    /// The algorithm whose digest, cut to [`HashType::digest_len`] bytes, is this one's.
     pub fn algorithm(self) -> &'static digest::Algorithm {
         match self {
             HashType::Sha1 => &digest::SHA1_FOR_LEGACY_USE_ONLY,
@@ -73,8 +73,7 @@ impl HashType {
     }
 
     /// The digest's length, bytes.
-    #[allow(clippy::len_without_is_empty)]
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             HashType::Sha1 => 20,
             HashType::Sha256 => 32,
@@ -96,7 +95,7 @@ impl HashType {
     /// Whether `bytes` digest to `expected`.
     fn check(self, bytes: &[u8], expected: &[u8]) -> bool {
         let d = digest::digest(self.algorithm(), bytes);
-        d.as_ref()[..self.len()] == *expected
+        d.as_ref()[..self.digest_len()] == *expected
     }
 }
 
@@ -128,6 +127,8 @@ struct Dict {
 /// A parsed zchunk header: the target's pieces and their checksums.
 pub struct Zck {
     head_len: u64,
+    /// Where the data ends: the whole file's length.
+    data_end: u64,
     header_hash: HashType,
     header_digest: Vec<u8>,
     /// Absent with flag 2 (zck writes zeros and checks nothing).
@@ -139,7 +140,7 @@ pub struct Zck {
     /// The dictionary, uncompressed, once [`Index::take_always`] has checked it.
     dict_bytes: Option<Vec<u8>>,
     pieces: Vec<Piece>,
-    /// Each piece's compressed checksum, [`HashType::len`] bytes each, in piece order.
+    /// Each piece's compressed checksum, [`HashType::digest_len`] bytes each, in piece order.
     digests: Vec<u8>,
     /// Each piece's uncompressed checksum, likewise; empty without flag 2.
     uncompressed_digests: Vec<u8>,
@@ -170,8 +171,8 @@ pub fn reseal(head: &mut [u8]) -> Result<(), String> {
         return Err(format!("the zchunk header is cut short: {} of {end} bytes", head.len()));
     }
     let d = header_checksum(head, &lead);
-    let at = lead.len - lead.hash.len();
-    head[at..lead.len].copy_from_slice(&d.as_ref()[..lead.hash.len()]);
+    let at = lead.len - lead.hash.digest_len();
+    head[at..lead.len].copy_from_slice(&d.as_ref()[..lead.hash.digest_len()]);
     Ok(())
 }
 
@@ -179,7 +180,7 @@ pub fn reseal(head: &mut [u8]) -> Result<(), String> {
 /// checksum itself (`read_header_from_file`).
 fn header_checksum(head: &[u8], lead: &header::Lead) -> digest::Digest {
     let mut ctx = digest::Context::new(lead.hash.algorithm());
-    ctx.update(&head[..lead.len - lead.hash.len()]);
+    ctx.update(&head[..lead.len - lead.hash.digest_len()]);
     ctx.update(&head[lead.len..lead.len + lead.header_len]);
     ctx.finish()
 }
@@ -201,8 +202,8 @@ impl Zck {
             return Err(format!("zchunk header cut short: {} of its {end} bytes", head.len()));
         }
         let head = &head[..end];
-        let stored = &head[lead.len - lead.hash.len()..lead.len];
-        if header_checksum(head, &lead).as_ref()[..lead.hash.len()] != *stored {
+        let stored = &head[lead.len - lead.hash.digest_len()..lead.len];
+        if header_checksum(head, &lead).as_ref()[..lead.hash.digest_len()] != *stored {
             return Err(format!(
                 "zchunk header checksum ({}) does not match: the header is corrupt or was changed",
                 lead.hash.name()
@@ -211,6 +212,7 @@ impl Zck {
         let body = header::body(head, &lead)?;
         let mut z = Zck {
             head_len: end as u64,
+            data_end: end as u64,
             header_hash: lead.hash,
             header_digest: stored.to_vec(),
             data_digest: (!body.uncompressed).then(|| body.data_digest.to_vec()),
@@ -219,7 +221,7 @@ impl Zck {
             dict: None,
             dict_bytes: None,
             pieces: Vec::with_capacity(body.entries.len() - 1),
-            digests: Vec::with_capacity((body.entries.len() - 1) * body.chunk_hash.len()),
+            digests: Vec::with_capacity((body.entries.len() - 1) * body.chunk_hash.digest_len()),
             uncompressed_digests: Vec::new(),
             decoder: Mutex::new(None),
         };
@@ -252,6 +254,7 @@ impl Zck {
             }
             remote = next;
         }
+        z.data_end = remote;
         Ok(z)
     }
 
@@ -262,10 +265,7 @@ impl Zck {
 
     /// The whole `.zck` file's length, bytes: what a full download costs.
     pub fn file_len(&self) -> u64 {
-        self.pieces.last().map_or_else(
-            || self.dict.as_ref().map_or(self.head_len, |d| d.remote.1),
-            |p| p.remote_start + p.remote_len,
-        )
+        self.data_end
     }
 
     /// The header checksum (the lead's): type and digest. Pinning it pins the whole index.
@@ -299,13 +299,13 @@ impl Zck {
 
     /// Piece `i`'s compressed checksum.
     fn digest(&self, i: usize) -> &[u8] {
-        let d = self.chunk_hash.len();
+        let d = self.chunk_hash.digest_len();
         &self.digests[i * d..(i + 1) * d]
     }
 
     /// Piece `i`'s uncompressed checksum (empty without flag 2).
     fn uncompressed_digest(&self, i: usize) -> &[u8] {
-        let d = self.chunk_hash.len();
+        let d = self.chunk_hash.digest_len();
         self.uncompressed_digests.get(i * d..(i + 1) * d).unwrap_or(&[])
     }
 
@@ -460,7 +460,7 @@ impl Index for Zck {
     /// Streams a seed: a `.zck` (it starts with `\0ZCK1`) is matched by compressed chunk,
     /// anything else is cut with zck's chunker and matched by uncompressed checksum — which
     /// a file without uncompressed checksums (made without `zck -u`) does not have: such a
-    /// plain seed finds nothing. See [`scan`].
+    /// plain seed finds nothing. How, in `zck/scan.rs`.
     fn scanner(&self) -> Box<dyn Scanner + '_> {
         Box::new(scan::SeedScanner::new(self))
     }

@@ -13,7 +13,7 @@ const MAX_CI_BYTES: usize = 10;
 
 /// A compressed integer (`(ci)`): 7 bits a byte, least significant first, the last byte
 /// with its top bit set. `Ok(None)` when `buf` ends before its last byte.
-fn ci(buf: &[u8], pos: &mut usize, what: &str) -> Result<Option<u64>, String> {
+pub(super) fn ci(buf: &[u8], pos: &mut usize, what: &str) -> Result<Option<u64>, String> {
     let mut value: u64 = 0;
     for k in 0..MAX_CI_BYTES {
         let Some(&b) = buf.get(*pos + k) else { return Ok(None) };
@@ -57,11 +57,14 @@ fn take<'a>(buf: &'a [u8], pos: &mut usize, n: u64, what: &str) -> Result<&'a [u
     Ok(bytes)
 }
 
-/// The lead: its length (up to the header proper), the header's length after it, the
-/// header checksum's type and where the checksum is.
+/// The lead, as read.
 pub struct Lead {
+    /// The lead's length, bytes: ID, checksum type, header size, header checksum (its
+    /// last `hash.digest_len()` bytes).
     pub len: usize,
+    /// The header's length after the lead, bytes.
     pub header_len: usize,
+    /// The header (and data) checksum's type.
     pub hash: HashType,
 }
 
@@ -69,7 +72,7 @@ pub struct Lead {
 pub fn lead(prefix: &[u8]) -> Result<Option<Lead>, String> {
     let n = prefix.len().min(MAGIC.len());
     if prefix[..n] != MAGIC[..n] {
-        if prefix == DETACHED_MAGIC.as_slice() || prefix.starts_with(DETACHED_MAGIC) {
+        if prefix.starts_with(DETACHED_MAGIC) {
             return Err("a detached zchunk header (lead \\0ZHR1): the chunks are not in this file".into());
         }
         return Err("not a zchunk file: it does not start with the lead \\0ZCK1".into());
@@ -85,7 +88,7 @@ pub fn lead(prefix: &[u8]) -> Result<Option<Lead>, String> {
     let Some(header_len) = ci(prefix, &mut pos, "the header size")? else {
         return Ok(None);
     };
-    let len = pos + hash.len();
+    let len = pos + hash.digest_len();
     let header_len = usize::try_from(header_len)
         .ok()
         .filter(|&h| h <= MAX_HEAD_LEN - len)
@@ -114,7 +117,7 @@ pub struct Body<'a> {
 /// Reads preface, index and signatures from `head` (lead and header, checksum checked).
 pub fn body<'a>(head: &'a [u8], lead: &Lead) -> Result<Body<'a>, String> {
     let mut pos = lead.len;
-    let data_digest = take(head, &mut pos, lead.hash.len() as u64, "the data checksum")?;
+    let data_digest = take(head, &mut pos, lead.hash.digest_len() as u64, "the data checksum")?;
     let flags = ci_in(head, &mut pos, "the flags")?;
     if flags & 1 != 0 {
         return Err("zchunk flags: data streams (flag 0) are not supported".into());
@@ -167,7 +170,7 @@ fn index_entries(index: &[u8], uncompressed: bool, at: usize) -> Result<(HashTyp
     let chunk_hash =
         HashType::from_id(kind).ok_or_else(|| format!("zchunk index: unknown chunk checksum type {kind}"))?;
     let count = ci_in(index, &mut pos, "the chunk count")?;
-    let d = chunk_hash.len() as u64;
+    let d = chunk_hash.digest_len() as u64;
     let each = if uncompressed { 2 * d } else { d } + 2;
     let room = (index.len() - pos) as u64 / each;
     if count == 0 || count > room {

@@ -37,7 +37,7 @@ impl<'a> Lookup<'a> {
     /// Over `digests` (one per piece, flat), a piece's length being `len(piece)`; all-zero
     /// checksums are left out (zchunk's "none").
     fn new(zck: &'a Zck, digests: &'a [u8], len: fn(&Piece) -> u64) -> Lookup<'a> {
-        let d = zck.chunk_hash.len();
+        let d = zck.chunk_hash.digest_len();
         let mut keys = Vec::new();
         let mut lens = Vec::new();
         for (i, (dig, p)) in digests.chunks_exact(d).zip(&zck.pieces).enumerate() {
@@ -64,7 +64,7 @@ impl<'a> Lookup<'a> {
 
     /// Each piece whose checksum is `dig` (the full digest compared).
     fn find(&self, dig: &[u8], mut each: impl FnMut(usize)) {
-        let d = self.hash.len();
+        let d = self.hash.digest_len();
         let k = key(dig);
         let from = self.keys.partition_point(|&(x, _)| x < k);
         for &(x, i) in &self.keys[from..] {
@@ -92,7 +92,7 @@ fn key(dig: &[u8]) -> u64 {
 
 /// Records `found` for each piece `lookup` finds with checksum `dig`, where none was.
 fn record(lookup: &Lookup<'_>, dig: &digest::Digest, at: Found, found: &mut [Option<Found>]) {
-    lookup.find(&dig.as_ref()[..lookup.hash.len()], |i| {
+    lookup.find(&dig.as_ref()[..lookup.hash.digest_len()], |i| {
         found[i].get_or_insert(at);
     });
 }
