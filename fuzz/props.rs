@@ -2312,6 +2312,7 @@ fn make_zsync(target: &[u8], bs: usize, (seq, rsum, ck): (u8, u8, u8)) -> Vec<u8
         out.extend_from_slice(&Md4::digest(&padded)[..usize::from(ck)]);
     }
     out
+}
 
 /// `zck_header`: a `.zck` file's start (lead, header, maybe chunks). `head_len` over the
 /// growing prefixes says "not yet" until it knows, then one length (or one refusal) for

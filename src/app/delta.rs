@@ -73,7 +73,7 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
     record.url = Some(opts.url.clone());
     record.output = Some(target.path.display().to_string());
     let mut seeds = open_seeds(&opts, &target)?;
-    let (mut index, mut staging, index_bytes) = match format {
+    let (mut index, mut staging, index_bytes, full_zck) = match format {
         Format::Zchunk => zchunk_index(&opts, &target, per_run)?,
         Format::Zsync => zsync_index(&opts, &url, &target, per_run)?,
     };
@@ -83,7 +83,10 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
         found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
     }
     let plan = Plan::of(index.as_ref(), &found, plan::BRIDGE);
-    let full = full_size(index.as_ref(), &format, &staging)?;
+    let full = match &format {
+        Format::Zsync => index.target_len(),
+        Format::Zchunk => full_zck,
+    };
     say_plan(&opts, &plan, index.as_ref(), full, &staging)?;
     let whole = fetch_pieces(&opts, &plan, full, &mut staging, per_run)?;
     let plan = if whole { Plan::of(index.as_ref(), &[], 0) } else { plan };
@@ -210,7 +213,11 @@ fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
 
 /// A `.zck`'s lead and header fetched into the staging file (the first [`HEAD_FIRST`]
 /// bytes, then the rest of the header if it is longer), parsed and checked.
-fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<(Box<dyn Index>, Staging, Vec<u8>)> {
+fn zchunk_index(
+    opts: &Config,
+    target: &Target,
+    per_run: &mut PerRun,
+) -> Result<(Box<dyn Index>, Staging, Vec<u8>, u64)> {
     let mut staging = Staging::new(target.staging.clone(), opts.url.clone());
     let st = match staging.fetch(opts, Some(vec![(0, HEAD_FIRST)]), true, per_run) {
         Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, &mut staging, per_run)?,
@@ -239,7 +246,16 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
     }
     head.truncate(len as usize);
     let index = zck::Zck::parse(&head).map_err(|e| err!(Protocol, "{}: {e}", opts.url))?;
-    Ok((Box::new(index), staging, head))
+    let full = index.file_len();
+    if full != st.total {
+        return Err(err!(
+            Protocol,
+            "{}: the server's file has {} bytes, its zchunk header describes {full}",
+            opts.url,
+            st.total
+        ));
+    }
+    Ok((Box::new(index), staging, head, full))
 }
 
 /// A `.zsync` control file fetched whole and parsed; its data file's URL (relative to the
@@ -249,7 +265,7 @@ fn zsync_index(
     url: &http::Url,
     target: &Target,
     per_run: &mut PerRun,
-) -> Result<(Box<dyn Index>, Staging, Vec<u8>)> {
+) -> Result<(Box<dyn Index>, Staging, Vec<u8>, u64)> {
     let bound = (MAX_INDEX, "a .zsync control file is at most 512 MiB here".to_owned());
     let bytes = crate::signed::fetch_small(&opts.url, opts, bound, |sub| {
         super::run(sub, &mut Record::default(), per_run)
@@ -271,7 +287,7 @@ fn zsync_index(
         ));
     }
     let staging = Staging::new(target.staging.clone(), data.to_string());
-    Ok((Box::new(index), staging, bytes))
+    Ok((Box::new(index), staging, bytes, 0))
 }
 
 /// `--signature` over the index (the `.zck`'s lead and header, or the `.zsync` file): the
@@ -289,18 +305,6 @@ fn index_signature(opts: &Config, index: &[u8], record: &mut Record, per_run: &m
     };
     let input = crate::signature::prehash(plan.sig.input(), index);
     plan.check(input.as_deref(), "the delta's index", opts, &mut record.signature)
-}
-
-/// What a full download would fetch: the `.zck` (its size, from the staging file's
-/// control) or the zsync target.
-fn full_size(index: &dyn Index, format: &Format, staging: &Staging) -> Result<u64> {
-    Ok(match format {
-        Format::Zsync => index.target_len(),
-        Format::Zchunk => staging.state()?.map_or_else(
-            || index.pieces().last().map_or(0, |p| p.remote_start + p.remote_len),
-            |st| st.total,
-        ),
-    })
 }
 
 /// The plan said before anything is fetched (not with `-q`), with what the staging file
