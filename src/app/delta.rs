@@ -35,6 +35,15 @@ enum Format {
     Zsync,
 }
 
+/// An index fetched and parsed: the staging file its pieces go into, the index's bytes
+/// (what `--signature` covers) and what a full download would fetch, bytes.
+struct Fetched {
+    index: Box<dyn Index>,
+    staging: Staging,
+    bytes: Vec<u8>,
+    full: u64,
+}
+
 /// Where a delta's target goes and where its fetched bytes stage.
 struct Target {
     /// The file's final name, or the block device.
@@ -73,7 +82,12 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
     record.url = Some(opts.url.clone());
     record.output = Some(target.path.display().to_string());
     let mut seeds = open_seeds(&opts, &target)?;
-    let (mut index, mut staging, index_bytes, full_zck) = match format {
+    let Fetched {
+        mut index,
+        mut staging,
+        bytes: index_bytes,
+        full,
+    } = match format {
         Format::Zchunk => zchunk_index(&opts, &target, per_run)?,
         Format::Zsync => zsync_index(&opts, &url, &target, per_run)?,
     };
@@ -83,14 +97,13 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
         found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
     }
     let plan = Plan::of(index.as_ref(), &found, plan::BRIDGE);
-    let full = match &format {
-        Format::Zsync => index.target_len(),
-        Format::Zchunk => full_zck,
-    };
     say_plan(&opts, &plan, index.as_ref(), full, &staging)?;
     let whole = fetch_pieces(&opts, &plan, full, &mut staging, per_run)?;
     let plan = if whole { Plan::of(index.as_ref(), &[], 0) } else { plan };
     check_fetched(&opts, index.as_mut(), &plan, &mut staging, per_run)?;
+    drop(found);
+    // The connections and buffers the fetches kept for a next file: none comes.
+    per_run.reactor = crate::event::Reactor::new();
     assemble::write(&opts, &target, index.as_ref(), &plan, &mut seeds, &staging)?;
     staging.remove();
     let report = Report {
@@ -213,11 +226,7 @@ fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
 
 /// A `.zck`'s lead and header fetched into the staging file (the first [`HEAD_FIRST`]
 /// bytes, then the rest of the header if it is longer), parsed and checked.
-fn zchunk_index(
-    opts: &Config,
-    target: &Target,
-    per_run: &mut PerRun,
-) -> Result<(Box<dyn Index>, Staging, Vec<u8>, u64)> {
+fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<Fetched> {
     let mut staging = Staging::new(target.staging.clone(), opts.url.clone());
     let st = match staging.fetch(opts, Some(vec![(0, HEAD_FIRST)]), true, per_run) {
         Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, &mut staging, per_run)?,
@@ -255,21 +264,20 @@ fn zchunk_index(
             st.total
         ));
     }
-    Ok((Box::new(index), staging, head, full))
+    Ok(Fetched {
+        index: Box::new(index),
+        staging,
+        bytes: head,
+        full,
+    })
 }
 
 /// A `.zsync` control file fetched whole and parsed; its data file's URL (relative to the
 /// control file's) must be on the same origin.
-fn zsync_index(
-    opts: &Config,
-    url: &http::Url,
-    target: &Target,
-    per_run: &mut PerRun,
-) -> Result<(Box<dyn Index>, Staging, Vec<u8>, u64)> {
+fn zsync_index(opts: &Config, url: &http::Url, target: &Target, per_run: &mut PerRun) -> Result<Fetched> {
     let bound = (MAX_INDEX, "a .zsync control file is at most 512 MiB here".to_owned());
-    let bytes = crate::signed::fetch_small(&opts.url, opts, bound, |sub| {
-        super::run(sub, &mut Record::default(), per_run)
-    })?;
+    let mut fetched = Record::default();
+    let bytes = crate::signed::fetch_small(&opts.url, opts, bound, |sub| super::run(sub, &mut fetched, per_run))?;
     let index = zsync::Zsync::parse(&bytes).map_err(|e| err!(Protocol, "{}: {e}", opts.url))?;
     let rel = index
         .urls()
@@ -286,8 +294,16 @@ fn zsync_index(
             opts.url
         ));
     }
-    let staging = Staging::new(target.staging.clone(), data.to_string());
-    Ok((Box::new(index), staging, bytes, 0))
+    let mut staging = Staging::new(target.staging.clone(), data.to_string());
+    staging.fetched += fetched.fetched.unwrap_or(0);
+    staging.requests += fetched.requests.unwrap_or(0);
+    let full = index.target_len();
+    Ok(Fetched {
+        index: Box::new(index),
+        staging,
+        bytes,
+        full,
+    })
 }
 
 /// `--signature` over the index (the `.zck`'s lead and header, or the `.zsync` file): the

@@ -13,7 +13,7 @@ use crate::err;
 use crate::error::Result;
 
 /// Bytes gathered before one write (a multiple of every logical block size).
-pub const WRITE_BLOCK: usize = 2 << 20;
+pub const WRITE_BLOCK: usize = 1 << 20;
 /// Writes in flight while the next block fills.
 pub const WRITES: usize = 2;
 
