@@ -81,49 +81,84 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
     let target = Target::of(&opts, &url, &format)?;
     record.url = Some(opts.url.clone());
     record.output = Some(target.path.display().to_string());
-    let mut seeds = open_seeds(&opts, &target)?;
-    let Fetched {
-        mut index,
-        mut staging,
-        bytes: index_bytes,
-        full,
-    } = match format {
-        Format::Zchunk => zchunk_index(&opts, &target, per_run)?,
-        Format::Zsync => zsync_index(&opts, &url, &target, per_run)?,
+    // The target's `.part` is locked for the whole run: a second ringdl on the same target
+    // stops instead of truncating it under this one.
+    let lock = match target.device {
+        true => None,
+        false => crate::output::lock_part(Some(&target.path), opts.force, false)?,
     };
-    index_signature(&opts, &index_bytes, record, per_run)?;
-    let mut found = Vec::new();
-    for seed in &mut seeds {
-        found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
+    let got = update(&opts, (&url, &format, &target), record, per_run);
+    if let Err(e) = &got {
+        if let Some(lock) = &lock {
+            lock.remove_if_unused();
+        }
+        if e.kind == crate::error::Kind::Delta {
+            // (Refused before any piece: nothing staged is worth keeping.)
+            Staging::new(target.staging.clone(), String::new()).remove();
+        }
     }
-    let plan = Plan::of(index.as_ref(), &found, plan::BRIDGE);
-    say_plan(&opts, &plan, index.as_ref(), full, &staging)?;
-    let whole = fetch_pieces(&opts, &plan, full, &mut staging, per_run)?;
-    let plan = if whole { Plan::of(index.as_ref(), &[], 0) } else { plan };
-    check_fetched(&opts, index.as_mut(), &plan, &mut staging, per_run)?;
-    drop(found);
-    // The connections and buffers the fetches kept for a next file: none comes.
-    per_run.reactor = crate::event::Reactor::new();
-    assemble::write(&opts, &target, index.as_ref(), &plan, &mut seeds, &staging)?;
-    staging.remove();
-    let report = Report {
-        format: &format,
-        seeds: seeds.len(),
-        plan: &plan,
-        full,
-        staging: &staging,
-        target_len: index.target_len(),
-        signed: opts.signature.is_some(),
-    };
-    record.bytes = Some(index.target_len());
-    record.fetched = Some(staging.fetched);
-    record.requests = Some(staging.requests);
+    let report = got?;
+    record.bytes = Some(report.target_len);
+    record.fetched = Some(report.fetched);
+    record.requests = Some(report.requests);
     record.seconds = Some(started.elapsed().as_secs_f64());
     record.delta = Some(report.json());
     if !opts.quiet {
         eprintln!("ringdl: done: {}: {}", target.path.display(), report.line());
     }
     Ok(())
+}
+
+/// The update itself: the index, its signature, the seeds scanned, the plan, the pieces
+/// fetched and checked, the target written. Returns what it did.
+fn update(
+    opts: &Config,
+    (url, format, target): (&http::Url, &Format, &Target),
+    record: &mut Record,
+    per_run: &mut PerRun,
+) -> Result<Report> {
+    let mut seeds = open_seeds(opts, target)?;
+    let Fetched {
+        mut index,
+        mut staging,
+        bytes: index_bytes,
+        full,
+    } = match format {
+        Format::Zchunk => zchunk_index(opts, target, per_run)?,
+        Format::Zsync => zsync_index(opts, url, target, per_run)?,
+    };
+    index_signature(opts, &index_bytes, record, per_run)?;
+    let mut found = Vec::new();
+    for seed in &mut seeds {
+        found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
+    }
+    let plan = Plan::of(index.as_ref(), &found, plan::BRIDGE);
+    drop(found);
+    say_plan(opts, &plan, index.as_ref(), full, &staging)?;
+    let whole = fetch_pieces(opts, &plan, full, &mut staging, per_run)?;
+    let plan = if whole { Plan::of(index.as_ref(), &[], 0) } else { plan };
+    check_fetched(opts, index.as_mut(), &plan, &mut staging, per_run)?;
+    // The connections and buffers the fetches kept for a next file: none comes.
+    per_run.reactor = crate::event::Reactor::new();
+    assemble::write(opts, target, index.as_ref(), &plan, &mut seeds, &staging).inspect_err(|_| {
+        if target.device {
+            record.device_holds_unverified_bytes = Some(true);
+        }
+    })?;
+    staging.remove();
+    Ok(Report {
+        format: match format {
+            Format::Zchunk => "zchunk",
+            Format::Zsync => "zsync",
+        },
+        seeds: seeds.len(),
+        reused: plan.reused,
+        full,
+        fetched: staging.fetched,
+        requests: staging.requests,
+        target_len: index.target_len(),
+        signed: opts.signature.is_some(),
+    })
 }
 
 /// Options a delta does not take.
@@ -169,6 +204,13 @@ impl Target {
             }
         };
         let device = crate::output::device::is_block_device(&path);
+        if !device && (opts.offset != 0 || opts.control.is_some()) {
+            return Err(err!(
+                Usage,
+                "--offset and --control are for a block-device target, not {}",
+                path.display()
+            ));
+        }
         if !device && path.exists() && !opts.force {
             return Err(err!(LocalIo, "{} exists (use --force to replace it)", path.display()));
         }
@@ -229,7 +271,7 @@ fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
 fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<Fetched> {
     let mut staging = Staging::new(target.staging.clone(), opts.url.clone());
     let st = match staging.fetch(opts, Some(vec![(0, HEAD_FIRST)]), true, per_run) {
-        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, &mut staging, per_run)?,
+        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, None, &mut staging, per_run)?,
         got => got?,
     };
     let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
@@ -254,7 +296,18 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
         reader.read(0, len, &mut head).map_err(|e| err!(LocalIo, "{e}"))?;
     }
     head.truncate(len as usize);
-    let index = zck::Zck::parse(&head).map_err(|e| err!(Protocol, "{}: {e}", opts.url))?;
+    let index = match zck::Zck::parse(&head) {
+        Ok(index) => index,
+        Err(_) => {
+            // Bytes a run before staged (or a transfer bent) are not trusted: once more
+            // from the server, then the header is what it is.
+            staging.forget(&[(0, len)])?;
+            staging.fetch(opts, Some(vec![(0, len)]), true, per_run)?;
+            let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+            reader.read(0, len, &mut head).map_err(|e| err!(LocalIo, "{e}"))?;
+            zck::Zck::parse(&head).map_err(|e| err!(Protocol, "{}: {e}", opts.url))?
+        }
+    };
     let full = index.file_len();
     if full != st.total {
         return Err(err!(
@@ -368,17 +421,26 @@ fn fetch_pieces(opts: &Config, plan: &Plan, full: u64, staging: &mut Staging, pe
         return Ok(false);
     }
     match staging.fetch(opts, Some(plan.ranges.clone()), opts.quiet, per_run) {
+        Ok(st) if st.total != full => Err(err!(
+            Protocol,
+            "{}: the server's file has {} bytes, its index describes {full}",
+            staging.url,
+            st.total
+        )),
         Ok(_) => Ok(false),
-        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, staging, per_run).map(|_| true),
+        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, Some(full), staging, per_run).map(|_| true),
         Err(e) => Err(e),
     }
 }
 
 /// A server that answered a Range request with the whole file: with `--allow-full` the
-/// whole file is fetched into the staging file (its state returned), else `Delta`.
+/// whole file (`full` bytes, when known) is fetched into the staging file (its state
+/// returned) within `--max-delta-bytes` (a larger Content-Length is refused before a byte
+/// lands), else `Delta`.
 fn no_ranges(
     opts: &Config,
     e: crate::error::Error,
+    full: Option<u64>,
     staging: &mut Staging,
     per_run: &mut PerRun,
 ) -> Result<crate::output::resume::State> {
@@ -386,6 +448,28 @@ fn no_ranges(
         return Err(err!(
             Delta,
             "{}; --allow-full would fetch the whole file instead",
+            e.msg
+        ));
+    }
+    staging.bound = match (opts.max_delta, full) {
+        (None, _) => None,
+        (Some(crate::config::DeltaBound::Bytes(b)), _) => Some(b),
+        (Some(bound), Some(full)) => Some(bound.bytes(full)),
+        (Some(crate::config::DeltaBound::Percent(p)), None) if p >= 100.0 => None,
+        (Some(_), None) => {
+            return Err(err!(
+                Delta,
+                "{}; a whole download of unknown size cannot be held to a --max-delta-bytes percentage",
+                e.msg
+            ));
+        }
+    };
+    if let (Some(most), Some(full)) = (staging.bound, full)
+        && full > most
+    {
+        return Err(err!(
+            Delta,
+            "{}; the whole file ({full} bytes) is more than --max-delta-bytes allows ({most})",
             e.msg
         ));
     }
@@ -468,34 +552,25 @@ fn bad_pieces(index: &dyn Index, plan: &Plan, reader: &mut Seed) -> Result<Vec<(
 }
 
 /// What a delta did, for its summary line and `--json`.
-struct Report<'a> {
-    format: &'a Format,
+struct Report {
+    format: &'static str,
     seeds: usize,
-    plan: &'a Plan,
+    /// Target bytes the seeds gave.
+    reused: u64,
+    /// What a full download would fetch, bytes.
     full: u64,
-    staging: &'a Staging,
+    /// Body bytes and requests of every fetch of the run (index, pieces, a re-fetch).
+    fetched: u64,
+    requests: u64,
     target_len: u64,
     signed: bool,
 }
 
-impl Report<'_> {
-    fn format(&self) -> &'static str {
-        match self.format {
-            Format::Zchunk => "zchunk",
-            Format::Zsync => "zsync",
-        }
-    }
-
+impl Report {
     fn line(&self) -> String {
         format!(
             "{} bytes ({}): {} reused from {} seed(s), {} fetched in {} request(s) (a full download: {} bytes)",
-            self.target_len,
-            self.format(),
-            self.plan.reused,
-            self.seeds,
-            self.staging.fetched,
-            self.staging.requests,
-            self.full
+            self.target_len, self.format, self.reused, self.seeds, self.fetched, self.requests, self.full
         )
     }
 
@@ -503,12 +578,12 @@ impl Report<'_> {
         format!(
             "{{\"format\":\"{}\",\"seeds\":{},\"target_bytes\":{},\"reused_bytes\":{},\"fetched_bytes\":{},\
              \"requests\":{},\"full_bytes\":{},\"index_signed\":{}}}",
-            self.format(),
+            self.format,
             self.seeds,
             self.target_len,
-            self.plan.reused,
-            self.staging.fetched,
-            self.staging.requests,
+            self.reused,
+            self.fetched,
+            self.requests,
             self.full,
             self.signed
         )

@@ -4,9 +4,10 @@
 
 use super::{Found, Index};
 
-/// Gaps between two fetched ranges up to this many bytes are fetched too: a request's
-/// head both ways and a turn of the connection cost more.
-pub const BRIDGE: u64 = 16 << 10;
+/// Gaps between two fetched ranges up to this many bytes are fetched too: the engine
+/// widens every range to its 4 KiB O_DIRECT alignment anyway, and a request's head both
+/// ways costs more than the rest of a block.
+pub const BRIDGE: u64 = 4 << 10;
 
 /// Where each piece of the target comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

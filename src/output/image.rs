@@ -49,7 +49,8 @@ impl ImageWriter {
     /// `LocalIo` when the `.part` cannot be opened or the buffer mapped.
     pub fn file(final_path: &Path, io: crate::config::IoChoice) -> Result<ImageWriter> {
         let part = super::part_path(final_path);
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC;
+        // (Never through a symbolic link: the `.part` is the run's own, locked by it.)
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         let mode = Mode::from_raw_mode(0o644);
         let (fd, direct) = match rustix::fs::open(&part, flags | OFlags::DIRECT, mode) {
             Ok(fd) => (fd, true),

@@ -109,7 +109,8 @@ fn pieces(
                     return Err(err!(
                         Checksum,
                         "seed {}: the piece at its byte {at} (target byte {}) no longer matches its digest: was \
-                         the seed changed during the update? nothing renamed",
+                         the seed changed during the update? (a file target is not renamed; a device holds the \
+                         pieces written before it)",
                         seeds[s].path.display(),
                         p.target_start
                     ));

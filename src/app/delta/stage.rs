@@ -23,6 +23,8 @@ pub(super) struct Staging {
     /// The whole file was fetched into it in this run (a server without ranges,
     /// `--allow-full`): later fetches have nothing to add.
     pub(super) whole: bool,
+    /// The most bytes a whole download may have (`--max-delta-bytes` with `--allow-full`).
+    pub(super) bound: Option<u64>,
 }
 
 impl Staging {
@@ -33,6 +35,7 @@ impl Staging {
             fetched: 0,
             requests: 0,
             whole: false,
+            bound: None,
         }
     }
 
@@ -73,7 +76,10 @@ impl Staging {
         {
             return Ok(st);
         }
-        let sub = sub_options(opts, &self.url, &self.path, want, quiet);
+        let mut sub = sub_options(opts, &self.url, &self.path, want, quiet);
+        sub.size_bound = self
+            .bound
+            .map(|b| (b, format!("--max-delta-bytes allows {b} bytes for this delta")));
         let mut record = Record::default();
         let got = super::super::run(sub, &mut record, per_run);
         self.fetched += record.fetched.unwrap_or(0);
