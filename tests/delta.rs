@@ -220,6 +220,9 @@ fn a_seed_that_is_the_target_is_refused() {
     let o = s.fetch(&[&s.out()], "new.img.zck", &["--force"]);
     o.assert_code(USAGE);
     assert!(o.stderr_text().contains("is the target"), "{}", o.stderr_text());
+    // --offset is for a device: a file target refuses it.
+    let o = s.fetch(&[&s.served("old.img")], "new.img.zck", &["--force", "--offset", "4096"]);
+    o.assert_code(USAGE);
     assert_eq!(
         sha256_file(&s.out()),
         sha256_file(&s.served("old.img")),
@@ -318,7 +321,9 @@ fn a_delta_killed_mid_fetch_resumes_without_fetching_again_what_landed() {
         "killed before its end: {}",
         killed.stderr_text()
     );
-    s.assert_no_output(&killed);
+    // No target; its `.part` (locked from the start) holds nothing yet.
+    assert!(!s.out().exists());
+    assert_eq!(std::fs::metadata(part_path(&s.out())).map_or(0, |m| m.len()), 0);
     let had = staged(&std::fs::read_to_string(&control).unwrap());
     assert!(had > 2 * MIB, "the kill came after pieces landed ({had} bytes)");
     let o = s.fetch(&[&other], "new.img.zck", &[]);
@@ -396,6 +401,14 @@ fn a_server_without_ranges_fails_unless_allow_full() {
     let o = run(&[]);
     o.assert_code(DELTA);
     assert!(o.stderr_text().contains("--allow-full"), "{}", o.stderr_text());
+    s.assert_no_output(&o);
+    assert!(
+        !s.dir.join("new.img.delta.part").exists(),
+        "a refused delta stages nothing"
+    );
+    // The whole file is still held to --max-delta-bytes: refused before a byte lands.
+    let o = run(&["--allow-full", "--max-delta-bytes", "1M"]);
+    o.assert_code(DELTA);
     s.assert_no_output(&o);
     let o = run(&["--allow-full"]);
     s.assert_landed(&o);

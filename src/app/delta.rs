@@ -476,7 +476,13 @@ fn no_ranges(
     if !opts.quiet {
         eprintln!("ringdl: delta: {e}; fetching the whole file (--allow-full)");
     }
-    let st = staging.fetch(opts, None, opts.quiet, per_run)?;
+    let st = staging
+        .fetch(opts, None, opts.quiet, per_run)
+        .map_err(|e| match e.kind {
+            // (The size bound's refusal: the whole file is more than the delta may fetch.)
+            crate::error::Kind::Usage if staging.bound.is_some() => err!(Delta, "{}", e.msg),
+            _ => e,
+        })?;
     staging.whole = true;
     Ok(st)
 }
@@ -578,14 +584,7 @@ impl Report {
         format!(
             "{{\"format\":\"{}\",\"seeds\":{},\"target_bytes\":{},\"reused_bytes\":{},\"fetched_bytes\":{},\
              \"requests\":{},\"full_bytes\":{},\"index_signed\":{}}}",
-            self.format,
-            self.seeds,
-            self.target_len,
-            self.reused,
-            self.fetched,
-            self.requests,
-            self.full,
-            self.signed
+            self.format, self.seeds, self.target_len, self.reused, self.fetched, self.requests, self.full, self.signed
         )
     }
 }
