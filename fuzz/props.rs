@@ -40,6 +40,8 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("signature_minisign", signature_minisign),
     ("signature_keys", signature_keys),
     ("input_list", input_list),
+    ("zsync_control", zsync_control),
+    ("zck_header", zck_header),
 ];
 
 /// xorshift64*: split points and shapes derived from fuzz bytes.
@@ -2170,4 +2172,272 @@ pub fn input_list(data: &[u8]) {
     let back = parse(again.as_bytes(), "L").unwrap_or_else(|e| panic!("{again:?} does not parse back: {}", e.msg));
     let strip = |v: &[Entry]| -> Vec<Entry> { v.iter().cloned().map(|e| Entry { line: 0, ..e }).collect() };
     assert_eq!(strip(&back), strip(&entries), "written back as {again:?}");
+}
+
+/// `zsync_control`: the input as a `.zsync` ([`ringdl::delta::zsync::Zsync::parse`]): an
+/// error names the control file; a parsed one's pieces are its blocks (contiguous, the
+/// last one short, remote = target), `ceil(Length / Blocksize)` of them, held by the input.
+/// Scanning a seed (the input itself) finds the same blocks whatever the feed sizes, and
+/// each block found is that block ([`ringdl::delta::Index::matches`]). Then the input as
+/// a target: a control file made for it in `zsyncmake`'s format (block size and
+/// `Hash-Lengths` from its first bytes) parses back, an edited copy scans the same in any
+/// feed sizes to blocks that match, and the target itself, when its blocks differ (the
+/// last one zero-padded), is found whole, each block in place.
+pub fn zsync_control(data: &[u8]) {
+    use ringdl::delta::Index;
+    use ringdl::delta::zsync::Zsync;
+    match Zsync::parse(data) {
+        Err(e) => assert!(e.contains("zsync"), "an error that does not name the format: {e}"),
+        Ok(z) => {
+            let n = z.pieces().len() as u64;
+            let bs = z.block_size();
+            assert!(bs.is_power_of_two());
+            assert_eq!(n, z.target_len().div_ceil(bs));
+            let (_, rsum, ck) = z.hash_lengths();
+            assert!(n * u64::from(rsum + ck) < data.len() as u64 || n == 0);
+            check_zsync_pieces(&z);
+            if bs <= 1 << 16 {
+                zsync_scan_agrees(&z, data, &mut Rng::from(data));
+            }
+        }
+    }
+    let Some((&pick, _)) = data.split_first() else { return };
+    let bs = 16usize << (pick % 6);
+    let lengths = (1 + (pick >> 3) % 2, 1 + (pick >> 4) % 4, 3 + (pick >> 6) * 4);
+    let control = make_zsync(data, bs, lengths);
+    let z = Zsync::parse(&control).unwrap_or_else(|e| panic!("a control file made here: {e}"));
+    assert_eq!(z.target_len(), data.len() as u64);
+    check_zsync_pieces(&z);
+    let mut rng = Rng::from(data);
+    let mut seed = data.to_vec();
+    for _ in 0..rng.below(4) {
+        let at = rng.below(seed.len() + 1);
+        match rng.below(3) {
+            0 => seed
+                .splice(at..at, (0..rng.below(2 * bs) + 1).map(|i| i as u8))
+                .for_each(drop),
+            1 => seed.drain(at..(at + rng.below(2 * bs)).min(seed.len())).for_each(drop),
+            _ => {
+                if let Some(b) = seed.get_mut(at) {
+                    *b ^= 1;
+                }
+            }
+        }
+    }
+    zsync_scan_agrees(&z, &seed, &mut rng);
+    // Blocks as their sums see them: the last one zero-padded.
+    let blocks: std::collections::HashSet<Vec<u8>> = data
+        .chunks(bs)
+        .map(|b| {
+            let mut b = b.to_vec();
+            b.resize(bs, 0);
+            b
+        })
+        .collect();
+    let can_start = lengths.0 == 1 || data.len() > bs;
+    if blocks.len() == data.len().div_ceil(bs) && can_start {
+        let found = zsync_scan_agrees(&z, data, &mut rng);
+        for (p, f) in z.pieces().iter().zip(found) {
+            assert_eq!(
+                f,
+                Some(ringdl::delta::Found::Target(p.target_start)),
+                "the target as seed"
+            );
+        }
+    }
+}
+
+fn check_zsync_pieces(z: &ringdl::delta::zsync::Zsync) {
+    use ringdl::delta::Index;
+    let mut at = 0;
+    for p in z.pieces() {
+        assert_eq!(p.target_start, at);
+        assert!(p.target_len > 0 && p.target_len <= z.block_size());
+        assert_eq!((p.remote_start, p.remote_len), (p.target_start, p.target_len));
+        at += p.target_len;
+    }
+    assert_eq!(at, z.target_len());
+    if let Some(p) = z.pieces().last() {
+        assert!(p.target_len == z.block_size() || p.target_start + p.target_len == z.target_len());
+    }
+}
+
+/// Scans `seed` whole, then in feed sizes from `rng`: the same result, every block found
+/// is the block. Returns the result.
+fn zsync_scan_agrees(z: &ringdl::delta::zsync::Zsync, seed: &[u8], rng: &mut Rng) -> Vec<Option<ringdl::delta::Found>> {
+    use ringdl::delta::{Found, Index};
+    let mut s = z.scanner();
+    s.feed(seed);
+    let whole = s.finish();
+    assert_eq!(whole.len(), z.pieces().len());
+    let mut s = z.scanner();
+    let mut rest = seed;
+    while !rest.is_empty() {
+        let n = (rng.below(3 * z.block_size() as usize) + 1).min(rest.len());
+        s.feed(&rest[..n]);
+        rest = &rest[n..];
+    }
+    assert_eq!(s.finish(), whole, "feed sizes changed what was found");
+    for (i, f) in whole.iter().enumerate() {
+        let Some(Found::Target(o)) = *f else { continue };
+        let p = z.pieces()[i];
+        let bytes = seed.get(o as usize..(o + p.target_len) as usize);
+        assert!(
+            bytes.is_some_and(|b| z.matches(i, b)),
+            "block {i} found at {o} is not the block"
+        );
+    }
+    whole
+}
+
+/// A control file for `target` in `zsyncmake` 0.6.2's format (no SHA-1), blocks of `bs`
+/// bytes, `Hash-Lengths` `(seq_matches, rsum_bytes, checksum_bytes)`.
+fn make_zsync(target: &[u8], bs: usize, (seq, rsum, ck): (u8, u8, u8)) -> Vec<u8> {
+    use md4::{Digest, Md4};
+    let mut out = format!(
+        "zsync: 0.6.2\nBlocksize: {bs}\nLength: {}\nHash-Lengths: {seq},{rsum},{ck}\nURL: t\n\n",
+        target.len()
+    )
+    .into_bytes();
+    for block in target.chunks(bs) {
+        let mut padded = block.to_vec();
+        padded.resize(bs, 0);
+        let (mut a, mut b) = (0u16, 0u16);
+        for &c in &padded {
+            a = a.wrapping_add(u16::from(c));
+            b = b.wrapping_add(a);
+        }
+        let r = [(a >> 8) as u8, a as u8, (b >> 8) as u8, b as u8];
+        out.extend_from_slice(&r[4 - usize::from(rsum)..]);
+        out.extend_from_slice(&Md4::digest(&padded)[..usize::from(ck)]);
+    }
+    out
+}
+
+/// `zck_header`: a `.zck` file's start (lead, header, maybe chunks). `head_len` over the
+/// growing prefixes says "not yet" until it knows, then one length (or one refusal) for
+/// good; `Zck::parse` never panics, as given and resealed (the header checksum made right
+/// again, so mutations reach the index); a parsed index's pieces tile the target and its
+/// remote ranges follow the header; any shorter head is refused; every piece opened from
+/// the input's bytes gives no more than its length, and a refusal names its chunk; the
+/// input scanned as a seed (as a `.zck`, and from its second byte as a plain seed) finds
+/// the same pieces whatever the feed sizes, a plain find holding the piece's bytes.
+///
+/// Corpus (`fuzz/corpus/zck_header/`, made with Debian's zck 1.2.3): whole files
+/// `text-u.zck` (`zck -u`), `text.zck`, `text-dict-u.zck` (`-u -D`, a raw dictionary),
+/// `rand-none-u.zck` (`-u --compression-format=none`); headers of a 2 MB random file
+/// `big-u.head`, `big.head`, `big-sha512.head` (`-h sha512`); and `text-u.zck` edited and
+/// resealed: `.lying.zck` (a chunk's length 1000 short), `.optsig.zck` (an optional
+/// element, a signature, trailing bytes), `text.sha1-lead.zck`, `text.sha1-chunks.zck`
+/// (SHA-1 checksums, which zck accepts but does not write), `streams.head` (flag 0),
+/// `comp1.head` (compression 1), `count.head` (a count one too many); and cut or broken:
+/// `.truncated`, `.lead`, `.flipped.head` (checksum mismatch), `detached.head` (`\0ZHR1`),
+/// `huge.lead` (a 1 TiB header).
+pub fn zck_header(data: &[u8]) {
+    use ringdl::delta::zck;
+    let mut settled: Option<Result<Option<u64>, String>> = None;
+    for k in 0..=data.len().min(128) {
+        let r = zck::head_len(&data[..k]);
+        if let Some(s) = &settled {
+            assert_eq!(r.is_err(), s.is_err(), "head_len of {k} bytes: {r:?} after {s:?}");
+            if let (Ok(Some(a)), Ok(Some(b))) = (&r, s) {
+                assert_eq!(a, b, "head_len changed at {k} bytes");
+            }
+        } else if !matches!(r, Ok(None)) {
+            settled = Some(r);
+        }
+    }
+    zck_checks(data);
+    let mut sealed = data.to_vec();
+    if zck::reseal(&mut sealed).is_ok() {
+        zck_checks(&sealed);
+    }
+}
+
+/// `len` bytes of `src` from `start`, if it has them.
+fn zck_bytes(src: &[u8], start: u64, len: u64) -> Option<&[u8]> {
+    let start = usize::try_from(start).ok()?;
+    src.get(start..start.checked_add(usize::try_from(len).ok()?)?)
+}
+
+/// The checks of [`zck_header`] on one input.
+fn zck_checks(data: &[u8]) {
+    use ringdl::delta::zck::{self, Zck};
+    use ringdl::delta::{Found, Index};
+    let Ok(mut z) = Zck::parse(data) else { return };
+    let n = z.head_len();
+    assert_eq!(zck::head_len(data), Ok(Some(n)));
+    assert!(
+        Zck::parse(&data[..n as usize - 1]).is_err(),
+        "a head one byte short parsed"
+    );
+    let (mut target, mut remote) = (0, z.pieces().first().map_or(n, |p| p.remote_start));
+    assert!(remote >= n);
+    for p in z.pieces() {
+        assert_eq!(
+            (p.target_start, p.remote_start),
+            (target, remote),
+            "pieces do not tile: {p:?}"
+        );
+        assert!(
+            p.target_len > 0 && p.target_len <= zck::MAX_CHUNK_LEN && p.remote_len > 0,
+            "{p:?}"
+        );
+        target += p.target_len;
+        remote += p.remote_len;
+    }
+    assert_eq!(z.target_len(), target);
+    assert_eq!(z.file_len(), remote.max(n));
+    if let Some((a, b)) = z.always_fetch() {
+        let _ = z.take_always(zck_bytes(data, a, b - a).unwrap_or(&data[..1]));
+    }
+    let mut out = Vec::new();
+    for (i, p) in z.pieces().iter().enumerate().take(8) {
+        // The piece's bytes when the input holds them, else its first byte (a length error).
+        let fetched = zck_bytes(data, p.remote_start, p.remote_len).unwrap_or(&data[..1]);
+        match z.open_fetched(i, fetched, &mut out) {
+            Ok(()) => assert_eq!(out.len() as u64, p.target_len),
+            Err(e) => {
+                assert!(e.contains(&format!("chunk {}", i + 1)), "{e}");
+                assert!(out.is_empty(), "bytes left after a refusal");
+            }
+        }
+    }
+    let mut rng = Rng::from(data);
+    for seed in [data, &data[1.min(data.len())..]] {
+        let scan = |split: &mut dyn FnMut() -> usize| {
+            let mut s = z.scanner();
+            let mut rest = seed;
+            while !rest.is_empty() {
+                let k = split().clamp(1, rest.len());
+                s.feed(&rest[..k]);
+                rest = &rest[k..];
+            }
+            s.finish()
+        };
+        let whole = scan(&mut || usize::MAX);
+        assert_eq!(whole.len(), z.pieces().len());
+        assert_eq!(
+            scan(&mut || 1 + rng.below(700)),
+            whole,
+            "the feed sizes changed what was found"
+        );
+        for (i, f) in whole.iter().enumerate() {
+            let p = z.pieces()[i];
+            match *f {
+                Some(Found::Target(at)) => {
+                    assert!(
+                        at + p.target_len <= seed.len() as u64,
+                        "piece {i} found past the seed's end"
+                    );
+                    assert!(
+                        z.matches(i, &seed[at as usize..(at + p.target_len) as usize]),
+                        "piece {i} found where it is not"
+                    );
+                }
+                Some(Found::Remote(at)) => assert!(at + p.remote_len <= seed.len() as u64),
+                None => {}
+            }
+        }
+    }
 }

@@ -55,7 +55,9 @@ ensure_tools \
     /usr/bin/ssh-keygen:openssh-client \
     /usr/bin/signify-openbsd:signify-openbsd \
     /usr/bin/minisign:minisign \
-    /usr/bin/strace:strace
+    /usr/bin/strace:strace \
+    /usr/bin/zck:zchunk \
+    /usr/bin/zsyncmake:zsync
 
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
     command -v rustup >/dev/null 2>&1 || die "cargo fmt / cargo clippy missing and no rustup"

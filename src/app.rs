@@ -14,6 +14,7 @@ use crate::event as download;
 use crate::output::{self, Output};
 use crate::report::Record;
 
+mod delta;
 mod fetch;
 mod finish;
 mod inputs;
@@ -243,6 +244,9 @@ impl PerRun {
 /// [`prepare`] (names, output, resume state, engine), [`fetch()`] (the transfer, redirects,
 /// mirrors left out) and [`finish::finish`] (checks, rename, summary).
 fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
+    if !opts.seeds.is_empty() {
+        return delta::run(opts, record, per_run);
+    }
     let prepared = prepare(opts, record, per_run)?;
     fetch(prepared, record, per_run)
 }
@@ -424,7 +428,11 @@ fn load_signature_and_sums(
     url: &http::Url,
 ) -> Result<(Option<crate::signed::Plan>, Option<crate::signature::Input>)> {
     let plan = crate::signed::load(opts, |u| {
-        crate::signed::fetch_small(u, opts, |sub| run(sub, &mut Record::default(), per_run))
+        let bound = (
+            crate::signature::MAX_FILE,
+            "a signature file is a few hundred bytes (at most 64 KiB here)".to_owned(),
+        );
+        crate::signed::fetch_small(u, opts, bound, |sub| run(sub, &mut Record::default(), per_run))
     })?;
     if let Some(p) = &plan {
         p.signer_known(opts, &mut record.signature)?;
@@ -589,6 +597,7 @@ impl Record {
         }
         self.connections = Some(s.connections as u64);
         self.retries = Some(s.retries);
+        self.requests = Some(s.requests);
         self.resent = Some(s.resent);
         self.steals = Some(s.steals);
         self.reactors = Some(s.reactors as u64);

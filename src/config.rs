@@ -151,6 +151,23 @@ pub struct Config {
     /// signature holds the whole file in memory); a larger Content-Length is refused
     /// (exit 2) before a byte is written.
     pub size_bound: Option<(u64, String)>,
+    /// `--seed PATH` (repeatable): local files or block devices a delta update takes the
+    /// target's pieces from (`app/delta.rs`); none: no delta.
+    pub seeds: Vec<PathBuf>,
+    /// `--max-delta-bytes N|P%`: the most remote bytes a delta may fetch.
+    pub max_delta: Option<DeltaBound>,
+    /// `--allow-full`: a delta whose server serves no ranges may fetch the whole file.
+    pub allow_full: bool,
+    /// Not an option: a delta's fetch (`app/delta.rs`). Only these byte ranges `[start,
+    /// end)` of the remote file (sorted, disjoint; clipped at its end) are fetched, into
+    /// the `.part` at their own offsets; the rest of it stays a hole. Ranges are required:
+    /// a server that answers 200 fails the transfer (never a whole download), no space is
+    /// preallocated, and the control file records only bytes of these ranges.
+    pub fetch_only: Option<Vec<(u64, u64)>>,
+    /// Not an option: a finished transfer leaves its `.part` and its control file (its
+    /// size, validator and the ranges written) for the caller instead of renaming it
+    /// (a delta's staging file, fetched in several steps).
+    pub keep_part: bool,
     /// `--json FILE`: write the run's record there at the end (`-` = standard output,
     /// only when the data goes elsewhere).
     pub json: Option<PathBuf>,
@@ -261,6 +278,25 @@ pub struct Credentials {
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Credentials(<redacted>)")
+    }
+}
+
+/// `--max-delta-bytes`: the most a delta may fetch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DeltaBound {
+    /// At most this many bytes.
+    Bytes(u64),
+    /// At most this percentage of what a full download would fetch.
+    Percent(f64),
+}
+
+impl DeltaBound {
+    /// The bound in bytes for a file whose full download is `full` bytes.
+    pub fn bytes(self, full: u64) -> u64 {
+        match self {
+            DeltaBound::Bytes(b) => b,
+            DeltaBound::Percent(p) => (full as f64 * p / 100.0) as u64,
+        }
     }
 }
 

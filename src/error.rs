@@ -29,6 +29,9 @@ pub enum Kind {
     Checksum,
     /// `--signature` missing, malformed, by no trusted key, wrong namespace, or bad (exit 10).
     Signature,
+    /// A delta update refused as asked: larger than `--max-delta-bytes`, or a server
+    /// without ranges and no `--allow-full` (exit 11).
+    Delta,
 }
 
 impl Kind {
@@ -45,6 +48,7 @@ impl Kind {
             Kind::Interrupted => 8,
             Kind::Checksum => 9,
             Kind::Signature => 10,
+            Kind::Delta => 11,
         }
     }
 }

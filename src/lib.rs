@@ -43,6 +43,7 @@ mod base64;
 mod cli;
 mod config;
 mod control;
+pub mod delta;
 pub mod engine;
 mod error;
 mod event;

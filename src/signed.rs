@@ -206,19 +206,25 @@ impl Plan {
     }
 }
 
-/// Fetches a `--signature` URL through the same download (proxy, TLS, redirects, retries)
-/// (`run`: the app's download) into a private temporary directory, and returns its bytes
-/// (at most 64 KiB).
+/// Fetches a small file (a `--signature` or key URL, a `.zsync` control file) through the
+/// same download (proxy, TLS, redirects, retries) (`run`: the app's download) into a
+/// private temporary directory, and returns its bytes (at most `bound.0`, refused with
+/// `bound.1` said).
 ///
 /// # Errors
 /// What the download fails with; `LocalIo` when the temporary file cannot be made or read.
-pub(crate) fn fetch_small(url: &str, opts: &Config, run: impl FnOnce(Box<Config>) -> Result<()>) -> Result<Vec<u8>> {
+pub(crate) fn fetch_small(
+    url: &str,
+    opts: &Config,
+    bound: (u64, String),
+    run: impl FnOnce(Box<Config>) -> Result<()>,
+) -> Result<Vec<u8>> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let dir = std::env::temp_dir().join(format!("ringdl-signature-{}-{nanos}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("ringdl-fetch-{}-{nanos}", std::process::id()));
     std::fs::create_dir(&dir).map_err(|e| err!(LocalIo, "{}: {e}", dir.display()))?;
-    let file = dir.join("signature");
+    let file = dir.join("file");
     let mut sub = Box::new(opts.clone());
     let same_origin = match (http::Url::parse(url), http::Url::parse(&opts.url)) {
         (Ok(a), Ok(b)) => crate::control::headers::same_origin(&a, &b),
@@ -242,10 +248,8 @@ pub(crate) fn fetch_small(url: &str, opts: &Config, run: impl FnOnce(Box<Config>
     (sub.kept, sub.replace) = (None, false);
     (sub.offset, sub.control) = (0, None);
     sub.trusted_keys.clear();
-    sub.size_bound = Some((
-        crate::signature::MAX_FILE,
-        "a signature file is a few hundred bytes (at most 64 KiB here)".to_owned(),
-    ));
+    sub.seeds.clear();
+    sub.size_bound = Some(bound);
     let got = run(sub).and_then(|()| std::fs::read(&file).map_err(|e| err!(LocalIo, "{}: {e}", file.display())));
     let _ = std::fs::remove_dir_all(&dir);
     got

@@ -17,15 +17,15 @@ use crate::fault::{Fault, FaultServer};
 use crate::util::{self, MIB, TestDir, nginx, sha256_bytes, skip, test_io, write_random_file};
 
 /// A loop device over a file; detached on drop.
-struct LoopDev {
-    dev: String,
+pub(crate) struct LoopDev {
+    pub(crate) dev: String,
     backing: PathBuf,
 }
 
 impl LoopDev {
     /// A loop device over a new `size`-byte file in `dir`, every byte of it from the
     /// seeded pattern; `None` (after a loud skip) without root or loop devices.
-    fn attach(dir: &TestDir, size: u64, seed: u64) -> Option<LoopDev> {
+    pub(crate) fn attach(dir: &TestDir, size: u64, seed: u64) -> Option<LoopDev> {
         if !util::is_root() {
             skip("block-device outputs need root (losetup)");
             return None;
@@ -55,7 +55,7 @@ impl LoopDev {
     }
 
     /// `len` bytes of the device from `at` (read through the device node).
-    fn read(&self, at: u64, len: u64) -> Vec<u8> {
+    pub(crate) fn read(&self, at: u64, len: u64) -> Vec<u8> {
         let mut f = File::open(&self.dev).unwrap();
         f.seek(SeekFrom::Start(at)).unwrap();
         let mut v = vec![0; len as usize];

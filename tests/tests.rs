@@ -9,6 +9,9 @@ mod fault;
 mod util;
 
 mod blockdev;
+mod delta;
+mod delta_zck;
+mod delta_zsync;
 mod download;
 mod faults;
 mod fresh;

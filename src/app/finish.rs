@@ -163,6 +163,10 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
             }
         }
     })?;
+    if opts.keep_part {
+        // (A delta's staging file: its caller reads the `.part` and its control file.)
+        return Ok(());
+    }
     if let (Some(name), OutputTarget::Default) = (&s.disposition, &opts.output) {
         let p = in_dir(opts.dir.as_deref(), std::path::PathBuf::from(name));
         Output::check_free(&p, opts.force)?;

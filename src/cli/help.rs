@@ -63,6 +63,20 @@ Output:
                             multiple of the logical block size)
       --control FILE        block-device output: keep the control file for -c here
 
+Delta updates (see docs/guide/delta.md):
+      --seed PATH           a file or block device (the active slot, the last image)
+                            that likely shares most of the target (repeatable): URL is
+                            a zchunk file (*.zck, made by zck -u; the target is its
+                            uncompressed content) or a zsync control file (*.zsync);
+                            only the pieces no seed holds are fetched by Range, each
+                            checked against the index before it is written; the
+                            index's own --signature is checked before any piece
+      --max-delta-bytes N|P%
+                            refuse (exit 11) a delta that would fetch more than N bytes
+                            (50M) or P percent of a full download
+      --allow-full          a server without ranges: fetch the whole file instead of
+                            failing (exit 11)
+
 Connections and I/O:
   -x, --connections N       concurrent Range connections, 1-64 (default 4)
       --threads N|auto      reactors on N threads, each with its own ring, buffers
@@ -156,6 +170,6 @@ against the certificate's names whatever the anchor; only -k skips it.
 
 Exit status: 0 ok, 1 internal error, 2 usage, 3 network, 4 TLS, 5 HTTP status,
 6 protocol violation, 7 local I/O, 8 interrupted, 9 checksum mismatch,
-10 signature not verified.
+10 signature not verified, 11 a delta refused (--max-delta-bytes, no ranges).
 The manual: man ./ringdl.1 (in the source tree).
 ";

@@ -29,6 +29,10 @@ use uring::Buf;
 /// Sent as User-Agent.
 pub(crate) const USER_AGENT: &str = concat!("ringdl/", env!("CARGO_PKG_VERSION"));
 
+/// What a partial fetch ([`crate::config::Config::fetch_only`]) fails with when the server
+/// answers a Range request with the whole file (200): the app may then fetch it whole.
+pub(crate) const NO_RANGES: &str = "does not serve byte ranges (answered 200 to a Range request), which a delta needs";
+
 /// Why a connection's work stopped.
 pub(crate) struct Fail {
     pub(crate) kind: Kind,

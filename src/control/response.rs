@@ -266,6 +266,13 @@ fn on_whole(
     if !job.probe && shared.transfer.ranges {
         return Err(protocol(host, not_that_range(job, shared, resp, framing)));
     }
+    if shared.opts.fetch_only.is_some() {
+        // A delta asks for some ranges only: the whole file is not what it wants.
+        return Err(Fail::fatal(
+            Kind::Protocol,
+            format!("{host}: {}", crate::control::NO_RANGES),
+        ));
+    }
     if job.probe && matches!(framing, Framing::Length(l) if shared.opts.kept == Some(l)) {
         return kept_as_is(job, shared);
     }

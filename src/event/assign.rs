@@ -169,6 +169,7 @@ impl Loop<'_> {
         c.reused = c.requests > 0 || c.idle_before > Duration::from_secs(1);
         c.idle_since = None;
         c.requests += 1;
+        self.shared.transfer.requests += 1;
         if !c.capped {
             // (Its request before was served: a refusal of this one is the first again.)
             c.refusals = 0;

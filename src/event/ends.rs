@@ -146,6 +146,22 @@ fn first_request(resume: Option<&State>, part: Option<&PartLink>, kept: bool, al
     (start, end)
 }
 
+/// A partial fetch's first request seen as a resume ([`first_request`]): what is outside
+/// `want` counts as landed, with what the saved state has (the size is the state's, or
+/// unknown until the first answer).
+fn as_landed(want: &[(u64, u64)], resume: Option<&State>) -> State {
+    let total = resume.map_or(u64::MAX, |st| st.total);
+    let mut landed = crate::schedule::Landed::outside(want, total);
+    for &(a, b) in resume.map_or(&[][..], |st| &st.ranges[..]) {
+        landed.add(a, b);
+    }
+    State {
+        total,
+        ranges: landed.ranges().to_vec(),
+        ..State::default()
+    }
+}
+
 /// The `n` connection slots of a transfer: up to `take` connections the transfers before
 /// left open to its origins first (keep-alive, RFC 9112 §9.3; the others are closed),
 /// each on its origin's first mirror, then new ones spread over the `m` mirrors in turn,
@@ -259,7 +275,14 @@ pub(crate) fn start_on<'c>(
         Err(e) => return Err(Box::new((e, report))),
     };
     let resuming = resume.is_some();
-    let first = first_request(resume.as_ref(), part.as_ref(), opts.kept.is_some(), out.align, n);
+    let wanted = opts.fetch_only.as_deref().map(|want| as_landed(want, resume.as_ref()));
+    let first = first_request(
+        wanted.as_ref().or(resume.as_ref()),
+        part.as_ref(),
+        opts.kept.is_some(),
+        out.align,
+        n,
+    );
     let block = write_block().max(out.align as usize);
     let wcount = reactor::write_slots(n);
     let (rpool, wpool) = match reactor.pools(READ_BLOCK, n, block, wcount) {

@@ -40,6 +40,7 @@ impl Loop<'_> {
             capped_at: self.shared.transfer.capped_at,
             io,
             retries: self.shared.transfer.retries,
+            requests: self.shared.transfer.requests,
             resent: self.shared.transfer.resent,
             steals: self.shared.transfer.steals,
             reactors: 1,

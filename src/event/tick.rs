@@ -111,7 +111,7 @@ impl Loop<'_> {
         let (Some(path), Some(total), true) = (
             &self.control,
             self.shared.transfer.total,
-            self.shared.transfer.plan.is_planned() && self.shared.transfer.ranges,
+            (self.shared.transfer.plan.is_planned() && self.shared.transfer.ranges) || self.shared.opts.keep_part,
         ) else {
             return false;
         };
@@ -129,6 +129,12 @@ impl Loop<'_> {
             return false;
         }
         let ranges = ranges.unwrap_or_else(|| self.shared.transfer.landed.ranges().to_vec());
+        // A partial fetch's holes count as landed but hold nothing: not recorded.
+        let ranges = match &self.shared.transfer.holes {
+            Some(holes) => crate::schedule::Landed::from_ranges(&ranges)
+                .within(crate::schedule::Landed::outside(holes.ranges(), total).ranges()),
+            None => ranges,
+        };
         let st = State {
             url: self.shared.opts.url.clone(),
             total,

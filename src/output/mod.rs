@@ -14,6 +14,7 @@ mod dup;
 mod lock;
 pub use lock::{PartLock, lock_part};
 pub(crate) mod fresh;
+pub mod image;
 pub(crate) mod resume;
 pub(crate) mod verify;
 use crate::error::Result;

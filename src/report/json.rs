@@ -50,6 +50,10 @@ pub struct Record {
     pub connections: Option<u64>,
     /// Failed attempts tried again (a segment requeued, a connection reopened).
     pub retries: Option<u64>,
+    /// HTTP requests sent.
+    pub requests: Option<u64>,
+    /// A delta update (`--seed`): its object ([`crate::app`]'s delta report), raw JSON.
+    pub delta: Option<String>,
     /// Requests sent again at once, no try spent, because the kept-alive connection they
     /// went on was closed before any byte of the answer (RFC 9112 §9.3.1); not in
     /// `retries`.
@@ -111,6 +115,7 @@ impl Record {
         o.u64("tls_resumed_handshakes", self.tls_resumed_handshakes);
         o.u64("connections", self.connections);
         o.u64("retries", self.retries);
+        o.u64("requests", self.requests);
         o.u64("resent", self.resent);
         o.u64("steals", self.steals);
         o.u64("reactors", self.reactors);
@@ -122,6 +127,9 @@ impl Record {
         o.bool("not_modified", Some(self.not_modified));
         if self.device_holds_unverified_bytes.is_some() {
             o.bool("device_holds_unverified_bytes", self.device_holds_unverified_bytes);
+        }
+        if let Some(delta) = &self.delta {
+            o.raw("delta", delta);
         }
         if let Some(sig) = &self.signature {
             o.raw("signature", sig);

@@ -60,6 +60,8 @@ pub struct Summary {
     pub io: String,
     /// Failed attempts that were tried again (a segment requeued, a connection reopened).
     pub retries: u64,
+    /// HTTP requests sent.
+    pub requests: u64,
     /// Requests sent again, no try spent, after their kept-alive connection was closed
     /// before any byte of the answer (not in `retries`).
     pub resent: u64,
@@ -170,6 +172,7 @@ pub(crate) mod tests {
             capped_at: None,
             io: "io_uring".to_owned(),
             retries: 0,
+            requests: 0,
             resent: 0,
             steals: 0,
             reactors: 1,

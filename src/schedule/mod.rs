@@ -185,6 +185,26 @@ impl Landed {
         self.ranges.iter().map(|r| r.1 - r.0).sum()
     }
 
+    /// The parts of `want` (sorted, disjoint `[start, end)` ranges) covered, sorted.
+    pub fn within(&self, want: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for &(ws, we) in want {
+            for &(s, e) in &self.ranges[self.ranges.partition_point(|r| r.1 <= ws)..] {
+                if s >= we {
+                    break;
+                }
+                out.push((s.max(ws), e.min(we)));
+            }
+        }
+        out
+    }
+
+    /// Everything of `[0, total)` outside `want` (sorted, disjoint ranges), as landed: a
+    /// partial fetch's holes count as done ([`crate::config::Config::fetch_only`]).
+    pub fn outside(want: &[(u64, u64)], total: u64) -> Landed {
+        Landed::from_ranges(&Landed::from_ranges(want).gaps_in(0, total))
+    }
+
     /// The ranges of `[start, end)` not covered, sorted.
     pub fn gaps_in(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut gaps = Vec::new();
@@ -208,6 +228,18 @@ impl Landed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn within_keeps_only_the_wanted_parts_and_outside_is_the_rest() {
+        let l = Landed::from_ranges(&[(0, 15), (25, 100)]);
+        assert_eq!(
+            l.within(&[(10, 30), (40, 50), (120, 130)]),
+            [(10, 15), (25, 30), (40, 50)]
+        );
+        let holes = Landed::outside(&[(10, 30), (40, 50)], 60);
+        assert_eq!(holes.ranges(), [(0, 10), (30, 40), (50, 60)]);
+        assert_eq!(Landed::outside(&[(0, 60)], 60).bytes(), 0);
+    }
 
     #[test]
     fn gaps_in_a_range_are_what_no_landed_range_covers() {

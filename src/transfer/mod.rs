@@ -76,6 +76,11 @@ pub(crate) struct Transfer {
     pub(crate) waited: std::time::Duration,
     /// Failed attempts tried again, and work-stealing splits (for the summary).
     pub(crate) retries: u64,
+    /// Requests sent (HTTP requests for body bytes, each try counted).
+    pub(crate) requests: u64,
+    /// A partial fetch ([`crate::config::Config::fetch_only`]): the ranges counted in
+    /// `landed` that hold nothing (outside what it fetches, and not landed before).
+    pub(crate) holes: Option<crate::schedule::Landed>,
     /// Requests sent again, no try spent, because their kept-alive connection was closed
     /// before any byte of the answer (for the summary).
     pub(crate) resent: u64,
@@ -138,6 +143,8 @@ impl Transfer {
             refused_first: false,
             waited: Duration::ZERO,
             retries: 0,
+            requests: 0,
+            holes: None,
             resent: 0,
             steals: 0,
             plain_get: false,

@@ -108,7 +108,8 @@ fn plan_from_first(
     shared.transfer.total = Some(complete);
     shared.transfer.ranges = true;
     // (A part of another reactor's transfer: the owner preallocated.)
-    shared.transfer.need_fallocate = shared.transfer.part.is_none();
+    // (A partial fetch leaves holes: nothing is preallocated.)
+    shared.transfer.need_fallocate = shared.transfer.part.is_none() && shared.opts.fetch_only.is_none();
     // The rest is planned from an aligned offset: a server that caps range replies
     // at an odd size must not make later O_DIRECT writes unaligned.
     let first_end = if last + 1 >= complete {
@@ -143,7 +144,8 @@ fn plan_from_first(
 /// The segments after the first answer (which ends at `first_end`) of a `complete`-byte
 /// file: what a saved state lacks when its size and validator agree, everything but the
 /// first answer when the file changed since (fatal for a part of another reactor's file,
-/// whose bytes must be of the owner's file), else the whole rest.
+/// whose bytes must be of the owner's file), else the whole rest. A partial fetch
+/// ([`crate::config::Config::fetch_only`]) counts everything outside its ranges as landed.
 fn rest_to_fetch(
     job: &Job,
     shared: &mut Ctx<'_>,
@@ -151,20 +153,24 @@ fn rest_to_fetch(
     complete: u64,
     validator: &Option<Vec<u8>>,
 ) -> std::result::Result<VecDeque<Segment>, Fail> {
-    Ok(match shared.transfer.resume.take() {
+    let holes = shared
+        .opts
+        .fetch_only
+        .as_deref()
+        .map(|want| Landed::outside(want, complete));
+    // What is on disk already (a valid saved state), and the first answer's range.
+    let this_answer = (job.seg.start, first_end);
+    let mut landed = match shared.transfer.resume.take() {
         Some(st) if st.total == complete && st.validator == *validator => {
-            shared.transfer.landed = Landed::from_ranges(&st.ranges);
-            shared.report.note(Note::Resuming {
-                have: shared.transfer.landed.bytes(),
-                total: complete,
-            });
-            schedule::plan_missing(
-                &shared.transfer.landed,
-                first_end,
-                complete,
-                shared.opts.connections,
-                shared.transfer.align,
-            )
+            let landed = Landed::from_ranges(&st.ranges);
+            if holes.is_none() {
+                // (A partial fetch's caller says what it reuses.)
+                shared.report.note(Note::Resuming {
+                    have: landed.bytes(),
+                    total: complete,
+                });
+            }
+            landed
         }
         Some(st) => {
             let what = if st.total != complete {
@@ -185,12 +191,37 @@ fn rest_to_fetch(
                 ));
             }
             shared.report.note(Note::Changed { what });
-            // Everything but what this first reply carries.
-            let got = Landed::from_ranges(&[(job.seg.start, first_end)]);
-            schedule::plan_missing(&got, 0, complete, shared.opts.connections, shared.transfer.align)
+            Landed::default()
         }
-        None => schedule::plan(first_end, complete, shared.opts.connections, shared.transfer.align),
-    })
+        None if holes.is_none() => {
+            return Ok(schedule::plan(
+                first_end,
+                complete,
+                shared.opts.connections,
+                shared.transfer.align,
+            ));
+        }
+        None => Landed::default(),
+    };
+    // A partial fetch's holes count as landed; those that hold nothing are never recorded
+    // (`Loop::save_control`): what landed before stays in the control file.
+    if let Some(holes) = &holes {
+        let empty = holes.within(Landed::outside(landed.ranges(), complete).ranges());
+        for &(a, b) in holes.ranges() {
+            landed.add(a, b);
+        }
+        shared.transfer.holes = Some(Landed::from_ranges(&empty));
+    }
+    let mut planned = landed.clone();
+    planned.add(this_answer.0, this_answer.1);
+    shared.transfer.landed = landed;
+    Ok(schedule::plan_missing(
+        &planned,
+        0,
+        complete,
+        shared.opts.connections,
+        shared.transfer.align,
+    ))
 }
 
 /// A 206 to a later request, carrying `(first, last, complete)`: its mirror's first

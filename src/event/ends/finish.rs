@@ -293,6 +293,10 @@ fn end_finished(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<O
     // (Read back, renamed or resumed by its name, a replaced `.part` is another file.)
     out.still_ours().inspect_err(|_| transfer_loop.disown_control())?;
     sync_output(transfer_loop, &out, total)?;
+    if opts.keep_part && !transfer_loop.save_control(None) {
+        // (The caller goes on from the control file: without it nothing is known.)
+        return Err(err!(LocalIo, "{}: its control file could not be saved", out.describe()));
+    }
     transfer_loop.shared.report.clear();
     let (digest, signed) = match (&opts.checksum, out.read_back()) {
         (_, Some((part, base))) => crate::output::verify::digests(

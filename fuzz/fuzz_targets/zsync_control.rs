@@ -1,0 +1,6 @@
+#![no_main]
+
+#[path = "../props.rs"]
+mod props;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| props::zsync_control(data));

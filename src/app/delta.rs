@@ -1,0 +1,590 @@
+//! `--seed`: a delta update. The index is fetched by Range (a `.zck`'s lead and header into
+//! the staging file, or a `.zsync` control file whole), checked (and its `--signature`),
+//! the seeds scanned for its pieces, the missing pieces' remote ranges fetched into the
+//! staging file (`FILE.delta.part`, resumable: a later run fetches only what it lacks),
+//! every fetched piece checked against its digest, then the target written front to back
+//! from seeds and staging — each piece checked again just before its write — checked
+//! whole, and renamed into place (or left on the device at `--offset`). A delta is never
+//! a silent full download: its size is said before anything is fetched, bounded by
+//! `--max-delta-bytes`, and a server without ranges fails unless `--allow-full`.
+
+mod assemble;
+mod stage;
+
+use std::path::PathBuf;
+
+use super::PerRun;
+use crate::config::Config;
+use crate::delta::plan::{self, Plan};
+use crate::delta::seed::Seed;
+use crate::delta::{Index, zck, zsync};
+use crate::err;
+use crate::error::Result;
+use crate::report::Record;
+use stage::Staging;
+
+/// Bytes of a `.zck` asked first: its lead and, most often, its whole header.
+const HEAD_FIRST: u64 = 64 << 10;
+/// The largest index taken, bytes (a `.zsync` of a 64 GiB file at 4 KiB blocks holds
+/// 16 Mi blocks of at most 20 bytes; a `.zck` header is smaller per chunk).
+const MAX_INDEX: u64 = 512 << 20;
+
+/// The index formats, told by the URL (`*.zsync`) or else by the file's lead.
+enum Format {
+    Zchunk,
+    Zsync,
+}
+
+/// An index fetched and parsed: the staging file its pieces go into, the index's bytes
+/// (what `--signature` covers) and what a full download would fetch, bytes.
+struct Fetched {
+    index: Box<dyn Index>,
+    staging: Staging,
+    bytes: Vec<u8>,
+    full: u64,
+}
+
+/// Where a delta's target goes and where its fetched bytes stage.
+struct Target {
+    /// The file's final name, or the block device.
+    path: PathBuf,
+    /// A block device (the image goes at `--offset`).
+    device: bool,
+    /// The staging file's name (`FILE.delta`; for a device: beside `--control`, or in the
+    /// temporary directory).
+    staging: PathBuf,
+}
+
+/// Runs the delta update `opts` asks for (`--seed` given).
+///
+/// # Errors
+/// `Usage` for a refused combination or a seed that is the target; what fetching the
+/// index or the pieces fails with; `Protocol` for an index that does not parse or check;
+/// `Signature` for an index whose `--signature` fails; `Delta` (exit 11) when the delta is
+/// larger than `--max-delta-bytes` or the server serves no ranges without `--allow-full`;
+/// `Checksum` when a piece fails its digest twice (nothing written) or the target fails
+/// its whole digest (the `.part` removed); `LocalIo` for a seed or the target.
+pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<()> {
+    let started = std::time::Instant::now();
+    if let Some(p) = opts.json.as_ref() {
+        // A record that cannot be written is found out now, not after the update.
+        super::json_writable(p).map_err(|e| err!(LocalIo, "--json {}: {e}", p.display()))?;
+    }
+    record.json = opts.json.clone();
+    refuse(&opts)?;
+    let url = http::Url::parse(&opts.url).map_err(|e| err!(Usage, "{}: {e}", opts.url))?;
+    let format = if url.path().ends_with(".zsync") {
+        Format::Zsync
+    } else {
+        Format::Zchunk
+    };
+    let target = Target::of(&opts, &url, &format)?;
+    record.url = Some(opts.url.clone());
+    record.output = Some(target.path.display().to_string());
+    // The target's `.part` is locked for the whole run: a second ringdl on the same target
+    // stops instead of truncating it under this one.
+    let lock = match target.device {
+        true => None,
+        false => crate::output::lock_part(Some(&target.path), opts.force, false)?,
+    };
+    let got = update(&opts, (&url, &format, &target), record, per_run);
+    if let Err(e) = &got {
+        if let Some(lock) = &lock {
+            lock.remove_if_unused();
+        }
+        if e.kind == crate::error::Kind::Delta {
+            // (Refused before any piece: nothing staged is worth keeping.)
+            Staging::new(target.staging.clone(), String::new()).remove();
+        }
+    }
+    let report = got?;
+    record.bytes = Some(report.target_len);
+    record.fetched = Some(report.fetched);
+    record.requests = Some(report.requests);
+    record.seconds = Some(started.elapsed().as_secs_f64());
+    record.delta = Some(report.json());
+    if !opts.quiet {
+        eprintln!("ringdl: done: {}: {}", target.path.display(), report.line());
+    }
+    Ok(())
+}
+
+/// The update itself: the index, its signature, the seeds scanned, the plan, the pieces
+/// fetched and checked, the target written. Returns what it did.
+fn update(
+    opts: &Config,
+    (url, format, target): (&http::Url, &Format, &Target),
+    record: &mut Record,
+    per_run: &mut PerRun,
+) -> Result<Report> {
+    let mut seeds = open_seeds(opts, target)?;
+    let Fetched {
+        mut index,
+        mut staging,
+        bytes: index_bytes,
+        full,
+    } = match format {
+        Format::Zchunk => zchunk_index(opts, target, per_run)?,
+        Format::Zsync => zsync_index(opts, url, target, per_run)?,
+    };
+    index_signature(opts, &index_bytes, record, per_run)?;
+    let mut found = Vec::new();
+    for seed in &mut seeds {
+        found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
+    }
+    let plan = Plan::of(index.as_ref(), &found, plan::BRIDGE);
+    drop(found);
+    say_plan(opts, &plan, index.as_ref(), full, &staging)?;
+    let whole = fetch_pieces(opts, &plan, full, &mut staging, per_run)?;
+    let plan = if whole { Plan::of(index.as_ref(), &[], 0) } else { plan };
+    check_fetched(opts, index.as_mut(), &plan, &mut staging, per_run)?;
+    // The connections and buffers the fetches kept for a next file: none comes.
+    per_run.reactor = crate::event::Reactor::new();
+    assemble::write(opts, target, index.as_ref(), &plan, &mut seeds, &staging).inspect_err(|_| {
+        if target.device {
+            record.device_holds_unverified_bytes = Some(true);
+        }
+    })?;
+    staging.remove();
+    Ok(Report {
+        format: match format {
+            Format::Zchunk => "zchunk",
+            Format::Zsync => "zsync",
+        },
+        seeds: seeds.len(),
+        reused: plan.reused,
+        full,
+        fetched: staging.fetched,
+        requests: staging.requests,
+        target_len: index.target_len(),
+        signed: opts.signature.is_some(),
+    })
+}
+
+/// Options a delta does not take.
+fn refuse(opts: &Config) -> Result<()> {
+    let no = |what: &str| Err(err!(Usage, "--seed does not go with {what}"));
+    if !opts.mirrors.is_empty() {
+        return no("mirrors (one URL: the index)");
+    }
+    if matches!(opts.output, crate::config::OutputTarget::Stdout) {
+        return no("-o - (the target is written at offsets, and renamed when checked)");
+    }
+    if opts.etag_compare.is_some() || opts.timestamping || opts.condition.is_some() {
+        return no("--etag-compare or -N (the index tells what changed)");
+    }
+    if opts.checksum_file.is_some() {
+        return no("--checksum-file (give --checksum, or sign the index)");
+    }
+    Ok(())
+}
+
+impl Target {
+    /// The target of `opts` for the index at `url`: `-o`, else the URL's name without its
+    /// `.zck` (zchunk: the uncompressed file) or `.zsync`.
+    fn of(opts: &Config, url: &http::Url, format: &Format) -> Result<Target> {
+        let path = match &opts.output {
+            crate::config::OutputTarget::File(p) => super::in_dir(opts.dir.as_deref(), p.clone()),
+            _ => {
+                let name = url.file_name_decoded().unwrap_or_default();
+                let suffix = match format {
+                    Format::Zchunk => ".zck",
+                    Format::Zsync => ".zsync",
+                };
+                let name = name.strip_suffix(suffix).filter(|n| !n.is_empty()).ok_or_else(|| {
+                    err!(
+                        Usage,
+                        "{url}: cannot name the target from the URL ({suffix} expected): give -o"
+                    )
+                })?;
+                super::in_dir(
+                    opts.dir.as_deref(),
+                    PathBuf::from(crate::output::fit_name(name.to_owned())),
+                )
+            }
+        };
+        let device = crate::output::device::is_block_device(&path);
+        if !device && (opts.offset != 0 || opts.control.is_some()) {
+            return Err(err!(
+                Usage,
+                "--offset and --control are for a block-device target, not {}",
+                path.display()
+            ));
+        }
+        if !device && path.exists() && !opts.force {
+            return Err(err!(LocalIo, "{} exists (use --force to replace it)", path.display()));
+        }
+        let staging = match (device, &opts.control) {
+            (false, _) => {
+                let mut s = path.clone().into_os_string();
+                s.push(".delta");
+                PathBuf::from(s)
+            }
+            (true, Some(c)) => {
+                let mut s = c.clone().into_os_string();
+                s.push(".delta");
+                PathBuf::from(s)
+            }
+            (true, None) => {
+                let name: String = path.display().to_string().replace('/', "_");
+                std::env::temp_dir().join(format!("ringdl-delta{name}-{}", opts.offset))
+            }
+        };
+        Ok(Target { path, device, staging })
+    }
+
+    /// The target's identity (device, inode; a block device: its rdev) if it exists.
+    fn id(&self) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&self.path).ok()?;
+        Some(if self.device { (m.rdev(), 0) } else { (m.dev(), m.ino()) })
+    }
+}
+
+/// Opens every `--seed`; one that is the target (or its `.part`) is refused: the target is
+/// written while seeds are read, and a piece moved in place would be overwritten first.
+fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
+    let part = crate::output::part_path(&target.path);
+    let part_id = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&part).ok().map(|m| (m.dev(), m.ino()))
+    };
+    let mut seeds = Vec::new();
+    for p in &opts.seeds {
+        let seed = Seed::open(p, opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+        if Some(seed.id) == target.id() || Some(seed.id) == part_id {
+            return Err(err!(
+                Usage,
+                "seed {} is the target {} itself: a delta in place is unsafe (write the other slot, or copy \
+                 the seed first)",
+                p.display(),
+                target.path.display()
+            ));
+        }
+        seeds.push(seed);
+    }
+    Ok(seeds)
+}
+
+/// A `.zck`'s lead and header fetched into the staging file (the first [`HEAD_FIRST`]
+/// bytes, then the rest of the header if it is longer), parsed and checked.
+fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<Fetched> {
+    let mut staging = Staging::new(target.staging.clone(), opts.url.clone());
+    let st = match staging.fetch(opts, Some(vec![(0, HEAD_FIRST)]), true, per_run) {
+        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, None, &mut staging, per_run)?,
+        got => got?,
+    };
+    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut head = Vec::new();
+    reader
+        .read(0, HEAD_FIRST.min(st.total), &mut head)
+        .map_err(|e| err!(LocalIo, "{e}"))?;
+    let len = zck::head_len(&head)
+        .map_err(|e| err!(Protocol, "{}: {e}", opts.url))?
+        .ok_or_else(|| err!(Protocol, "{}: not a zchunk file: it ends inside its lead", opts.url))?;
+    if len > st.total || len > MAX_INDEX {
+        return Err(err!(
+            Protocol,
+            "{}: the zchunk header claims {len} bytes (the file has {})",
+            opts.url,
+            st.total
+        ));
+    }
+    if len > HEAD_FIRST {
+        staging.fetch(opts, Some(vec![(0, len)]), true, per_run)?;
+        let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+        reader.read(0, len, &mut head).map_err(|e| err!(LocalIo, "{e}"))?;
+    }
+    head.truncate(len as usize);
+    let index = match zck::Zck::parse(&head) {
+        Ok(index) => index,
+        Err(_) => {
+            // Bytes a run before staged (or a transfer bent) are not trusted: once more
+            // from the server, then the header is what it is.
+            staging.forget(&[(0, len)])?;
+            staging.fetch(opts, Some(vec![(0, len)]), true, per_run)?;
+            let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+            reader.read(0, len, &mut head).map_err(|e| err!(LocalIo, "{e}"))?;
+            zck::Zck::parse(&head).map_err(|e| err!(Protocol, "{}: {e}", opts.url))?
+        }
+    };
+    let full = index.file_len();
+    if full != st.total {
+        return Err(err!(
+            Protocol,
+            "{}: the server's file has {} bytes, its zchunk header describes {full}",
+            opts.url,
+            st.total
+        ));
+    }
+    Ok(Fetched {
+        index: Box::new(index),
+        staging,
+        bytes: head,
+        full,
+    })
+}
+
+/// A `.zsync` control file fetched whole and parsed; its data file's URL (relative to the
+/// control file's) must be on the same origin.
+fn zsync_index(opts: &Config, url: &http::Url, target: &Target, per_run: &mut PerRun) -> Result<Fetched> {
+    let bound = (MAX_INDEX, "a .zsync control file is at most 512 MiB here".to_owned());
+    let mut fetched = Record::default();
+    let bytes = crate::signed::fetch_small(&opts.url, opts, bound, |sub| super::run(sub, &mut fetched, per_run))?;
+    let index = zsync::Zsync::parse(&bytes).map_err(|e| err!(Protocol, "{}: {e}", opts.url))?;
+    let rel = index
+        .urls()
+        .first()
+        .ok_or_else(|| err!(Protocol, "{}: the control file names no URL for its data", opts.url))?;
+    let data = url
+        .join(rel.as_bytes())
+        .map_err(|e| err!(Protocol, "{}: its URL {rel:?}: {e}", opts.url))?;
+    if !crate::control::headers::same_origin(&data, url) {
+        return Err(err!(
+            Protocol,
+            "{}: the control file points elsewhere ({data}): ringdl fetches a delta's blocks only from the \
+             control file's own origin",
+            opts.url
+        ));
+    }
+    let mut staging = Staging::new(target.staging.clone(), data.to_string());
+    staging.fetched += fetched.fetched.unwrap_or(0);
+    staging.requests += fetched.requests.unwrap_or(0);
+    let full = index.target_len();
+    Ok(Fetched {
+        index: Box::new(index),
+        staging,
+        bytes,
+        full,
+    })
+}
+
+/// `--signature` over the index (the `.zck`'s lead and header, or the `.zsync` file): the
+/// index is trusted before any piece is fetched, and every piece is checked against it.
+fn index_signature(opts: &Config, index: &[u8], record: &mut Record, per_run: &mut PerRun) -> Result<()> {
+    let plan = crate::signed::load(opts, |u| {
+        let bound = (
+            crate::signature::MAX_FILE,
+            "a signature file is at most 64 KiB".to_owned(),
+        );
+        crate::signed::fetch_small(u, opts, bound, |sub| super::run(sub, &mut Record::default(), per_run))
+    })?;
+    let Some(plan) = plan else {
+        return Ok(());
+    };
+    let input = crate::signature::prehash(plan.sig.input(), index);
+    plan.check(input.as_deref(), "the delta's index", opts, &mut record.signature)
+}
+
+/// The plan said before anything is fetched (not with `-q`), with what the staging file
+/// holds already (a run stopped before: checked again before it is used).
+fn say_plan(opts: &Config, plan: &Plan, index: &dyn Index, full: u64, staging: &Staging) -> Result<()> {
+    if opts.quiet {
+        return Ok(());
+    }
+    let staged = staging.state()?.map_or(0, |st| {
+        let landed = crate::schedule::Landed::from_ranges(&st.ranges).within(&plan.ranges);
+        landed.iter().map(|r| r.1 - r.0).sum::<u64>()
+    });
+    let staged = match staged {
+        0 => String::new(),
+        n => format!(", {n} of them staged already"),
+    };
+    let pieces = index.pieces().len();
+    let reused = plan.from.iter().filter(|f| matches!(f, plan::From::Seed(..))).count();
+    eprintln!(
+        "ringdl: delta: {reused} of {pieces} pieces ({} of {} bytes) found in {} seed(s); fetching {} bytes in {} \
+         range(s){staged} (a full download: {full} bytes)",
+        plan.reused,
+        index.target_len(),
+        opts.seeds.len(),
+        plan.bytes(),
+        plan.ranges.len()
+    );
+    Ok(())
+}
+
+/// Fetches the plan's ranges into the staging file, within `--max-delta-bytes`. A server
+/// without ranges: the whole file with `--allow-full` (returns true), else `Delta`.
+fn fetch_pieces(opts: &Config, plan: &Plan, full: u64, staging: &mut Staging, per_run: &mut PerRun) -> Result<bool> {
+    if let Some(bound) = opts.max_delta {
+        let most = bound.bytes(full);
+        if plan.bytes() > most {
+            return Err(err!(
+                Delta,
+                "the delta needs {} bytes, more than --max-delta-bytes allows ({most} of a full {full})",
+                plan.bytes()
+            ));
+        }
+    }
+    if plan.ranges.is_empty() {
+        return Ok(false);
+    }
+    match staging.fetch(opts, Some(plan.ranges.clone()), opts.quiet, per_run) {
+        Ok(st) if st.total != full => Err(err!(
+            Protocol,
+            "{}: the server's file has {} bytes, its index describes {full}",
+            staging.url,
+            st.total
+        )),
+        Ok(_) => Ok(false),
+        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, Some(full), staging, per_run).map(|_| true),
+        Err(e) => Err(e),
+    }
+}
+
+/// A server that answered a Range request with the whole file: with `--allow-full` the
+/// whole file (`full` bytes, when known) is fetched into the staging file (its state
+/// returned) within `--max-delta-bytes` (a larger Content-Length is refused before a byte
+/// lands), else `Delta`.
+fn no_ranges(
+    opts: &Config,
+    e: crate::error::Error,
+    full: Option<u64>,
+    staging: &mut Staging,
+    per_run: &mut PerRun,
+) -> Result<crate::output::resume::State> {
+    if !opts.allow_full {
+        return Err(err!(
+            Delta,
+            "{}; --allow-full would fetch the whole file instead",
+            e.msg
+        ));
+    }
+    staging.bound = match (opts.max_delta, full) {
+        (None, _) => None,
+        (Some(crate::config::DeltaBound::Bytes(b)), _) => Some(b),
+        (Some(bound), Some(full)) => Some(bound.bytes(full)),
+        (Some(crate::config::DeltaBound::Percent(p)), None) if p >= 100.0 => None,
+        (Some(_), None) => {
+            return Err(err!(
+                Delta,
+                "{}; a whole download of unknown size cannot be held to a --max-delta-bytes percentage",
+                e.msg
+            ));
+        }
+    };
+    if let (Some(most), Some(full)) = (staging.bound, full)
+        && full > most
+    {
+        return Err(err!(
+            Delta,
+            "{}; the whole file ({full} bytes) is more than --max-delta-bytes allows ({most})",
+            e.msg
+        ));
+    }
+    if !opts.quiet {
+        eprintln!("ringdl: delta: {e}; fetching the whole file (--allow-full)");
+    }
+    let st = staging
+        .fetch(opts, None, opts.quiet, per_run)
+        .map_err(|e| match e.kind {
+            // (The size bound's refusal: the whole file is more than the delta may fetch.)
+            crate::error::Kind::Usage if staging.bound.is_some() => err!(Delta, "{}", e.msg),
+            _ => e,
+        })?;
+    staging.whole = true;
+    Ok(st)
+}
+
+/// Every fetched piece (and the always-fetched range) read back from the staging file and
+/// checked; pieces that fail are forgotten and fetched once more, and a piece that fails
+/// again ends the delta (`Checksum`, naming it) before anything is written.
+fn check_fetched(
+    opts: &Config,
+    index: &mut dyn Index,
+    plan: &Plan,
+    staging: &mut Staging,
+    per_run: &mut PerRun,
+) -> Result<()> {
+    if plan.ranges.is_empty() {
+        return Ok(());
+    }
+    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+    if let Some((a, b)) = index.always_fetch() {
+        let mut bytes = Vec::new();
+        reader.read(a, b - a, &mut bytes).map_err(|e| err!(LocalIo, "{e}"))?;
+        index
+            .take_always(&bytes)
+            .map_err(|e| err!(Checksum, "{}: {e}", staging.url))?;
+    }
+    let mut bad = bad_pieces(index, plan, &mut reader)?;
+    if bad.is_empty() {
+        return Ok(());
+    }
+    if !opts.quiet {
+        eprintln!(
+            "ringdl: delta: {} piece(s) failed their digest: fetching them again",
+            bad.len()
+        );
+    }
+    let ranges: Vec<(u64, u64)> = bad
+        .iter()
+        .map(|(i, _)| {
+            let p = index.pieces()[*i];
+            (p.remote_start, p.remote_start + p.remote_len)
+        })
+        .collect();
+    let ranges = plan::coalesce(&ranges, 0);
+    staging.forget(&ranges)?;
+    staging.fetch(opts, Some(ranges), opts.quiet, per_run)?;
+    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+    bad = bad_pieces(index, plan, &mut reader)?;
+    match bad.first() {
+        None => Ok(()),
+        Some((_, why)) => Err(err!(
+            Checksum,
+            "{}: {why}, fetched twice: the server's file is not what its index says; nothing was written",
+            staging.url
+        )),
+    }
+}
+
+/// The fetched pieces of `plan` that fail their check, with why.
+fn bad_pieces(index: &dyn Index, plan: &Plan, reader: &mut Seed) -> Result<Vec<(usize, String)>> {
+    let (mut fetched, mut out, mut bad) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, p) in index.pieces().iter().enumerate() {
+        if plan.from[i] != plan::From::Fetched {
+            continue;
+        }
+        reader
+            .read(p.remote_start, p.remote_len, &mut fetched)
+            .map_err(|e| err!(LocalIo, "{e}"))?;
+        if let Err(why) = index.open_fetched(i, &fetched, &mut out) {
+            bad.push((i, why));
+        }
+    }
+    Ok(bad)
+}
+
+/// What a delta did, for its summary line and `--json`.
+struct Report {
+    format: &'static str,
+    seeds: usize,
+    /// Target bytes the seeds gave.
+    reused: u64,
+    /// What a full download would fetch, bytes.
+    full: u64,
+    /// Body bytes and requests of every fetch of the run (index, pieces, a re-fetch).
+    fetched: u64,
+    requests: u64,
+    target_len: u64,
+    signed: bool,
+}
+
+impl Report {
+    fn line(&self) -> String {
+        format!(
+            "{} bytes ({}): {} reused from {} seed(s), {} fetched in {} request(s) (a full download: {} bytes)",
+            self.target_len, self.format, self.reused, self.seeds, self.fetched, self.requests, self.full
+        )
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"format\":\"{}\",\"seeds\":{},\"target_bytes\":{},\"reused_bytes\":{},\"fetched_bytes\":{},\
+             \"requests\":{},\"full_bytes\":{},\"index_signed\":{}}}",
+            self.format, self.seeds, self.target_len, self.reused, self.fetched, self.requests, self.full, self.signed
+        )
+    }
+}

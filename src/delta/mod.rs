@@ -1,0 +1,97 @@
+//! Delta updates: a target image assembled from the chunks a local seed already has plus
+//! the chunks fetched by Range, each checked against its index's digest before it is
+//! written.
+//!
+//! Two index formats, each behind [`Index`]:
+//! - zchunk (`*.zck`, `zchunk_format.txt`; made by `zck`): [`zck`]. The target is the
+//!   file's uncompressed content; a piece is one chunk, fetched compressed (zstd) and
+//!   decompressed before its digest check.
+//! - zsync (`*.zsync` control files made by `zsyncmake`): [`zsync`]. The target is the
+//!   file the control file names; a piece is one block, fetched as is.
+//!
+//! This room is pure but for what [`seed`] reads: formats, scanning, the plan of
+//! requests. Fetching and writing are the app's (`app/delta.rs`).
+
+pub mod plan;
+pub mod seed;
+pub mod zck;
+pub mod zsync;
+
+/// One piece of the target: where its bytes go and where the bytes that make them are in
+/// the remote file. Offsets and lengths in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// First byte of the piece in the target.
+    pub target_start: u64,
+    /// Its length in the target (uncompressed).
+    pub target_len: u64,
+    /// First byte of its bytes in the remote file (zchunk: the compressed chunk; zsync:
+    /// the same block as in the target).
+    pub remote_start: u64,
+    /// Their length in the remote file.
+    pub remote_len: u64,
+}
+
+/// Where a scanner found a piece in a seed (offsets in the seed, bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// The piece's target bytes start at this offset (`target_len` of them).
+    Target(u64),
+    /// The piece's remote form (zchunk: its compressed chunk, in an older `.zck`) starts
+    /// at this offset (`remote_len` of them): it is made with [`Index::open_fetched`].
+    Remote(u64),
+}
+
+/// What a delta format tells: the target's pieces, how fetched bytes become target bytes
+/// and how they are checked, and how a seed is searched.
+pub trait Index {
+    /// Size of the target, bytes.
+    fn target_len(&self) -> u64;
+
+    /// The pieces in target order: piece `i + 1` starts where piece `i` ends, the first at
+    /// 0, the last ends at [`Index::target_len`]. Remote ranges are sorted and disjoint.
+    fn pieces(&self) -> &[Piece];
+
+    /// A remote range every delta fetches whatever the seed holds (zchunk's dictionary),
+    /// `(start, end)`; given to [`Index::take_always`] before any piece is opened.
+    fn always_fetch(&self) -> Option<(u64, u64)> {
+        None
+    }
+
+    /// Takes the bytes of [`Index::always_fetch`]'s range.
+    ///
+    /// # Errors
+    /// A message when they do not match their digest or do not decode.
+    fn take_always(&mut self, _bytes: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Makes piece `i`'s target bytes from its remote bytes `fetched` (`remote_len` of
+    /// them) into `out` (cleared first; zchunk: zstd-decompressed) and checks them
+    /// against the piece's digest.
+    ///
+    /// # Errors
+    /// A message naming the piece and what failed (decoding, length, digest).
+    fn open_fetched(&self, i: usize, fetched: &[u8], out: &mut Vec<u8>) -> Result<(), String>;
+
+    /// Whether `bytes` are piece `i`'s target bytes (length and digest).
+    fn matches(&self, i: usize, bytes: &[u8]) -> bool;
+
+    /// A scanner that searches a seed for this index's pieces.
+    fn scanner(&self) -> Box<dyn Scanner + '_>;
+
+    /// Digests of the whole target the format carries (zsync: SHA-1, and SHA-256 when
+    /// given), checked once the target is written.
+    fn whole_digests(&self) -> Vec<(&'static ring::digest::Algorithm, Vec<u8>)> {
+        Vec::new()
+    }
+}
+
+/// Searches one seed for an index's pieces as its bytes stream by.
+pub trait Scanner {
+    /// Takes the seed's next bytes (consecutive from offset 0, in chunks of any size).
+    fn feed(&mut self, bytes: &[u8]);
+
+    /// The seed's end: for each piece, where it was found (the first place), if it was.
+    fn finish(self: Box<Self>) -> Vec<Option<Found>>;
+}

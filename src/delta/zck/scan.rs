@@ -1,0 +1,329 @@
+//! Searching a seed for a [`Zck`]'s pieces as its bytes stream by, as `zckdl -s` does
+//! (`src/zck_dl.c`, `src/lib/dl/dl.c`: chunks of a source `.zck` matched by checksum;
+//! `zck_cmp_uncomp.c`: a plain source cut with the chunker and matched by uncompressed
+//! checksum).
+//!
+//! - A seed that starts with `\0ZCK1` is an older `.zck`: its header is read (and checked)
+//!   as it streams, then each of its data chunks as stored is hashed with the target's
+//!   chunk checksum type and looked up among the target's compressed checksums: a match
+//!   is the very bytes the server holds, so the piece is [`Found::Remote`] there (decoded
+//!   with the target's own dictionary: the seed's does not matter).
+//! - Any other seed (an image, a partition) is cut with zck's chunker ([`Chunker`]) and
+//!   each chunk hashed and looked up among the target's uncompressed checksums:
+//!   [`Found::Target`]. A target without them (made without `zck -u`) finds nothing in a
+//!   plain seed: it is then not even cut.
+//!
+//! A chunk is hashed only when some piece has its length. Memory: the current chunk's
+//! bytes when it spans two feeds (at most [`MAX_CHUNK`], 128 KiB), and a `.zck` seed's
+//! header.
+
+use ring::digest;
+
+use super::chunker::{Chunker, MAX_CHUNK};
+use super::header::MAGIC;
+use super::{HashType, Zck};
+use crate::delta::{Found, Piece, Scanner};
+
+/// The pieces' checksums, sorted for lookup: `(first 8 bytes, piece)`; and the lengths
+/// that have one.
+struct Lookup<'a> {
+    hash: HashType,
+    digests: &'a [u8],
+    keys: Vec<(u64, u32)>,
+    lens: Vec<u64>,
+}
+
+impl<'a> Lookup<'a> {
+    /// Over `digests` (one per piece, flat), a piece's length being `len(piece)`; all-zero
+    /// checksums are left out (zchunk's "none").
+    fn new(zck: &'a Zck, digests: &'a [u8], len: fn(&Piece) -> u64) -> Lookup<'a> {
+        let d = zck.chunk_hash.digest_len();
+        let mut keys = Vec::new();
+        let mut lens = Vec::new();
+        for (i, (dig, p)) in digests.chunks_exact(d).zip(&zck.pieces).enumerate() {
+            if dig.iter().any(|&b| b != 0) {
+                keys.push((key(dig), i as u32));
+                lens.push(len(p));
+            }
+        }
+        keys.sort_unstable();
+        lens.sort_unstable();
+        lens.dedup();
+        Lookup {
+            hash: zck.chunk_hash,
+            digests,
+            keys,
+            lens,
+        }
+    }
+
+    /// Whether some piece is `len` bytes long.
+    fn wants(&self, len: u64) -> bool {
+        self.lens.binary_search(&len).is_ok()
+    }
+
+    /// Each piece whose checksum is `dig` (the full digest compared).
+    fn find(&self, dig: &[u8], mut each: impl FnMut(usize)) {
+        let d = self.hash.digest_len();
+        let k = key(dig);
+        let from = self.keys.partition_point(|&(x, _)| x < k);
+        for &(x, i) in &self.keys[from..] {
+            if x != k {
+                break;
+            }
+            let i = i as usize;
+            if self.digests[i * d..(i + 1) * d] == *dig {
+                each(i);
+            }
+        }
+    }
+
+    fn context(&self) -> digest::Context {
+        digest::Context::new(self.hash.algorithm())
+    }
+}
+
+/// A checksum's first 8 bytes (every type has 16 or more).
+fn key(dig: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&dig[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// Records `found` for each piece `lookup` finds with checksum `dig`, where none was.
+fn record(lookup: &Lookup<'_>, dig: &digest::Digest, at: Found, found: &mut [Option<Found>]) {
+    lookup.find(&dig.as_ref()[..lookup.hash.digest_len()], |i| {
+        found[i].get_or_insert(at);
+    });
+}
+
+/// A plain seed cut with zck's chunker.
+struct Plain<'a> {
+    chunker: Chunker,
+    /// The current chunk's bytes from earlier feeds.
+    pending: Vec<u8>,
+    /// The seed offset where the current chunk starts.
+    start: u64,
+    lookup: Lookup<'a>,
+}
+
+impl Plain<'_> {
+    fn feed(&mut self, mut data: &[u8], found: &mut [Option<Found>]) {
+        while let Some((k, len)) = self.chunker.next_cut(data) {
+            if self.pending.is_empty() {
+                self.chunk(&data[..k], len, found);
+            } else {
+                let mut bytes = std::mem::take(&mut self.pending);
+                bytes.extend_from_slice(&data[..k]);
+                self.chunk(&bytes, len, found);
+                bytes.clear();
+                self.pending = bytes;
+            }
+            data = &data[k..];
+        }
+        self.pending.extend_from_slice(data);
+    }
+
+    /// A chunk of the seed, `len` bytes (`bytes`), starting at `self.start`.
+    fn chunk(&mut self, bytes: &[u8], len: u64, found: &mut [Option<Found>]) {
+        debug_assert_eq!(bytes.len() as u64, len);
+        if self.lookup.wants(len) {
+            let dig = digest::digest(self.lookup.hash.algorithm(), bytes);
+            record(&self.lookup, &dig, Found::Target(self.start), found);
+        }
+        self.start += len;
+    }
+
+    fn finish(mut self, found: &mut [Option<Found>]) {
+        let last = std::mem::take(&mut self.pending);
+        if !last.is_empty() {
+            self.chunk(&last, last.len() as u64, found);
+        }
+    }
+}
+
+/// A `.zck` seed: its header first, then its chunks as stored.
+struct ZckSeed<'a> {
+    /// The header's bytes so far; emptied once parsed.
+    head: Vec<u8>,
+    /// The seed's data chunks, `(start, len)` in the seed, in order, once parsed.
+    chunks: Vec<(u64, u64)>,
+    /// The next of `chunks` to reach or the one being read.
+    next: usize,
+    /// The seed offset of the next byte fed.
+    offset: u64,
+    /// The current chunk's checksum so far, when some piece has its length.
+    ctx: Option<digest::Context>,
+    lookup: Lookup<'a>,
+    /// The header did not parse: nothing more to find.
+    dead: bool,
+}
+
+impl ZckSeed<'_> {
+    fn feed(&mut self, mut data: &[u8], found: &mut [Option<Found>]) {
+        if self.dead {
+            return;
+        }
+        if self.chunks.is_empty() && !self.take_head(&mut data) {
+            return;
+        }
+        while !data.is_empty() && self.next < self.chunks.len() {
+            let (start, len) = self.chunks[self.next];
+            if self.offset < start {
+                // The dictionary (or bytes between chunks): skipped.
+                let n = usize::try_from(start - self.offset).map_or(data.len(), |n| n.min(data.len()));
+                self.offset += n as u64;
+                data = &data[n..];
+                continue;
+            }
+            if self.offset == start && self.lookup.wants(len) {
+                self.ctx = Some(self.lookup.context());
+            }
+            let end = start + len;
+            let n = usize::try_from(end - self.offset).map_or(data.len(), |n| n.min(data.len()));
+            if let Some(ctx) = &mut self.ctx {
+                ctx.update(&data[..n]);
+            }
+            self.offset += n as u64;
+            data = &data[n..];
+            if self.offset == end {
+                if let Some(ctx) = self.ctx.take() {
+                    let dig = ctx.finish();
+                    record(&self.lookup, &dig, Found::Remote(start), found);
+                }
+                self.next += 1;
+            }
+        }
+        self.offset += data.len() as u64;
+    }
+
+    /// Takes header bytes from `data` (advancing it); true once the header is parsed and
+    /// `chunks` known (or false: more bytes needed, or `dead`).
+    fn take_head(&mut self, data: &mut &[u8]) -> bool {
+        let need = loop {
+            match super::head_len(&self.head) {
+                Ok(Some(n)) => break n as usize,
+                Ok(None) if !data.is_empty() => {
+                    self.head.push(data[0]);
+                    *data = &data[1..];
+                }
+                Ok(None) => return false,
+                Err(_) => {
+                    self.dead = true;
+                    return false;
+                }
+            }
+        };
+        let n = need.saturating_sub(self.head.len()).min(data.len());
+        self.head.extend_from_slice(&data[..n]);
+        *data = &data[n..];
+        if self.head.len() < need {
+            return false;
+        }
+        match Zck::parse(&self.head) {
+            Ok(seed) => {
+                self.chunks = seed.pieces.iter().map(|p| (p.remote_start, p.remote_len)).collect();
+                self.offset = self.head.len() as u64;
+                self.head = Vec::new();
+                self.dead = self.chunks.is_empty();
+                !self.dead
+            }
+            Err(_) => {
+                self.dead = true;
+                false
+            }
+        }
+    }
+}
+
+/// What a seed turned out to be.
+enum Kind<'a> {
+    /// Fewer than 5 bytes seen: its first bytes.
+    Unknown(Vec<u8>),
+    Plain(Box<Plain<'a>>),
+    Zck(Box<ZckSeed<'a>>),
+    /// A plain seed for a target without uncompressed checksums.
+    Nothing,
+}
+
+/// The [`Scanner`] of [`Zck::scanner`](crate::delta::Index::scanner).
+pub struct SeedScanner<'a> {
+    zck: &'a Zck,
+    kind: Kind<'a>,
+    found: Vec<Option<Found>>,
+}
+
+impl<'a> SeedScanner<'a> {
+    pub fn new(zck: &'a Zck) -> SeedScanner<'a> {
+        SeedScanner {
+            zck,
+            kind: Kind::Unknown(Vec::with_capacity(MAGIC.len())),
+            found: vec![None; zck.pieces.len()],
+        }
+    }
+
+    /// Decides what the seed is from its first bytes `first`.
+    fn decide(&mut self, first: &[u8]) {
+        let z = self.zck;
+        self.kind = if first == MAGIC {
+            Kind::Zck(Box::new(ZckSeed {
+                head: Vec::new(),
+                chunks: Vec::new(),
+                next: 0,
+                offset: 0,
+                ctx: None,
+                lookup: Lookup::new(z, &z.digests, |p| p.remote_len),
+                dead: false,
+            }))
+        } else if z.has_uncompressed_digests() {
+            Kind::Plain(Box::new(Plain {
+                chunker: Chunker::new(),
+                pending: Vec::with_capacity(MAX_CHUNK as usize),
+                start: 0,
+                lookup: Lookup::new(z, &z.uncompressed_digests, |p| p.target_len),
+            }))
+        } else {
+            Kind::Nothing
+        };
+    }
+}
+
+impl Scanner for SeedScanner<'_> {
+    fn feed(&mut self, mut bytes: &[u8]) {
+        if let Kind::Unknown(first) = &mut self.kind {
+            let n = (MAGIC.len() - first.len()).min(bytes.len());
+            first.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if first.len() < MAGIC.len() {
+                return;
+            }
+            let first = std::mem::take(first);
+            self.decide(&first);
+            self.feed_known(&first);
+        }
+        self.feed_known(bytes);
+    }
+
+    fn finish(mut self: Box<Self>) -> Vec<Option<Found>> {
+        if let Kind::Unknown(first) = &mut self.kind {
+            let first = std::mem::take(first);
+            self.decide(b"");
+            self.feed_known(&first);
+        }
+        let mut found = std::mem::take(&mut self.found);
+        if let Kind::Plain(p) = std::mem::replace(&mut self.kind, Kind::Nothing) {
+            p.finish(&mut found);
+        }
+        found
+    }
+}
+
+impl SeedScanner<'_> {
+    fn feed_known(&mut self, bytes: &[u8]) {
+        match &mut self.kind {
+            Kind::Plain(p) => p.feed(bytes, &mut self.found),
+            Kind::Zck(z) => z.feed(bytes, &mut self.found),
+            Kind::Unknown(_) | Kind::Nothing => {}
+        }
+    }
+}

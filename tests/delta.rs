@@ -1,0 +1,429 @@
+//! `--seed`: delta updates from indexes made by the real tools (`zck -u` and `zsyncmake`)
+//! served by the test nginx. An old image (the seed) and a new one that differs in 20
+//! places of 4 KiB; checked: the target lands exact (SHA-256) from the seed plus the
+//! fetched pieces, and fetches a small part of the file (the `--json` delta object says
+//! how much); an old `.zck` as seed; a chunk corrupted on the server is refused with no
+//! output left; `--max-delta-bytes` refuses a delta that is larger; a seed that is the
+//! target is refused; a signature over the index is checked before any piece; a seed
+//! that shares nothing still lands the target (everything fetched).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{MIB, TestDir, XorShift, nginx, part_path, sha256_file};
+
+/// `--checksum` / digest mismatch.
+const CHECKSUM: i32 = 9;
+/// Signature not verified.
+const SIGNATURE: i32 = 10;
+/// A delta refused as asked.
+const DELTA: i32 = 11;
+/// Bad usage.
+const USAGE: i32 = 2;
+
+/// Size of the test images.
+const SIZE: u64 = 24 * MIB;
+/// Places changed between the old and the new image, and bytes changed at each.
+const EDITS: u64 = 20;
+const EDIT_LEN: usize = 4096;
+
+/// A served directory with the old image (the seed), the new one and their indexes.
+struct Site {
+    dir: TestDir,
+    www: PathBuf,
+    name: String,
+    /// SHA-256 of the new image.
+    sha: String,
+}
+
+/// Runs a tool; panics with its output when it fails.
+fn tool(program: &str, args: &[&str], cwd: &Path) {
+    let o = Command::new(program)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (run ./scripts/test.sh: it installs zchunk and zsync)"));
+    assert!(
+        o.status.success(),
+        "{program} {args:?}: {}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+impl Site {
+    /// `old.img` (random), `new.img` (old with [`EDITS`] places rewritten), `new.img.zck`
+    /// (`zck -u`), `old.img.zck`, `new.img.zsync` (`zsyncmake`), under `delta-<name>/`.
+    fn new(name: &str) -> Site {
+        let www = nginx().www().join(format!("delta-{name}"));
+        let _ = std::fs::remove_dir_all(&www);
+        std::fs::create_dir_all(&www).unwrap();
+        let mut rng = XorShift::new(42);
+        let mut old = vec![0u8; SIZE as usize];
+        rng.fill(&mut old);
+        let mut new = old.clone();
+        for k in 0..EDITS {
+            let at = (SIZE / EDITS * k + rng.below(SIZE / EDITS - EDIT_LEN as u64)) as usize;
+            rng.fill(&mut new[at..at + EDIT_LEN]);
+        }
+        std::fs::write(www.join("old.img"), &old).unwrap();
+        std::fs::write(www.join("new.img"), &new).unwrap();
+        tool("/usr/bin/zck", &["-u", "-o", "new.img.zck", "new.img"], &www);
+        tool("/usr/bin/zck", &["-u", "-o", "old.img.zck", "old.img"], &www);
+        tool(
+            "/usr/bin/zsyncmake",
+            &["-u", "new.img", "-o", "new.img.zsync", "new.img"],
+            &www,
+        );
+        let sha = sha256_file(&www.join("new.img"));
+        Site {
+            dir: TestDir::new(&format!("delta_{name}")),
+            www,
+            name: name.to_owned(),
+            sha,
+        }
+    }
+
+    fn url(&self, file: &str) -> String {
+        nginx().http_url(&format!("delta-{}/{file}", self.name))
+    }
+
+    fn served(&self, file: &str) -> PathBuf {
+        self.www.join(file)
+    }
+
+    fn out(&self) -> PathBuf {
+        self.dir.join("new.img")
+    }
+
+    /// `ringdl -x 4 --json J -o OUT --seed SEED… extra URL`.
+    fn fetch(&self, seeds: &[&Path], index: &str, extra: &[&str]) -> crate::util::Output {
+        let mut c = self.dir.ringdl();
+        c.args(["-x", "4", "--json"]).arg(self.dir.join("record.json"));
+        c.arg("-o").arg(self.out());
+        for s in seeds {
+            c.arg("--seed").arg(s);
+        }
+        c.args(extra).arg(self.url(index)).run()
+    }
+
+    /// The `--json` record's `delta` object.
+    fn delta(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.dir.join("record.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["delta"].clone()
+    }
+
+    /// The target landed exact; no `.part`, no staging file left.
+    fn assert_landed(&self, o: &crate::util::Output) {
+        o.assert_success();
+        assert_eq!(sha256_file(&self.out()), self.sha, "{}", o.stderr_text());
+        assert!(!part_path(&self.out()).exists());
+        assert!(!self.dir.join("new.img.delta.part").exists(), "staging file left");
+    }
+
+    /// Nothing at the target's name, no `.part` of it.
+    fn assert_no_output(&self, o: &crate::util::Output) {
+        assert!(!self.out().exists(), "{}", o.stderr_text());
+        assert!(!part_path(&self.out()).exists(), "{}", o.stderr_text());
+    }
+}
+
+/// The delta fetched less than `most` of the full download and reused the rest.
+fn assert_small(delta: &serde_json::Value, most: f64) {
+    let fetched = delta["fetched_bytes"].as_u64().unwrap() as f64;
+    let full = delta["full_bytes"].as_u64().unwrap() as f64;
+    assert!(fetched < full * most, "fetched {fetched} of {full}: {delta}");
+    assert!(delta["reused_bytes"].as_u64().unwrap() > SIZE / 2, "{delta}");
+    assert_eq!(delta["target_bytes"].as_u64(), Some(SIZE), "{delta}");
+}
+
+#[test]
+fn zchunk_from_a_plain_seed_fetches_only_the_changed_chunks() {
+    let s = Site::new("zck-plain");
+    let o = s.fetch(&[&s.served("old.img")], "new.img.zck", &[]);
+    s.assert_landed(&o);
+    let d = s.delta();
+    assert_eq!(d["format"], "zchunk", "{d}");
+    assert_small(&d, 0.10);
+}
+
+#[test]
+fn zchunk_from_an_old_zck_seed() {
+    let s = Site::new("zck-old");
+    let o = s.fetch(&[&s.served("old.img.zck")], "new.img.zck", &[]);
+    s.assert_landed(&o);
+    assert_small(&s.delta(), 0.10);
+}
+
+#[test]
+fn zsync_from_a_plain_seed_fetches_only_the_changed_blocks() {
+    let s = Site::new("zsync-plain");
+    let o = s.fetch(&[&s.served("old.img")], "new.img.zsync", &[]);
+    s.assert_landed(&o);
+    let d = s.delta();
+    assert_eq!(d["format"], "zsync", "{d}");
+    assert_small(&d, 0.10);
+}
+
+#[test]
+fn a_seed_that_shares_nothing_still_lands_the_target() {
+    let s = Site::new("unrelated");
+    let other = s.dir.join("other.img");
+    crate::util::write_random_file(&other, 3 * MIB, 7);
+    for index in ["new.img.zck", "new.img.zsync"] {
+        let o = s.fetch(&[&other], index, &[]);
+        s.assert_landed(&o);
+        assert_eq!(s.delta()["reused_bytes"].as_u64(), Some(0));
+        std::fs::remove_file(s.out()).unwrap();
+    }
+}
+
+#[test]
+fn a_corrupted_chunk_on_the_server_is_refused_and_nothing_lands() {
+    let s = Site::new("corrupt");
+    // The last chunk of the new .zck is fetched (the edits reach the image's last part):
+    // flip a byte inside the data section's last 4 KiB.
+    let zck = s.served("new.img.zck");
+    let mut bytes = std::fs::read(&zck).unwrap();
+    let at = bytes.len() - 1000;
+    bytes[at] ^= 0x55;
+    std::fs::write(s.served("bad.img.zck"), &bytes).unwrap();
+    let other = s.dir.join("other.img");
+    crate::util::write_random_file(&other, MIB, 9);
+    let o = s.fetch(&[&other], "bad.img.zck", &[]);
+    o.assert_code(CHECKSUM);
+    let err = o.stderr_text();
+    assert!(err.contains("fetched twice"), "{err}");
+    assert!(err.contains("chunk"), "the chunk is named: {err}");
+    s.assert_no_output(&o);
+}
+
+#[test]
+fn a_delta_over_max_delta_bytes_is_refused_before_it_is_fetched() {
+    let s = Site::new("bound");
+    let other = s.dir.join("other.img");
+    crate::util::write_random_file(&other, MIB, 11);
+    let o = s.fetch(&[&other], "new.img.zck", &["--max-delta-bytes", "10%"]);
+    o.assert_code(DELTA);
+    assert!(o.stderr_text().contains("--max-delta-bytes"), "{}", o.stderr_text());
+    s.assert_no_output(&o);
+    // The real delta is far below 10 %: it lands.
+    let o = s.fetch(&[&s.served("old.img")], "new.img.zck", &["--max-delta-bytes", "10%"]);
+    s.assert_landed(&o);
+}
+
+#[test]
+fn a_seed_that_is_the_target_is_refused() {
+    let s = Site::new("inplace");
+    std::fs::copy(s.served("old.img"), s.out()).unwrap();
+    let o = s.fetch(&[&s.out()], "new.img.zck", &["--force"]);
+    o.assert_code(USAGE);
+    assert!(o.stderr_text().contains("is the target"), "{}", o.stderr_text());
+    // --offset is for a device: a file target refuses it.
+    let o = s.fetch(&[&s.served("old.img")], "new.img.zck", &["--force", "--offset", "4096"]);
+    o.assert_code(USAGE);
+    assert_eq!(
+        sha256_file(&s.out()),
+        sha256_file(&s.served("old.img")),
+        "the seed was not touched"
+    );
+}
+
+#[test]
+fn a_signature_over_the_index_is_checked_before_any_piece() {
+    let s = Site::new("signed");
+    let key = s.dir.join("key");
+    tool(
+        "/usr/bin/ssh-keygen",
+        &["-q", "-t", "ed25519", "-N", "", "-f", key.to_str().unwrap()],
+        s.dir.path(),
+    );
+    // The index a zchunk signature covers: the .zck's lead and header.
+    let zck = std::fs::read(s.served("new.img.zck")).unwrap();
+    let len = ringdl::delta::zck::head_len(&zck).unwrap().unwrap() as usize;
+    let head = s.dir.join("new.img.zck.head");
+    std::fs::write(&head, &zck[..len]).unwrap();
+    let sign = |file: &Path| {
+        tool(
+            "/usr/bin/ssh-keygen",
+            &[
+                "-q",
+                "-Y",
+                "sign",
+                "-n",
+                "file",
+                "-f",
+                key.to_str().unwrap(),
+                file.to_str().unwrap(),
+            ],
+            s.dir.path(),
+        );
+        PathBuf::from(format!("{}.sig", file.display()))
+    };
+    let sig = sign(&head);
+    let pubkey = s.dir.join("key.pub");
+    let seed = s.served("old.img");
+    let args = |sig: &Path| {
+        vec![
+            "--signature".to_owned(),
+            sig.display().to_string(),
+            "--trusted-key".to_owned(),
+            pubkey.display().to_string(),
+        ]
+    };
+    let a = args(&sig);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = s.fetch(&[&seed], "new.img.zck", &a);
+    s.assert_landed(&o);
+    std::fs::remove_file(s.out()).unwrap();
+    // The .zsync's signature covers the control file itself; a signature over other
+    // bytes fails (exit 10) and fetches no block.
+    let zsync_sig = sign(&s.served("new.img.zsync"));
+    let a = args(&zsync_sig);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = s.fetch(&[&seed], "new.img.zsync", &a);
+    s.assert_landed(&o);
+    std::fs::remove_file(s.out()).unwrap();
+    let o = s.fetch(&[&seed], "new.img.zck", &a);
+    o.assert_code(SIGNATURE);
+    s.assert_no_output(&o);
+}
+
+#[test]
+fn a_delta_killed_mid_fetch_resumes_without_fetching_again_what_landed() {
+    let s = Site::new("resume");
+    let control = s.dir.join("new.img.delta.part.ringdl");
+    let other = s.dir.join("other.img");
+    crate::util::write_random_file(&other, MIB, 13);
+    // Nothing shared: the whole image is fetched, slowly enough to be killed halfway.
+    let mut c = s.dir.ringdl();
+    c.args(["-x", "2", "--limit-rate", "4M", "-o"])
+        .arg(s.out())
+        .arg("--seed")
+        .arg(&other)
+        .arg(s.url("new.img.zck"));
+    let killed = c.run_with(|pid| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // Killed once the control file names pieces past the header (a periodic save).
+        while std::time::Instant::now() < deadline {
+            let text = std::fs::read_to_string(&control).unwrap_or_default();
+            if staged(&text) > 2 * MIB {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    assert_ne!(
+        killed.code(),
+        Some(0),
+        "killed before its end: {}",
+        killed.stderr_text()
+    );
+    // No target; its `.part` (locked from the start) holds nothing yet.
+    assert!(!s.out().exists());
+    assert_eq!(std::fs::metadata(part_path(&s.out())).map_or(0, |m| m.len()), 0);
+    let had = staged(&std::fs::read_to_string(&control).unwrap());
+    assert!(had > 2 * MIB, "the kill came after pieces landed ({had} bytes)");
+    let o = s.fetch(&[&other], "new.img.zck", &[]);
+    s.assert_landed(&o);
+    let d = s.delta();
+    let full = d["full_bytes"].as_u64().unwrap();
+    let fetched = d["fetched_bytes"].as_u64().unwrap();
+    assert!(
+        fetched + had <= full + 64 * 1024,
+        "the second run fetched {fetched} of {full} with {had} already staged: {d}"
+    );
+}
+
+/// Bytes a control file's `range` lines name.
+fn staged(control: &str) -> u64 {
+    control
+        .lines()
+        .filter_map(|l| l.strip_prefix("range "))
+        .map(|r| {
+            let (a, b) = r.split_once(' ').unwrap();
+            b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+#[test]
+fn a_delta_onto_a_loop_device_at_an_offset_is_exact_and_touches_nothing_else() {
+    let s = Site::new("device");
+    let Some(dev) = crate::blockdev::LoopDev::attach(&s.dir, SIZE + 4 * MIB, 5) else {
+        return;
+    };
+    let before = dev.read(0, SIZE + 4 * MIB);
+    let offset = MIB;
+    for index in ["new.img.zck", "new.img.zsync"] {
+        let mut c = s.dir.ringdl();
+        c.args(["-x", "4", "--offset", &offset.to_string(), "--control"])
+            .arg(s.dir.join("image.control"))
+            .arg("-o")
+            .arg(&dev.dev)
+            .arg("--seed")
+            .arg(s.served("old.img"))
+            .arg(s.url(index));
+        c.run().assert_success();
+        let image = dev.read(offset, SIZE);
+        assert_eq!(
+            crate::util::sha256_bytes(&image),
+            s.sha,
+            "{index}: the image at the offset"
+        );
+        let after = dev.read(0, SIZE + 4 * MIB);
+        assert_eq!(after[..offset as usize], before[..offset as usize], "before the offset");
+        assert_eq!(
+            after[(offset + SIZE) as usize..],
+            before[(offset + SIZE) as usize..],
+            "after the image"
+        );
+        assert!(!s.dir.join("image.control.delta.part").exists(), "staging file left");
+    }
+}
+
+#[test]
+fn a_server_without_ranges_fails_unless_allow_full() {
+    let s = Site::new("norange");
+    let url = nginx().norange_url("delta-norange/new.img.zck");
+    let run = |extra: &[&str]| {
+        let mut c = s.dir.ringdl();
+        c.args(["-x", "4", "-o"])
+            .arg(s.out())
+            .arg("--seed")
+            .arg(s.served("old.img"))
+            .args(extra)
+            .arg(&url);
+        c.run()
+    };
+    let o = run(&[]);
+    o.assert_code(DELTA);
+    assert!(o.stderr_text().contains("--allow-full"), "{}", o.stderr_text());
+    s.assert_no_output(&o);
+    assert!(
+        !s.dir.join("new.img.delta.part").exists(),
+        "a refused delta stages nothing"
+    );
+    // The whole file is still held to --max-delta-bytes: refused before a byte lands.
+    let o = run(&["--allow-full", "--max-delta-bytes", "1M"]);
+    o.assert_code(DELTA);
+    s.assert_no_output(&o);
+    let o = run(&["--allow-full"]);
+    s.assert_landed(&o);
+}
+
+#[test]
+fn a_zsync_file_whose_url_points_elsewhere_is_refused() {
+    let s = Site::new("elsewhere");
+    tool(
+        "/usr/bin/zsyncmake",
+        &["-u", "http://192.0.2.1/new.img", "-o", "far.zsync", "new.img"],
+        &s.www,
+    );
+    let o = s.fetch(&[&s.served("old.img")], "far.zsync", &[]);
+    o.assert_code(6);
+    assert!(o.stderr_text().contains("points elsewhere"), "{}", o.stderr_text());
+    s.assert_no_output(&o);
+}
