@@ -3,8 +3,7 @@
 use std::path::PathBuf;
 
 use crate::config::{
-    Checksum, Config, Credentials, DeltaBound, IoChoice, MAX_CONNECTIONS, MAX_PER_HOST, MirrorUrl, OutputTarget,
-    Resolve,
+    Checksum, Config, Credentials, IoChoice, MAX_CONNECTIONS, MAX_PER_HOST, MirrorUrl, OutputTarget, Resolve,
 };
 use crate::engine::EngineKind;
 use crate::err;
@@ -12,6 +11,7 @@ use crate::error::Result;
 use lexopt::Arg::{self, Long, Short, Value};
 use lexopt::Parser;
 
+mod delta;
 mod help;
 pub use help::HELP;
 
@@ -76,7 +76,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comma
         let arg = name.arg();
         let known = files_option(&arg, &mut p, &mut files, &mut each, &mut o)?
             || output_option(&arg, &mut p, &mut o)?
-            || delta_option(&arg, &mut p, &mut o)?
+            || delta::delta_option(&arg, &mut p, &mut o)?
             || io_option(&arg, &mut p, &mut o)?
             || network_option(&arg, &mut p, &mut o)?
             || request_option(&arg, &mut p, &mut o)?
@@ -260,50 +260,6 @@ fn files_option(arg: &Arg<'_>, p: &mut Parser, files: &mut Files, each: &mut boo
         _ => return Ok(false),
     }
     Ok(true)
-}
-
-/// Applies `arg` when it is an option of delta updates ("Delta updates:" in `--help`),
-/// reading its value from `p`. Returns whether it was one.
-///
-/// # Errors
-/// [`crate::error::Kind::Usage`] for a missing or bad value.
-fn delta_option(arg: &Arg<'_>, p: &mut Parser, o: &mut Config) -> Result<bool> {
-    match arg {
-        Long("seed") => o.seeds.push(path_value(p, "--seed")?),
-        Long("max-delta-bytes") => {
-            let v = utf8(p.value().map_err(usage)?, "--max-delta-bytes")?;
-            o.max_delta = Some(delta_bound(&v)?);
-        }
-        Long("allow-full") => o.allow_full = true,
-        _ => return Ok(false),
-    }
-    Ok(true)
-}
-
-/// `--max-delta-bytes`: bytes with an optional `K`, `M` or `G` (powers of 1024), or a
-/// percentage of the full download (`10%`).
-///
-/// # Errors
-/// [`crate::error::Kind::Usage`] for anything else.
-fn delta_bound(v: &str) -> Result<DeltaBound> {
-    let bad = || {
-        err!(
-            Usage,
-            "--max-delta-bytes: {v:?} is neither bytes (50M) nor a percentage (10%)"
-        )
-    };
-    if let Some(p) = v.strip_suffix('%') {
-        let p: f64 = p.parse().map_err(|_| bad())?;
-        return match (0.0..=100.0).contains(&p) {
-            true => Ok(DeltaBound::Percent(p)),
-            false => Err(err!(Usage, "--max-delta-bytes: a percentage is 0 to 100, not {v:?}")),
-        };
-    }
-    let bytes = scaled(v).ok_or_else(bad)?;
-    if !(0.0..1e18).contains(&bytes) {
-        return Err(bad());
-    }
-    Ok(DeltaBound::Bytes(bytes as u64))
 }
 
 /// Applies `arg` when it is an option of the output, its resume, digest, signature and validators ("Output:" in `--help`), reading its value from `p`.

@@ -255,7 +255,7 @@ fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
         if Some(seed.id) == target.id() || Some(seed.id) == part_id {
             return Err(err!(
                 Usage,
-                "seed {} is the target {} itself: a delta in place is unsafe (write the other slot, or copy \
+                "seed {} is the target {} itself: a delta in place would overwrite pieces before they are read (write the other slot, or copy \
                  the seed first)",
                 p.display(),
                 target.path.display()
