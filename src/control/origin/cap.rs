@@ -1,6 +1,6 @@
 //! The connection cap of one origin: how many connections may be open to its server at
 //! once, and whether one more may open. The places that ask whether one more may open —
-//! a transfer's slot about to connect ([`crate::event::Loop::origin_room`]), a file about
+//! a transfer's slot about to connect (the loop's `origin_room`), a file about
 //! to start on a lane or be placed on a helper, a running file that may grow — ask an
 //! [`OriginCap`]; a transfer spread over reactors takes its share of the configured bound
 //! with [`shares`].
