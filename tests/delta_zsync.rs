@@ -94,7 +94,7 @@ fn percent(got: usize, blocks: usize) -> String {
 }
 
 fn scan_feeds(z: &Zsync, seed: &[u8], feed: usize) -> Vec<Option<Found>> {
-    let mut s = z.scanner();
+    let mut s = z.scanner(None);
     for chunk in seed.chunks(feed) {
         s.feed(chunk);
     }

@@ -130,21 +130,27 @@ fn update(
     index_signature(opts, &index_bytes, record, per_run)?;
     let mut found = Vec::new();
     for seed in &mut seeds {
+        let t = std::time::Instant::now();
         found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
+        say_time(opts, &format!("seed {} scanned", seed.path.display()), t, seed.len);
     }
     let plan = Plan::of(index.as_ref(), &found, plan::BRIDGE);
     drop(found);
     say_plan(opts, &plan, index.as_ref(), full, &staging)?;
+    let t = std::time::Instant::now();
     let whole = fetch_pieces(opts, &plan, full, &mut staging, per_run)?;
     let plan = if whole { Plan::of(index.as_ref(), &[], 0) } else { plan };
     check_fetched(opts, index.as_mut(), &plan, &mut staging, per_run)?;
+    say_time(opts, "pieces fetched and checked", t, plan.bytes());
     // The connections and buffers the fetches kept for a next file: none comes.
     per_run.reactor = crate::event::Reactor::new();
+    let t = std::time::Instant::now();
     assemble::write(opts, target, index.as_ref(), &plan, &mut seeds, &staging).inspect_err(|_| {
         if target.device {
             record.device_holds_unverified_bytes = Some(true);
         }
     })?;
+    say_time(opts, "target written and checked", t, index.target_len());
     staging.remove();
     Ok(Report {
         format: match format {
@@ -159,6 +165,15 @@ fn update(
         target_len: index.target_len(),
         signed: opts.signature.is_some(),
     })
+}
+
+/// With `-v`: how long a step took since `t`, over `bytes` bytes.
+pub(super) fn say_time(opts: &Config, what: &str, t: std::time::Instant, bytes: u64) {
+    if opts.verbose > 0 && !opts.quiet {
+        let s = t.elapsed().as_secs_f64();
+        let rate = bytes as f64 / s.max(1e-9) / f64::from(1u32 << 20);
+        eprintln!("ringdl: delta: {what} in {s:.3} s ({bytes} bytes, {rate:.0} MiB/s)");
+    }
 }
 
 /// Options a delta does not take.

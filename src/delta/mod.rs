@@ -12,6 +12,7 @@
 //! This room is pure but for what [`seed`] reads: formats, scanning, the plan of
 //! requests. Fetching and writing are the app's (`app/delta.rs`).
 
+pub mod pipe;
 pub mod plan;
 pub mod seed;
 pub mod zck;
@@ -44,7 +45,7 @@ pub enum Found {
 
 /// What a delta format tells: the target's pieces, how fetched bytes become target bytes
 /// and how they are checked, and how a seed is searched.
-pub trait Index {
+pub trait Index: Send + Sync {
     /// Size of the target, bytes.
     fn target_len(&self) -> u64;
 
@@ -77,8 +78,9 @@ pub trait Index {
     /// Whether `bytes` are piece `i`'s target bytes (length and digest).
     fn matches(&self, i: usize, bytes: &[u8]) -> bool;
 
-    /// A scanner that searches a seed for this index's pieces.
-    fn scanner(&self) -> Box<dyn Scanner + '_>;
+    /// A scanner that searches a seed for this index's pieces; it may hash on a helper
+    /// thread of `helper` ([`pipe`]), joined when the scope ends.
+    fn scanner<'s, 'e>(&'s self, helper: Option<&'s std::thread::Scope<'s, 'e>>) -> Box<dyn Scanner + 's>;
 
     /// Digests of the whole target the format carries (zsync: SHA-1, and SHA-256 when
     /// given), checked once the target is written.

@@ -94,20 +94,24 @@ impl Seed {
         })
     }
 
-    /// Streams the whole seed through `index`'s scanner, reading ahead while it hashes.
+    /// Streams the whole seed through `index`'s scanner, reading ahead while it hashes (on
+    /// a helper thread too, when one pays: [`super::pipe::helper_pays`]).
     /// Returns, per piece, where it was found.
     ///
     /// # Errors
     /// A message naming the seed and offset when a read fails.
     pub fn scan(&mut self, index: &dyn Index) -> Result<Vec<Option<Found>>, String> {
-        let mut scanner = index.scanner();
-        let mut at = 0;
-        while at < self.len {
-            let n = self.fill(at)?;
-            scanner.feed(&self.win[..n]);
-            at += n as u64;
-        }
-        Ok(scanner.finish())
+        let helper = super::pipe::helper_pays();
+        std::thread::scope(|scope| {
+            let mut scanner = index.scanner(helper.then_some(scope));
+            let mut at = 0;
+            while at < self.len {
+                let n = self.fill(at)?;
+                scanner.feed(&self.win[..n]);
+                at += n as u64;
+            }
+            Ok(scanner.finish())
+        })
     }
 
     /// Makes the window the seed's bytes from `at` (aligned): the read ahead of `at` when
@@ -219,6 +223,14 @@ impl Seed {
     /// A message when the range runs past the seed's end or a read fails.
     pub fn read(&mut self, at: u64, len: u64, out: &mut Vec<u8>) -> Result<(), String> {
         out.clear();
+        self.append(at, len, out)
+    }
+
+    /// Appends the seed's bytes `[at, at + len)` to `out`.
+    ///
+    /// # Errors
+    /// As [`Seed::read`].
+    pub fn append(&mut self, at: u64, len: u64, out: &mut Vec<u8>) -> Result<(), String> {
         if at.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(format!(
                 "seed {}: bytes {at}+{len} are past its end ({} bytes): was it changed?",

@@ -461,8 +461,8 @@ impl Index for Zck {
     /// anything else is cut with zck's chunker and matched by uncompressed checksum — which
     /// a file without uncompressed checksums (made without `zck -u`) does not have: such a
     /// plain seed finds nothing. How, in `zck/scan.rs`.
-    fn scanner(&self) -> Box<dyn Scanner + '_> {
-        Box::new(scan::SeedScanner::new(self))
+    fn scanner<'s, 'e>(&'s self, helper: Option<&'s std::thread::Scope<'s, 'e>>) -> Box<dyn Scanner + 's> {
+        Box::new(scan::SeedScanner::new(self, helper))
     }
 }
 

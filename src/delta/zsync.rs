@@ -217,7 +217,7 @@ impl Index for Zsync {
             .is_some_and(|p| bytes.len() as u64 == p.target_len && self.strong_matches(i, bytes))
     }
 
-    fn scanner(&self) -> Box<dyn Scanner + '_> {
+    fn scanner<'s, 'e>(&'s self, _helper: Option<&'s std::thread::Scope<'s, 'e>>) -> Box<dyn Scanner + 's> {
         Box::new(scan::ZsyncScanner::new(self))
     }
 

@@ -19,9 +19,12 @@
 
 use ring::digest;
 
+use std::thread::Scope;
+
 use super::chunker::{Chunker, MAX_CHUNK};
 use super::header::MAGIC;
 use super::{HashType, Zck};
+use crate::delta::pipe::Pipe;
 use crate::delta::{Found, Piece, Scanner};
 
 /// The pieces' checksums, sorted for lookup: `(first 8 bytes, piece)`; and the lengths
@@ -97,7 +100,33 @@ fn record(lookup: &Lookup<'_>, dig: &digest::Digest, at: Found, found: &mut [Opt
     });
 }
 
-/// A plain seed cut with zck's chunker.
+/// Bytes of chunks gathered before they go to be hashed as one job.
+const JOB: usize = 256 << 10;
+/// Jobs in flight to the hashing helper (the one filling aside).
+const DEPTH: usize = 2;
+
+/// Chunks of a plain seed on their way to be hashed: their bytes back to back, each one's
+/// seed offset and length, and once hashed their digests.
+#[derive(Default)]
+struct Job {
+    bytes: Vec<u8>,
+    chunks: Vec<(u64, usize)>,
+    digests: Vec<digest::Digest>,
+}
+
+impl Job {
+    /// The helper's part: each chunk's digest.
+    fn hash(&mut self, alg: &'static digest::Algorithm) {
+        let mut at = 0;
+        for &(_, len) in &self.chunks {
+            self.digests.push(digest::digest(alg, &self.bytes[at..at + len]));
+            at += len;
+        }
+    }
+}
+
+/// A plain seed cut with zck's chunker; the chunks some piece has the length of are
+/// hashed on the pipe (a helper thread while this one cuts the next, or inline).
 struct Plain<'a> {
     chunker: Chunker,
     /// The current chunk's bytes from earlier feeds.
@@ -105,6 +134,9 @@ struct Plain<'a> {
     /// The seed offset where the current chunk starts.
     start: u64,
     lookup: Lookup<'a>,
+    pipe: Pipe<'a, Job>,
+    job: Job,
+    spare: Option<Job>,
 }
 
 impl Plain<'_> {
@@ -128,16 +160,44 @@ impl Plain<'_> {
     fn chunk(&mut self, bytes: &[u8], len: u64, found: &mut [Option<Found>]) {
         debug_assert_eq!(bytes.len() as u64, len);
         if self.lookup.wants(len) {
-            let dig = digest::digest(self.lookup.hash.algorithm(), bytes);
-            record(&self.lookup, &dig, Found::Target(self.start), found);
+            self.job.bytes.extend_from_slice(bytes);
+            self.job.chunks.push((self.start, bytes.len()));
+            if self.job.bytes.len() >= JOB {
+                let next = self.spare.take().unwrap_or_default();
+                let job = std::mem::replace(&mut self.job, next);
+                // (A helper gone, which only a panic does: its chunks count as not found.)
+                if let Ok(Some(done)) = self.pipe.push(job) {
+                    self.record(done, found);
+                }
+            }
         }
         self.start += len;
+    }
+
+    /// A job hashed: each chunk's digest looked up; the job kept for reuse.
+    fn record(&mut self, mut done: Job, found: &mut [Option<Found>]) {
+        for (&(at, _), dig) in done.chunks.iter().zip(&done.digests) {
+            record(&self.lookup, dig, Found::Target(at), found);
+        }
+        done.bytes.clear();
+        done.chunks.clear();
+        done.digests.clear();
+        self.spare = Some(done);
     }
 
     fn finish(mut self, found: &mut [Option<Found>]) {
         let last = std::mem::take(&mut self.pending);
         if !last.is_empty() {
             self.chunk(&last, last.len() as u64, found);
+        }
+        let job = std::mem::take(&mut self.job);
+        if !job.chunks.is_empty()
+            && let Ok(Some(done)) = self.pipe.push(job)
+        {
+            self.record(done, found);
+        }
+        while let Ok(Some(done)) = self.pipe.next_done() {
+            self.record(done, found);
         }
     }
 }
@@ -247,16 +307,20 @@ enum Kind<'a> {
 }
 
 /// The [`Scanner`] of [`Zck::scanner`](crate::delta::Index::scanner).
-pub struct SeedScanner<'a> {
+pub struct SeedScanner<'a, 'e> {
     zck: &'a Zck,
+    helper: Option<&'a Scope<'a, 'e>>,
     kind: Kind<'a>,
     found: Vec<Option<Found>>,
 }
 
-impl<'a> SeedScanner<'a> {
-    pub fn new(zck: &'a Zck) -> SeedScanner<'a> {
+impl<'a, 'e> SeedScanner<'a, 'e> {
+    /// A scanner of `zck`'s pieces; a plain seed's chunks are hashed on a thread of
+    /// `helper` when given.
+    pub fn new(zck: &'a Zck, helper: Option<&'a Scope<'a, 'e>>) -> SeedScanner<'a, 'e> {
         SeedScanner {
             zck,
+            helper,
             kind: Kind::Unknown(Vec::with_capacity(MAGIC.len())),
             found: vec![None; zck.pieces.len()],
         }
@@ -281,6 +345,9 @@ impl<'a> SeedScanner<'a> {
                 pending: Vec::with_capacity(MAX_CHUNK as usize),
                 start: 0,
                 lookup: Lookup::new(z, &z.uncompressed_digests, |p| p.target_len),
+                pipe: Pipe::new(self.helper, DEPTH, move |j: &mut Job| j.hash(z.chunk_hash.algorithm())),
+                job: Job::default(),
+                spare: None,
             }))
         } else {
             Kind::Nothing
@@ -288,7 +355,7 @@ impl<'a> SeedScanner<'a> {
     }
 }
 
-impl Scanner for SeedScanner<'_> {
+impl Scanner for SeedScanner<'_, '_> {
     fn feed(&mut self, mut bytes: &[u8]) {
         if let Kind::Unknown(first) = &mut self.kind {
             let n = (MAGIC.len() - first.len()).min(bytes.len());
@@ -318,7 +385,7 @@ impl Scanner for SeedScanner<'_> {
     }
 }
 
-impl SeedScanner<'_> {
+impl SeedScanner<'_, '_> {
     fn feed_known(&mut self, bytes: &[u8]) {
         match &mut self.kind {
             Kind::Plain(p) => p.feed(bytes, &mut self.found),

@@ -78,7 +78,7 @@ fn with_header(header: &str, body: &[u8]) -> Vec<u8> {
 }
 
 fn scan_chunks(z: &Zsync, seed: &[u8], mut chunk: impl FnMut(usize) -> usize) -> Vec<Option<Found>> {
-    let mut s = z.scanner();
+    let mut s = z.scanner(None);
     let mut at = 0;
     let mut k = 0;
     while at < seed.len() {
