@@ -2268,7 +2268,7 @@ fn zsync_scan_agrees(z: &ringdl::delta::zsync::Zsync, seed: &[u8], rng: &mut Rng
     use ringdl::delta::{Found, Index};
     let mut s = z.scanner(None);
     s.feed(seed);
-    let whole = s.finish();
+    let whole = s.finish().to_vec();
     assert_eq!(whole.len(), z.pieces().len());
     let mut s = z.scanner(None);
     let mut rest = seed;
@@ -2277,7 +2277,7 @@ fn zsync_scan_agrees(z: &ringdl::delta::zsync::Zsync, seed: &[u8], rng: &mut Rng
         s.feed(&rest[..n]);
         rest = &rest[n..];
     }
-    assert_eq!(s.finish(), whole, "feed sizes changed what was found");
+    assert_eq!(s.finish().to_vec(), whole, "feed sizes changed what was found");
     for (i, f) in whole.iter().enumerate() {
         let Some(Found::Target(o)) = *f else { continue };
         let p = z.pieces()[i];
@@ -2413,7 +2413,7 @@ fn zck_checks(data: &[u8]) {
                 s.feed(&rest[..k]);
                 rest = &rest[k..];
             }
-            s.finish()
+            s.finish().to_vec()
         };
         let whole = scan(&mut || usize::MAX);
         assert_eq!(whole.len(), z.pieces().len());

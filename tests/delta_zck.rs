@@ -346,7 +346,7 @@ fn scan(z: &Zck, seed: &[u8], step: usize) -> Vec<Option<Found>> {
         s.finish()
     });
     assert_eq!(helped, inline, "hashed on a helper thread");
-    inline
+    inline.to_vec()
 }
 
 /// Checks that `found` (from scanning `seed` for `z`, whose target is `data`) holds

@@ -98,7 +98,7 @@ fn scan_feeds(z: &Zsync, seed: &[u8], feed: usize) -> Vec<Option<Found>> {
     for chunk in seed.chunks(feed) {
         s.feed(chunk);
     }
-    s.finish()
+    s.finish().to_vec()
 }
 
 fn scan(z: &Zsync, seed: &[u8]) -> Vec<Option<Found>> {

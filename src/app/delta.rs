@@ -128,18 +128,18 @@ fn update(
         Format::Zsync => zsync_index(opts, url, target, per_run)?,
     };
     index_signature(opts, &index_bytes, record, per_run)?;
+    drop(index_bytes);
     let mut found = Vec::new();
     for seed in &mut seeds {
         let t = std::time::Instant::now();
         found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
         say_time(opts, &format!("seed {} scanned", seed.path.display()), t, seed.len);
     }
-    let plan = Plan::of(index.as_ref(), &found, plan::BRIDGE);
-    drop(found);
+    let plan = Plan::of(index.as_ref(), found, plan::BRIDGE);
     say_plan(opts, &plan, index.as_ref(), full, &staging)?;
     let t = std::time::Instant::now();
     let whole = fetch_pieces(opts, &plan, full, &mut staging, per_run)?;
-    let plan = if whole { Plan::of(index.as_ref(), &[], 0) } else { plan };
+    let plan = if whole { Plan::of(index.as_ref(), Vec::new(), 0) } else { plan };
     check_fetched(opts, index.as_mut(), &plan, &mut staging, per_run)?;
     say_time(opts, "pieces fetched and checked", t, plan.bytes());
     // The connections and buffers the fetches kept for a next file: none comes.
@@ -405,8 +405,8 @@ fn say_plan(opts: &Config, plan: &Plan, index: &dyn Index, full: u64, staging: &
         0 => String::new(),
         n => format!(", {n} of them staged already"),
     };
-    let pieces = index.pieces().len();
-    let reused = plan.from.iter().filter(|f| matches!(f, plan::From::Seed(..))).count();
+    let pieces = index.piece_count();
+    let reused = (0..plan.len()).filter(|&i| plan.from(i) != plan::From::Fetched).count();
     eprintln!(
         "ringdl: delta: {reused} of {pieces} pieces ({} of {} bytes) found in {} seed(s); fetching {} bytes in {} \
          range(s){staged} (a full download: {full} bytes)",
@@ -536,7 +536,7 @@ fn check_fetched(
     let ranges: Vec<(u64, u64)> = bad
         .iter()
         .map(|(i, _)| {
-            let p = index.pieces()[*i];
+            let p = index.piece(*i);
             (p.remote_start, p.remote_start + p.remote_len)
         })
         .collect();
@@ -558,10 +558,11 @@ fn check_fetched(
 /// The fetched pieces of `plan` that fail their check, with why.
 fn bad_pieces(index: &dyn Index, plan: &Plan, reader: &mut Seed) -> Result<Vec<(usize, String)>> {
     let (mut fetched, mut out, mut bad) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, p) in index.pieces().iter().enumerate() {
-        if plan.from[i] != plan::From::Fetched {
+    for i in 0..plan.len() {
+        if plan.from(i) != plan::From::Fetched {
             continue;
         }
+        let p = index.piece(i);
         reader
             .read(p.remote_start, p.remote_len, &mut fetched)
             .map_err(|e| err!(LocalIo, "{e}"))?;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use uring::{Buf, BufPool, Op, Ring};
 
-use super::{Found, Index};
+use super::{Finds, Index};
 
 /// Bytes per read, and the read-back window (a multiple of every logical block size).
 const BLOCK: usize = 512 << 10;
@@ -100,7 +100,7 @@ impl Seed {
     ///
     /// # Errors
     /// A message naming the seed and offset when a read fails.
-    pub fn scan(&mut self, index: &dyn Index) -> Result<Vec<Option<Found>>, String> {
+    pub fn scan(&mut self, index: &dyn Index) -> Result<Finds, String> {
         let helper = super::pipe::helper_pays();
         std::thread::scope(|scope| {
             let mut scanner = index.scanner(helper.then_some(scope));

@@ -258,6 +258,11 @@ impl Zck {
         Ok(z)
     }
 
+    /// The pieces ([`Index::piece`]), in target order.
+    pub fn pieces(&self) -> &[Piece] {
+        &self.pieces
+    }
+
     /// Lead + header, bytes: where the data (dictionary, then chunks) starts.
     pub fn head_len(&self) -> u64 {
         self.head_len
@@ -347,8 +352,12 @@ impl Index for Zck {
         self.pieces.last().map_or(0, |p| p.target_start + p.target_len)
     }
 
-    fn pieces(&self) -> &[Piece] {
-        &self.pieces
+    fn piece_count(&self) -> usize {
+        self.pieces.len()
+    }
+
+    fn piece(&self, i: usize) -> Piece {
+        self.pieces[i]
     }
 
     /// The dictionary chunk, when the file has one and its chunks need it (zstd).

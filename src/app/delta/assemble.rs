@@ -102,7 +102,7 @@ impl Batch {
     /// The helper's part: each seed piece checked, then (all good) the whole digests.
     fn check(&mut self, index: &dyn Index, wholes: &mut [Whole]) {
         for (k, &(i, start, _, _)) in self.checks.iter().enumerate() {
-            let len = index.pieces()[i].target_len as usize;
+            let len = index.piece(i).target_len as usize;
             if !index.matches(i, &self.bytes[start..start + len]) {
                 self.bad = Some(k);
                 return;
@@ -126,7 +126,7 @@ fn pieces(
     writer: &mut ImageWriter,
     wholes: &mut [Whole],
 ) -> Result<()> {
-    let mut staged = if plan.from.contains(&From::Fetched) {
+    let mut staged = if plan.any_fetched() {
         Some(Seed::open(&staging.part(), io).map_err(|e| err!(LocalIo, "{e}"))?)
     } else {
         None
@@ -141,10 +141,10 @@ fn pieces(
         let (mut raw, mut piece) = (Vec::new(), Vec::new());
         let mut spare: Vec<Batch> = Vec::new();
         let mut batch = Batch::default();
-        for (i, from) in plan.from.iter().enumerate() {
-            let p = index.pieces()[i];
+        for i in 0..plan.len() {
+            let p = index.piece(i);
             let start = batch.bytes.len();
-            match *from {
+            match plan.from(i) {
                 From::Seed(s, Found::Target(at)) => {
                     seeds[s]
                         .append(at, p.target_len, &mut batch.bytes)
@@ -204,7 +204,7 @@ fn write_checked(mut b: Batch, index: &dyn Index, seeds: &[Seed], writer: &mut I
              the seed changed during the update? (a file target is not renamed; a device holds the \
              pieces written before it)",
             seeds[s].path.display(),
-            index.pieces()[i].target_start
+            index.piece(i).target_start
         ));
     }
     writer.push(&b.bytes)?;

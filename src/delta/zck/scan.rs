@@ -25,7 +25,7 @@ use super::chunker::{Chunker, MAX_CHUNK};
 use super::header::MAGIC;
 use super::{HashType, Zck};
 use crate::delta::pipe::Pipe;
-use crate::delta::{Found, Piece, Scanner};
+use crate::delta::{Found, Finds, Piece, Scanner};
 
 /// The pieces' checksums, sorted for lookup: `(first 8 bytes, piece)`; and the lengths
 /// that have one.
@@ -94,9 +94,9 @@ fn key(dig: &[u8]) -> u64 {
 }
 
 /// Records `found` for each piece `lookup` finds with checksum `dig`, where none was.
-fn record(lookup: &Lookup<'_>, dig: &digest::Digest, at: Found, found: &mut [Option<Found>]) {
+fn record(lookup: &Lookup<'_>, dig: &digest::Digest, at: Found, found: &mut Finds) {
     lookup.find(&dig.as_ref()[..lookup.hash.digest_len()], |i| {
-        found[i].get_or_insert(at);
+        found.keep_first(i, at);
     });
 }
 
@@ -140,7 +140,7 @@ struct Plain<'a> {
 }
 
 impl Plain<'_> {
-    fn feed(&mut self, mut data: &[u8], found: &mut [Option<Found>]) {
+    fn feed(&mut self, mut data: &[u8], found: &mut Finds) {
         while let Some((k, len)) = self.chunker.next_cut(data) {
             if self.pending.is_empty() {
                 self.chunk(&data[..k], len, found);
@@ -157,7 +157,7 @@ impl Plain<'_> {
     }
 
     /// A chunk of the seed, `len` bytes (`bytes`), starting at `self.start`.
-    fn chunk(&mut self, bytes: &[u8], len: u64, found: &mut [Option<Found>]) {
+    fn chunk(&mut self, bytes: &[u8], len: u64, found: &mut Finds) {
         debug_assert_eq!(bytes.len() as u64, len);
         if self.lookup.wants(len) {
             self.job.bytes.extend_from_slice(bytes);
@@ -175,7 +175,7 @@ impl Plain<'_> {
     }
 
     /// A job hashed: each chunk's digest looked up; the job kept for reuse.
-    fn record(&mut self, mut done: Job, found: &mut [Option<Found>]) {
+    fn record(&mut self, mut done: Job, found: &mut Finds) {
         for (&(at, _), dig) in done.chunks.iter().zip(&done.digests) {
             record(&self.lookup, dig, Found::Target(at), found);
         }
@@ -185,7 +185,7 @@ impl Plain<'_> {
         self.spare = Some(done);
     }
 
-    fn finish(mut self, found: &mut [Option<Found>]) {
+    fn finish(mut self, found: &mut Finds) {
         let last = std::mem::take(&mut self.pending);
         if !last.is_empty() {
             self.chunk(&last, last.len() as u64, found);
@@ -220,7 +220,7 @@ struct ZckSeed<'a> {
 }
 
 impl ZckSeed<'_> {
-    fn feed(&mut self, mut data: &[u8], found: &mut [Option<Found>]) {
+    fn feed(&mut self, mut data: &[u8], found: &mut Finds) {
         if self.dead {
             return;
         }
@@ -311,7 +311,7 @@ pub struct SeedScanner<'a, 'e> {
     zck: &'a Zck,
     helper: Option<&'a Scope<'a, 'e>>,
     kind: Kind<'a>,
-    found: Vec<Option<Found>>,
+    found: Finds,
 }
 
 impl<'a, 'e> SeedScanner<'a, 'e> {
@@ -322,7 +322,7 @@ impl<'a, 'e> SeedScanner<'a, 'e> {
             zck,
             helper,
             kind: Kind::Unknown(Vec::with_capacity(MAGIC.len())),
-            found: vec![None; zck.pieces.len()],
+            found: Finds::new(zck.pieces.len()),
         }
     }
 
@@ -371,7 +371,7 @@ impl Scanner for SeedScanner<'_, '_> {
         self.feed_known(bytes);
     }
 
-    fn finish(mut self: Box<Self>) -> Vec<Option<Found>> {
+    fn finish(mut self: Box<Self>) -> Finds {
         if let Kind::Unknown(first) = &mut self.kind {
             let first = std::mem::take(first);
             self.decide(b"");

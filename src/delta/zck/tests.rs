@@ -100,7 +100,7 @@ fn scan(z: &Zck, seed: &[u8], step: usize) -> Vec<Option<Found>> {
         s.finish()
     });
     assert_eq!(helped, inline, "hashed on a helper thread");
-    inline
+    inline.to_vec()
 }
 
 #[test]
