@@ -139,7 +139,11 @@ fn update(
     say_plan(opts, &plan, index.as_ref(), full, &staging)?;
     let t = std::time::Instant::now();
     let whole = fetch_pieces(opts, &plan, full, &mut staging, per_run)?;
-    let plan = if whole { Plan::of(index.as_ref(), Vec::new(), 0) } else { plan };
+    let plan = if whole {
+        Plan::of(index.as_ref(), Vec::new(), 0)
+    } else {
+        plan
+    };
     check_fetched(opts, index.as_mut(), &plan, &mut staging, per_run)?;
     say_time(opts, "pieces fetched and checked", t, plan.bytes());
     // The connections and buffers the fetches kept for a next file: none comes.
@@ -150,7 +154,11 @@ fn update(
             record.device_holds_unverified_bytes = Some(true);
         }
     })?;
-    say_time(opts, "target written and checked", t, index.target_len());
+    let how = match crate::delta::pipe::helper_pays() {
+        true => "target written and checked (hashing on a helper thread)",
+        false => "target written and checked (hashing inline: one CPU)",
+    };
+    say_time(opts, how, t, index.target_len());
     staging.remove();
     Ok(Report {
         format: match format {
@@ -289,7 +297,7 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
         Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, None, &mut staging, per_run)?,
         got => got?,
     };
-    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     let mut head = Vec::new();
     reader
         .read(0, HEAD_FIRST.min(st.total), &mut head)
@@ -307,7 +315,7 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
     }
     if len > HEAD_FIRST {
         staging.fetch(opts, Some(vec![(0, len)]), true, per_run)?;
-        let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+        let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
         reader.read(0, len, &mut head).map_err(|e| err!(LocalIo, "{e}"))?;
     }
     head.truncate(len as usize);
@@ -318,7 +326,7 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
             // from the server, then the header is what it is.
             staging.forget(&[(0, len)])?;
             staging.fetch(opts, Some(vec![(0, len)]), true, per_run)?;
-            let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+            let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
             reader.read(0, len, &mut head).map_err(|e| err!(LocalIo, "{e}"))?;
             zck::Zck::parse(&head).map_err(|e| err!(Protocol, "{}: {e}", opts.url))?
         }
@@ -515,7 +523,7 @@ fn check_fetched(
     if plan.ranges.is_empty() {
         return Ok(());
     }
-    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     if let Some((a, b)) = index.always_fetch() {
         let mut bytes = Vec::new();
         reader.read(a, b - a, &mut bytes).map_err(|e| err!(LocalIo, "{e}"))?;
@@ -543,7 +551,7 @@ fn check_fetched(
     let ranges = plan::coalesce(&ranges, 0);
     staging.forget(&ranges)?;
     staging.fetch(opts, Some(ranges), opts.quiet, per_run)?;
-    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     bad = bad_pieces(index, plan, &mut reader)?;
     match bad.first() {
         None => Ok(()),

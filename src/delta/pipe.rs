@@ -27,8 +27,14 @@ pub struct Pipe<'s, J> {
 }
 
 enum How<'s, J> {
-    Helper { to: SyncSender<J>, back: Receiver<J> },
-    Inline { work: Box<dyn FnMut(&mut J) + 's>, done: VecDeque<J> },
+    Helper {
+        to: SyncSender<J>,
+        back: Receiver<J>,
+    },
+    Inline {
+        work: Box<dyn FnMut(&mut J) + 's>,
+        done: VecDeque<J>,
+    },
 }
 
 /// The helper stopped before handing a job back (it panicked).
@@ -58,7 +64,11 @@ impl<'s, J: Send + 's> Pipe<'s, J> {
                 done: VecDeque::new(),
             },
         };
-        Pipe { how, depth, in_flight: 0 }
+        Pipe {
+            how,
+            depth,
+            in_flight: 0,
+        }
     }
 
     /// Whether the jobs go to a helper thread.
@@ -126,7 +136,10 @@ mod tests {
                     seen.push(j);
                 }
             });
-            assert_eq!(seen.iter().map(|j| j.0).collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
+            assert_eq!(
+                seen.iter().map(|j| j.0).collect::<Vec<_>>(),
+                (0..100).collect::<Vec<_>>()
+            );
             assert!(seen.iter().all(|j| j.1 == helped), "worked on the helper: {helped}");
             assert_eq!(total, 4950);
         }

@@ -83,7 +83,7 @@ type Whole = (ring::digest::Context, Vec<u8>, &'static str);
 
 /// Target bytes gathered before they go to the helper as one batch (pieces are never
 /// split: a larger piece makes its batch larger).
-const BATCH: usize = 256 << 10;
+const BATCH: usize = 128 << 10;
 /// Batches in flight to the helper (the one filling aside): memory is `DEPTH + 1` batches.
 const DEPTH: usize = 2;
 
@@ -127,7 +127,7 @@ fn pieces(
     wholes: &mut [Whole],
 ) -> Result<()> {
     let mut staged = if plan.any_fetched() {
-        Some(Seed::open(&staging.part(), io).map_err(|e| err!(LocalIo, "{e}"))?)
+        Some(Seed::open_small(&staging.part(), io).map_err(|e| err!(LocalIo, "{e}"))?)
     } else {
         None
     };
@@ -175,7 +175,9 @@ fn pieces(
             }
             if batch.bytes.len() >= BATCH {
                 let next = spare.pop().unwrap_or_default();
-                let done = pipe.push(std::mem::replace(&mut batch, next)).map_err(|e| err!(Internal, "{e}"))?;
+                let done = pipe
+                    .push(std::mem::replace(&mut batch, next))
+                    .map_err(|e| err!(Internal, "{e}"))?;
                 if let Some(done) = done {
                     spare.push(write_checked(done, index, seeds, writer)?);
                 }

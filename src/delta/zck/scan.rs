@@ -25,7 +25,7 @@ use super::chunker::{Chunker, MAX_CHUNK};
 use super::header::MAGIC;
 use super::{HashType, Zck};
 use crate::delta::pipe::Pipe;
-use crate::delta::{Found, Finds, Piece, Scanner};
+use crate::delta::{Finds, Found, Piece, Scanner};
 
 /// The pieces' checksums, sorted for lookup: `(first 8 bytes, piece)`; and the lengths
 /// that have one.
@@ -274,17 +274,19 @@ impl ZckSeed<'_> {
                 }
             }
         };
+        self.head.reserve_exact(need.saturating_sub(self.head.len()));
         let n = need.saturating_sub(self.head.len()).min(data.len());
         self.head.extend_from_slice(&data[..n]);
         *data = &data[n..];
         if self.head.len() < need {
             return false;
         }
-        match Zck::parse(&self.head) {
-            Ok(seed) => {
-                self.chunks = seed.pieces.iter().map(|p| (p.remote_start, p.remote_len)).collect();
-                self.offset = self.head.len() as u64;
-                self.head = Vec::new();
+        let parsed = super::chunk_spans(&self.head);
+        self.offset = self.head.len() as u64;
+        self.head = Vec::new();
+        match parsed {
+            Ok(chunks) => {
+                self.chunks = chunks;
                 self.dead = self.chunks.is_empty();
                 !self.dead
             }
