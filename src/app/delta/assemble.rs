@@ -183,10 +183,10 @@ fn pieces(
                 }
             }
         }
-        if !batch.bytes.is_empty() {
-            if let Some(done) = pipe.push(batch).map_err(|e| err!(Internal, "{e}"))? {
-                write_checked(done, index, seeds, writer)?;
-            }
+        if !batch.bytes.is_empty()
+            && let Some(done) = pipe.push(batch).map_err(|e| err!(Internal, "{e}"))?
+        {
+            write_checked(done, index, seeds, writer)?;
         }
         while let Some(done) = pipe.next_done().map_err(|e| err!(Internal, "{e}"))? {
             write_checked(done, index, seeds, writer)?;
