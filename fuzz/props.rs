@@ -2266,18 +2266,18 @@ fn check_zsync_pieces(z: &ringdl::delta::zsync::Zsync) {
 /// is the block. Returns the result.
 fn zsync_scan_agrees(z: &ringdl::delta::zsync::Zsync, seed: &[u8], rng: &mut Rng) -> Vec<Option<ringdl::delta::Found>> {
     use ringdl::delta::{Found, Index};
-    let mut s = z.scanner();
+    let mut s = z.scanner(None);
     s.feed(seed);
-    let whole = s.finish();
+    let whole = s.finish().to_vec();
     assert_eq!(whole.len(), z.pieces().len());
-    let mut s = z.scanner();
+    let mut s = z.scanner(None);
     let mut rest = seed;
     while !rest.is_empty() {
         let n = (rng.below(3 * z.block_size() as usize) + 1).min(rest.len());
         s.feed(&rest[..n]);
         rest = &rest[n..];
     }
-    assert_eq!(s.finish(), whole, "feed sizes changed what was found");
+    assert_eq!(s.finish().to_vec(), whole, "feed sizes changed what was found");
     for (i, f) in whole.iter().enumerate() {
         let Some(Found::Target(o)) = *f else { continue };
         let p = z.pieces()[i];
@@ -2406,14 +2406,14 @@ fn zck_checks(data: &[u8]) {
     let mut rng = Rng::from(data);
     for seed in [data, &data[1.min(data.len())..]] {
         let scan = |split: &mut dyn FnMut() -> usize| {
-            let mut s = z.scanner();
+            let mut s = z.scanner(None);
             let mut rest = seed;
             while !rest.is_empty() {
                 let k = split().clamp(1, rest.len());
                 s.feed(&rest[..k]);
                 rest = &rest[k..];
             }
-            s.finish()
+            s.finish().to_vec()
         };
         let whole = scan(&mut || usize::MAX);
         assert_eq!(whole.len(), z.pieces().len());

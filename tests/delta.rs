@@ -427,3 +427,37 @@ fn a_zsync_file_whose_url_points_elsewhere_is_refused() {
     assert!(o.stderr_text().contains("points elsewhere"), "{}", o.stderr_text());
     s.assert_no_output(&o);
 }
+
+/// A delta hashes on a helper thread when the process may run on two CPUs (`-v` says so),
+/// inline when it is pinned to one (`taskset -c 0`), and `--threads 1` changes neither:
+/// the same exact target every way, for both formats.
+#[test]
+fn a_delta_hashes_on_a_helper_thread_or_inline_and_lands_the_same_bytes() {
+    let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    for (name, index) in [("zck", "new.img.zck"), ("zsync", "new.img.zsync")] {
+        let s = Site::new(&format!("helper-{name}"));
+        let o = s.fetch(&[&s.served("old.img")], index, &["-v", "--threads", "1"]);
+        s.assert_landed(&o);
+        let err = o.stderr_text();
+        let said = if two {
+            "(hashing on a helper thread)"
+        } else {
+            "(hashing inline: one CPU)"
+        };
+        assert!(err.contains(said), "{name}: {err}");
+        std::fs::remove_file(s.out()).unwrap();
+
+        let mut c = crate::util::TestCommand::new("taskset");
+        c.scrub_env().current_dir(s.dir.path());
+        c.args(["-c", "0"]).arg(crate::util::ringdl_bin());
+        c.args(["-v", "-x", "4", "-o"]).arg(s.out());
+        c.arg("--seed").arg(s.served("old.img")).arg(s.url(index));
+        let o = c.run();
+        s.assert_landed(&o);
+        let err = o.stderr_text();
+        assert!(
+            err.contains("(hashing inline: one CPU)"),
+            "{name} pinned to CPU 0: {err}"
+        );
+    }
+}

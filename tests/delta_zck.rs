@@ -332,11 +332,21 @@ fn edit(data: &[u8], seed: u64) -> Vec<u8> {
 
 /// Scans `seed` with `z`'s scanner fed `step` bytes at a time.
 fn scan(z: &Zck, seed: &[u8], step: usize) -> Vec<Option<Found>> {
-    let mut s = z.scanner();
+    let mut s = z.scanner(None);
     for part in seed.chunks(step.max(1)) {
         s.feed(part);
     }
-    s.finish()
+    let inline = s.finish();
+    // The same chunks hashed on a helper thread (as a run on two CPUs does) find the same.
+    let helped = std::thread::scope(|scope| {
+        let mut s = z.scanner(Some(scope));
+        for part in seed.chunks(step.max(1)) {
+            s.feed(part);
+        }
+        s.finish()
+    });
+    assert_eq!(helped, inline, "hashed on a helper thread");
+    inline.to_vec()
 }
 
 /// Checks that `found` (from scanning `seed` for `z`, whose target is `data`) holds

@@ -94,11 +94,11 @@ fn percent(got: usize, blocks: usize) -> String {
 }
 
 fn scan_feeds(z: &Zsync, seed: &[u8], feed: usize) -> Vec<Option<Found>> {
-    let mut s = z.scanner();
+    let mut s = z.scanner(None);
     for chunk in seed.chunks(feed) {
         s.feed(chunk);
     }
-    s.finish()
+    s.finish().to_vec()
 }
 
 fn scan(z: &Zsync, seed: &[u8]) -> Vec<Option<Found>> {

@@ -128,23 +128,37 @@ fn update(
         Format::Zsync => zsync_index(opts, url, target, per_run)?,
     };
     index_signature(opts, &index_bytes, record, per_run)?;
+    drop(index_bytes);
     let mut found = Vec::new();
     for seed in &mut seeds {
+        let t = std::time::Instant::now();
         found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
+        say_time(opts, &format!("seed {} scanned", seed.path.display()), t, seed.len);
     }
-    let plan = Plan::of(index.as_ref(), &found, plan::BRIDGE);
-    drop(found);
+    let plan = Plan::of(index.as_ref(), found, plan::BRIDGE);
     say_plan(opts, &plan, index.as_ref(), full, &staging)?;
+    let t = std::time::Instant::now();
     let whole = fetch_pieces(opts, &plan, full, &mut staging, per_run)?;
-    let plan = if whole { Plan::of(index.as_ref(), &[], 0) } else { plan };
+    let plan = if whole {
+        Plan::of(index.as_ref(), Vec::new(), 0)
+    } else {
+        plan
+    };
     check_fetched(opts, index.as_mut(), &plan, &mut staging, per_run)?;
+    say_time(opts, "pieces fetched and checked", t, plan.bytes());
     // The connections and buffers the fetches kept for a next file: none comes.
     per_run.reactor = crate::event::Reactor::new();
+    let t = std::time::Instant::now();
     assemble::write(opts, target, index.as_ref(), &plan, &mut seeds, &staging).inspect_err(|_| {
         if target.device {
             record.device_holds_unverified_bytes = Some(true);
         }
     })?;
+    let how = match crate::delta::pipe::helper_pays() {
+        true => "target written and checked (hashing on a helper thread)",
+        false => "target written and checked (hashing inline: one CPU)",
+    };
+    say_time(opts, how, t, index.target_len());
     staging.remove();
     Ok(Report {
         format: match format {
@@ -159,6 +173,15 @@ fn update(
         target_len: index.target_len(),
         signed: opts.signature.is_some(),
     })
+}
+
+/// With `-v`: how long a step took since `t`, over `bytes` bytes.
+pub(super) fn say_time(opts: &Config, what: &str, t: std::time::Instant, bytes: u64) {
+    if opts.verbose > 0 && !opts.quiet {
+        let s = t.elapsed().as_secs_f64();
+        let rate = bytes as f64 / s.max(1e-9) / f64::from(1u32 << 20);
+        eprintln!("ringdl: delta: {what} in {s:.3} s ({bytes} bytes, {rate:.0} MiB/s)");
+    }
 }
 
 /// Options a delta does not take.
@@ -274,7 +297,7 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
         Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, None, &mut staging, per_run)?,
         got => got?,
     };
-    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     let mut head = Vec::new();
     reader
         .read(0, HEAD_FIRST.min(st.total), &mut head)
@@ -292,7 +315,7 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
     }
     if len > HEAD_FIRST {
         staging.fetch(opts, Some(vec![(0, len)]), true, per_run)?;
-        let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+        let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
         reader.read(0, len, &mut head).map_err(|e| err!(LocalIo, "{e}"))?;
     }
     head.truncate(len as usize);
@@ -303,7 +326,7 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
             // from the server, then the header is what it is.
             staging.forget(&[(0, len)])?;
             staging.fetch(opts, Some(vec![(0, len)]), true, per_run)?;
-            let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+            let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
             reader.read(0, len, &mut head).map_err(|e| err!(LocalIo, "{e}"))?;
             zck::Zck::parse(&head).map_err(|e| err!(Protocol, "{}: {e}", opts.url))?
         }
@@ -390,8 +413,8 @@ fn say_plan(opts: &Config, plan: &Plan, index: &dyn Index, full: u64, staging: &
         0 => String::new(),
         n => format!(", {n} of them staged already"),
     };
-    let pieces = index.pieces().len();
-    let reused = plan.from.iter().filter(|f| matches!(f, plan::From::Seed(..))).count();
+    let pieces = index.piece_count();
+    let reused = (0..plan.len()).filter(|&i| plan.from(i) != plan::From::Fetched).count();
     eprintln!(
         "ringdl: delta: {reused} of {pieces} pieces ({} of {} bytes) found in {} seed(s); fetching {} bytes in {} \
          range(s){staged} (a full download: {full} bytes)",
@@ -500,7 +523,7 @@ fn check_fetched(
     if plan.ranges.is_empty() {
         return Ok(());
     }
-    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     if let Some((a, b)) = index.always_fetch() {
         let mut bytes = Vec::new();
         reader.read(a, b - a, &mut bytes).map_err(|e| err!(LocalIo, "{e}"))?;
@@ -521,14 +544,14 @@ fn check_fetched(
     let ranges: Vec<(u64, u64)> = bad
         .iter()
         .map(|(i, _)| {
-            let p = index.pieces()[*i];
+            let p = index.piece(*i);
             (p.remote_start, p.remote_start + p.remote_len)
         })
         .collect();
     let ranges = plan::coalesce(&ranges, 0);
     staging.forget(&ranges)?;
     staging.fetch(opts, Some(ranges), opts.quiet, per_run)?;
-    let mut reader = Seed::open(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+    let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
     bad = bad_pieces(index, plan, &mut reader)?;
     match bad.first() {
         None => Ok(()),
@@ -543,10 +566,11 @@ fn check_fetched(
 /// The fetched pieces of `plan` that fail their check, with why.
 fn bad_pieces(index: &dyn Index, plan: &Plan, reader: &mut Seed) -> Result<Vec<(usize, String)>> {
     let (mut fetched, mut out, mut bad) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, p) in index.pieces().iter().enumerate() {
-        if plan.from[i] != plan::From::Fetched {
+    for i in 0..plan.len() {
+        if plan.from(i) != plan::From::Fetched {
             continue;
         }
+        let p = index.piece(i);
         reader
             .read(p.remote_start, p.remote_len, &mut fetched)
             .map_err(|e| err!(LocalIo, "{e}"))?;

@@ -12,6 +12,7 @@
 //! This room is pure but for what [`seed`] reads: formats, scanning, the plan of
 //! requests. Fetching and writing are the app's (`app/delta.rs`).
 
+pub mod pipe;
 pub mod plan;
 pub mod seed;
 pub mod zck;
@@ -42,15 +43,78 @@ pub enum Found {
     Remote(u64),
 }
 
+/// Where a scan found each piece of an index, packed in 8 bytes a piece (a 1 GiB image
+/// in 4 KiB blocks: 2 MiB): `u64::MAX` not found, else the seed offset with the top bit
+/// set for [`Found::Remote`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Finds(Vec<u64>);
+
+impl Finds {
+    const NONE: u64 = u64::MAX;
+    const REMOTE: u64 = 1 << 63;
+
+    /// `n` pieces, none found.
+    pub fn new(n: usize) -> Finds {
+        Finds(vec![Finds::NONE; n])
+    }
+
+    /// Packed offsets as a scanner keeps them: `u64::MAX` for not found, else a seed
+    /// offset (below 2^63) of the piece's target bytes.
+    pub fn from_targets(offsets: Vec<u64>) -> Finds {
+        debug_assert!(offsets.iter().all(|&o| o == Finds::NONE || o < Finds::REMOTE));
+        Finds(offsets)
+    }
+
+    /// Pieces.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No pieces.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Where piece `i` was found (`None` also past the end).
+    pub fn get(&self, i: usize) -> Option<Found> {
+        match self.0.get(i).copied() {
+            None | Some(Finds::NONE) => None,
+            Some(v) if v & Finds::REMOTE != 0 => Some(Found::Remote(v & !Finds::REMOTE)),
+            Some(v) => Some(Found::Target(v)),
+        }
+    }
+
+    /// Records piece `i` at `at` unless it was found before (the first place is kept).
+    /// A seed offset can be no more than 2^63 − 2 (a file's size is below 2^63).
+    pub fn keep_first(&mut self, i: usize, at: Found) {
+        let v = match at {
+            Found::Target(o) => o,
+            Found::Remote(o) => o | Finds::REMOTE,
+        };
+        if self.0[i] == Finds::NONE && v != Finds::NONE {
+            self.0[i] = v;
+        }
+    }
+
+    /// Every piece's place, unpacked (for tests and messages).
+    pub fn to_vec(&self) -> Vec<Option<Found>> {
+        (0..self.len()).map(|i| self.get(i)).collect()
+    }
+}
+
 /// What a delta format tells: the target's pieces, how fetched bytes become target bytes
 /// and how they are checked, and how a seed is searched.
-pub trait Index {
+pub trait Index: Send + Sync {
     /// Size of the target, bytes.
     fn target_len(&self) -> u64;
 
-    /// The pieces in target order: piece `i + 1` starts where piece `i` ends, the first at
-    /// 0, the last ends at [`Index::target_len`]. Remote ranges are sorted and disjoint.
-    fn pieces(&self) -> &[Piece];
+    /// How many pieces the target has.
+    fn piece_count(&self) -> usize;
+
+    /// Piece `i` (below [`Index::piece_count`]; panics past it). The pieces in target
+    /// order: piece `i + 1` starts where piece `i` ends, the first at 0, the last ends at
+    /// [`Index::target_len`]. Remote ranges are sorted and disjoint.
+    fn piece(&self, i: usize) -> Piece;
 
     /// A remote range every delta fetches whatever the seed holds (zchunk's dictionary),
     /// `(start, end)`; given to [`Index::take_always`] before any piece is opened.
@@ -77,8 +141,9 @@ pub trait Index {
     /// Whether `bytes` are piece `i`'s target bytes (length and digest).
     fn matches(&self, i: usize, bytes: &[u8]) -> bool;
 
-    /// A scanner that searches a seed for this index's pieces.
-    fn scanner(&self) -> Box<dyn Scanner + '_>;
+    /// A scanner that searches a seed for this index's pieces; it may hash on a helper
+    /// thread of `helper` ([`pipe`]), joined when the scope ends.
+    fn scanner<'s, 'e>(&'s self, helper: Option<&'s std::thread::Scope<'s, 'e>>) -> Box<dyn Scanner + 's>;
 
     /// Digests of the whole target the format carries (zsync: SHA-1, and SHA-256 when
     /// given), checked once the target is written.
@@ -93,5 +158,5 @@ pub trait Scanner {
     fn feed(&mut self, bytes: &[u8]);
 
     /// The seed's end: for each piece, where it was found (the first place), if it was.
-    fn finish(self: Box<Self>) -> Vec<Option<Found>>;
+    fn finish(self: Box<Self>) -> Finds;
 }

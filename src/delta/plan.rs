@@ -2,7 +2,7 @@
 //! them: neighbours coalesced, small gaps between them bridged (one request costs more
 //! than re-fetching a few KiB).
 
-use super::{Found, Index};
+use super::{Finds, Found, Index};
 
 /// Gaps between two fetched ranges up to this many bytes are fetched too: the engine
 /// widens every range to its 4 KiB O_DIRECT alignment anyway, and a request's head both
@@ -18,11 +18,17 @@ pub enum From {
     Fetched,
 }
 
-/// A delta's plan: each piece's source and the remote ranges to fetch.
+/// `seed_of` for a fetched piece; seeds from this index on are not used.
+const FETCHED: u8 = u8::MAX;
+
+/// A delta's plan: each piece's source and the remote ranges to fetch. Per piece it
+/// keeps one byte (which seed) besides the seeds' own [`Finds`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
-    /// Per piece, in the index's order.
-    pub from: Vec<From>,
+    /// Per piece, in the index's order: the seed that gives it, or [`FETCHED`].
+    seed_of: Vec<u8>,
+    /// Each seed's scan.
+    finds: Vec<Finds>,
     /// Remote `[start, end)` ranges to fetch, sorted, disjoint, gaps over [`BRIDGE`].
     pub ranges: Vec<(u64, u64)>,
     /// Target bytes the seeds give.
@@ -32,26 +38,33 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The plan for `index` given what each seed's scan found (`found[s][i]`: seed `s`,
-    /// piece `i`; the first seed that has a piece gives it), plus the index's always
-    /// fetched range.
-    pub fn of(index: &dyn Index, found: &[Vec<Option<Found>>], bridge: u64) -> Plan {
-        let mut plan = Plan::default();
+    /// The plan for `index` given what each seed's scan found (`found[s]`: seed `s`; the
+    /// first seed that has a piece gives it; seeds past the 255th are not used), plus the
+    /// index's always fetched range.
+    pub fn of(index: &dyn Index, found: Vec<Finds>, bridge: u64) -> Plan {
+        let mut plan = Plan {
+            seed_of: Vec::with_capacity(index.piece_count()),
+            finds: found,
+            ..Plan::default()
+        };
+        plan.finds.truncate(usize::from(FETCHED));
         let mut ranges: Vec<(u64, u64)> = Vec::new();
-        for (i, p) in index.pieces().iter().enumerate() {
-            let hit = found
-                .iter()
-                .enumerate()
-                .find_map(|(s, f)| f.get(i).copied().flatten().map(|at| (s, at)));
-            match hit {
-                Some((s, at)) => {
-                    plan.from.push(From::Seed(s, at));
+        for i in 0..index.piece_count() {
+            let p = index.piece(i);
+            match plan.finds.iter().position(|f| f.get(i).is_some()) {
+                Some(s) => {
+                    plan.seed_of.push(s as u8);
                     plan.reused += p.target_len;
                 }
                 None => {
-                    plan.from.push(From::Fetched);
+                    plan.seed_of.push(FETCHED);
                     plan.fetched_target += p.target_len;
-                    ranges.push((p.remote_start, p.remote_start + p.remote_len));
+                    let r = (p.remote_start, p.remote_start + p.remote_len);
+                    // (Pieces come in remote order: neighbours merge as they come.)
+                    match ranges.last_mut() {
+                        Some(last) if last.1 == r.0 => last.1 = r.1,
+                        _ => ranges.push(r),
+                    }
                 }
             }
         }
@@ -59,6 +72,32 @@ impl Plan {
         ranges.sort_unstable();
         plan.ranges = coalesce(&ranges, bridge);
         plan
+    }
+
+    /// Pieces.
+    pub fn len(&self) -> usize {
+        self.seed_of.len()
+    }
+
+    /// No pieces.
+    pub fn is_empty(&self) -> bool {
+        self.seed_of.is_empty()
+    }
+
+    /// Where piece `i` comes from.
+    pub fn from(&self, i: usize) -> From {
+        match self.seed_of[i] {
+            FETCHED => From::Fetched,
+            s => match self.finds[usize::from(s)].get(i) {
+                Some(at) => From::Seed(usize::from(s), at),
+                None => From::Fetched,
+            },
+        }
+    }
+
+    /// Whether some piece is fetched.
+    pub fn any_fetched(&self) -> bool {
+        self.seed_of.contains(&FETCHED)
     }
 
     /// Remote bytes the ranges cover.

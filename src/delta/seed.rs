@@ -9,12 +9,15 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use uring::{Buf, BufPool, Op, Ring};
 
-use super::{Found, Index};
+use super::{Finds, Index};
 
 /// Bytes per read, and the read-back window (a multiple of every logical block size).
-const BLOCK: usize = 512 << 10;
-/// Reads in flight ahead of the one consumed, when reading front to back.
-const AHEAD: usize = 3;
+const BLOCK: usize = 256 << 10;
+/// The same for a file read back in pieces here and there (a delta's staging file).
+const SMALL_BLOCK: usize = 64 << 10;
+/// Reads in flight ahead of the one consumed, when reading front to back: with [`BLOCK`],
+/// 1.25 MiB of buffers a seed.
+const AHEAD: usize = 4;
 /// O_DIRECT's alignment of offsets and lengths, bytes (the largest logical block size).
 const ALIGN: u64 = 4096;
 
@@ -24,6 +27,8 @@ pub struct Seed {
     fd: OwnedFd,
     /// Its size, bytes.
     pub len: u64,
+    /// Bytes per read ([`BLOCK`] or [`SMALL_BLOCK`]).
+    block: usize,
     /// Opened with O_DIRECT (reads aligned), or buffered where the filesystem refuses it.
     direct: bool,
     /// Its device and inode (a block device: its rdev), to refuse the target itself.
@@ -38,7 +43,7 @@ pub struct Seed {
     spare: Vec<Buf>,
 }
 
-/// A read ahead: `BLOCK` bytes (fewer at the end) from `at`; `done` once completed.
+/// A read ahead: a block's bytes (fewer at the end) from `at`; `done` once completed.
 struct Ahead {
     at: u64,
     done: Option<(Buf, i32)>,
@@ -52,6 +57,19 @@ impl Seed {
     /// A message naming the seed when it cannot be opened, is not a regular file or block
     /// device, or its size cannot be read; the ring's or buffers' setup error.
     pub fn open(path: &Path, io: crate::config::IoChoice) -> Result<Seed, String> {
+        Seed::open_with(path, io, BLOCK)
+    }
+
+    /// As [`Seed::open`], with reads of 64 KiB (a quarter MiB of buffers, not 2 MiB): for
+    /// a file read back in scattered pieces, a delta's staging file.
+    ///
+    /// # Errors
+    /// As [`Seed::open`].
+    pub fn open_small(path: &Path, io: crate::config::IoChoice) -> Result<Seed, String> {
+        Seed::open_with(path, io, SMALL_BLOCK)
+    }
+
+    fn open_with(path: &Path, io: crate::config::IoChoice, block: usize) -> Result<Seed, String> {
         let flags = OFlags::RDONLY | OFlags::CLOEXEC;
         let name = path.display();
         let (fd, direct) = match rustix::fs::open(path, flags | OFlags::DIRECT, Mode::empty()) {
@@ -73,7 +91,7 @@ impl Seed {
             }
             _ => return Err(format!("seed {name}: not a regular file or a block device")),
         };
-        let pool = BufPool::new(BLOCK, AHEAD + 1).map_err(|e| format!("seed buffers: {e}"))?;
+        let pool = BufPool::new(block, AHEAD + 1).map_err(|e| format!("seed buffers: {e}"))?;
         let mut spare: Vec<Buf> = std::iter::from_fn(|| pool.alloc()).collect();
         let win = spare.pop().ok_or("seed buffers: none")?;
         let ring = crate::io::build_ring(io, 8, false, false, 0)
@@ -83,6 +101,7 @@ impl Seed {
             path: path.to_path_buf(),
             fd,
             len,
+            block,
             direct,
             id,
             win,
@@ -94,27 +113,31 @@ impl Seed {
         })
     }
 
-    /// Streams the whole seed through `index`'s scanner, reading ahead while it hashes.
+    /// Streams the whole seed through `index`'s scanner, reading ahead while it hashes (on
+    /// a helper thread too, when one pays: [`super::pipe::helper_pays`]).
     /// Returns, per piece, where it was found.
     ///
     /// # Errors
     /// A message naming the seed and offset when a read fails.
-    pub fn scan(&mut self, index: &dyn Index) -> Result<Vec<Option<Found>>, String> {
-        let mut scanner = index.scanner();
-        let mut at = 0;
-        while at < self.len {
-            let n = self.fill(at)?;
-            scanner.feed(&self.win[..n]);
-            at += n as u64;
-        }
-        Ok(scanner.finish())
+    pub fn scan(&mut self, index: &dyn Index) -> Result<Finds, String> {
+        let helper = super::pipe::helper_pays();
+        std::thread::scope(|scope| {
+            let mut scanner = index.scanner(helper.then_some(scope));
+            let mut at = 0;
+            while at < self.len {
+                let n = self.fill(at)?;
+                scanner.feed(&self.win[..n]);
+                at += n as u64;
+            }
+            Ok(scanner.finish())
+        })
     }
 
     /// Makes the window the seed's bytes from `at` (aligned): the read ahead of `at` when
     /// there is one, else a read now; then reads ahead of it. Returns the bytes it holds
     /// (fewer at the end).
     fn fill(&mut self, at: u64) -> Result<usize, String> {
-        let want = (self.len - at).min(BLOCK as u64) as usize;
+        let want = (self.len - at).min(self.block as u64) as usize;
         // Reads ahead before `at` (or all, when none starts there) are dropped.
         while self.ahead.front().is_some_and(|a| a.at != at) {
             let (buf, _) = self.wait_front()?;
@@ -128,10 +151,10 @@ impl Seed {
         self.spare.push(std::mem::replace(&mut self.win, buf));
         self.win_at = at;
         self.win_len = want;
-        let mut next = self.ahead.back().map_or(at, |a| a.at) + BLOCK as u64;
+        let mut next = self.ahead.back().map_or(at, |a| a.at) + self.block as u64;
         while self.ahead.len() < AHEAD && next < self.len && !self.spare.is_empty() {
             self.read_ahead(next)?;
-            next += BLOCK as u64;
+            next += self.block as u64;
         }
         Ok(want)
     }
@@ -139,7 +162,7 @@ impl Seed {
     /// Queues the read of the block at `at`.
     fn read_ahead(&mut self, at: u64) -> Result<(), String> {
         let buf = self.spare.pop().ok_or("seed: no free read buffer")?;
-        let want = (self.len - at).min(BLOCK as u64) as usize;
+        let want = (self.len - at).min(self.block as u64) as usize;
         let ask = if self.direct {
             (want as u64).next_multiple_of(ALIGN) as usize
         } else {
@@ -219,6 +242,14 @@ impl Seed {
     /// A message when the range runs past the seed's end or a read fails.
     pub fn read(&mut self, at: u64, len: u64, out: &mut Vec<u8>) -> Result<(), String> {
         out.clear();
+        self.append(at, len, out)
+    }
+
+    /// Appends the seed's bytes `[at, at + len)` to `out`.
+    ///
+    /// # Errors
+    /// As [`Seed::read`].
+    pub fn append(&mut self, at: u64, len: u64, out: &mut Vec<u8>) -> Result<(), String> {
         if at.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(format!(
                 "seed {}: bytes {at}+{len} are past its end ({} bytes): was it changed?",
@@ -232,7 +263,7 @@ impl Seed {
             if !inside {
                 // The read ahead that holds `at`, else the aligned block from it.
                 let from = (self.ahead.iter().map(|a| a.at))
-                    .find(|&a| at >= a && at < a + BLOCK as u64)
+                    .find(|&a| at >= a && at < a + self.block as u64)
                     .unwrap_or(at - at % ALIGN);
                 self.fill(from)?;
             }

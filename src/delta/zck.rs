@@ -185,6 +185,47 @@ fn header_checksum(head: &[u8], lead: &header::Lead) -> digest::Digest {
     ctx.finish()
 }
 
+/// The lead and body of `head` once its header checksum is checked.
+fn checked_body(head: &[u8]) -> Result<(header::Lead, header::Body<'_>), String> {
+    let lead = header::lead(head)?.ok_or_else(|| format!("zchunk lead cut short: {} bytes", head.len()))?;
+    let end = lead.len + lead.header_len;
+    if head.len() < end {
+        return Err(format!("zchunk header cut short: {} of its {end} bytes", head.len()));
+    }
+    let head = &head[..end];
+    let stored = &head[lead.len - lead.hash.digest_len()..lead.len];
+    if header_checksum(head, &lead).as_ref()[..lead.hash.digest_len()] != *stored {
+        return Err(format!(
+            "zchunk header checksum ({}) does not match: the header is corrupt or was changed",
+            lead.hash.name()
+        ));
+    }
+    let body = header::body(head, &lead)?;
+    Ok((lead, body))
+}
+
+/// Where the data chunks of the `.zck` that starts with `head` are, `(start, len)` of
+/// each as stored, in order: what [`Zck::parse`] checks, without keeping the digests
+/// (an old `.zck` seed's chunks are only located by it).
+///
+/// # Errors
+/// As [`Zck::parse`].
+pub fn chunk_spans(head: &[u8]) -> Result<Vec<(u64, u64)>, String> {
+    let (lead, body) = checked_body(head)?;
+    let mut remote = (lead.len + lead.header_len) as u64;
+    let mut spans = Vec::with_capacity(body.entries.len().saturating_sub(1));
+    for (n, e) in body.entries.iter().enumerate() {
+        header::check_entry(n, e, body.compression)?;
+        if n > 0 {
+            spans.push((remote, e.comp_len));
+        }
+        remote = remote
+            .checked_add(e.comp_len)
+            .ok_or_else(|| format!("zchunk chunk {n}: the file's length overflows"))?;
+    }
+    Ok(spans)
+}
+
 impl Zck {
     /// Parses `head`, a `.zck` file's first [`head_len`] bytes or more (the rest is not
     /// read), and checks the header checksum.
@@ -196,20 +237,9 @@ impl Zck {
     /// or whose count disagrees, a chunk length beyond [`MAX_CHUNK_LEN`] (the dictionary's
     /// beyond [`MAX_DICT_LEN`]) or beyond what its compression can make of it.
     pub fn parse(head: &[u8]) -> Result<Zck, String> {
-        let lead = header::lead(head)?.ok_or_else(|| format!("zchunk lead cut short: {} bytes", head.len()))?;
+        let (lead, body) = checked_body(head)?;
         let end = lead.len + lead.header_len;
-        if head.len() < end {
-            return Err(format!("zchunk header cut short: {} of its {end} bytes", head.len()));
-        }
-        let head = &head[..end];
         let stored = &head[lead.len - lead.hash.digest_len()..lead.len];
-        if header_checksum(head, &lead).as_ref()[..lead.hash.digest_len()] != *stored {
-            return Err(format!(
-                "zchunk header checksum ({}) does not match: the header is corrupt or was changed",
-                lead.hash.name()
-            ));
-        }
-        let body = header::body(head, &lead)?;
         let mut z = Zck {
             head_len: end as u64,
             data_end: end as u64,
@@ -256,6 +286,11 @@ impl Zck {
         }
         z.data_end = remote;
         Ok(z)
+    }
+
+    /// The pieces ([`Index::piece`]), in target order.
+    pub fn pieces(&self) -> &[Piece] {
+        &self.pieces
     }
 
     /// Lead + header, bytes: where the data (dictionary, then chunks) starts.
@@ -347,8 +382,12 @@ impl Index for Zck {
         self.pieces.last().map_or(0, |p| p.target_start + p.target_len)
     }
 
-    fn pieces(&self) -> &[Piece] {
-        &self.pieces
+    fn piece_count(&self) -> usize {
+        self.pieces.len()
+    }
+
+    fn piece(&self, i: usize) -> Piece {
+        self.pieces[i]
     }
 
     /// The dictionary chunk, when the file has one and its chunks need it (zstd).
@@ -461,8 +500,8 @@ impl Index for Zck {
     /// anything else is cut with zck's chunker and matched by uncompressed checksum — which
     /// a file without uncompressed checksums (made without `zck -u`) does not have: such a
     /// plain seed finds nothing. How, in `zck/scan.rs`.
-    fn scanner(&self) -> Box<dyn Scanner + '_> {
-        Box::new(scan::SeedScanner::new(self))
+    fn scanner<'s, 'e>(&'s self, helper: Option<&'s std::thread::Scope<'s, 'e>>) -> Box<dyn Scanner + 's> {
+        Box::new(scan::SeedScanner::new(self, helper))
     }
 }
 

@@ -44,7 +44,6 @@ pub struct Zsync {
     rsums: Vec<u32>,
     /// Per block, `checksum_bytes` bytes: the start of the MD4 of the zero-padded block.
     checksums: Vec<u8>,
-    pieces: Vec<Piece>,
     sha1: Option<[u8; 20]>,
     sha256: Option<[u8; 32]>,
 }
@@ -91,18 +90,6 @@ impl Zsync {
             rsums.push(record[..rsum_len].iter().fold(0u32, |v, &b| v << 8 | u32::from(b)));
             checksums.extend_from_slice(&record[rsum_len..]);
         }
-        let pieces = (0..blocks as u64)
-            .map(|i| {
-                let target_start = i * h.block_size;
-                let target_len = h.block_size.min(h.length - target_start);
-                Piece {
-                    target_start,
-                    target_len,
-                    remote_start: target_start,
-                    remote_len: target_len,
-                }
-            })
-            .collect();
         Ok(Zsync {
             filename: h.filename,
             mtime: h.mtime,
@@ -114,10 +101,14 @@ impl Zsync {
             checksum_bytes: h.checksum_bytes,
             rsums,
             checksums,
-            pieces,
             sha1: h.sha1,
             sha256: h.sha256,
         })
+    }
+
+    /// Every block as a [`Piece`] (made for the asking: [`Index::piece`] makes one).
+    pub fn pieces(&self) -> Vec<Piece> {
+        (0..self.piece_count()).map(|i| self.piece(i)).collect()
     }
 
     /// Every `URL:` of the file, in file order, as written (possibly relative to the
@@ -182,17 +173,32 @@ impl Index for Zsync {
         self.length
     }
 
-    fn pieces(&self) -> &[Piece] {
-        &self.pieces
+    fn piece_count(&self) -> usize {
+        self.rsums.len()
+    }
+
+    /// Block `i`: `Blocksize` bytes at `i * Blocksize` (the last one shorter), the same in
+    /// the target and the remote file.
+    fn piece(&self, i: usize) -> Piece {
+        assert!(i < self.rsums.len(), "zsync: no block {i}");
+        let target_start = i as u64 * self.block_size;
+        let target_len = self.block_size.min(self.length - target_start);
+        Piece {
+            target_start,
+            target_len,
+            remote_start: target_start,
+            remote_len: target_len,
+        }
     }
 
     /// Copies block `i` (`fetched` must be its `remote_len` bytes) into `out` after
     /// checking its MD4 prefix (over the block zero-padded to `Blocksize`).
     fn open_fetched(&self, i: usize, fetched: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         out.clear();
-        let Some(p) = self.pieces.get(i) else {
-            return Err(format!("zsync: no block {i} (the file has {})", self.pieces.len()));
-        };
+        if i >= self.piece_count() {
+            return Err(format!("zsync: no block {i} (the file has {})", self.piece_count()));
+        }
+        let p = self.piece(i);
         if fetched.len() as u64 != p.remote_len {
             return Err(format!(
                 "zsync block {i} at offset {}: {} bytes fetched, the block has {}",
@@ -212,12 +218,10 @@ impl Index for Zsync {
     }
 
     fn matches(&self, i: usize, bytes: &[u8]) -> bool {
-        self.pieces
-            .get(i)
-            .is_some_and(|p| bytes.len() as u64 == p.target_len && self.strong_matches(i, bytes))
+        i < self.piece_count() && bytes.len() as u64 == self.piece(i).target_len && self.strong_matches(i, bytes)
     }
 
-    fn scanner(&self) -> Box<dyn Scanner + '_> {
+    fn scanner<'s, 'e>(&'s self, _helper: Option<&'s std::thread::Scope<'s, 'e>>) -> Box<dyn Scanner + 's> {
         Box::new(scan::ZsyncScanner::new(self))
     }
 

@@ -4,6 +4,7 @@
 
 use super::Target;
 use crate::config::Config;
+use crate::delta::pipe::Pipe;
 use crate::delta::plan::{From, Plan};
 use crate::delta::seed::Seed;
 use crate::delta::{Found, Index};
@@ -56,7 +57,9 @@ pub(super) fn write(
         writer.abandon();
         return Err(err!(Internal, "{msg}"));
     }
+    let t = std::time::Instant::now();
     let finished = writer.finish()?;
+    super::say_time(opts, "target's tail written and synced", t, 0);
     for (ctx, want, whose) in wholes {
         if ctx.finish().as_ref() != want.as_slice() {
             finished.discard();
@@ -78,7 +81,42 @@ pub(super) fn write(
 /// A digest of the whole target being computed, the one expected, and whose it is.
 type Whole = (ring::digest::Context, Vec<u8>, &'static str);
 
-/// Every piece in target order, checked, pushed to `writer` and into `wholes`.
+/// Target bytes gathered before they go to the helper as one batch (pieces are never
+/// split: a larger piece makes its batch larger).
+const BATCH: usize = 128 << 10;
+/// Batches in flight to the helper (the one filling aside): memory is `DEPTH + 1` batches.
+const DEPTH: usize = 2;
+
+/// Consecutive target bytes, whole pieces, on their way: checked (the seed pieces among
+/// them, and the whole digests updated) by the helper, then written.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// Seed pieces to check again: `(piece, start in bytes, seed, seed offset)`.
+    checks: Vec<(usize, usize, usize, u64)>,
+    /// The first of `checks` that failed.
+    bad: Option<usize>,
+}
+
+impl Batch {
+    /// The helper's part: each seed piece checked, then (all good) the whole digests.
+    fn check(&mut self, index: &dyn Index, wholes: &mut [Whole]) {
+        for (k, &(i, start, _, _)) in self.checks.iter().enumerate() {
+            let len = index.piece(i).target_len as usize;
+            if !index.matches(i, &self.bytes[start..start + len]) {
+                self.bad = Some(k);
+                return;
+            }
+        }
+        for (ctx, _, _) in wholes.iter_mut() {
+            ctx.update(&self.bytes);
+        }
+    }
+}
+
+/// Every piece in target order, checked, pushed to `writer` and into `wholes`: this
+/// thread reads and decodes the pieces and writes them, a helper (when one pays) checks
+/// the seed pieces again and computes the whole digests, a batch behind.
 fn pieces(
     io: crate::config::IoChoice,
     index: &dyn Index,
@@ -88,56 +126,91 @@ fn pieces(
     writer: &mut ImageWriter,
     wholes: &mut [Whole],
 ) -> Result<()> {
-    let mut staged = if plan.from.contains(&From::Fetched) {
-        Some(Seed::open(&staging.part(), io).map_err(|e| err!(LocalIo, "{e}"))?)
+    let mut staged = if plan.any_fetched() {
+        Some(Seed::open_small(&staging.part(), io).map_err(|e| err!(LocalIo, "{e}"))?)
     } else {
         None
     };
-    let (mut raw, mut piece) = (Vec::new(), Vec::new());
     // A piece found in a seed matched its digest when it was found; it is checked again
     // before its write unless the whole target is checked before it counts (zsync's
     // SHA-1): a seed changed since its scan is caught either way.
     let recheck = wholes.is_empty() || index.whole_digests().is_empty();
-    for (i, from) in plan.from.iter().enumerate() {
-        let p = index.pieces()[i];
-        match *from {
-            From::Seed(s, Found::Target(at)) => {
-                seeds[s]
-                    .read(at, p.target_len, &mut piece)
-                    .map_err(|e| err!(LocalIo, "{e}"))?;
-                if recheck && !index.matches(i, &piece) {
-                    return Err(err!(
-                        Checksum,
-                        "seed {}: the piece at its byte {at} (target byte {}) no longer matches its digest: was \
-                         the seed changed during the update? (a file target is not renamed; a device holds the \
-                         pieces written before it)",
-                        seeds[s].path.display(),
-                        p.target_start
-                    ));
+    let helper = crate::delta::pipe::helper_pays();
+    std::thread::scope(|scope| {
+        let mut pipe = Pipe::new(helper.then_some(scope), DEPTH, |b: &mut Batch| b.check(index, wholes));
+        let (mut raw, mut piece) = (Vec::new(), Vec::new());
+        let mut spare: Vec<Batch> = Vec::new();
+        let mut batch = Batch::default();
+        for i in 0..plan.len() {
+            let p = index.piece(i);
+            let start = batch.bytes.len();
+            match plan.from(i) {
+                From::Seed(s, Found::Target(at)) => {
+                    seeds[s]
+                        .append(at, p.target_len, &mut batch.bytes)
+                        .map_err(|e| err!(LocalIo, "{e}"))?;
+                    if recheck {
+                        batch.checks.push((i, start, s, at));
+                    }
+                }
+                From::Seed(s, Found::Remote(at)) => {
+                    seeds[s]
+                        .read(at, p.remote_len, &mut raw)
+                        .map_err(|e| err!(LocalIo, "{e}"))?;
+                    index
+                        .open_fetched(i, &raw, &mut piece)
+                        .map_err(|e| err!(Checksum, "seed {}: {e}", seeds[s].path.display()))?;
+                    batch.bytes.extend_from_slice(&piece);
+                }
+                From::Fetched => {
+                    let reader = staged.as_mut().ok_or_else(|| err!(Internal, "no staging file"))?;
+                    reader
+                        .read(p.remote_start, p.remote_len, &mut raw)
+                        .map_err(|e| err!(LocalIo, "{e}"))?;
+                    index
+                        .open_fetched(i, &raw, &mut piece)
+                        .map_err(|e| err!(Checksum, "{}: {e}", staging.part().display()))?;
+                    batch.bytes.extend_from_slice(&piece);
                 }
             }
-            From::Seed(s, Found::Remote(at)) => {
-                seeds[s]
-                    .read(at, p.remote_len, &mut raw)
-                    .map_err(|e| err!(LocalIo, "{e}"))?;
-                index
-                    .open_fetched(i, &raw, &mut piece)
-                    .map_err(|e| err!(Checksum, "seed {}: {e}", seeds[s].path.display()))?;
-            }
-            From::Fetched => {
-                let reader = staged.as_mut().ok_or_else(|| err!(Internal, "no staging file"))?;
-                reader
-                    .read(p.remote_start, p.remote_len, &mut raw)
-                    .map_err(|e| err!(LocalIo, "{e}"))?;
-                index
-                    .open_fetched(i, &raw, &mut piece)
-                    .map_err(|e| err!(Checksum, "{}: {e}", staging.part().display()))?;
+            if batch.bytes.len() >= BATCH {
+                let next = spare.pop().unwrap_or_default();
+                let done = pipe
+                    .push(std::mem::replace(&mut batch, next))
+                    .map_err(|e| err!(Internal, "{e}"))?;
+                if let Some(done) = done {
+                    spare.push(write_checked(done, index, seeds, writer)?);
+                }
             }
         }
-        for (ctx, _, _) in wholes.iter_mut() {
-            ctx.update(&piece);
+        if !batch.bytes.is_empty()
+            && let Some(done) = pipe.push(batch).map_err(|e| err!(Internal, "{e}"))?
+        {
+            write_checked(done, index, seeds, writer)?;
         }
-        writer.push(&piece)?;
+        while let Some(done) = pipe.next_done().map_err(|e| err!(Internal, "{e}"))? {
+            write_checked(done, index, seeds, writer)?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes a batch the helper checked; returns it emptied. A seed piece that failed its
+/// check again is an error (nothing of the batch written).
+fn write_checked(mut b: Batch, index: &dyn Index, seeds: &[Seed], writer: &mut ImageWriter) -> Result<Batch> {
+    if let Some(k) = b.bad {
+        let (i, _, s, at) = b.checks[k];
+        return Err(err!(
+            Checksum,
+            "seed {}: the piece at its byte {at} (target byte {}) no longer matches its digest: was \
+             the seed changed during the update? (a file target is not renamed; a device holds the \
+             pieces written before it)",
+            seeds[s].path.display(),
+            index.piece(i).target_start
+        ));
     }
-    Ok(())
+    writer.push(&b.bytes)?;
+    b.bytes.clear();
+    b.checks.clear();
+    Ok(b)
 }

@@ -19,10 +19,13 @@
 
 use ring::digest;
 
+use std::thread::Scope;
+
 use super::chunker::{Chunker, MAX_CHUNK};
 use super::header::MAGIC;
 use super::{HashType, Zck};
-use crate::delta::{Found, Piece, Scanner};
+use crate::delta::pipe::Pipe;
+use crate::delta::{Finds, Found, Piece, Scanner};
 
 /// The pieces' checksums, sorted for lookup: `(first 8 bytes, piece)`; and the lengths
 /// that have one.
@@ -91,13 +94,39 @@ fn key(dig: &[u8]) -> u64 {
 }
 
 /// Records `found` for each piece `lookup` finds with checksum `dig`, where none was.
-fn record(lookup: &Lookup<'_>, dig: &digest::Digest, at: Found, found: &mut [Option<Found>]) {
+fn record(lookup: &Lookup<'_>, dig: &digest::Digest, at: Found, found: &mut Finds) {
     lookup.find(&dig.as_ref()[..lookup.hash.digest_len()], |i| {
-        found[i].get_or_insert(at);
+        found.keep_first(i, at);
     });
 }
 
-/// A plain seed cut with zck's chunker.
+/// Bytes of chunks gathered before they go to be hashed as one job.
+const JOB: usize = 256 << 10;
+/// Jobs in flight to the hashing helper (the one filling aside).
+const DEPTH: usize = 2;
+
+/// Chunks of a plain seed on their way to be hashed: their bytes back to back, each one's
+/// seed offset and length, and once hashed their digests.
+#[derive(Default)]
+struct Job {
+    bytes: Vec<u8>,
+    chunks: Vec<(u64, usize)>,
+    digests: Vec<digest::Digest>,
+}
+
+impl Job {
+    /// The helper's part: each chunk's digest.
+    fn hash(&mut self, alg: &'static digest::Algorithm) {
+        let mut at = 0;
+        for &(_, len) in &self.chunks {
+            self.digests.push(digest::digest(alg, &self.bytes[at..at + len]));
+            at += len;
+        }
+    }
+}
+
+/// A plain seed cut with zck's chunker; the chunks some piece has the length of are
+/// hashed on the pipe (a helper thread while this one cuts the next, or inline).
 struct Plain<'a> {
     chunker: Chunker,
     /// The current chunk's bytes from earlier feeds.
@@ -105,10 +134,13 @@ struct Plain<'a> {
     /// The seed offset where the current chunk starts.
     start: u64,
     lookup: Lookup<'a>,
+    pipe: Pipe<'a, Job>,
+    job: Job,
+    spare: Option<Job>,
 }
 
 impl Plain<'_> {
-    fn feed(&mut self, mut data: &[u8], found: &mut [Option<Found>]) {
+    fn feed(&mut self, mut data: &[u8], found: &mut Finds) {
         while let Some((k, len)) = self.chunker.next_cut(data) {
             if self.pending.is_empty() {
                 self.chunk(&data[..k], len, found);
@@ -125,19 +157,47 @@ impl Plain<'_> {
     }
 
     /// A chunk of the seed, `len` bytes (`bytes`), starting at `self.start`.
-    fn chunk(&mut self, bytes: &[u8], len: u64, found: &mut [Option<Found>]) {
+    fn chunk(&mut self, bytes: &[u8], len: u64, found: &mut Finds) {
         debug_assert_eq!(bytes.len() as u64, len);
         if self.lookup.wants(len) {
-            let dig = digest::digest(self.lookup.hash.algorithm(), bytes);
-            record(&self.lookup, &dig, Found::Target(self.start), found);
+            self.job.bytes.extend_from_slice(bytes);
+            self.job.chunks.push((self.start, bytes.len()));
+            if self.job.bytes.len() >= JOB {
+                let next = self.spare.take().unwrap_or_default();
+                let job = std::mem::replace(&mut self.job, next);
+                // (A helper gone, which only a panic does: its chunks count as not found.)
+                if let Ok(Some(done)) = self.pipe.push(job) {
+                    self.record(done, found);
+                }
+            }
         }
         self.start += len;
     }
 
-    fn finish(mut self, found: &mut [Option<Found>]) {
+    /// A job hashed: each chunk's digest looked up; the job kept for reuse.
+    fn record(&mut self, mut done: Job, found: &mut Finds) {
+        for (&(at, _), dig) in done.chunks.iter().zip(&done.digests) {
+            record(&self.lookup, dig, Found::Target(at), found);
+        }
+        done.bytes.clear();
+        done.chunks.clear();
+        done.digests.clear();
+        self.spare = Some(done);
+    }
+
+    fn finish(mut self, found: &mut Finds) {
         let last = std::mem::take(&mut self.pending);
         if !last.is_empty() {
             self.chunk(&last, last.len() as u64, found);
+        }
+        let job = std::mem::take(&mut self.job);
+        if !job.chunks.is_empty()
+            && let Ok(Some(done)) = self.pipe.push(job)
+        {
+            self.record(done, found);
+        }
+        while let Ok(Some(done)) = self.pipe.next_done() {
+            self.record(done, found);
         }
     }
 }
@@ -160,7 +220,7 @@ struct ZckSeed<'a> {
 }
 
 impl ZckSeed<'_> {
-    fn feed(&mut self, mut data: &[u8], found: &mut [Option<Found>]) {
+    fn feed(&mut self, mut data: &[u8], found: &mut Finds) {
         if self.dead {
             return;
         }
@@ -214,17 +274,19 @@ impl ZckSeed<'_> {
                 }
             }
         };
+        self.head.reserve_exact(need.saturating_sub(self.head.len()));
         let n = need.saturating_sub(self.head.len()).min(data.len());
         self.head.extend_from_slice(&data[..n]);
         *data = &data[n..];
         if self.head.len() < need {
             return false;
         }
-        match Zck::parse(&self.head) {
-            Ok(seed) => {
-                self.chunks = seed.pieces.iter().map(|p| (p.remote_start, p.remote_len)).collect();
-                self.offset = self.head.len() as u64;
-                self.head = Vec::new();
+        let parsed = super::chunk_spans(&self.head);
+        self.offset = self.head.len() as u64;
+        self.head = Vec::new();
+        match parsed {
+            Ok(chunks) => {
+                self.chunks = chunks;
                 self.dead = self.chunks.is_empty();
                 !self.dead
             }
@@ -247,18 +309,22 @@ enum Kind<'a> {
 }
 
 /// The [`Scanner`] of [`Zck::scanner`](crate::delta::Index::scanner).
-pub struct SeedScanner<'a> {
+pub struct SeedScanner<'a, 'e> {
     zck: &'a Zck,
+    helper: Option<&'a Scope<'a, 'e>>,
     kind: Kind<'a>,
-    found: Vec<Option<Found>>,
+    found: Finds,
 }
 
-impl<'a> SeedScanner<'a> {
-    pub fn new(zck: &'a Zck) -> SeedScanner<'a> {
+impl<'a, 'e> SeedScanner<'a, 'e> {
+    /// A scanner of `zck`'s pieces; a plain seed's chunks are hashed on a thread of
+    /// `helper` when given.
+    pub fn new(zck: &'a Zck, helper: Option<&'a Scope<'a, 'e>>) -> SeedScanner<'a, 'e> {
         SeedScanner {
             zck,
+            helper,
             kind: Kind::Unknown(Vec::with_capacity(MAGIC.len())),
-            found: vec![None; zck.pieces.len()],
+            found: Finds::new(zck.pieces.len()),
         }
     }
 
@@ -281,6 +347,9 @@ impl<'a> SeedScanner<'a> {
                 pending: Vec::with_capacity(MAX_CHUNK as usize),
                 start: 0,
                 lookup: Lookup::new(z, &z.uncompressed_digests, |p| p.target_len),
+                pipe: Pipe::new(self.helper, DEPTH, move |j: &mut Job| j.hash(z.chunk_hash.algorithm())),
+                job: Job::default(),
+                spare: None,
             }))
         } else {
             Kind::Nothing
@@ -288,7 +357,7 @@ impl<'a> SeedScanner<'a> {
     }
 }
 
-impl Scanner for SeedScanner<'_> {
+impl Scanner for SeedScanner<'_, '_> {
     fn feed(&mut self, mut bytes: &[u8]) {
         if let Kind::Unknown(first) = &mut self.kind {
             let n = (MAGIC.len() - first.len()).min(bytes.len());
@@ -304,7 +373,7 @@ impl Scanner for SeedScanner<'_> {
         self.feed_known(bytes);
     }
 
-    fn finish(mut self: Box<Self>) -> Vec<Option<Found>> {
+    fn finish(mut self: Box<Self>) -> Finds {
         if let Kind::Unknown(first) = &mut self.kind {
             let first = std::mem::take(first);
             self.decide(b"");
@@ -318,7 +387,7 @@ impl Scanner for SeedScanner<'_> {
     }
 }
 
-impl SeedScanner<'_> {
+impl SeedScanner<'_, '_> {
     fn feed_known(&mut self, bytes: &[u8]) {
         match &mut self.kind {
             Kind::Plain(p) => p.feed(bytes, &mut self.found),

@@ -84,13 +84,23 @@ fn decode_file(z: &mut Zck, file: &[u8]) -> Vec<u8> {
     target
 }
 
-/// Scans `seed` fed `step` bytes at a time.
+/// Scans `seed` fed `step` bytes at a time, hashing inline and again on a helper thread:
+/// both find the same.
 fn scan(z: &Zck, seed: &[u8], step: usize) -> Vec<Option<Found>> {
-    let mut s = z.scanner();
+    let mut s = z.scanner(None);
     for part in seed.chunks(step) {
         s.feed(part);
     }
-    s.finish()
+    let inline = s.finish();
+    let helped = std::thread::scope(|scope| {
+        let mut s = z.scanner(Some(scope));
+        for part in seed.chunks(step) {
+            s.feed(part);
+        }
+        s.finish()
+    });
+    assert_eq!(helped, inline, "hashed on a helper thread");
+    inline.to_vec()
 }
 
 #[test]

@@ -30,7 +30,7 @@
 
 use super::Zsync;
 use super::table::{Known, Table, hash};
-use crate::delta::{Found, Scanner};
+use crate::delta::{Finds, Scanner};
 
 use md4::{Digest, Md4};
 
@@ -377,7 +377,7 @@ impl<'a> ZsyncScanner<'a> {
         let slot = &mut self.found[id as usize];
         if *slot == NONE {
             let off = self.base + at as u64;
-            let len = self.z.pieces[id as usize].target_len;
+            let len = crate::delta::Index::piece(self.z, id as usize).target_len;
             *slot = if off + len <= self.fed { off } else { BEYOND };
         }
     }
@@ -410,15 +410,19 @@ impl Scanner for ZsyncScanner<'_> {
         }
     }
 
-    fn finish(mut self: Box<Self>) -> Vec<Option<Found>> {
+    fn finish(mut self: Box<Self>) -> Finds {
         if !self.idle {
             let end = self.buf.len();
             self.buf.resize(end + self.sh.context(), 0);
             self.process(end);
         }
-        self.found
-            .iter()
-            .map(|&f| (f != NONE && f != BEYOND).then_some(Found::Target(f)))
-            .collect()
+        let mut found = std::mem::take(&mut self.found);
+        drop(self);
+        for f in &mut found {
+            if *f == BEYOND {
+                *f = NONE;
+            }
+        }
+        Finds::from_targets(found)
     }
 }

@@ -78,7 +78,7 @@ fn with_header(header: &str, body: &[u8]) -> Vec<u8> {
 }
 
 fn scan_chunks(z: &Zsync, seed: &[u8], mut chunk: impl FnMut(usize) -> usize) -> Vec<Option<Found>> {
-    let mut s = z.scanner();
+    let mut s = z.scanner(None);
     let mut at = 0;
     let mut k = 0;
     while at < seed.len() {
@@ -87,7 +87,7 @@ fn scan_chunks(z: &Zsync, seed: &[u8], mut chunk: impl FnMut(usize) -> usize) ->
         at += n;
         k += 1;
     }
-    s.finish()
+    s.finish().to_vec()
 }
 
 fn scan(z: &Zsync, seed: &[u8]) -> Vec<Option<Found>> {
@@ -122,7 +122,7 @@ fn model(z: &Zsync, seed: &[u8]) -> Vec<Option<Found>> {
     let mut take = |id: usize, at: usize, known: &mut Vec<bool>| {
         known[id] = true;
         if found[id].is_none() {
-            found[id] = Some((at + z.pieces[id].target_len as usize <= seed.len()).then_some(at));
+            found[id] = Some((at + z.piece(id).target_len as usize <= seed.len()).then_some(at));
         }
     };
     // Every block that may start a match, by its stored sums (and its successor's).
