@@ -15,6 +15,7 @@
 pub mod pipe;
 pub mod plan;
 pub mod seed;
+pub mod sum;
 pub mod zck;
 pub mod zsync;
 

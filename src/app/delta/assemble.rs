@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::delta::pipe::Pipe;
 use crate::delta::plan::{From, Plan};
 use crate::delta::seed::Seed;
+use crate::delta::sum;
 use crate::delta::{Found, Index};
 use crate::err;
 use crate::error::Result;
@@ -35,14 +36,10 @@ pub(super) fn write(
     let mut wholes: Vec<Whole> = index
         .whole_digests()
         .into_iter()
-        .map(|(alg, want)| (ring::digest::Context::new(alg), want, "the index's"))
+        .map(|(alg, want)| (sum::Whole::new(alg), want, "the index's"))
         .collect();
     if let Some(c) = &opts.checksum {
-        wholes.push((
-            ring::digest::Context::new(c.algorithm),
-            c.expected.clone(),
-            "--checksum's",
-        ));
+        wholes.push((sum::Whole::new(c.algorithm), c.expected.clone(), "--checksum's"));
     }
     if let Err(e) = pieces(opts.io, index, plan, seeds, staging, &mut writer, &mut wholes) {
         writer.abandon();
@@ -61,7 +58,7 @@ pub(super) fn write(
     let finished = writer.finish()?;
     super::say_time(opts, "target's tail written and synced", t, 0);
     for (ctx, want, whose) in wholes {
-        if ctx.finish().as_ref() != want.as_slice() {
+        if ctx.finish() != want {
             finished.discard();
             return Err(err!(
                 Checksum,
@@ -79,7 +76,7 @@ pub(super) fn write(
 }
 
 /// A digest of the whole target being computed, the one expected, and whose it is.
-type Whole = (ring::digest::Context, Vec<u8>, &'static str);
+type Whole = (sum::Whole, Vec<u8>, &'static str);
 
 /// Target bytes gathered before they go to the helper as one batch (pieces are never
 /// split: a larger piece makes its batch larger).
