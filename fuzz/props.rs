@@ -527,6 +527,7 @@ pub fn request_write(data: &[u8]) {
     let req = Request {
         url: &url,
         range,
+        ranges: &[],
         user_agent,
         extra_headers: &extra,
     };

@@ -195,6 +195,7 @@ impl Loop<'_> {
         let request = Request {
             url: self.shared.url(k),
             range,
+            ranges: &[],
             user_agent: crate::control::USER_AGENT,
             extra_headers: &extra,
         };
