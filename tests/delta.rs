@@ -427,3 +427,84 @@ fn a_zsync_file_whose_url_points_elsewhere_is_refused() {
     assert!(o.stderr_text().contains("points elsewhere"), "{}", o.stderr_text());
     s.assert_no_output(&o);
 }
+
+/// The number of ranges the plan line says the delta fetches (`… in R range(s)`).
+fn planned_ranges(stderr: &str) -> u64 {
+    let at = stderr
+        .find(" range(s)")
+        .unwrap_or_else(|| panic!("no plan line: {stderr}"));
+    let digits: String = stderr[..at].chars().rev().take_while(char::is_ascii_digit).collect();
+    digits.chars().rev().collect::<String>().parse().unwrap()
+}
+
+/// The delta's HTTP requests (`--json` delta `requests`) and those of the run's transfer.
+fn requests(s: &Site) -> (u64, u64) {
+    let text = std::fs::read_to_string(s.dir.join("record.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    (
+        v["delta"]["requests"].as_u64().unwrap(),
+        v["requests"].as_u64().unwrap_or(0),
+    )
+}
+
+/// A partial fetch asks several ranges per request (RFC 9110 §14.1.2) where nginx answers
+/// `multipart/byteranges`: 20 changed places at `-x 1` cost a handful of requests, not one
+/// per range, over HTTP and HTTPS, for zchunk and zsync; the target lands exact.
+#[test]
+fn a_delta_asks_many_ranges_per_request() {
+    let s = Site::new("multirange");
+    for (index, url) in [
+        ("new.img.zck", s.url("new.img.zck")),
+        ("new.img.zsync", s.url("new.img.zsync")),
+        ("new.img.zck", nginx().https_url("delta-multirange/new.img.zck")),
+    ] {
+        let _ = std::fs::remove_file(s.out());
+        let mut c = s.dir.ringdl();
+        c.args(["-x", "1", "-v", "--json"]).arg(s.dir.join("record.json"));
+        c.arg("-o").arg(s.out()).arg("--seed").arg(s.served("old.img"));
+        c.arg("--ca-certificate").arg(nginx().ca_pem());
+        let o = c.arg(&url).run();
+        s.assert_landed(&o);
+        let ranges = planned_ranges(&o.stderr_text());
+        let (delta, _) = requests(&s);
+        assert!(ranges >= 20, "{index}: {ranges} ranges: {}", o.stderr_text());
+        // The index (1-2 requests), the first range alone, then the rest in one request.
+        assert!(
+            delta <= 5,
+            "{index}: {delta} requests for {ranges} ranges: {}",
+            o.stderr_text()
+        );
+        assert!(!o.stderr_text().contains("step down"), "{}", o.stderr_text());
+    }
+}
+
+/// A server that answers a multi-range request with the whole file (nginx `max_ranges 1`:
+/// 200) is asked one range per request from then on: the answer's body is not read, no
+/// try is spent, `-v` says so, and the target lands exact with one request per range.
+#[test]
+fn a_server_that_refuses_many_ranges_is_asked_one_per_request() {
+    let s = Site::new("onerange");
+    for index in ["new.img.zck", "new.img.zsync"] {
+        let _ = std::fs::remove_file(s.out());
+        let url = nginx().http_url(&format!("one-range/delta-onerange/{index}"));
+        let mut c = s.dir.ringdl();
+        c.args(["-x", "1", "-v", "--json"]).arg(s.dir.join("record.json"));
+        c.arg("-o").arg(s.out()).arg("--seed").arg(s.served("old.img"));
+        let o = c.arg(&url).run();
+        s.assert_landed(&o);
+        let err = o.stderr_text();
+        assert!(
+            err.contains("multi-range step down") && err.contains("got 200"),
+            "{index}: {err}"
+        );
+        assert_eq!(err.matches("multi-range step down").count(), 1, "{index}: once: {err}");
+        assert!(!err.contains("retry"), "{index}: no try spent: {err}");
+        let ranges = planned_ranges(&err);
+        let (delta, _) = requests(&s);
+        // The index, one request per range, and the refused multi-range request.
+        assert!(
+            delta >= ranges + 1 && delta <= ranges + 3,
+            "{index}: {delta} requests for {ranges} ranges: {err}"
+        );
+    }
+}
