@@ -508,3 +508,85 @@ fn a_server_that_refuses_many_ranges_is_asked_one_per_request() {
         );
     }
 }
+
+/// A server that serves `file` honestly to single-range requests and lies in its answer to
+/// a multi-range one: a `multipart/byteranges` 206 whose first part says Content-Range
+/// `first+4096-…`, a range not asked. Counts the multi-range answers it sent.
+fn lying_server(file: PathBuf) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let lies = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = lies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (data, lies) = (std::fs::read(&file).unwrap(), counted.clone());
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                let mut w = stream;
+                loop {
+                    let mut ranges = Vec::new();
+                    let mut line = String::new();
+                    while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
+                            for r in v.trim().split(',') {
+                                let (a, b) = r.split_once('-').unwrap();
+                                let a: usize = a.parse().unwrap();
+                                let b = b.parse().unwrap_or(data.len() - 1).min(data.len() - 1);
+                                ranges.push((a, b));
+                            }
+                        }
+                        line.clear();
+                    }
+                    if line.is_empty() {
+                        return;
+                    }
+                    let total = data.len();
+                    let mut out = Vec::new();
+                    if let [(a, b)] = ranges[..] {
+                        write!(out, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{total}\r\nContent-Length: {}\r\n\r\n", b - a + 1).unwrap();
+                        out.extend_from_slice(&data[a..=b]);
+                    } else {
+                        lies.fetch_add(1, Ordering::SeqCst);
+                        let mut body = Vec::new();
+                        for (k, &(a, b)) in ranges.iter().enumerate() {
+                            let (a, b) = if k == 0 { (a + 4096, b + 4096) } else { (a, b) };
+                            write!(body, "\r\n--L\r\nContent-Range: bytes {a}-{b}/{total}\r\n\r\n").unwrap();
+                            body.extend_from_slice(&data[a..=b]);
+                        }
+                        body.extend_from_slice(b"\r\n--L--\r\n");
+                        write!(out, "HTTP/1.1 206 Partial Content\r\nContent-Type: multipart/byteranges; boundary=L\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
+                        out.extend_from_slice(&body);
+                    }
+                    if w.write_all(&out).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, lies)
+}
+
+/// A multipart answer whose part carries a range the request did not ask for is refused
+/// with a clear error (retried, then the run fails): nothing lands at the target.
+#[test]
+fn a_multipart_part_of_a_range_not_asked_is_refused_and_nothing_lands() {
+    let s = Site::new("lying");
+    let (port, lies) = lying_server(s.served("new.img.zck"));
+    let mut c = s.dir.ringdl();
+    c.args(["-x", "1", "--max-tries", "2", "--retry-wait", "0", "-o"])
+        .arg(s.out())
+        .arg("--seed")
+        .arg(s.served("old.img"));
+    let o = c.arg(format!("http://127.0.0.1:{port}/new.img.zck")).run();
+    assert_ne!(o.code(), Some(0), "{}", o.stderr_text());
+    assert!(
+        o.stderr_text().contains("which is not what was asked"),
+        "{}",
+        o.stderr_text()
+    );
+    assert!(lies.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the lie was told");
+    s.assert_no_output(&o);
+}
