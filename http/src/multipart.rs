@@ -509,7 +509,10 @@ mod tests {
     }
     /// Walks `body` as the engine does: each part's head, its bytes, until the end.
     /// Returns the parts (first, last, bytes) and where the walk ended.
-    fn walk(body: &[u8], boundary: &[u8]) -> Result<(Vec<(u64, u64, Vec<u8>)>, usize), PartError> {
+    /// A part walked: first, last, its bytes.
+    type Walked = (u64, u64, Vec<u8>);
+
+    fn walk(body: &[u8], boundary: &[u8]) -> Result<(Vec<Walked>, usize), PartError> {
         let mut at = 0;
         let mut parts = Vec::new();
         loop {
