@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 
 use http::{
     ByteRange, ChunkedDecoder, ChunkedError, ContentRange, Framing, Header, MAX_BOUNDARY, MAX_FIELDS, MAX_PART_FIELDS,
-    ProxyUrl, Request, Socks5Handshake, Socks5Step, Socks5Target, Status, Url, byteranges_boundary,
-    content_disposition_filename, no_proxy_matches, parse_byteranges_part, parse_content_range, parse_head,
-    sanitize_file_name,
+    ProxyUrl, Request, Socks5Handshake, Socks5Step, Socks5Target, Status, Url, Walk, byteranges_boundary,
+    content_disposition_filename, next_byteranges_part, no_proxy_matches, parse_byteranges_part, parse_content_range,
+    parse_head, sanitize_file_name,
 };
 use ringdl::engine::blocks::WriteBlock;
 use ringdl::engine::place::{Blocks, Delimiter, Fed, PlaceError, Placer, content_range_fits};
@@ -527,6 +527,7 @@ pub fn request_write(data: &[u8]) {
     let req = Request {
         url: &url,
         range,
+        ranges: &[],
         user_agent,
         extra_headers: &extra,
     };
@@ -1862,6 +1863,48 @@ pub fn multipart(data: &[u8]) {
         }
         other => panic!("built part {built:?} gave {other:?}"),
     }
+    multipart_walk(body, boundary);
+}
+
+/// `multipart`'s walk over several parts ([`next_byteranges_part`], as the engine reads a
+/// multi-range answer): each step consumes ≤ what is left and at least one byte, a part's
+/// range is a byte range inside its complete length, the walk ends (at most one step per
+/// input byte), and the close delimiter appended after what was walked ends it.
+fn multipart_walk(body: &[u8], boundary: &[u8]) {
+    let mut at = 0;
+    for _ in 0..=body.len() {
+        let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+        match next_byteranges_part(&body[at..], boundary, &mut h) {
+            Ok(Status::Complete(Walk::Part(p))) => {
+                assert!(
+                    p.head_len > 0 && p.head_len <= body.len() - at,
+                    "part head {} at {at}",
+                    p.head_len
+                );
+                assert!(p.first <= p.last && p.complete.is_none_or(|c| p.last < c));
+                let skip = usize::try_from(p.len()).unwrap_or(usize::MAX);
+                at = (at + p.head_len).saturating_add(skip).min(body.len());
+            }
+            Ok(Status::Complete(Walk::End { len })) => {
+                assert!(len <= body.len() - at, "end {len} past the input");
+                return;
+            }
+            Ok(Status::Partial) | Err(_) => {
+                let mut closed = body[..at].to_vec();
+                closed.extend_from_slice(b"\r\n--");
+                closed.extend_from_slice(boundary);
+                closed.extend_from_slice(b"--\r\n");
+                let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+                assert_eq!(
+                    next_byteranges_part(&closed[at..], boundary, &mut h),
+                    Ok(Status::Complete(Walk::End { len: closed.len() - at })),
+                    "the close delimiter after {at} bytes"
+                );
+                return;
+            }
+        }
+    }
+    panic!("the walk did not end within one step per byte");
 }
 
 /// Every byte but RFC 3986 `unreserved` as `%XX`.

@@ -261,6 +261,14 @@ pub enum Note {
     NoPreallocation { why: String },
     /// A request goes out (`-vv`).
     Request { conn: usize, first: u64, last: u64 },
+    /// A partial fetch's multi-range request to `host` for `asked` ranges got `answer`
+    /// (fewer parts, a 200, a 416): `now` ranges per request from then on (`-v`).
+    StepDown {
+        host: String,
+        asked: usize,
+        answer: String,
+        now: usize,
+    },
     /// Work stealing: `conn` takes the end of `from`'s range.
     Steal {
         conn: usize,
@@ -451,6 +459,22 @@ impl std::fmt::Display for Note {
                 }
             }
             Note::Resuming { have, total } => write!(f, "resuming: {have} of {total} bytes already in place"),
+            Note::StepDown {
+                host,
+                asked,
+                answer,
+                now,
+            } => {
+                let per = if *now == 1 {
+                    "one range per request".to_owned()
+                } else {
+                    format!("at most {now} ranges per request")
+                };
+                write!(
+                    f,
+                    "{host}: multi-range step down: a request for {asked} ranges got {answer}; asking {per} from now on"
+                )
+            }
             Note::FixedFileOps { ops } => write!(f, "{ops} ops on the registered output (writes, fallocate, fsync)"),
             Note::SqpollCpu { cpu } => write!(f, "SQPOLL thread CPU {:.2} s", cpu.as_secs_f64()),
             Note::Planned { total, segments } => write!(

@@ -461,3 +461,166 @@ fn a_delta_hashes_on_a_helper_thread_or_inline_and_lands_the_same_bytes() {
         );
     }
 }
+
+/// The number of ranges the plan line says the delta fetches (`… in R range(s)`).
+fn planned_ranges(stderr: &str) -> u64 {
+    let at = stderr
+        .find(" range(s)")
+        .unwrap_or_else(|| panic!("no plan line: {stderr}"));
+    let digits: String = stderr[..at].chars().rev().take_while(char::is_ascii_digit).collect();
+    digits.chars().rev().collect::<String>().parse().unwrap()
+}
+
+/// The delta's HTTP requests (`--json` delta `requests`) and those of the run's transfer.
+fn requests(s: &Site) -> (u64, u64) {
+    let text = std::fs::read_to_string(s.dir.join("record.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    (
+        v["delta"]["requests"].as_u64().unwrap(),
+        v["requests"].as_u64().unwrap_or(0),
+    )
+}
+
+/// A partial fetch asks several ranges per request (RFC 9110 §14.1.2) where nginx answers
+/// `multipart/byteranges`: 20 changed places at `-x 1` cost a handful of requests, not one
+/// per range, over HTTP and HTTPS, for zchunk and zsync; the target lands exact.
+#[test]
+fn a_delta_asks_many_ranges_per_request() {
+    let s = Site::new("multirange");
+    for (index, url) in [
+        ("new.img.zck", s.url("new.img.zck")),
+        ("new.img.zsync", s.url("new.img.zsync")),
+        ("new.img.zck", nginx().https_url("delta-multirange/new.img.zck")),
+    ] {
+        let _ = std::fs::remove_file(s.out());
+        let mut c = s.dir.ringdl();
+        c.args(["-x", "1", "-v", "--json"]).arg(s.dir.join("record.json"));
+        c.arg("-o").arg(s.out()).arg("--seed").arg(s.served("old.img"));
+        c.arg("--ca-certificate").arg(nginx().ca_pem());
+        let o = c.arg(&url).run();
+        s.assert_landed(&o);
+        let ranges = planned_ranges(&o.stderr_text());
+        let (delta, _) = requests(&s);
+        assert!(ranges >= 20, "{index}: {ranges} ranges: {}", o.stderr_text());
+        // The index (1-2 requests), the first range alone, then the rest in one request.
+        assert!(
+            delta <= 5,
+            "{index}: {delta} requests for {ranges} ranges: {}",
+            o.stderr_text()
+        );
+        assert!(!o.stderr_text().contains("step down"), "{}", o.stderr_text());
+    }
+}
+
+/// A server that answers a multi-range request with the whole file (nginx `max_ranges 1`:
+/// 200) is asked one range per request from then on: the answer's body is not read, no
+/// try is spent, `-v` says so, and the target lands exact with one request per range.
+#[test]
+fn a_server_that_refuses_many_ranges_is_asked_one_per_request() {
+    let s = Site::new("onerange");
+    for index in ["new.img.zck", "new.img.zsync"] {
+        let _ = std::fs::remove_file(s.out());
+        let url = nginx().http_url(&format!("one-range/delta-onerange/{index}"));
+        let mut c = s.dir.ringdl();
+        c.args(["-x", "1", "-v", "--json"]).arg(s.dir.join("record.json"));
+        c.arg("-o").arg(s.out()).arg("--seed").arg(s.served("old.img"));
+        let o = c.arg(&url).run();
+        s.assert_landed(&o);
+        let err = o.stderr_text();
+        assert!(
+            err.contains("multi-range step down") && err.contains("got 200"),
+            "{index}: {err}"
+        );
+        assert_eq!(err.matches("multi-range step down").count(), 1, "{index}: once: {err}");
+        assert!(!err.contains("retry"), "{index}: no try spent: {err}");
+        let ranges = planned_ranges(&err);
+        let (delta, _) = requests(&s);
+        // The index, one request per range, and the refused multi-range request.
+        assert!(
+            delta > ranges && delta <= ranges + 3,
+            "{index}: {delta} requests for {ranges} ranges: {err}"
+        );
+    }
+}
+
+/// A server that serves `file` honestly to single-range requests and lies in its answer to
+/// a multi-range one: a `multipart/byteranges` 206 whose first part says Content-Range
+/// `first+4096-…`, a range not asked. Counts the multi-range answers it sent.
+fn lying_server(file: PathBuf) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let lies = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = lies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (data, lies) = (std::fs::read(&file).unwrap(), counted.clone());
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                let mut w = stream;
+                loop {
+                    let mut ranges = Vec::new();
+                    let mut line = String::new();
+                    while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
+                            for r in v.trim().split(',') {
+                                let (a, b) = r.split_once('-').unwrap();
+                                let a: usize = a.parse().unwrap();
+                                let b = b.parse().unwrap_or(data.len() - 1).min(data.len() - 1);
+                                ranges.push((a, b));
+                            }
+                        }
+                        line.clear();
+                    }
+                    if line.is_empty() {
+                        return;
+                    }
+                    let total = data.len();
+                    let mut out = Vec::new();
+                    if let [(a, b)] = ranges[..] {
+                        write!(out, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{total}\r\nContent-Length: {}\r\n\r\n", b - a + 1).unwrap();
+                        out.extend_from_slice(&data[a..=b]);
+                    } else {
+                        lies.fetch_add(1, Ordering::SeqCst);
+                        let mut body = Vec::new();
+                        for (k, &(a, b)) in ranges.iter().enumerate() {
+                            let (a, b) = if k == 0 { (a + 4096, b + 4096) } else { (a, b) };
+                            write!(body, "\r\n--L\r\nContent-Range: bytes {a}-{b}/{total}\r\n\r\n").unwrap();
+                            body.extend_from_slice(&data[a..=b]);
+                        }
+                        body.extend_from_slice(b"\r\n--L--\r\n");
+                        write!(out, "HTTP/1.1 206 Partial Content\r\nContent-Type: multipart/byteranges; boundary=L\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
+                        out.extend_from_slice(&body);
+                    }
+                    if w.write_all(&out).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, lies)
+}
+
+/// A multipart answer whose part carries a range the request did not ask for is refused
+/// with a clear error (retried, then the run fails): nothing lands at the target.
+#[test]
+fn a_multipart_part_of_a_range_not_asked_is_refused_and_nothing_lands() {
+    let s = Site::new("lying");
+    let (port, lies) = lying_server(s.served("new.img.zck"));
+    let mut c = s.dir.ringdl();
+    c.args(["-x", "1", "--max-tries", "2", "--retry-wait", "0", "-o"])
+        .arg(s.out())
+        .arg("--seed")
+        .arg(s.served("old.img"));
+    let o = c.arg(format!("http://127.0.0.1:{port}/new.img.zck")).run();
+    assert_ne!(o.code(), Some(0), "{}", o.stderr_text());
+    assert!(
+        o.stderr_text().contains("which is not what was asked"),
+        "{}",
+        o.stderr_text()
+    );
+    assert!(lies.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the lie was told");
+    s.assert_no_output(&o);
+}

@@ -1,7 +1,7 @@
 //! HTTP/1.1 pieces for ringdl: URL parsing and `Location` resolution, the request
 //! head, the response head, field values (`Content-Length`, `Content-Range`,
-//! validators), the chunked coding, `Content-Disposition` file names, and the one part of
-//! a `multipart/byteranges` 206, and the SOCKS5 handshake (RFC 1928, RFC 1929).
+//! validators), the chunked coding, `Content-Disposition` file names, the parts of a
+//! `multipart/byteranges` 206, and the SOCKS5 handshake (RFC 1928, RFC 1929).
 //!
 //! Everything is a pure function over byte slices: no I/O. Parsers borrow their input
 //! and report incomplete input as [`Status::Partial`]. The body-side functions
@@ -13,7 +13,7 @@
 //!
 //! let url = Url::parse("https://example.com/file.iso").unwrap();
 //! let mut out = Vec::new();
-//! Request { url: &url, range: None, user_agent: "ringdl", extra_headers: &[] }
+//! Request { url: &url, range: None, ranges: &[], user_agent: "ringdl", extra_headers: &[] }
 //!     .write_to(&mut out);
 //! assert!(out.starts_with(b"GET /file.iso HTTP/1.1\r\nHost: example.com\r\n"));
 //!
@@ -64,7 +64,8 @@ pub use crate::fields::{
     ContentRange, FieldError, Framing, MAX_DECIMAL_DIGITS, RetryAfter, Validator, parse_content_range,
 };
 pub use crate::multipart::{
-    MAX_BOUNDARY, MAX_PART_FIELDS, MAX_PART_HEAD, Part, PartError, byteranges_boundary, parse_byteranges_part,
+    MAX_BOUNDARY, MAX_PART_FIELDS, MAX_PART_HEAD, Part, PartError, Walk, byteranges_boundary, next_byteranges_part,
+    parse_byteranges_part,
 };
 pub use crate::proxy::{
     DEFAULT_PROXY_PORT, ProxyError, ProxyScheme, ProxyUrl, authority, no_proxy_matches, write_connect_request,

@@ -1,6 +1,6 @@
-//! A `206 Partial Content` in `multipart/byteranges` form that carries one part
-//! (RFC 9110 §14.6; the multipart syntax of RFC 2046 §5.1.1). Apache Traffic Server
-//! answers a single Range request this way:
+//! A `206 Partial Content` in `multipart/byteranges` form (RFC 9110 §14.6; the multipart
+//! syntax of RFC 2046 §5.1.1): the answer to a multi-range request (nginx, Apache), and
+//! the form Apache Traffic Server answers even a single Range request in:
 //!
 //! ```text
 //! HTTP/1.1 206 Partial Content
@@ -20,7 +20,9 @@
 //! of empty lines, the delimiter line, the part's header block) and its `Content-Range`.
 //! The caller then reads exactly the part's bytes; [`Part::is_whole_body`] says whether
 //! a `Content-Length` leaves room for this one part and its closing delimiter and
-//! nothing else (a second part, an epilogue). Borrows its input, allocates nothing.
+//! nothing else (a second part, an epilogue). [`next_byteranges_part`] walks a body of
+//! several parts: after each part's bytes, the next part's head or the closing
+//! delimiter ([`Walk`]). Borrows its input, allocates nothing.
 
 use core::fmt;
 
@@ -228,6 +230,47 @@ pub fn parse_byteranges_part<'b, 'h>(
     boundary: &[u8],
     headers: &'h mut [Header<'b>],
 ) -> Result<Status<Part<'b, 'h>>, PartError> {
+    match next_byteranges_part(buf, boundary, headers)? {
+        Status::Complete(Walk::Part(p)) => Ok(Status::Complete(p)),
+        Status::Complete(Walk::End { .. }) => Err(PartError::NoPart),
+        Status::Partial => Ok(Status::Partial),
+    }
+}
+
+/// What comes next in a `multipart/byteranges` body: another part, or the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walk<'b, 'h> {
+    /// A part's head was read; its bytes follow ([`Part::head_len`] bytes in).
+    Part(Part<'b, 'h>),
+    /// The closing delimiter `--boundary--` (RFC 2046 §5.1.1 `close-delimiter`): the body
+    /// ends. `len`: the bytes up to the end of its line (all of `buf` when the line has
+    /// no end yet); what follows is the epilogue, which carries nothing.
+    End {
+        /// Bytes consumed, the closing delimiter line included.
+        len: usize,
+    },
+}
+
+/// Walks a `multipart/byteranges` body (RFC 9110 §14.6, RFC 2046 §5.1.1) one step: from
+/// the start of the body, or from just after a part's bytes, reads the empty lines (the
+/// CRLF that ends a part's bytes belongs to the next delimiter; a preamble of nothing),
+/// then either the delimiter line and the next part's header block ([`Walk::Part`]), or
+/// the closing delimiter ([`Walk::End`]). The caller reads exactly [`Part::len`] bytes
+/// after [`Part::head_len`], then calls again with what follows them. Several parts may
+/// come in any order; which ranges they may carry is the caller's to check (against what
+/// it asked). Line endings CRLF or bare LF.
+///
+/// Returns [`Status::Partial`] while `buf` ends before the header block (or the closing
+/// delimiter) does.
+///
+/// # Errors
+/// As [`parse_byteranges_part`], except that the closing delimiter is [`Walk::End`], not
+/// [`PartError::NoPart`].
+pub fn next_byteranges_part<'b, 'h>(
+    buf: &'b [u8],
+    boundary: &[u8],
+    headers: &'h mut [Header<'b>],
+) -> Result<Status<Walk<'b, 'h>>, PartError> {
     let limited = &buf[..buf.len().min(MAX_PART_HEAD)];
     match parse_limited(limited, boundary, headers)? {
         Status::Partial if buf.len() > MAX_PART_HEAD => Err(PartError::TooLarge),
@@ -239,14 +282,20 @@ fn parse_limited<'b, 'h>(
     buf: &'b [u8],
     boundary: &[u8],
     headers: &'h mut [Header<'b>],
-) -> Result<Status<Part<'b, 'h>>, PartError> {
+) -> Result<Status<Walk<'b, 'h>>, PartError> {
     let mut pos = 0;
+    let padding = |s: &[u8]| s.iter().all(|&b| b == b' ' || b == b'\t');
     let delimiter = loop {
         match next_line(buf, pos).map_err(|_| PartError::Delimiter)? {
             None => {
                 // Fail fast on a line that cannot become `--boundary`.
                 let rest = &buf[pos..];
                 let rest = rest.strip_suffix(b"\r").unwrap_or(rest);
+                if close_delimiter(rest, boundary).is_some_and(padding) {
+                    // The close delimiter, its line not ended (yet): the body ends here
+                    // whatever follows (no part's delimiter starts `--boundary--`).
+                    return Ok(Status::Complete(Walk::End { len: buf.len() }));
+                }
                 if !delimiter_prefix_ok(rest, boundary) {
                     return Err(PartError::Delimiter);
                 }
@@ -260,14 +309,13 @@ fn parse_limited<'b, 'h>(
             }
         }
     };
+    if close_delimiter(delimiter, boundary).is_some_and(padding) {
+        return Ok(Status::Complete(Walk::End { len: pos }));
+    }
     let after = delimiter
         .strip_prefix(b"--")
         .and_then(|l| l.strip_prefix(boundary))
         .ok_or(PartError::Delimiter)?;
-    let padding = |s: &[u8]| s.iter().all(|&b| b == b' ' || b == b'\t');
-    if after.starts_with(b"--") && padding(&after[2..]) {
-        return Err(PartError::NoPart);
-    }
     if !padding(after) {
         return Err(PartError::Delimiter);
     }
@@ -300,13 +348,19 @@ fn parse_limited<'b, 'h>(
     let ContentRange::Bytes { first, last, complete } = range.ok_or(PartError::ContentRangeMissing)? else {
         return Err(PartError::ContentRange(FieldError::ContentRangeInvalid));
     };
-    Ok(Status::Complete(Part {
+    Ok(Status::Complete(Walk::Part(Part {
         first,
         last,
         complete,
         head_len: pos,
         headers,
-    }))
+    })))
+}
+
+/// What follows `--boundary--` on a line that starts with it (the close delimiter's
+/// transport padding, when it is one); `None` for any other line.
+fn close_delimiter<'l>(line: &'l [u8], boundary: &[u8]) -> Option<&'l [u8]> {
+    line.strip_prefix(b"--")?.strip_prefix(boundary)?.strip_prefix(b"--")
 }
 
 /// Whether an incomplete line can still become the delimiter line: a prefix of
@@ -452,5 +506,95 @@ mod tests {
         let mut blank = vec![b'\n'; MAX_PART_HEAD + 1];
         blank.push(b'-');
         assert_eq!(part(&blank, b"B"), Err(PartError::TooLarge));
+    }
+    /// Walks `body` as the engine does: each part's head, its bytes, until the end.
+    /// Returns the parts (first, last, bytes) and where the walk ended.
+    /// A part walked: first, last, its bytes.
+    type Walked = (u64, u64, Vec<u8>);
+
+    fn walk(body: &[u8], boundary: &[u8]) -> Result<(Vec<Walked>, usize), PartError> {
+        let mut at = 0;
+        let mut parts = Vec::new();
+        loop {
+            let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+            match next_byteranges_part(&body[at..], boundary, &mut h)? {
+                Status::Complete(Walk::Part(p)) => {
+                    let start = at + p.head_len;
+                    let end = start + p.len() as usize;
+                    parts.push((p.first, p.last, body[start..end.min(body.len())].to_vec()));
+                    at = end;
+                }
+                Status::Complete(Walk::End { len }) => return Ok((parts, at + len)),
+                Status::Partial => return Err(PartError::Delimiter),
+            }
+        }
+    }
+
+    #[test]
+    fn several_parts_in_any_order_then_the_close_delimiter() {
+        let body = b"--B\r\nContent-Type: text/plain\r\nContent-Range: bytes 20-24/100\r\n\r\n01234\r\n\
+                     --B\r\nContent-Range: bytes 0-2/100\r\n\r\nabc\r\n--B--\r\n";
+        let (parts, end) = walk(body, b"B").unwrap();
+        assert_eq!(
+            parts,
+            [(20, 24, b"01234".to_vec()), (0, 2, b"abc".to_vec())],
+            "order as sent"
+        );
+        assert_eq!(end, body.len());
+        // Every prefix of a head, at each step, is Partial (never an error).
+        let second = body.windows(5).position(|w| w == b"01234").unwrap() + 5;
+        for k in second..second + 39 {
+            let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+            let r = next_byteranges_part(&body[second..k], b"B", &mut h);
+            assert!(matches!(r, Ok(Status::Partial)), "prefix {k}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn a_merged_part_and_a_preamble_of_empty_lines() {
+        // A server that merges 0-2 and 5-7 into one part 0-7 (the caller checks what it asked).
+        let body = b"\r\n\r\n--B\r\nContent-Range: bytes 0-7/8\r\n\r\nabcdefgh\r\n--B--";
+        let (parts, end) = walk(body, b"B").unwrap();
+        assert_eq!(parts, [(0, 7, b"abcdefgh".to_vec())]);
+        assert_eq!(end, body.len(), "a close delimiter without its line end ends the body");
+    }
+
+    #[test]
+    fn bare_lf_padding_and_an_epilogue() {
+        let body = b"--B \nContent-Range: bytes 3-3/9\n\nX\n--B--\t\nepilogue, ignored\r\n";
+        let (parts, end) = walk(body, b"B").unwrap();
+        assert_eq!(parts, [(3, 3, b"X".to_vec())]);
+        assert_eq!(&body[end..], b"epilogue, ignored\r\n");
+    }
+
+    #[test]
+    fn a_missing_close_delimiter_is_partial_and_a_wrong_length_is_refused() {
+        // The body stops after a part: the walk waits for more (the caller's EOF decides).
+        let body = b"--B\r\nContent-Range: bytes 0-1/9\r\n\r\nab\r\n";
+        let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+        let Ok(Status::Complete(Walk::Part(p))) = next_byteranges_part(body, b"B", &mut h) else {
+            panic!()
+        };
+        let rest = &body[p.head_len + 2..];
+        let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+        assert_eq!(next_byteranges_part(rest, b"B", &mut h), Ok(Status::Partial));
+        // A part with more bytes than its Content-Range says: what follows its length is
+        // not a delimiter.
+        let body = b"--B\r\nContent-Range: bytes 0-1/9\r\n\r\nabcd\r\n--B--\r\n";
+        assert_eq!(walk(body, b"B"), Err(PartError::Delimiter));
+        // Fewer bytes: the delimiter is taken as bytes, and what follows is no delimiter.
+        let body = b"--B\r\nContent-Range: bytes 0-9/20\r\n\r\nab\r\n--B\r\nContent-Range: bytes 12-13/20\r\n\r\nxy\r\n--B--\r\n";
+        assert_eq!(walk(body, b"B"), Err(PartError::Delimiter));
+        // A close delimiter followed by other text on its line is no delimiter.
+        let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+        assert_eq!(
+            next_byteranges_part(b"\r\n--B--x\r\n", b"B", &mut h),
+            Err(PartError::Delimiter)
+        );
+        let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+        assert_eq!(
+            next_byteranges_part(b"\r\n--B--x", b"B", &mut h),
+            Err(PartError::Delimiter)
+        );
     }
 }

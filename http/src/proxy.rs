@@ -462,6 +462,7 @@ mod tests {
         let req = Request {
             url: &url,
             range: Some(ByteRange::FromTo(0, 9)),
+            ranges: &[],
             user_agent: "ua",
             extra_headers: &[],
         };

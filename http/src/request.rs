@@ -122,6 +122,10 @@ pub struct Request<'a> {
     pub url: &'a Url,
     /// The `Range` to ask for, if any.
     pub range: Option<ByteRange>,
+    /// A byte-range set (RFC 9110 §14.1.2), inclusive `(first, last)` offsets: when not
+    /// empty it is the `Range` field, `bytes=a-b,c-d,…` in the order given, in place of
+    /// `range`.
+    pub ranges: &'a [(u64, u64)],
     /// The `User-Agent` value; omitted when empty.
     pub user_agent: &'a str,
     /// More fields, written after the standard ones, in order. One named `User-Agent`
@@ -168,7 +172,18 @@ impl Request<'_> {
             out.extend_from_slice(b"Accept: */*\r\n");
         }
         out.extend_from_slice(b"Accept-Encoding: identity\r\n");
-        if let Some(range) = self.range {
+        if !self.ranges.is_empty() {
+            out.extend_from_slice(b"Range: bytes=");
+            for (k, &(first, last)) in self.ranges.iter().enumerate() {
+                if k > 0 {
+                    out.push(b',');
+                }
+                push_decimal(out, first);
+                out.push(b'-');
+                push_decimal(out, last);
+            }
+            out.extend_from_slice(b"\r\n");
+        } else if let Some(range) = self.range {
             out.extend_from_slice(b"Range: ");
             range.write_to(out);
             out.extend_from_slice(b"\r\n");
@@ -213,6 +228,9 @@ impl Request<'_> {
         {
             return Err(RequestError::InvalidRange);
         }
+        if self.ranges.iter().any(|&(first, last)| first > last) {
+            return Err(RequestError::InvalidRange);
+        }
         if !is_field_value(self.user_agent.as_bytes()) {
             return Err(RequestError::InvalidHeaderValue);
         }
@@ -247,6 +265,7 @@ mod tests {
         let req = Request {
             url: &url,
             range: None,
+            ranges: &[],
             user_agent: "ringdl/0.1",
             extra_headers: &[],
         };
@@ -263,6 +282,7 @@ mod tests {
         let req = Request {
             url: &url,
             range: Some(ByteRange::FromTo(0, u64::MAX)),
+            ranges: &[],
             user_agent: "",
             extra_headers: &[("If-Range", "\"abc\""), ("X-A", " b\tc ")],
         };
@@ -273,12 +293,14 @@ mod tests {
         );
         let req = Request {
             range: Some(ByteRange::From(5_000_000_000)),
+            ranges: &[],
             extra_headers: &[],
             ..req
         };
         assert!(head(&req).contains("\r\nRange: bytes=5000000000-\r\n"));
         let req = Request {
             range: Some(ByteRange::FromTo(7, 7)),
+            ranges: &[],
             ..req
         };
         assert!(head(&req).contains("\r\nRange: bytes=7-7\r\n"));
@@ -290,6 +312,7 @@ mod tests {
         let req = Request {
             url: &url,
             range: None,
+            ranges: &[],
             user_agent: "ringdl/0.1",
             extra_headers: &[
                 ("user-agent", "curl/8"),
@@ -349,6 +372,7 @@ mod tests {
         let ok = Request {
             url: &url,
             range: None,
+            ranges: &[],
             user_agent: "ua",
             extra_headers: &[],
         };
@@ -356,6 +380,7 @@ mod tests {
             (
                 Request {
                     range: Some(ByteRange::FromTo(2, 1)),
+                    ranges: &[],
                     ..ok
                 },
                 RequestError::InvalidRange,
@@ -415,6 +440,7 @@ mod tests {
             let req = Request {
                 url: &url,
                 range: None,
+                ranges: &[],
                 user_agent: "a\nb",
                 extra_headers: &[],
             };

@@ -6,6 +6,7 @@ pub(crate) mod ctx;
 pub(crate) mod handoff;
 pub(crate) mod headers;
 pub(crate) mod key;
+pub(crate) mod multi;
 pub(crate) mod origin;
 pub(crate) mod proxy;
 pub(crate) mod resolve;
@@ -64,6 +65,10 @@ pub(crate) struct Fail {
     /// its send or receive (on a kept-alive connection with no byte of the answer come,
     /// the server's close of an idle connection, RFC 9112 §9.3.1).
     pub(crate) closed: bool,
+    /// The server refused a multi-range request (a 200 or 416 to it): its runs are asked
+    /// again one range per request, no try spent, on a new connection (the answer's body
+    /// is not read).
+    pub(crate) step_down: bool,
 }
 
 impl Fail {
@@ -80,6 +85,7 @@ impl Fail {
             extra: false,
             hint: "",
             closed: false,
+            step_down: false,
         }
     }
     pub(crate) fn fatal(kind: Kind, msg: impl Into<String>) -> Fail {
@@ -95,6 +101,7 @@ impl Fail {
             extra: false,
             hint: "",
             closed: false,
+            step_down: false,
         }
     }
     /// The server turned this connection away (see [`Fail::busy`]); that is about the
@@ -171,6 +178,25 @@ pub(crate) struct Job {
     /// When the request was started, and when its first body byte came (work stealing).
     pub(crate) started: Instant,
     pub(crate) first_byte: Option<Instant>,
+    /// A request for several ranges ([`multi::Multi`]): `seg` is the part being placed
+    /// (before the first part: the first range asked).
+    pub(crate) multi: Option<Box<multi::Multi>>,
+}
+
+impl Job {
+    /// The runs still owed once the body stopped with its bytes on their way up to `from`
+    /// (the placer released there): `[from, seg.end)`, or for a multi-range request every
+    /// asked run not received ([`multi::Multi::owed`]). Each keeps the job's tries.
+    pub(crate) fn owed(&self, from: u64) -> Vec<Segment> {
+        let runs = match &self.multi {
+            Some(m) => m.owed(m.in_part.then_some((self.seg.start, from))),
+            None => vec![(from, self.seg.end)],
+        };
+        runs.into_iter()
+            .filter(|r| r.0 < r.1)
+            .map(|(start, end)| Segment { start, end, ..self.seg })
+            .collect()
+    }
 }
 
 /// A connection's TLS: one mode at a time, so no two can be set together.

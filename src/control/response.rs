@@ -1,7 +1,7 @@
 //! Response heads: parsing, status and Content-Range validation, the plan after the first
 //! reply, redirects, Retry-After, Content-Disposition.
 
-use crate::control::body::{finish_job, with_placer};
+use crate::control::body::{feed_part, finish_job};
 use crate::control::ctx::Ctx;
 use crate::control::{Fail, Job, Rx};
 use crate::engine::place::{Delimiter, Placer};
@@ -25,9 +25,8 @@ pub(crate) fn feed(rx: &mut Rx, shared: &mut Ctx<'_>, data: &[u8]) -> std::resul
         rx.extra = true;
         return Ok(());
     };
-    if job.placer.delimiter().is_some() {
-        with_placer(rx, shared, |p, blocks| p.feed(data, blocks))?;
-        return Ok(());
+    if job.placer.delimiter().is_some() || job.multi.as_ref().is_some_and(|m| !m.boundary.is_empty()) {
+        return feed_part(rx, shared, data);
     }
     let url = &*shared.url(job.mirror);
     rx.head.extend_from_slice(data);
@@ -73,7 +72,7 @@ pub(crate) fn feed(rx: &mut Rx, shared: &mut Ctx<'_>, data: &[u8]) -> std::resul
                 let rest = rx.head.split_off(len);
                 rx.head.clear();
                 // Also with no bytes yet: an empty body is complete right away.
-                with_placer(rx, shared, |p, blocks| p.feed(&rest, blocks))?;
+                feed_part(rx, shared, &rest)?;
                 return Ok(());
             }
             HeadAction::Complete => {
@@ -212,6 +211,7 @@ pub(crate) fn on_head(
         206 => partial::on_partial(job, shared, resp, part, framing, validator),
         200 => on_whole(job, shared, resp, framing, validator),
         416 if job.probe => on_unsatisfiable(job, shared, resp),
+        416 if job.multi.is_some() => Err(refuses_multi(job, shared, "416")),
         304 if shared.opts.condition.is_some() => not_modified(job, shared),
         301 | 302 | 303 | 307 | 308
             if job.probe || shared.transfer.mirrors[job.mirror].standing == Standing::Pending =>
@@ -250,6 +250,9 @@ fn on_whole(
 ) -> std::result::Result<HeadAction, Fail> {
     let url = shared.url(job.mirror);
     let host = url.host();
+    if job.multi.is_some() {
+        return Err(refuses_multi(job, shared, "200 (the whole file)"));
+    }
     if shared.transfer.part.is_some() {
         // (A part of another reactor's file: said as on one reactor.)
         return Err(Fail::fatal(
@@ -305,6 +308,28 @@ fn on_whole(
     job.placer.begin(delim, end);
     shared.report.note(Note::NoRanges);
     Ok(HeadAction::Body)
+}
+
+/// A multi-range request answered with `answer` (a 200 or 416: the server refuses
+/// several ranges per request, as nginx's `max_ranges` does): its body is not read, the
+/// mirror is asked one range per request from now on, and the runs go back to the queue
+/// with no try spent ([`Fail::step_down`]).
+fn refuses_multi(job: &Job, shared: &mut Ctx<'_>, answer: &str) -> Fail {
+    let host = shared.url(job.mirror).host().to_owned();
+    let asked = job.multi.as_ref().map_or(0, |m| m.asked.len());
+    shared.transfer.mirrors[job.mirror].ranges_per_request = 1;
+    shared.report.note(Note::StepDown {
+        host: host.clone(),
+        asked,
+        answer: answer.to_owned(),
+        now: 1,
+    });
+    let mut f = Fail::retry(
+        Kind::HttpStatus,
+        format!("{host}: answered {answer} to a request for {asked} byte ranges"),
+    );
+    f.step_down = true;
+    f
 }
 
 /// Why a 200 to a later request is refused: what it carries (Content-Type, length) beside

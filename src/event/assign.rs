@@ -39,8 +39,66 @@ impl Loop<'_> {
             self.recycle(i)?;
             return Ok(false);
         }
+        let runs = self.more_runs(i, seg, probe, now);
         self.start_job(i, seg, probe);
+        if runs.len() > 1 {
+            self.ask_runs(i, &runs);
+        }
         Ok(true)
+    }
+
+    /// A partial fetch ([`crate::config::Config::fetch_only`]) asks several queued runs
+    /// in one request: with `seg` just taken by connection `i`, its share of the queue
+    /// (what is queued spread over the connections the transfer wants that carry no
+    /// request now), at most its mirror's
+    /// [`ranges_per_request`](crate::transfer::mirror::Mirror::ranges_per_request), the
+    /// `Range` line within [`MAX_RANGE_LINE`](crate::control::multi::MAX_RANGE_LINE).
+    /// Returns the runs, sorted (`seg` alone for any other request).
+    fn more_runs(&mut self, i: usize, seg: Segment, probe: bool, now: Duration) -> Vec<Segment> {
+        let per_request = self.shared.transfer.mirrors[self.conns[i].mirror].ranges_per_request;
+        if probe
+            || per_request < 2
+            || self.shared.opts.fetch_only.is_none()
+            || !self.shared.transfer.ranges
+            || self.shared.splice
+            || self.shared.transfer.part.is_some()
+            || self.shared.transfer.plan.queued() == 0
+        {
+            return vec![seg];
+        }
+        let busy = self.conns.iter().filter(|c| c.rx.job.is_some()).count();
+        let takers = self.shared.transfer.wanted.saturating_sub(busy).max(1);
+        let share = (self.shared.transfer.plan.queued() + 1).div_ceil(takers);
+        let most = share.min(per_request).saturating_sub(1);
+        self.shared
+            .transfer
+            .plan
+            .take_more(seg, most, now, crate::control::multi::MAX_RANGE_LINE)
+    }
+
+    /// Connection `i`'s request (just started for the first of `runs`) asks for all of
+    /// `runs`: its head is written again with the byte-range set.
+    fn ask_runs(&mut self, i: usize, runs: &[Segment]) {
+        let (multi, set) = crate::control::multi::Multi::new(runs);
+        let c = &mut self.conns[i];
+        let k = c.mirror;
+        let job = c.rx.job.as_mut().expect("a job just started");
+        // (Until a part comes, the job's segment is the first range asked.)
+        job.seg = Segment {
+            start: multi.asked[0].0,
+            end: multi.asked[0].1,
+            tries: runs.iter().map(|s| s.tries).max().unwrap_or(0),
+            grace: runs.iter().all(|s| s.grace),
+        };
+        job.placer = Placer::new(job.seg.start, job.seg.end).with_source(k);
+        let req = self.request_head(k, None, &set);
+        let c = &mut self.conns[i];
+        c.rx.job.as_mut().expect("a job just started").multi = Some(Box::new(multi));
+        if c.tls.in_user_space() {
+            c.pending_request = req;
+        } else {
+            c.out = req;
+        }
     }
 
     /// Whether kept-alive connection `i` (idle, its `requests` all answered) can no longer
@@ -101,8 +159,11 @@ impl Loop<'_> {
                     ttfb: job.first_byte.map(|f| f.saturating_duration_since(job.started)),
                     ran: job.first_byte.map_or(Duration::ZERO, |f| f.elapsed()),
                 };
-                (matches!(job.placer.delimiter(), Some(Delimiter::Length(_))) && steal::worth_stealing(&body, fallback))
-                    .then_some((j, body.remaining))
+                // (A part of a multi-range answer is followed by the next part: not split.)
+                (matches!(job.placer.delimiter(), Some(Delimiter::Length(_)))
+                    && job.multi.is_none()
+                    && steal::worth_stealing(&body, fallback))
+                .then_some((j, body.remaining))
             })
             .max_by_key(|&(_, rem)| rem)?;
         let job = self.conns[v].rx.job.as_ref()?;
@@ -179,6 +240,37 @@ impl Loop<'_> {
         // segment; a server without ranges gets a plain GET.
         let range = ((probe && !self.shared.transfer.plain_get) || self.shared.transfer.ranges)
             .then(|| ByteRange::FromTo(seg.start, seg.end - 1));
+        let req = self.request_head(k, range, &[]);
+        let c = &mut self.conns[i];
+        self.shared.report.note(Note::Request {
+            conn: i,
+            first: seg.start,
+            last: seg.end.saturating_sub(1),
+        });
+        c.rx.job = Some(Job {
+            seg,
+            mirror: c.mirror,
+            probe,
+            placer: Placer::new(seg.start, seg.end).with_source(c.mirror),
+            keep_alive: true,
+            got_bytes: false,
+            started: Instant::now(),
+            first_byte: None,
+            multi: None,
+        });
+        c.rx.head.clear();
+        c.rx.extra = false;
+        if c.tls.in_user_space() {
+            c.pending_request = req;
+        } else {
+            c.out = req;
+        }
+    }
+
+    /// The request head to mirror `k` for `range`, or for the byte-range set `ranges`
+    /// (inclusive offsets) when not empty: the mirror's headers, its precondition on its
+    /// first request, absolute-form with the proxy's credentials through a forwarding proxy.
+    fn request_head(&self, k: usize, range: Option<ByteRange>, ranges: &[(u64, u64)]) -> Vec<u8> {
         let mut req = Vec::with_capacity(256);
         let mut extra: Vec<(&str, &str)> = self.shared.transfer.mirrors[k]
             .headers
@@ -195,6 +287,7 @@ impl Loop<'_> {
         let request = Request {
             url: self.shared.url(k),
             range,
+            ranges,
             user_agent: crate::control::USER_AGENT,
             extra_headers: &extra,
         };
@@ -204,28 +297,7 @@ impl Loop<'_> {
                 .expect("the program's own request and a checked authorization are valid"),
             None => request.write_to(&mut req),
         }
-        self.shared.report.note(Note::Request {
-            conn: i,
-            first: seg.start,
-            last: seg.end.saturating_sub(1),
-        });
-        c.rx.job = Some(Job {
-            seg,
-            mirror: c.mirror,
-            probe,
-            placer: Placer::new(seg.start, seg.end).with_source(c.mirror),
-            keep_alive: true,
-            got_bytes: false,
-            started: Instant::now(),
-            first_byte: None,
-        });
-        c.rx.head.clear();
-        c.rx.extra = false;
-        if c.tls.in_user_space() {
-            c.pending_request = req;
-        } else {
-            c.out = req;
-        }
+        req
     }
 
     /// Work exists that an idle connection could take.

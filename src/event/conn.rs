@@ -646,6 +646,12 @@ impl Loop<'_> {
                 format!("connection closed with {rem} bytes of the response still to come"),
             )),
             Some(Delimiter::Chunked(_)) => Err(Fail::retry(Kind::Network, "connection closed inside a chunked body")),
+            // Between the parts of a multi-range answer (its close delimiter missing): what
+            // came is kept, the runs not received go back to the queue.
+            None if job.multi.as_ref().is_some_and(|m| m.parts > 0) => {
+                self.shared.lend(&mut self.sink, |ctx| finish_job(&mut c.rx, ctx));
+                self.recycle(i)
+            }
             None => Err(Fail::retry(Kind::Network, "connection closed before the response head").closed()),
         }
     }

@@ -116,10 +116,11 @@ impl Loop<'_> {
             } else {
                 job.placer.discard()
             };
-            self.shared
-                .transfer
-                .plan
-                .requeue(job.seg.released(from, self.shared.transfer.ranges), job.probe);
+            // (A multi-range request's runs not received go back with it.)
+            for s in job.owed(from).into_iter().rev() {
+                let s = s.released(s.start, self.shared.transfer.ranges);
+                self.shared.transfer.plan.requeue(s, job.probe);
+            }
         }
         self.drain(j)?;
         self.close(j);

@@ -35,7 +35,15 @@ impl Loop<'_> {
             input_end,
             ..
         } = &mut self.conns[i];
+        // Records opened in place keep only the body's bytes: the part of a multipart
+        // answer is followed by the next part's head, so its records are opened in the
+        // read block instead.
+        let parts = rx
+            .job
+            .as_ref()
+            .is_some_and(|j| j.multi.as_ref().is_some_and(|m| !m.boundary.is_empty()));
         let wire = match tls {
+            Tls::Soft(_) if parts => Wire::Rustls,
             Tls::Soft(soft) => Wire::Records(soft),
             Tls::Rustls(_) | Tls::RustlsKept(_) => Wire::Rustls,
             Tls::Off | Tls::Kernel(_) => Wire::Plain,

@@ -122,6 +122,9 @@ impl Loop<'_> {
             // Wait for the in-flight operation: its buffer comes back with the completion.
             return self.cancel_op(i);
         }
+        if f.step_down {
+            return self.step_down(i);
+        }
         let scene = self.scene(i, k, &f);
         if retry::resend(&scene.attempt) {
             return self.resend(i, &f);
@@ -255,6 +258,33 @@ impl Loop<'_> {
         // retry starts at the body's position.
         let trim = self.shared.transfer.direct.then_some(self.shared.transfer.align);
         let from = self.sink.release(&mut job.placer, trim);
+        // A multi-range request: the first run it still owes is judged as the segment
+        // that failed, the others go back beside it with the tries they had; what of it
+        // came counts as progress.
+        let mut progressed = 0;
+        let from = match job.multi.as_ref() {
+            Some(m) => {
+                let owed = job.owed(from);
+                let asked: u64 = m.asked.iter().map(|r| r.1 - r.0).sum();
+                progressed = asked.saturating_sub(owed.iter().map(|s| s.end - s.start).sum());
+                let Some((&first, others)) = owed.split_first() else {
+                    // (Everything asked came: the failure took nothing.)
+                    let tries = job.seg.tries;
+                    return Ok(Some(Counted {
+                        crowded: false,
+                        tries,
+                        seg_wait: None,
+                        origin_wait: None,
+                    }));
+                };
+                for &s in others.iter().rev() {
+                    self.shared.transfer.plan.requeue(s, false);
+                }
+                job.seg = first;
+                first.start
+            }
+            None => from,
+        };
         if job.probe && !self.shared.transfer.plan.is_planned() && matches!(f.kind, Kind::Protocol | Kind::Tls) {
             self.give_up(k, f.kind, f.msg.clone(), "", Some((job.seg, true)))?;
             return Ok(None);
@@ -265,7 +295,7 @@ impl Loop<'_> {
         // A try counts when the attempt moved nothing forward: a connection that dies
         // after delivering bytes (a KeyUpdate under kTLS, a flaky link) is progress, and
         // the file size bounds how often that can happen (see retry::judge).
-        let advanced = seg.start.saturating_sub(job.seg.start);
+        let advanced = seg.start.saturating_sub(job.seg.start) + progressed;
         let tries_before = seg.tries;
         let verdict = retry::judge(&mut seg, &Attempt { advanced, ..attempt });
         if let Some(why) = self.mirror_failing(k, seg.tries > tries_before, f) {
@@ -547,6 +577,12 @@ impl Loop<'_> {
         let mut job = c.rx.job.take().expect("a re-sent request has a job");
         let trim = self.shared.transfer.direct.then_some(self.shared.transfer.align);
         let from = self.sink.release(&mut job.placer, trim);
+        if job.multi.is_some() {
+            // (Nothing of the answer came: every run asked goes again, the first last.)
+            for s in job.owed(from).into_iter().skip(1).rev() {
+                self.shared.transfer.plan.requeue(s, false);
+            }
+        }
         // (Nothing of the answer came: it starts where it did, or at zero without ranges.)
         let Some(seg) = self.again_from(job.seg, from, &f.msg) else {
             return Ok(());
@@ -564,6 +600,23 @@ impl Loop<'_> {
             origin.keeps = origin.keeps.closed_after(served);
         }
         self.shared.transfer.plan.requeue(seg, job.probe);
+        self.drain(i)?;
+        self.close(i);
+        self.conns[i].not_before = None;
+        Ok(())
+    }
+
+    /// Connection `i`'s multi-range request was refused (a 200 or 416: [`Fail::step_down`],
+    /// its mirror now asks one range per request): its runs go back to the queue as they
+    /// were (no try spent, no wait), the answer's body is not read (the connection
+    /// closes), and the slot opens a new one at once.
+    fn step_down(&mut self, i: usize) -> Result<()> {
+        if let Some(mut job) = self.conns[i].rx.job.take() {
+            let from = self.sink.release(&mut job.placer, None);
+            for s in job.owed(from).into_iter().rev() {
+                self.shared.transfer.plan.requeue(s, false);
+            }
+        }
         self.drain(i)?;
         self.close(i);
         self.conns[i].not_before = None;

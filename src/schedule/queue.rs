@@ -69,6 +69,30 @@ impl Plan {
         self.queue.remove(k).map(|(s, _)| (s, false))
     }
 
+    /// More queued segments for the request that took `first` ([`Plan::next`]): up to
+    /// `most` of those free to go at `now`, in queue order, each ending at or before the
+    /// next byte range line would pass `line` bytes (`a-b,` per range, decimal). Returns
+    /// them with `first`, sorted by start (one request asks them all: a multi-range
+    /// request, RFC 9110 §14.1.2).
+    pub fn take_more(&mut self, first: Segment, most: usize, now: Duration, line: usize) -> Vec<Segment> {
+        let width = |s: &Segment| format!("{}-{},", s.start, s.end - 1).len();
+        let mut used = width(&first);
+        let mut taken = vec![first];
+        let mut k = 0;
+        while taken.len() <= most && k < self.queue.len() {
+            let (s, t) = self.queue[k];
+            if t > now || used + width(&s) > line {
+                k += 1;
+                continue;
+            }
+            used += width(&s);
+            taken.push(s);
+            self.queue.remove(k);
+        }
+        taken.sort_by_key(|s| s.start);
+        taken
+    }
+
     /// New requests to `origin` wait until `until` (its backoff after a server-wide answer,
     /// a Retry-After); a hold is never shortened.
     pub fn hold(&mut self, origin: usize, until: Duration) {
@@ -243,6 +267,22 @@ mod tests {
     use super::*;
 
     const T0: Duration = Duration::ZERO;
+
+    #[test]
+    fn take_more_takes_up_to_most_of_those_free_sorted_within_the_line() {
+        let mut p = Plan::new(0, 10);
+        p.set_queue((1..8).map(|k| seg(k * 100, k * 100 + 10)).collect());
+        p.requeue_after(seg(50, 60), false, Duration::from_secs(5));
+        let (first, _) = p.next(T0, 0).unwrap();
+        assert_eq!(first, seg(100, 110), "the waiting one is skipped");
+        let got = p.take_more(seg(900, 910), 3, T0, 1000);
+        let starts: Vec<u64> = got.iter().map(|s| s.start).collect();
+        assert_eq!(starts, [200, 300, 400, 900], "three more, sorted");
+        assert_eq!(p.queued(), 4, "the waiting one and three left");
+        // The line bound: "500-509," is 8 bytes; with 16 there is room for one more.
+        let got = p.take_more(seg(900, 910), 10, T0, 16);
+        assert_eq!(got.len(), 2);
+    }
 
     fn seg(start: u64, end: u64) -> Segment {
         Segment {

@@ -34,6 +34,9 @@ pub(crate) enum Standing {
     Dropped,
 }
 
+/// The most byte ranges a request asks for (a partial fetch's multi-range requests).
+pub(crate) const MAX_RANGES_PER_REQUEST: usize = 64;
+
 /// A mirror's standing and what it served.
 #[derive(Clone, Debug)]
 pub(crate) struct Mirror {
@@ -67,6 +70,11 @@ pub(crate) struct Mirror {
     pub(crate) allows_seen: Option<usize>,
     /// Why it was dropped.
     pub(crate) dropped: Option<String>,
+    /// The most byte ranges one request to it may ask for (a partial fetch's multi-range
+    /// requests, `control::multi`): 64 until its server answers one with fewer parts than
+    /// asked (halved) or refuses it with a 200 or 416 (1). It never grows again: the
+    /// steps down of a transfer are bounded.
+    pub(crate) ranges_per_request: usize,
 }
 
 impl Mirror {
@@ -84,6 +92,7 @@ impl Mirror {
             failures: 0,
             connects_failed: 0,
             allows_seen: None,
+            ranges_per_request: MAX_RANGES_PER_REQUEST,
             dropped: None,
         }
     }

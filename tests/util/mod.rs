@@ -1406,6 +1406,8 @@ http {{
         }}
         location ~ ^/to-same/(.*)$ {{ access_log "{run}/users.log" users; return 302 /auth/$1$is_args$args; }}
         location /open/ {{ alias "{www}/"; access_log "{run}/users.log" users; }}
+        # A multi-range request is answered 200 with the whole file (nginx: max_ranges).
+        location /one-range/ {{ alias "{www}/"; max_ranges 1; }}
     }}
     server {{
         {https_listen}

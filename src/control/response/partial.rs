@@ -256,6 +256,9 @@ fn check_later(
             format!("{host}: the file changed during the download (validator differs)"),
         ));
     }
+    if let Some(m) = &job.multi {
+        return m.check_part(first, last).map_err(|why| protocol(host, why));
+    }
     if !content_range_fits(first, last, job.placer.pos(), job.seg.end) {
         return Err(protocol(
             host,
@@ -334,6 +337,22 @@ fn begin_body(
     last: u64,
 ) -> std::result::Result<HeadAction, Fail> {
     let n = last - first + 1;
+    if job.multi.is_some() {
+        // A multi-range request: the part (checked against what was asked) goes where it
+        // says; a multipart answer's further parts follow it (`body::walk_parts`).
+        crate::control::body::begin_part(job, first, last);
+        if let Some((_, boundary)) = part {
+            job.keep_alive = false;
+            if matches!(framing, Framing::Chunked) {
+                return Err(protocol(
+                    host,
+                    "206 in multipart/byteranges form with chunked transfer coding (not supported)".into(),
+                ));
+            }
+            job.multi.as_mut().expect("checked").boundary = boundary.to_vec();
+            return Ok(HeadAction::Body);
+        }
+    }
     if let Some((p, boundary)) = part {
         job.keep_alive = false;
         return match framing {
