@@ -711,9 +711,8 @@ impl Drop for RawRing {
             // SAFETY: `up` is one live io_uring_rsrc_update (nr_args 1) naming the
             // slot this ring registered on this thread (RawRing is not Send); the
             // kernel reads it during the call only.
-            let _ = unsafe {
-                io_uring_register(&self.fd, IoringRegisterOp::UnregisterRingFds, (&raw mut up).cast(), 1)
-            };
+            let _ =
+                unsafe { io_uring_register(&self.fd, IoringRegisterOp::UnregisterRingFds, (&raw mut up).cast(), 1) };
         }
     }
 }
@@ -868,11 +867,17 @@ mod tests {
             data: 0,
         };
         // SAFETY: one live io_uring_rsrc_update, read during the call only.
-        unsafe { io_uring_register(&ring.fd, IoringRegisterOp::UnregisterRingFds, (&raw mut up).cast(), 1) }
-            .unwrap();
+        unsafe { io_uring_register(&ring.fd, IoringRegisterOp::UnregisterRingFds, (&raw mut up).cast(), 1) }.unwrap();
         nops(&mut ring, 3);
         assert_eq!(ring.registered_ring(), None);
-        assert_eq!(RingBuilder::new(4).register_ring_fd(false).build_raw().unwrap().registered_ring(), None);
+        assert_eq!(
+            RingBuilder::new(4)
+                .register_ring_fd(false)
+                .build_raw()
+                .unwrap()
+                .registered_ring(),
+            None
+        );
     }
 
     /// A kernel that refuses the registration (here: EBUSY, the thread's 16 slots
@@ -885,7 +890,10 @@ mod tests {
             assert!(held.iter().all(|r| r.registered_ring().is_some()));
             let mut refused = RingBuilder::new(2).build_raw().unwrap();
             assert_eq!(refused.registered_ring(), None);
-            assert_eq!(refused.register_ring_fd().unwrap_err().raw_os_error(), Some(Errno::BUSY.raw_os_error()));
+            assert_eq!(
+                refused.register_ring_fd().unwrap_err().raw_os_error(),
+                Some(Errno::BUSY.raw_os_error())
+            );
             nops(&mut refused, 2);
             let freed = held.pop().unwrap().registered_ring();
             let mut next = RingBuilder::new(2).build_raw().unwrap();
