@@ -6,7 +6,8 @@
 //! - [`Sqe`] / [`Cqe`] and flag sets: the kernel ABI (`include/uapi/linux/io_uring.h`).
 //! - [`opcode`]: one builder per op, `build()` → [`Sqe`].
 //! - [`RawRing`]: io_uring_setup(2), mmaps, `unsafe push_raw`, one
-//!   io_uring_enter(2) per submit-and-wait, CQEs reaped without a syscall.
+//!   io_uring_enter(2) per submit-and-wait (by the ring fd's registered index where
+//!   the kernel allows, 5.18), CQEs reaped without a syscall.
 //! - [`RingBuilder`]: setup flags with clean fallback, [`Ring::granted`].
 //! - [`BufPool`] / [`Buf`] / [`Ring`] / [`Op`]: ops own their memory until
 //!   their [`Completion`] gives it back. This is what the binary uses. A

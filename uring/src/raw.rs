@@ -98,6 +98,7 @@ pub struct RingBuilder {
     single_issuer: bool,
     defer_taskrun: bool,
     coop_taskrun: bool,
+    register_ring_fd: bool,
 }
 
 impl RingBuilder {
@@ -113,6 +114,7 @@ impl RingBuilder {
             single_issuer: false,
             defer_taskrun: false,
             coop_taskrun: false,
+            register_ring_fd: true,
         }
     }
 
@@ -145,6 +147,16 @@ impl RingBuilder {
     /// Asks for `IORING_SETUP_COOP_TASKRUN` (5.19) with `TASKRUN_FLAG`.
     pub fn coop_taskrun(mut self, on: bool) -> RingBuilder {
         self.coop_taskrun = on;
+        self
+    }
+
+    /// Whether to register the ring's fd with the building thread
+    /// (`IORING_REGISTER_RING_FDS`, 5.18) so that each io_uring_enter(2) names it by
+    /// index (`IORING_ENTER_REGISTERED_RING`) and the kernel skips the fdget/fdput of
+    /// the ring file. Default on; a kernel that refuses (EINVAL before 5.18, EBUSY
+    /// with the thread's 16 slots taken) leaves the ring entering by its plain fd.
+    pub fn register_ring_fd(mut self, on: bool) -> RingBuilder {
+        self.register_ring_fd = on;
         self
     }
 
@@ -201,7 +213,13 @@ impl RingBuilder {
         let mut last = io::Error::from(io::ErrorKind::InvalidInput);
         for flags in self.attempts() {
             match RawRing::setup(self.entries, flags, self.cq_entries, self.sqpoll_idle_ms) {
-                Ok(ring) => return Ok(ring),
+                Ok(mut ring) => {
+                    if self.register_ring_fd {
+                        // A refusal only costs the fdget/fdput it would have saved.
+                        let _ = ring.register_ring_fd();
+                    }
+                    return Ok(ring);
+                }
                 Err(e) if e == Errno::INVAL || e == Errno::PERM => last = e.into(),
                 Err(e) => return Err(e.into()),
             }
@@ -261,6 +279,11 @@ pub struct RawRing {
     fd: OwnedFd,
     granted: SetupFlags,
     features: Features,
+    /// The ring's slot in the building thread's registered-ring table
+    /// (IORING_REGISTER_RING_FDS), which io_uring_enter(2) then takes instead of
+    /// the fd. The table is per task (`current->io_uring`); a `RawRing` is not
+    /// `Send`, so every enter, and the unregister in `Drop`, runs on that thread.
+    enter_index: Option<u32>,
 }
 
 impl RawRing {
@@ -339,6 +362,7 @@ impl RawRing {
             fd,
             granted: flags,
             features,
+            enter_index: None,
         })
     }
 
@@ -502,14 +526,73 @@ impl RawRing {
         } else if pending == 0 && flags.is_empty() {
             return Ok(0);
         }
-        // SAFETY: no EXT_ARG flag, so the kernel reads no argument pointer;
-        // the SQEs it consumes were pushed under push_raw's contract.
-        let r = unsafe { io_uring_enter(&self.fd, pending as u32, want, flags) };
-        match r {
+        match self.enter(pending as u32, want, flags) {
             Ok(n) => Ok(n as usize),
             Err(Errno::INTR) => Ok(0),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// One io_uring_enter(2): by the registered index when there is one, else by the
+    /// fd. EBADF on the index (the slot was unregistered behind our back) drops the
+    /// index and enters by the fd: the kernel looks the ring up before it reads any
+    /// SQE (io_uring/io_uring.c, io_uring_enter), so nothing was submitted yet.
+    fn enter(&mut self, to_submit: u32, want: u32, flags: IoringEnterFlags) -> Result<u32, Errno> {
+        if let Some(index) = self.enter_index {
+            // SAFETY: with IORING_ENTER_REGISTERED_RING the kernel reads the fd
+            // argument as an index into this thread's ring table, never as a file
+            // descriptor; rustix passes it through as the raw integer and nothing
+            // else sees the BorrowedFd, which dies with this statement. The index
+            // (< 16) is never -1. No EXT_ARG flag, so no argument pointer is read;
+            // the SQEs it consumes were pushed under push_raw's contract.
+            let r = unsafe {
+                io_uring_enter(
+                    BorrowedFd::borrow_raw(index as RawFd),
+                    to_submit,
+                    want,
+                    flags | IoringEnterFlags::REGISTERED_RING,
+                )
+            };
+            if r != Err(Errno::BADF) {
+                return r;
+            }
+            self.enter_index = None;
+        }
+        // SAFETY: no EXT_ARG flag, so the kernel reads no argument pointer;
+        // the SQEs it consumes were pushed under push_raw's contract.
+        unsafe { io_uring_enter(&self.fd, to_submit, want, flags) }
+    }
+
+    /// Registers the ring's fd in this thread's registered-ring table
+    /// (IORING_REGISTER_RING_FDS, 5.18, offset -1: the kernel picks a free slot) and
+    /// enters by that index from then on. Returns the index.
+    ///
+    /// # Errors
+    /// EINVAL before 5.18 (unknown opcode), EBUSY when the thread's 16 slots
+    /// (IO_RINGFD_REG_MAX) are taken, ENOMEM; the ring then enters by its fd.
+    pub fn register_ring_fd(&mut self) -> io::Result<u32> {
+        if let Some(i) = self.enter_index {
+            return Ok(i);
+        }
+        let mut up = sys::io_uring_rsrc_update {
+            offset: u32::MAX,
+            resv: 0,
+            data: self.fd.as_raw_fd() as u64,
+        };
+        // SAFETY: `up` is one live, exclusively borrowed io_uring_rsrc_update
+        // (nr_args 1); the kernel reads the fd from it and writes the chosen slot
+        // back into `offset` during the call only.
+        let n = unsafe { io_uring_register(&self.fd, IoringRegisterOp::RegisterRingFds, (&raw mut up).cast(), 1)? };
+        if n != 1 {
+            return Err(io::ErrorKind::Other.into());
+        }
+        self.enter_index = Some(up.offset);
+        Ok(up.offset)
+    }
+
+    /// The ring's index in this thread's registered-ring table, if it enters by one.
+    pub fn registered_ring(&self) -> Option<u32> {
+        self.enter_index
     }
 
     /// Publishes pending SQEs without waiting (see [`RawRing::submit_and_wait`]).
@@ -611,6 +694,26 @@ impl RawRing {
             last_op: buf.last_op,
             supported,
         })
+    }
+}
+
+impl Drop for RawRing {
+    /// Gives the thread's registered-ring slot back (IORING_UNREGISTER_RING_FDS),
+    /// else it keeps a reference to the ring file, and so the whole ring, until
+    /// the thread exits. Runs before the fields drop (unmap, then close).
+    fn drop(&mut self) {
+        if let Some(index) = self.enter_index.take() {
+            let mut up = sys::io_uring_rsrc_update {
+                offset: index,
+                resv: 0,
+                data: 0,
+            };
+            // SAFETY: `up` is one live io_uring_rsrc_update (nr_args 1) naming the
+            // slot this ring registered on this thread (RawRing is not Send); the
+            // kernel reads it during the call only.
+            let _ =
+                unsafe { io_uring_register(&self.fd, IoringRegisterOp::UnregisterRingFds, (&raw mut up).cast(), 1) };
+        }
     }
 }
 
@@ -737,6 +840,68 @@ mod tests {
         assert_eq!(ring.sq_space(), 4);
         // Nothing to submit and nothing wanted: no syscall, Ok(0).
         assert_eq!(ring.submit().unwrap(), 0);
+    }
+
+    /// Submits `n` NOPs and reaps them: the ring enters and completes.
+    fn nops(ring: &mut RawRing, n: u64) {
+        for i in 0..n {
+            // SAFETY: a NOP carries no pointers.
+            unsafe { ring.push_raw(&opcode::Nop::new().build().user_data(i)).unwrap() };
+        }
+        assert_eq!(ring.submit_and_wait(n as usize).unwrap(), n as usize);
+        assert_eq!(std::iter::from_fn(|| ring.next_cqe()).count() as u64, n);
+    }
+
+    /// The ring enters by its registered index: once the slot is unregistered behind
+    /// its back, the next enter meets EBADF, drops the index and goes on by the fd.
+    /// (Were it entering by the fd all along, the index would survive.)
+    #[test]
+    fn enters_by_the_registered_index() {
+        let mut ring = RingBuilder::new(4).build_raw().unwrap();
+        let index = ring.registered_ring().expect("IORING_REGISTER_RING_FDS (5.18) refused");
+        nops(&mut ring, 2);
+        assert_eq!(ring.registered_ring(), Some(index));
+        let mut up = sys::io_uring_rsrc_update {
+            offset: index,
+            resv: 0,
+            data: 0,
+        };
+        // SAFETY: one live io_uring_rsrc_update, read during the call only.
+        unsafe { io_uring_register(&ring.fd, IoringRegisterOp::UnregisterRingFds, (&raw mut up).cast(), 1) }.unwrap();
+        nops(&mut ring, 3);
+        assert_eq!(ring.registered_ring(), None);
+        assert_eq!(
+            RingBuilder::new(4)
+                .register_ring_fd(false)
+                .build_raw()
+                .unwrap()
+                .registered_ring(),
+            None
+        );
+    }
+
+    /// A kernel that refuses the registration (here: EBUSY, the thread's 16 slots
+    /// taken; EINVAL before 5.18 goes the same way) leaves a ring that enters by its
+    /// fd; a dropped ring gives its slot back.
+    #[test]
+    fn registration_refused_falls_back_to_the_fd() {
+        std::thread::spawn(|| {
+            let mut held: Vec<RawRing> = (0..16).map(|_| RingBuilder::new(2).build_raw().unwrap()).collect();
+            assert!(held.iter().all(|r| r.registered_ring().is_some()));
+            let mut refused = RingBuilder::new(2).build_raw().unwrap();
+            assert_eq!(refused.registered_ring(), None);
+            assert_eq!(
+                refused.register_ring_fd().unwrap_err().raw_os_error(),
+                Some(Errno::BUSY.raw_os_error())
+            );
+            nops(&mut refused, 2);
+            let freed = held.pop().unwrap().registered_ring();
+            let mut next = RingBuilder::new(2).build_raw().unwrap();
+            assert_eq!(next.registered_ring(), freed);
+            nops(&mut next, 2);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

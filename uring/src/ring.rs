@@ -557,7 +557,10 @@ impl UringRing {
     }
 
     /// Asks the kernel to cancel every op in flight: one IORING_OP_ASYNC_CANCEL
-    /// (5.5) per op by its user_data, submitted at once. Each op then completes as
+    /// (5.5) per op by its user_data, queued: the cancels go to the kernel with the
+    /// next submit, which is the caller's wait for their completions (an enter of its
+    /// own here cost one io_uring_enter(2) per file of a list), or at once when they
+    /// leave less than half the SQ free. Each op then completes as
     /// usual (through [`UringRing::next_completion`]), with `-ECANCELED` or with the
     /// result it reached first; a file write already running in io-wq completes on
     /// its own.
@@ -588,7 +591,11 @@ impl UringRing {
             }
             self.slots[i].cancel_sent = true;
         }
-        self.raw.submit()?;
+        if self.raw.sq_space() * 2 < self.raw.sq_entries() as usize {
+            // Over half the SQ waits: submit now, leaving room for what the caller
+            // pushes before its wait.
+            self.raw.submit()?;
+        }
         Ok(())
     }
 
@@ -1162,7 +1169,8 @@ impl Ring {
 
     /// Cancels every op in flight (io_uring: one IORING_OP_ASYNC_CANCEL per op,
     /// 5.5; epoll: ops waiting for readiness or a deadline end at once, queued
-    /// ones without running). Each still completes exactly once, through
+    /// ones without running). io_uring queues the cancels for the next
+    /// [`Ring::submit`] / [`Ring::submit_and_wait`]. Each still completes exactly once, through
     /// [`Ring::next_completion`], with `-ECANCELED` or the result it reached first
     /// — a file op already running (io-wq, an epoll file worker) completes on its
     /// own. For a ring kept from one job to the next: cancel, then reap until
@@ -1287,6 +1295,57 @@ mod tests {
         #[allow(clippy::reversed_empty_ranges)]
         let r = 10..5;
         assert!(!range_ok(&r, 4096));
+    }
+
+    /// A cancel waits in the SQ for the caller's wait (no io_uring_enter of its own)
+    /// unless it leaves less than half the SQ free; the wait then submits it and the
+    /// op comes back cancelled.
+    #[test]
+    fn cancels_go_with_the_next_wait() {
+        let mut r = RingBuilder::new(8).build_uring().unwrap();
+        for tag in 0..2 {
+            r.push_inner(
+                Op::Timeout {
+                    after: Duration::from_secs(60),
+                },
+                tag,
+                None,
+            )
+            .unwrap();
+        }
+        r.raw.submit().unwrap();
+        r.cancel_where(&|tag| tag == 0).unwrap();
+        assert_eq!(r.raw.sq_pending(), 1, "the cancel was entered on its own");
+        r.submit_and_wait(1).unwrap();
+        let c = loop {
+            if let Some(c) = r.next_completion() {
+                break c;
+            }
+            r.submit_and_wait(1).unwrap();
+        };
+        assert_eq!((c.tag, c.result), (0, -Errno::CANCELED.raw_os_error()));
+        // Five more ops and their cancels fill the SQ past half: submitted at once.
+        for tag in 2..7 {
+            r.push_inner(
+                Op::Timeout {
+                    after: Duration::from_secs(60),
+                },
+                tag,
+                None,
+            )
+            .unwrap();
+        }
+        r.raw.submit().unwrap();
+        r.cancel_all().unwrap();
+        assert_eq!(r.raw.sq_pending(), 0);
+        let mut cancelled = 0;
+        while cancelled < 6 {
+            r.submit_and_wait(1).unwrap();
+            while let Some(c) = r.next_completion() {
+                assert_eq!(c.result, -Errno::CANCELED.raw_os_error());
+                cancelled += 1;
+            }
+        }
     }
 
     /// Proves registered pools go through READ_FIXED / WRITE_FIXED: once the
