@@ -624,3 +624,194 @@ fn a_multipart_part_of_a_range_not_asked_is_refused_and_nothing_lands() {
     assert!(lies.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the lie was told");
     s.assert_no_output(&o);
 }
+
+/// A `.zck` made without `-u` has no uncompressed-chunk digests: a plain seed can never
+/// match it. The delta still lands (a full fetch of the chunks, exit 0), but a warning
+/// says so without `-v`, and why; `--checksum` is checked and the record says so.
+#[test]
+fn a_zck_without_uncompressed_digests_warns_that_a_plain_seed_cannot_match() {
+    let s = Site::new("nou");
+    tool("/usr/bin/zck", &["-o", "nou.img.zck", "new.img"], &s.www);
+    let sum = format!("sha-256={}", s.sha);
+    let o = s.fetch(&[&s.served("old.img")], "nou.img.zck", &["--checksum", &sum]);
+    s.assert_landed(&o);
+    let err = o.stderr_text();
+    assert!(
+        err.contains("warning: delta: nothing of the target was found") && err.contains("zck -u"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(s.dir.join("record.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["checksum_verified"], serde_json::Value::Bool(true), "{text}");
+    assert_eq!(v["delta"]["reused_bytes"].as_u64(), Some(0), "{text}");
+    // With -u and the same seed: pieces found, no warning.
+    let o = s.fetch(&[&s.served("old.img")], "new.img.zck", &["--force"]);
+    s.assert_landed(&o);
+    assert!(!o.stderr_text().contains("warning: delta"), "{}", o.stderr_text());
+}
+
+/// The delta's own staging file given as a seed is refused before anything is written
+/// into it: the user's file keeps every byte.
+#[test]
+fn a_seed_that_is_the_staging_file_is_refused_and_kept() {
+    let s = Site::new("seedstaging");
+    let staging = s.dir.join("new.img.delta.part");
+    std::fs::copy(s.served("old.img"), &staging).unwrap();
+    let o = s.fetch(&[&staging], "new.img.zck", &[]);
+    o.assert_code(USAGE);
+    assert!(o.stderr_text().contains("staging file"), "{}", o.stderr_text());
+    assert_eq!(
+        sha256_file(&staging),
+        sha256_file(&s.served("old.img")),
+        "the seed was cut"
+    );
+    s.assert_no_output(&o);
+}
+
+/// `--seed` with the image's own URL (not an index): a usage error that names what
+/// `--seed` takes, and no staging file left behind.
+#[test]
+fn a_url_that_is_not_an_index_is_a_usage_error() {
+    let s = Site::new("notindex");
+    let o = s.fetch(&[&s.served("old.img")], "new.img", &[]);
+    o.assert_code(USAGE);
+    assert!(o.stderr_text().contains("this is neither"), "{}", o.stderr_text());
+    assert!(!s.dir.join("new.img.delta.part").exists(), "staging file left");
+    assert!(
+        !s.dir.join("new.img.delta.part.ringdl").exists(),
+        "staging control file left"
+    );
+    s.assert_no_output(&o);
+}
+
+/// Kills a delta from a seed that shares nothing (`other`, made here) once its staging
+/// file's control file names more than 2 MiB; returns the bytes it named.
+fn kill_mid_fetch(s: &Site, other: &Path, index: &str) -> u64 {
+    let control = s.dir.join("new.img.delta.part.ringdl");
+    crate::util::write_random_file(other, MIB, 13);
+    let mut c = s.dir.ringdl();
+    c.args(["-x", "2", "--limit-rate", "4M", "-o"])
+        .arg(s.out())
+        .arg("--seed")
+        .arg(other)
+        .arg(s.url(index));
+    let killed = c.run_with(|pid| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            let text = std::fs::read_to_string(&control).unwrap_or_default();
+            if staged(&text) > 2 * MIB {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    assert_ne!(
+        killed.code(),
+        Some(0),
+        "killed before its end: {}",
+        killed.stderr_text()
+    );
+    let had = staged(&std::fs::read_to_string(&control).unwrap());
+    assert!(had > 2 * MIB, "the kill came after pieces landed ({had} bytes)");
+    had
+}
+
+/// `--no-continue` starts a delta over: what a killed run staged is fetched again.
+#[test]
+fn no_continue_starts_a_delta_over_without_its_staging_file() {
+    let s = Site::new("nocontinue");
+    let other = s.dir.join("other.img");
+    let had = kill_mid_fetch(&s, &other, "new.img.zsync");
+    let o = s.fetch(&[&other], "new.img.zsync", &["--no-continue"]);
+    s.assert_landed(&o);
+    let d = s.delta();
+    let full = d["full_bytes"].as_u64().unwrap();
+    let fetched = d["fetched_bytes"].as_u64().unwrap();
+    assert!(
+        fetched >= full,
+        "--no-continue fetched {fetched} of {full} with {had} staged before: {d}"
+    );
+}
+
+/// A SIGTERM while the seeds are scanned (outside the event loop) stops the run with exit
+/// 8 once the scan step ends, naming the step; nothing is fetched or written.
+#[test]
+fn a_sigterm_during_the_scan_stops_the_delta() {
+    let s = Site::new("sigscan");
+    // A large sparse seed: its scan lasts seconds (zeros hashed chunk by chunk).
+    let seed = s.dir.join("zeros.img");
+    std::fs::File::create(&seed).unwrap().set_len(2048 * MIB).unwrap();
+    let staging = s.dir.join("new.img.delta.part");
+    let mut c = s.dir.ringdl();
+    c.args(["-x", "2", "-o"])
+        .arg(s.out())
+        .arg("--seed")
+        .arg(&seed)
+        .arg(s.url("new.img.zck"));
+    let o = c.run_with(|pid| {
+        // The header is staged before the scan starts: then the scan runs.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !staging.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    });
+    o.assert_code(8);
+    assert!(
+        o.stderr_text()
+            .contains("interrupted by SIGTERM while the seeds were scanned"),
+        "{}",
+        o.stderr_text()
+    );
+    s.assert_no_output(&o);
+}
+
+/// An image larger than the block device holds from `--offset` is refused before the
+/// seeds are scanned, with exit 7, and the device is left as it was; a delta that lands
+/// on a device says in its record that the device holds no unverified bytes.
+#[test]
+fn a_device_too_small_for_the_image_is_refused_before_the_scan() {
+    let s = Site::new("smalldev");
+    let Some(dev) = crate::blockdev::LoopDev::attach(&s.dir, SIZE / 2, 7) else {
+        return;
+    };
+    let before = dev.read(0, SIZE / 2);
+    let mut c = s.dir.ringdl();
+    c.args(["-v", "--control"])
+        .arg(s.dir.join("image.control"))
+        .arg("-o")
+        .arg(&dev.dev)
+        .arg("--seed")
+        .arg(s.served("old.img"))
+        .arg(s.url("new.img.zck"));
+    let o = c.run();
+    o.assert_code(7);
+    let err = o.stderr_text();
+    assert!(err.contains("does not fit in the block device"), "{err}");
+    assert!(!err.contains("scanned"), "refused only after the scan: {err}");
+    assert_eq!(dev.read(0, SIZE / 2), before, "the device was written");
+
+    // (Another directory: each loop device has its own backing file.)
+    let other = TestDir::new("delta_smalldev_big");
+    let Some(big) = crate::blockdev::LoopDev::attach(&other, SIZE, 8) else {
+        return;
+    };
+    let mut c = s.dir.ringdl();
+    c.args(["--json"]).arg(s.dir.join("dev.json"));
+    c.args(["--control"])
+        .arg(s.dir.join("image2.control"))
+        .arg("-o")
+        .arg(&big.dev);
+    c.arg("--seed").arg(s.served("old.img")).arg(s.url("new.img.zck"));
+    c.run().assert_success();
+    assert_eq!(crate::util::sha256_bytes(&big.read(0, SIZE)), s.sha);
+    let text = std::fs::read_to_string(s.dir.join("dev.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v["device_holds_unverified_bytes"],
+        serde_json::Value::Bool(false),
+        "{text}"
+    );
+}

@@ -11,6 +11,7 @@
 mod assemble;
 mod stage;
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use super::PerRun;
@@ -42,6 +43,8 @@ struct Fetched {
     staging: Staging,
     bytes: Vec<u8>,
     full: u64,
+    /// Why no seed can match this index, when the index itself tells.
+    why_none: Option<String>,
 }
 
 /// Where a delta's target goes and where its fetched bytes stage.
@@ -97,7 +100,13 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
             Staging::new(target.staging.clone(), String::new()).remove();
         }
     }
+    if target.device && record.device_holds_unverified_bytes.is_none() {
+        // Only a failure while the target was written leaves unchecked bytes on the device.
+        record.device_holds_unverified_bytes = Some(false);
+    }
     let report = got?;
+    // The whole target was checked against --checksum before it landed.
+    record.checksum_verified = opts.checksum.as_ref().map(|_| true);
     record.bytes = Some(report.target_len);
     record.fetched = Some(report.fetched);
     record.requests = Some(report.requests);
@@ -118,25 +127,51 @@ fn update(
     per_run: &mut PerRun,
 ) -> Result<Report> {
     let mut seeds = open_seeds(opts, target)?;
+    if opts.no_continue {
+        // Start over: what an earlier run staged is not used.
+        Staging::new(target.staging.clone(), String::new()).remove();
+    }
     let Fetched {
         mut index,
         mut staging,
         bytes: index_bytes,
         full,
+        why_none,
     } = match format {
         Format::Zchunk => zchunk_index(opts, target, per_run)?,
         Format::Zsync => zsync_index(opts, url, target, per_run)?,
     };
     index_signature(opts, &index_bytes, record, per_run)?;
     drop(index_bytes);
+    if target.device {
+        // The slot must hold the image: said before the seeds are scanned.
+        let (_, room) = crate::output::device::open(&target.path, opts.offset)?;
+        let what = format!("the block device {}", target.path.display());
+        if let Some(why) = room.refuse(index.target_len(), &what) {
+            return Err(err!(LocalIo, "{why}"));
+        }
+    }
     let mut found = Vec::new();
     for seed in &mut seeds {
         let t = std::time::Instant::now();
         found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
         say_time(opts, &format!("seed {} scanned", seed.path.display()), t, seed.len);
+        stop_if_signalled(
+            per_run.signals.as_fd(),
+            "while the seeds were scanned (nothing fetched)",
+        )?;
     }
     let plan = Plan::of(index.as_ref(), found, plan::BRIDGE);
     say_plan(opts, &plan, index.as_ref(), full, &staging)?;
+    if plan.reused == 0 && index.target_len() > 0 && !opts.quiet {
+        // Said even without -v: a delta that reuses nothing is a full download.
+        eprintln!(
+            "ringdl: warning: delta: nothing of the target was found in the seed(s): this fetches all of it; {}",
+            why_none
+                .as_deref()
+                .unwrap_or("is the seed the right image (or partition, at its start)?")
+        );
+    }
     let t = std::time::Instant::now();
     let whole = fetch_pieces(opts, &plan, full, &mut staging, per_run)?;
     let plan = if whole {
@@ -146,6 +181,10 @@ fn update(
     };
     check_fetched(opts, index.as_mut(), &plan, &mut staging, per_run)?;
     say_time(opts, "pieces fetched and checked", t, plan.bytes());
+    stop_if_signalled(
+        per_run.signals.as_fd(),
+        "once the pieces were fetched (kept in the staging file; nothing written)",
+    )?;
     // The connections and buffers the fetches kept for a next file: none comes.
     per_run.reactor = crate::event::Reactor::new();
     let t = std::time::Instant::now();
@@ -173,6 +212,26 @@ fn update(
         target_len: index.target_len(),
         signed: opts.signature.is_some(),
     })
+}
+
+/// A SIGINT or SIGTERM that arrived during a step outside the event loop (the seeds'
+/// scan, the checks, the target's writes): `Interrupted` (exit 8) naming `when`.
+/// The signals are blocked and read from `signals` (signalfd(2)); polled, never waited on.
+fn stop_if_signalled(signals: std::os::fd::BorrowedFd<'_>, when: &str) -> Result<()> {
+    let mut pfd = [rustix::event::PollFd::new(&signals, rustix::event::PollFlags::IN)];
+    let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+    if !matches!(rustix::event::poll(&mut pfd, Some(&zero)), Ok(n) if n > 0) {
+        return Ok(());
+    }
+    let mut info = [0u8; uring::signal::SIGINFO_SIZE];
+    let name = match rustix::io::read(signals, &mut info)
+        .ok()
+        .and_then(|_| uring::signal::signo(&info))
+    {
+        Some(15) => "SIGTERM",
+        _ => "SIGINT",
+    };
+    Err(err!(Interrupted, "interrupted by {name} {when}"))
 }
 
 /// With `-v`: how long a step took since `t`, over `bytes` bytes.
@@ -267,14 +326,23 @@ impl Target {
 /// Opens every `--seed`; one that is the target (or its `.part`) is refused: the target is
 /// written while seeds are read, and a piece moved in place would be overwritten first.
 fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
-    let part = crate::output::part_path(&target.path);
-    let part_id = {
+    let id_of = |p: PathBuf| {
         use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(&part).ok().map(|m| (m.dev(), m.ino()))
+        std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
     };
+    let part_id = id_of(crate::output::part_path(&target.path));
+    let staging_id = id_of(crate::output::part_path(&target.staging));
     let mut seeds = Vec::new();
     for p in &opts.seeds {
         let seed = Seed::open(p, opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
+        if staging_id.is_some() && Some(seed.id) == staging_id {
+            return Err(err!(
+                Usage,
+                "seed {} is the delta's staging file for {} (fetched pieces are written into it): give another seed",
+                p.display(),
+                target.path.display()
+            ));
+        }
         if Some(seed.id) == target.id() || Some(seed.id) == part_id {
             return Err(err!(
                 Usage,
@@ -302,9 +370,21 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
     reader
         .read(0, HEAD_FIRST.min(st.total), &mut head)
         .map_err(|e| err!(LocalIo, "{e}"))?;
-    let len = zck::head_len(&head)
-        .map_err(|e| err!(Protocol, "{}: {e}", opts.url))?
-        .ok_or_else(|| err!(Protocol, "{}: not a zchunk file: it ends inside its lead", opts.url))?;
+    let len = match zck::head_len(&head) {
+        Err(e) if !opts.url.ends_with(".zck") => {
+            // Not an index at all (an image's own URL, most likely): nothing staged is kept.
+            staging.remove();
+            return Err(err!(
+                Usage,
+                "{}: --seed takes the URL of the image's index, a zchunk file (*.zck, made by `zck -u`) or a zsync \
+                 control file (*.zsync, made by zsyncmake), and this is neither ({e})",
+                opts.url
+            ));
+        }
+        got => got
+            .map_err(|e| err!(Protocol, "{}: {e}", opts.url))?
+            .ok_or_else(|| err!(Protocol, "{}: not a zchunk file: it ends inside its lead", opts.url))?,
+    };
     if len > st.total || len > MAX_INDEX {
         return Err(err!(
             Protocol,
@@ -335,16 +415,23 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
     if full != st.total {
         return Err(err!(
             Protocol,
-            "{}: the server's file has {} bytes, its zchunk header describes {full}",
+            "{}: the server's file has {} bytes, its zchunk header describes {full} (if the header was staged \
+             by an earlier run against another file, --no-continue starts the delta over)",
             opts.url,
             st.total
         ));
     }
+    let why_none = (!index.has_uncompressed_digests()).then(|| {
+        "the .zck carries no uncompressed chunk checksums (made without `zck -u`): only an older .zck can \
+         seed it, never a plain image or partition"
+            .to_owned()
+    });
     Ok(Fetched {
         index: Box::new(index),
         staging,
         bytes: head,
         full,
+        why_none,
     })
 }
 
@@ -379,6 +466,7 @@ fn zsync_index(opts: &Config, url: &http::Url, target: &Target, per_run: &mut Pe
         staging,
         bytes,
         full,
+        why_none: None,
     })
 }
 
@@ -411,7 +499,7 @@ fn say_plan(opts: &Config, plan: &Plan, index: &dyn Index, full: u64, staging: &
     });
     let staged = match staged {
         0 => String::new(),
-        n => format!(", {n} of them staged already"),
+        n => format!(", {n} of these bytes staged already"),
     };
     let pieces = index.piece_count();
     let reused = (0..plan.len()).filter(|&i| plan.from(i) != plan::From::Fetched).count();

@@ -71,8 +71,8 @@ impl ImageWriter {
     /// What [`device::open`] returns; `Usage` when `len` bytes do not fit after `offset`.
     pub fn device(path: &Path, offset: u64, len: u64, io: crate::config::IoChoice) -> Result<ImageWriter> {
         let (fd, room) = device::open(path, offset)?;
-        if let Some(why) = room.refuse(len, "the image") {
-            return Err(err!(Usage, "{why}"));
+        if let Some(why) = room.refuse(len, &format!("the block device {}", path.display())) {
+            return Err(err!(LocalIo, "{why}"));
         }
         let align = room.block;
         ImageWriter::over(fd, (true, align), offset, Some(room), None, io)
