@@ -1753,3 +1753,74 @@ fn out_leaving_the_directory_is_refused_and_nothing_lands_outside_it() {
     assert_eq!(requests(&format!("/{base}/f0.bin")), 0, "a request went out");
     assert_eq!(requests(&format!("/{base}/f1.bin")), 0, "a request went out");
 }
+
+/// A short file (256 KiB or less: issue 43) keeps no control file at any moment: not
+/// while it comes, not when SIGINT stops the run mid-way (which saves a control file for
+/// any longer file in flight), not after a kill -9. Its `.part` alone is left, and the
+/// next run with `-c` starts it over (asked from byte 0) and ends exact.
+#[test]
+fn a_short_file_keeps_no_control_file_and_starts_over_after_kill_9() {
+    let n = nginx();
+    // (At 256 KiB/s per connection each takes about a second.)
+    let sizes = [200 * KIB, 240 * KIB];
+    let (base, shas) = serve("short-stop", &sizes);
+    let dir = TestDir::new("list-short-stop");
+    let urls: Vec<String> = (0..2).map(|k| n.slow_url(&format!("{base}/f{k}.bin"))).collect();
+    let l = list(&dir, &format!("{}\n{}\n", urls[0], urls[1]));
+    let args = ["-j", "2", "-i", l.to_str().unwrap()];
+    let served = |k: usize| n.slow_sent(&format!("{base}/f{k}.bin"));
+    let controls = || {
+        (0..2)
+            .filter(|k| dir.join(format!("f{k}.bin.part.ringdl")).exists())
+            .count()
+    };
+    let parts = || (0..2).filter(|k| dir.join(format!("f{k}.bin.part")).exists()).count();
+    // Watches for a control file from the moment both `.part` files are there until
+    // `after` later, then sends `signal`. Returns how often a control file was seen.
+    let stop = |signal: &'static str, after: Duration| {
+        move |pid: u32| -> () {
+            let t = Instant::now();
+            while parts() < 2 && t.elapsed() < HANG {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let t = Instant::now();
+            let mut seen = 0;
+            while t.elapsed() < after {
+                seen += controls();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let _ = std::process::Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
+            assert_eq!(seen, 0, "a short file's control file appeared while it came");
+        }
+    };
+    let first = ringdl_cmd(&dir, &args).run_with(stop("-INT", Duration::from_millis(500)));
+    first.assert_code(exit::INTERRUPTED);
+    let err = first.stderr_text();
+    assert!(
+        (0..2).all(|k| !dir.join(format!("f{k}.bin")).exists()),
+        "a file landed before the signal\n{err}"
+    );
+    assert_eq!(controls(), 0, "SIGINT left a short file's control file\n{err}");
+    assert!(parts() > 0, "SIGINT removed the .part files\n{err}");
+    // A kill -9 mid-way of the same command: again only `.part` files.
+    let second = ringdl_cmd(&dir, &args).run_with(stop("-KILL", Duration::from_millis(400)));
+    let err = second.stderr_text();
+    assert!((0..2).all(|k| !dir.join(format!("f{k}.bin")).exists()), "{err}");
+    assert_eq!(controls(), 0, "kill -9 left a short file's control file\n{err}");
+    // `-c`: each starts over from byte 0 and lands exact.
+    let before: Vec<usize> = (0..2).map(|k| served(k).len()).collect();
+    let resumed = ringdl(&dir, &["-c", "-j", "2", "-i", l.to_str().unwrap()]);
+    let err = resumed.stderr_text();
+    resumed.assert_success();
+    for k in 0..2 {
+        assert_eq!(sha256_file(&dir.join(format!("f{k}.bin"))), shas[k], "{err}");
+        let sent = served(k)[before[k]..].to_vec();
+        assert!(
+            !sent.is_empty() && sent.iter().all(|r| r.0 == 0),
+            "f{k} was not fetched again from byte 0: {sent:?}\n{err}"
+        );
+    }
+    assert_eq!(controls() + parts(), 0, "{err}");
+}

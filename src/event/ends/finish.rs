@@ -252,6 +252,7 @@ fn keep_landed(transfer_loop: &mut Loop<'_>, out: &Output) -> bool {
         // as long.
         transfer_loop.shared.report.note(Note::WritesPending);
     } else if transfer_loop.control.is_some()
+        && transfer_loop.keeps_control()
         && (transfer_loop.shared.transfer.file || out.room.is_some())
         && out.owns_part()
     {
