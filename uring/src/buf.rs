@@ -58,6 +58,9 @@ pub(crate) struct PoolInner {
     /// With a per-block registration: bit `b` of word `w` set = block `64 w + b` is in
     /// the ring's table (pinned).
     pinned: [Cell<u64>; MAX_BLOCKS / 64],
+    /// A block could not be pinned (ENOMEM: RLIMIT_MEMLOCK): the registration was
+    /// dropped, the pool's ops go unregistered.
+    pin_failed: Cell<bool>,
 }
 
 impl BufPool {
@@ -100,6 +103,7 @@ impl BufPool {
                 available: Cell::new(count),
                 registered: Cell::new(None),
                 pinned: core::array::from_fn(|_| Cell::new(0)),
+                pin_failed: Cell::new(false),
             }),
         })
     }
@@ -147,6 +151,13 @@ impl BufPool {
         self.inner.registered.get().is_some()
     }
 
+    /// True once a block of a per-block registration could not be pinned at its first
+    /// whole-block op (ENOMEM: over RLIMIT_MEMLOCK, 5.12+ accounting): the registration
+    /// was dropped and the pool's ops go unregistered since.
+    pub fn pin_failed(&self) -> bool {
+        self.inner.pin_failed.get()
+    }
+
     pub(crate) fn inner(&self) -> &Rc<PoolInner> {
         &self.inner
     }
@@ -173,6 +184,11 @@ impl PoolInner {
     /// Whether block `index` is in the ring's table (per-block registration).
     pub(crate) fn is_pinned(&self, index: usize) -> bool {
         self.pinned[index / 64].get() & (1 << (index % 64)) != 0
+    }
+
+    /// Marks the per-block registration as lost ([`BufPool::pin_failed`]).
+    pub(crate) fn set_pin_failed(&self) {
+        self.pin_failed.set(true);
     }
 
     /// Marks block `index` as put in the ring's table.

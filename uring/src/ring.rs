@@ -650,6 +650,7 @@ impl UringRing {
                 Ok(()) => pool.set_pinned(b),
                 Err(_) => {
                     pool.set_registration(None);
+                    pool.set_pin_failed();
                     return None;
                 }
             }
