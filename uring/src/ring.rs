@@ -1339,6 +1339,65 @@ mod tests {
         assert!(!range_ok(&r, 4096));
     }
 
+    /// A pool registered block by block (5.19 sparse table) pins a block only at its
+    /// first op over the whole block: an op on part of a block not yet pinned goes out as
+    /// a plain WRITE (it still succeeds once the kernel's table is gone), a whole-block
+    /// one puts the block in the table and goes out as WRITE_FIXED (it fails then).
+    #[test]
+    fn a_block_is_pinned_at_its_first_whole_block_write_only() {
+        use std::os::fd::AsRawFd;
+        let path = format!("/var/tmp/uring-unit-pinned-{}", std::process::id());
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        let mut r = RingBuilder::new(8).build_uring().unwrap();
+        let pool = BufPool::new(4096, 2).unwrap();
+        r.register_pools(&[&pool]).unwrap();
+        if !pool.inner().registration().is_some_and(|g| g.per_block) {
+            eprintln!("skipped: no sparse buffer table before Linux 5.19");
+            return;
+        }
+        let fd = f.as_raw_fd();
+        let write = |r: &mut UringRing, len: usize, tag: u64| {
+            r.push_inner(
+                Op::Write {
+                    fd,
+                    buf: pool.alloc().unwrap(),
+                    range: 0..len,
+                    offset: 0,
+                },
+                tag,
+                None,
+            )
+            .unwrap();
+            loop {
+                if let Some(c) = r.next_completion() {
+                    return c.result;
+                }
+                r.submit_and_wait(1).unwrap();
+            }
+        };
+        assert_eq!(write(&mut r, 512, 1), 512);
+        assert!(!pool.inner().is_pinned(0), "a partial write pinned its block");
+        assert_eq!(write(&mut r, 4096, 2), 4096);
+        assert!(pool.inner().is_pinned(0), "a whole-block write did not pin its block");
+        r.raw.unregister_buffers().unwrap();
+        assert!(write(&mut r, 4096, 3) < 0, "a pinned block goes out as WRITE_FIXED");
+        // (Block 0 held: the next write takes block 1, never pinned.)
+        let hold = pool.alloc().unwrap();
+        assert_eq!(
+            write(&mut r, 512, 4),
+            512,
+            "a partial write of a block not pinned goes out plain"
+        );
+        drop(hold);
+    }
+
     /// Proves registered pools go through READ_FIXED / WRITE_FIXED: once the
     /// kernel's registration is pulled from under the ring, those ops fail
     /// (a plain READ/WRITE would still succeed).
