@@ -255,7 +255,9 @@ impl Output {
     /// signalfd that SIGINT/SIGTERM arrive on meanwhile (they are blocked). A `.part` that
     /// is not kept (`keep` false) is started over. `tell`: whether that is said (not with
     /// `-c`, whose refusal to resume was said, nor `-q`), and whether the wait for a FIFO's
-    /// reader is (not with `-q`).
+    /// reader is (not with `-q`). `lock`: the `.part`'s lock ([`lock_part_as`]), whose
+    /// descriptor the output takes: the `.part` is not opened again, nor its name checked
+    /// again (the lock did that).
     ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when the `.part` file cannot be created;
@@ -264,8 +266,7 @@ impl Output {
         path: Option<PathBuf>,
         direct: bool,
         special: Option<&Special>,
-        force: bool,
-        keep: bool,
+        (force, keep): (bool, bool),
         tell: (bool, bool),
         signals: Option<BorrowedFd<'_>>,
         lock: Option<&mut PartLock>,
