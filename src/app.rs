@@ -370,7 +370,7 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun, see
             st.total
         );
     }
-    let mut out = match final_path.clone().filter(|_| device) {
+    let out = match final_path.clone().filter(|_| device) {
         Some(dev) => Output::open_device(dev, opts.offset),
         None => Output::open(
             final_path,
@@ -388,9 +388,6 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun, see
             l.remove_if_unused();
         }
     })?;
-    if let Some(l) = &lock {
-        out.onto_lock(l);
-    }
     let resume_state = match (&control, &out.room, opts.resume) {
         (Some(c), Some(room), true) => updates::device_resume(c, &opts, room),
         _ => resume_state,

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 
-use super::{FileKey, Output, Seen, described, inode_at, open_part, part_path, same_inode, special};
+use super::{FileKey, Output, Seen, described, inode_at, open_part, part_path, special};
 use crate::err;
 use crate::error::Result;
 
 /// An exclusive flock(2) on `FILE.part`, held for the whole run and until the kernel has
-/// let go of the output ([`Output::onto_lock`]): a second ringdl on the same output stops
+/// let go of the output (its descriptor is the output's: [`Output::open`]): a second ringdl on the same output stops
 /// (within [`LOCK_WAIT`]) instead of truncating the bytes the first is writing (and the
 /// first would then rename a file full of zeros).
 pub struct PartLock {
@@ -55,29 +55,6 @@ impl PartLock {
 }
 
 impl Output {
-    /// Moves this output onto `lock`'s open file description (a duplicate of its
-    /// descriptor, given this output's O_DIRECT by fcntl(2) F_SETFL), so that the writes,
-    /// the read-back and the io_uring requests on it keep the lock until the kernel has
-    /// let go of the file, which [`super::closes::settle`] waits for. The description this
-    /// output opened is closed. Left as it is when `lock` is not on this output's
-    /// `.part` (or its descriptor was taken already: [`Output::open`] with the lock), or
-    /// when dup(2) or F_SETFL fails.
-    pub fn onto_lock(&mut self, lock: &PartLock) {
-        let Some(lfd) = &lock.fd else { return };
-        if self.part.as_deref() != Some(lock.part.as_path()) || !same_inode(lfd, &lock.part) {
-            return;
-        }
-        let Ok(fd) = lfd.try_clone() else { return };
-        if self.direct {
-            let on = rustix::fs::fcntl_getfl(&fd).and_then(|fl| rustix::fs::fcntl_setfl(&fd, fl | OFlags::DIRECT));
-            if on.is_err() {
-                return;
-            }
-        }
-        self.fd = fd;
-        self.reads = None;
-    }
-
     /// Whether the `.part`'s name is known to hold another file now: removed (ENOENT), or
     /// another inode. Not on any other error of statat(2) (EIO, ESTALE: nothing known).
     pub fn part_replaced(&self) -> bool {
@@ -88,7 +65,8 @@ impl Output {
         )
     }
 
-    /// The output's descriptor when its description reads as well ([`Output::onto_lock`]:
+    /// The output's descriptor when its description reads as well (the lock's, taken by
+    /// [`Output::open`]:
     /// the `.part`'s read-back goes through it); `None` for one opened write-only.
     pub fn readable(&self) -> Option<BorrowedFd<'_>> {
         let reads = match self.reads {

@@ -195,12 +195,6 @@ fn is_sink(rdev: u64) -> bool {
     major == 1 && (minor == 3 || minor == 5)
 }
 
-/// Whether `path` (not followed) is the inode open as `fd`; false when either cannot be
-/// read.
-fn same_inode(fd: &OwnedFd, path: &Path) -> bool {
-    inode_at(fd, None, path).unwrap_or(false)
-}
-
 /// Whether `path` (not followed) is the inode open as `fd` (whose identity is `known`
 /// when it was read before: then not asked again), or why that cannot be told (the error
 /// of fstat(2) or statat(2): ENOENT when nothing has the name).
