@@ -310,7 +310,7 @@ impl Output {
         }
         let final_path = path.expect("a regular file has a path");
         if let Some(lock) = lock.filter(|l| l.part == part_path(&final_path) && l.fd.is_some()) {
-            return Ok(Output::onto(lock, final_path, force, keep, tell.0));
+            return Output::onto(lock, final_path, force, keep, tell.0);
         }
         Output::check_free(&final_path, force)?;
         let part = part_path(&final_path);
@@ -351,7 +351,10 @@ impl Output {
     /// A `.part` that is not kept (`keep` false) is started over: its control file removed
     /// first (it must never outlive the bytes it describes), then ftruncate(2) to 0 when
     /// the lock did not create it empty; `tell`: whether that is said.
-    fn onto(lock: &mut PartLock, final_path: PathBuf, force: bool, keep: bool, tell: bool) -> Output {
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::LocalIo`] when ftruncate(2) fails.
+    fn onto(lock: &mut PartLock, final_path: PathBuf, force: bool, keep: bool, tell: bool) -> Result<Output> {
         if !keep {
             if tell && lock.len > 0 {
                 eprintln!("ringdl: {} exists: starting over", lock.part.display());
@@ -360,12 +363,13 @@ impl Output {
             // gone or starts over.)
             crate::output::resume::remove(&crate::output::resume::path_for(&lock.part));
         }
-        let fd = lock.fd.take().expect("checked by the caller");
         if !keep && lock.len > 0 {
-            // (An error shows at the first write or at the size check before the rename.)
-            let _ = rustix::fs::ftruncate(&fd, 0);
+            let fd = lock.fd.as_ref().expect("checked by the caller");
+            rustix::fs::ftruncate(fd, 0)
+                .map_err(|e| err!(LocalIo, "cannot start {} over: ftruncate: {e}", lock.part.display()))?;
         }
-        Output {
+        let fd = lock.fd.take().expect("checked by the caller");
+        Ok(Output {
             fd,
             direct: lock.direct,
             align: lock.align,
@@ -378,7 +382,7 @@ impl Output {
             of_part: false,
             id: lock.id,
             reads: Some(lock.reads),
-        }
+        })
     }
 
     /// Opens a block device for an image at `offset` ([`device::open`]): O_DIRECT at its
@@ -435,10 +439,9 @@ impl Output {
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when rename fails; the `.part` stays.
     pub fn commit(&self, control: Option<&Path>) -> Result<Option<PathBuf>> {
-        let (Some(_), Some(final_path)) = (&self.part, &self.final_path) else {
+        let (Some(part), Some(final_path)) = (&self.part, &self.final_path) else {
             return Ok(None);
         };
-        let part = self.part.as_ref().expect("matched above");
         // The data is complete and synced: the control file goes first.
         if let Some(c) = control {
             crate::output::resume::remove(c);
