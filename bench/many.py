@@ -6,6 +6,7 @@ once under the work directory and served by the same loopback nginx as bench.py.
 tool fetches the whole set in one command, interleaved, `--runs` times:
 
 - curl `--remote-name-all --output-dir OUT URL…` (one process, connections reused),
+  and as the tool `curl-Z` the same with `-Z --parallel-max J` (parallel transfers),
 - wget `-i LIST -P OUT`,
 - aria2c `-i LIST -j J -d OUT` (aria2c's defaults otherwise),
 - ringdl `-i LIST -j J -d OUT` when its `--help` names `--input-file`; before that, the
@@ -93,6 +94,11 @@ def commands(args, tool: str, urls: list[str], listfile: Path, out: Path, ca: Pa
         name, threads = tool.split("@", 1)
         label, argv = commands(args, name, urls, listfile, out, ca, https)
         return (f"{label} --threads {threads}", [*argv, "--threads", threads])
+    if tool == "curl-Z":
+        # (curl's parallel transfers: -Z with --parallel-max J, connections reused.)
+        return (f"curl -Z --parallel-max {args.jobs} --remote-name-all",
+                ["curl", "-sS", "--fail", "-Z", "--parallel-max", str(args.jobs),
+                 *(["--cacert", str(ca)] if https else []), "--remote-name-all", "--output-dir", str(out), *urls])
     if tool == "curl":
         return ("curl --remote-name-all", ["curl", "-sS", "--fail", *(["--cacert", str(ca)] if https else []),
                                           "--remote-name-all", "--output-dir", str(out), *urls])

@@ -11,7 +11,7 @@ use crate::engine::select::{self, Sink};
 use crate::err;
 use crate::error::Result;
 use crate::event as download;
-use crate::output::{self, Output};
+use crate::output::{self, Output, Seen};
 use crate::report::Record;
 
 mod delta;
@@ -167,6 +167,32 @@ pub(crate) struct PerRun {
     /// Several files: the directories of the files renamed into place whose fsync is
     /// still to come.
     renamed: Option<Renamed>,
+    /// The output directories of `-d`/`dir=` made or found there in this run.
+    dirs: Dirs,
+}
+
+/// The output directories a run has made or found there already ([`output::create_dirs`]):
+/// each is looked at once per run, not once per file of a list.
+#[derive(Default)]
+pub(crate) struct Dirs(Vec<std::path::PathBuf>);
+
+impl Dirs {
+    /// `mkdir -p dir`, durable ([`output::create_dirs`]), unless this run did it already.
+    ///
+    /// # Errors
+    /// As [`output::create_dirs`].
+    fn made(&mut self, dir: &std::path::Path) -> Result<()> {
+        if self.0.iter().any(|d| d == dir) {
+            return Ok(());
+        }
+        output::create_dirs(dir)?;
+        // (A list names few directories; a long list of them keeps the last ones.)
+        if self.0.len() >= 64 {
+            self.0.remove(0);
+        }
+        self.0.push(dir.to_path_buf());
+        Ok(())
+    }
 }
 
 /// Directories with renames not yet made durable, and since when: a list's files are
@@ -229,6 +255,7 @@ impl PerRun {
             reactor: download::Reactor::new(),
             ktls: None,
             renamed: None,
+            dirs: Dirs::default(),
         })
     }
 
@@ -247,7 +274,7 @@ fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<(
     if !opts.seeds.is_empty() {
         return delta::run(opts, record, per_run);
     }
-    let prepared = prepare(opts, record, per_run)?;
+    let prepared = prepare(opts, record, per_run, None)?;
     fetch(prepared, record, per_run)
 }
 
@@ -284,7 +311,7 @@ struct Prepared {
 /// # Errors
 /// `Usage` for a bad URL or a refused combination, `LocalIo` for the output, and what
 /// loading a signature or a checksum file returns.
-fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> Result<Prepared> {
+fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun, seen: Option<Seen>) -> Result<Prepared> {
     if let Some(p) = opts.json.as_ref() {
         // A record that cannot be written is found out now, not after the download.
         json_writable(p).map_err(|e| err!(LocalIo, "--json {}: {e}", p.display()))?;
@@ -298,12 +325,14 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
     let final_path = output::final_path(&opts.output, &url).map(|p| in_dir(opts.dir.as_deref(), p));
     record.output = final_path.as_ref().map(|p| p.display().to_string());
     let (plan, signed_input) = load_signature_and_sums(&mut opts, record, per_run, final_path.as_deref(), &url)?;
-    let device = final_path.as_deref().is_some_and(output::device::is_block_device);
+    // One lstat(2) of the name answers the checks below when nothing has it.
+    let seen = seen.unwrap_or_else(|| Seen::of(final_path.as_deref()));
+    let device = seen == Seen::Something && final_path.as_deref().is_some_and(output::device::is_block_device);
     // (`-N` and `--etag-compare` imply --force to replace the output; a `.part` with its
     // control file still resumes: only the user's --force starts over.)
     let asked_force = opts.force;
     updates::prepare(&mut opts, final_path.as_deref(), device)?;
-    let special = special_output(&mut opts, final_path.as_deref(), device, signed_input.is_some())?;
+    let special = special_output(&mut opts, final_path.as_deref(), device, signed_input.is_some(), seen)?;
     // A forced engine that cannot run here fails before the output is touched (an
     // existing .part and its control file stay). kTLS is probed only where it decides.
     let https = url.scheme() == http::Scheme::Https;
@@ -317,13 +346,17 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
         .and_then(|p| p.parent())
         .filter(|_| opts.dir.is_some())
     {
-        output::create_dirs(dir)?;
+        per_run.dirs.made(dir)?;
     }
-    let lock = output::lock_part(final_path.as_deref(), opts.force, opts.resume)?;
+    let direct = select::opens_direct(opts.engine);
+    let mut lock = output::lock_part_as(final_path.as_deref(), (opts.force, opts.resume), seen, direct)?;
     let control = updates::control_path(&opts, final_path.as_deref(), device);
-    let implicit = resumes_implicitly(&opts, control.as_deref(), device, asked_force, special.is_some());
+    // (A `.part` this run just created has nothing to resume: a control file beside it
+    // is removed when the output opens.)
+    let fresh = lock.as_ref().is_some_and(|l| l.created);
+    let implicit = !fresh && resumes_implicitly(&opts, control.as_deref(), device, asked_force, special.is_some());
     let resume_state = match (&control, opts.resume || implicit) {
-        (Some(c), true) if !device => load_resume(c, &opts.url, opts.quiet),
+        (Some(c), true) if !device && !fresh => load_resume(c, &opts.url, opts.quiet),
         _ => None,
     };
     if implicit
@@ -337,16 +370,16 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
             st.total
         );
     }
-    let mut out = match final_path.clone().filter(|_| device) {
+    let out = match final_path.clone().filter(|_| device) {
         Some(dev) => Output::open_device(dev, opts.offset),
         None => Output::open(
             final_path,
-            select::opens_direct(opts.engine),
+            direct,
             special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
-            opts.force,
-            resume_state.is_some(),
+            (opts.force, resume_state.is_some()),
             (!(opts.resume || implicit || opts.quiet), !opts.quiet),
             Some(per_run.signals.as_fd()),
+            lock.as_mut(),
         ),
     }
     .inspect_err(|_| {
@@ -355,9 +388,6 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) -> 
             l.remove_if_unused();
         }
     })?;
-    if let Some(l) = &lock {
-        out.onto_lock(l);
-    }
     let resume_state = match (&control, &out.room, opts.resume) {
         (Some(c), Some(room), true) => updates::device_resume(c, &opts, room),
         _ => resume_state,
@@ -467,6 +497,7 @@ fn special_output(
     final_path: Option<&std::path::Path>,
     device: bool,
     signs_file: bool,
+    seen: Seen,
 ) -> Result<Option<output::Special>> {
     let special = match final_path {
         None => Some(output::Special {
@@ -474,7 +505,7 @@ fn special_output(
             sink: false,
             fd: Some(1),
         }),
-        Some(_) if device => None,
+        Some(_) if device || seen == Seen::Nothing => None,
         Some(p) => output::special(p),
     };
     if let Some(sp) = special.as_ref().filter(|_| signs_file) {

@@ -79,11 +79,18 @@ pub struct Progress {
     forward: Option<Box<dyn FnMut(Note)>>,
 }
 
+/// Whether standard error is a terminal (isatty(3): an ioctl(2) TCGETS), asked once per
+/// run: every file of a list makes its own [`Progress`].
+fn stderr_is_terminal() -> bool {
+    static TTY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TTY.get_or_init(|| std::io::IsTerminal::is_terminal(&std::io::stderr()))
+}
+
 impl Progress {
     /// Progress for this run: none with `quiet`; notes up to `verbose` (the number of `-v`).
     pub fn new(quiet: bool, verbose: u8) -> Progress {
         Progress {
-            tty: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            tty: stderr_is_terminal(),
             quiet,
             verbose,
             drawn: 0,

@@ -1753,3 +1753,88 @@ fn out_leaving_the_directory_is_refused_and_nothing_lands_outside_it() {
     assert_eq!(requests(&format!("/{base}/f0.bin")), 0, "a request went out");
     assert_eq!(requests(&format!("/{base}/f1.bin")), 0, "a request went out");
 }
+
+/// A short file (256 KiB or less: issue 43) keeps no control file at any moment: not
+/// while it comes, not when SIGINT stops the run mid-way — when a longer file in flight
+/// beside it has its control file saved —, not after a kill -9. Its `.part` at most is
+/// left, and the next run with `-c` starts it over (asked from byte 0) and ends exact,
+/// while the longer one resumes from its control file.
+#[test]
+fn a_short_file_keeps_no_control_file_and_starts_over_after_kill_9() {
+    // (Paced with no burst at the start: the short file takes 2.4 s, the long one 2.5 s,
+    // its first write block landed after 0.6 s.)
+    let (short, long) = (240 * KIB, 1000 * KIB);
+    let server = |size, rate| {
+        let b = crate::fault::FaultServer::builder().size(size).seed(43);
+        match rate {
+            Some(r) => b.rate(r).start(),
+            None => b.start(),
+        }
+    };
+    let slow = [server(short, Some(100 * KIB)), server(long, Some(400 * KIB))];
+    let fast = server(short, None);
+    let dir = TestDir::new("list-short-stop");
+    // (The long file always from its paced server: a resume from another URL needs a
+    // validator.)
+    let listed =
+        |s: &crate::fault::FaultServer| list(&dir, &format!("{}\n{}\n", s.url("f0.bin"), slow[1].url("f1.bin")));
+    let control = |k: usize| dir.join(format!("f{k}.bin.part.ringdl")).exists();
+    let part = |k: usize| dir.join(format!("f{k}.bin.part")).exists();
+    let landed = || (0..2).filter(|k| dir.join(format!("f{k}.bin")).exists()).count();
+    // Watches for the short file's control file from the moment both `.part` files are
+    // there until `after` later, then sends `signal`.
+    let stop = |signal: &'static str, after: Duration| {
+        move |pid: u32| {
+            let t = Instant::now();
+            while !(part(0) && part(1)) && t.elapsed() < HANG {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let t = Instant::now();
+            let mut seen = false;
+            while t.elapsed() < after {
+                seen |= control(0);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let _ = std::process::Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
+            assert!(!seen, "the short file's control file appeared while it came");
+        }
+    };
+    let l = listed(&slow[0]);
+    let args = ["-j", "2", "-i", l.to_str().unwrap()];
+    let first = ringdl_cmd(&dir, &args).run_with(stop("-INT", Duration::from_millis(1200)));
+    let err = first.stderr_text();
+    first.assert_code(exit::INTERRUPTED);
+    assert_eq!(landed(), 0, "a file landed before the signal\n{err}");
+    assert!(
+        control(1),
+        "the long file kept no control file: the stop came too early\n{err}"
+    );
+    assert!(!control(0), "SIGINT left the short file's control file\n{err}");
+    // A kill -9 mid-way of the same command: again no control file for the short one.
+    let second = ringdl_cmd(&dir, &args).run_with(stop("-KILL", Duration::from_millis(700)));
+    let err = second.stderr_text();
+    assert_eq!(landed(), 0, "{err}");
+    assert!(!control(0), "kill -9 left the short file's control file\n{err}");
+    // `-c`: the short one starts over from byte 0 (from a server without pacing), the
+    // long one resumes; both exact.
+    let l = listed(&fast);
+    let long_before = slow[1].sent().len();
+    let resumed = ringdl(&dir, &["-c", "-j", "2", "-i", l.to_str().unwrap()]);
+    let err = resumed.stderr_text();
+    resumed.assert_success();
+    assert_eq!(sha256_file(&dir.join("f0.bin")), fast.sha256(), "{err}");
+    assert_eq!(sha256_file(&dir.join("f1.bin")), slow[1].sha256(), "{err}");
+    let s0 = fast.sent();
+    assert!(
+        s0.len() == 1 && s0[0].0 == 0,
+        "the short file was not fetched again from byte 0: {s0:?}\n{err}"
+    );
+    let s1 = slow[1].sent()[long_before..].to_vec();
+    assert!(
+        !s1.is_empty() && s1.iter().all(|r| r.0 > 0),
+        "the long file did not resume: {s1:?}\n{err}"
+    );
+    assert!(!control(0) && !control(1) && !part(0) && !part(1), "{err}");
+}

@@ -173,7 +173,9 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
         out.final_path = Some(p);
     }
     updates::before_commit(opts, out, s.last_modified.as_deref(), s.bytes)?;
-    if let Some(dir) = out.commit()? {
+    // (The transfer knows the control file there: the one it resumed from, or its own last
+    // save; none for a file that never had one.)
+    if let Some(dir) = out.commit(control.filter(|_| s.control_id.is_some()))? {
         match renamed {
             Some(r) => r.add(dir),
             None => output::sync_dir(&dir)?,
@@ -181,9 +183,6 @@ pub(super) fn finish(s: Box<download::Summary>, out: &mut Output, l: Landing<'_>
     }
     updates::after_landing(opts, s.etag.as_deref())?;
     record.output = out.final_path.as_ref().map(|p| p.display().to_string());
-    if let Some(c) = control {
-        resume::remove(c);
-    }
     if opts.verbose > 0 && s.tls != "plain" {
         // Connections to one origin share the run's TLS configuration and its session
         // cache: after the first full handshake, tickets let the next ones resume.

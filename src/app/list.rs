@@ -285,7 +285,12 @@ impl Feed for ListRun<'_> {
             // A file there is checked against the server's size (and its checksum) before
             // it counts as done, fetched again over it when it does not match; an
             // unfinished `.part` beside it resumes and then replaces it.
-            match already_there(&opts, job.path.as_deref()) {
+            // (One lstat(2) of the name: nothing there answers every check of it.)
+            let seen = job.path.as_deref().map(|p| output::Seen::of(Some(p)));
+            match already_there(
+                &opts,
+                job.path.as_deref().filter(|_| seen != Some(output::Seen::Nothing)),
+            ) {
                 Some(There::Landed(size)) => (opts.kept, opts.replace) = (Some(size), true),
                 Some(There::Unfinished) => opts.replace = true,
                 None => {}
@@ -295,7 +300,7 @@ impl Feed for ListRun<'_> {
             self.per_run.files = Some((self.done, n));
             let lines_off = self.lanes > 1;
             let files = self.per_run.files;
-            let begun = prepare(opts, &mut record, &mut self.per_run).and_then(|p| {
+            let begun = prepare(opts, &mut record, &mut self.per_run, seen).and_then(|p| {
                 let mut f = Fetching::new(p, files, lines_off);
                 f.start(&mut self.per_run).map(|st| (f, st))
             });
@@ -472,11 +477,13 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
     }
     let mut jobs: Vec<Job> = Vec::with_capacity(entries.len());
     let mut paths: HashMap<PathBuf, usize> = HashMap::new();
+    let mut keys = Keys::default();
     for (origin, entry) in entries {
         let (_, path) = options(base, &origin, &entry)?;
         let job = Job { origin, entry, path };
         if let Some(p) = &job.path {
-            if let Some(&other) = paths.get(&same_file(p)) {
+            let key = keys.of(p);
+            if let Some(&other) = paths.get(&key) {
                 if same_request(&jobs[other].entry, &job.entry) {
                     // The same file asked twice (as wget and aria2c take it): fetched once.
                     if !base.quiet {
@@ -497,7 +504,7 @@ pub(super) fn plan(base: &Config, files: &Files) -> Result<Vec<Job>> {
                     p.display()
                 ));
             }
-            paths.insert(same_file(p), jobs.len());
+            paths.insert(key, jobs.len());
         } else if let Some(other) = jobs
             .iter()
             .position(|o| o.path.is_none() && o.entry.dir == job.entry.dir && same_request(&o.entry, &job.entry))
@@ -567,27 +574,50 @@ fn options(base: &Config, origin: &str, e: &Entry) -> Result<(Box<Config>, Optio
 /// `p` as a key that two spellings of one path share (`./a`, `a`, `$PWD/a`, `d/../d/a`):
 /// absolute, its directory resolved by the file system (realpath(3): symlinks and `..`)
 /// when it exists, else lexically (`.` left out, `..` takes the component before it).
+#[cfg(test)]
 fn same_file(p: &Path) -> PathBuf {
-    let abs = match p.is_absolute() {
-        true => p.to_path_buf(),
-        false => std::env::current_dir().unwrap_or_default().join(p),
-    };
-    if let (Some(dir), Some(name)) = (abs.parent(), abs.file_name())
-        && let Ok(real) = std::fs::canonicalize(dir)
-    {
-        return real.join(name);
-    }
-    let mut key = PathBuf::new();
-    for c in abs.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                key.pop();
+    Keys::default().of(p)
+}
+
+/// [`same_file`] for the paths of one list: the working directory read once
+/// (getcwd(3)), each directory resolved once (realpath(3) reads every component's link:
+/// a readlink(2) each).
+#[derive(Default)]
+struct Keys {
+    cwd: Option<PathBuf>,
+    dirs: HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl Keys {
+    fn of(&mut self, p: &Path) -> PathBuf {
+        let abs = match p.is_absolute() {
+            true => p.to_path_buf(),
+            false => self
+                .cwd
+                .get_or_insert_with(|| std::env::current_dir().unwrap_or_default())
+                .join(p),
+        };
+        if let (Some(dir), Some(name)) = (abs.parent(), abs.file_name()) {
+            let real = self
+                .dirs
+                .entry(dir.to_path_buf())
+                .or_insert_with(|| std::fs::canonicalize(dir).ok());
+            if let Some(real) = real {
+                return real.join(name);
             }
-            c => key.push(c),
         }
+        let mut key = PathBuf::new();
+        for c in abs.components() {
+            match c {
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    key.pop();
+                }
+                c => key.push(c),
+            }
+        }
+        key
     }
-    key
 }
 
 /// What an earlier run left of a list's file at `path`.

@@ -35,6 +35,7 @@ impl Loop<'_> {
         // Every CONTROL_INTERVAL: make what landed durable (fdatasync on the ring), then record it.
         let landed = self.shared.transfer.landed.bytes();
         if self.control.is_some()
+            && self.keeps_control()
             && self.sync_snapshot.is_none()
             && landed != self.saved_bytes
             && self.shared.transfer.plan.is_planned()
@@ -103,6 +104,14 @@ impl Loop<'_> {
         }
     }
 
+    /// Whether this transfer's output keeps a control file: not a short file's
+    /// ([`crate::output::resume::SHORT`]: started over instead), unless a caller reads it
+    /// (`keep_part`) or it is a block device's image (`--control`).
+    pub(crate) fn keeps_control(&self) -> bool {
+        let t = &self.shared.transfer;
+        self.shared.opts.keep_part || t.room().is_some() || t.total.is_none_or(|n| n > crate::output::resume::SHORT)
+    }
+
     /// Writes the control file: `ranges` (made durable by an fdatasync), or everything that
     /// has landed (at exit, after the writes in flight were reaped or abandoned).
     /// Returns whether the control file was written: not when the `.part` is no longer
@@ -111,7 +120,8 @@ impl Loop<'_> {
         let (Some(path), Some(total), true) = (
             &self.control,
             self.shared.transfer.total,
-            (self.shared.transfer.plan.is_planned() && self.shared.transfer.ranges) || self.shared.opts.keep_part,
+            ((self.shared.transfer.plan.is_planned() && self.shared.transfer.ranges) || self.shared.opts.keep_part)
+                && self.keeps_control(),
         ) else {
             return false;
         };

@@ -56,7 +56,11 @@ impl Spares {
     /// As [`watch`]. The outputs already closed are forgotten first (a long list holds a
     /// spare only for the files not closed yet).
     pub(crate) fn watch(&mut self, path: &Path) {
-        self.0.retain(|s| !closed(s));
+        if self.0.len() >= PRUNE_AT {
+            // (Not asking /proc/locks: a spare still locked is kept, looked at again
+            // at the next prune or at the end.)
+            self.0.retain(|s| !unlocked(s));
+        }
         // Read-write where it may (an exclusive flock over NFS needs a descriptor open for
         // writing: EBADF otherwise); nothing is written through it.
         let flags = OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
@@ -79,19 +83,29 @@ impl Spares {
     }
 }
 
+/// Spares kept before the closed ones are looked for ([`Spares::watch`]): a list's files
+/// are pruned in batches, not each time one more starts (a flock(2) of every spare).
+const PRUNE_AT: usize = 32;
+
 /// Whether this run's description of `spare`'s file is closed: no description holds a
 /// flock on it any more, or another process's does ([`held_by_another`]: the lock was
 /// ours until our last close). True too when it cannot be told (no flock on this
 /// filesystem).
 fn closed(spare: &OwnedFd) -> bool {
     match flock(spare, FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {
-            let _ = flock(spare, FlockOperation::Unlock);
-            true
-        }
         Err(rustix::io::Errno::WOULDBLOCK) => held_by_another(spare),
-        Err(_) => true,
+        _ => true,
     }
+}
+
+/// Whether no description holds a flock on `spare`'s file any more (or it cannot be
+/// told): [`closed`] without the look at /proc/locks. The lock it may take goes with the
+/// spare's close (the spare is its description's only descriptor).
+fn unlocked(spare: &OwnedFd) -> bool {
+    !matches!(
+        flock(spare, FlockOperation::NonBlockingLockExclusive),
+        Err(rustix::io::Errno::WOULDBLOCK)
+    )
 }
 
 /// Whether /proc/locks names a FLOCK on `spare`'s file (its device and inode) held by a

@@ -60,6 +60,8 @@ impl Output {
             what: self.what.clone(),
             room: None,
             of_part: self.of_part,
+            id: self.id,
+            reads: self.reads,
         })
     }
 }

@@ -12,7 +12,7 @@ pub mod closes;
 pub(crate) mod device;
 mod dup;
 mod lock;
-pub use lock::{PartLock, lock_part};
+pub use lock::{PartLock, lock_part, lock_part_as};
 pub(crate) mod fresh;
 pub mod image;
 pub(crate) mod resume;
@@ -41,6 +41,38 @@ pub struct Output {
     pub room: Option<device::Room>,
     /// Another reactor's duplicate of a regular file's output ([`Output::part_of`]).
     of_part: bool,
+    /// The `.part`'s device and inode as this run opened it (statx(2) of the descriptor):
+    /// [`Output::owns_part`] compares the name's with it (one statat(2)). `None` when not
+    /// known: read by fstat(2) then.
+    id: Option<FileKey>,
+    /// The description reads as well as writes (`O_RDWR`: the read-back goes through it).
+    /// `None`: not known, asked by fcntl(2) F_GETFL.
+    reads: Option<bool>,
+}
+
+/// A file's identity: its device and inode numbers (stat(2) `st_dev`, `st_ino`).
+pub type FileKey = (u64, u64);
+
+/// What one lstat(2) of an output's final name found, before anything else looks at it.
+/// [`Seen::Nothing`] answers every question asked of the name before the download — not
+/// a FIFO, a device, a descriptor link, a directory or a file already there — so those
+/// checks (a readlink(2) and stat(2) each) are skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// No entry has the name (ENOENT): no file, no symbolic link, not even a dangling one.
+    Nothing,
+    /// Something has the name, or lstat(2) failed otherwise: every check looks.
+    Something,
+}
+
+impl Seen {
+    /// One lstat(2) of `path` (`None`, standard output: [`Seen::Something`]).
+    pub fn of(path: Option<&Path>) -> Seen {
+        match path.map(|p| rustix::fs::statat(CWD, p, AtFlags::SYMLINK_NOFOLLOW)) {
+            Some(Err(rustix::io::Errno::NOENT)) => Seen::Nothing,
+            _ => Seen::Something,
+        }
+    }
 }
 
 /// `FILE` → `FILE.part`, where the bytes land until the download is complete.
@@ -163,18 +195,19 @@ fn is_sink(rdev: u64) -> bool {
     major == 1 && (minor == 3 || minor == 5)
 }
 
-/// Whether `path` (not followed) is the inode open as `fd`; false when either cannot be
-/// read.
-fn same_inode(fd: &OwnedFd, path: &Path) -> bool {
-    inode_at(fd, path).unwrap_or(false)
-}
-
-/// Whether `path` (not followed) is the inode open as `fd`, or why that cannot be told
-/// (the error of fstat(2) or statat(2): ENOENT when nothing has the name).
-fn inode_at(fd: &OwnedFd, path: &Path) -> rustix::io::Result<bool> {
-    let a = rustix::fs::fstat(fd)?;
+/// Whether `path` (not followed) is the inode open as `fd` (whose identity is `known`
+/// when it was read before: then not asked again), or why that cannot be told (the error
+/// of fstat(2) or statat(2): ENOENT when nothing has the name).
+fn inode_at(fd: &OwnedFd, known: Option<FileKey>, path: &Path) -> rustix::io::Result<bool> {
+    let a = match known {
+        Some(k) => k,
+        None => {
+            let st = rustix::fs::fstat(fd)?;
+            (st.st_dev, st.st_ino)
+        }
+    };
     let b = rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW)?;
-    Ok(a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    Ok(a == (b.st_dev, b.st_ino))
 }
 
 impl Output {
@@ -216,7 +249,9 @@ impl Output {
     /// signalfd that SIGINT/SIGTERM arrive on meanwhile (they are blocked). A `.part` that
     /// is not kept (`keep` false) is started over. `tell`: whether that is said (not with
     /// `-c`, whose refusal to resume was said, nor `-q`), and whether the wait for a FIFO's
-    /// reader is (not with `-q`).
+    /// reader is (not with `-q`). `lock`: the `.part`'s lock ([`lock_part_as`]), whose
+    /// descriptor the output takes: the `.part` is not opened again, nor its name checked
+    /// again (the lock did that).
     ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when the `.part` file cannot be created;
@@ -225,10 +260,10 @@ impl Output {
         path: Option<PathBuf>,
         direct: bool,
         special: Option<&Special>,
-        force: bool,
-        keep: bool,
+        (force, keep): (bool, bool),
         tell: (bool, bool),
         signals: Option<BorrowedFd<'_>>,
+        lock: Option<&mut PartLock>,
     ) -> Result<Output> {
         let stream = match (&path, special) {
             (None, _) => Some(Special {
@@ -269,9 +304,14 @@ impl Output {
                 what: Some(sp.what),
                 room: None,
                 of_part: false,
+                id: None,
+                reads: None,
             });
         }
         let final_path = path.expect("a regular file has a path");
+        if let Some(lock) = lock.filter(|l| l.part == part_path(&final_path) && l.fd.is_some()) {
+            return Output::onto(lock, final_path, force, keep, tell.0);
+        }
         Output::check_free(&final_path, force)?;
         let part = part_path(&final_path);
         if !keep {
@@ -289,16 +329,7 @@ impl Output {
         }
         let mode = Mode::from_raw_mode(0o644);
         let create_err = |e| err!(LocalIo, "cannot create {}: {e}", part.display());
-        // O_DIRECT only with a known alignment; EINVAL = the filesystem refuses it.
-        let with_direct = match direct.then(|| rustix::fs::open(&part, flags | OFlags::DIRECT, mode)) {
-            Some(Ok(fd)) => dio_align(&fd).map(|align| (fd, align)),
-            Some(Err(rustix::io::Errno::INVAL)) | None => None,
-            Some(Err(e)) => return Err(create_err(e)),
-        };
-        let (fd, direct, align) = match with_direct {
-            Some((fd, align)) => (fd, true, align),
-            None => (rustix::fs::open(&part, flags, mode).map_err(create_err)?, false, 4096),
-        };
+        let (fd, direct, align, _) = open_part(&part, flags, mode, direct).map_err(create_err)?;
         Ok(Output {
             fd,
             direct,
@@ -310,6 +341,47 @@ impl Output {
             what: None,
             room: None,
             of_part: false,
+            id: None,
+            reads: Some(false),
+        })
+    }
+
+    /// The output on the descriptor `lock` holds (its one open of the `.part`, O_DIRECT
+    /// as it was opened with: [`lock_part_as`]), taken from it: no other open, no dup(2).
+    /// A `.part` that is not kept (`keep` false) is started over: its control file removed
+    /// first (it must never outlive the bytes it describes), then ftruncate(2) to 0 when
+    /// the lock did not create it empty; `tell`: whether that is said.
+    ///
+    /// # Errors
+    /// [`crate::error::Kind::LocalIo`] when ftruncate(2) fails.
+    fn onto(lock: &mut PartLock, final_path: PathBuf, force: bool, keep: bool, tell: bool) -> Result<Output> {
+        if !keep {
+            if tell && lock.len > 0 {
+                eprintln!("ringdl: {} exists: starting over", lock.part.display());
+            }
+            // (One unlink(2), ENOENT but for a control file left beside a `.part` that is
+            // gone or starts over.)
+            crate::output::resume::remove(&crate::output::resume::path_for(&lock.part));
+        }
+        if !keep && lock.len > 0 {
+            let fd = lock.fd.as_ref().expect("checked by the caller");
+            rustix::fs::ftruncate(fd, 0)
+                .map_err(|e| err!(LocalIo, "cannot start {} over: ftruncate: {e}", lock.part.display()))?;
+        }
+        let fd = lock.fd.take().expect("checked by the caller");
+        Ok(Output {
+            fd,
+            direct: lock.direct,
+            align: lock.align,
+            sequential: false,
+            part: Some(lock.part.clone()),
+            final_path: Some(final_path),
+            force,
+            what: None,
+            room: None,
+            of_part: false,
+            id: lock.id,
+            reads: Some(lock.reads),
         })
     }
 
@@ -331,6 +403,8 @@ impl Output {
             force: false,
             room: Some(room),
             of_part: false,
+            id: None,
+            reads: None,
         })
     }
 
@@ -358,15 +432,20 @@ impl Output {
     /// Returns the directory that holds the new entry: the rename is durable once it is
     /// fsync'd ([`sync_dir`]; the caller may do that for several files at once).
     ///
+    /// `control`: the `.part`'s control file when one is there (resumed from, or saved by
+    /// this run): it is removed first, so no crash can leave one beside a finished file.
+    /// `None` when none was made (a short file: [`crate::output::resume`]): no unlink(2).
+    ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when rename fails; the `.part` stays.
-    pub fn commit(&self) -> Result<Option<PathBuf>> {
+    pub fn commit(&self, control: Option<&Path>) -> Result<Option<PathBuf>> {
         let (Some(part), Some(final_path)) = (&self.part, &self.final_path) else {
             return Ok(None);
         };
-        // The data is complete and synced: the control file goes first, so no crash can
-        // leave one beside a finished file.
-        crate::output::resume::remove(&crate::output::resume::path_for(part));
+        // The data is complete and synced: the control file goes first.
+        if let Some(c) = control {
+            crate::output::resume::remove(c);
+        }
         let flags = if self.force {
             rustix::fs::RenameFlags::empty()
         } else {
@@ -407,7 +486,9 @@ impl Output {
     /// removed and made again by another run while this one ran is not ours); true for
     /// an output with no `.part` (a device).
     pub fn owns_part(&self) -> bool {
-        self.part.as_ref().is_none_or(|part| same_inode(&self.fd, part))
+        self.part
+            .as_ref()
+            .is_none_or(|part| inode_at(&self.fd, self.id, part).unwrap_or(false))
     }
 
     /// [`Output::owns_part`], as the error a finished transfer ends with when not.
@@ -432,7 +513,7 @@ impl Output {
         // run may already own a new `.part` and control file there. The control file goes
         // first, so it never outlives the bytes it describes.
         if let Some(part) = &self.part
-            && same_inode(&self.fd, part)
+            && inode_at(&self.fd, self.id, part).unwrap_or(false)
         {
             crate::output::resume::remove(&crate::output::resume::path_for(part));
             let _ = std::fs::remove_file(part);
@@ -533,20 +614,66 @@ fn open_waiting(
     }
 }
 
-/// O_DIRECT alignment of an open file: `Some(align)` when O_DIRECT works, `None` when the
-/// filesystem reports it unsupported (stx_dio_offset_align = 0). Kernels before 6.1 do not
-/// report STATX_DIOALIGN: 4096 is assumed.
-fn dio_align(fd: &OwnedFd) -> Option<u64> {
-    match rustix::fs::statx(fd.as_fd(), "", AtFlags::EMPTY_PATH, StatxFlags::DIOALIGN) {
-        Ok(st) if st.stx_mask & StatxFlags::DIOALIGN.bits() != 0 => {
-            if st.stx_dio_offset_align == 0 || st.stx_dio_mem_align == 0 {
-                return None;
-            }
-            let a = u64::from(st.stx_dio_offset_align.max(st.stx_dio_mem_align)).max(4096);
-            a.is_power_of_two().then_some(a)
+/// Opens `part` with `flags` and `mode`, with O_DIRECT when `direct` is asked and the
+/// filesystem takes it (open(2) EINVAL on ramfs and old tmpfs; statx(2) STATX_DIOALIGN 0:
+/// then cleared by fcntl(2) F_SETFL). Returns the descriptor, whether it is O_DIRECT, its
+/// alignment in bytes, and what the one statx(2) of it read ([`Described`]; `None` when it
+/// failed).
+pub(super) fn open_part(part: &Path, flags: OFlags, mode: Mode, direct: bool) -> rustix::io::Result<Opened> {
+    let (fd, direct) = match direct.then(|| rustix::fs::open(part, flags | OFlags::DIRECT, mode)) {
+        Some(Ok(fd)) => (fd, true),
+        Some(Err(rustix::io::Errno::INVAL)) | None => (rustix::fs::open(part, flags, mode)?, false),
+        Some(Err(e)) => return Err(e),
+    };
+    let d = described(&fd).ok();
+    // O_DIRECT only with a known alignment.
+    match d.as_ref().map(|d| d.align) {
+        _ if !direct => Ok((fd, false, 4096, d)),
+        Some(Some(align)) => Ok((fd, true, align, d)),
+        None => Ok((fd, true, 4096, d)),
+        Some(None) => {
+            let fl = rustix::fs::fcntl_getfl(&fd)?;
+            rustix::fs::fcntl_setfl(&fd, fl - OFlags::DIRECT)?;
+            Ok((fd, false, 4096, d))
         }
-        _ => Some(4096),
     }
+}
+
+/// What [`open_part`] gives: the descriptor, O_DIRECT, the alignment in bytes, its statx.
+type Opened = (OwnedFd, bool, u64, Option<Described>);
+
+/// What one statx(2) of an open `.part` tells: its O_DIRECT alignment in bytes (`None`
+/// when the filesystem reports O_DIRECT unsupported, stx_dio_offset_align = 0; kernels
+/// before 6.1 do not report STATX_DIOALIGN: 4096 is assumed), its identity and its size
+/// in bytes.
+pub(super) struct Described {
+    pub(super) align: Option<u64>,
+    pub(super) key: FileKey,
+    pub(super) len: u64,
+}
+
+/// statx(2) of `fd` (STATX_DIOALIGN, Linux 6.1, with the inode and size).
+pub(super) fn described(fd: &OwnedFd) -> rustix::io::Result<Described> {
+    let st = rustix::fs::statx(
+        fd.as_fd(),
+        "",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::DIOALIGN | StatxFlags::INO | StatxFlags::SIZE,
+    )?;
+    let align = if st.stx_mask & StatxFlags::DIOALIGN.bits() == 0 {
+        Some(4096)
+    } else if st.stx_dio_offset_align == 0 || st.stx_dio_mem_align == 0 {
+        None
+    } else {
+        let a = u64::from(st.stx_dio_offset_align.max(st.stx_dio_mem_align)).max(4096);
+        a.is_power_of_two().then_some(a)
+    };
+    let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
+    Ok(Described {
+        align,
+        key: (dev, st.stx_ino),
+        len: st.stx_size,
+    })
 }
 
 /// fsync(2) of directory `dir`: the entries renamed or created in it (rename(2),

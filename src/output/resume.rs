@@ -7,12 +7,21 @@
 //! kill -9 at any moment leaves either the old or the new file, never a torn one. Ranges
 //! are recorded only after their writes completed (and, for periodic saves, after an
 //! fdatasync of the `.part`), so every range it names is on disk.
+//!
+//! A short file ([`SHORT`] bytes or less) keeps none: it comes in one request and lands
+//! in one write block, and a run stopped before its end leaves a `.part` that the next
+//! run starts over (with or without `-c`), never a control file to trust or remove.
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &str = "ringdl-control 1";
+
+/// Files of at most this many bytes keep no control file (docs/guide/resume.md): one
+/// write block ([`crate::engine::blocks::WRITE_BLOCK`]), fetched again whole in less time
+/// than a control file's create, fsync and rename cost beside every file of a list.
+pub const SHORT: u64 = 256 << 10;
 
 /// What a control file records.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -35,8 +35,12 @@ pub struct BufPool {
 pub(crate) struct Registration {
     /// The [`crate::Ring`] id that registered it.
     pub(crate) ring_id: u64,
-    /// Its fixed-buffer index (`buf_index`).
+    /// Its fixed-buffer index (`buf_index`); with `per_block`, that of its block 0 (block
+    /// `b` is `index + b`).
     pub(crate) index: u16,
+    /// Each block is its own fixed buffer, put in the ring's sparse table on its first
+    /// fixed op ([`PoolInner::pinned`]): the pages of blocks never used are never pinned.
+    pub(crate) per_block: bool,
 }
 
 #[derive(Debug)]
@@ -51,6 +55,12 @@ pub(crate) struct PoolInner {
     summary: Cell<u64>,
     available: Cell<usize>,
     registered: Cell<Option<Registration>>,
+    /// With a per-block registration: bit `b` of word `w` set = block `64 w + b` is in
+    /// the ring's table (pinned).
+    pinned: [Cell<u64>; MAX_BLOCKS / 64],
+    /// A block could not be pinned (ENOMEM: RLIMIT_MEMLOCK): the registration was
+    /// dropped, the pool's ops go unregistered.
+    pin_failed: Cell<bool>,
 }
 
 impl BufPool {
@@ -92,6 +102,8 @@ impl BufPool {
                 summary: Cell::new(summary),
                 available: Cell::new(count),
                 registered: Cell::new(None),
+                pinned: core::array::from_fn(|_| Cell::new(0)),
+                pin_failed: Cell::new(false),
             }),
         })
     }
@@ -139,6 +151,13 @@ impl BufPool {
         self.inner.registered.get().is_some()
     }
 
+    /// True once a block of a per-block registration could not be pinned at its first
+    /// whole-block op (ENOMEM: over RLIMIT_MEMLOCK, 5.12+ accounting): the registration
+    /// was dropped and the pool's ops go unregistered since.
+    pub fn pin_failed(&self) -> bool {
+        self.inner.pin_failed.get()
+    }
+
     pub(crate) fn inner(&self) -> &Rc<PoolInner> {
         &self.inner
     }
@@ -154,8 +173,38 @@ impl PoolInner {
         self.registered.get()
     }
 
+    /// Sets (or clears) where the pool is registered; no block counts as pinned after.
     pub(crate) fn set_registration(&self, r: Option<Registration>) {
         self.registered.set(r);
+        for w in &self.pinned {
+            w.set(0);
+        }
+    }
+
+    /// Whether block `index` is in the ring's table (per-block registration).
+    pub(crate) fn is_pinned(&self, index: usize) -> bool {
+        self.pinned[index / 64].get() & (1 << (index % 64)) != 0
+    }
+
+    /// Marks the per-block registration as lost ([`BufPool::pin_failed`]).
+    pub(crate) fn set_pin_failed(&self) {
+        self.pin_failed.set(true);
+    }
+
+    /// Marks block `index` as put in the ring's table.
+    pub(crate) fn set_pinned(&self, index: usize) {
+        let w = &self.pinned[index / 64];
+        w.set(w.get() | 1 << (index % 64));
+    }
+
+    /// Block `index`'s memory: base pointer and length in bytes.
+    pub(crate) fn block_region(&self, index: usize) -> (*mut u8, usize) {
+        // SAFETY: the caller's index comes from a live Buf (INVARIANT: index < count), so
+        // index * block_size is inside the mapping of count * block_size bytes.
+        (
+            unsafe { self.map.as_ptr().add(index * self.block_size) },
+            self.block_size,
+        )
     }
 }
 
@@ -187,6 +236,11 @@ impl Buf {
     /// The pool this block belongs to.
     pub(crate) fn pool(&self) -> &Rc<PoolInner> {
         &self.pool
+    }
+
+    /// The block's index in its pool.
+    pub(crate) fn index(&self) -> usize {
+        self.index
     }
 
     /// A pointer to the block, valid for writes of `len()` bytes.

@@ -621,6 +621,59 @@ impl RawRing {
         Ok(())
     }
 
+    /// Registers a sparse table of `n` fixed buffers, every slot empty
+    /// (IORING_REGISTER_BUFFERS2 with IORING_RSRC_REGISTER_SPARSE, 5.19): buffers go in
+    /// one at a time ([`RawRing::update_buffer`]), each pinned only from then on.
+    ///
+    /// # Errors
+    /// EINVAL before 5.19 (the caller registers whole buffers then); EBUSY (already
+    /// registered); ENOMEM.
+    pub fn register_buffers_sparse(&mut self, n: u32) -> io::Result<()> {
+        let mut reg = rustix::io_uring::io_uring_rsrc_register::default();
+        reg.nr = n;
+        reg.flags = rustix::io_uring::IoringRsrcFlags::REGISTER_SPARSE;
+        let size = core::mem::size_of_val(&reg) as u32;
+        // SAFETY: `reg` is a live io_uring_rsrc_register whose size is passed as nr_args;
+        // with REGISTER_SPARSE the kernel reads no iovec (data and tags are null).
+        unsafe {
+            io_uring_register(
+                &self.fd,
+                IoringRegisterOp::RegisterBuffers2,
+                (&raw const reg).cast(),
+                size,
+            )?
+        };
+        Ok(())
+    }
+
+    /// Puts `iov` in fixed-buffer slot `slot` of a sparse table
+    /// (IORING_REGISTER_BUFFERS_UPDATE, 5.13): its pages are pinned from now on.
+    ///
+    /// # Errors
+    /// EINVAL (slot out of the table), EFAULT, ENOMEM (RLIMIT_MEMLOCK).
+    ///
+    /// # Safety
+    /// As [`RawRing::register_buffers`], for the memory `iov` describes.
+    pub unsafe fn update_buffer(&mut self, slot: u32, iov: &iovec) -> io::Result<()> {
+        let mut up = rustix::io_uring::io_uring_rsrc_update2::default();
+        up.offset = slot;
+        up.data = rustix::io_uring::io_uring_ptr::new((iov as *const iovec).cast_mut().cast());
+        up.nr = 1;
+        let size = core::mem::size_of_val(&up) as u32;
+        // SAFETY: `up` is a live io_uring_rsrc_update2 (size passed as nr_args) whose data
+        // points at one live iovec; the kernel copies both during the call and pins the
+        // memory, which the caller promised stays valid.
+        unsafe {
+            io_uring_register(
+                &self.fd,
+                IoringRegisterOp::RegisterBuffersUpdate,
+                (&raw const up).cast(),
+                size,
+            )?
+        };
+        Ok(())
+    }
+
     /// Registers `fds` as the fixed-file table, index = position
     /// (IORING_REGISTER_FILES, 5.1; `-1` = an empty slot, 5.5). The table holds a
     /// reference to each file until it is unregistered or the ring is closed.

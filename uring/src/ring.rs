@@ -493,6 +493,24 @@ impl UringRing {
                 Err(e) => return Err(e),
             }
         }
+        // Each block its own slot of a sparse table, pinned at its first fixed op (5.19):
+        // a run that uses few blocks of a large pool pins only those.
+        let blocks: usize = pools.iter().map(|p| p.count()).sum();
+        if let Ok(n) = u16::try_from(blocks)
+            && self.raw.register_buffers_sparse(u32::from(n)).is_ok()
+        {
+            let mut first = 0u16;
+            for p in pools {
+                p.inner().set_registration(Some(Registration {
+                    ring_id: self.id,
+                    index: first,
+                    per_block: true,
+                }));
+                first += p.count() as u16;
+                self.pools.push(Rc::clone(p.inner()));
+            }
+            return Ok(());
+        }
         let iovecs: Vec<iovec> = pools
             .iter()
             .map(|p| {
@@ -512,6 +530,7 @@ impl UringRing {
             p.inner().set_registration(Some(Registration {
                 ring_id: self.id,
                 index: i as u16,
+                per_block: false,
             }));
             self.pools.push(Rc::clone(p.inner()));
         }
@@ -607,12 +626,43 @@ impl UringRing {
         }
     }
 
-    /// The fixed-buffer index of `buf` for this ring, if its pool is registered here.
-    fn fixed_index(&self, buf: &Buf) -> Option<u16> {
-        buf.pool()
-            .registration()
-            .filter(|r| r.ring_id == self.id)
-            .map(|r| r.index)
+    /// The fixed-buffer index of `buf` for an op on `len` bytes of it, if its pool is
+    /// registered with this ring. A block of a per-block registration is put in the table
+    /// (IORING_REGISTER_BUFFERS_UPDATE: pinned from then on, the whole block) at its first
+    /// op over the whole block; an op on less of a block not yet there goes out
+    /// unregistered (the kernel pins its pages for that op alone), so that a run of small
+    /// files keeps resident only the pages it wrote. A block that cannot be put there
+    /// (ENOMEM) goes out unregistered, as do the pool's later ones.
+    fn fixed_index(&mut self, buf: &Buf, len: usize) -> Option<u16> {
+        let pool = buf.pool();
+        let r = pool.registration().filter(|r| r.ring_id == self.id)?;
+        if !r.per_block {
+            return Some(r.index);
+        }
+        let b = buf.index();
+        let slot = r.index + b as u16;
+        if !pool.is_pinned(b) {
+            if len < buf.len() {
+                return None;
+            }
+            let (base, len) = pool.block_region(b);
+            let iov = iovec {
+                iov_base: base.cast(),
+                iov_len: len as _,
+            };
+            // SAFETY: the block lies in the pool's mmap, which `self.pools` keeps mapped
+            // while the table holds it (until unregistered with the ring); Rust holds no
+            // reference into it while a fixed op writes it (the Buf moves into the slot).
+            match unsafe { self.raw.update_buffer(u32::from(slot), &iov) } {
+                Ok(()) => pool.set_pinned(b),
+                Err(_) => {
+                    pool.set_registration(None);
+                    pool.set_pin_failed();
+                    return None;
+                }
+            }
+        }
+        Some(slot)
     }
 
     /// [`Ring::push`] (`timeout` = None) and [`Ring::push_with_timeout`].
@@ -634,7 +684,7 @@ impl UringRing {
             _ => NO_SUCH_OP,
         };
         let fixed = match &op {
-            Op::Read { buf, .. } | Op::Write { buf, .. } => self.fixed_index(buf),
+            Op::Read { buf, range, .. } | Op::Write { buf, range, .. } => self.fixed_index(buf, range.len()),
             _ => None,
         };
         // The fixed-file index of the fd an op targets (the ops whose `fd` is their file).
@@ -1346,6 +1396,65 @@ mod tests {
                 cancelled += 1;
             }
         }
+    }
+
+    /// A pool registered block by block (5.19 sparse table) pins a block only at its
+    /// first op over the whole block: an op on part of a block not yet pinned goes out as
+    /// a plain WRITE (it still succeeds once the kernel's table is gone), a whole-block
+    /// one puts the block in the table and goes out as WRITE_FIXED (it fails then).
+    #[test]
+    fn a_block_is_pinned_at_its_first_whole_block_write_only() {
+        use std::os::fd::AsRawFd;
+        let path = format!("/var/tmp/uring-unit-pinned-{}", std::process::id());
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        let mut r = RingBuilder::new(8).build_uring().unwrap();
+        let pool = BufPool::new(4096, 2).unwrap();
+        r.register_pools(&[&pool]).unwrap();
+        if !pool.inner().registration().is_some_and(|g| g.per_block) {
+            eprintln!("skipped: no sparse buffer table before Linux 5.19");
+            return;
+        }
+        let fd = f.as_raw_fd();
+        let write = |r: &mut UringRing, len: usize, tag: u64| {
+            r.push_inner(
+                Op::Write {
+                    fd,
+                    buf: pool.alloc().unwrap(),
+                    range: 0..len,
+                    offset: 0,
+                },
+                tag,
+                None,
+            )
+            .unwrap();
+            loop {
+                if let Some(c) = r.next_completion() {
+                    return c.result;
+                }
+                r.submit_and_wait(1).unwrap();
+            }
+        };
+        assert_eq!(write(&mut r, 512, 1), 512);
+        assert!(!pool.inner().is_pinned(0), "a partial write pinned its block");
+        assert_eq!(write(&mut r, 4096, 2), 4096);
+        assert!(pool.inner().is_pinned(0), "a whole-block write did not pin its block");
+        r.raw.unregister_buffers().unwrap();
+        assert!(write(&mut r, 4096, 3) < 0, "a pinned block goes out as WRITE_FIXED");
+        // (Block 0 held: the next write takes block 1, never pinned.)
+        let hold = pool.alloc().unwrap();
+        assert_eq!(
+            write(&mut r, 512, 4),
+            512,
+            "a partial write of a block not pinned goes out plain"
+        );
+        drop(hold);
     }
 
     /// Proves registered pools go through READ_FIXED / WRITE_FIXED: once the

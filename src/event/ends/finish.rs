@@ -211,7 +211,8 @@ fn end_failed(
     transfer_loop.shared.report.clear();
     let (io, registered) = (
         transfer_loop.end_state.ring.io.clone(),
-        transfer_loop.end_state.ring.registered,
+        // (A write block that could not be pinned later left the pool unregistered.)
+        transfer_loop.end_state.ring.registered && !transfer_loop.sink.pool.pin_failed(),
     );
     let mut s = transfer_loop.summary(
         before.map_or(transfer_loop.shared.transfer.landed.bytes(), |b| b.0),
@@ -252,6 +253,7 @@ fn keep_landed(transfer_loop: &mut Loop<'_>, out: &Output) -> bool {
         // as long.
         transfer_loop.shared.report.note(Note::WritesPending);
     } else if transfer_loop.control.is_some()
+        && transfer_loop.keeps_control()
         && (transfer_loop.shared.transfer.file || out.room.is_some())
         && out.owns_part()
     {
@@ -324,7 +326,8 @@ fn end_finished(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<O
     let info = transfer_loop.tls_info.clone();
     let (io, registered) = (
         transfer_loop.end_state.ring.io.clone(),
-        transfer_loop.end_state.ring.registered,
+        // (A write block that could not be pinned later left the pool unregistered.)
+        transfer_loop.end_state.ring.registered && !transfer_loop.sink.pool.pin_failed(),
     );
     let mut summary = transfer_loop.summary(total, io, registered, digest);
     summary.signed = signed;
