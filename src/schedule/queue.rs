@@ -168,10 +168,12 @@ impl Plan {
     /// `now`, fewer than `want` bytes are taken, and each ends where the next one starts
     /// (`scattered`: at or before, tried as often as those taken: the bytes between are
     /// the [`Taken::holes`], as a resume's scattered gaps leave them). `None` when the queue's last segment must
-    /// still wait, or the queue is empty. At most half the queue goes (at least one
-    /// segment), so the owner's own connections keep work while the queue is long.
+    /// still wait, or the queue is empty. About half the queued bytes go at most (the last
+    /// segment always; another only while its middle lies in the back half of the queued
+    /// bytes), so the owner's own connections keep work while the queue is long: counted
+    /// in bytes, not segments, as the planned sizes shrink toward the back ([`super::plan`]).
     pub fn take_back(&mut self, want: u64, now: Duration, scattered: bool) -> Option<Taken> {
-        let most = self.queue.len().div_ceil(2).max(1);
+        let queued: u64 = self.segments().map(|s| s.end - s.start).sum();
         let &(last, t) = self.queue.back()?;
         if t > now {
             return None;
@@ -184,16 +186,14 @@ impl Plan {
             tries: last.tries,
         };
         let mut bytes = last.end - last.start;
-        for _ in 1..most {
-            if bytes >= want {
-                break;
-            }
+        while bytes < want {
             match self.queue.back() {
                 // (A scattered segment only with as many tries: the part's segments go
                 // back with the most any had, so an unrelated retried one would spend
                 // the others' budget.)
                 Some(&(s, t))
                     if t <= now
+                        && 2 * bytes + (s.end - s.start) <= queued
                         && (s.end == taken.start || scattered && s.end < taken.start && s.tries == taken.tries) =>
                 {
                     self.queue.pop_back();
@@ -493,6 +493,23 @@ mod tests {
         p.requeue_after(seg(0, 5), false, Duration::from_secs(1));
         assert_eq!(p.take_back(1, T0, false), None);
         assert_eq!(p.take_back(1, Duration::from_secs(2), false), Some(taken(0, 5, 0)));
+    }
+
+    #[test]
+    fn another_reactor_takes_half_the_queued_bytes_not_half_the_segments() {
+        // Sizes shrinking toward the back (8, 4, 2, 1, 1), as planned: half the bytes is
+        // four of the five segments (half the count, three, would be 4 bytes of 16).
+        let mut p = Plan::new(0, 10);
+        p.set_queue(
+            [seg(0, 8), seg(8, 12), seg(12, 14), seg(14, 15), seg(15, 16)]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(p.take_back(1000, T0, false), Some(taken(8, 16, 0)));
+        assert_eq!(p.segments().map(|s| (s.start, s.end)).collect::<Vec<_>>(), [(0, 8)]);
+        // One large segment at the front stays the owner's: (8, 1, 1) gives the two 1s.
+        p.set_queue([seg(0, 8), seg(8, 9), seg(9, 10)].into_iter().collect());
+        assert_eq!(p.take_back(1000, T0, false), Some(taken(8, 10, 0)));
     }
 
     fn taken(start: u64, end: u64, tries: u32) -> Taken {
