@@ -225,6 +225,22 @@ impl Index for Zsync {
         Box::new(scan::ZsyncScanner::new(self))
     }
 
+    /// The first half examines the windows before `mid` (fed a window's span past it),
+    /// the second those from `mid` on: every window one scan examines is examined by one
+    /// half, a block straddling `mid` by the first. A match moves a scan past the blocks
+    /// it matched, so the second half (starting afresh at `mid`) may look at offsets the
+    /// one scan jumped over; what it finds there is checked by MD4 all the same.
+    fn split_scanners<'s>(&'s self, len: u64, mid: u64, _head: &[u8]) -> Option<crate::delta::Split<'s>> {
+        let first = scan::ZsyncScanner::part(self, 0, Some(mid));
+        let first_end = (mid + first.context() as u64).min(len);
+        Some(crate::delta::Split {
+            first: Box::new(first),
+            first_end,
+            second: Box::new(scan::ZsyncScanner::part(self, mid, None)),
+            second_start: mid,
+        })
+    }
+
     /// `SHA-1:` and, when present, `SHA-256:` (either may be absent).
     fn whole_digests(&self) -> Vec<(&'static ring::digest::Algorithm, Vec<u8>)> {
         let mut v = Vec::new();
