@@ -63,7 +63,7 @@ impl Seed {
     /// A message naming the seed when it cannot be opened, is not a regular file or block
     /// device, or its size cannot be read; the ring's or buffers' setup error.
     pub fn open(path: &Path, io: crate::config::IoChoice) -> Result<Seed, String> {
-        Seed::open_with(path, io, BLOCK)
+        Seed::open_with(path, io, BLOCK, AHEAD + 1)
     }
 
     /// As [`Seed::open`], with reads of 64 KiB (a quarter MiB of buffers, not 2 MiB): for
@@ -72,10 +72,12 @@ impl Seed {
     /// # Errors
     /// As [`Seed::open`].
     pub fn open_small(path: &Path, io: crate::config::IoChoice) -> Result<Seed, String> {
-        Seed::open_with(path, io, SMALL_BLOCK)
+        Seed::open_with(path, io, SMALL_BLOCK, AHEAD + 1)
     }
 
-    fn open_with(path: &Path, io: crate::config::IoChoice, block: usize) -> Result<Seed, String> {
+    /// As [`Seed::open`], with reads of `block` bytes and `bufs` (≥ 2) of them: one the
+    /// window, the others reads ahead.
+    fn open_with(path: &Path, io: crate::config::IoChoice, block: usize, bufs: usize) -> Result<Seed, String> {
         let flags = OFlags::RDONLY | OFlags::CLOEXEC;
         let name = path.display();
         let (fd, direct) = match rustix::fs::open(path, flags | OFlags::DIRECT, Mode::empty()) {
@@ -97,7 +99,7 @@ impl Seed {
             }
             _ => return Err(format!("seed {name}: not a regular file or a block device")),
         };
-        let pool = BufPool::new(block, AHEAD + 1).map_err(|e| format!("seed buffers: {e}"))?;
+        let pool = BufPool::new(block, bufs.max(2)).map_err(|e| format!("seed buffers: {e}"))?;
         let mut spare: Vec<Buf> = std::iter::from_fn(|| pool.alloc()).collect();
         let win = spare.pop().ok_or("seed buffers: none")?;
         let ring = crate::io::build_ring(io, 8, false, false, 0)
@@ -155,7 +157,9 @@ impl Seed {
         std::thread::scope(|scope| {
             // (Its reader is made on its thread: a ring stays with the thread that made it.)
             let late = scope.spawn(move || -> Result<Finds, String> {
-                let mut other = Seed::open_with(&path, io, block)?;
+                // (Two reads ahead, not four: the two halves' reads together keep the
+                // disk as busy, in less memory.)
+                let mut other = Seed::open_with(&path, io, block, 3)?;
                 if other.len != len {
                     return Err(format!("seed {}: its size changed during its scan", path.display()));
                 }

@@ -490,7 +490,12 @@ impl<'a, 'e> SeedScanner<'a, 'e> {
                 pending: Vec::with_capacity(MAX_CHUNK as usize),
                 start: 0,
                 lookup: Lookup::new(z, &z.uncompressed_digests, |p| p.target_len),
-                pipe: Pipe::new(self.helper, DEPTH, move |j: &mut Job| j.hash(z.chunk_hash.algorithm())),
+                // (Inline, a job is done when pushed: one in flight is enough.)
+                pipe: Pipe::new(
+                    self.helper,
+                    if self.helper.is_some() { DEPTH } else { 1 },
+                    move |j: &mut Job| j.hash(z.chunk_hash.algorithm()),
+                ),
                 job: Job::default(),
                 spare: None,
                 role: self.role.take().unwrap_or(Role::Whole),
