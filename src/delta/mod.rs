@@ -97,6 +97,16 @@ impl Finds {
         }
     }
 
+    /// Takes each piece `later` found that this one did not (the first place is kept:
+    /// `later` is a scan of bytes after this one's).
+    pub fn merge_later(&mut self, later: &Finds) {
+        for (mine, &theirs) in self.0.iter_mut().zip(&later.0) {
+            if *mine == Finds::NONE {
+                *mine = theirs;
+            }
+        }
+    }
+
     /// Every piece's place, unpacked (for tests and messages).
     pub fn to_vec(&self) -> Vec<Option<Found>> {
         (0..self.len()).map(|i| self.get(i)).collect()
@@ -146,6 +156,13 @@ pub trait Index: Send + Sync {
     /// thread of `helper` ([`pipe`]), joined when the scope ends.
     fn scanner<'s, 'e>(&'s self, helper: Option<&'s std::thread::Scope<'s, 'e>>) -> Box<dyn Scanner + 's>;
 
+    /// Two scanners that search a seed of `len` bytes in two halves at once, on two
+    /// threads ([`Split`]), when the format can split its search at `mid` (a seed offset
+    /// below `len`) of a seed that starts with `head`; `None` when it cannot.
+    fn split_scanners<'s>(&'s self, _len: u64, _mid: u64, _head: &[u8]) -> Option<Split<'s>> {
+        None
+    }
+
     /// Digests of the whole target the format carries (zsync: SHA-1, and SHA-256 when
     /// given), checked once the target is written.
     fn whole_digests(&self) -> Vec<(&'static ring::digest::Algorithm, Vec<u8>)> {
@@ -153,11 +170,60 @@ pub trait Index: Send + Sync {
     }
 }
 
+/// A seed's search in two halves: `first` takes the seed's bytes `[0, first_end)`,
+/// `second` its bytes `[second_start, len)`; what `first` finds is kept before what
+/// `second` finds ([`Finds::merge_later`]).
+pub struct Split<'s> {
+    pub first: Box<dyn Scanner + Send + 's>,
+    pub first_end: u64,
+    pub second: Box<dyn Scanner + Send + 's>,
+    pub second_start: u64,
+}
+
 /// Searches one seed for an index's pieces as its bytes stream by.
 pub trait Scanner {
     /// Takes the seed's next bytes (consecutive from offset 0, in chunks of any size).
     fn feed(&mut self, bytes: &[u8]);
 
+    /// Whether it wants more bytes (a split search's first half may be done before the
+    /// seed's end): when not, the bytes after are not read.
+    fn wants_more(&self) -> bool {
+        true
+    }
+
     /// The seed's end: for each piece, where it was found (the first place), if it was.
     fn finish(self: Box<Self>) -> Finds;
+}
+
+/// A split search ([`Index::split_scanners`]) over `seed` in memory, as [`seed::Seed`]
+/// runs it, the halves fed `step` bytes at a time on two scoped threads: the finds, and
+/// whether the first half stopped before the seed's end. `None`: the index does not split.
+#[cfg(test)]
+pub fn scan_split_bytes(index: &dyn Index, seed: &[u8], mid: usize, step: usize) -> Option<(Finds, bool)> {
+    let split = index.split_scanners(seed.len() as u64, mid as u64, seed)?;
+    let feed = |s: &mut dyn Scanner, from: usize, to: usize| {
+        let mut at = from;
+        while at < to && s.wants_more() {
+            let n = step.min(to - at);
+            s.feed(&seed[at..at + n]);
+            at += n;
+        }
+        at < to
+    };
+    let Split {
+        mut first,
+        first_end,
+        mut second,
+        second_start,
+    } = split;
+    std::thread::scope(|scope| {
+        let late = scope.spawn(move || {
+            feed(second.as_mut(), second_start as usize, seed.len());
+            second.finish()
+        });
+        let stopped = feed(first.as_mut(), 0, first_end as usize);
+        let mut found = first.finish();
+        found.merge_later(&late.join().unwrap());
+        Some((found, stopped))
+    })
 }

@@ -32,7 +32,7 @@ enum How<'s, J> {
         back: Receiver<J>,
     },
     Inline {
-        work: Box<dyn FnMut(&mut J) + 's>,
+        work: Box<dyn FnMut(&mut J) + Send + 's>,
         done: VecDeque<J>,
     },
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use uring::{Buf, BufPool, Op, Ring};
 
-use super::{Finds, Index};
+use super::{Finds, Index, Scanner, Split};
 
 /// Bytes per read, and the read-back window (a multiple of every logical block size).
 const BLOCK: usize = 256 << 10;
@@ -41,7 +41,13 @@ pub struct Seed {
     ring: Ring,
     ahead: VecDeque<Ahead>,
     spare: Vec<Buf>,
+    /// The backend its ring is of (a second reader of the same seed is made alike).
+    io: crate::config::IoChoice,
 }
+
+/// A seed at least this large is searched in two halves at once when a helper pays and
+/// its format can split its search ([`Index::split_scanners`]).
+const SPLIT_MIN: u64 = 16 << 20;
 
 /// A read ahead: a block's bytes (fewer at the end) from `at`; `done` once completed.
 struct Ahead {
@@ -57,7 +63,7 @@ impl Seed {
     /// A message naming the seed when it cannot be opened, is not a regular file or block
     /// device, or its size cannot be read; the ring's or buffers' setup error.
     pub fn open(path: &Path, io: crate::config::IoChoice) -> Result<Seed, String> {
-        Seed::open_with(path, io, BLOCK)
+        Seed::open_with(path, io, BLOCK, AHEAD + 1)
     }
 
     /// As [`Seed::open`], with reads of 64 KiB (a quarter MiB of buffers, not 2 MiB): for
@@ -66,10 +72,12 @@ impl Seed {
     /// # Errors
     /// As [`Seed::open`].
     pub fn open_small(path: &Path, io: crate::config::IoChoice) -> Result<Seed, String> {
-        Seed::open_with(path, io, SMALL_BLOCK)
+        Seed::open_with(path, io, SMALL_BLOCK, AHEAD + 1)
     }
 
-    fn open_with(path: &Path, io: crate::config::IoChoice, block: usize) -> Result<Seed, String> {
+    /// As [`Seed::open`], with reads of `block` bytes and `bufs` (≥ 2) of them: one the
+    /// window, the others reads ahead.
+    fn open_with(path: &Path, io: crate::config::IoChoice, block: usize, bufs: usize) -> Result<Seed, String> {
         let flags = OFlags::RDONLY | OFlags::CLOEXEC;
         let name = path.display();
         let (fd, direct) = match rustix::fs::open(path, flags | OFlags::DIRECT, Mode::empty()) {
@@ -91,7 +99,7 @@ impl Seed {
             }
             _ => return Err(format!("seed {name}: not a regular file or a block device")),
         };
-        let pool = BufPool::new(block, AHEAD + 1).map_err(|e| format!("seed buffers: {e}"))?;
+        let pool = BufPool::new(block, bufs.max(2)).map_err(|e| format!("seed buffers: {e}"))?;
         let mut spare: Vec<Buf> = std::iter::from_fn(|| pool.alloc()).collect();
         let win = spare.pop().ok_or("seed buffers: none")?;
         let ring = crate::io::build_ring(io, 8, false, false, 0)
@@ -110,6 +118,7 @@ impl Seed {
             ring,
             ahead: VecDeque::new(),
             spare,
+            io,
         })
     }
 
@@ -121,16 +130,72 @@ impl Seed {
     /// A message naming the seed and offset when a read fails.
     pub fn scan(&mut self, index: &dyn Index) -> Result<Finds, String> {
         let helper = super::pipe::helper_pays();
+        let mid = (self.len / 2) - (self.len / 2) % self.block as u64;
+        if helper && self.len >= SPLIT_MIN {
+            let n = self.fill(0)?;
+            if let Some(split) = index.split_scanners(self.len, mid, &self.win[..n]) {
+                return self.scan_split(split);
+            }
+        }
         std::thread::scope(|scope| {
             let mut scanner = index.scanner(helper.then_some(scope));
-            let mut at = 0;
-            while at < self.len {
-                let n = self.fill(at)?;
-                scanner.feed(&self.win[..n]);
-                at += n as u64;
-            }
+            self.stream(0, self.len, scanner.as_mut())?;
             Ok(scanner.finish())
         })
+    }
+
+    /// The search in two halves: the first on this thread, the second on a scoped thread
+    /// with a reader of its own (joined on every path).
+    fn scan_split(&mut self, split: Split<'_>) -> Result<Finds, String> {
+        let Split {
+            mut first,
+            first_end,
+            mut second,
+            second_start,
+        } = split;
+        let (path, io, block, len) = (self.path.clone(), self.io, self.block, self.len);
+        std::thread::scope(|scope| {
+            // (Its reader is made on its thread: a ring stays with the thread that made it.)
+            let late = scope.spawn(move || -> Result<Finds, String> {
+                // (Two reads ahead, not four: the two halves' reads together keep the
+                // disk as busy, in less memory.)
+                let mut other = Seed::open_with(&path, io, block, 3)?;
+                if other.len != len {
+                    return Err(format!("seed {}: its size changed during its scan", path.display()));
+                }
+                other.stream(second_start, len, second.as_mut())?;
+                Ok(second.finish())
+            });
+            // (The first half dropped before the join on an error: the second may wait on
+            // it to say where they met.)
+            let early = match self.stream(0, first_end, first.as_mut()) {
+                Ok(()) => Ok(first.finish()),
+                Err(e) => {
+                    drop(first);
+                    Err(e)
+                }
+            };
+            let late = late.join().map_err(|_| super::pipe::HELPER_GONE.to_owned())?;
+            let mut found = early?;
+            found.merge_later(&late?);
+            Ok(found)
+        })
+    }
+
+    /// Feeds the seed's bytes `[from, to)` (`from` a multiple of the block) to `scanner`.
+    fn stream(&mut self, from: u64, to: u64, scanner: &mut dyn Scanner) -> Result<(), String> {
+        let mut at = from;
+        while at < to && scanner.wants_more() {
+            let n = if self.win_len > 0 && self.win_at == at {
+                self.win_len
+            } else {
+                self.fill(at)?
+            };
+            let n = n.min((to - at) as usize);
+            scanner.feed(&self.win[..n]);
+            at += n as u64;
+        }
+        Ok(())
     }
 
     /// Makes the window the seed's bytes from `at` (aligned): the read ahead of `at` when

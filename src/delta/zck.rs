@@ -503,6 +503,21 @@ impl Index for Zck {
     fn scanner<'s, 'e>(&'s self, helper: Option<&'s std::thread::Scope<'s, 'e>>) -> Box<dyn Scanner + 's> {
         Box::new(scan::SeedScanner::new(self, helper))
     }
+
+    /// A plain seed (not an older `.zck`) when the index has uncompressed checksums:
+    /// [`scan::SeedScanner::halves`], whose first half ends where it meets the second.
+    fn split_scanners<'s>(&'s self, len: u64, mid: u64, head: &[u8]) -> Option<crate::delta::Split<'s>> {
+        if head.starts_with(header::MAGIC) || head.len() < header::MAGIC.len() || !self.has_uncompressed_digests() {
+            return None;
+        }
+        let (first, second) = scan::SeedScanner::halves(self, mid);
+        Some(crate::delta::Split {
+            first: Box::new(first),
+            first_end: len,
+            second: Box::new(second),
+            second_start: mid,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -168,6 +168,10 @@ impl Zsync {
     }
 }
 
+/// The most blocks a target may have for its seed's search to be split in two halves:
+/// 2^17 (512 MiB in 4 KiB blocks), whose second table and finds take some 3 MiB.
+const SPLIT_MAX_BLOCKS: usize = 1 << 17;
+
 impl Index for Zsync {
     fn target_len(&self) -> u64 {
         self.length
@@ -223,6 +227,28 @@ impl Index for Zsync {
 
     fn scanner<'s, 'e>(&'s self, _helper: Option<&'s std::thread::Scope<'s, 'e>>) -> Box<dyn Scanner + 's> {
         Box::new(scan::ZsyncScanner::new(self))
+    }
+
+    /// The first half examines the windows before `mid` (fed a window's span past it),
+    /// the second those from `mid` on: every window one scan examines is examined by one
+    /// half, a block straddling `mid` by the first. A match moves a scan past the blocks
+    /// it matched, so the second half (starting afresh at `mid`) may look at offsets the
+    /// one scan jumped over; what it finds there is checked by MD4 all the same.
+    ///
+    /// Each half has its own table and finds, about 24 bytes a block: a target of more
+    /// than [`SPLIT_MAX_BLOCKS`] blocks is searched on one thread, in less memory.
+    fn split_scanners<'s>(&'s self, len: u64, mid: u64, _head: &[u8]) -> Option<crate::delta::Split<'s>> {
+        if self.rsums.len() > SPLIT_MAX_BLOCKS {
+            return None;
+        }
+        let first = scan::ZsyncScanner::part(self, 0, Some(mid));
+        let first_end = (mid + first.context() as u64).min(len);
+        Some(crate::delta::Split {
+            first: Box::new(first),
+            first_end,
+            second: Box::new(scan::ZsyncScanner::part(self, mid, None)),
+            second_start: mid,
+        })
     }
 
     /// `SHA-1:` and, when present, `SHA-256:` (either may be absent).

@@ -19,6 +19,7 @@
 
 use ring::digest;
 
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::Scope;
 
 use super::chunker::{Chunker, MAX_CHUNK};
@@ -137,10 +138,47 @@ struct Plain<'a> {
     pipe: Pipe<'a, Job>,
     job: Job,
     spare: Option<Job>,
+    /// Its part in a search split in two halves.
+    role: Role,
 }
+
+/// A plain seed's search in two halves, each on its thread. zck's chunker is in the same
+/// state after every cut (the hash empty, the chunk's length 0), as the second half's is
+/// at its start: where the first half cuts at an offset the second half cut at too, both
+/// cut the same from there on, and the chunks of the two are those of one search over the
+/// whole seed. So the first half goes on past the middle until it cuts where the second
+/// did (within [`SYNC_SPAN`] of its start: else it goes on to the end alone and the
+/// second's finds are dropped), and the second keeps the finds of its chunks from there.
+enum Role {
+    Whole,
+    /// The first half: the middle, the second half's cuts once they come, and where the
+    /// two met (sent to the second half; the sender dropped when they do not meet).
+    First {
+        mid: u64,
+        cuts: Receiver<Vec<u64>>,
+        theirs: Option<Vec<u64>>,
+        met: Option<SyncSender<u64>>,
+        done: bool,
+    },
+    /// The second half, from `start`: its cuts within [`SYNC_SPAN`] (sent once known), the
+    /// finds of its chunks there `(piece, offset)`, and where the first half met it.
+    Second {
+        start: u64,
+        cuts: Vec<u64>,
+        send: Option<SyncSender<Vec<u64>>>,
+        early: Vec<(usize, u64)>,
+        met: Receiver<u64>,
+    },
+}
+
+/// How far past its start the second half's cuts are looked at for the first half's.
+const SYNC_SPAN: u64 = 4 << 20;
 
 impl Plain<'_> {
     fn feed(&mut self, mut data: &[u8], found: &mut Finds) {
+        if self.met() {
+            return;
+        }
         while let Some((k, len)) = self.chunker.next_cut(data) {
             if self.pending.is_empty() {
                 self.chunk(&data[..k], len, found);
@@ -152,8 +190,58 @@ impl Plain<'_> {
                 self.pending = bytes;
             }
             data = &data[k..];
+            if self.at_cut() {
+                return;
+            }
         }
         self.pending.extend_from_slice(data);
+    }
+
+    /// Whether the first half met the second's cuts (its search is over).
+    fn met(&self) -> bool {
+        matches!(self.role, Role::First { done: true, .. })
+    }
+
+    /// A cut at `self.start`: the second half notes it (and sends its cuts once past
+    /// [`SYNC_SPAN`]); the first half past the middle looks for it among the second's.
+    /// True when the first half met the second.
+    fn at_cut(&mut self) -> bool {
+        let at = self.start;
+        match &mut self.role {
+            Role::Whole => false,
+            Role::Second { start, cuts, send, .. } => {
+                if at < *start + SYNC_SPAN {
+                    cuts.push(at);
+                } else if let Some(tx) = send.take() {
+                    let _ = tx.send(std::mem::take(cuts));
+                }
+                false
+            }
+            Role::First {
+                mid,
+                cuts,
+                theirs,
+                met,
+                done,
+            } => {
+                if at < *mid || met.is_none() {
+                    return false;
+                }
+                if theirs.is_none() {
+                    // (The second half gone, a read error: this half goes on alone.)
+                    *theirs = Some(cuts.recv().unwrap_or_default());
+                }
+                let list = theirs.as_deref().unwrap_or_default();
+                if list.binary_search(&at).is_ok() {
+                    if let Some(tx) = met.take() {
+                        *done = tx.send(at).is_ok();
+                    }
+                } else if list.last().is_none_or(|&last| at > last) {
+                    *met = None;
+                }
+                *done
+            }
+        }
     }
 
     /// A chunk of the seed, `len` bytes (`bytes`), starting at `self.start`.
@@ -174,10 +262,17 @@ impl Plain<'_> {
         self.start += len;
     }
 
-    /// A job hashed: each chunk's digest looked up; the job kept for reuse.
+    /// A job hashed: each chunk's digest looked up; the job kept for reuse. The second
+    /// half keeps its first chunks' finds aside, until it knows where the first met it.
     fn record(&mut self, mut done: Job, found: &mut Finds) {
         for (&(at, _), dig) in done.chunks.iter().zip(&done.digests) {
-            record(&self.lookup, dig, Found::Target(at), found);
+            match &mut self.role {
+                Role::Second { start, early, .. } if at < *start + SYNC_SPAN => {
+                    let d = self.lookup.hash.digest_len();
+                    self.lookup.find(&dig.as_ref()[..d], |i| early.push((i, at)));
+                }
+                _ => record(&self.lookup, dig, Found::Target(at), found),
+            }
         }
         done.bytes.clear();
         done.chunks.clear();
@@ -187,7 +282,7 @@ impl Plain<'_> {
 
     fn finish(mut self, found: &mut Finds) {
         let last = std::mem::take(&mut self.pending);
-        if !last.is_empty() {
+        if !last.is_empty() && !self.met() {
             self.chunk(&last, last.len() as u64, found);
         }
         let job = std::mem::take(&mut self.job);
@@ -198,6 +293,23 @@ impl Plain<'_> {
         }
         while let Ok(Some(done)) = self.pipe.next_done() {
             self.record(done, found);
+        }
+        if let Role::Second {
+            cuts, send, early, met, ..
+        } = self.role
+        {
+            if let Some(tx) = send {
+                let _ = tx.send(cuts);
+            }
+            // Where the first half met this one: its finds from there, in order; else
+            // (the first went on to the end alone) none.
+            let mine = std::mem::replace(found, Finds::new(found.len()));
+            if let Ok(at) = met.recv() {
+                for (i, o) in early.into_iter().filter(|&(_, o)| o >= at) {
+                    found.keep_first(i, Found::Target(o));
+                }
+                found.merge_later(&mine);
+            }
         }
     }
 }
@@ -314,6 +426,8 @@ pub struct SeedScanner<'a, 'e> {
     helper: Option<&'a Scope<'a, 'e>>,
     kind: Kind<'a>,
     found: Finds,
+    /// Its part in a split search, for a plain seed.
+    role: Option<Role>,
 }
 
 impl<'a, 'e> SeedScanner<'a, 'e> {
@@ -325,7 +439,36 @@ impl<'a, 'e> SeedScanner<'a, 'e> {
             helper,
             kind: Kind::Unknown(Vec::with_capacity(MAGIC.len())),
             found: Finds::new(zck.pieces.len()),
+            role: None,
         }
+    }
+
+    /// The two halves of a plain seed's search, the second from `mid` (see [`Role`]):
+    /// each hashes its chunks itself (the two threads are the CPUs).
+    pub fn halves(zck: &'a Zck, mid: u64) -> (SeedScanner<'a, 'e>, SeedScanner<'a, 'e>) {
+        let (cuts_tx, cuts) = sync_channel(1);
+        let (met_tx, met) = sync_channel(1);
+        let mut first = SeedScanner::new(zck, None);
+        first.role = Some(Role::First {
+            mid,
+            cuts,
+            theirs: None,
+            met: Some(met_tx),
+            done: false,
+        });
+        let mut second = SeedScanner::new(zck, None);
+        second.role = Some(Role::Second {
+            start: mid,
+            cuts: Vec::new(),
+            send: Some(cuts_tx),
+            early: Vec::new(),
+            met,
+        });
+        second.decide(b"");
+        if let Kind::Plain(p) = &mut second.kind {
+            p.start = mid;
+        }
+        (first, second)
     }
 
     /// Decides what the seed is from its first bytes `first`.
@@ -341,15 +484,21 @@ impl<'a, 'e> SeedScanner<'a, 'e> {
                 lookup: Lookup::new(z, &z.digests, |p| p.remote_len),
                 dead: false,
             }))
-        } else if z.has_uncompressed_digests() {
+        } else if z.has_uncompressed_digests() || matches!(self.role, Some(Role::Second { .. })) {
             Kind::Plain(Box::new(Plain {
                 chunker: Chunker::new(),
                 pending: Vec::with_capacity(MAX_CHUNK as usize),
                 start: 0,
                 lookup: Lookup::new(z, &z.uncompressed_digests, |p| p.target_len),
-                pipe: Pipe::new(self.helper, DEPTH, move |j: &mut Job| j.hash(z.chunk_hash.algorithm())),
+                // (Inline, a job is done when pushed: one in flight is enough.)
+                pipe: Pipe::new(
+                    self.helper,
+                    if self.helper.is_some() { DEPTH } else { 1 },
+                    move |j: &mut Job| j.hash(z.chunk_hash.algorithm()),
+                ),
                 job: Job::default(),
                 spare: None,
+                role: self.role.take().unwrap_or(Role::Whole),
             }))
         } else {
             Kind::Nothing
@@ -371,6 +520,10 @@ impl Scanner for SeedScanner<'_, '_> {
             self.feed_known(&first);
         }
         self.feed_known(bytes);
+    }
+
+    fn wants_more(&self) -> bool {
+        !matches!(&self.kind, Kind::Plain(p) if p.met())
     }
 
     fn finish(mut self: Box<Self>) -> Finds {

@@ -492,3 +492,62 @@ fn a_changed_chunk_byte_is_refused_before_decoding() {
         assert!(out.is_empty());
     }
 }
+
+/// A `zck -u`-like index of `data` (its chunks as zck cuts them, stored uncompressed).
+fn index_of(data: &[u8]) -> Zck {
+    let mut entries = vec![no_dict()];
+    let mut at = 0;
+    for len in chunker::chunk_lengths(data) {
+        let c = &data[at..at + len as usize];
+        entries.push(made(c, c));
+        at += len as usize;
+    }
+    let n = entries.len() as u64;
+    parse_file(&build(0, 0, n, &entries))
+}
+
+#[test]
+fn a_split_scan_finds_what_one_scan_finds() {
+    let target = pattern(12 << 20, 3);
+    let z = index_of(&target);
+    // Seeds: the target itself; edited (bytes changed, inserted, removed: cuts shift);
+    // with a stretch repeated twice (a piece found in both halves: the first place kept).
+    let mut edited = target.clone();
+    for (k, at) in [700_000usize, 3_000_000, 6_300_000, 6_400_000, 9_000_000]
+        .into_iter()
+        .enumerate()
+    {
+        edited[at] ^= 0x55;
+        edited
+            .splice(at + 100..at + 100, pattern(777 * (k + 1), k as u64))
+            .for_each(drop);
+    }
+    edited.drain(8_000_000..8_050_000);
+    let mut repeated = target[..7 << 20].to_vec();
+    repeated.extend_from_slice(&target[1 << 20..5 << 20]);
+    repeated.extend_from_slice(&pattern(1 << 20, 9));
+    for seed in [&target, &edited, &repeated] {
+        let one = scan(&z, seed, 1 << 18);
+        assert!(one.iter().filter(|f| f.is_some()).count() > 100);
+        // Cuts of one chunker over the seed: a split right at one (the halves meet at
+        // once), and one 8191 bytes before one (the second half's chunk is too short to
+        // end there, so its cuts differ from the first half's for a while).
+        let cuts: Vec<usize> = chunker::chunk_lengths(seed)
+            .iter()
+            .scan(0, |at, &n| {
+                *at += n as usize;
+                Some(*at)
+            })
+            .collect();
+        let near = cuts[cuts.len() / 2];
+        let mut met = 0;
+        for mid in [1 << 20, (6 << 20) + 12_345, seed.len() - 40_000, near, near - 8191] {
+            let (got, stopped) = crate::delta::scan_split_bytes(&z, seed, mid, 100_003).unwrap();
+            assert_eq!(got.to_vec(), one, "seed of {} bytes split at {mid}", seed.len());
+            met += usize::from(stopped);
+        }
+        assert!(met >= 4, "the first half met the second {met} times in 5");
+    }
+    // A seed that is a .zck, or a target without uncompressed checksums: no split.
+    assert!(crate::delta::scan_split_bytes(&z, b"\0ZCK1 and more", 4, 4).is_none());
+}

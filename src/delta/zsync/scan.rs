@@ -204,13 +204,25 @@ pub struct ZsyncScanner<'a> {
     next_match: Option<u32>,
     /// The first block found at or after the run's first when it began.
     run_next_known: u32,
-    /// Bytes fed so far.
+    /// The seed offset of the byte after the last one fed (bytes fed start at the
+    /// scanner's first offset).
     fed: u64,
+    /// Windows are examined only before this seed offset (the first half of a split
+    /// search: the bytes after it are fed only for the windows that start before it).
+    stop: Option<u64>,
 }
 
 impl<'a> ZsyncScanner<'a> {
     /// A scanner of `z`'s blocks.
     pub fn new(z: &'a Zsync) -> ZsyncScanner<'a> {
+        ZsyncScanner::part(z, 0, None)
+    }
+
+    /// A scanner of `z`'s blocks in part of a seed: fed the seed's bytes from offset
+    /// `start` on, it examines the windows that start at `start` and after, before
+    /// `stop` when given (it must then be fed [`ZsyncScanner::context`] bytes past
+    /// `stop`, or up to the seed's end).
+    pub fn part(z: &'a Zsync, start: u64, stop: Option<u64>) -> ZsyncScanner<'a> {
         let n = z.rsums.len() as u32;
         let bs = z.block_size as usize;
         let sh = Shape {
@@ -231,13 +243,27 @@ impl<'a> ZsyncScanner<'a> {
             found: vec![NONE; n as usize],
             buf: Vec::with_capacity(if candidates == 0 { 0 } else { cap }),
             cap,
-            base: 0,
+            base: start,
             x: 0,
             sums: None,
             first: None,
             next_match: None,
             run_next_known: n,
-            fed: 0,
+            fed: start,
+            stop,
+        }
+    }
+
+    /// The bytes a window spans: `seq_matches` blocks.
+    pub fn context(&self) -> usize {
+        self.sh.context()
+    }
+
+    /// The buffer's windows to examine: those before `end` and before `stop`.
+    fn window_end(&self, end: usize) -> usize {
+        match self.stop {
+            Some(stop) => end.min(usize::try_from(stop.saturating_sub(self.base)).unwrap_or(usize::MAX)),
+            None => end,
         }
     }
 
@@ -402,7 +428,13 @@ impl Scanner for ZsyncScanner<'_> {
             self.buf.extend_from_slice(&bytes[..n]);
             bytes = &bytes[n..];
             if self.buf.len() == self.cap {
-                self.process(self.cap - self.sh.context());
+                self.process(self.window_end(self.cap - self.sh.context()));
+                if self.stop.is_some_and(|s| self.base + self.x as u64 >= s) {
+                    // Every window before `stop` examined: the rest is only counted.
+                    self.idle = true;
+                    self.buf = Vec::new();
+                    return;
+                }
                 self.buf.drain(..self.x);
                 self.base += self.x as u64;
                 self.x = 0;
@@ -414,7 +446,7 @@ impl Scanner for ZsyncScanner<'_> {
         if !self.idle {
             let end = self.buf.len();
             self.buf.resize(end + self.sh.context(), 0);
-            self.process(end);
+            self.process(self.window_end(end));
         }
         let mut found = std::mem::take(&mut self.found);
         drop(self);

@@ -608,3 +608,33 @@ fn table_lists_each_block_under_its_sums() {
 fn fuzz_corpus_replays() {
     crate::replay_corpus("zsync_control", crate::fuzz_props::zsync_control);
 }
+
+#[test]
+fn a_split_scan_finds_the_blocks_one_scan_finds() {
+    let data = Rng(11).bytes(3_000_000, 0);
+    for lengths in [(2, 2, 3), (1, 4, 16)] {
+        let z = Zsync::parse(&make(&data, 2048, lengths)).unwrap();
+        let mut seed = data.clone();
+        seed[5000] ^= 1;
+        seed.splice(1_000_000..1_000_000, *b"xyz");
+        seed.drain(1_600_000..1_600_100);
+        seed[2_500_000..2_510_000].fill(0);
+        // A stretch repeated: found in both halves, the first place kept.
+        seed.extend_from_slice(&data[100_000..400_000]);
+        let one = scan(&z, &seed);
+        for mid in [4096, 1_000_001, 1_499_999, seed.len() / 2, seed.len() - 3000] {
+            let (got, _) = crate::delta::scan_split_bytes(&z, &seed, mid, 65_537).unwrap();
+            let got = got.to_vec();
+            for (i, (g, o)) in got.iter().zip(&one).enumerate() {
+                assert_eq!(g.is_some(), o.is_some(), "{lengths:?} split at {mid}: block {i}");
+                if let Some(Found::Target(at)) = g {
+                    let p = z.pieces()[i];
+                    assert!(z.matches(i, &seed[*at as usize..(*at + p.target_len) as usize]));
+                    if (50..190).contains(&i) {
+                        assert!(*at < 2_000_000, "block {i}: the first place kept");
+                    }
+                }
+            }
+        }
+    }
+}
