@@ -432,20 +432,21 @@ impl Output {
     /// Returns the directory that holds the new entry: the rename is durable once it is
     /// fsync'd ([`sync_dir`]; the caller may do that for several files at once).
     ///
-    /// `control`: the `.part`'s control file when one is there (resumed from, or saved by
+    /// `control`: the control file when one is there (resumed from, or saved by
     /// this run): it is removed first, so no crash can leave one beside a finished file.
     /// `None` when none was made (a short file: [`crate::output::resume`]): no unlink(2).
     ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when rename fails; the `.part` stays.
     pub fn commit(&self, control: Option<&Path>) -> Result<Option<PathBuf>> {
-        let (Some(part), Some(final_path)) = (&self.part, &self.final_path) else {
-            return Ok(None);
-        };
-        // The data is complete and synced: the control file goes first.
+        // The data is complete and synced: the control file goes first (a block device's
+        // `--control` too, which has no rename after it).
         if let Some(c) = control {
             crate::output::resume::remove(c);
         }
+        let (Some(part), Some(final_path)) = (&self.part, &self.final_path) else {
+            return Ok(None);
+        };
         let flags = if self.force {
             rustix::fs::RenameFlags::empty()
         } else {
