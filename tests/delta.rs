@@ -293,39 +293,11 @@ fn a_signature_over_the_index_is_checked_before_any_piece() {
 #[test]
 fn a_delta_killed_mid_fetch_resumes_without_fetching_again_what_landed() {
     let s = Site::new("resume");
-    let control = s.dir.join("new.img.delta.part.ringdl");
     let other = s.dir.join("other.img");
-    crate::util::write_random_file(&other, MIB, 13);
-    // Nothing shared: the whole image is fetched, slowly enough to be killed halfway.
-    let mut c = s.dir.ringdl();
-    c.args(["-x", "2", "--limit-rate", "4M", "-o"])
-        .arg(s.out())
-        .arg("--seed")
-        .arg(&other)
-        .arg(s.url("new.img.zck"));
-    let killed = c.run_with(|pid| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        // Killed once the control file names pieces past the header (a periodic save).
-        while std::time::Instant::now() < deadline {
-            let text = std::fs::read_to_string(&control).unwrap_or_default();
-            if staged(&text) > 2 * MIB {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-    });
-    assert_ne!(
-        killed.code(),
-        Some(0),
-        "killed before its end: {}",
-        killed.stderr_text()
-    );
+    let had = kill_mid_fetch(&s, &other, "new.img.zck");
     // No target; its `.part` (locked from the start) holds nothing yet.
     assert!(!s.out().exists());
     assert_eq!(std::fs::metadata(part_path(&s.out())).map_or(0, |m| m.len()), 0);
-    let had = staged(&std::fs::read_to_string(&control).unwrap());
-    assert!(had > 2 * MIB, "the kill came after pieces landed ({had} bytes)");
     let o = s.fetch(&[&other], "new.img.zck", &[]);
     s.assert_landed(&o);
     let d = s.delta();
