@@ -293,39 +293,11 @@ fn a_signature_over_the_index_is_checked_before_any_piece() {
 #[test]
 fn a_delta_killed_mid_fetch_resumes_without_fetching_again_what_landed() {
     let s = Site::new("resume");
-    let control = s.dir.join("new.img.delta.part.ringdl");
     let other = s.dir.join("other.img");
-    crate::util::write_random_file(&other, MIB, 13);
-    // Nothing shared: the whole image is fetched, slowly enough to be killed halfway.
-    let mut c = s.dir.ringdl();
-    c.args(["-x", "2", "--limit-rate", "4M", "-o"])
-        .arg(s.out())
-        .arg("--seed")
-        .arg(&other)
-        .arg(s.url("new.img.zck"));
-    let killed = c.run_with(|pid| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        // Killed once the control file names pieces past the header (a periodic save).
-        while std::time::Instant::now() < deadline {
-            let text = std::fs::read_to_string(&control).unwrap_or_default();
-            if staged(&text) > 2 * MIB {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-    });
-    assert_ne!(
-        killed.code(),
-        Some(0),
-        "killed before its end: {}",
-        killed.stderr_text()
-    );
+    let had = kill_mid_fetch(&s, &other, "new.img.zck");
     // No target; its `.part` (locked from the start) holds nothing yet.
     assert!(!s.out().exists());
     assert_eq!(std::fs::metadata(part_path(&s.out())).map_or(0, |m| m.len()), 0);
-    let had = staged(&std::fs::read_to_string(&control).unwrap());
-    assert!(had > 2 * MIB, "the kill came after pieces landed ({had} bytes)");
     let o = s.fetch(&[&other], "new.img.zck", &[]);
     s.assert_landed(&o);
     let d = s.delta();
@@ -543,10 +515,11 @@ fn a_server_that_refuses_many_ranges_is_asked_one_per_request() {
     }
 }
 
-/// A server that serves `file` honestly to single-range requests and lies in its answer to
-/// a multi-range one: a `multipart/byteranges` 206 whose first part says Content-Range
-/// `first+4096-…`, a range not asked. Counts the multi-range answers it sent.
-fn lying_server(file: PathBuf) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+/// A server that serves `file` honestly to single-range requests and, to a multi-range
+/// one, a `multipart/byteranges` 206 that is either a lie (`chunked` false: its first part
+/// says Content-Range `first+4096-…`, a range not asked) or true but sent with chunked
+/// transfer coding (`chunked`), which ringdl does not read. Counts those answers.
+fn lying_server(file: PathBuf, chunked: bool) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{BufRead, BufReader, Write};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -585,13 +558,23 @@ fn lying_server(file: PathBuf) -> (u16, std::sync::Arc<std::sync::atomic::Atomic
                         lies.fetch_add(1, Ordering::SeqCst);
                         let mut body = Vec::new();
                         for (k, &(a, b)) in ranges.iter().enumerate() {
-                            let (a, b) = if k == 0 { (a + 4096, b + 4096) } else { (a, b) };
+                            let (a, b) = if k == 0 && !chunked {
+                                (a + 4096, b + 4096)
+                            } else {
+                                (a, b)
+                            };
                             write!(body, "\r\n--L\r\nContent-Range: bytes {a}-{b}/{total}\r\n\r\n").unwrap();
                             body.extend_from_slice(&data[a..=b]);
                         }
                         body.extend_from_slice(b"\r\n--L--\r\n");
-                        write!(out, "HTTP/1.1 206 Partial Content\r\nContent-Type: multipart/byteranges; boundary=L\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
-                        out.extend_from_slice(&body);
+                        if chunked {
+                            write!(out, "HTTP/1.1 206 Partial Content\r\nContent-Type: multipart/byteranges; boundary=L\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n", body.len()).unwrap();
+                            out.extend_from_slice(&body);
+                            out.extend_from_slice(b"\r\n0\r\n\r\n");
+                        } else {
+                            write!(out, "HTTP/1.1 206 Partial Content\r\nContent-Type: multipart/byteranges; boundary=L\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
+                            out.extend_from_slice(&body);
+                        }
                     }
                     if w.write_all(&out).is_err() {
                         return;
@@ -604,25 +587,30 @@ fn lying_server(file: PathBuf) -> (u16, std::sync::Arc<std::sync::atomic::Atomic
 }
 
 /// A multipart answer whose part carries a range the request did not ask for is refused
-/// with a clear error (retried, then the run fails): nothing lands at the target.
+/// with a clear error; the runs it held, a try spent, are asked again one per request
+/// (this server answers those honestly), so the delta lands exact — every piece checked
+/// against the index.
 #[test]
-fn a_multipart_part_of_a_range_not_asked_is_refused_and_nothing_lands() {
+fn a_multipart_part_of_a_range_not_asked_is_refused_and_asked_again_alone() {
     let s = Site::new("lying");
-    let (port, lies) = lying_server(s.served("new.img.zck"));
+    let (port, lies) = lying_server(s.served("new.img.zck"), false);
     let mut c = s.dir.ringdl();
-    c.args(["-x", "1", "--max-tries", "2", "--retry-wait", "0", "-o"])
+    c.args(["-v", "-x", "1", "--max-tries", "2", "--retry-wait", "0", "-o"])
         .arg(s.out())
         .arg("--seed")
         .arg(s.served("old.img"));
     let o = c.arg(format!("http://127.0.0.1:{port}/new.img.zck")).run();
-    assert_ne!(o.code(), Some(0), "{}", o.stderr_text());
+    s.assert_landed(&o);
     assert!(
         o.stderr_text().contains("which is not what was asked"),
         "{}",
         o.stderr_text()
     );
-    assert!(lies.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the lie was told");
-    s.assert_no_output(&o);
+    assert_eq!(
+        lies.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the lie was told once"
+    );
 }
 
 /// A `.zck` made without `-u` has no uncompressed-chunk digests: a plain seed can never
@@ -814,4 +802,26 @@ fn a_device_too_small_for_the_image_is_refused_before_the_scan() {
         serde_json::Value::Bool(false),
         "{text}"
     );
+}
+
+/// A multi-range request answered with a multipart body ringdl does not read (chunked
+/// transfer coding) steps down to one range per request, no try spent: the delta lands
+/// exact, and `-v` says why it stepped down.
+#[test]
+fn a_multipart_answer_that_cannot_be_read_steps_down_to_single_ranges() {
+    let s = Site::new("chunkedparts");
+    let (port, answers) = lying_server(s.served("new.img.zck"), true);
+    let mut c = s.dir.ringdl();
+    c.args(["-v", "-x", "1", "--max-tries", "1", "-o"])
+        .arg(s.out())
+        .arg("--seed")
+        .arg(s.served("old.img"));
+    let o = c.arg(format!("http://127.0.0.1:{port}/new.img.zck")).run();
+    s.assert_landed(&o);
+    assert!(
+        answers.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "no chunked multipart answer was sent"
+    );
+    let err = o.stderr_text();
+    assert!(err.contains("multi-range step down"), "{err}");
 }

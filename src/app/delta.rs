@@ -10,6 +10,7 @@
 
 mod assemble;
 mod stage;
+mod target;
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ use crate::err;
 use crate::error::Result;
 use crate::report::Record;
 use stage::Staging;
+use target::Target;
 
 /// Bytes of a `.zck` asked first: its lead and, most often, its whole header.
 const HEAD_FIRST: u64 = 64 << 10;
@@ -45,17 +47,6 @@ struct Fetched {
     full: u64,
     /// Why no seed can match this index, when the index itself tells.
     why_none: Option<String>,
-}
-
-/// Where a delta's target goes and where its fetched bytes stage.
-struct Target {
-    /// The file's final name, or the block device.
-    path: PathBuf,
-    /// A block device (the image goes at `--offset`).
-    device: bool,
-    /// The staging file's name (`FILE.delta`; for a device: beside `--control`, or in the
-    /// temporary directory).
-    staging: PathBuf,
 }
 
 /// Runs the delta update `opts` asks for (`--seed` given).
@@ -259,68 +250,6 @@ fn refuse(opts: &Config) -> Result<()> {
         return no("--checksum-file (give --checksum, or sign the index)");
     }
     Ok(())
-}
-
-impl Target {
-    /// The target of `opts` for the index at `url`: `-o`, else the URL's name without its
-    /// `.zck` (zchunk: the uncompressed file) or `.zsync`.
-    fn of(opts: &Config, url: &http::Url, format: &Format) -> Result<Target> {
-        let path = match &opts.output {
-            crate::config::OutputTarget::File(p) => super::in_dir(opts.dir.as_deref(), p.clone()),
-            _ => {
-                let name = url.file_name_decoded().unwrap_or_default();
-                let suffix = match format {
-                    Format::Zchunk => ".zck",
-                    Format::Zsync => ".zsync",
-                };
-                let name = name.strip_suffix(suffix).filter(|n| !n.is_empty()).ok_or_else(|| {
-                    err!(
-                        Usage,
-                        "{url}: cannot name the target from the URL ({suffix} expected): give -o"
-                    )
-                })?;
-                super::in_dir(
-                    opts.dir.as_deref(),
-                    PathBuf::from(crate::output::fit_name(name.to_owned())),
-                )
-            }
-        };
-        let device = crate::output::device::is_block_device(&path);
-        if !device && (opts.offset != 0 || opts.control.is_some()) {
-            return Err(err!(
-                Usage,
-                "--offset and --control are for a block-device target, not {}",
-                path.display()
-            ));
-        }
-        if !device && path.exists() && !opts.force {
-            return Err(err!(LocalIo, "{} exists (use --force to replace it)", path.display()));
-        }
-        let staging = match (device, &opts.control) {
-            (false, _) => {
-                let mut s = path.clone().into_os_string();
-                s.push(".delta");
-                PathBuf::from(s)
-            }
-            (true, Some(c)) => {
-                let mut s = c.clone().into_os_string();
-                s.push(".delta");
-                PathBuf::from(s)
-            }
-            (true, None) => {
-                let name: String = path.display().to_string().replace('/', "_");
-                std::env::temp_dir().join(format!("ringdl-delta{name}-{}", opts.offset))
-            }
-        };
-        Ok(Target { path, device, staging })
-    }
-
-    /// The target's identity (device, inode; a block device: its rdev) if it exists.
-    fn id(&self) -> Option<(u64, u64)> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(&self.path).ok()?;
-        Some(if self.device { (m.rdev(), 0) } else { (m.dev(), m.ino()) })
-    }
 }
 
 /// Opens every `--seed`; one that is the target (or its `.part`) is refused: the target is

@@ -170,7 +170,13 @@ pub(crate) fn walk_parts(rx: &mut Rx, shared: &mut Ctx<'_>) -> std::result::Resu
         return Ok(());
     };
     let host = shared.url(job.mirror).host().to_owned();
-    let bad = |what: String| Fail::retry(Kind::Protocol, format!("{host}: multipart/byteranges answer: {what}"));
+    // A multipart answer that cannot be walked or lies about its parts: what came stays,
+    // the rest is asked again one range per request, no try spent.
+    let bad = |what: String| {
+        let mut f = Fail::retry(Kind::Protocol, format!("{host}: multipart/byteranges answer: {what}"));
+        f.step_down = true;
+        f
+    };
     let mut headers = [http::Header::EMPTY; http::MAX_PART_FIELDS];
     let (first, last, head_len) = match http::next_byteranges_part(&rx.head, &m.boundary, &mut headers) {
         Err(e) => return Err(bad(e.to_string())),

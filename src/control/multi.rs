@@ -37,13 +37,14 @@ pub(crate) struct Multi {
 
 impl Multi {
     /// A request for `runs` (`[start, end)` segments, sorted by start, disjoint):
-    /// neighbours that touch are asked as one range. Returns the state and the request's
+    /// neighbours that touch or overlap are asked as one range. Returns the state and the request's
     /// byte-range set, inclusive offsets.
     pub(crate) fn new(runs: &[Segment]) -> (Multi, Vec<(u64, u64)>) {
         let mut asked: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
         for s in runs {
             match asked.last_mut() {
-                Some(last) if last.1 == s.start => last.1 = s.end,
+                // (Touching or overlapping: widened gap edges can overlap by a block.)
+                Some(last) if last.1 >= s.start => last.1 = last.1.max(s.end),
                 _ => asked.push((s.start, s.end)),
             }
         }
@@ -111,6 +112,15 @@ impl Multi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_that_touch_or_overlap_are_asked_as_one_range() {
+        let (m, set) = Multi::new(&[seg(0, 8192), seg(4096, 12288), seg(12288, 16384), seg(20480, 24576)]);
+        assert_eq!(m.asked, [(0, 16384), (20480, 24576)]);
+        assert_eq!(set, [(0, 16383), (20480, 24575)]);
+        let (m, _) = Multi::new(&[seg(0, 8192), seg(100, 200)]);
+        assert_eq!(m.asked, [(0, 8192)], "one inside the other");
+    }
 
     fn seg(start: u64, end: u64) -> Segment {
         Segment {

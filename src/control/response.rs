@@ -44,7 +44,13 @@ pub(crate) fn feed(rx: &mut Rx, shared: &mut Ctx<'_>, data: &[u8]) -> std::resul
             }
             Ok(Status::Complete((len, resp))) => {
                 let mut part_headers = [Header::EMPTY; http::MAX_PART_FIELDS];
-                match one_part(url, &resp, &rx.head[len..], &mut part_headers)? {
+                // A multi-range request's multipart answer that cannot be read: asked
+                // again one range per request (no try spent).
+                let part = one_part(url, &resp, &rx.head[len..], &mut part_headers).map_err(|mut f| {
+                    f.step_down = job.multi.is_some();
+                    f
+                })?;
+                match part {
                     None => (len, on_head(job, shared, &resp, None)?),
                     Some(Status::Complete((part, boundary))) => (
                         len + part.head_len,

@@ -123,7 +123,7 @@ impl Loop<'_> {
             return self.cancel_op(i);
         }
         if f.step_down {
-            return self.step_down(i);
+            return self.step_down(i, &f);
         }
         let scene = self.scene(i, k, &f);
         if retry::resend(&scene.attempt) {
@@ -606,12 +606,26 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// Connection `i`'s multi-range request was refused (a 200 or 416: [`Fail::step_down`],
-    /// its mirror now asks one range per request): its runs go back to the queue as they
+    /// Connection `i`'s multi-range request was refused (a 200 or 416, or a multipart
+    /// answer ringdl cannot read: [`Fail::step_down`]; its mirror now asks one range per
+    /// request): its runs go back to the queue as they
     /// were (no try spent, no wait), the answer's body is not read (the connection
     /// closes), and the slot opens a new one at once.
-    fn step_down(&mut self, i: usize) -> Result<()> {
+    fn step_down(&mut self, i: usize, f: &Fail) -> Result<()> {
         if let Some(mut job) = self.conns[i].rx.job.take() {
+            let asked = job.multi.as_ref().map_or(0, |m| m.asked.len());
+            let mirror = &mut self.shared.transfer.mirrors[job.mirror];
+            if mirror.ranges_per_request > 1 {
+                // (Refused by what the answer carried, not by its status: said here.)
+                mirror.ranges_per_request = 1;
+                let host = self.shared.url(job.mirror).host().to_owned();
+                self.shared.report.note(Note::StepDown {
+                    host,
+                    asked,
+                    answer: f.msg.clone(),
+                    now: 1,
+                });
+            }
             let from = self.sink.release(&mut job.placer, None);
             for s in job.owed(from).into_iter().rev() {
                 self.shared.transfer.plan.requeue(s, false);

@@ -73,15 +73,21 @@ impl Plan {
     /// `most` of those free to go at `now`, in queue order, each ending at or before the
     /// next byte range line would pass `line` bytes (`a-b,` per range, decimal). Returns
     /// them with `first`, sorted by start (one request asks them all: a multi-range
-    /// request, RFC 9110 §14.1.2).
+    /// request, RFC 9110 §14.1.2). Only segments no try was spent on go together (a
+    /// failure counts a try on every segment of its request); `first` with tries spent
+    /// goes alone.
     pub fn take_more(&mut self, first: Segment, most: usize, now: Duration, line: usize) -> Vec<Segment> {
         let width = |s: &Segment| format!("{}-{},", s.start, s.end - 1).len();
         let mut used = width(&first);
         let mut taken = vec![first];
+        if first.tries > 0 {
+            // A run that failed before is asked alone: its tries are its own.
+            return taken;
+        }
         let mut k = 0;
         while taken.len() <= most && k < self.queue.len() {
             let (s, t) = self.queue[k];
-            if t > now || used + width(&s) > line {
+            if t > now || s.tries > 0 || used + width(&s) > line {
                 k += 1;
                 continue;
             }
@@ -282,6 +288,34 @@ mod tests {
         // The line bound: "500-509," is 8 bytes; with 16 there is room for one more.
         let got = p.take_more(seg(900, 910), 10, T0, 16);
         assert_eq!(got.len(), 2);
+    }
+
+    #[test]
+    fn a_segment_that_spent_a_try_is_asked_alone() {
+        let mut p = Plan::new(0, 10);
+        let tried = Segment {
+            tries: 2,
+            ..seg(300, 310)
+        };
+        p.set_queue([seg(100, 110), tried, seg(500, 510)].into_iter().collect());
+        let got = p.take_more(
+            Segment {
+                tries: 1,
+                ..seg(900, 910)
+            },
+            10,
+            T0,
+            1000,
+        );
+        assert_eq!(got.len(), 1, "a first segment with a try spent takes no company");
+        let got = p.take_more(seg(900, 910), 10, T0, 1000);
+        let starts: Vec<u64> = got.iter().map(|s| s.start).collect();
+        assert_eq!(
+            starts,
+            [100, 500, 900],
+            "the tried one is left for a request of its own"
+        );
+        assert_eq!(p.queued(), 1);
     }
 
     fn seg(start: u64, end: u64) -> Segment {

@@ -257,7 +257,12 @@ fn check_later(
         ));
     }
     if let Some(m) = &job.multi {
-        return m.check_part(first, last).map_err(|why| protocol(host, why));
+        // (A part not asked: the runs are asked again one per request, no try spent.)
+        return m.check_part(first, last).map_err(|why| {
+            let mut f = protocol(host, why);
+            f.step_down = true;
+            f
+        });
     }
     if !content_range_fits(first, last, job.placer.pos(), job.seg.end) {
         return Err(protocol(
@@ -344,10 +349,13 @@ fn begin_body(
         if let Some((_, boundary)) = part {
             job.keep_alive = false;
             if matches!(framing, Framing::Chunked) {
-                return Err(protocol(
+                // (Asked again one range per request, no try spent.)
+                let mut f = protocol(
                     host,
                     "206 in multipart/byteranges form with chunked transfer coding (not supported)".into(),
-                ));
+                );
+                f.step_down = true;
+                return Err(f);
             }
             job.multi.as_mut().expect("checked").boundary = boundary.to_vec();
             return Ok(HeadAction::Body);
