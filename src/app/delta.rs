@@ -214,14 +214,7 @@ fn stop_if_signalled(signals: std::os::fd::BorrowedFd<'_>, when: &str) -> Result
     if !matches!(rustix::event::poll(&mut pfd, Some(&zero)), Ok(n) if n > 0) {
         return Ok(());
     }
-    let mut info = [0u8; uring::signal::SIGINFO_SIZE];
-    let name = match rustix::io::read(signals, &mut info)
-        .ok()
-        .and_then(|_| uring::signal::signo(&info))
-    {
-        Some(15) => "SIGTERM",
-        _ => "SIGINT",
-    };
+    let name = uring::signal::read_name(signals);
     Err(err!(Interrupted, "interrupted by {name} {when}"))
 }
 

@@ -133,14 +133,7 @@ pub(super) fn open_waiting(
                 match rustix::event::poll(&mut pfd, Some(&t)) {
                     Ok(0) | Err(rustix::io::Errno::INTR) => continue,
                     Ok(_) => {
-                        let mut info = [0u8; uring::signal::SIGINFO_SIZE];
-                        let name = match rustix::io::read(sig, &mut info)
-                            .ok()
-                            .and_then(|_| uring::signal::signo(&info))
-                        {
-                            Some(15) => "SIGTERM",
-                            _ => "SIGINT",
-                        };
+                        let name = uring::signal::read_name(sig);
                         return Err(err!(
                             Interrupted,
                             "interrupted by {name} while waiting for a reader on {what}"

@@ -74,6 +74,16 @@ pub fn signo(siginfo: &[u8]) -> Option<u32> {
     Some(u32::from_ne_bytes(siginfo.get(..4)?.try_into().ok()?))
 }
 
+/// Reads one pending signal from `fd` (the signalfd(2) of [`block_signals`], readable) and
+/// names it: `"SIGTERM"` for [`SIGTERM`], else `"SIGINT"` (the two ringdl blocks).
+pub fn read_name(fd: std::os::fd::BorrowedFd<'_>) -> &'static str {
+    let mut info = [0u8; SIGINFO_SIZE];
+    match rustix::io::read(fd, &mut info).ok().and_then(|_| signo(&info)) {
+        Some(n) if n == SIGTERM as u32 => "SIGTERM",
+        _ => "SIGINT",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
