@@ -23,6 +23,17 @@ pub const RATE_WINDOW: f64 = 5.0;
 /// How often a progress line is printed when stderr is not a terminal (a log, a pipe).
 pub const LINE_EVERY: Duration = Duration::from_secs(5);
 
+/// [`LINE_EVERY`], or what the test knob `RINGDL_LINE_MS` (100–60000) says: a test that
+/// reads what the lines count takes many samples instead of one at 5 s, which may fall in
+/// the few milliseconds a connection waits between two requests.
+fn line_every() -> Duration {
+    static EVERY: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| {
+        let ms = std::env::var("RINGDL_LINE_MS").ok().and_then(|v| v.parse::<u64>().ok());
+        ms.map_or(LINE_EVERY, |m| Duration::from_millis(m.clamp(100, 60_000)))
+    })
+}
+
 /// The download's rate, smoothed: the average since the start for the first
 /// [`RATE_WINDOW`] seconds, then an exponentially weighted moving average with that time
 /// constant (each sample weighs `1 - exp(-dt / RATE_WINDOW)`), so ticks of any spacing
@@ -95,7 +106,7 @@ impl Progress {
             verbose,
             drawn: 0,
             rate: Rate::default(),
-            next_line: LINE_EVERY,
+            next_line: line_every(),
             files: None,
             no_line: false,
             tail: String::new(),
@@ -188,7 +199,7 @@ impl Progress {
                 line = format!("{line}; in flight: {}", self.tail);
             }
             eprintln!("ringdl: {line}");
-            self.next_line = elapsed + LINE_EVERY;
+            self.next_line = elapsed + line_every();
         }
     }
 

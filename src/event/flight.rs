@@ -77,6 +77,12 @@ impl Loop<'_> {
             && self.shared.fatal.is_none()
     }
 
+    /// The connections with a body of this transfer coming: this reactor's, and with
+    /// `--threads` the other reactors' the server is serving.
+    pub(crate) fn live(&self) -> usize {
+        self.conns.iter().filter(|c| c.rx.job.is_some()).count() + self.remote.as_ref().map_or(0, Remote::serving)
+    }
+
     /// What the run's progress line shows of this transfer.
     pub(crate) fn flight(&self) -> Flight {
         Flight {
@@ -84,8 +90,7 @@ impl Loop<'_> {
             have: self.shared.transfer.landed.bytes(),
             total: self.shared.transfer.total,
             fetched: self.shared.transfer.received,
-            live: self.conns.iter().filter(|c| c.rx.job.is_some()).count()
-                + self.remote.as_ref().map_or(0, Remote::serving),
+            live: self.live(),
             ranged: self.may_resume_spread(),
         }
     }

@@ -78,9 +78,7 @@ impl Loop<'_> {
             );
             self.shared.report.note(Note::State(state));
         }
-        // (With the other reactors' connections that have a body coming: `--threads`.)
-        let live = self.conns.iter().filter(|c| c.rx.job.is_some()).count()
-            + self.remote.as_ref().map_or(0, super::owner::Remote::serving);
+        let live = self.live();
         self.shared.report.update(
             self.shared.transfer.landed.bytes(),
             self.shared.transfer.received,
