@@ -203,7 +203,8 @@ impl Part<'_, '_> {
     /// delimiter `CRLF --boundary--` (optionally followed by one CRLF) and nothing else:
     /// with a second part or an epilogue it is longer.
     pub fn is_whole_body(&self, content_length: u64, boundary: &[u8]) -> bool {
-        let closing = 2 + 2 + boundary.len() as u64 + 2;
+        // CRLF "--" boundary "--" CRLF.
+        let closing = boundary.len() as u64 + 6;
         let exact = (self.head_len as u64)
             .saturating_add(self.len())
             .saturating_add(closing);
@@ -507,6 +508,63 @@ mod tests {
         blank.push(b'-');
         assert_eq!(part(&blank, b"B"), Err(PartError::TooLarge));
     }
+    /// The limits and forms the tests above leave at their edges (each found by
+    /// cargo-mutants as a change no test noticed).
+    #[test]
+    fn edges() {
+        // A part head of 2 KiB is under MAX_PART_HEAD (8 KiB); exactly MAX_PART_HEAD
+        // bytes still unended wait for more, one byte past it is refused.
+        let mut two_k = b"--B\r\nX: ".to_vec();
+        two_k.resize(2048, b'a');
+        two_k.extend_from_slice(b"\r\nContent-Range: bytes 0-0/1\r\n\r\nZ");
+        let len = two_k.len() - 1;
+        assert_eq!(part(&two_k, b"B"), Ok(Status::Complete((0, 0, Some(1), len))));
+        let mut at = b"--B\r\nX: ".to_vec();
+        at.resize(MAX_PART_HEAD, b'a');
+        let walk = |buf: &[u8]| {
+            let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+            next_byteranges_part(buf, b"B", &mut h).map(|s| matches!(s, Status::Partial))
+        };
+        assert_eq!(walk(&at), Ok(true));
+        at.push(b'a');
+        assert_eq!(walk(&at), Err(PartError::TooLarge));
+        // Empty parameters and a trailing ';' (RFC 9110 §5.6.6 allows them).
+        let b = byteranges_boundary;
+        assert_eq!(b(b"multipart/byteranges;;boundary=B"), Ok(Some(&b"B"[..])));
+        assert_eq!(b(b"multipart/byteranges; boundary=B;"), Ok(Some(&b"B"[..])));
+        // A quoted boundary with a backslash is refused as a boundary even when the
+        // quote never closes (a quoted-pair elsewhere is skipped: a malformed media type).
+        assert_eq!(
+            b(b"multipart/byteranges; boundary=\"a\\"),
+            Err(PartError::BoundaryInvalid)
+        );
+        assert_eq!(b(b"multipart/byteranges; q=\"a\\"), Err(PartError::MediaType));
+        // The delimiter line with padding, not ended yet: more may come.
+        assert_eq!(part(b"--B \t", b"B"), Ok(Status::Partial));
+        assert_eq!(part(b"--B\t ", b"B"), Ok(Status::Partial));
+        let mut h = [Header::EMPTY; MAX_PART_FIELDS];
+        let Ok(Status::Complete(p)) = parse_byteranges_part(&two_k, b"B", &mut h) else {
+            panic!()
+        };
+        assert!(!p.is_empty());
+        assert_eq!(p.len(), 1);
+    }
+
+    /// Each error says what was wrong, with the field error inside where there is one.
+    #[test]
+    fn error_texts() {
+        assert_eq!(PartError::TooLarge.to_string(), "part header too large");
+        assert_eq!(PartError::ContentRangeMissing.to_string(), "part without content-range");
+        assert_eq!(
+            PartError::Field(HeadError::ObsFold).to_string(),
+            format!("in the part's header: {}", HeadError::ObsFold)
+        );
+        assert_eq!(
+            PartError::ContentRange(FieldError::ContentRangeOrder).to_string(),
+            format!("in the part's content-range: {}", FieldError::ContentRangeOrder)
+        );
+    }
+
     /// Walks `body` as the engine does: each part's head, its bytes, until the end.
     /// Returns the parts (first, last, bytes) and where the walk ended.
     /// A part walked: first, last, its bytes.
