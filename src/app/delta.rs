@@ -539,7 +539,12 @@ fn no_ranges(
         ));
     }
     if !opts.quiet {
-        eprintln!("ringdl: delta: {e}; fetching the whole file (--allow-full)");
+        // (A `.zck`'s size is known only from the answer: a byte bound is held to it there.)
+        let most = match (staging.bound, full) {
+            (Some(b), None) => format!(" if it is at most {b} bytes (--max-delta-bytes)"),
+            _ => String::new(),
+        };
+        eprintln!("ringdl: delta: {e}; fetching the whole file (--allow-full){most}");
     }
     let st = staging
         .fetch(opts, None, opts.quiet, per_run)
