@@ -22,22 +22,22 @@ const DELTA: i32 = 11;
 const USAGE: i32 = 2;
 
 /// Size of the test images.
-const SIZE: u64 = 24 * MIB;
+pub(crate) const SIZE: u64 = 24 * MIB;
 /// Places changed between the old and the new image, and bytes changed at each.
 const EDITS: u64 = 20;
 const EDIT_LEN: usize = 4096;
 
 /// A served directory with the old image (the seed), the new one and their indexes.
-struct Site {
-    dir: TestDir,
-    www: PathBuf,
+pub(crate) struct Site {
+    pub(crate) dir: TestDir,
+    pub(crate) www: PathBuf,
     name: String,
     /// SHA-256 of the new image.
-    sha: String,
+    pub(crate) sha: String,
 }
 
 /// Runs a tool; panics with its output when it fails.
-fn tool(program: &str, args: &[&str], cwd: &Path) {
+pub(crate) fn tool(program: &str, args: &[&str], cwd: &Path) {
     let o = Command::new(program)
         .args(args)
         .current_dir(cwd)
@@ -54,7 +54,12 @@ fn tool(program: &str, args: &[&str], cwd: &Path) {
 impl Site {
     /// `old.img` (random), `new.img` (old with [`EDITS`] places rewritten), `new.img.zck`
     /// (`zck -u`), `old.img.zck`, `new.img.zsync` (`zsyncmake`), under `delta-<name>/`.
-    fn new(name: &str) -> Site {
+    pub(crate) fn new(name: &str) -> Site {
+        Site::with_edits(name, EDITS)
+    }
+
+    /// As [`Site::new`], with `edits` places of [`EDIT_LEN`] bytes rewritten.
+    pub(crate) fn with_edits(name: &str, edits: u64) -> Site {
         let www = nginx().www().join(format!("delta-{name}"));
         let _ = std::fs::remove_dir_all(&www);
         std::fs::create_dir_all(&www).unwrap();
@@ -62,8 +67,8 @@ impl Site {
         let mut old = vec![0u8; SIZE as usize];
         rng.fill(&mut old);
         let mut new = old.clone();
-        for k in 0..EDITS {
-            let at = (SIZE / EDITS * k + rng.below(SIZE / EDITS - EDIT_LEN as u64)) as usize;
+        for k in 0..edits {
+            let at = (SIZE / edits * k + rng.below(SIZE / edits - EDIT_LEN as u64)) as usize;
             rng.fill(&mut new[at..at + EDIT_LEN]);
         }
         std::fs::write(www.join("old.img"), &old).unwrap();
@@ -84,20 +89,20 @@ impl Site {
         }
     }
 
-    fn url(&self, file: &str) -> String {
+    pub(crate) fn url(&self, file: &str) -> String {
         nginx().http_url(&format!("delta-{}/{file}", self.name))
     }
 
-    fn served(&self, file: &str) -> PathBuf {
+    pub(crate) fn served(&self, file: &str) -> PathBuf {
         self.www.join(file)
     }
 
-    fn out(&self) -> PathBuf {
+    pub(crate) fn out(&self) -> PathBuf {
         self.dir.join("new.img")
     }
 
     /// `ringdl -x 4 --json J -o OUT --seed SEED… extra URL`.
-    fn fetch(&self, seeds: &[&Path], index: &str, extra: &[&str]) -> crate::util::Output {
+    pub(crate) fn fetch(&self, seeds: &[&Path], index: &str, extra: &[&str]) -> crate::util::Output {
         let mut c = self.dir.ringdl();
         c.args(["-x", "4", "--json"]).arg(self.dir.join("record.json"));
         c.arg("-o").arg(self.out());
@@ -108,14 +113,14 @@ impl Site {
     }
 
     /// The `--json` record's `delta` object.
-    fn delta(&self) -> serde_json::Value {
+    pub(crate) fn delta(&self) -> serde_json::Value {
         let text = std::fs::read_to_string(self.dir.join("record.json")).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         v["delta"].clone()
     }
 
     /// The target landed exact; no `.part`, no staging file left.
-    fn assert_landed(&self, o: &crate::util::Output) {
+    pub(crate) fn assert_landed(&self, o: &crate::util::Output) {
         o.assert_success();
         assert_eq!(sha256_file(&self.out()), self.sha, "{}", o.stderr_text());
         assert!(!part_path(&self.out()).exists());
@@ -123,7 +128,7 @@ impl Site {
     }
 
     /// Nothing at the target's name, no `.part` of it.
-    fn assert_no_output(&self, o: &crate::util::Output) {
+    pub(crate) fn assert_no_output(&self, o: &crate::util::Output) {
         assert!(!self.out().exists(), "{}", o.stderr_text());
         assert!(!part_path(&self.out()).exists(), "{}", o.stderr_text());
     }
@@ -310,7 +315,7 @@ fn a_delta_killed_mid_fetch_resumes_without_fetching_again_what_landed() {
 }
 
 /// Bytes a control file's `range` lines name.
-fn staged(control: &str) -> u64 {
+pub(crate) fn staged(control: &str) -> u64 {
     control
         .lines()
         .filter_map(|l| l.strip_prefix("range "))
@@ -435,7 +440,7 @@ fn a_delta_hashes_on_a_helper_thread_or_inline_and_lands_the_same_bytes() {
 }
 
 /// The number of ranges the plan line says the delta fetches (`… in R range(s)`).
-fn planned_ranges(stderr: &str) -> u64 {
+pub(crate) fn planned_ranges(stderr: &str) -> u64 {
     let at = stderr
         .find(" range(s)")
         .unwrap_or_else(|| panic!("no plan line: {stderr}"));

@@ -10,6 +10,7 @@ mod util;
 
 mod blockdev;
 mod delta;
+mod delta_report;
 mod delta_zck;
 mod delta_zsync;
 mod download;

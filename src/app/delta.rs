@@ -9,6 +9,7 @@
 //! `--max-delta-bytes`, and a server without ranges fails unless `--allow-full`.
 
 mod assemble;
+mod report;
 mod stage;
 mod target;
 
@@ -23,6 +24,7 @@ use crate::delta::{Index, zck, zsync};
 use crate::err;
 use crate::error::Result;
 use crate::report::Record;
+use report::Report;
 use stage::Staging;
 use target::Target;
 
@@ -38,11 +40,10 @@ enum Format {
     Zsync,
 }
 
-/// An index fetched and parsed: the staging file its pieces go into, the index's bytes
-/// (what `--signature` covers) and what a full download would fetch, bytes.
+/// An index fetched and parsed: the index's bytes (what `--signature` covers) and what a
+/// full download would fetch, bytes.
 struct Fetched {
     index: Box<dyn Index>,
-    staging: Staging,
     bytes: Vec<u8>,
     full: u64,
     /// Why no seed can match this index, when the index itself tells.
@@ -81,7 +82,16 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
         true => None,
         false => crate::output::lock_part(Some(&target.path), opts.force, false)?,
     };
-    let got = update(&opts, (&url, &format, &target), record, per_run);
+    let name = match format {
+        Format::Zchunk => "zchunk",
+        Format::Zsync => "zsync",
+    };
+    let mut report = Report::new(name, opts.seeds.len(), opts.signature.is_some());
+    let got = update(&opts, (&url, &format, &target), &mut report, record, per_run);
+    // What the delta knew, refused or failed too.
+    record.delta = Some(report.json(got.as_ref().err()));
+    record.fetched = Some(report.fetched);
+    record.requests = Some(report.requests);
     if let Err(e) = &got {
         if let Some(lock) = &lock {
             lock.remove_if_unused();
@@ -95,14 +105,11 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
         // Only a failure while the target was written leaves unchecked bytes on the device.
         record.device_holds_unverified_bytes = Some(false);
     }
-    let report = got?;
+    record.seconds = Some(started.elapsed().as_secs_f64());
+    got?;
     // The whole target was checked against --checksum before it landed.
     record.checksum_verified = opts.checksum.as_ref().map(|_| true);
-    record.bytes = Some(report.target_len);
-    record.fetched = Some(report.fetched);
-    record.requests = Some(report.requests);
-    record.seconds = Some(started.elapsed().as_secs_f64());
-    record.delta = Some(report.json());
+    record.bytes = report.target_len;
     if !opts.quiet {
         eprintln!("ringdl: done: {}: {}", target.path.display(), report.line());
     }
@@ -110,28 +117,55 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
 }
 
 /// The update itself: the index, its signature, the seeds scanned, the plan, the pieces
-/// fetched and checked, the target written. Returns what it did.
+/// fetched and checked, the target written. `report` gets what it did, or learned before
+/// it failed.
 fn update(
     opts: &Config,
     (url, format, target): (&http::Url, &Format, &Target),
+    report: &mut Report,
     record: &mut Record,
     per_run: &mut PerRun,
-) -> Result<Report> {
+) -> Result<()> {
     let mut seeds = open_seeds(opts, target)?;
+    let mut staging = Staging::new(target.staging.clone(), String::new());
+    staging.refuse_link()?;
     if opts.no_continue {
         // Start over: what an earlier run staged is not used.
-        Staging::new(target.staging.clone(), String::new()).remove();
+        staging.remove();
     }
+    let got = steps(
+        opts,
+        (url, format, target),
+        (&mut seeds, &mut staging),
+        report,
+        record,
+        per_run,
+    );
+    (report.fetched, report.requests) = (staging.fetched, staging.requests);
+    got?;
+    staging.remove();
+    Ok(())
+}
+
+/// [`update`]'s steps once the seeds are open, fetching into `staging`.
+fn steps(
+    opts: &Config,
+    (url, format, target): (&http::Url, &Format, &Target),
+    (seeds, staging): (&mut [Seed], &mut Staging),
+    report: &mut Report,
+    record: &mut Record,
+    per_run: &mut PerRun,
+) -> Result<()> {
     let Fetched {
         mut index,
-        mut staging,
         bytes: index_bytes,
         full,
         why_none,
     } = match format {
-        Format::Zchunk => zchunk_index(opts, target, per_run)?,
-        Format::Zsync => zsync_index(opts, url, target, per_run)?,
+        Format::Zchunk => zchunk_index(opts, staging, per_run)?,
+        Format::Zsync => zsync_index(opts, url, staging, per_run)?,
     };
+    (report.target_len, report.full) = (Some(index.target_len()), Some(full));
     index_signature(opts, &index_bytes, record, per_run)?;
     drop(index_bytes);
     if target.device {
@@ -143,7 +177,11 @@ fn update(
         }
     }
     let mut found = Vec::new();
-    for seed in &mut seeds {
+    if staging.whole && !opts.quiet {
+        // (The index came with the whole file: nothing is left for a seed to give.)
+        eprintln!("ringdl: delta: the whole file was fetched (--allow-full): the seeds are not scanned");
+    }
+    for seed in seeds.iter_mut().filter(|_| !staging.whole) {
         let t = std::time::Instant::now();
         found.push(seed.scan(index.as_ref()).map_err(|e| err!(LocalIo, "{e}"))?);
         say_time(opts, &format!("seed {} scanned", seed.path.display()), t, seed.len);
@@ -153,8 +191,11 @@ fn update(
         )?;
     }
     let plan = Plan::of(index.as_ref(), found, plan::BRIDGE);
-    say_plan(opts, &plan, index.as_ref(), full, &staging)?;
-    if plan.reused == 0 && index.target_len() > 0 && !opts.quiet {
+    (report.reused, report.needed) = (Some(plan.reused), Some(plan.bytes()));
+    if !staging.whole {
+        say_plan(opts, &plan, index.as_ref(), full, staging)?;
+    }
+    if plan.reused == 0 && index.target_len() > 0 && !opts.quiet && !staging.whole {
         // Said even without -v: a delta that reuses nothing is a full download.
         eprintln!(
             "ringdl: warning: delta: nothing of the target was found in the seed(s): this fetches all of it; {}",
@@ -164,13 +205,15 @@ fn update(
         );
     }
     let t = std::time::Instant::now();
-    let whole = fetch_pieces(opts, &plan, full, &mut staging, per_run)?;
+    let whole = staging.whole || fetch_pieces(opts, &plan, full, staging, per_run)?;
     let plan = if whole {
+        // The whole file fetched: the target is built from it alone, as a full download.
+        (report.whole, report.reused, report.needed) = (true, Some(0), Some(full));
         Plan::of(index.as_ref(), Vec::new(), 0)
     } else {
         plan
     };
-    check_fetched(opts, index.as_mut(), &plan, &mut staging, per_run)?;
+    check_fetched(opts, index.as_mut(), &plan, staging, per_run)?;
     say_time(opts, "pieces fetched and checked", t, plan.bytes());
     stop_if_signalled(
         per_run.signals.as_fd(),
@@ -179,7 +222,7 @@ fn update(
     // The connections and buffers the fetches kept for a next file: none comes.
     per_run.reactor = crate::event::Reactor::new();
     let t = std::time::Instant::now();
-    assemble::write(opts, target, index.as_ref(), &plan, &mut seeds, &staging).inspect_err(|_| {
+    assemble::write(opts, target, index.as_ref(), &plan, seeds, staging).inspect_err(|_| {
         if target.device {
             record.device_holds_unverified_bytes = Some(true);
         }
@@ -189,20 +232,7 @@ fn update(
         false => "target written and checked (hashing inline: one CPU)",
     };
     say_time(opts, how, t, index.target_len());
-    staging.remove();
-    Ok(Report {
-        format: match format {
-            Format::Zchunk => "zchunk",
-            Format::Zsync => "zsync",
-        },
-        seeds: seeds.len(),
-        reused: plan.reused,
-        full,
-        fetched: staging.fetched,
-        requests: staging.requests,
-        target_len: index.target_len(),
-        signed: opts.signature.is_some(),
-    })
+    Ok(())
 }
 
 /// A SIGINT or SIGTERM that arrived during a step outside the event loop (the seeds'
@@ -281,10 +311,10 @@ fn open_seeds(opts: &Config, target: &Target) -> Result<Vec<Seed>> {
 
 /// A `.zck`'s lead and header fetched into the staging file (the first [`HEAD_FIRST`]
 /// bytes, then the rest of the header if it is longer), parsed and checked.
-fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<Fetched> {
-    let mut staging = Staging::new(target.staging.clone(), opts.url.clone());
+fn zchunk_index(opts: &Config, staging: &mut Staging, per_run: &mut PerRun) -> Result<Fetched> {
+    staging.url = opts.url.clone();
     let st = match staging.fetch(opts, Some(vec![(0, HEAD_FIRST)]), true, per_run) {
-        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, None, &mut staging, per_run)?,
+        Err(e) if stage::is_no_ranges(&e) => no_ranges(opts, e, None, staging, per_run)?,
         got => got?,
     };
     let mut reader = Seed::open_small(&staging.part(), opts.io).map_err(|e| err!(LocalIo, "{e}"))?;
@@ -350,7 +380,6 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
     });
     Ok(Fetched {
         index: Box::new(index),
-        staging,
         bytes: head,
         full,
         why_none,
@@ -359,10 +388,13 @@ fn zchunk_index(opts: &Config, target: &Target, per_run: &mut PerRun) -> Result<
 
 /// A `.zsync` control file fetched whole and parsed; its data file's URL (relative to the
 /// control file's) must be on the same origin.
-fn zsync_index(opts: &Config, url: &http::Url, target: &Target, per_run: &mut PerRun) -> Result<Fetched> {
+fn zsync_index(opts: &Config, url: &http::Url, staging: &mut Staging, per_run: &mut PerRun) -> Result<Fetched> {
     let bound = (MAX_INDEX, "a .zsync control file is at most 512 MiB here".to_owned());
     let mut fetched = Record::default();
-    let bytes = crate::signed::fetch_small(&opts.url, opts, bound, |sub| super::run(sub, &mut fetched, per_run))?;
+    let got = crate::signed::fetch_small(&opts.url, opts, bound, |sub| super::run(sub, &mut fetched, per_run));
+    staging.fetched += fetched.fetched.unwrap_or(0);
+    staging.requests += fetched.requests.unwrap_or(0);
+    let bytes = got?;
     let index = zsync::Zsync::parse(&bytes).map_err(|e| err!(Protocol, "{}: {e}", opts.url))?;
     let rel = index
         .urls()
@@ -379,13 +411,10 @@ fn zsync_index(opts: &Config, url: &http::Url, target: &Target, per_run: &mut Pe
             opts.url
         ));
     }
-    let mut staging = Staging::new(target.staging.clone(), data.to_string());
-    staging.fetched += fetched.fetched.unwrap_or(0);
-    staging.requests += fetched.requests.unwrap_or(0);
+    staging.url = data.to_string();
     let full = index.target_len();
     Ok(Fetched {
         index: Box::new(index),
-        staging,
         bytes,
         full,
         why_none: None,
@@ -484,37 +513,45 @@ fn no_ranges(
             e.msg
         ));
     }
-    staging.bound = match (opts.max_delta, full) {
-        (None, _) => None,
-        (Some(crate::config::DeltaBound::Bytes(b)), _) => Some(b),
-        (Some(bound), Some(full)) => Some(bound.bytes(full)),
-        (Some(crate::config::DeltaBound::Percent(p)), None) if p >= 100.0 => None,
-        (Some(_), None) => {
+    // The whole file is a full download: a percentage under 100 refuses it whatever its
+    // size (known here for a `.zsync`'s data, not yet for a `.zck`); bytes bound its size.
+    staging.bound = match opts.max_delta {
+        None => None,
+        Some(crate::config::DeltaBound::Percent(p)) if p >= 100.0 => None,
+        Some(crate::config::DeltaBound::Percent(p)) => {
             return Err(err!(
                 Delta,
-                "{}; a whole download of unknown size cannot be held to a --max-delta-bytes percentage",
+                "{}; the whole file is a full download, more than --max-delta-bytes {p}% allows",
                 e.msg
             ));
         }
+        Some(crate::config::DeltaBound::Bytes(b)) => Some(b),
     };
     if let (Some(most), Some(full)) = (staging.bound, full)
         && full > most
     {
+        // (The words of the refusal of a larger Content-Length, `stage::Staging::fetch`.)
         return Err(err!(
             Delta,
-            "{}; the whole file ({full} bytes) is more than --max-delta-bytes allows ({most})",
-            e.msg
+            "{}; the file is {full} bytes, more than {most}: {}",
+            e.msg,
+            stage::bound_reason(most)
         ));
     }
     if !opts.quiet {
-        eprintln!("ringdl: delta: {e}; fetching the whole file (--allow-full)");
+        // (A `.zck`'s size is known only from the answer: a byte bound is held to it there.)
+        let most = match (staging.bound, full) {
+            (Some(b), None) => format!(" if it is at most {b} bytes (--max-delta-bytes)"),
+            _ => String::new(),
+        };
+        eprintln!("ringdl: delta: {e}; fetching the whole file (--allow-full){most}");
     }
     let st = staging
         .fetch(opts, None, opts.quiet, per_run)
-        .map_err(|e| match e.kind {
+        .map_err(|refused| match refused.kind {
             // (The size bound's refusal: the whole file is more than the delta may fetch.)
-            crate::error::Kind::Usage if staging.bound.is_some() => err!(Delta, "{}", e.msg),
-            _ => e,
+            crate::error::Kind::Usage if staging.bound.is_some() => err!(Delta, "{}; {}", e.msg, refused.msg),
+            _ => refused,
         })?;
     staging.whole = true;
     Ok(st)
@@ -589,36 +626,4 @@ fn bad_pieces(index: &dyn Index, plan: &Plan, reader: &mut Seed) -> Result<Vec<(
         }
     }
     Ok(bad)
-}
-
-/// What a delta did, for its summary line and `--json`.
-struct Report {
-    format: &'static str,
-    seeds: usize,
-    /// Target bytes the seeds gave.
-    reused: u64,
-    /// What a full download would fetch, bytes.
-    full: u64,
-    /// Body bytes and requests of every fetch of the run (index, pieces, a re-fetch).
-    fetched: u64,
-    requests: u64,
-    target_len: u64,
-    signed: bool,
-}
-
-impl Report {
-    fn line(&self) -> String {
-        format!(
-            "{} bytes ({}): {} reused from {} seed(s), {} fetched in {} request(s) (a full download: {} bytes)",
-            self.target_len, self.format, self.reused, self.seeds, self.fetched, self.requests, self.full
-        )
-    }
-
-    fn json(&self) -> String {
-        format!(
-            "{{\"format\":\"{}\",\"seeds\":{},\"target_bytes\":{},\"reused_bytes\":{},\"fetched_bytes\":{},\
-             \"requests\":{},\"full_bytes\":{},\"index_signed\":{}}}",
-            self.format, self.seeds, self.target_len, self.reused, self.fetched, self.requests, self.full, self.signed
-        )
-    }
 }

@@ -62,9 +62,9 @@ pub(crate) fn finish_job(rx: &mut Rx, shared: &mut Ctx<'_>) {
     // the rest again. The file's last block is kept whole (padded when written).
     let trim = (shared.transfer.direct && !file_end).then_some(shared.transfer.align);
     let requeue_from = shared.sink.release(&mut job.placer, trim);
-    if job.multi.is_some() {
+    if let Some(m) = &job.multi {
         finish_multi(&job, shared, requeue_from);
-        if !job.keep_alive {
+        if !job.keep_alive || m.unread() {
             rx.extra = true;
         }
         return;
@@ -182,6 +182,7 @@ pub(crate) fn walk_parts(rx: &mut Rx, shared: &mut Ctx<'_>) -> std::result::Resu
         Err(e) => return Err(bad(e.to_string())),
         Ok(http::Status::Partial) => return Ok(()),
         Ok(http::Status::Complete(http::Walk::End { .. })) => {
+            m.ended(rx.head.len());
             rx.head.clear();
             finish_job(rx, shared);
             return Ok(());
@@ -198,6 +199,7 @@ pub(crate) fn walk_parts(rx: &mut Rx, shared: &mut Ctx<'_>) -> std::result::Resu
         }
     };
     m.check_part(first, last).map_err(bad)?;
+    m.walked += head_len as u64;
     begin_part(job, first, last);
     let rest = rx.head.split_off(head_len);
     rx.head.clear();
@@ -209,6 +211,7 @@ pub(crate) fn begin_part(job: &mut crate::control::Job, first: u64, last: u64) {
     let m = job.multi.as_mut().expect("a multi-range job");
     m.in_part = true;
     m.parts += 1;
+    m.walked += last - first + 1;
     job.seg = Segment {
         start: first,
         end: last + 1,

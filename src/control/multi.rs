@@ -33,6 +33,13 @@ pub(crate) struct Multi {
     pub(crate) in_part: bool,
     /// Parts received (begun).
     pub(crate) parts: usize,
+    /// A `multipart/byteranges` answer's Content-Length, and the bytes of it walked so far
+    /// (part heads and part bytes): when its close delimiter ends exactly at that length,
+    /// the answer was read whole (`whole`) and the connection can carry the next request
+    /// (RFC 9110 §14.6, RFC 2046 §5.1.1: the body ends after the close delimiter).
+    pub(crate) body: Option<u64>,
+    pub(crate) walked: u64,
+    pub(crate) whole: bool,
 }
 
 impl Multi {
@@ -55,6 +62,9 @@ impl Multi {
             boundary: Vec::new(),
             in_part: false,
             parts: 0,
+            body: None,
+            walked: 0,
+            whole: false,
         };
         (m, set)
     }
@@ -98,6 +108,19 @@ impl Multi {
             out.extend(have.gaps_in(a, b));
         }
         out
+    }
+
+    /// The close delimiter was read and `rest` bytes of the body came after the last part's
+    /// bytes (the delimiter and any epilogue): the answer was read whole when they end it
+    /// at its Content-Length exactly (none known: never).
+    pub(crate) fn ended(&mut self, rest: usize) {
+        self.whole = self.body == Some(self.walked + rest as u64);
+    }
+
+    /// Whether the connection must close after this answer: a multipart answer not read
+    /// to its end (a single-range 206 is delimited as any other).
+    pub(crate) fn unread(&self) -> bool {
+        !self.boundary.is_empty() && !self.whole
     }
 
     /// The ranges per request to ask from now on, after an answer that carried `parts`

@@ -79,13 +79,14 @@ impl Loop<'_> {
             self.shared.report.note(Note::State(state));
         }
         let live = self.live();
+        let (have, total, where_) = self.shared.transfer.shown();
         self.shared.report.update(
-            self.shared.transfer.landed.bytes(),
+            have,
             self.shared.transfer.received,
-            self.shared.transfer.total,
+            total,
             live,
             self.started.elapsed(),
-            self.shared.transfer.landed.ranges(),
+            &where_,
         );
         Ok(())
     }

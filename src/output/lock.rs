@@ -167,6 +167,19 @@ pub fn lock_part_as(
     ))
 }
 
+/// Why `part` could not be opened: a symbolic link there (the ELOOP of `O_NOFOLLOW`,
+/// open(2)) is said as such, not as a loop.
+fn open_failed(part: &Path, e: rustix::io::Errno) -> crate::error::Error {
+    if e == rustix::io::Errno::LOOP && std::fs::symlink_metadata(part).is_ok_and(|m| m.file_type().is_symlink()) {
+        return err!(
+            LocalIo,
+            "cannot open {}: it is a symbolic link, and ringdl never writes a .part through one (remove it)",
+            part.display()
+        );
+    }
+    err!(LocalIo, "cannot open {}: {e}", part.display())
+}
+
 /// Opens (or creates, O_EXCL first: `created` says which) `part` for [`lock_part_as`]:
 /// read-write where the user may read it, else write-only; O_DIRECT as [`open_part`].
 fn open_locked(part: &Path, flags: OFlags, mode: Mode, direct: bool) -> Result<PartLock> {
@@ -184,7 +197,7 @@ fn open_locked(part: &Path, flags: OFlags, mode: Mode, direct: bool) -> Result<P
                     }
                     e => Err(e),
                 })
-                .map_err(|e| err!(LocalIo, "cannot open {}: {e}", part.display()))?,
+                .map_err(|e| open_failed(part, e))?,
             false,
         ),
         Err(e) => return Err(err!(LocalIo, "cannot create {}: {e}", part.display())),

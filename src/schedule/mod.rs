@@ -201,6 +201,29 @@ impl Landed {
         self.ranges.iter().map(|r| r.1 - r.0).sum()
     }
 
+    /// The ranges of `self` outside `skip`, each moved down by the bytes of `skip` before
+    /// it: where they lie once `skip`'s ranges are cut out of the file, neighbours merged.
+    /// A partial fetch's progress counts only the ranges it fetches, laid end to end
+    /// ([`crate::config::Config::fetch_only`]: `skip` is what it does not fetch).
+    pub fn squeezed(&self, skip: &Landed) -> Vec<(u64, u64)> {
+        let keep = skip.gaps_in(0, u64::MAX);
+        let (mut before, mut k) = (0, 0);
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (s, e) in self.within(&keep) {
+            // (A range of `skip` lies wholly before or after a range kept.)
+            while k < skip.ranges.len() && skip.ranges[k].1 <= s {
+                before += skip.ranges[k].1 - skip.ranges[k].0;
+                k += 1;
+            }
+            let (a, b) = (s - before, e - before);
+            match out.last_mut() {
+                Some(last) if last.1 == a => last.1 = b,
+                _ => out.push((a, b)),
+            }
+        }
+        out
+    }
+
     /// The parts of `want` (sorted, disjoint `[start, end)` ranges) covered, sorted.
     pub fn within(&self, want: &[(u64, u64)]) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
@@ -255,6 +278,26 @@ mod tests {
         let holes = Landed::outside(&[(10, 30), (40, 50)], 60);
         assert_eq!(holes.ranges(), [(0, 10), (30, 40), (50, 60)]);
         assert_eq!(Landed::outside(&[(0, 60)], 60).bytes(), 0);
+    }
+
+    #[test]
+    fn squeezed_lays_the_ranges_outside_skip_end_to_end() {
+        // A partial fetch of [10, 30) and [40, 50) of 60 bytes: its holes count as landed.
+        let skip = Landed::outside(&[(10, 30), (40, 50)], 60);
+        let mut l = skip.clone();
+        assert_eq!(l.squeezed(&skip), [], "nothing of the fetch landed");
+        l.add(12, 20);
+        l.add(40, 50);
+        assert_eq!(l.squeezed(&skip), [(2, 10), (20, 30)]);
+        l.add(20, 30);
+        assert_eq!(l.squeezed(&skip), [(2, 30)], "neighbours once cut out are merged");
+        l.add(10, 12);
+        assert_eq!(l.squeezed(&skip), [(0, 30)]);
+        assert_eq!(
+            Landed::from_ranges(&[(5, 7)]).squeezed(&Landed::default()),
+            [(5, 7)],
+            "nothing skipped"
+        );
     }
 
     #[test]

@@ -81,6 +81,9 @@ pub(crate) struct Transfer {
     /// A partial fetch ([`crate::config::Config::fetch_only`]): the ranges counted in
     /// `landed` that hold nothing (outside what it fetches, and not landed before).
     pub(crate) holes: Option<crate::schedule::Landed>,
+    /// A partial fetch: everything outside the ranges it fetches (counted in `landed`
+    /// whether it holds bytes or not), cut out of what the progress line counts.
+    pub(crate) skipped: Option<crate::schedule::Landed>,
     /// Requests sent again, no try spent, because their kept-alive connection was closed
     /// before any byte of the answer (for the summary).
     pub(crate) resent: u64,
@@ -104,6 +107,9 @@ pub(crate) struct Transfer {
     /// preallocation, no sync, no rename).
     pub(crate) part: Option<(u64, u64)>,
 }
+
+/// [`Transfer::shown`]: bytes in place, of the size when known, and where they lie.
+pub(crate) type Shown<'a> = (u64, Option<u64>, std::borrow::Cow<'a, [(u64, u64)]>);
 
 impl Transfer {
     /// A transfer's state before its first answer: to `out`, over `mirrors`, its plan the
@@ -145,6 +151,7 @@ impl Transfer {
             retries: 0,
             requests: 0,
             holes: None,
+            skipped: None,
             resent: 0,
             steals: 0,
             plain_get: false,
@@ -171,5 +178,25 @@ impl Transfer {
     /// The block device's room, when the output is one.
     pub(crate) fn room(&self) -> Option<&Room> {
         self.out.room.as_ref()
+    }
+
+    /// What the progress line and a failure's "kept" count: bytes in place, of the size
+    /// when known, and where they lie (sorted `[start, end)` ranges, for the map). A
+    /// partial fetch counts only the ranges it fetches, laid end to end: its holes hold
+    /// no byte of it, and what it has of its ranges from an earlier run counts.
+    pub(crate) fn shown(&self) -> Shown<'_> {
+        match &self.skipped {
+            None => (
+                self.landed.bytes(),
+                self.total,
+                std::borrow::Cow::Borrowed(self.landed.ranges()),
+            ),
+            Some(skip) => {
+                let ranges = self.landed.squeezed(skip);
+                let have = ranges.iter().map(|r| r.1 - r.0).sum();
+                let total = self.total.map(|t| t.saturating_sub(skip.bytes()));
+                (have, total, std::borrow::Cow::Owned(ranges))
+            }
+        }
     }
 }

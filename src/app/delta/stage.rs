@@ -77,9 +77,7 @@ impl Staging {
             return Ok(st);
         }
         let mut sub = sub_options(opts, &self.url, &self.path, want, quiet);
-        sub.size_bound = self
-            .bound
-            .map(|b| (b, format!("--max-delta-bytes allows {b} bytes for this delta")));
+        sub.size_bound = self.bound.map(|b| (b, bound_reason(b)));
         let mut record = Record::default();
         let got = super::super::run(sub, &mut record, per_run);
         self.fetched += record.fetched.unwrap_or(0);
@@ -102,6 +100,27 @@ impl Staging {
         st.ranges = crate::schedule::Landed::from_ranges(&st.ranges).within(keep.ranges());
         resume::save(&self.control(), &st).map_err(|e| err!(LocalIo, "{e}"))?;
         Ok(())
+    }
+
+    /// A staging file that is a symbolic link is refused before anything is fetched: the
+    /// fetched pieces are never written through one (the `.part` is opened `O_NOFOLLOW`).
+    ///
+    /// # Errors
+    /// `LocalIo` naming the link and where it points.
+    pub(super) fn refuse_link(&self) -> Result<()> {
+        let part = self.part();
+        match std::fs::symlink_metadata(&part) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(&part).map_or_else(|_| "?".to_owned(), |t| t.display().to_string());
+                Err(err!(
+                    LocalIo,
+                    "the delta's staging file {} is a symbolic link (to {to}): refused, fetched pieces are never \
+                     written through a link; remove it (or give -o another name)",
+                    part.display()
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Removes the staging file and its control file (the target landed).
@@ -131,6 +150,11 @@ fn sub_options(opts: &Config, url: &str, path: &Path, want: Option<Vec<(u64, u64
     sub.fetch_only = want;
     sub.keep_part = true;
     sub
+}
+
+/// Why a whole download of more than `most` bytes is refused (`--max-delta-bytes`).
+pub(super) fn bound_reason(most: u64) -> String {
+    format!("--max-delta-bytes allows {most} bytes for this delta")
 }
 
 /// Whether `e` is a server's refusal of ranges (a 200 to a Range request), which

@@ -51,6 +51,15 @@ impl Target {
                 path.display()
             ));
         }
+        if device && opts.resume && opts.control.is_none() {
+            // As for a plain image: -c promises a resume, and without --control the staging
+            // file would be in the temporary directory, which a power cut may empty.
+            return Err(err!(
+                Usage,
+                "-c on a block device needs --control FILE: a delta's staging file goes beside it (without \
+                 --control it is in the temporary directory, and a rerun without -c reuses it only while it is there)"
+            ));
+        }
         if !device && path.exists() && !opts.force {
             return Err(err!(LocalIo, "{} exists (use --force to replace it)", path.display()));
         }

@@ -211,6 +211,7 @@ fn rest_to_fetch(
             landed.add(a, b);
         }
         shared.transfer.holes = Some(Landed::from_ranges(&empty));
+        shared.transfer.skipped = Some(holes.clone());
     }
     let mut planned = landed.clone();
     planned.add(this_answer.0, this_answer.1);
@@ -331,8 +332,10 @@ fn first_answer_of_mirror(
 
 /// The body of a 206 carrying bytes `first..=last`: delimited by its Content-Length or
 /// chunked coding (a length must match the range), or, in `multipart/byteranges` form,
-/// exactly the part's bytes — the closing delimiter after them stays unread, so the
-/// connection is closed instead of reused.
+/// exactly the part's bytes. The one part of an answer to a single range: its closing
+/// delimiter stays unread, so the connection is closed instead of reused. The parts of an
+/// answer to several ranges are walked to the close delimiter: the connection is kept
+/// when that ends the answer at its Content-Length ([`crate::control::multi::Multi::ended`]).
 fn begin_body(
     job: &mut Job,
     part: Option<(&http::Part<'_, '_>, &[u8])>,
@@ -346,9 +349,9 @@ fn begin_body(
         // A multi-range request: the part (checked against what was asked) goes where it
         // says; a multipart answer's further parts follow it (`body::walk_parts`).
         crate::control::body::begin_part(job, first, last);
-        if let Some((_, boundary)) = part {
-            job.keep_alive = false;
+        if let Some((p, boundary)) = part {
             if matches!(framing, Framing::Chunked) {
+                job.keep_alive = false;
                 // (Asked again one range per request, no try spent.)
                 let mut f = protocol(
                     host,
@@ -357,7 +360,14 @@ fn begin_body(
                 f.step_down = true;
                 return Err(f);
             }
-            job.multi.as_mut().expect("checked").boundary = boundary.to_vec();
+            let m = job.multi.as_mut().expect("checked");
+            m.boundary = boundary.to_vec();
+            // (Its length tells whether the close delimiter ends it: then it is kept alive.)
+            m.body = match framing {
+                Framing::Length(l) => Some(l),
+                _ => None,
+            };
+            m.walked += p.head_len as u64;
             return Ok(HeadAction::Body);
         }
     }

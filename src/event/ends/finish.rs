@@ -157,6 +157,20 @@ fn end_inner(
     }
 }
 
+/// What a control file `st` read to resume names: bytes landed of the file's size, or, for
+/// a partial fetch of `want` (sorted `[start, end)` ranges), of those ranges only.
+fn kept_before(st: &crate::output::resume::State, want: Option<&[(u64, u64)]>) -> (u64, u64) {
+    let bytes = |r: &[(u64, u64)]| r.iter().map(|r| r.1 - r.0).sum::<u64>();
+    match want {
+        None => (bytes(&st.ranges), st.total),
+        Some(want) => {
+            let want = crate::schedule::Landed::from_ranges(&[(0, st.total)]).within(want);
+            let have = crate::schedule::Landed::from_ranges(&st.ranges).within(&want);
+            (bytes(&have), bytes(&want))
+        }
+    }
+}
+
 /// The transfer of `transfer_loop` failed with `e`: parts out on other reactors stop first and say
 /// what they landed, the writes in flight land, and what landed is kept for a later run
 /// ([`keep_landed`]); `e` comes back saying what was kept, and `failed` gets the summary.
@@ -173,28 +187,30 @@ fn end_failed(
     transfer_loop.disown_control();
     // A resume stopped before its first answer: its control file, untouched (it
     // saves only once planned), still names what landed before.
+    let want = transfer_loop.shared.opts.fetch_only.as_deref();
     let before = transfer_loop
         .shared
         .transfer
         .resume
         .as_ref()
         .filter(|_| transfer_loop.shared.transfer.landed.bytes() == 0)
-        .map(|st| (st.ranges.iter().map(|r| r.1 - r.0).sum::<u64>(), st.total))
+        .map(|st| kept_before(st, want))
         .filter(|b| b.0 > 0);
     if let Some(part) = &out.part
         && !transfer_loop.shared.transfer.changed
     {
         let kept = if saved {
-            Some((
-                transfer_loop.shared.transfer.landed.bytes(),
-                transfer_loop.shared.transfer.total.unwrap_or(0),
-            ))
+            let (have, total, _) = transfer_loop.shared.transfer.shown();
+            Some((have, total.unwrap_or(0)))
         } else {
             before
         };
         if let Some((have, total)) = kept {
+            // (A partial fetch counts the bytes of its own ranges, not its holes.)
+            let the = if want.is_some() { "the " } else { "" };
+            let asked = if want.is_some() { " asked" } else { "" };
             e.msg.push_str(&format!(
-                "; {have} of {total} bytes kept in {}: run the same command again to fetch only the rest",
+                "; {have} of {the}{total} bytes{asked} kept in {}: run the same command again to fetch only the rest",
                 part.display()
             ));
         } else if transfer_loop.shared.transfer.landed.bytes() > 0
