@@ -177,7 +177,7 @@ impl Seed {
             };
             let late = late.join().map_err(|_| super::pipe::HELPER_GONE.to_owned())?;
             let mut found = early?;
-            found.merge_later(&late?);
+            found.merge_later(late?);
             Ok(found)
         })
     }
