@@ -43,11 +43,13 @@ pub struct ImageWriter {
 }
 
 impl ImageWriter {
-    /// Opens `FILE.part` (created or truncated) for a file image, O_DIRECT when the
-    /// filesystem takes it (open(2): EINVAL on tmpfs and others: buffered then).
+    /// Opens `FILE.part` (created or truncated) for a file image of `len` bytes, O_DIRECT
+    /// when the filesystem takes it (open(2): EINVAL on tmpfs and others: buffered then),
+    /// and reserves its `len` bytes ([`preallocate`]).
     ///
     /// # Errors
-    /// `LocalIo` when the `.part` cannot be opened or the buffer mapped.
+    /// `LocalIo` when the `.part` cannot be opened, its bytes reserved (ENOSPC: the bytes
+    /// free named; the `.part` removed) or the buffer mapped.
     pub fn file(final_path: &Path, len: u64, io: crate::config::IoChoice) -> Result<ImageWriter> {
         let part = super::part_path(final_path);
         // (Never through a symbolic link: the `.part` is the run's own, locked by it.)
@@ -61,7 +63,18 @@ impl ImageWriter {
             ),
             Err(e) => return Err(err!(LocalIo, "{}: {e}", part.display())),
         };
-        preallocate(&fd, len).map_err(|e| err!(LocalIo, "{}: fallocate {len} bytes: {e}", part.display()))?;
+        if let Err(e) = preallocate(&fd, len) {
+            let free = rustix::fs::fstatvfs(&fd).map(|v| v.f_bavail.saturating_mul(v.f_frsize));
+            let _ = std::fs::remove_file(&part);
+            return Err(err!(
+                LocalIo,
+                "{}: fallocate of the target's {len} bytes: {e}{}",
+                part.display(),
+                free.map_or(String::new(), |f| format!(
+                    " ({f} bytes free on its file system: free space first)"
+                ))
+            ));
+        }
         ImageWriter::over(fd, (direct, 4096), 0, None, Some((part, final_path.to_path_buf())), io)
     }
 

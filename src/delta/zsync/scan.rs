@@ -31,9 +31,9 @@
 use super::Zsync;
 use super::table::{Filter, Known, Table, hash};
 
+use crate::delta::{Finds, Scanner};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use crate::delta::{Finds, Scanner};
 
 use md4::{Digest, Md4};
 
