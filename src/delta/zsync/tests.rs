@@ -626,6 +626,11 @@ fn a_split_scan_finds_the_blocks_one_scan_finds() {
         for mid in [4096, 1_000_001, 1_499_999, seed.len() / 2, seed.len() - 3000] {
             let (got, _) = crate::delta::scan_split_bytes(&z, &seed, mid, 65_537).unwrap();
             let got = got.to_vec();
+            assert_eq!(
+                got.len(),
+                one.len(),
+                "{lengths:?} split at {mid}: the finds of both halves"
+            );
             for (i, (g, o)) in got.iter().zip(&one).enumerate() {
                 assert_eq!(g.is_some(), o.is_some(), "{lengths:?} split at {mid}: block {i}");
                 if let Some(Found::Target(at)) = g {
