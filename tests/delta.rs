@@ -877,3 +877,29 @@ fn a_target_larger_than_the_free_space_is_refused_before_its_writes() {
     assert_eq!(sha256_file(&out), s.sha, "{}", o.stderr_text());
     assert!(!mnt.join("new.img.delta.part").exists(), "staging file left");
 }
+
+/// An empty image (its index made by the real tools) lands as an empty file from a seed,
+/// in either format: nothing to reserve, fetch or write.
+#[test]
+fn an_empty_image_lands_empty() {
+    let s = Site::new("empty");
+    std::fs::write(s.served("empty.img"), b"").unwrap();
+    tool("/usr/bin/zck", &["-u", "-o", "empty.img.zck", "empty.img"], &s.www);
+    tool(
+        "/usr/bin/zsyncmake",
+        &["-u", "empty.img", "-o", "empty.img.zsync", "empty.img"],
+        &s.www,
+    );
+    for index in ["empty.img.zck", "empty.img.zsync"] {
+        let o = s.fetch(&[&s.served("old.img")], index, &[]);
+        o.assert_success();
+        assert_eq!(
+            std::fs::metadata(s.out()).unwrap().len(),
+            0,
+            "{index}: {}",
+            o.stderr_text()
+        );
+        assert!(!part_path(&s.out()).exists(), "{index}");
+        std::fs::remove_file(s.out()).unwrap();
+    }
+}

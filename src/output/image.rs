@@ -263,15 +263,19 @@ impl ImageWriter {
 }
 
 /// Reserves `len` bytes of `fd` (fallocate(2), the size set): a full disk is told before
-/// a byte is written, and ext4 and XFS then take each O_DIRECT write as an overwrite of
+/// a byte is written, and ext4 then takes each O_DIRECT write as an overwrite of
 /// allocated blocks, issued at once under a shared lock, where a write past the file's
 /// end is handed to an io_uring worker thread and the writes go one at a time (io_uring
 /// serializes its workers' writes to one file). A filesystem without fallocate
-/// (EOPNOTSUPP) is written without.
+/// (EOPNOTSUPP) is written without; an empty image reserves nothing.
 ///
 /// # Errors
 /// fallocate(2)'s other errors (ENOSPC).
 fn preallocate(fd: &OwnedFd, len: u64) -> rustix::io::Result<()> {
+    if len == 0 {
+        // (fallocate(2) takes no empty range: EINVAL.)
+        return Ok(());
+    }
     match rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), 0, len) {
         Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
         Err(e) => Err(e),
