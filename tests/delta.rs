@@ -830,3 +830,81 @@ fn a_multipart_answer_that_cannot_be_read_steps_down_to_single_ranges() {
     let err = o.stderr_text();
     assert!(err.contains("multi-range step down"), "{err}");
 }
+
+/// A target larger than its file system's free space: the run stops before a byte of the
+/// target is written (its `.part` is preallocated: fallocate(2) meets ENOSPC and says how
+/// much is free), exit 7, no `.part` left, the staged pieces kept; with more room the
+/// same command lands it exact.
+#[test]
+fn a_target_larger_than_the_free_space_is_refused_before_its_writes() {
+    if !crate::util::is_root() {
+        crate::util::skip("mounting a small tmpfs needs root");
+        return;
+    }
+    let s = Site::new("nospace");
+    let mnt = s.dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mount = match crate::util::Mount::new("tmpfs", "size=16m", &mnt) {
+        Ok(m) => m,
+        Err(e) => {
+            crate::util::skip(&e);
+            return;
+        }
+    };
+    let out = mnt.join("new.img");
+    let run = || {
+        s.dir
+            .ringdl()
+            .args(["-x", "4", "--seed"])
+            .arg(s.served("old.img"))
+            .arg("-o")
+            .arg(&out)
+            .arg(s.url("new.img.zsync"))
+            .run()
+    };
+    let o = run();
+    o.assert_code(7);
+    let err = o.stderr_text();
+    assert!(
+        err.contains(&format!("fallocate of the target's {SIZE} bytes"))
+            && err.contains("bytes free on its file system"),
+        "unclear message: {err}"
+    );
+    assert!(!out.exists(), "{err}");
+    assert!(!part_path(&out).exists(), "a .part left after the full disk: {err}");
+    assert!(
+        mnt.join("new.img.delta.part").exists(),
+        "the staged pieces were not kept: {err}"
+    );
+    assert!(mount.remount("size=64m"), "remount with more space");
+    let o = run();
+    o.assert_success();
+    assert_eq!(sha256_file(&out), s.sha, "{}", o.stderr_text());
+    assert!(!mnt.join("new.img.delta.part").exists(), "staging file left");
+}
+
+/// An empty image (its index made by the real tools) lands as an empty file from a seed,
+/// in either format: nothing to reserve, fetch or write.
+#[test]
+fn an_empty_image_lands_empty() {
+    let s = Site::new("empty");
+    std::fs::write(s.served("empty.img"), b"").unwrap();
+    tool("/usr/bin/zck", &["-u", "-o", "empty.img.zck", "empty.img"], &s.www);
+    tool(
+        "/usr/bin/zsyncmake",
+        &["-u", "empty.img", "-o", "empty.img.zsync", "empty.img"],
+        &s.www,
+    );
+    for index in ["empty.img.zck", "empty.img.zsync"] {
+        let o = s.fetch(&[&s.served("old.img")], index, &[]);
+        o.assert_success();
+        assert_eq!(
+            std::fs::metadata(s.out()).unwrap().len(),
+            0,
+            "{index}: {}",
+            o.stderr_text()
+        );
+        assert!(!part_path(&s.out()).exists(), "{index}");
+        std::fs::remove_file(s.out()).unwrap();
+    }
+}

@@ -98,8 +98,13 @@ impl Finds {
     }
 
     /// Takes each piece `later` found that this one did not (the first place is kept:
-    /// `later` is a scan of bytes after this one's).
-    pub fn merge_later(&mut self, later: &Finds) {
+    /// `later` is a scan of bytes after this one's). An empty one (no pieces: the half of
+    /// a split search whose finds the other half returned) takes `later` whole.
+    pub fn merge_later(&mut self, later: Finds) {
+        if self.0.is_empty() {
+            *self = later;
+            return;
+        }
         for (mine, &theirs) in self.0.iter_mut().zip(&later.0) {
             if *mine == Finds::NONE {
                 *mine = theirs;
@@ -223,7 +228,7 @@ pub fn scan_split_bytes(index: &dyn Index, seed: &[u8], mid: usize, step: usize)
         });
         let stopped = feed(first.as_mut(), 0, first_end as usize);
         let mut found = first.finish();
-        found.merge_later(&late.join().unwrap());
+        found.merge_later(late.join().unwrap());
         Some((found, stopped))
     })
 }

@@ -177,7 +177,7 @@ impl Seed {
             };
             let late = late.join().map_err(|_| super::pipe::HELPER_GONE.to_owned())?;
             let mut found = early?;
-            found.merge_later(&late?);
+            found.merge_later(late?);
             Ok(found)
         })
     }
@@ -217,9 +217,17 @@ impl Seed {
         self.win_at = at;
         self.win_len = want;
         let mut next = self.ahead.back().map_or(at, |a| a.at) + self.block as u64;
+        let mut queued = false;
         while self.ahead.len() < AHEAD && next < self.len && !self.spare.is_empty() {
             self.read_ahead(next)?;
             next += self.block as u64;
+            queued = true;
+        }
+        if queued {
+            // Submitted now, not at the next wait: the reads run while this block is used.
+            self.ring
+                .submit()
+                .map_err(|e| format!("seed {}: io_uring_enter: {e}", self.path.display()))?;
         }
         Ok(want)
     }

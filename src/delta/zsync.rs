@@ -169,8 +169,9 @@ impl Zsync {
 }
 
 /// The most blocks a target may have for its seed's search to be split in two halves:
-/// 2^17 (512 MiB in 4 KiB blocks), whose second table and finds take some 3 MiB.
-const SPLIT_MAX_BLOCKS: usize = 1 << 17;
+/// 2^18 (1 GiB in 4 KiB blocks), whose second half's filter and found set take some
+/// 1 MiB (the table of blocks and the finds are shared).
+const SPLIT_MAX_BLOCKS: usize = 1 << 18;
 
 impl Index for Zsync {
     fn target_len(&self) -> u64 {
@@ -235,18 +236,22 @@ impl Index for Zsync {
     /// it matched, so the second half (starting afresh at `mid`) may look at offsets the
     /// one scan jumped over; what it finds there is checked by MD4 all the same.
     ///
-    /// Each half has its own table and finds, about 24 bytes a block: a target of more
-    /// than [`SPLIT_MAX_BLOCKS`] blocks is searched on one thread, in less memory.
+    /// The halves share one table of blocks (read-only) and one record of where each
+    /// block was found; each has its own filter in front of the table and its own found
+    /// set, 4 to 8 bytes a block: a target of more than [`SPLIT_MAX_BLOCKS`] blocks is
+    /// searched on one thread, in less memory.
     fn split_scanners<'s>(&'s self, len: u64, mid: u64, _head: &[u8]) -> Option<crate::delta::Split<'s>> {
         if self.rsums.len() > SPLIT_MAX_BLOCKS {
             return None;
         }
-        let first = scan::ZsyncScanner::part(self, 0, Some(mid));
+        let shared = scan::Shared::of(self);
+        let second = scan::ZsyncScanner::part(self, shared.clone(), mid, None);
+        let first = scan::ZsyncScanner::part(self, shared, 0, Some(mid));
         let first_end = (mid + first.context() as u64).min(len);
         Some(crate::delta::Split {
             first: Box::new(first),
             first_end,
-            second: Box::new(scan::ZsyncScanner::part(self, mid, None)),
+            second: Box::new(second),
             second_start: mid,
         })
     }

@@ -43,12 +43,14 @@ pub struct ImageWriter {
 }
 
 impl ImageWriter {
-    /// Opens `FILE.part` (created or truncated) for a file image, O_DIRECT when the
-    /// filesystem takes it (open(2): EINVAL on tmpfs and others: buffered then).
+    /// Opens `FILE.part` (created or truncated) for a file image of `len` bytes, O_DIRECT
+    /// when the filesystem takes it (open(2): EINVAL on tmpfs and others: buffered then),
+    /// and reserves its `len` bytes ([`preallocate`]).
     ///
     /// # Errors
-    /// `LocalIo` when the `.part` cannot be opened or the buffer mapped.
-    pub fn file(final_path: &Path, io: crate::config::IoChoice) -> Result<ImageWriter> {
+    /// `LocalIo` when the `.part` cannot be opened, its bytes reserved (ENOSPC: the bytes
+    /// free named; the `.part` removed) or the buffer mapped.
+    pub fn file(final_path: &Path, len: u64, io: crate::config::IoChoice) -> Result<ImageWriter> {
         let part = super::part_path(final_path);
         // (Never through a symbolic link: the `.part` is the run's own, locked by it.)
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW;
@@ -61,6 +63,18 @@ impl ImageWriter {
             ),
             Err(e) => return Err(err!(LocalIo, "{}: {e}", part.display())),
         };
+        if let Err(e) = preallocate(&fd, len) {
+            let free = rustix::fs::fstatvfs(&fd).map(|v| v.f_bavail.saturating_mul(v.f_frsize));
+            let _ = std::fs::remove_file(&part);
+            return Err(err!(
+                LocalIo,
+                "{}: fallocate of the target's {len} bytes: {e}{}",
+                part.display(),
+                free.map_or(String::new(), |f| format!(
+                    " ({f} bytes free on its file system: free space first)"
+                ))
+            ));
+        }
         ImageWriter::over(fd, (direct, 4096), 0, None, Some((part, final_path.to_path_buf())), io)
     }
 
@@ -152,6 +166,11 @@ impl ImageWriter {
         if self.ring.push(op, at).is_err() {
             return Err(err!(Internal, "{}: the write ring is full", self.describe()));
         }
+        // Submitted now, not when a block is next waited for: the write runs while the
+        // next block fills.
+        self.ring
+            .submit()
+            .map_err(|e| err!(LocalIo, "{}: io_uring_enter: {e}", self.describe()))?;
         self.in_flight.push((at, len));
         self.written += len as u64;
         self.filled = 0;
@@ -240,6 +259,26 @@ impl ImageWriter {
         }
         rustix::fs::fsync(&self.fd).map_err(|e| err!(LocalIo, "fsync {}: {e}", self.describe()))?;
         Ok(Finished { part: self.part })
+    }
+}
+
+/// Reserves `len` bytes of `fd` (fallocate(2), the size set): a full disk is told before
+/// a byte is written, and ext4 then takes each O_DIRECT write as an overwrite of
+/// allocated blocks, issued at once under a shared lock, where a write past the file's
+/// end is handed to an io_uring worker thread and the writes go one at a time (io_uring
+/// serializes its workers' writes to one file). A filesystem without fallocate
+/// (EOPNOTSUPP) is written without; an empty image reserves nothing.
+///
+/// # Errors
+/// fallocate(2)'s other errors (ENOSPC).
+fn preallocate(fd: &OwnedFd, len: u64) -> rustix::io::Result<()> {
+    if len == 0 {
+        // (fallocate(2) takes no empty range: EINVAL.)
+        return Ok(());
+    }
+    match rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), 0, len) {
+        Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 

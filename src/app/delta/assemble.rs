@@ -31,7 +31,7 @@ pub(super) fn write(
     let mut writer = if target.device {
         ImageWriter::device(&target.path, opts.offset, index.target_len(), opts.io)?
     } else {
-        ImageWriter::file(&target.path, opts.io)?
+        ImageWriter::file(&target.path, index.target_len(), opts.io)?
     };
     let mut wholes: Vec<Whole> = index
         .whole_digests()

@@ -308,7 +308,7 @@ impl Plain<'_> {
                 for (i, o) in early.into_iter().filter(|&(_, o)| o >= at) {
                     found.keep_first(i, Found::Target(o));
                 }
-                found.merge_later(&mine);
+                found.merge_later(mine);
             }
         }
     }

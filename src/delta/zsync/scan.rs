@@ -29,8 +29,11 @@
 //! 12 to 20 bytes of table and filter (2 MiB of filter at most), 8 of result.
 
 use super::Zsync;
-use super::table::{Known, Table, hash};
+use super::table::{Filter, Known, Table, hash};
+
 use crate::delta::{Finds, Scanner};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use md4::{Digest, Md4};
 
@@ -117,7 +120,7 @@ fn weak_r<const R: u8>(a: u32, b: u32) -> u32 {
 /// hash the filter lets through; returns that window, its sums and hash, or `end` with
 /// the sums rolled to it. `data` holds `end + context` bytes at least. Made for each
 /// `rsum_bytes` (`R`) and `seq_matches` (`SEQ2`): the inner loop of the whole search.
-fn seek(table: &Table, sh: Shape, data: &[u8], x: usize, end: usize, s: Sums) -> (usize, Sums, u32) {
+fn seek(table: &Filter, sh: Shape, data: &[u8], x: usize, end: usize, s: Sums) -> (usize, Sums, u32) {
     match (sh.rsum_bytes, sh.seq2) {
         (1, false) => seek_with::<1, false>(table, sh.bs, data, x, end, s),
         (2, false) => seek_with::<2, false>(table, sh.bs, data, x, end, s),
@@ -132,7 +135,7 @@ fn seek(table: &Table, sh: Shape, data: &[u8], x: usize, end: usize, s: Sums) ->
 
 #[inline(never)]
 fn seek_with<const R: u8, const SEQ2: bool>(
-    table: &Table,
+    table: &Filter,
     bs: usize,
     data: &[u8],
     x: usize,
@@ -180,16 +183,43 @@ fn block_sums_stored(z: &Zsync, seq2: bool, id: u32) -> (u32, u32) {
     (z.rsums[id as usize], w1)
 }
 
+/// What the scans of one seed share: the table of blocks by weak sums (read-only) and
+/// where each block was found (either half of a split search writes it); and a filter,
+/// which each scan has its own copy of.
+#[derive(Clone)]
+pub struct Shared {
+    table: Arc<Table>,
+    found: Arc<Vec<AtomicU64>>,
+    filter: Filter,
+}
+
+impl Shared {
+    /// The table of `z`'s candidate blocks, its full filter, no block found.
+    pub fn of(z: &Zsync) -> Shared {
+        let seq2 = z.seq_matches == 2;
+        let n = z.rsums.len() as u32;
+        let candidates = if seq2 { n.saturating_sub(1) } else { n };
+        let (table, filter) = Table::new(candidates, |i| block_sums_stored(z, seq2, i));
+        Shared {
+            table: Arc::new(table),
+            found: Arc::new((0..n).map(|_| AtomicU64::new(NONE)).collect()),
+            filter,
+        }
+    }
+}
+
 /// Searches one seed for a [`Zsync`]'s blocks (see the module's text).
 pub struct ZsyncScanner<'a> {
     z: &'a Zsync,
     sh: Shape,
     /// Nothing can be found (no block is a candidate): bytes are only counted.
     idle: bool,
-    table: Table,
+    /// The blocks by weak sums and where they were found, shared with the other half of
+    /// a split search; this scan's filter in front of the table.
+    table: Arc<Table>,
+    found: Arc<Vec<AtomicU64>>,
+    filter: Filter,
     known: Known,
-    /// Per block: the seed offset where it was found, [`NONE`] or [`BEYOND`].
-    found: Vec<u64>,
     /// Seed bytes from offset `base`; the window to examine next starts at `x`.
     buf: Vec<u8>,
     cap: usize,
@@ -215,14 +245,15 @@ pub struct ZsyncScanner<'a> {
 impl<'a> ZsyncScanner<'a> {
     /// A scanner of `z`'s blocks.
     pub fn new(z: &'a Zsync) -> ZsyncScanner<'a> {
-        ZsyncScanner::part(z, 0, None)
+        ZsyncScanner::part(z, Shared::of(z), 0, None)
     }
 
     /// A scanner of `z`'s blocks in part of a seed: fed the seed's bytes from offset
     /// `start` on, it examines the windows that start at `start` and after, before
     /// `stop` when given (it must then be fed [`ZsyncScanner::context`] bytes past
-    /// `stop`, or up to the seed's end).
-    pub fn part(z: &'a Zsync, start: u64, stop: Option<u64>) -> ZsyncScanner<'a> {
+    /// `stop`, or up to the seed's end); `shared` is [`Shared::of`] `z` (a clone for each
+    /// half of a split search).
+    pub fn part(z: &'a Zsync, shared: Shared, start: u64, stop: Option<u64>) -> ZsyncScanner<'a> {
         let n = z.rsums.len() as u32;
         let bs = z.block_size as usize;
         let sh = Shape {
@@ -232,15 +263,15 @@ impl<'a> ZsyncScanner<'a> {
             seq2: z.seq_matches == 2,
         };
         let candidates = if sh.seq2 { n.saturating_sub(1) } else { n };
-        let key = |i: u32| block_sums_stored(z, sh.seq2, i);
         let cap = sh.context() + CHUNK.max(bs);
         ZsyncScanner {
             z,
             sh,
             idle: candidates == 0,
-            table: Table::new(candidates, key),
+            table: shared.table,
+            found: shared.found,
+            filter: shared.filter,
             known: Known::new(n),
-            found: vec![NONE; n as usize],
             buf: Vec::with_capacity(if candidates == 0 { 0 } else { cap }),
             cap,
             base: start,
@@ -285,7 +316,7 @@ impl<'a> ZsyncScanner<'a> {
                 self.first = Some((s.a1, s.b1));
                 continue;
             }
-            let (at, mut s, h) = seek(&self.table, sh, &data, x, end, s);
+            let (at, mut s, h) = seek(&self.filter, sh, &data, x, end, s);
             x = at;
             if x == end {
                 self.sums = Some(s);
@@ -337,28 +368,29 @@ impl<'a> ZsyncScanner<'a> {
     }
 
     /// Checks every candidate of hash `h` not yet found (ascending) at window `x`;
-    /// takes each that matches. Drops found blocks from the bucket. True when one matched.
+    /// takes each that matches; the bucket's filter word is made again from the blocks
+    /// it has left not found. True when one matched.
     fn candidates(&mut self, data: &[u8], x: usize, s: &Sums, h: u32) -> bool {
         let key = self.sh.key(s);
         let (b, start, end) = self.table.bucket(h);
-        let mut keep = start;
         let mut window_md4: [Option<[u8; 16]>; 2] = [None, None];
-        let mut matched = false;
+        let (mut matched, mut stale) = (false, false);
         for k in start..end {
             let id = self.table.ids[k];
             if self.known.get(id) {
+                stale = true;
                 continue;
             }
             if self.block_key(id) == key && self.strong(data, x, id, &mut window_md4) {
                 matched = true;
                 self.take_match(id, x);
-                continue;
             }
-            self.table.ids[keep] = id;
-            keep += 1;
         }
-        let (z, seq2) = (self.z, self.sh.seq2);
-        self.table.shorten(b, keep, |i| block_sums_stored(z, seq2, i));
+        if matched || stale {
+            let (z, seq2, known) = (self.z, self.sh.seq2, &self.known);
+            let left = self.table.ids[start..end].iter().copied().filter(|&i| !known.get(i));
+            self.filter.refill(b, left, |i| block_sums_stored(z, seq2, i));
+        }
         matched
     }
 
@@ -396,16 +428,16 @@ impl<'a> ZsyncScanner<'a> {
         }
     }
 
-    /// Block `id`'s bytes are at buffer offset `at`: marks it found (the first place is
-    /// kept).
+    /// Block `id`'s bytes are at buffer offset `at`: marks it found. The first place is
+    /// kept: the lowest offset, as a scan takes a block once and moves forward, and a
+    /// split search's first half finds before its second ([`BEYOND`], at the seed's end,
+    /// is above every offset and below [`NONE`]).
     fn take(&mut self, id: u32, at: usize) {
         self.known.set(id);
-        let slot = &mut self.found[id as usize];
-        if *slot == NONE {
-            let off = self.base + at as u64;
-            let len = crate::delta::Index::piece(self.z, id as usize).target_len;
-            *slot = if off + len <= self.fed { off } else { BEYOND };
-        }
+        let off = self.base + at as u64;
+        let len = crate::delta::Index::piece(self.z, id as usize).target_len;
+        let at = if off + len <= self.fed { off } else { BEYOND };
+        self.found[id as usize].fetch_min(at, Ordering::Relaxed);
     }
 }
 
@@ -448,13 +480,20 @@ impl Scanner for ZsyncScanner<'_> {
             self.buf.resize(end + self.sh.context(), 0);
             self.process(self.window_end(end));
         }
-        let mut found = std::mem::take(&mut self.found);
-        drop(self);
-        for f in &mut found {
-            if *f == BEYOND {
-                *f = NONE;
-            }
-        }
+        let ZsyncScanner { found, .. } = *self;
+        // (The half of a split search that finishes last returns the finds of both; the
+        // other none, which [`Finds::merge_later`] takes for "see the other's".)
+        let Some(found) = Arc::into_inner(found) else {
+            return Finds::default();
+        };
+        // (Collected in place: an atomic and its value have one size.)
+        let found = found
+            .into_iter()
+            .map(|f| match f.into_inner() {
+                BEYOND => NONE,
+                at => at,
+            })
+            .collect();
         Finds::from_targets(found)
     }
 }

@@ -27,26 +27,30 @@ fn word_index(h: u32, len: usize) -> usize {
     ((u64::from(h) * len as u64) >> 32) as usize
 }
 
-/// Blocks by weak sums, in buckets by hash (ascending within one), each bucket with a
-/// filter word: a blocked Bloom filter, two bits set in the word per block, that lets
-/// through under 1 % of the windows that match no block. About one or two blocks a
-/// bucket (at most 2^18 buckets: 2 MiB of filter); a bucket's word is made again from
-/// the blocks left when found ones are dropped, so the windows of a region already
-/// found (a run of zeros) stop at the filter.
+/// Blocks by weak sums, in buckets by hash (ascending within one): about one or two
+/// blocks a bucket. Read-only once made, so the two halves of a split search share one
+/// (behind an `Arc`); each scan keeps its own [`Filter`] in front of it.
 pub struct Table {
-    words: Vec<u64>,
-    /// Bucket `b`'s blocks are `ids[starts[b]..ends[b]]`; `ends` shrinks as blocks are
-    /// dropped (found).
+    /// Bucket `b`'s blocks are `ids[starts[b]..starts[b + 1]]`.
     starts: Vec<u32>,
-    ends: Vec<u32>,
     /// Block ids, grouped by bucket, ascending within one.
     pub ids: Vec<u32>,
 }
 
+/// One scan's filter in front of a [`Table`]: a word per bucket, two bits set in it per
+/// block (a blocked Bloom filter) that lets through under 1 % of the windows that match
+/// no block. A bucket's word is made again from the blocks the scan has not found yet
+/// when it finds one, so the windows of a region already found (a run of zeros) stop at
+/// the filter. At most 2^18 buckets: 2 MiB.
+#[derive(Clone)]
+pub struct Filter {
+    words: Vec<u64>,
+}
+
 impl Table {
     /// A table of the blocks `0..n`, block `i` under the weak sums `sums(i)` (the second
-    /// 0 when windows are one block).
-    pub fn new(n: u32, sums: impl Fn(u32) -> (u32, u32)) -> Table {
+    /// 0 when windows are one block), and the filter of all its blocks.
+    pub fn new(n: u32, sums: impl Fn(u32) -> (u32, u32)) -> (Table, Filter) {
         let log = (u64::from(n).max(2) - 1).ilog2() + 1; // ceil(log2(n)), at least 1
         let buckets = 1usize << (log.clamp(5, 19) - 1);
         let mut starts = vec![0u32; buckets + 1];
@@ -68,38 +72,28 @@ impl Table {
             ends[b] += 1;
             words[b] |= filter_bits(h);
         }
-        starts.truncate(buckets);
-        Table {
-            words,
-            starts,
-            ends,
-            ids,
-        }
+        (Table { starts, ids }, Filter { words })
     }
 
-    /// False when no block has sums hashing to `h`.
+    /// The bucket of hash `h` and its range in [`Table::ids`].
+    pub fn bucket(&self, h: u32) -> (usize, usize, usize) {
+        let b = word_index(h, self.starts.len() - 1);
+        (b, self.starts[b] as usize, self.starts[b + 1] as usize)
+    }
+}
+
+impl Filter {
+    /// False when no block left in the filter has sums hashing to `h`.
     #[inline(always)]
     pub fn maybe(&self, h: u32) -> bool {
         let w = self.words[word_index(h, self.words.len())];
         w >> (h & 63) & 1 != 0 && w >> (h >> 6 & 63) & 1 != 0
     }
 
-    /// The bucket of hash `h` and its range in [`Table::ids`].
-    pub fn bucket(&self, h: u32) -> (usize, usize, usize) {
-        let b = word_index(h, self.words.len());
-        (b, self.starts[b] as usize, self.ends[b] as usize)
-    }
-
-    /// Bucket `b` now ends at `end` (its blocks from `end` on were dropped); its filter
-    /// word is made again from the blocks left (`sums` as for [`Table::new`]).
-    pub fn shorten(&mut self, b: usize, end: usize, sums: impl Fn(u32) -> (u32, u32)) {
-        if end == self.ends[b] as usize {
-            return;
-        }
-        self.ends[b] = end as u32;
-        self.words[b] = self.ids[self.starts[b] as usize..end]
-            .iter()
-            .map(|&i| {
+    /// Bucket `b`'s word made again from the blocks `left` (`sums` as for [`Table::new`]).
+    pub fn refill(&mut self, b: usize, left: impl Iterator<Item = u32>, sums: impl Fn(u32) -> (u32, u32)) {
+        self.words[b] = left
+            .map(|i| {
                 let (w0, w1) = sums(i);
                 filter_bits(hash(w0, w1))
             })

@@ -571,37 +571,38 @@ fn next_known_block() {
 #[test]
 fn table_lists_each_block_under_its_sums() {
     let sums: Vec<(u32, u32)> = (0..1000u32).map(|i| (i % 37, i % 37 + 1)).collect();
-    let t = Table::new(1000, |i| sums[i as usize]);
+    let (t, f) = Table::new(1000, |i| sums[i as usize]);
     for (i, &(w0, w1)) in sums.iter().enumerate() {
         let h = super::table::hash(w0, w1);
-        assert!(t.maybe(h));
+        assert!(f.maybe(h));
         let (_, start, end) = t.bucket(h);
         let ids = &t.ids[start..end];
         assert!(ids.contains(&(i as u32)));
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "ascending");
     }
     let misses = (0..100_000u32)
-        .filter(|&k| t.maybe(super::table::hash(k + 1000, k)))
+        .filter(|&k| f.maybe(super::table::hash(k + 1000, k)))
         .count();
     assert!(misses < 1000, "the filter lets {misses} of 100000 through");
-    // Blocks dropped from a bucket leave its filter word: the sums of the blocks left still
-    // pass, the dropped ones' no longer (unless they share both bits), an empty bucket
-    // passes nothing.
-    let mut t = t;
+    // A bucket's word made again from the blocks left: their sums still pass, the found
+    // ones' no longer (unless they share both bits), an empty bucket passes nothing; a
+    // copy of the filter (the other half of a split search) keeps its own word.
+    let mut f = f;
+    let other = f.clone();
     let h = super::table::hash(sums[5].0, sums[5].1);
     let (b, start, end) = t.bucket(h);
     let kept: Vec<u32> = t.ids[start..end].iter().copied().filter(|&i| i % 37 != 5).collect();
-    t.ids[start..start + kept.len()].copy_from_slice(&kept);
-    t.shorten(b, start + kept.len(), |i| sums[i as usize]);
+    f.refill(b, kept.iter().copied(), |i| sums[i as usize]);
     for &i in &kept {
-        assert!(t.maybe(super::table::hash(sums[i as usize].0, sums[i as usize].1)));
+        assert!(f.maybe(super::table::hash(sums[i as usize].0, sums[i as usize].1)));
     }
-    t.shorten(b, start, |i| sums[i as usize]);
+    f.refill(b, std::iter::empty(), |i| sums[i as usize]);
     assert!(
-        !t.maybe(h),
+        !f.maybe(h),
         "an emptied bucket's word still lets its blocks' sums through"
     );
-    assert!((0..100_000u32).all(|k| t.bucket(k).0 != b || !t.maybe(k)));
+    assert!((0..100_000u32).all(|k| t.bucket(k).0 != b || !f.maybe(k)));
+    assert!(other.maybe(h), "the copy's word changed with the original's");
 }
 
 #[test]
@@ -625,6 +626,11 @@ fn a_split_scan_finds_the_blocks_one_scan_finds() {
         for mid in [4096, 1_000_001, 1_499_999, seed.len() / 2, seed.len() - 3000] {
             let (got, _) = crate::delta::scan_split_bytes(&z, &seed, mid, 65_537).unwrap();
             let got = got.to_vec();
+            assert_eq!(
+                got.len(),
+                one.len(),
+                "{lengths:?} split at {mid}: the finds of both halves"
+            );
             for (i, (g, o)) in got.iter().zip(&one).enumerate() {
                 assert_eq!(g.is_some(), o.is_some(), "{lengths:?} split at {mid}: block {i}");
                 if let Some(Found::Target(at)) = g {
