@@ -168,7 +168,12 @@ def run_once(args, tool: str, urls, listfile, out: Path, ca, https, digests, src
         r["error"] = f"exit status {rc}"
     elif bad:
         r["error"] = f"{len(bad)} of {len(digests)} files missing or wrong (first: {bad[0]})"
-    shutil.rmtree(out, ignore_errors=True)
+    if args.defer_removal:
+        # (Removed after the last run: ext4 without a journal keeps an inode deleted in the
+        # last 60 s from reuse, and the next run's creates would walk past these.)
+        out.rename(args.out_dir / ".removed" / f"{out.name}-{time.monotonic_ns()}")
+    else:
+        shutil.rmtree(out, ignore_errors=True)
     return r
 
 
@@ -221,6 +226,9 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=18400)
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--no-drop", action="store_true", help="do not drop caches (not root)")
+    ap.add_argument("--defer-removal", action="store_true",
+                    help="keep every run's outputs until the last run ends, then remove them (the disk "
+                         "must hold runs x tools x sets)")
     args = ap.parse_args()
     if os.geteuid() != 0 and not args.no_drop:
         b.die("needs root to drop caches (or --no-drop)")
@@ -242,6 +250,8 @@ def main() -> int:
     www, tls, logs = args.work / "www", args.work / "tls", args.work / "logs"
     for d in (www, logs, args.out_dir, args.results):
         d.mkdir(parents=True, exist_ok=True)
+    if args.defer_removal:
+        (args.out_dir / ".removed").mkdir(exist_ok=True)
     b.ensure_tls(tls)
     sets = {s: ensure_set(www, *s) for s in args.sets}
     nginx = b.Nginx(args.work, www, tls, args.port, "12500k")
@@ -287,6 +297,8 @@ def main() -> int:
                 report["sets"].append({"title": title, "runs": runs})
     finally:
         nginx.stop()
+        if args.defer_removal:
+            shutil.rmtree(args.out_dir / ".removed", ignore_errors=True)
     text = "\n".join(md) + "\n"
     base = args.results / f"many-{stamp.strftime('%Y%m%d-%H%M%S')}"
     base.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")

@@ -829,6 +829,43 @@ fn a_file_there_asked_of_a_server_without_ranges_ends_exact() {
     assert!(err.contains("(1 already there, same size as on the server)"), "{err}");
 }
 
+/// A file whose bytes are all in gives its place among the `-j` files in flight and its
+/// connection to the next file while its fsync runs: at `-j 1 -v` the second file has
+/// started (its `engine` line, said as it starts) before the first is done (its `done:`
+/// line, said once its fsync came back and it was renamed), on the first file's one
+/// connection (nginx's connection serial numbers), and both land exact.
+#[test]
+fn a_syncing_file_gives_its_place_and_connection_to_the_next() {
+    let n = nginx();
+    let (base, shas) = serve("sync-gives", &[64 * KIB; 2]);
+    let dir = TestDir::new("list-sync-gives");
+    let url = n.http_url("");
+    let urls: Vec<String> = (0..shas.len()).map(|k| format!("{url}conn/{base}/f{k}.bin")).collect();
+    let before = n.conn_log(&format!("/conn/{base}/")).len();
+    let o = ringdl(&dir, &["-v", "-j", "1", "-Z", &urls[0], &urls[1]]);
+    let err = o.stderr_text();
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    let at = |prefix: &str| -> Vec<usize> {
+        err.lines()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with(prefix))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let (starts, dones) = (at("ringdl: engine "), at("ringdl: done: "));
+    assert_eq!((starts.len(), dones.len()), (2, 2), "{err}");
+    assert!(
+        starts[1] < dones[0],
+        "the second file started only after the first was synced and renamed\n{err}"
+    );
+    let served = n.conn_log(&format!("/conn/{base}/"));
+    let mine: std::collections::BTreeSet<u64> = served[before..].iter().map(|r| r.0).collect();
+    assert_eq!((served.len() - before, mine.len()), (2, 1), "{served:?}\n{err}");
+}
+
 /// With `-j 4` a run of 60 small files from one origin opens at most four connections
 /// (one per file in flight, each reused by the files after it), not one per file, over
 /// HTTP and HTTPS; over HTTPS at most four handshakes are made in the whole run.
@@ -978,6 +1015,8 @@ fn a_file_on_kept_connections_counts_only_those_it_used() {
     assert_eq!(sha256_file(&dir.join("f0.bin")), shas[0]);
     assert_eq!(sha256_file(&dir.join("f1.bin")), shas[1]);
     let j = json(&dir);
+    // (The big file's connections went to the reactor while its fsync ran: counted then.)
+    assert_eq!(j["files"][0]["connections"], 4, "{j}");
     let f = &j["files"][1];
     assert_eq!(f["connections"], 1, "{j}");
     assert_eq!(f["tls_connections"], 1, "{j}");

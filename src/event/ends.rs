@@ -73,6 +73,9 @@ pub(crate) struct EndState {
     /// The final fsync ran on the ring beside other transfers: its result
     /// ([`Loop::begin_sync`]).
     pub(crate) synced: Option<i32>,
+    /// Connections that served it, counted when they went to the reactor while its fsync
+    /// ran ([`Loop::hand_back_idle`]); `None` while it holds them.
+    pub(crate) served: Option<usize>,
 }
 
 /// The origins of a transfer's mirrors: mirrors under one origin key (scheme, host, port,
@@ -357,6 +360,7 @@ pub(crate) fn start_on<'c>(
             keys: all.keys,
             engine: (engine, ktls),
             synced: None,
+            served: None,
         },
     };
     match transfer_loop.begin(reactor, signals) {

@@ -5,6 +5,15 @@ use crate::event::Loop;
 use crate::report::Summary;
 
 impl Loop<'_> {
+    /// Connections that carried a response of this transfer (those handed to the reactor
+    /// while its fsync ran were counted then: [`Loop::hand_back_idle`]).
+    pub(crate) fn served_connections(&self) -> usize {
+        let here = (self.shared.used.iter().zip(&self.conns))
+            .filter(|(u, c)| **u && c.rx.served)
+            .count();
+        here + self.end_state.served.unwrap_or(0)
+    }
+
     /// What the download knows now, `bytes` being the file's size (or, after a failure,
     /// what the `.part` holds).
     pub(super) fn summary(
@@ -17,10 +26,7 @@ impl Loop<'_> {
         let mut s = Summary {
             bytes,
             fetched: self.shared.transfer.received,
-            connections: (self.shared.used.iter().zip(&self.conns))
-                .filter(|(u, c)| **u && c.rx.served)
-                .count()
-                .max(1),
+            connections: self.served_connections().max(1),
             reference: self.shared.transfer.reference,
             tls: self.tls_info.take().unwrap_or_else(|| "plain".to_owned()),
             elapsed: self.started.elapsed(),

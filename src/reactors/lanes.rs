@@ -115,6 +115,9 @@ struct Running<'c> {
     failed: Option<crate::error::Error>,
     /// Its bytes are all in; its final fsync is in flight ([`Loop::begin_sync`]).
     syncing: bool,
+    /// Its connections went to the reactor while it syncs ([`Loop::hand_back_idle`]): it
+    /// holds no connection slot, nor a place among the `-j` files in flight.
+    released: bool,
     /// It started on one reactor, as one of several files in flight, though it may spread
     /// ([`crate::reactors::may_spread`]); it was stopped to start again spread, alone in flight now
     /// ([`respread::recall_alone`]).
@@ -125,7 +128,11 @@ struct Running<'c> {
 impl Running<'_> {
     /// Connection slots it holds against its origins' caps ([`Loop::held`]).
     fn held(&self) -> usize {
-        self.transfer_loop.held(self.n)
+        if self.released {
+            0
+        } else {
+            self.transfer_loop.held(self.n)
+        }
     }
 }
 
@@ -156,14 +163,29 @@ pub fn run_many(
 ) -> Result<Option<&'static str>> {
     let lanes = many.lanes.clamp(1, usize::from(RUN_LANE));
     let n = many.connections.max(1);
-    let entries = (reactor::ring_entries(n) as usize * lanes + 8).next_power_of_two() as u32;
+    let syncing = syncing_lanes(lanes);
+    let entries =
+        (reactor::ring_entries(n) as usize * lanes + SYNCING_ENTRIES * syncing + 8).next_power_of_two() as u32;
     let (chosen, entries, splice) = reactor.take_ring(opts, entries, many.splice)?;
+    // (A file whose fsync runs holds no write block: the pools are sized for `lanes`.)
     reactor.size_pools(lanes, n, write_block())?;
     let cell = RingCell::new(chosen);
     let r = drive(feed, &cell, lanes, many, reactor);
     reactor.give_back((cell.into_inner(), entries, splice));
     r
 }
+
+/// Lanes beyond `-j` (`lanes`) for files whose bytes are all in and whose final fsync
+/// runs while the next files of the list start on their connections: each fsync waits
+/// for the disk (on a journaled file system, for a commit that several fsyncs share), and
+/// a file waiting there would otherwise keep its place and connection idle. At most
+/// `RUN_LANE` lanes in all.
+fn syncing_lanes(lanes: usize) -> usize {
+    (3 * lanes).max(8).min(usize::from(RUN_LANE) - lanes)
+}
+
+/// SQ entries a syncing lane may need at once: its fsync, its tick and their cancels.
+const SYNCING_ENTRIES: usize = 4;
 
 /// How long a run that failed waits for the files placed on other reactors to stop and
 /// say how they ended (each checks its stop on its tick and settles its writes within
@@ -177,7 +199,7 @@ fn drive(
     many: &Many,
     reactor: &mut Reactor,
 ) -> Result<Option<&'static str>> {
-    let mut slots: Vec<Slot<'_>> = (0..lanes).map(|_| Slot::Free).collect();
+    let mut slots: Vec<Slot<'_>> = (0..lanes + syncing_lanes(lanes)).map(|_| Slot::Free).collect();
     let threads = many.threads.max(1);
     let mut placed = HelperLedger {
         idle: vec![Vec::new(); threads],
@@ -250,7 +272,7 @@ fn turns<'c>(
 ) -> Result<Option<&'static str>> {
     let started = Instant::now();
     let mut next_progress = started;
-    let placing = arm_run_lane(cell, many, reactor, slots.len())?;
+    let placing = arm_run_lane(cell, many, reactor, many.lanes)?;
     let mut state = TurnState {
         exhausted: false,
         interrupted: None,
@@ -371,6 +393,10 @@ fn start_files<'c>(
 ) {
     let placing = state.placing;
     while state.interrupted.is_none() {
+        // (`-j` files in flight, not counting those that only wait for their fsync.)
+        if slots.iter().filter(|s| in_flight(s) && !released(s)).count() >= many.lanes.max(1) {
+            break;
+        }
         let Some(lane) = slots.iter().position(|s| matches!(s, Slot::Free)) else {
             break;
         };
@@ -449,7 +475,16 @@ fn step_lanes<'c>(
     #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
     for lane in 0..slots.len() {
         let Slot::Busy(r) = &mut slots[lane] else { continue };
-        let Some(step) = step_one(r, reactor) else { continue };
+        let (was, held) = (r.released, r.held());
+        let step = step_one(r, reactor);
+        if r.released && !was {
+            // Its connections went idle to the reactor: slots parked on its origins' caps
+            // ask now, and a lane may take the next file.
+            let keys = r.keys.clone();
+            wake_parked(slots, &keys, held, 0);
+            freed = true;
+        }
+        let Some(step) = step else { continue };
         let Slot::Busy(r) = std::mem::replace(&mut slots[lane], Slot::Draining { _hold: None }) else {
             unreachable!("matched Busy above")
         };
@@ -503,6 +538,7 @@ fn step_one(r: &mut Running<'_>, reactor: &mut Reactor) -> Option<Result<Option<
             match r.transfer_loop.begin_sync() {
                 Ok(true) => {
                     r.syncing = true;
+                    r.released = r.transfer_loop.hand_back_idle(reactor);
                     None
                 }
                 Ok(false) => Some(Ok(None)),
@@ -596,6 +632,7 @@ fn start<'c>(
                 n,
                 failed: None,
                 syncing: false,
+                released: false,
                 respreads: may && !spreads,
                 recalled: false,
             }));
@@ -665,4 +702,10 @@ fn adopt(r: &mut Running<'_>, reactor: &mut Reactor) {
 /// A transfer in flight (here or placed on another reactor).
 fn in_flight(s: &Slot<'_>) -> bool {
     matches!(s, Slot::Busy(_) | Slot::Placed(_))
+}
+
+/// A transfer that only waits for its fsync, its connections handed back
+/// ([`Loop::hand_back_idle`]).
+fn released(s: &Slot<'_>) -> bool {
+    matches!(s, Slot::Busy(r) if r.released)
 }

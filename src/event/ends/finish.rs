@@ -45,6 +45,30 @@ impl Loop<'_> {
     }
 }
 
+impl Loop<'_> {
+    /// While its final fsync runs, a transfer whose bytes are all in gives its connections
+    /// to `reactor` at once (as [`end`] would after the fsync), so that the next file of a
+    /// list takes them instead of waiting for the disk. Only when none has an op in flight
+    /// (their completions come to this transfer by index); returns whether they went.
+    /// The origins go too (what the reactor knows of them is merged, not replaced, and
+    /// again at the end).
+    pub(crate) fn hand_back_idle(&mut self, reactor: &mut Reactor) -> bool {
+        if self.end_state.served.is_some() || self.conns.iter().any(crate::control::Conn::busy) {
+            return false;
+        }
+        self.end_state.served = Some(self.served_connections());
+        let keys = &self.end_state.keys;
+        let mirrors = &self.shared.transfer.mirrors;
+        let conns = std::mem::take(&mut self.conns)
+            .into_iter()
+            .map(|c| (keys[mirrors[c.mirror].origin].clone(), c))
+            .collect();
+        let origins = keys.iter().cloned().zip(self.shared.origins.iter().cloned()).collect();
+        reactor.keep(origins, self.tls_info.clone(), conns, self.end_state.engine);
+        true
+    }
+}
+
 /// A 304 kept the output's file: read back for `--checksum` and `--signature` as a
 /// fetched one is (`None` when neither is asked, or when the output is not a regular
 /// file: a stream had nothing written, and a device to be checked is not asked with a
