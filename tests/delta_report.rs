@@ -289,6 +289,12 @@ fn multipart_answers_leave_their_connection_kept_alive() {
             "{index}: {ranges} ranges: more than one multi-range request"
         );
         let requests = s.delta()["requests"].as_u64().unwrap() as usize;
+        // (Several ranges per request, more than one such request: else one connection
+        // would prove nothing of a multipart answer's end.)
+        assert!(
+            (requests as u64) < ranges && requests >= 3,
+            "{index}: {requests} requests for {ranges} ranges"
+        );
         // (nginx logs a request once its answer is out: wait for the last line.)
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut log = nginx().conn_log(prefix)[seen..].to_vec();
@@ -410,4 +416,64 @@ fn a_server_answering_fewer_parts_is_asked_half_as_many_ranges() {
         "{asked:?}: {err}"
     );
     assert!(!err.contains("retry"), "no try spent: {err}");
+}
+
+/// A server of `file` that answers every request with a `200` of the whole file, chunked
+/// (no Content-Length, ranges ignored), then closes.
+fn chunked_whole_server(file: PathBuf) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let data = std::fs::read(&file).unwrap();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                    line.clear();
+                }
+                let mut w = stream;
+                let _ = w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+                for c in data.chunks(64 * 1024) {
+                    let _ = write!(w, "{:x}\r\n", c.len());
+                    let _ = w.write_all(c);
+                    let _ = w.write_all(b"\r\n");
+                }
+                let _ = w.write_all(b"0\r\n\r\n");
+            });
+        }
+    });
+    port
+}
+
+/// `--allow-full` with a byte bound holds an answer without Content-Length to it too: a
+/// chunked whole `.zck` larger than the bound is refused once landed (exit 11, refused
+/// `max_delta_bytes`), nothing written, the staging file removed; within the bound it lands.
+#[test]
+fn allow_full_holds_a_chunked_whole_file_to_a_byte_bound() {
+    let s = Site::new("fullchunked");
+    let port = chunked_whole_server(s.served("new.img.zck"));
+    let url = format!("http://127.0.0.1:{port}/new.img.zck");
+    let full = std::fs::metadata(s.served("new.img.zck")).unwrap().len();
+    let run = |bound: u64| {
+        let mut c = s.dir.ringdl();
+        c.args(["-x", "2", "--json"]).arg(s.dir.join("record.json"));
+        c.arg("-o").arg(s.out()).arg("--seed").arg(s.served("old.img"));
+        c.args(["--allow-full", "--max-delta-bytes"])
+            .arg(bound.to_string())
+            .arg(&url)
+            .run()
+    };
+    let o = run(full / 2);
+    o.assert_code(DELTA);
+    s.assert_no_output(&o);
+    let err = o.stderr_text();
+    assert!(
+        err.contains(&format!("the file is {full} bytes, more than {}", full / 2)),
+        "{err}"
+    );
+    assert_eq!(record(&s)["delta"]["refused"], "max_delta_bytes", "{err}");
+    assert!(!s.dir.join("new.img.delta.part").exists(), "staging file left\n{err}");
+    let o = run(full);
+    s.assert_landed(&o);
 }

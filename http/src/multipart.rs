@@ -203,7 +203,7 @@ impl Part<'_, '_> {
     /// delimiter `CRLF --boundary--` (optionally followed by one CRLF) and nothing else:
     /// with a second part or an epilogue it is longer.
     pub fn is_whole_body(&self, content_length: u64, boundary: &[u8]) -> bool {
-        // CRLF "--" boundary "--" CRLF.
+        // CRLF "--" boundary "--" (one more CRLF: the second form below).
         let closing = boundary.len() as u64 + 6;
         let exact = (self.head_len as u64)
             .saturating_add(self.len())
@@ -508,8 +508,8 @@ mod tests {
         blank.push(b'-');
         assert_eq!(part(&blank, b"B"), Err(PartError::TooLarge));
     }
-    /// The limits and forms the tests above leave at their edges (each found by
-    /// cargo-mutants as a change no test noticed).
+    /// The edges: a part head at and one byte past MAX_PART_HEAD, empty and trailing
+    /// parameters, an unclosed quoted boundary, padding after an unended delimiter line.
     #[test]
     fn edges() {
         // A part head of 2 KiB is under MAX_PART_HEAD (8 KiB); exactly MAX_PART_HEAD

@@ -24,7 +24,7 @@ use crate::delta::{Index, zck, zsync};
 use crate::err;
 use crate::error::Result;
 use crate::report::Record;
-use report::Report;
+use report::{Refused, Report};
 use stage::Staging;
 use target::Target;
 
@@ -89,7 +89,7 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
     let mut report = Report::new(name, opts.seeds.len(), opts.signature.is_some());
     let got = update(&opts, (&url, &format, &target), &mut report, record, per_run);
     // What the delta knew, refused or failed too.
-    record.delta = Some(report.json(got.as_ref().err()));
+    record.delta = Some(report.json());
     record.fetched = Some(report.fetched);
     record.requests = Some(report.requests);
     if let Err(e) = &got {
@@ -141,7 +141,7 @@ fn update(
         record,
         per_run,
     );
-    (report.fetched, report.requests) = (staging.fetched, staging.requests);
+    (report.fetched, report.requests, report.refused) = (staging.fetched, staging.requests, staging.refused);
     got?;
     staging.remove();
     Ok(())
@@ -472,6 +472,7 @@ fn fetch_pieces(opts: &Config, plan: &Plan, full: u64, staging: &mut Staging, pe
     if let Some(bound) = opts.max_delta {
         let most = bound.bytes(full);
         if plan.bytes() > most {
+            staging.refused = Some(Refused::MaxDeltaBytes);
             return Err(err!(
                 Delta,
                 "the delta needs {} bytes, more than --max-delta-bytes allows ({most} of a full {full})",
@@ -498,7 +499,7 @@ fn fetch_pieces(opts: &Config, plan: &Plan, full: u64, staging: &mut Staging, pe
 /// A server that answered a Range request with the whole file: with `--allow-full` the
 /// whole file (`full` bytes, when known) is fetched into the staging file (its state
 /// returned) within `--max-delta-bytes` (a larger Content-Length is refused before a byte
-/// lands), else `Delta`.
+/// lands, an answer without one once it landed), else `Delta`.
 fn no_ranges(
     opts: &Config,
     e: crate::error::Error,
@@ -507,6 +508,7 @@ fn no_ranges(
     per_run: &mut PerRun,
 ) -> Result<crate::output::resume::State> {
     if !opts.allow_full {
+        staging.refused = Some(Refused::NoRanges);
         return Err(err!(
             Delta,
             "{}; --allow-full would fetch the whole file instead",
@@ -519,6 +521,7 @@ fn no_ranges(
         None => None,
         Some(crate::config::DeltaBound::Percent(p)) if p >= 100.0 => None,
         Some(crate::config::DeltaBound::Percent(p)) => {
+            staging.refused = Some(Refused::MaxDeltaBytes);
             return Err(err!(
                 Delta,
                 "{}; the whole file is a full download, more than --max-delta-bytes {p}% allows",
@@ -531,6 +534,7 @@ fn no_ranges(
         && full > most
     {
         // (The words of the refusal of a larger Content-Length, `stage::Staging::fetch`.)
+        staging.refused = Some(Refused::MaxDeltaBytes);
         return Err(err!(
             Delta,
             "{}; the file is {full} bytes, more than {most}: {}",
@@ -550,9 +554,26 @@ fn no_ranges(
         .fetch(opts, None, opts.quiet, per_run)
         .map_err(|refused| match refused.kind {
             // (The size bound's refusal: the whole file is more than the delta may fetch.)
-            crate::error::Kind::Usage if staging.bound.is_some() => err!(Delta, "{}; {}", e.msg, refused.msg),
+            crate::error::Kind::Usage if staging.bound.is_some() => {
+                staging.refused = Some(Refused::MaxDeltaBytes);
+                err!(Delta, "{}; {}", e.msg, refused.msg)
+            }
             _ => refused,
         })?;
+    // (An answer without Content-Length, chunked or ended by the close, is held to the
+    // bound once it has landed: larger, it is refused and not used.)
+    if let Some(most) = staging.bound
+        && st.total > most
+    {
+        staging.refused = Some(Refused::MaxDeltaBytes);
+        return Err(err!(
+            Delta,
+            "{}; the file is {} bytes, more than {most}: {}",
+            e.msg,
+            st.total,
+            stage::bound_reason(most)
+        ));
+    }
     staging.whole = true;
     Ok(st)
 }

@@ -85,10 +85,12 @@ impl Loop<'_> {
 
     /// What the run's progress line shows of this transfer.
     pub(crate) fn flight(&self) -> Flight {
+        // (A partial fetch counts only its own ranges, as the one-file line does.)
+        let (have, total, _) = self.shared.transfer.shown();
         Flight {
             name: Flight::name_of(&self.shared.transfer.out_name),
-            have: self.shared.transfer.landed.bytes(),
-            total: self.shared.transfer.total,
+            have,
+            total,
             fetched: self.shared.transfer.received,
             live: self.live(),
             ranged: self.may_resume_spread(),

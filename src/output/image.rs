@@ -64,6 +64,9 @@ impl ImageWriter {
             Err(e) => return Err(err!(LocalIo, "{}: {e}", part.display())),
         };
         if let Err(e) = preallocate(&fd, len) {
+            // (ext4 and XFS keep what a failed fallocate reserved: given back first, the
+            // free space said is what the file system has without this target.)
+            let _ = rustix::fs::ftruncate(&fd, 0);
             let free = rustix::fs::fstatvfs(&fd).map(|v| v.f_bavail.saturating_mul(v.f_frsize));
             let _ = std::fs::remove_file(&part);
             return Err(err!(

@@ -393,8 +393,15 @@ fn start_files<'c>(
 ) {
     let placing = state.placing;
     while state.interrupted.is_none() {
-        // (`-j` files in flight, not counting those that only wait for their fsync.)
-        if slots.iter().filter(|s| in_flight(s) && !released(s)).count() >= many.lanes.max(1) {
+        // (`-j` files in flight or draining, not counting those that only wait for their
+        // fsync: a draining lane's cancelled receives still hold read blocks, and the
+        // pools are sized for `-j` lanes.)
+        if slots
+            .iter()
+            .filter(|s| !matches!(s, Slot::Free) && !released(s))
+            .count()
+            >= many.lanes.max(1)
+        {
             break;
         }
         let Some(lane) = slots.iter().position(|s| matches!(s, Slot::Free)) else {

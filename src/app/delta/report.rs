@@ -1,7 +1,14 @@
 //! What a delta did or learned, for its summary line and `--json`'s `delta` object: filled
 //! step by step, so that a delta refused or failed still reports what it knew then.
 
-use crate::error::{Error, Kind};
+/// Why a delta was refused (exit 11), as `--json`'s `delta.refused` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// More than `--max-delta-bytes` allows (the pieces, or the whole file).
+    MaxDeltaBytes,
+    /// The server serves no ranges, and `--allow-full` was not given.
+    NoRanges,
+}
 
 /// What a delta did, for its summary line and `--json`.
 pub(super) struct Report {
@@ -23,6 +30,7 @@ pub(super) struct Report {
     pub(super) fetched: u64,
     pub(super) requests: u64,
     pub(super) signed: bool,
+    pub(super) refused: Option<Refused>,
 }
 
 impl Report {
@@ -38,6 +46,7 @@ impl Report {
             fetched: 0,
             requests: 0,
             signed,
+            refused: None,
         }
     }
 
@@ -61,12 +70,12 @@ impl Report {
 
     /// The `delta` object: `null` for what the run did not learn; `refused` says why a
     /// delta was refused (exit 11): `max_delta_bytes` or `no_ranges`, else `null`.
-    pub(super) fn json(&self, failed: Option<&Error>) -> String {
+    pub(super) fn json(&self) -> String {
         let n = |v: Option<u64>| v.map_or_else(|| "null".to_owned(), |v| v.to_string());
-        let refused = match failed {
-            Some(e) if e.kind == Kind::Delta && e.msg.contains("--max-delta-bytes") => "\"max_delta_bytes\"",
-            Some(e) if e.kind == Kind::Delta => "\"no_ranges\"",
-            _ => "null",
+        let refused = match self.refused {
+            Some(Refused::MaxDeltaBytes) => "\"max_delta_bytes\"",
+            Some(Refused::NoRanges) => "\"no_ranges\"",
+            None => "null",
         };
         format!(
             "{{\"format\":\"{}\",\"seeds\":{},\"target_bytes\":{},\"reused_bytes\":{},\"needed_bytes\":{},\

@@ -25,6 +25,8 @@ pub(super) struct Staging {
     pub(super) whole: bool,
     /// The most bytes a whole download may have (`--max-delta-bytes` with `--allow-full`).
     pub(super) bound: Option<u64>,
+    /// Why the delta was refused (exit 11), set where it was.
+    pub(super) refused: Option<super::report::Refused>,
 }
 
 impl Staging {
@@ -36,6 +38,7 @@ impl Staging {
             requests: 0,
             whole: false,
             bound: None,
+            refused: None,
         }
     }
 

@@ -50,7 +50,7 @@ impl Loop<'_> {
     /// to `reactor` at once (as [`end`] would after the fsync), so that the next file of a
     /// list takes them instead of waiting for the disk. Only when none has an op in flight
     /// (their completions come to this transfer by index); returns whether they went.
-    /// The origins go too (what the reactor knows of them is merged, not replaced, and
+    /// The origins go too (what the reactor knows of them is merged, not replaced; not
     /// again at the end).
     pub(crate) fn hand_back_idle(&mut self, reactor: &mut Reactor) -> bool {
         if self.end_state.served.is_some() || self.conns.iter().any(crate::control::Conn::busy) {
@@ -374,7 +374,12 @@ fn end_finished(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<O
     if transfer_loop.interrupted.is_some() {
         reactor.interrupted = transfer_loop.interrupted;
     }
-    // What this transfer leaves open goes to the next one from the same origin.
+    // What this transfer leaves open goes to the next one from the same origin (already
+    // gone when it handed its connections back during its fsync: what it knew then is
+    // all it learned, and a second copy would undo what a later file taught the reactor).
+    if transfer_loop.end_state.served.is_some() {
+        return Ok(Outcome::Done(Box::new(summary)));
+    }
     let keys = std::mem::take(&mut transfer_loop.end_state.keys);
     let conns = std::mem::take(&mut transfer_loop.conns)
         .into_iter()
