@@ -520,12 +520,32 @@ fn a_server_that_refuses_many_ranges_is_asked_one_per_request() {
     }
 }
 
+/// Reads one request's head from `r`: the ranges its `Range: bytes=` field asks of a
+/// `len`-byte file (an open end or a last byte past the end clamped to `len - 1`; none
+/// without the field), or `None` once the client closed the connection.
+pub(crate) fn read_ranges(r: &mut impl std::io::BufRead, len: usize) -> Option<Vec<(usize, usize)>> {
+    let mut ranges = Vec::new();
+    let mut line = String::new();
+    while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
+            for r in v.trim().split(',') {
+                let (a, b) = r.split_once('-').unwrap();
+                let a: usize = a.parse().unwrap();
+                let b = b.parse().unwrap_or(len - 1).min(len - 1);
+                ranges.push((a, b));
+            }
+        }
+        line.clear();
+    }
+    (!line.is_empty()).then_some(ranges)
+}
+
 /// A server that serves `file` honestly to single-range requests and, to a multi-range
 /// one, a `multipart/byteranges` 206 that is either a lie (`chunked` false: its first part
 /// says Content-Range `first+4096-…`, a range not asked) or true but sent with chunked
 /// transfer coding (`chunked`), which ringdl does not read. Counts those answers.
 fn lying_server(file: PathBuf, chunked: bool) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufReader, Write};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -538,22 +558,9 @@ fn lying_server(file: PathBuf, chunked: bool) -> (u16, std::sync::Arc<std::sync:
                 let mut r = BufReader::new(stream.try_clone().unwrap());
                 let mut w = stream;
                 loop {
-                    let mut ranges = Vec::new();
-                    let mut line = String::new();
-                    while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
-                            for r in v.trim().split(',') {
-                                let (a, b) = r.split_once('-').unwrap();
-                                let a: usize = a.parse().unwrap();
-                                let b = b.parse().unwrap_or(data.len() - 1).min(data.len() - 1);
-                                ranges.push((a, b));
-                            }
-                        }
-                        line.clear();
-                    }
-                    if line.is_empty() {
+                    let Some(ranges) = read_ranges(&mut r, data.len()) else {
                         return;
-                    }
+                    };
                     let total = data.len();
                     let mut out = Vec::new();
                     if let [(a, b)] = ranges[..] {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use crate::delta::{SIZE, Site, planned_ranges, staged};
+use crate::delta::{SIZE, Site, planned_ranges, read_ranges, staged};
 use crate::util::nginx;
 
 /// Bad usage.
@@ -335,22 +335,9 @@ fn serve_few_parts(stream: std::net::TcpStream, data: &[u8], most: usize, log: &
     let mut r = BufReader::new(stream.try_clone().unwrap());
     let mut w = stream;
     loop {
-        let mut ranges = Vec::new();
-        let mut line = String::new();
-        while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
-                for r in v.trim().split(',') {
-                    let (a, b) = r.split_once('-').unwrap();
-                    let a: usize = a.parse().unwrap();
-                    let b = b.parse().unwrap_or(data.len() - 1).min(data.len() - 1);
-                    ranges.push((a, b));
-                }
-            }
-            line.clear();
-        }
-        if line.is_empty() {
+        let Some(ranges) = read_ranges(&mut r, data.len()) else {
             return;
-        }
+        };
         log.lock().unwrap().push(ranges.len());
         let total = data.len();
         let mut out = Vec::new();

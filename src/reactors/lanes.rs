@@ -29,11 +29,13 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+mod adopt;
 mod caps;
 mod placing;
 mod respread;
 mod run_lane;
 
+use adopt::{adopt, adopt_idle};
 use caps::{grow_running, room_under_caps, share_origins, wake_parked};
 use placing::{HelperLedger, Placement, forget_idle, on_report, place, reactor_for, take_reports};
 use run_lane::{on_run_lane, on_signal, read_eventfd, read_signal};
@@ -657,52 +659,6 @@ fn start<'c>(
             // (A transfer that did not start has no redirect to follow.)
             let _ = feed.ended(id, Err(e), report, None, reactor);
         }
-    }
-}
-
-/// A transfer that would open another connection takes one another left idle to the same
-/// origin first (a large file after small ones); those served nothing by any origin go
-/// first (a running file would otherwise take the connection one with none waits for).
-/// (The drive loop adopts again before each step: connections a transfer that ended
-/// earlier in the same pass left.)
-fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
-    let mut lanes: Vec<(bool, usize)> = slots
-        .iter()
-        .enumerate()
-        .filter_map(|(lane, s)| match s {
-            Slot::Busy(r) => Some((
-                (0..r.transfer_loop.shared.origins.len()).any(|o| r.transfer_loop.serving(o) > 0),
-                lane,
-            )),
-            _ => None,
-        })
-        .collect();
-    lanes.sort_unstable();
-    for (_, lane) in lanes {
-        if let Slot::Busy(r) = &mut slots[lane] {
-            adopt(r, reactor);
-        }
-    }
-}
-
-/// Transfer `r` takes the idle connections to its origins it would open new ones for.
-fn adopt(r: &mut Running<'_>, reactor: &mut Reactor) {
-    if r.failed.is_some()
-        || r.syncing
-        || r.transfer_loop.shared.fatal.is_some()
-        || r.transfer_loop.shared.transfer.redirect.is_some()
-    {
-        return;
-    }
-    while let Some((i, o)) = r.transfer_loop.would_connect() {
-        let key = r.transfer_loop.end_state.key(o);
-        let Some(c) = reactor.take_idle(key, 1, r.transfer_loop.end_state.engine).pop() else {
-            // Idle ones it cannot take (set up for another engine) were counted as its own
-            // by `room_under_caps`: one closes for the connection it opens.
-            reactor.forget_one_idle(key);
-            break;
-        };
-        r.transfer_loop.adopt(i, c);
     }
 }
 
