@@ -281,6 +281,7 @@ fn a_signature_over_the_index_is_checked_before_any_piece() {
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     let o = s.fetch(&[&seed], "new.img.zck", &a);
     s.assert_landed(&o);
+    assert_eq!(s.delta()["index_signed"], true);
     std::fs::remove_file(s.out()).unwrap();
     // The .zsync's signature covers the control file itself; a signature over other
     // bytes fails (exit 10) and fetches no block.
@@ -293,6 +294,7 @@ fn a_signature_over_the_index_is_checked_before_any_piece() {
     let o = s.fetch(&[&seed], "new.img.zck", &a);
     o.assert_code(SIGNATURE);
     s.assert_no_output(&o);
+    assert_eq!(s.delta()["index_signed"], false, "a signature that failed");
 }
 
 #[test]

@@ -86,7 +86,7 @@ pub(super) fn run(opts: Box<Config>, record: &mut Record, per_run: &mut PerRun) 
         Format::Zchunk => "zchunk",
         Format::Zsync => "zsync",
     };
-    let mut report = Report::new(name, opts.seeds.len(), opts.signature.is_some());
+    let mut report = Report::new(name, opts.seeds.len());
     let got = update(&opts, (&url, &format, &target), &mut report, record, per_run);
     // What the delta knew, refused or failed too.
     record.delta = Some(report.json());
@@ -167,6 +167,7 @@ fn steps(
     };
     (report.target_len, report.full) = (Some(index.target_len()), Some(full));
     index_signature(opts, &index_bytes, record, per_run)?;
+    report.signed = opts.signature.is_some();
     drop(index_bytes);
     if target.device {
         // The slot must hold the image: said before the seeds are scanned.
