@@ -789,7 +789,7 @@ def timeline_table(c: dict) -> str:
         # and the time the file takes at that rate on every connection asked for.
         rate = med["conn_rate_bps"]
         ratio = f2(rate / limit) if rate and limit else "—"
-        at_rate = f2(c["size"] / (rate * c["connections"])) if rate else "—"
+        at_rate = f2(c["size"] / (rate * c["connections"])) if rate and limit else "—"
         out.append(f"| {tool} | {f2(med['first_request_s'], 3)} | {f2(med['last_byte_s'])} | "
                    f"{f2(med['tail_s'])} | {f2(med['gaps_s'], 3)} | {f2(med['requests'], 0)} | "
                    f"{f2(med['connections'], 0)} | {ideal} | {ratio} | {at_rate} |")
