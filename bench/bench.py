@@ -362,22 +362,33 @@ def timeline_stats(detail: list[dict], spawned: float) -> dict:
     first request started and the last one ended, the tail — from the moment the
     first connection finished its last request to the end, while others still ran — and
     the gaps: the time connections sat between two of their requests (a request's end as
-    nginx logged it to the next one's start on the same connection), summed."""
+    nginx logged it to the next one's start on the same connection), summed; and one
+    connection's rate (bytes/s over its requests of 1 MiB or more)."""
     if not detail:
         return {}
-    last_end = {}
+    last_end, moved = {}, {}
     for d in detail:
         last_end[d["conn"]] = max(last_end.get(d["conn"], 0.0), d["end"])
+        moved[d["conn"]] = moved.get(d["conn"], 0) + d["bytes"]
     first = min(d["start"] for d in detail)
     end = max(last_end.values())
+    # The tail counts connections that carried a body (1 MiB or more): axel's first
+    # connection only reads the head and closes.
+    carried = [e for k, e in last_end.items() if moved[k] >= 1 << 20] or list(last_end.values())
     gaps, prev = 0.0, {}
     for d in sorted(detail, key=lambda d: (d["conn"], d["start"])):
         if d["conn"] in prev:
             gaps += max(d["start"] - prev[d["conn"]], 0.0)
         prev[d["conn"]] = d["end"]
+    # What one connection got: bytes over the time its requests ran, over requests of
+    # 1 MiB or more (a probe, a head-only request or a 1-byte range says nothing).
+    big = [d for d in detail if d["bytes"] >= 1 << 20]
+    ran = sum(d["end"] - d["start"] for d in big)
+    rate = sum(d["bytes"] for d in big) / ran if ran > 0 else None
     return {"first_request_s": round(first - spawned, 3), "last_byte_s": round(end - spawned, 3),
-            "tail_s": round(end - min(last_end.values()), 3), "gaps_s": round(gaps, 3),
-            "connections": len(last_end), "requests": len(detail)}
+            "tail_s": round(end - min(carried), 3), "gaps_s": round(gaps, 3),
+            "connections": len(last_end), "requests": len(detail),
+            "conn_rate_bps": None if rate is None else round(rate)}
 
 
 def timeline_svg(detail: list[dict], spawned: float, wall: float, title: str) -> str:
@@ -757,22 +768,31 @@ def timeline_table(c: dict) -> str:
     """Where each tool's wall time went, medians over its successful runs, from nginx's
     per-request log: when the first request reached the server, when the last byte left
     it, the tail (first connection done → last byte), the gaps between a connection's
-    requests (summed over connections), requests and connections."""
-    out = ["| tool | first request s | last byte s | tail s | gaps s | requests | connections | ideal s |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    ideal = "—"
+    requests (summed over connections), requests and connections; on a shaped link the
+    ideal at `limit_rate`, what one connection got of it, and the ideal at that rate."""
+    out = ["| tool | first request s | last byte s | tail s | gaps s | requests | connections | ideal s "
+           "| rate / limit | ideal at that rate s |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    ideal, limit = "—", None
     if c["shaped"] and c["rate"]:
-        ideal = f2(c["size"] / (parse_size(c["rate"]) * c["connections"]))
+        limit = parse_size(c["rate"])
+        ideal = f2(c["size"] / (limit * c["connections"]))
     by_tool: dict = {}
     for r in c["runs_detail"]:
         if "error" not in r and r.get("timeline"):
             by_tool.setdefault(r["tool"], []).append(r["timeline"])
     for tool, ts in by_tool.items():
         med = {k: median([t.get(k) for t in ts]) for k in
-               ("first_request_s", "last_byte_s", "tail_s", "gaps_s", "requests", "connections")}
+               ("first_request_s", "last_byte_s", "tail_s", "gaps_s", "requests", "connections",
+                "conn_rate_bps")}
+        # The server's own pace: what a connection of this tool got (median over runs),
+        # and the time the file takes at that rate on every connection asked for.
+        rate = med["conn_rate_bps"]
+        ratio = f2(rate / limit) if rate and limit else "—"
+        at_rate = f2(c["size"] / (rate * c["connections"])) if rate and limit else "—"
         out.append(f"| {tool} | {f2(med['first_request_s'], 3)} | {f2(med['last_byte_s'])} | "
                    f"{f2(med['tail_s'])} | {f2(med['gaps_s'], 3)} | {f2(med['requests'], 0)} | "
-                   f"{f2(med['connections'], 0)} | {ideal} |")
+                   f"{f2(med['connections'], 0)} | {ideal} | {ratio} | {at_rate} |")
     return "\n".join(out)
 
 
