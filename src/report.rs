@@ -410,6 +410,9 @@ pub enum Note {
     },
     /// At the end: ops that went out on the registered output fd (`IOSQE_FIXED_FILE`).
     FixedFileOps { ops: u64 },
+    /// A list's file made durable with `files` others that finished beside it: one
+    /// syncfs(2) per file system instead of an fsync(2) each ([`crate::output::syncer`]).
+    SyncedTogether { files: usize },
     /// At the end: the SQPOLL thread's own CPU time (`--sqpoll`; not in the process's
     /// rusage until the thread exits).
     SqpollCpu { cpu: std::time::Duration },
@@ -494,6 +497,9 @@ impl std::fmt::Display for Note {
                 )
             }
             Note::FixedFileOps { ops } => write!(f, "{ops} ops on the registered output (writes, fallocate, fsync)"),
+            Note::SyncedTogether { files } => {
+                write!(f, "synced with {files} other finished files: one syncfs(2) of their file system")
+            }
             Note::SqpollCpu { cpu } => write!(f, "SQPOLL thread CPU {:.2} s", cpu.as_secs_f64()),
             Note::Planned { total, segments } => write!(
                 f,

@@ -71,7 +71,7 @@ pub(crate) struct EndState {
     /// The engine and kTLS switch its connections are set up for.
     pub(crate) engine: (EngineKind, bool),
     /// The final fsync ran on the ring beside other transfers: its result
-    /// ([`Loop::begin_sync`]).
+    /// ([`Loop::ready_to_sync`], [`Loop::push_fsync`]).
     pub(crate) synced: Option<i32>,
     /// Connections that served it, counted when they went to the reactor while its fsync
     /// ran ([`Loop::hand_back_idle`]); `None` while it holds them.
