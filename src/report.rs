@@ -498,7 +498,10 @@ impl std::fmt::Display for Note {
             }
             Note::FixedFileOps { ops } => write!(f, "{ops} ops on the registered output (writes, fallocate, fsync)"),
             Note::SyncedTogether { files } => {
-                write!(f, "synced with {files} other finished files: one syncfs(2) of their file system")
+                write!(
+                    f,
+                    "synced with {files} other finished files: one syncfs(2) of their file system"
+                )
             }
             Note::SqpollCpu { cpu } => write!(f, "SQPOLL thread CPU {:.2} s", cpu.as_secs_f64()),
             Note::Planned { total, segments } => write!(

@@ -135,6 +135,6 @@ mod tests {
             assert_eq!(Tag::decode(t.encode()), Some(t));
         }
         assert_eq!(Tag::decode(0), None);
-        assert_eq!(Tag::decode(14 << 32), None);
+        assert_eq!(Tag::decode(15 << 32), None);
     }
 }

@@ -222,7 +222,15 @@ fn drive(
     // Files handed over that wait for a lane and room under their caps, in order (a
     // redirect to follow goes first).
     let mut waiting = Waiting::new();
-    let r = turns(feed, cell, many, reactor, (&mut slots, &mut waiting), &mut placed, syncs);
+    let r = turns(
+        feed,
+        cell,
+        many,
+        reactor,
+        (&mut slots, &mut waiting),
+        &mut placed,
+        syncs,
+    );
     if r.is_err() {
         // The files placed on other reactors stop too, and their ends go to the feed: none
         // runs on unseen, nor keeps a helper's thread (joined when the run ends) busy. The
