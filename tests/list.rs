@@ -905,6 +905,57 @@ fn files_that_finish_together_are_synced_together() {
     );
 }
 
+/// A group sync that fails fails its files and renames none of them: with every
+/// syncfs(2) failing EIO (strace's fault injection), the run ends 7, each file synced in a
+/// group is said failed naming the error and keeps its whole bytes in its `.part` (no
+/// final name), and each file fsynced alone lands; at least one group was tried.
+#[test]
+fn a_failed_group_sync_renames_none_of_its_files() {
+    let n = nginx();
+    let (base, shas) = serve("sync-group-eio", &[64 * KIB; 24]);
+    let dir = TestDir::new("list-sync-group-eio");
+    let ca = n.ca_pem().display().to_string();
+    let url = n.https_url("");
+    let mut cmd = crate::util::TestCommand::new("strace");
+    cmd.args([
+        "-f",
+        "-o",
+        "trace.txt",
+        "-e",
+        "trace=syncfs",
+        "-e",
+        "inject=syncfs:error=EIO",
+    ])
+    .arg(crate::util::ringdl_bin())
+    .args(["-j", "4", "-Z", "--ca-certificate", &ca, "--retry-wait", "0"])
+    .args((0..shas.len()).map(|k| format!("{url}{base}/f{k}.bin")))
+    .current_dir(dir.path())
+    .timeout(HANG);
+    let o = cmd.run();
+    let err = o.stderr_text();
+    let trace = fs::read_to_string(dir.join("trace.txt")).unwrap();
+    let injected = trace.lines().filter(|l| l.contains("(INJECTED)")).count();
+    assert!(injected > 0, "no syncfs was made\n{trace}\n{err}");
+    assert_eq!(o.status.code(), Some(7), "{err}");
+    let mut failed = 0;
+    for (k, sha) in shas.iter().enumerate() {
+        let (file, part) = (dir.join(format!("f{k}.bin")), dir.join(format!("f{k}.bin.part")));
+        if file.exists() {
+            assert_eq!(&sha256_file(&file), sha, "f{k}\n{err}");
+            assert!(!part.exists(), "f{k}: both the file and its .part\n{err}");
+        } else {
+            failed += 1;
+            assert_eq!(&sha256_file(&part), sha, "f{k}.bin.part\n{err}");
+        }
+    }
+    assert!(failed > 0, "every file landed though each syncfs failed\n{err}");
+    let said = err
+        .lines()
+        .filter(|l| l.contains("syncfs(2) of the file system of") && l.contains("Input/output error"))
+        .count();
+    assert!(said >= failed, "{failed} files failed, {said} said so\n{err}");
+}
+
 /// With `-j 4` a run of 60 small files from one origin opens at most four connections
 /// (one per file in flight, each reused by the files after it), not one per file, over
 /// HTTP and HTTPS; over HTTPS at most four handshakes are made in the whole run.
