@@ -56,7 +56,7 @@ impl Loop<'_> {
     /// A sync of its output done elsewhere (the list's sync group) ended with `result`
     /// (0, or a negated errno), as the completion of [`Loop::push_fsync`] would.
     pub(crate) fn synced_elsewhere(&mut self, result: i32, files: usize) {
-        self.end_state.synced = Some(result);
+        self.end_state.synced = Some((result, true));
         if result >= 0 {
             self.shared.report.note(Note::SyncedTogether { files });
         }
@@ -425,23 +425,34 @@ fn sync_output(transfer_loop: &mut Loop<'_>, out: &Output, total: u64) -> Result
     if !(transfer_loop.shared.transfer.file || out.room.is_some()) {
         return Ok(());
     }
-    let r = match transfer_loop.end_state.synced.take() {
+    let (r, group) = match transfer_loop.end_state.synced.take() {
         Some(r) => r,
         None => {
             if transfer_loop.shared.transfer.file {
                 out.truncate(total)?;
             }
-            transfer_loop.wait_for(
+            let r = transfer_loop.wait_for(
                 Op::Fsync {
                     fd: transfer_loop.sink.out_fd,
                     datasync: false,
                 },
                 Tag::Fsync(0).encode(),
-            )?
+            )?;
+            (r, false)
         }
     };
     if r < 0 {
-        return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
+        let how = if group {
+            "syncfs(2) of the file system of"
+        } else {
+            "fsync"
+        };
+        return Err(err!(
+            LocalIo,
+            "{how} {}: {} (not renamed: its bytes may not be on disk)",
+            out.describe(),
+            errno(r)
+        ));
     }
     Ok(())
 }
