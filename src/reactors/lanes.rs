@@ -171,7 +171,7 @@ pub fn run_many(
     let entries =
         (reactor::ring_entries(n) as usize * lanes + SYNCING_ENTRIES * syncing + 8).next_power_of_two() as u32;
     let (chosen, entries, splice) = reactor.take_ring(opts, entries, many.splice)?;
-    // (A file whose fsync runs holds no write block: the pools are sized for `lanes`.)
+    // (A file waiting for its sync holds no write block: the pools are sized for `lanes`.)
     reactor.size_pools(lanes, n, write_block())?;
     let cell = RingCell::new(chosen);
     // (Its eventfd, READ on the ring, stays open until the ring's ops are settled.)
@@ -182,11 +182,11 @@ pub fn run_many(
     r
 }
 
-/// Lanes beyond `-j` (`lanes`) for files whose bytes are all in and whose final fsync
-/// runs while the next files of the list start on their connections: each fsync waits
-/// for the disk (on a journaled file system, for a commit that several fsyncs share), and
-/// a file waiting there would otherwise keep its place and connection idle. At most
-/// `RUN_LANE` lanes in all.
+/// Lanes beyond `-j` (`lanes`) for files whose bytes are all in and whose final sync
+/// runs (or waits for the run's next group: [`SyncGroup`]) while the next files of the
+/// list start on their connections: each sync waits for the disk, and a file waiting
+/// there would otherwise keep its place and connection idle. At most `RUN_LANE` lanes in
+/// all.
 fn syncing_lanes(lanes: usize) -> usize {
     (3 * lanes).max(8).min(usize::from(RUN_LANE) - lanes)
 }
@@ -509,7 +509,7 @@ fn step_lanes<'c>(
         let step = step_one(r, reactor);
         if r.syncing && !syncing {
             // Its bytes are all in: it waits for the run's next sync.
-            syncs.join(lane, r.id);
+            syncs.join(lane, r);
         }
         if r.released && !was {
             // Its connections went idle to the reactor: slots parked on its origins' caps

@@ -53,13 +53,19 @@ impl Loop<'_> {
         )
     }
 
-    /// A sync of its output done elsewhere (the list's sync group) ended with `result`
-    /// (0, or a negated errno), as the completion of [`Loop::push_fsync`] would.
-    pub(crate) fn synced_elsewhere(&mut self, result: i32, files: usize) {
+    /// A sync of its output done elsewhere (the list's sync group, with `others` files,
+    /// by `syncfs` syncfs(2) calls) ended with `result` (0, or a negated errno), as the
+    /// completion of [`Loop::push_fsync`] would.
+    pub(crate) fn synced_elsewhere(&mut self, result: i32, others: usize, syncfs: usize) {
         self.end_state.synced = Some((result, true));
         if result >= 0 {
-            self.shared.report.note(Note::SyncedTogether { files });
+            self.shared.report.note(Note::SyncedTogether { others, syncfs });
         }
+    }
+
+    /// Its output is a regular file (not a stream, nor a block device's room).
+    pub(crate) fn writes_a_file(&self) -> bool {
+        self.shared.transfer.file
     }
 
     /// The output, for a sync done elsewhere.
@@ -443,7 +449,7 @@ fn sync_output(transfer_loop: &mut Loop<'_>, out: &Output, total: u64) -> Result
     };
     if r < 0 {
         let how = if group {
-            "syncfs(2) of the file system of"
+            "sync (its group's syncfs, then its own fsync) of"
         } else {
             "fsync"
         };

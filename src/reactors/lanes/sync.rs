@@ -13,7 +13,7 @@ use super::run_lane::read_eventfd;
 use super::{Running, Slot};
 use crate::event::Reactor;
 use crate::lane::RingCell;
-use crate::output::syncer::{Member, Syncer};
+use crate::output::syncer::{Answer, Member, Syncer};
 use crate::tag::Tag;
 
 /// The run's sync group: files waiting for their sync, and the sync in flight.
@@ -58,10 +58,16 @@ fn fsync_alone(slots: &mut [Slot<'_>], lane: usize, id: usize) {
 }
 
 impl SyncGroup {
-    /// File `id` on `lane` has all its bytes in and its output readied
-    /// ([`crate::event::Loop::ready_to_sync`]): it waits for the next sync.
-    pub(super) fn join(&mut self, lane: usize, id: usize) {
-        self.pending.push((lane, id));
+    /// The transfer `r` on `lane` has all its bytes in and its output readied
+    /// ([`crate::event::Loop::ready_to_sync`]): a regular file waits for the next sync;
+    /// another output (a block device's room) is fsynced alone at once (its fsync flushes
+    /// the device's cache; a syncfs would reach only the file system its node is on).
+    pub(super) fn join(&mut self, lane: usize, r: &mut Running<'_>) {
+        if r.transfer_loop.writes_a_file() {
+            self.pending.push((lane, r.id));
+        } else if let Err(e) = r.transfer_loop.push_fsync() {
+            r.failed = Some(e);
+        }
     }
 
     /// Starts the next sync when none runs: one waiting file alone on its lane, several
@@ -113,7 +119,9 @@ impl SyncGroup {
                 Err(_) => fsync_alone(slots, lane, id),
             }
         }
-        let Some(syncer) = &self.syncer else { return };
+        let Some(syncer) = self.syncer.as_ref().filter(|_| !batch.is_empty()) else {
+            return;
+        };
         match syncer.send(batch) {
             Ok(()) => self.flight = Flight::Batch(keys),
             Err(_) => {
@@ -144,44 +152,59 @@ impl SyncGroup {
     }
 
     /// The sync thread's eventfd READ completed (`c`): the batch's results go to its
-    /// files ([`SyncGroup::take_results`]), and the READ goes again.
+    /// files ([`SyncGroup::take_results`]), and the READ goes again (after a count, EINTR
+    /// or EAGAIN; another failure, or a cancel, leaves the group without it: the next
+    /// files go alone).
     pub(super) fn on_done(&mut self, cell: &RingCell, c: uring::Completion, slots: &mut [Slot<'_>]) {
+        use rustix::io::Errno;
         self.take_results(slots);
         let Some(syncer) = &self.syncer else { return };
-        let cancelled = c.result == -rustix::io::Errno::CANCELED.raw_os_error();
+        let again = c.result >= 0
+            || [Errno::INTR, Errno::AGAIN]
+                .map(|e| -e.raw_os_error())
+                .contains(&c.result);
         let renewed = match c.buf {
-            Some(buf) if !cancelled => read_eventfd(cell, syncer.bell(), buf, Tag::Synced).is_ok(),
+            Some(buf) if again => read_eventfd(cell, syncer.bell(), buf, Tag::Synced).is_ok(),
             _ => false,
         };
         if !renewed {
             // (No READ wakes the run now: a batch in flight is answered at a later turn —
-            // its files' ticks wake the ring — and the next files go alone.)
+            // its files' ticks wake the ring.)
             self.refused = true;
         }
     }
 
-    /// The results of the batch in flight, when the thread gave them: each file ends as
-    /// after its own fsync ([`crate::event::Loop::synced_elsewhere`]). Called at each
-    /// turn too (cheap: a channel's `try_recv`), for a READ that could not be renewed.
+    /// The answer to the batch in flight, when the thread gave it: each file ends as after
+    /// its own fsync ([`crate::event::Loop::synced_elsewhere`]); a file the answer does
+    /// not name, or every file when the thread is gone, is fsynced alone on the ring.
+    /// Called at each turn (a channel's `try_recv`), for a READ that could not be renewed.
     pub(super) fn take_results(&mut self, slots: &mut [Slot<'_>]) {
         let Some(syncer) = &self.syncer else { return };
         if !matches!(self.flight, Flight::Batch(_)) {
             return;
         }
-        let results = syncer.results();
-        if results.is_empty() {
-            return;
-        }
+        let (results, calls) = match syncer.answer() {
+            Answer::NotYet => return,
+            Answer::Done(results, calls) => (results, calls),
+            Answer::Gone => {
+                self.refused = true;
+                (Vec::new(), 0)
+            }
+        };
         let Flight::Batch(keys) = std::mem::take(&mut self.flight) else {
             return;
         };
-        let others = keys.len().saturating_sub(1);
+        let mut answered = vec![false; keys.len()];
         for (key, result) in results {
             if let Some(&(lane, id)) = keys.get(key)
                 && let Some(r) = member(slots, lane, id)
             {
-                r.transfer_loop.synced_elsewhere(result, others);
+                answered[key] = true;
+                r.transfer_loop.synced_elsewhere(result, keys.len() - 1, calls);
             }
+        }
+        for (&(lane, id), _) in keys.iter().zip(answered).filter(|(_, a)| !a) {
+            fsync_alone(slots, lane, id);
         }
     }
 }
