@@ -410,6 +410,10 @@ pub enum Note {
     },
     /// At the end: ops that went out on the registered output fd (`IOSQE_FIXED_FILE`).
     FixedFileOps { ops: u64 },
+    /// A list's file made durable on the sync thread with `others` files that finished
+    /// beside it, by `syncfs` syncfs(2) calls (one per file system that allows it; the
+    /// other files fsynced each: [`crate::output::syncer`]).
+    SyncedTogether { others: usize, syncfs: usize },
     /// At the end: the SQPOLL thread's own CPU time (`--sqpoll`; not in the process's
     /// rusage until the thread exits).
     SqpollCpu { cpu: std::time::Duration },
@@ -494,6 +498,15 @@ impl std::fmt::Display for Note {
                 )
             }
             Note::FixedFileOps { ops } => write!(f, "{ops} ops on the registered output (writes, fallocate, fsync)"),
+            Note::SyncedTogether { others, syncfs } => write!(
+                f,
+                "synced with {others} other finished files: {}",
+                match syncfs {
+                    0 => "an fsync(2) each".to_owned(),
+                    1 => "one syncfs(2)".to_owned(),
+                    n => format!("{n} syncfs(2), one per file system"),
+                }
+            ),
             Note::SqpollCpu { cpu } => write!(f, "SQPOLL thread CPU {:.2} s", cpu.as_secs_f64()),
             Note::Planned { total, segments } => write!(
                 f,

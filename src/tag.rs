@@ -36,6 +36,9 @@ pub(crate) enum Tag {
     /// `--threads`, on a helper: the READ of its own eventfd, which the reactor that gave
     /// it the part or placed transfer rings after posting a stop to it.
     Nudge,
+    /// A list's run: the READ of the eventfd its sync thread rings after syncing a batch of
+    /// finished files ([`crate::output::syncer`]).
+    Synced,
 }
 
 /// The signal a [`Tag::Signal`] completion's siginfo names, for messages (SIGTERM, else
@@ -70,6 +73,7 @@ impl Tag {
             Tag::Pace => (11, 0),
             Tag::Mail => (12, 0),
             Tag::Nudge => (13, 0),
+            Tag::Synced => (14, 0),
         };
         let index = u32::try_from(index).expect("tag index fits 32 bits");
         (kind << KIND_SHIFT) | u64::from(index)
@@ -92,6 +96,7 @@ impl Tag {
             11 => Tag::Pace,
             12 => Tag::Mail,
             13 => Tag::Nudge,
+            14 => Tag::Synced,
             _ => return None,
         })
     }
@@ -125,10 +130,11 @@ mod tests {
             Tag::Pace,
             Tag::Mail,
             Tag::Nudge,
+            Tag::Synced,
         ] {
             assert_eq!(Tag::decode(t.encode()), Some(t));
         }
         assert_eq!(Tag::decode(0), None);
-        assert_eq!(Tag::decode(14 << 32), None);
+        assert_eq!(Tag::decode(15 << 32), None);
     }
 }

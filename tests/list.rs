@@ -866,6 +866,115 @@ fn a_syncing_file_gives_its_place_and_connection_to_the_next() {
     assert_eq!((served.len() - before, mine.len()), (2, 1), "{served:?}\n{err}");
 }
 
+/// Files of a list that finish while another file's sync runs are made durable together
+/// (one syncfs(2) for the group, `-v` says "synced with N other finished files"): over 40
+/// small files at `-j 4` some were, every file lands exact and is said done once, and no
+/// `.part` is left. (Groups form while a sync takes time: on the test directory's disk,
+/// not on a tmpfs, where each sync returns at once.)
+#[test]
+fn files_that_finish_together_are_synced_together() {
+    let n = nginx();
+    let (base, shas) = serve("sync-group", &[64 * KIB; 40]);
+    let dir = TestDir::new("list-sync-group");
+    let url = n.https_url("");
+    let urls: Vec<String> = (0..shas.len()).map(|k| format!("{url}{base}/f{k}.bin")).collect();
+    let mut args = vec!["-v", "-j", "4", "-Z"];
+    args.extend(urls.iter().map(String::as_str));
+    let o = ringdl(&dir, &args);
+    let err = o.stderr_text();
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+        assert!(
+            !dir.join(format!("f{k}.bin.part")).exists(),
+            "f{k}.bin.part left\n{err}"
+        );
+    }
+    let together = err
+        .lines()
+        .filter_map(|l| l.split("synced with ").nth(1))
+        .filter_map(|t| t.split(' ').next()?.parse::<usize>().ok())
+        .collect::<Vec<_>>();
+    assert!(
+        together.iter().any(|&others| others >= 1),
+        "no file was synced with another\n{err}"
+    );
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("ringdl: done: ")).count(),
+        40,
+        "{err}"
+    );
+}
+
+/// 24 small files at `-j 4` under strace with the given syscalls failing EIO (strace's
+/// fault injection; the ring's own fsyncs are not system calls and are untouched): the
+/// run's output, its stderr, and the number of syncfs(2) calls that failed.
+fn with_injected_eio(test: &str, calls: &str) -> (TestDir, Vec<String>, crate::util::Output, usize) {
+    let n = nginx();
+    let (base, shas) = serve(test, &[64 * KIB; 24]);
+    let dir = TestDir::new(&format!("list-{test}"));
+    let ca = n.ca_pem().display().to_string();
+    let url = n.https_url("");
+    let mut cmd = crate::util::TestCommand::new("strace");
+    cmd.args(["-f", "-o", "trace.txt", "-e", &format!("trace={calls}")])
+        .args(["-e", &format!("inject={calls}:error=EIO")])
+        .arg(crate::util::ringdl_bin())
+        .args(["-j", "4", "-Z", "--ca-certificate", &ca, "--retry-wait", "0"])
+        .args((0..shas.len()).map(|k| format!("{url}{base}/f{k}.bin")))
+        .current_dir(dir.path())
+        .timeout(HANG);
+    let o = cmd.run();
+    let trace = fs::read_to_string(dir.join("trace.txt")).unwrap();
+    let syncfs = trace
+        .lines()
+        .filter(|l| l.contains("syncfs(") && l.contains("(INJECTED)"))
+        .count();
+    (dir, shas, o, syncfs)
+}
+
+/// A group's syncfs(2) that fails is not the end of its files: each is fsynced on its own
+/// (only a file whose own writeback failed would fail), so with every syncfs failing EIO
+/// every file lands exact, exit 0.
+#[test]
+fn a_failed_group_syncfs_falls_back_to_each_files_fsync() {
+    let (dir, shas, o, syncfs) = with_injected_eio("sync-group-syncfs-eio", "syncfs");
+    let err = o.stderr_text();
+    assert!(syncfs > 0, "no syncfs was made\n{err}");
+    o.assert_success();
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+}
+
+/// A group sync that fails (its syncfs, then each file's own fsync, EIO) fails its files
+/// and renames none of them: the run ends 7, each such file is said failed naming the
+/// sync and keeps its whole bytes in its `.part` (no final name) — at least the two files
+/// of each failed group —, and each file fsynced alone on the ring lands.
+#[test]
+fn a_failed_group_sync_renames_none_of_its_files() {
+    let (dir, shas, o, syncfs) = with_injected_eio("sync-group-eio", "syncfs,fsync");
+    let err = o.stderr_text();
+    assert!(syncfs > 0, "no syncfs was made\n{err}");
+    assert_eq!(o.status.code(), Some(7), "{err}");
+    let mut failed = 0;
+    for (k, sha) in shas.iter().enumerate() {
+        let (file, part) = (dir.join(format!("f{k}.bin")), dir.join(format!("f{k}.bin.part")));
+        if file.exists() {
+            assert_eq!(&sha256_file(&file), sha, "f{k}\n{err}");
+            assert!(!part.exists(), "f{k}: both the file and its .part\n{err}");
+        } else {
+            failed += 1;
+            assert_eq!(&sha256_file(&part), sha, "f{k}.bin.part\n{err}");
+        }
+    }
+    assert!(failed >= 2 * syncfs, "{syncfs} groups failed, {failed} files\n{err}");
+    let said = err
+        .lines()
+        .filter(|l| l.contains("sync (its group's syncfs, then its own fsync) of") && l.contains("Input/output error"))
+        .count();
+    assert_eq!(said, failed, "{failed} files failed, {said} said so\n{err}");
+}
+
 /// With `-j 4` a run of 60 small files from one origin opens at most four connections
 /// (one per file in flight, each reused by the files after it), not one per file, over
 /// HTTP and HTTPS; over HTTPS at most four handshakes are made in the whole run.

@@ -70,9 +70,10 @@ pub(crate) struct EndState {
     keys: Vec<OriginKey>,
     /// The engine and kTLS switch its connections are set up for.
     pub(crate) engine: (EngineKind, bool),
-    /// The final fsync ran on the ring beside other transfers: its result
-    /// ([`Loop::begin_sync`]).
-    pub(crate) synced: Option<i32>,
+    /// The final sync ran beside other transfers: its result (0 or a negated errno), and
+    /// whether it was the syncfs(2) of a group ([`Loop::ready_to_sync`],
+    /// [`Loop::push_fsync`], [`Loop::synced_elsewhere`]).
+    pub(crate) synced: Option<(i32, bool)>,
     /// Connections that served it, counted when they went to the reactor while its fsync
     /// ran ([`Loop::hand_back_idle`]); `None` while it holds them.
     pub(crate) served: Option<usize>,

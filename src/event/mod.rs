@@ -343,7 +343,7 @@ impl Loop<'_> {
                     self.save_control(snap);
                 }
             }
-            Some(Tag::Fsync(0)) => self.end_state.synced = Some(c.result),
+            Some(Tag::Fsync(0)) => self.end_state.synced = Some((c.result, false)),
             Some(Tag::Mail) if c.result >= 0 => self.on_mail(c.buf)?,
             Some(Tag::Mail) => {
                 return Err(err!(LocalIo, "reading the reactors' eventfd: {}", errno(c.result)));

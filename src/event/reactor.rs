@@ -191,7 +191,8 @@ impl Reactor {
         }
     }
 
-    /// The block the eventfd READ of `--threads` goes into (one per reactor, kept).
+    /// The blocks the eventfd READs of `--threads` and of a list's sync thread go into
+    /// (one pool per reactor, kept).
     ///
     /// # Errors
     /// `LocalIo` when it cannot be mapped.

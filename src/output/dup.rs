@@ -62,6 +62,7 @@ impl Output {
             of_part: self.of_part,
             id: self.id,
             reads: self.reads,
+            opened: self.opened,
         })
     }
 }

@@ -31,6 +31,8 @@ pub struct PartLock {
     /// read, by [`lock_part`]).
     pub(super) id: Option<FileKey>,
     pub(super) len: u64,
+    /// Its place in the order of the process's outputs ([`Output::opened`]).
+    pub(super) opened: u64,
 }
 
 impl PartLock {
@@ -212,6 +214,7 @@ fn open_locked(part: &Path, flags: OFlags, mode: Mode, direct: bool) -> Result<P
         reads,
         id: d.as_ref().map(|d| d.key),
         len: d.map_or(0, |d| d.len),
+        opened: super::next_opened(),
     })
 }
 

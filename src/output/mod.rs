@@ -17,6 +17,7 @@ pub(crate) mod fresh;
 pub mod image;
 pub(crate) mod resume;
 mod special;
+pub(crate) mod syncer;
 pub(crate) mod verify;
 use crate::error::Result;
 use special::open_waiting;
@@ -51,6 +52,16 @@ pub struct Output {
     /// The description reads as well as writes (`O_RDWR`: the read-back goes through it).
     /// `None`: not known, asked by fcntl(2) F_GETFL.
     reads: Option<bool>,
+    /// When it was opened, in the order of this process's outputs (a duplicate keeps its
+    /// original's): which of several descriptors saw a file system's errors longest
+    /// ([`syncer`]).
+    pub(crate) opened: u64,
+}
+
+/// The next [`Output::opened`] number.
+fn next_opened() -> u64 {
+    static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A file's identity: its device and inode numbers (stat(2) `st_dev`, `st_ino`).
@@ -229,6 +240,7 @@ impl Output {
                 of_part: false,
                 id: None,
                 reads: None,
+                opened: next_opened(),
             });
         }
         let final_path = path.expect("a regular file has a path");
@@ -266,6 +278,7 @@ impl Output {
             of_part: false,
             id: None,
             reads: Some(false),
+            opened: next_opened(),
         })
     }
 
@@ -305,6 +318,7 @@ impl Output {
             of_part: false,
             id: lock.id,
             reads: Some(lock.reads),
+            opened: lock.opened,
         })
     }
 
@@ -328,6 +342,7 @@ impl Output {
             of_part: false,
             id: None,
             reads: None,
+            opened: next_opened(),
         })
     }
 

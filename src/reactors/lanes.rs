@@ -34,11 +34,13 @@ mod caps;
 mod placing;
 mod respread;
 mod run_lane;
+mod sync;
 
 use adopt::{adopt, adopt_idle};
 use caps::{grow_running, room_under_caps, share_origins, wake_parked};
 use placing::{HelperLedger, Placement, forget_idle, on_report, place, reactor_for, take_reports};
 use run_lane::{on_run_lane, on_signal, read_eventfd, read_signal};
+use sync::SyncGroup;
 
 use crate::config::Config;
 use crate::control::origin::OriginKey;
@@ -115,7 +117,7 @@ struct Running<'c> {
     n: usize,
     /// A completion's handling failed: the transfer ends with it.
     failed: Option<crate::error::Error>,
-    /// Its bytes are all in; its final fsync is in flight ([`Loop::begin_sync`]).
+    /// Its bytes are all in; it waits for its sync ([`Loop::ready_to_sync`], [`SyncGroup`]).
     syncing: bool,
     /// Its connections went to the reactor while it syncs ([`Loop::hand_back_idle`]): it
     /// holds no connection slot, nor a place among the `-j` files in flight.
@@ -169,19 +171,22 @@ pub fn run_many(
     let entries =
         (reactor::ring_entries(n) as usize * lanes + SYNCING_ENTRIES * syncing + 8).next_power_of_two() as u32;
     let (chosen, entries, splice) = reactor.take_ring(opts, entries, many.splice)?;
-    // (A file whose fsync runs holds no write block: the pools are sized for `lanes`.)
+    // (A file waiting for its sync holds no write block: the pools are sized for `lanes`.)
     reactor.size_pools(lanes, n, write_block())?;
     let cell = RingCell::new(chosen);
-    let r = drive(feed, &cell, lanes, many, reactor);
+    // (Its eventfd, READ on the ring, stays open until the ring's ops are settled.)
+    let mut syncs = SyncGroup::default();
+    let r = drive(feed, &cell, lanes, many, reactor, &mut syncs);
     reactor.give_back((cell.into_inner(), entries, splice));
+    drop(syncs);
     r
 }
 
-/// Lanes beyond `-j` (`lanes`) for files whose bytes are all in and whose final fsync
-/// runs while the next files of the list start on their connections: each fsync waits
-/// for the disk (on a journaled file system, for a commit that several fsyncs share), and
-/// a file waiting there would otherwise keep its place and connection idle. At most
-/// `RUN_LANE` lanes in all.
+/// Lanes beyond `-j` (`lanes`) for files whose bytes are all in and whose final sync
+/// runs (or waits for the run's next group: [`SyncGroup`]) while the next files of the
+/// list start on their connections: each sync waits for the disk, and a file waiting
+/// there would otherwise keep its place and connection idle. At most `RUN_LANE` lanes in
+/// all.
 fn syncing_lanes(lanes: usize) -> usize {
     (3 * lanes).max(8).min(usize::from(RUN_LANE) - lanes)
 }
@@ -200,6 +205,7 @@ fn drive(
     lanes: usize,
     many: &Many,
     reactor: &mut Reactor,
+    syncs: &mut SyncGroup,
 ) -> Result<Option<&'static str>> {
     let mut slots: Vec<Slot<'_>> = (0..lanes + syncing_lanes(lanes)).map(|_| Slot::Free).collect();
     let threads = many.threads.max(1);
@@ -216,7 +222,15 @@ fn drive(
     // Files handed over that wait for a lane and room under their caps, in order (a
     // redirect to follow goes first).
     let mut waiting = Waiting::new();
-    let r = turns(feed, cell, many, reactor, (&mut slots, &mut waiting), &mut placed);
+    let r = turns(
+        feed,
+        cell,
+        many,
+        reactor,
+        (&mut slots, &mut waiting),
+        &mut placed,
+        syncs,
+    );
     if r.is_err() {
         // The files placed on other reactors stop too, and their ends go to the feed: none
         // runs on unseen, nor keeps a helper's thread (joined when the run ends) busy. The
@@ -271,6 +285,7 @@ fn turns<'c>(
     reactor: &mut Reactor,
     (slots, waiting): (&mut [Slot<'c>], &mut Waiting),
     placed: &mut HelperLedger,
+    syncs: &mut SyncGroup,
 ) -> Result<Option<&'static str>> {
     let started = Instant::now();
     let mut next_progress = started;
@@ -294,7 +309,11 @@ fn turns<'c>(
         // read-back) stops the run before another file starts; the helpers' wake-up
         // taken then is read again.
         while let Some(c) = cell.take_stashed(RUN_LANE) {
-            on_run_lane(cell, (many, reactor), c, slots, &mut state.interrupted)?;
+            if Tag::decode(c.tag) == Some(Tag::Synced) {
+                syncs.on_done(cell, c, slots);
+            } else {
+                on_run_lane(cell, (many, reactor), c, slots, &mut state.interrupted)?;
+            }
         }
         // A file handed over but not started goes back when the run stops.
         if state.interrupted.is_some() || feed.stopping() {
@@ -315,7 +334,9 @@ fn turns<'c>(
         }
         share_origins(slots);
         adopt_idle(slots, reactor);
-        let freed = step_lanes(feed, cell, reactor, (slots, waiting), state.interrupted)?;
+        syncs.take_results(slots);
+        let freed = step_lanes(feed, cell, reactor, (slots, waiting), (state.interrupted, syncs))?;
+        syncs.start(cell, reactor, slots);
         let idle = slots.iter().all(|s| matches!(s, Slot::Free));
         if idle && waiting.is_empty() && (state.exhausted || state.interrupted.is_some()) {
             // (A signal that came meanwhile is said all the same.)
@@ -345,7 +366,7 @@ fn turns<'c>(
             }
             share_origins(slots);
         }
-        reap(cell, (many, reactor), slots, &mut state.interrupted)?;
+        reap(cell, (many, reactor), slots, &mut state.interrupted, syncs)?;
     }
 }
 
@@ -478,14 +499,18 @@ fn step_lanes<'c>(
     cell: &'c RingCell,
     reactor: &mut Reactor,
     (slots, waiting): (&mut [Slot<'c>], &mut Waiting),
-    interrupted: Option<&'static str>,
+    (interrupted, syncs): (Option<&'static str>, &mut SyncGroup),
 ) -> Result<bool> {
     let mut freed = false;
     #[allow(clippy::needless_range_loop)] // (the slot is replaced by index)
     for lane in 0..slots.len() {
         let Slot::Busy(r) = &mut slots[lane] else { continue };
-        let (was, held) = (r.released, r.held());
+        let (was, held, syncing) = (r.released, r.held(), r.syncing);
         let step = step_one(r, reactor);
+        if r.syncing && !syncing {
+            // Its bytes are all in: it waits for the run's next sync.
+            syncs.join(lane, r);
+        }
         if r.released && !was {
             // Its connections went idle to the reactor: slots parked on its origins' caps
             // ask now, and a lane may take the next file.
@@ -525,7 +550,8 @@ fn step_lanes<'c>(
 }
 
 /// One step of transfer `r`: its end when it has one (as [`Loop::step`] gives it), else
-/// `None`. A finished file's fsync runs beside the other transfers.
+/// `None`. A finished file's output is readied for its sync, which runs beside the other
+/// transfers (the run's [`SyncGroup`] starts it).
 fn step_one(r: &mut Running<'_>, reactor: &mut Reactor) -> Option<Result<Option<(usize, http::Url)>>> {
     // (Connections a transfer that ended earlier in this pass left idle.)
     adopt(r, reactor);
@@ -544,7 +570,7 @@ fn step_one(r: &mut Running<'_>, reactor: &mut Reactor) -> Option<Result<Option<
     };
     match step {
         Some(Ok(None)) if !r.syncing && !r.transfer_loop.shared.transfer.not_modified => {
-            match r.transfer_loop.begin_sync() {
+            match r.transfer_loop.ready_to_sync() {
                 Ok(true) => {
                     r.syncing = true;
                     r.released = r.transfer_loop.hand_back_idle(reactor);
@@ -578,10 +604,15 @@ fn reap(
     (many, reactor): (&Many, &mut Reactor),
     slots: &mut [Slot<'_>],
     interrupted: &mut Option<&'static str>,
+    syncs: &mut SyncGroup,
 ) -> Result<()> {
     while let Some((lane, c)) = cell.next_any() {
         if lane == RUN_LANE {
-            on_run_lane(cell, (many, reactor), c, slots, interrupted)?;
+            if Tag::decode(c.tag) == Some(Tag::Synced) {
+                syncs.on_done(cell, c, slots);
+            } else {
+                on_run_lane(cell, (many, reactor), c, slots, interrupted)?;
+            }
             continue;
         }
         match slots.get_mut(usize::from(lane)) {

@@ -1,5 +1,5 @@
 //! A transfer's end: [`end`] keeps what a failed transfer landed (control file, `.part`)
-//! or truncates, syncs and reads back a finished one ([`Loop::begin_sync`] starts the
+//! or truncates, syncs and reads back a finished one ([`Loop::ready_to_sync`] readies the
 //! sync beside other transfers on the ring), and gives the reactor its idle connections
 //! and origins.
 
@@ -17,15 +17,16 @@ use crate::report::{Note, Progress};
 use crate::tag::Tag;
 
 impl Loop<'_> {
-    /// A finished transfer's output truncated to its size and its fsync pushed, so that
-    /// the other transfers on the ring go on while the disk syncs; its completion lands in
-    /// [`super::EndState::synced`] and [`end`] goes on from there. Returns whether the fsync was
-    /// pushed (not for outputs that are not files, nor when bytes are missing: [`end`]
-    /// says so).
+    /// A finished transfer's output truncated to its size, ready for its final sync
+    /// ([`Loop::push_fsync`], or one syncfs(2) with other files: the list's sync group),
+    /// so that the other transfers on the ring go on while the disk syncs; the sync's
+    /// result lands in [`super::EndState::synced`] and [`end`] goes on from there. Returns
+    /// whether it is to be synced (not outputs that are not files, nor when bytes are
+    /// missing: [`end`] says so).
     ///
     /// # Errors
-    /// `LocalIo` when the truncation fails; `Internal` when the SQ is full.
-    pub(crate) fn begin_sync(&mut self) -> Result<bool> {
+    /// `LocalIo` when the truncation fails.
+    pub(crate) fn ready_to_sync(&mut self) -> Result<bool> {
         let total = self.shared.transfer.total.unwrap_or(self.shared.transfer.received);
         let out = Rc::clone(&self.end_state.out);
         if !(self.shared.transfer.file || out.room.is_some()) || !self.shared.transfer.landed.is_complete(total) {
@@ -34,14 +35,42 @@ impl Loop<'_> {
         if self.shared.transfer.file {
             out.truncate(total)?;
         }
+        Ok(true)
+    }
+
+    /// Pushes the final fsync of an output [`Loop::ready_to_sync`] readied; its completion
+    /// lands in [`super::EndState::synced`].
+    ///
+    /// # Errors
+    /// `Internal` when the SQ is full.
+    pub(crate) fn push_fsync(&mut self) -> Result<()> {
         self.push(
             Op::Fsync {
                 fd: self.sink.out_fd,
                 datasync: false,
             },
             Tag::Fsync(0).encode(),
-        )?;
-        Ok(true)
+        )
+    }
+
+    /// A sync of its output done elsewhere (the list's sync group, with `others` files,
+    /// by `syncfs` syncfs(2) calls) ended with `result` (0, or a negated errno), as the
+    /// completion of [`Loop::push_fsync`] would.
+    pub(crate) fn synced_elsewhere(&mut self, result: i32, others: usize, syncfs: usize) {
+        self.end_state.synced = Some((result, true));
+        if result >= 0 {
+            self.shared.report.note(Note::SyncedTogether { others, syncfs });
+        }
+    }
+
+    /// Its output is a regular file (not a stream, nor a block device's room).
+    pub(crate) fn writes_a_file(&self) -> bool {
+        self.shared.transfer.file
+    }
+
+    /// The output, for a sync done elsewhere.
+    pub(crate) fn output(&self) -> &Output {
+        &self.end_state.out
     }
 }
 
@@ -394,7 +423,7 @@ fn end_finished(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<O
 }
 
 /// A file (or device) output of `total` bytes truncated to its size and fsynced, unless
-/// the reactor already did so beside other transfers ([`Loop::begin_sync`]).
+/// the run of a list already did so beside other transfers ([`Loop::ready_to_sync`]).
 ///
 /// # Errors
 /// `LocalIo` when the truncation or the fsync fails.
@@ -402,23 +431,34 @@ fn sync_output(transfer_loop: &mut Loop<'_>, out: &Output, total: u64) -> Result
     if !(transfer_loop.shared.transfer.file || out.room.is_some()) {
         return Ok(());
     }
-    let r = match transfer_loop.end_state.synced.take() {
+    let (r, group) = match transfer_loop.end_state.synced.take() {
         Some(r) => r,
         None => {
             if transfer_loop.shared.transfer.file {
                 out.truncate(total)?;
             }
-            transfer_loop.wait_for(
+            let r = transfer_loop.wait_for(
                 Op::Fsync {
                     fd: transfer_loop.sink.out_fd,
                     datasync: false,
                 },
                 Tag::Fsync(0).encode(),
-            )?
+            )?;
+            (r, false)
         }
     };
     if r < 0 {
-        return Err(err!(LocalIo, "fsync {}: {}", out.describe(), errno(r)));
+        let how = if group {
+            "sync (its group's syncfs, then its own fsync) of"
+        } else {
+            "fsync"
+        };
+        return Err(err!(
+            LocalIo,
+            "{how} {}: {} (not renamed: its bytes may not be on disk)",
+            out.describe(),
+            errno(r)
+        ));
     }
     Ok(())
 }
