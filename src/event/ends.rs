@@ -330,8 +330,12 @@ pub(crate) fn start_on<'c>(
         transfer,
     };
     // (This run holds the `.part`'s lock: a control file there now is the one it resumes
-    // from, or its own last save before a redirect.)
-    let control_id = control.as_deref().and_then(crate::output::resume::id_of);
+    // from, or its own last save before a redirect. None beside a `.part` that started
+    // empty and holds nothing yet: the output removed it then. No lstat(2) for that.)
+    let control_id = control
+        .as_deref()
+        .filter(|_| !out.untouched())
+        .and_then(crate::output::resume::id_of);
     let mut transfer_loop = Loop {
         ring,
         conns,

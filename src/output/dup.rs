@@ -62,6 +62,8 @@ impl Output {
             of_part: self.of_part,
             id: self.id,
             reads: self.reads,
+            // (The same file: what any duplicate writes counts for all.)
+            grown: std::sync::Arc::clone(&self.grown),
         })
     }
 }

@@ -2,6 +2,8 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
 
@@ -51,6 +53,19 @@ pub struct Output {
     /// The description reads as well as writes (`O_RDWR`: the read-back goes through it).
     /// `None`: not known, asked by fcntl(2) F_GETFL.
     reads: Option<bool>,
+    /// How far this run's fallocate(2) and writes reach into a `.part` that was empty when
+    /// it opened it (created, or started over: its control file removed then), in bytes,
+    /// shared by every duplicate of the descriptor ([`Output::grows_to`]); [`UNKNOWN`] for
+    /// a `.part` kept (resumed), a stream or a device.
+    grown: Arc<AtomicU64>,
+}
+
+/// [`Output::grown`]'s value when the output did not start empty.
+const UNKNOWN: u64 = u64::MAX;
+
+/// A new [`Output::grown`]: 0 for a `.part` that starts empty, else [`UNKNOWN`].
+fn grown(empty: bool) -> Arc<AtomicU64> {
+    Arc::new(AtomicU64::new(if empty { 0 } else { UNKNOWN }))
 }
 
 /// A file's identity: its device and inode numbers (stat(2) `st_dev`, `st_ino`).
@@ -229,6 +244,7 @@ impl Output {
                 of_part: false,
                 id: None,
                 reads: None,
+                grown: grown(false),
             });
         }
         let final_path = path.expect("a regular file has a path");
@@ -266,6 +282,7 @@ impl Output {
             of_part: false,
             id: None,
             reads: Some(false),
+            grown: grown(!keep),
         })
     }
 
@@ -305,6 +322,7 @@ impl Output {
             of_part: false,
             id: lock.id,
             reads: Some(lock.reads),
+            grown: grown(!keep),
         })
     }
 
@@ -328,6 +346,7 @@ impl Output {
             of_part: false,
             id: None,
             reads: None,
+            grown: grown(false),
         })
     }
 
@@ -341,13 +360,35 @@ impl Output {
         }
     }
 
-    /// Sets the exact size: the last O_DIRECT block was padded to the alignment.
+    /// Sets the exact size, `size` bytes, once every byte of the file has landed: the last
+    /// O_DIRECT block was padded to the alignment, or the `.part` held more before.
+    /// Nothing to do (no ftruncate(2)) when it is `size` already: it started empty and the
+    /// furthest this run's fallocate(2) or writes reached is `size` ([`Output::grows_to`]).
     ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when ftruncate(2) fails.
     pub fn truncate(&self, size: u64) -> Result<()> {
+        if self.grown.load(Ordering::Relaxed) == size {
+            return Ok(());
+        }
         rustix::fs::ftruncate(&self.fd, size)
             .map_err(|e| err!(LocalIo, "{}: ftruncate to {size} bytes: {e}", self.describe()))
+    }
+
+    /// Counts a fallocate(2) or a write of this output (any duplicate's) that reaches `end`
+    /// bytes into the file, at the time it is asked for (a write that fails still counts:
+    /// [`Output::truncate`] then truncates). Nothing for an output that did not start empty.
+    pub(crate) fn grows_to(&self, end: u64) {
+        if self.grown.load(Ordering::Relaxed) != UNKNOWN {
+            self.grown.fetch_max(end, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this `.part` started empty and nothing has been written or reserved in it
+    /// since ([`Output::grows_to`]): its control file was removed when it opened, and none
+    /// has been saved since (a save names landed bytes).
+    pub(crate) fn untouched(&self) -> bool {
+        self.grown.load(Ordering::Relaxed) == 0
     }
 
     /// Renames `.part` to the final name; the caller has set the size and fsync'd the data.
