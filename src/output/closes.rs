@@ -87,7 +87,7 @@ impl Spares {
     /// spare or key only for the files not closed yet).
     pub(crate) fn watch(&mut self, path: &Path, key: Option<FileKey>) {
         if let Some(k) = key.filter(|k| self.shown(*k)) {
-            if self.keys.len() >= PRUNE_AT {
+            if self.keys.len() >= KEYS_PRUNE_AT {
                 // (Kept when /proc/locks cannot be read just now: settle decides.)
                 if let Some(held) = self.held_keys() {
                     self.keys.retain(|k| held.contains(k));
@@ -126,7 +126,7 @@ impl Spares {
     /// /proc/locks, this process not seen in its namespace).
     fn held_keys(&mut self) -> Option<Vec<FileKey>> {
         let me = (*self.me.get_or_insert_with(my_pid))?;
-        let text = std::fs::read_to_string("/proc/locks").ok()?;
+        let text = proc_locks()?;
         Some(
             text.lines()
                 .filter_map(flock_holder)
@@ -158,6 +158,10 @@ impl Spares {
 /// Spares kept before the closed ones are looked for ([`Spares::watch`]): a list's files
 /// are pruned in batches, not each time one more starts (a flock(2) of every spare).
 const PRUNE_AT: usize = 32;
+
+/// Keys kept before the closed ones are looked for: a key holds no descriptor (16 bytes),
+/// and each look reads all of /proc/locks.
+const KEYS_PRUNE_AT: usize = 4096;
 
 /// Whether this run's description of `spare`'s file is closed: no description holds a
 /// flock on it any more, or another process's does ([`held_by_another`]: the lock was
@@ -194,13 +198,25 @@ fn held_by_another(spare: &OwnedFd) -> bool {
     let Some(me) = my_pid() else {
         return false;
     };
-    let Ok(text) = std::fs::read_to_string("/proc/locks") else {
+    let Some(text) = proc_locks() else {
         return false;
     };
     let dev = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
     text.lines()
         .filter_map(flock_holder)
         .any(|(pid, d, ino)| d == dev && ino == st.st_ino && pid != me)
+}
+
+/// The text of /proc/locks (proc(5)), read in 16 KiB reads (its size reads as 0: a
+/// plain read to the end would begin with 32-byte reads); `None` when it cannot be read.
+fn proc_locks() -> Option<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(16 << 10);
+    std::fs::File::open("/proc/locks")
+        .ok()?
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
 }
 
 /// This process's pid in the pid namespace of the procfs at /proc (what /proc/self names
