@@ -329,9 +329,8 @@ pub(crate) fn start_on<'c>(
         origins: all.origins,
         transfer,
     };
-    // (This run holds the `.part`'s lock: a control file there now is the one it resumes
-    // from, or its own last save before a redirect. None beside a `.part` that started
-    // empty and holds nothing yet: the output removed it then. No lstat(2) for that.)
+    // (The `.part`'s lock is this run's: a control file there is the one it resumes from, or
+    // its last save before a redirect; none beside a `.part` untouched since it was emptied.)
     let control_id = control
         .as_deref()
         .filter(|_| !out.untouched())
