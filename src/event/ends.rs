@@ -329,12 +329,9 @@ pub(crate) fn start_on<'c>(
         origins: all.origins,
         transfer,
     };
-    // (The `.part`'s lock is this run's: a control file there is the one it resumes from, or
-    // its last save before a redirect; none beside a `.part` untouched since it was emptied.)
-    let control_id = control
-        .as_deref()
-        .filter(|_| !out.untouched())
-        .and_then(crate::output::resume::id_of);
+    // (This run holds the `.part`'s lock: a control file there now is the one it resumes
+    // from, or its own last save before a redirect.)
+    let control_id = out.control_id(control.as_deref());
     let mut transfer_loop = Loop {
         ring,
         conns,

@@ -384,11 +384,14 @@ impl Output {
         }
     }
 
-    /// Whether this `.part` started empty and nothing has been written or reserved in it
-    /// since ([`Output::grows_to`]): its control file was removed when it opened, and none
-    /// has been saved since (a save names landed bytes).
-    pub(crate) fn untouched(&self) -> bool {
-        self.grown.load(Ordering::Relaxed) == 0
+    /// The identity of the control file at `control` now ([`resume::id_of`], an lstat(2));
+    /// `None` when there is none. Not asked beside a `.part` that started empty and holds
+    /// nothing yet ([`Output::grows_to`]): its control file was removed when it opened, and
+    /// a save names landed bytes.
+    pub(crate) fn control_id(&self, control: Option<&Path>) -> Option<resume::FileId> {
+        control
+            .filter(|_| self.grown.load(Ordering::Relaxed) != 0)
+            .and_then(resume::id_of)
     }
 
     /// Renames `.part` to the final name; the caller has set the size and fsync'd the data.
