@@ -760,6 +760,73 @@ fn a_resumed_run_whose_part_is_replaced_keeps_no_control_file() {
     r.assert_no_control("the control file it resumed from", &err);
 }
 
+/// A short file (200 KiB: no control file, no periodic save) whose `.part` is replaced
+/// while its one response comes in is found out by the check before its rename: exit 7,
+/// nothing renamed, the other `.part` left as it was, no control file. (That check is the
+/// only one a short file's `.part` gets after its lock: the end of the transfer checks
+/// only what a caller resumes from.)
+#[test]
+fn a_short_part_replaced_before_its_rename_is_not_renamed() {
+    let srv = crate::fault::FaultServer::builder()
+        .size(200 * 1024)
+        .rate(100 * 1024)
+        .start();
+    let dir = TestDir::new("users_short_part_other");
+    let out = dir.join("out.bin");
+    let part = crate::util::part_path(&out);
+    let theirs = vec![7u8; 200 * 1024];
+    let o = dir
+        .ringdl()
+        .args(["-x", "1", "-o"])
+        .arg(&out)
+        .arg(srv.url("f.bin"))
+        .run_with(|_| {
+            // (Its size is set once the response's length is known: bytes are coming.)
+            wait_until(|| std::fs::metadata(&part).is_ok_and(|m| m.len() > 0));
+            std::fs::rename(&part, dir.join("moved.part")).unwrap();
+            std::fs::write(&part, &theirs).unwrap();
+        });
+    o.assert_code(exit::LOCAL_IO);
+    let err = o.stderr_text();
+    assert!(err.contains("was replaced during the download"), "{err}");
+    assert!(err.contains("nothing renamed"), "{err}");
+    assert!(!out.exists(), "another run's .part was renamed into place\n{err}");
+    assert!(
+        std::fs::read(&part).unwrap() == theirs,
+        "the other .part changed\n{err}"
+    );
+    assert!(!dir.join("out.bin.part.ringdl").exists(), "{err}");
+    // This run's bytes went whole into its own inode (now `moved.part`): it ran to the end.
+    assert_eq!(std::fs::read(dir.join("moved.part")).unwrap(), srv.body(), "{err}");
+}
+
+/// A `.part` kept for `-c` that is longer than the file (bytes past the end: a padded
+/// O_DIRECT tail, say, left by a run killed before its last ftruncate) is cut to the
+/// file's size when the rest lands, though the file's size is a multiple of the block:
+/// the run's own fallocate and writes reach only the size, and the tail was there before.
+#[test]
+fn a_resumed_part_longer_than_the_file_is_cut_to_its_size() {
+    // (No validator: the control file's URL alone lets the `.part` resume.)
+    let srv = crate::fault::FaultServer::builder().size(MIB).start();
+    let dir = TestDir::new("users_resume_long_part");
+    let out = dir.join("out.bin");
+    let url = srv.url("f.bin");
+    let mut bytes = srv.body()[..512 * 1024].to_vec();
+    bytes.extend(std::iter::repeat_n(0x5au8, 512 * 1024 + 4096));
+    std::fs::write(crate::util::part_path(&out), &bytes).unwrap();
+    std::fs::write(
+        dir.join("out.bin.part.ringdl"),
+        format!("ringdl-control 1\nurl {url}\ntotal {MIB}\nrange 0 524288\n"),
+    )
+    .unwrap();
+    let o = dir.ringdl().args(["-c", "-x", "1", "-o"]).arg(&out).arg(&url).run();
+    o.assert_success();
+    let err = o.stderr_text();
+    assert!(err.contains("the rest resumed"), "it did not resume\n{err}");
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), MIB, "{err}");
+    assert!(std::fs::read(&out).unwrap() == srv.body(), "{err}");
+}
+
 /// SHA512SUMS, and the URL's name when the output is renamed.
 #[test]
 fn checksum_file_takes_sha512_and_the_url_name() {

@@ -66,6 +66,7 @@ impl Sink {
                     offset: 0,
                     len: total,
                 };
+                transfer.out.grows_to(total);
                 push(ring, op, Tag::Fallocate.encode())?;
             }
         }
@@ -125,6 +126,9 @@ impl Sink {
             done: 0,
         });
         self.writes_in_flight += 1;
+        if !transfer.sequential {
+            transfer.out.grows_to(offset + len as u64);
+        }
         let op = Op::Write {
             fd: self.out_fd,
             buf,
@@ -282,6 +286,7 @@ impl Sink {
             return Some(err!(LocalIo, "splice to {} at offset {at}: {e}", transfer.out_name));
         }
         let n = res as usize;
+        transfer.out.grows_to(pipe.file_pos + n as u64);
         transfer.landed.add(pipe.file_pos, pipe.file_pos + n as u64);
         pipe.file_pos += n as u64;
         pipe.held -= n;

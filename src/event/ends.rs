@@ -332,7 +332,7 @@ pub(crate) fn start_on<'c>(
     };
     // (This run holds the `.part`'s lock: a control file there now is the one it resumes
     // from, or its own last save before a redirect.)
-    let control_id = control.as_deref().and_then(crate::output::resume::id_of);
+    let control_id = out.control_id(control.as_deref());
     let mut transfer_loop = Loop {
         ring,
         conns,

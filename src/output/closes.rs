@@ -20,7 +20,15 @@
 //! ringdl) still holds it, and it asks again every millisecond, at most [`LIMIT`] in all.
 //! When /proc/locks (proc(5)) names another process as the holder (a run that resumed the
 //! file as soon as this one let go of it), this run's description is closed: not waited
-//! for. Not waited for either: a block device, a stream (standard output, a FIFO, `/dev/fd/N`: no
+//! for.
+//!
+//! Where /proc/locks was seen to name this process's lock on an output as stat(2) spells
+//! the file (checked once per filesystem, on its first output: [`Spares::watch`]), no
+//! spare is opened: the output's device and inode are kept, and [`settle`] reads
+//! /proc/locks for the locks this process still holds on them (one read for all the
+//! outputs; a lock there held by another process means ours went, as above). Elsewhere —
+//! no /proc, a pid namespace it does not show, a device number it spells otherwise — a
+//! spare as above. Not waited for either: a block device, a stream (standard output, a FIFO, `/dev/fd/N`: no
 //! `.part`, no lock), a filesystem whose flock cannot tell (ENOLCK, or any error but
 //! EWOULDBLOCK).
 
@@ -31,19 +39,32 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{FlockOperation, Mode, OFlags, flock};
 
+use super::FileKey;
+
 /// The longest [`settle`] waits: the kernel's own late closes take a few milliseconds.
 pub const LIMIT: Duration = Duration::from_secs(1);
 
 /// The run's spares, one per output whose last close is not seen yet.
-static SPARES: Mutex<Spares> = Mutex::new(Spares(Vec::new()));
+static SPARES: Mutex<Spares> = Mutex::new(Spares::new());
 
-/// Spare descriptions of locked outputs (no lock of their own).
-pub(crate) struct Spares(Vec<OwnedFd>);
+/// The outputs whose last close is waited for: spare descriptions of locked outputs (no
+/// lock of their own), or the device and inode of those whose lock /proc/locks shows.
+pub(crate) struct Spares {
+    spares: Vec<OwnedFd>,
+    /// Outputs watched through /proc/locks: (stat(2) `st_dev`, `st_ino`).
+    keys: Vec<FileKey>,
+    /// Devices (`st_dev`) whose first output's lock /proc/locks named as this process's
+    /// (true), or not (false: spares there).
+    devs: Vec<(u64, bool)>,
+    /// This process's pid in the namespace of the procfs at /proc ([`my_pid`]), once read.
+    me: Option<Option<i64>>,
+}
 
 /// Opens a spare of the output at `path`, whose lock the caller has just taken, for
-/// [`settle`]; nothing when it cannot be opened.
-pub(crate) fn watch(path: &Path) {
-    SPARES.lock().unwrap_or_else(PoisonError::into_inner).watch(path);
+/// [`settle`] (nothing when it cannot be opened); none when /proc/locks shows that lock
+/// on the output's file `key` (its device and inode, when known).
+pub(crate) fn watch(path: &Path, key: Option<FileKey>) {
+    SPARES.lock().unwrap_or_else(PoisonError::into_inner).watch(path, key);
 }
 
 /// Waits until every watched output is closed everywhere, at most `limit`. Returns how
@@ -53,30 +74,81 @@ pub fn settle(limit: Duration) -> usize {
 }
 
 impl Spares {
+    const fn new() -> Spares {
+        Spares {
+            spares: Vec::new(),
+            keys: Vec::new(),
+            devs: Vec::new(),
+            me: None,
+        }
+    }
+
     /// As [`watch`]. The outputs already closed are forgotten first (a long list holds a
-    /// spare only for the files not closed yet).
-    pub(crate) fn watch(&mut self, path: &Path) {
-        if self.0.len() >= PRUNE_AT {
+    /// spare or key only for the files not closed yet).
+    pub(crate) fn watch(&mut self, path: &Path, key: Option<FileKey>) {
+        if let Some(k) = key.filter(|k| self.shown(*k)) {
+            if self.keys.len() >= KEYS_PRUNE_AT {
+                // (Kept when /proc/locks cannot be read just now: settle decides.)
+                if let Some(held) = self.held_keys() {
+                    self.keys.retain(|k| held.contains(k));
+                }
+            }
+            self.keys.push(k);
+            return;
+        }
+        if self.spares.len() >= PRUNE_AT {
             // (Not asking /proc/locks: a spare still locked is kept, looked at again
             // at the next prune or at the end.)
-            self.0.retain(|s| !unlocked(s));
+            self.spares.retain(|s| !unlocked(s));
         }
         // Read-write where it may (an exclusive flock over NFS needs a descriptor open for
         // writing: EBADF otherwise); nothing is written through it.
         let flags = OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
         let open = |mode| rustix::fs::open(path, flags | mode, Mode::empty());
         if let Ok(fd) = open(OFlags::RDWR).or_else(|_| open(OFlags::RDONLY)) {
-            self.0.push(fd);
+            self.spares.push(fd);
         }
+    }
+
+    /// Whether /proc/locks shows the locks on `key`'s device: asked once per device, on
+    /// the first output there (whose lock this process holds now: seen, or not).
+    fn shown(&mut self, key: FileKey) -> bool {
+        if let Some(&(_, known)) = self.devs.iter().find(|d| d.0 == key.0) {
+            return known;
+        }
+        let seen = self.held_keys().is_some_and(|held| held.contains(&key));
+        self.devs.push((key.0, seen));
+        seen
+    }
+
+    /// The watched keys (and a device's first output, while [`Spares::shown`] asks) that
+    /// /proc/locks shows a FLOCK of this process on; `None` when it cannot tell (no
+    /// /proc/locks, this process not seen in its namespace).
+    fn held_keys(&mut self) -> Option<Vec<FileKey>> {
+        let me = (*self.me.get_or_insert_with(my_pid))?;
+        let text = proc_locks()?;
+        Some(
+            text.lines()
+                .filter_map(flock_holder)
+                .filter(|l| l.0 == me)
+                .map(|(_, (major, minor), ino)| (rustix::fs::makedev(major, minor), ino))
+                .collect(),
+        )
     }
 
     /// As [`settle`].
     pub(crate) fn settle(&mut self, limit: Duration) -> usize {
         let deadline = Instant::now() + limit;
         loop {
-            self.0.retain(|s| !closed(s));
-            if self.0.is_empty() || Instant::now() >= deadline {
-                return self.0.len();
+            self.spares.retain(|s| !closed(s));
+            if !self.keys.is_empty() {
+                // (Nothing known when /proc/locks cannot be read now: not waited for.)
+                let held = self.held_keys().unwrap_or_default();
+                self.keys.retain(|k| held.contains(k));
+            }
+            let open = self.spares.len() + self.keys.len();
+            if open == 0 || Instant::now() >= deadline {
+                return open;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -86,6 +158,10 @@ impl Spares {
 /// Spares kept before the closed ones are looked for ([`Spares::watch`]): a list's files
 /// are pruned in batches, not each time one more starts (a flock(2) of every spare).
 const PRUNE_AT: usize = 32;
+
+/// Keys kept before the closed ones are looked for: a key holds no descriptor (16 bytes),
+/// and each look reads all of /proc/locks.
+const KEYS_PRUNE_AT: usize = 4096;
 
 /// Whether this run's description of `spare`'s file is closed: no description holds a
 /// flock on it any more, or another process's does ([`held_by_another`]: the lock was
@@ -119,17 +195,34 @@ fn held_by_another(spare: &OwnedFd) -> bool {
     let Ok(st) = rustix::fs::fstat(spare) else {
         return false;
     };
-    let me = std::fs::read_link("/proc/self").ok();
-    let Some(me) = me.and_then(|p| p.to_str()?.parse::<i64>().ok()) else {
+    let Some(me) = my_pid() else {
         return false;
     };
-    let Ok(text) = std::fs::read_to_string("/proc/locks") else {
+    let Some(text) = proc_locks() else {
         return false;
     };
     let dev = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
     text.lines()
         .filter_map(flock_holder)
         .any(|(pid, d, ino)| d == dev && ino == st.st_ino && pid != me)
+}
+
+/// The text of /proc/locks (proc(5)), read in 16 KiB reads (its size reads as 0: a
+/// plain read to the end would begin with 32-byte reads); `None` when it cannot be read.
+fn proc_locks() -> Option<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(16 << 10);
+    std::fs::File::open("/proc/locks")
+        .ok()?
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// This process's pid in the pid namespace of the procfs at /proc (what /proc/self names
+/// there); `None` when there is no /proc or it does not show this process.
+fn my_pid() -> Option<i64> {
+    std::fs::read_link("/proc/self").ok()?.to_str()?.parse().ok()
 }
 
 /// A held FLOCK line of /proc/locks: its holder's pid (in the pid namespace of that
@@ -161,8 +254,10 @@ mod tests {
         flock(&held, FlockOperation::NonBlockingLockExclusive).unwrap();
         // (A duplicate is the same description: the lock goes only with both.)
         let dup = held.try_clone().unwrap();
-        let mut s = Spares(Vec::new());
-        s.watch(&p);
+        let mut s = Spares::new();
+        // (No key: a spare.)
+        s.watch(&p, None);
+        assert_eq!((s.spares.len(), s.keys.len()), (1, 0));
         drop(held);
         let t = Instant::now();
         assert_eq!(s.settle(Duration::from_millis(200)), 1);
@@ -179,6 +274,53 @@ mod tests {
         // Nothing left to wait for: at once.
         assert_eq!(s.settle(Duration::from_secs(10)), 0);
         std::fs::remove_file(&p).unwrap();
+    }
+
+    /// Where /proc/locks shows this process's lock as stat(2) spells the file (ext4,
+    /// tmpfs), an output is watched by its device and inode, no spare opened, and the wait
+    /// still lasts until its last description closes; where it does not, a spare.
+    #[test]
+    fn an_output_whose_lock_proc_locks_shows_is_waited_for_without_a_spare() {
+        let p = std::env::temp_dir().join(format!("ringdl-closes-key-{}", std::process::id()));
+        std::fs::write(&p, b"x").unwrap();
+        let held = std::fs::File::open(&p).unwrap();
+        flock(&held, FlockOperation::NonBlockingLockExclusive).unwrap();
+        let dup = held.try_clone().unwrap();
+        let st = rustix::fs::fstat(&held).unwrap();
+        let key = (st.st_dev, st.st_ino);
+        let mut s = Spares::new();
+        s.watch(&p, Some(key));
+        let shown = s.held_keys().is_some_and(|h| h.contains(&key));
+        assert_eq!(
+            (s.spares.len(), s.keys.len()),
+            if shown { (0, 1) } else { (1, 0) },
+            "{}",
+            std::fs::read_to_string("/proc/locks").unwrap_or_default()
+        );
+        // The next output on the device is not asked about again: its key is kept at once.
+        let q = p.with_extension("other");
+        std::fs::write(&q, b"y").unwrap();
+        let other = std::fs::File::open(&q).unwrap();
+        flock(&other, FlockOperation::NonBlockingLockExclusive).unwrap();
+        let st = rustix::fs::fstat(&other).unwrap();
+        s.watch(&q, Some((st.st_dev, st.st_ino)));
+        assert_eq!(s.keys.len(), if shown { 2 } else { 0 });
+        assert_eq!(s.devs.len(), 1);
+        drop(other);
+        drop(held);
+        let t = Instant::now();
+        assert_eq!(s.settle(Duration::from_millis(200)), 1, "only the duplicate's is open");
+        assert!(t.elapsed() >= Duration::from_millis(200));
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(dup);
+        });
+        let t = Instant::now();
+        assert_eq!(s.settle(Duration::from_secs(10)), 0);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        closer.join().unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::fs::remove_file(&q).unwrap();
     }
 
     #[test]
@@ -204,8 +346,8 @@ mod tests {
     fn another_process_s_lock_is_not_waited_for() {
         let p = std::env::temp_dir().join(format!("ringdl-closes-other-{}", std::process::id()));
         std::fs::write(&p, b"x").unwrap();
-        let mut s = Spares(Vec::new());
-        s.watch(&p);
+        let mut s = Spares::new();
+        s.watch(&p, None);
         // Another process holds it: a shell that takes it with flock(1) of util-linux on
         // its own descriptor, then becomes `sleep` (killing it lets go of the lock).
         let mut other = std::process::Command::new("sh")
@@ -214,7 +356,7 @@ mod tests {
             .spawn()
             .expect("sh and flock(1) from util-linux");
         let t = Instant::now();
-        let spare = s.0.first().expect("a spare");
+        let spare = s.spares.first().expect("a spare");
         while !held_by_another(spare) && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(5));
         }

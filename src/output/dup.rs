@@ -63,6 +63,8 @@ impl Output {
             id: self.id,
             reads: self.reads,
             opened: self.opened,
+            // (The same file: what any duplicate writes counts for all.)
+            grown: std::sync::Arc::clone(&self.grown),
         })
     }
 }

@@ -51,7 +51,7 @@ impl PartLock {
 
     /// The lock, its `.part` watched for the last close ([`super::closes::watch`]).
     fn watched(self) -> Self {
-        super::closes::watch(&self.part);
+        super::closes::watch(&self.part, self.id);
         self
     }
 }

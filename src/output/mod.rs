@@ -2,6 +2,8 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
 
@@ -56,12 +58,25 @@ pub struct Output {
     /// original's): which of several descriptors saw a file system's errors longest
     /// ([`syncer`]).
     pub(crate) opened: u64,
+    /// How far this run's fallocate(2) and writes reach into a `.part` that was empty when
+    /// it opened it (created, or started over: its control file removed then), in bytes,
+    /// shared by every duplicate of the descriptor ([`Output::grows_to`]); [`UNKNOWN`] for
+    /// a `.part` kept (resumed), a stream or a device.
+    grown: Arc<AtomicU64>,
 }
 
 /// The next [`Output::opened`] number.
 fn next_opened() -> u64 {
-    static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static OPENED: AtomicU64 = AtomicU64::new(0);
     OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// [`Output::grown`]'s value when the output did not start empty.
+const UNKNOWN: u64 = u64::MAX;
+
+/// A new [`Output::grown`]: 0 for a `.part` that starts empty, else [`UNKNOWN`].
+fn grown(empty: bool) -> Arc<AtomicU64> {
+    Arc::new(AtomicU64::new(if empty { 0 } else { UNKNOWN }))
 }
 
 /// A file's identity: its device and inode numbers (stat(2) `st_dev`, `st_ino`).
@@ -241,6 +256,7 @@ impl Output {
                 id: None,
                 reads: None,
                 opened: next_opened(),
+                grown: grown(false),
             });
         }
         let final_path = path.expect("a regular file has a path");
@@ -279,6 +295,7 @@ impl Output {
             id: None,
             reads: Some(false),
             opened: next_opened(),
+            grown: grown(!keep),
         })
     }
 
@@ -319,6 +336,7 @@ impl Output {
             id: lock.id,
             reads: Some(lock.reads),
             opened: lock.opened,
+            grown: grown(!keep),
         })
     }
 
@@ -343,6 +361,7 @@ impl Output {
             id: None,
             reads: None,
             opened: next_opened(),
+            grown: grown(false),
         })
     }
 
@@ -356,13 +375,38 @@ impl Output {
         }
     }
 
-    /// Sets the exact size: the last O_DIRECT block was padded to the alignment.
+    /// Sets the exact size, `size` bytes, once every byte of the file has landed: the last
+    /// O_DIRECT block was padded to the alignment, or the `.part` held more before.
+    /// Nothing to do (no ftruncate(2)) when it is `size` already: it started empty and the
+    /// furthest this run's fallocate(2) or writes reached is `size` ([`Output::grows_to`]).
     ///
     /// # Errors
     /// [`crate::error::Kind::LocalIo`] when ftruncate(2) fails.
     pub fn truncate(&self, size: u64) -> Result<()> {
+        if self.grown.load(Ordering::Relaxed) == size {
+            return Ok(());
+        }
         rustix::fs::ftruncate(&self.fd, size)
             .map_err(|e| err!(LocalIo, "{}: ftruncate to {size} bytes: {e}", self.describe()))
+    }
+
+    /// Counts a fallocate(2) or a write of this output (any duplicate's) that reaches `end`
+    /// bytes into the file, at the time it is asked for (a write that fails still counts:
+    /// [`Output::truncate`] then truncates). Nothing for an output that did not start empty.
+    pub(crate) fn grows_to(&self, end: u64) {
+        if self.grown.load(Ordering::Relaxed) != UNKNOWN {
+            self.grown.fetch_max(end, Ordering::Relaxed);
+        }
+    }
+
+    /// The identity of the control file at `control` now ([`resume::id_of`], an lstat(2));
+    /// `None` when there is none. Not asked beside a `.part` that started empty and holds
+    /// nothing yet ([`Output::grows_to`]): its control file was removed when it opened, and
+    /// a save names landed bytes.
+    pub(crate) fn control_id(&self, control: Option<&Path>) -> Option<resume::FileId> {
+        control
+            .filter(|_| self.grown.load(Ordering::Relaxed) != 0)
+            .and_then(resume::id_of)
     }
 
     /// Renames `.part` to the final name; the caller has set the size and fsync'd the data.

@@ -361,8 +361,12 @@ fn end_finished(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<O
             transfer_loop.shared.transfer.landed.bytes()
         ));
     }
-    // (Read back, renamed or resumed by its name, a replaced `.part` is another file.)
-    out.still_ours().inspect_err(|_| transfer_loop.disown_control())?;
+    // (Resumed by its name, a replaced `.part` is another file: a caller that goes on
+    // from its control file learns it here. The rename's own check is the last step's,
+    // next to the rename: `app::finish`.)
+    if opts.keep_part {
+        out.still_ours().inspect_err(|_| transfer_loop.disown_control())?;
+    }
     sync_output(transfer_loop, &out, total)?;
     if opts.keep_part && !transfer_loop.save_control(None) {
         // (The caller goes on from the control file: without it nothing is known.)
