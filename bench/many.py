@@ -33,6 +33,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -146,13 +147,16 @@ def run_once(args, tool: str, urls, listfile, out: Path, ca, https, digests, src
     with open(logfile, "w") as lf:
         lf.write("$ " + " ".join(argv[:12]) + (" …" if len(argv) > 12 else "") + "\n")
         lf.flush()
-        try:
-            p = subprocess.run(full, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT, env=env,
-                               timeout=args.timeout)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
+        # (A blocking wait(2), the timeout a timer's kill: `subprocess.run(timeout=)` polls
+        # with sleeps of up to 50 ms, which rounded every wall time up to the next 50 ms.)
+        p = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT, env=env)
+        timer = threading.Timer(args.timeout, p.kill)
+        timer.start()
+        rc = p.wait()
+        wall = time.monotonic() - t0
+        if not timer.is_alive():
             rc = "timeout"
-    wall = time.monotonic() - t0
+        timer.cancel()
     server = nginx.log_since(off)
     r = {"tool": label, "exit": rc, "wall_s": round(wall, 4), "log": str(logfile),
          "requests": server["requests"], "connections": len({d["conn"] for d in server["detail"]}),
