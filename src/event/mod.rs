@@ -290,12 +290,19 @@ impl Loop<'_> {
 
     /// All segments fetched and written.
     pub(crate) fn finished(&self) -> bool {
+        self.received() && self.sink.is_idle()
+    }
+
+    /// Every byte of the transfer came off its connections: its plan is drained, no
+    /// connection has a receive job or bytes in its pipe, no part is out on another
+    /// reactor. Some may still be on their way to the disk ([`Loop::finished`] waits for
+    /// those); its connections are free for another transfer.
+    pub(crate) fn received(&self) -> bool {
         self.shared.transfer.plan.is_drained()
             && self
                 .conns
                 .iter()
                 .all(|c| c.rx.job.is_none() && c.pipe.as_ref().is_none_or(Pipe::is_idle))
-            && self.sink.is_idle()
             && !self.remote.as_ref().is_some_and(owner::Remote::busy)
     }
 

@@ -119,8 +119,9 @@ struct Running<'c> {
     failed: Option<crate::error::Error>,
     /// Its bytes are all in; it waits for its sync ([`Loop::ready_to_sync`], [`SyncGroup`]).
     syncing: bool,
-    /// Its connections went to the reactor while it syncs ([`Loop::hand_back_idle`]): it
-    /// holds no connection slot, nor a place among the `-j` files in flight.
+    /// Its connections went to the reactor once its bytes were all off the wire, while
+    /// they are written or synced ([`Loop::received`], [`Loop::hand_back_idle`]): it holds
+    /// no connection slot, nor a place among the `-j` files in flight.
     released: bool,
     /// It started on one reactor, as one of several files in flight, though it may spread
     /// ([`crate::reactors::may_spread`]); it was stopped to start again spread, alone in flight now
@@ -566,14 +567,23 @@ fn step_one(r: &mut Running<'_>, reactor: &mut Reactor) -> Option<Result<Option<
     let step = match r.failed.take() {
         Some(e) => Some(Err(e)),
         None if r.syncing => r.transfer_loop.end_state.synced.is_some().then_some(Ok(None)),
-        None => r.transfer_loop.step(),
+        None => {
+            let s = r.transfer_loop.step();
+            if s.is_none() && !r.released && r.transfer_loop.received() {
+                // Its bytes are all off the wire, some still on their way to the disk:
+                // its connections and its place go to the next file now, not after the
+                // writes (a new request overlaps them).
+                r.released = r.transfer_loop.hand_back_idle(reactor);
+            }
+            s
+        }
     };
     match step {
         Some(Ok(None)) if !r.syncing && !r.transfer_loop.shared.transfer.not_modified => {
             match r.transfer_loop.ready_to_sync() {
                 Ok(true) => {
                     r.syncing = true;
-                    r.released = r.transfer_loop.hand_back_idle(reactor);
+                    r.released |= r.transfer_loop.hand_back_idle(reactor);
                     None
                 }
                 Ok(false) => Some(Ok(None)),

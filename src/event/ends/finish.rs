@@ -75,9 +75,10 @@ impl Loop<'_> {
 }
 
 impl Loop<'_> {
-    /// While its final fsync runs, a transfer whose bytes are all in gives its connections
-    /// to `reactor` at once (as [`end`] would after the fsync), so that the next file of a
-    /// list takes them instead of waiting for the disk. Only when none has an op in flight
+    /// A transfer whose bytes are all off the wire ([`Loop::received`]) gives its
+    /// connections to `reactor` at once, while its last writes and its sync run (as [`end`]
+    /// would after them), so that the next file of a list takes them instead of waiting
+    /// for the disk. Only when none has an op in flight
     /// (their completions come to this transfer by index); returns whether they went.
     /// The origins go too (what the reactor knows of them is merged, not replaced; not
     /// again at the end).

@@ -33,6 +33,7 @@ pub(super) fn adopt_idle(slots: &mut [Slot<'_>], reactor: &mut Reactor) {
 pub(super) fn adopt(r: &mut Running<'_>, reactor: &mut Reactor) {
     if r.failed.is_some()
         || r.syncing
+        || r.released
         || r.transfer_loop.shared.fatal.is_some()
         || r.transfer_loop.shared.transfer.redirect.is_some()
     {

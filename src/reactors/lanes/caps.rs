@@ -197,6 +197,7 @@ fn growth(slot: &Slot<'_>) -> Option<Growth> {
             let transfer = &r.transfer_loop.shared.transfer;
             let o = &r.transfer_loop.shared.opts;
             if r.syncing
+                || r.released
                 || r.failed.is_some()
                 || r.transfer_loop.remote.is_some()
                 || r.transfer_loop.shared.fatal.is_some()

@@ -36,6 +36,7 @@ pub(super) fn recall_alone(slots: &mut [Slot<'_>], threads: usize) {
             if r.respreads
                 && !r.recalled
                 && !r.syncing
+                && !r.released
                 && r.failed.is_none()
                 && r.transfer_loop.shared.fatal.is_none()
                 && r.transfer_loop.remote.is_none()
