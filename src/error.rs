@@ -60,12 +60,26 @@ pub struct Error {
     pub kind: Kind,
     /// Human-readable, with context; printed as `ringdl: <msg>`.
     pub msg: String,
+    /// The output's file system is full (ENOSPC from a write or fallocate(2)): a list
+    /// starts no more files ([`Error::out_of_space`]).
+    pub no_space: bool,
 }
 
 impl Error {
     /// Builds an error of `kind` with message `msg`.
     pub fn new(kind: Kind, msg: impl Into<String>) -> Error {
-        Error { kind, msg: msg.into() }
+        Error {
+            kind,
+            msg: msg.into(),
+            no_space: false,
+        }
+    }
+
+    /// This error, marked as the output's file system being full.
+    #[must_use]
+    pub fn out_of_space(mut self) -> Error {
+        self.no_space = true;
+        self
     }
 }
 

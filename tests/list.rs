@@ -975,6 +975,60 @@ fn a_failed_group_sync_renames_none_of_its_files() {
     assert_eq!(said, failed, "{failed} files failed, {said} said so\n{err}");
 }
 
+/// A full disk stops the list: once a file fails with ENOSPC no more files start (each
+/// would fetch its bytes for nothing), the run says how many were not started and why,
+/// ends 7, and every file that landed is exact (40 files of 64 KiB into a 1 MiB tmpfs at
+/// `-j 1`: 16 fit, and the server is asked for only a few more).
+#[test]
+fn a_full_disk_starts_no_more_files() {
+    if !crate::util::is_root() {
+        crate::util::skip("mounting a small tmpfs needs root");
+        return;
+    }
+    let n = nginx();
+    let (base, shas) = serve("disk-full", &[64 * KIB; 40]);
+    let dir = TestDir::new("list-disk-full");
+    let mnt = dir.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let mount = match crate::util::Mount::new("tmpfs", "size=1m", &mnt) {
+        Ok(m) => m,
+        Err(e) => {
+            crate::util::skip(&e);
+            return;
+        }
+    };
+    let url = n.http_url("");
+    let urls: Vec<String> = (0..shas.len()).map(|k| format!("{url}{base}/f{k}.bin")).collect();
+    let before = n.access_log(&format!("/{base}/")).len();
+    let mut args = vec!["-j", "1", "-Z", "-d", "mnt"];
+    args.extend(urls.iter().map(String::as_str));
+    let o = ringdl(&dir, &args);
+    let err = o.stderr_text();
+    o.assert_code(7);
+    let landed: Vec<usize> = (0..shas.len())
+        .filter(|k| mnt.join(format!("f{k}.bin")).exists())
+        .collect();
+    for &k in &landed {
+        assert_eq!(sha256_file(&mnt.join(format!("f{k}.bin"))), shas[k], "f{k}\n{err}");
+    }
+    assert!(
+        !landed.is_empty() && landed.len() <= 16,
+        "{} landed\n{err}",
+        landed.len()
+    );
+    assert!(
+        err.lines().any(|l| l.contains("not started (the disk is full)")),
+        "no word of the files not started\n{err}"
+    );
+    let asked = n.access_log(&format!("/{base}/")).len() - before;
+    assert!(
+        asked <= landed.len() + 2,
+        "{asked} requests for {} files that fit\n{err}",
+        landed.len()
+    );
+    drop(mount);
+}
+
 /// With `-j 4` a run of 60 small files from one origin opens at most four connections
 /// (one per file in flight, each reused by the files after it), not one per file, over
 /// HTTP and HTTPS; over HTTPS at most four handshakes are made in the whole run.

@@ -257,6 +257,9 @@ impl ListRun<'_> {
             self.stop = Some("interrupted");
         } else if code != 0 && self.fail_fast {
             self.stop.get_or_insert("--fail-fast");
+        } else if result.as_ref().is_err_and(|e| e.no_space) {
+            // (Every later file would fail the same way and fetch its bytes for nothing.)
+            self.stop.get_or_insert("the disk is full");
         }
     }
 }

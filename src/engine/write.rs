@@ -183,12 +183,17 @@ impl Sink {
             } else {
                 ("write failed", String::new())
             };
-            return Ok(Written::Failed(err!(
+            let failed = err!(
                 LocalIo,
                 "{what} at offset {} ({} bytes): {e}{hint}",
                 slot.off + slot.done as u64,
                 slot.len - slot.done
-            )));
+            );
+            return Ok(Written::Failed(if e == rustix::io::Errno::NOSPC {
+                failed.out_of_space()
+            } else {
+                failed
+            }));
         }
         slot.done += c.result as usize;
         if c.result == 0 || slot.done < slot.len {

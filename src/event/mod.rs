@@ -339,7 +339,12 @@ impl Loop<'_> {
                     } else {
                         String::new()
                     };
-                    self.shared.fatal = Some(err!(LocalIo, "not enough space for {total} bytes: {e}{hint}"));
+                    let failed = err!(LocalIo, "not enough space for {total} bytes: {e}{hint}");
+                    self.shared.fatal = Some(if e == rustix::io::Errno::NOSPC {
+                        failed.out_of_space()
+                    } else {
+                        failed
+                    });
                 } else {
                     self.shared.report.note(Note::NoPreallocation { why: e.to_string() });
                 }

@@ -86,7 +86,7 @@ impl Spares {
     /// As [`watch`]. The outputs already closed are forgotten first (a long list holds a
     /// spare or key only for the files not closed yet).
     pub(crate) fn watch(&mut self, path: &Path, key: Option<FileKey>) {
-        if let Some(k) = key.filter(|k| self.shown(*k)) {
+        if let Some(k) = key.filter(|k| self.shown(*k, path)) {
             if self.keys.len() >= KEYS_PRUNE_AT {
                 // (Kept when /proc/locks cannot be read just now: settle decides.)
                 if let Some(held) = self.held_keys() {
@@ -111,12 +111,16 @@ impl Spares {
     }
 
     /// Whether /proc/locks shows the locks on `key`'s device: asked once per device, on
-    /// the first output there (whose lock this process holds now: seen, or not).
-    fn shown(&mut self, key: FileKey) -> bool {
+    /// the first output there (at `path`, whose lock this process holds now: seen, or
+    /// not), and only for a local file system whose inode numbers are stat(2)'s own
+    /// ([`LOCAL`]: over NFS the local record goes before the server's unlock, and
+    /// overlayfs or NFS may show another inode number than stat for some files).
+    fn shown(&mut self, key: FileKey, path: &Path) -> bool {
         if let Some(&(_, known)) = self.devs.iter().find(|d| d.0 == key.0) {
             return known;
         }
-        let seen = self.held_keys().is_some_and(|held| held.contains(&key));
+        let local = rustix::fs::statfs(path).is_ok_and(|fs| LOCAL.contains(&(fs.f_type as u32)));
+        let seen = local && self.held_keys().is_some_and(|held| held.contains(&key));
         self.devs.push((key.0, seen));
         seen
     }
@@ -139,21 +143,36 @@ impl Spares {
     /// As [`settle`].
     pub(crate) fn settle(&mut self, limit: Duration) -> usize {
         let deadline = Instant::now() + limit;
+        // (Each look at /proc/locks takes the kernel's lock of every file lock for its
+        // read: the looks back off, 1 ms doubling to 16 ms.)
+        let mut pause = Duration::from_millis(1);
         loop {
             self.spares.retain(|s| !closed(s));
             if !self.keys.is_empty() {
-                // (Nothing known when /proc/locks cannot be read now: not waited for.)
-                let held = self.held_keys().unwrap_or_default();
-                self.keys.retain(|k| held.contains(k));
+                // (When /proc/locks cannot be read now, the keys wait for the next look.)
+                if let Some(held) = self.held_keys() {
+                    self.keys.retain(|k| held.contains(k));
+                }
             }
             let open = self.spares.len() + self.keys.len();
-            if open == 0 || Instant::now() >= deadline {
+            let now = Instant::now();
+            if open == 0 || now >= deadline {
                 return open;
             }
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(16));
         }
     }
 }
+
+/// Local file systems (statfs(2) `f_type`) on which /proc/locks names a flock by the
+/// device and inode stat(2) gives, released at the last close: ext2/3/4, XFS, F2FS, tmpfs.
+const LOCAL: [u32; 4] = [
+    linux_raw_sys::general::EXT4_SUPER_MAGIC,
+    linux_raw_sys::general::XFS_SUPER_MAGIC,
+    linux_raw_sys::general::F2FS_SUPER_MAGIC,
+    linux_raw_sys::general::TMPFS_MAGIC,
+];
 
 /// Spares kept before the closed ones are looked for ([`Spares::watch`]): a list's files
 /// are pruned in batches, not each time one more starts (a flock(2) of every spare).

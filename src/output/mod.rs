@@ -316,7 +316,10 @@ impl Output {
             // gone or starts over.)
             crate::output::resume::remove(&crate::output::resume::path_for(&lock.part));
         }
-        if !keep && lock.len > 0 {
+        // (A size not read — statx(2) refused — counts as bytes there: the output counts
+        // on a `.part` it starts over being empty, and skips the final ftruncate when its
+        // own writes reach the size exactly.)
+        if !keep && (lock.len > 0 || lock.id.is_none()) {
             let fd = lock.fd.as_ref().expect("checked by the caller");
             rustix::fs::ftruncate(fd, 0)
                 .map_err(|e| err!(LocalIo, "cannot start {} over: ftruncate: {e}", lock.part.display()))?;

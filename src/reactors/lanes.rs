@@ -172,7 +172,9 @@ pub fn run_many(
     let entries =
         (reactor::ring_entries(n) as usize * lanes + SYNCING_ENTRIES * syncing + 8).next_power_of_two() as u32;
     let (chosen, entries, splice) = reactor.take_ring(opts, entries, many.splice)?;
-    // (A file waiting for its sync holds no write block: the pools are sized for `lanes`.)
+    // (The pools are sized for `lanes`: a file that handed its connections back holds no
+    // read block, and only the write blocks still being written, which the next files'
+    // connections wait for when the shared write pool runs short.)
     reactor.size_pools(lanes, n, write_block())?;
     let cell = RingCell::new(chosen);
     // (Its eventfd, READ on the ring, stays open until the ring's ops are settled.)

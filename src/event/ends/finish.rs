@@ -87,6 +87,10 @@ impl Loop<'_> {
             return false;
         }
         self.end_state.served = Some(self.served_connections());
+        // (Connections waiting for a block or for the rate bucket are indexes into the
+        // connections that go now.)
+        self.sink.waiting.clear();
+        self.sink.paced.clear();
         let keys = &self.end_state.keys;
         let mirrors = &self.shared.transfer.mirrors;
         let conns = std::mem::take(&mut self.conns)
@@ -291,10 +295,12 @@ fn end_failed(
         None,
     );
     s.writes_pending = transfer_loop.sink.writes_in_flight > 0;
-    if e.kind == crate::error::Kind::Interrupted {
+    if e.kind == crate::error::Kind::Interrupted && transfer_loop.end_state.served.is_none() {
         // (Cut short, not failed: what its origins taught — the cap a server was
         // seen allowing, a proven address — holds for the file's resume in this run
-        // (`Outcome::Recalled`) and the files after it. Its connections close.)
+        // (`Outcome::Recalled`) and the files after it. Its connections close. A transfer
+        // that handed its connections back gave its origins then: a second copy would
+        // undo what later files taught the reactor.)
         let keys = std::mem::take(&mut transfer_loop.end_state.keys);
         let origins = keys
             .into_iter()

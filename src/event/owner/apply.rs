@@ -201,10 +201,9 @@ impl Loop<'_> {
         if out.changed {
             // Its bytes are not of the owner's file, and neither is the server's.
             self.shared.transfer.changed = true;
-            self.shared.fatal.get_or_insert(Error {
-                kind: Kind::Protocol,
-                msg: format!("reactor {helper}: {}", e.msg),
-            });
+            self.shared
+                .fatal
+                .get_or_insert(Error::new(Kind::Protocol, format!("reactor {helper}: {}", e.msg)));
             return judged;
         }
         if matches!(e.kind, Kind::LocalIo | Kind::Internal) {
@@ -227,7 +226,7 @@ impl Loop<'_> {
                 e.msg,
                 crate::schedule::retry::n_tries(tries)
             );
-            self.shared.fatal.get_or_insert(Error { kind: e.kind, msg });
+            self.shared.fatal.get_or_insert(Error::new(e.kind, msg));
         }
         let jitter = f64::from(self.started.elapsed().subsec_nanos() % 1000) / 1000.0;
         // (At least the wait the helper judged, as on one reactor: the server's
