@@ -1160,7 +1160,9 @@ fn ramfs_output_falls_back_to_buffered() {
         .arg(n.http_url(&file.name))
         .run();
     o.assert_success();
-    assert_same_bytes(&out, file);
+    // (Read by a child: this process holds nothing of the filesystem it unmounts.)
+    assert_eq!(fs::metadata(&out).unwrap().len(), file.size);
+    assert_eq!(util::sha256_file_apart(&out), file.sha256);
     let summary = o.summary();
     assert!(
         summary.contains("engine buffered"),

@@ -545,6 +545,29 @@ pub fn sha256_bytes(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// SHA-256 of a file as hex, read by a child process (`sha256sum`): a test that unmounts
+/// the file's filesystem right after must not hold it open itself — a process another
+/// test thread forks meanwhile would inherit the descriptor until its exec, and the
+/// unmount would find the filesystem busy.
+pub fn sha256_file_apart(path: &Path) -> String {
+    let o = Command::new("sha256sum")
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("sha256sum {}: {e}", path.display()));
+    assert!(
+        o.status.success(),
+        "sha256sum {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// Lower-case hex SHA-256 of a file, read in 1 MiB chunks.
 pub fn sha256_file(path: &Path) -> String {
     let mut file = File::open(path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
