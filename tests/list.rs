@@ -978,7 +978,7 @@ fn a_failed_group_sync_renames_none_of_its_files() {
 /// A full disk stops the list: once a file fails with ENOSPC no more files start (each
 /// would fetch its bytes for nothing), the run says how many were not started and why,
 /// ends 7, and every file that landed is exact (40 files of 64 KiB into a 1 MiB tmpfs at
-/// `-j 1`: 16 fit, and the server is asked for only a few more).
+/// `-j 1`: 16 fit, and the server is asked for only the few more already started).
 #[test]
 fn a_full_disk_starts_no_more_files() {
     if !crate::util::is_root() {
@@ -1022,9 +1022,12 @@ fn a_full_disk_starts_no_more_files() {
         err.lines().any(|l| l.contains("not started (the disk is full)")),
         "no word of the files not started\n{err}"
     );
+    // (After the first ENOSPC only the files already started end: the one in flight at
+    // `-j 1`, and those whose bytes were off the wire while their writes landed — up to the
+    // 8 lanes kept for them.)
     let asked = n.access_log(&format!("/{base}/")).len() - before;
     assert!(
-        asked <= landed.len() + 2,
+        asked <= landed.len() + 1 + 8,
         "{asked} requests for {} files that fit\n{err}",
         landed.len()
     );
