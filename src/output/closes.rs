@@ -265,6 +265,23 @@ fn flock_holder(line: &str) -> Option<(i64, (u32, u32), u64)> {
 mod tests {
     use super::*;
 
+    /// With `dup` the one description of a watched output still open, `s.settle` waits
+    /// its whole limit (200 ms) and says one is open; with `dup` closed from another
+    /// thread 100 ms into a 10 s wait, the wait ends then.
+    fn waits_for_the_last_close(s: &mut Spares, dup: std::fs::File) {
+        let t = Instant::now();
+        assert_eq!(s.settle(Duration::from_millis(200)), 1, "only the duplicate's is open");
+        assert!(t.elapsed() >= Duration::from_millis(200));
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(dup);
+        });
+        let t = Instant::now();
+        assert_eq!(s.settle(Duration::from_secs(10)), 0);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        closer.join().unwrap();
+    }
+
     #[test]
     fn a_locked_output_is_waited_for_until_its_last_descriptor_closes() {
         let p = std::env::temp_dir().join(format!("ringdl-closes-{}", std::process::id()));
@@ -278,18 +295,8 @@ mod tests {
         s.watch(&p, None);
         assert_eq!((s.spares.len(), s.keys.len()), (1, 0));
         drop(held);
-        let t = Instant::now();
-        assert_eq!(s.settle(Duration::from_millis(200)), 1);
-        assert!(t.elapsed() >= Duration::from_millis(200));
         // Closed from another thread while the wait goes on: the wait ends then.
-        let closer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            drop(dup);
-        });
-        let t = Instant::now();
-        assert_eq!(s.settle(Duration::from_secs(10)), 0);
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-        closer.join().unwrap();
+        waits_for_the_last_close(&mut s, dup);
         // Nothing left to wait for: at once.
         assert_eq!(s.settle(Duration::from_secs(10)), 0);
         std::fs::remove_file(&p).unwrap();
@@ -327,17 +334,7 @@ mod tests {
         assert_eq!(s.devs.len(), 1);
         drop(other);
         drop(held);
-        let t = Instant::now();
-        assert_eq!(s.settle(Duration::from_millis(200)), 1, "only the duplicate's is open");
-        assert!(t.elapsed() >= Duration::from_millis(200));
-        let closer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            drop(dup);
-        });
-        let t = Instant::now();
-        assert_eq!(s.settle(Duration::from_secs(10)), 0);
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-        closer.join().unwrap();
+        waits_for_the_last_close(&mut s, dup);
         std::fs::remove_file(&p).unwrap();
         std::fs::remove_file(&q).unwrap();
     }
