@@ -6,7 +6,10 @@ once under the work directory and served by the same loopback nginx as bench.py.
 tool fetches the whole set in one command, interleaved, `--runs` times:
 
 - curl `--remote-name-all --output-dir OUT URL…` (one process, connections reused),
-  and as the tool `curl-Z` the same with `-Z --parallel-max J` (parallel transfers),
+  and as the tool `curl-Z` the same with `-Z --parallel-max J` (parallel transfers);
+  `curl-Z+sync` is curl-Z followed by `sync -f OUT` (syncfs(2) of the output's file
+  system): curl's bytes on the disk when the command ends, as ringdl's are (ringdl also
+  syncs each file before its rename, which curl has no equivalent of),
 - wget `-i LIST -P OUT`,
 - aria2c `-i LIST -j J -d OUT` (aria2c's defaults otherwise),
 - ringdl `-i LIST -j J -d OUT` when its `--help` names `--input-file`; before that, the
@@ -15,7 +18,9 @@ tool fetches the whole set in one command, interleaved, `--runs` times:
 
 Per run: caches dropped and every source file read back (the server side hot), wall
 (monotonic), CPU user + system and peak RSS of the whole command and its children (GNU
-time), the server's connections (distinct nginx connection serials) and requests, and
+time), the whole machine's busy CPU time over the run (/proc/stat, all CPUs: it counts the
+kernel's flusher threads that write a page-cache client's bytes, and nginx's share, the
+same server for every tool), the server's connections (distinct nginx connection serials) and requests, and
 the SHA-256 of every output file (a mismatch fails the run and the exit status).
 Medians; ratios against curl. Python 3.11 standard library; root (drop_caches).
 
@@ -100,6 +105,9 @@ def commands(args, tool: str, urls: list[str], listfile: Path, out: Path, ca: Pa
         return (f"curl -Z --parallel-max {args.jobs} --remote-name-all",
                 ["curl", "-sS", "--fail", "-Z", "--parallel-max", str(args.jobs),
                  *(["--cacert", str(ca)] if https else []), "--remote-name-all", "--output-dir", str(out), *urls])
+    if tool == "curl-Z+sync":
+        label, argv = commands(args, "curl-Z", urls, listfile, out, ca, https)
+        return (f"{label}, then sync -f", ["sh", "-c", '"$@" && exec sync -f "$0"', str(out), *argv])
     if tool == "curl":
         return ("curl --remote-name-all", ["curl", "-sS", "--fail", *(["--cacert", str(ca)] if https else []),
                                           "--remote-name-all", "--output-dir", str(out), *urls])
@@ -129,6 +137,15 @@ def commands(args, tool: str, urls: list[str], listfile: Path, out: Path, ca: Pa
     return ("", [])
 
 
+def machine_busy_s() -> float:
+    """Seconds all CPUs spent busy since boot (/proc/stat `cpu` line: user, nice, system,
+    irq, softirq; proc(5)), at the kernel's clock tick (10 ms at USER_HZ 100)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    hz = os.sysconf("SC_CLK_TCK")
+    return sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) / hz
+
+
 def run_once(args, tool: str, urls, listfile, out: Path, ca, https, digests, srcdir, nginx,
              logfile: Path) -> dict:
     if out.exists():
@@ -143,6 +160,7 @@ def run_once(args, tool: str, urls, listfile, out: Path, ca, https, digests, src
     time_file = logfile.with_suffix(".time")
     full = [b.GNU_TIME, "-o", str(time_file), "-f", "%e %U %S %M"] + argv
     off = nginx.log_offset()
+    busy0 = machine_busy_s()
     t0 = time.monotonic()
     with open(logfile, "w") as lf:
         lf.write("$ " + " ".join(argv[:12]) + (" …" if len(argv) > 12 else "") + "\n")
@@ -154,11 +172,12 @@ def run_once(args, tool: str, urls, listfile, out: Path, ca, https, digests, src
         timer.start()
         rc = p.wait()
         wall = time.monotonic() - t0
+        busy = machine_busy_s() - busy0
         if not timer.is_alive():
             rc = "timeout"
         timer.cancel()
     server = nginx.log_since(off)
-    r = {"tool": label, "exit": rc, "wall_s": round(wall, 4), "log": str(logfile),
+    r = {"tool": label, "exit": rc, "wall_s": round(wall, 4), "machine_cpu_s": round(busy, 3), "log": str(logfile),
          "requests": server["requests"], "connections": len({d["conn"] for d in server["detail"]}),
          "bytes_sent": server["bytes_sent"], "statuses": server["statuses"]}
     try:
@@ -191,11 +210,12 @@ def table(runs: list[dict]) -> str:
     for t in order:
         ok = [r for r in rows[t] if "error" not in r]
         med[t] = {k: b.median([r.get(k) for r in ok]) for k in
-                  ("wall_s", "cpu_s", "max_rss_kib", "connections", "requests")}
+                  ("wall_s", "cpu_s", "machine_cpu_s", "max_rss_kib", "connections", "requests")}
         med[t]["ok"], med[t]["runs"] = len(ok), len(rows[t])
     curl = next((t for t in order if t.startswith("curl")), None)
-    out = ["| tool | wall s | CPU s | max RSS MiB | server connections | requests | wall / curl | CPU / curl |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| tool | wall s | CPU s | machine CPU s | max RSS MiB | server connections | requests | wall / curl "
+           "| CPU / curl | machine CPU / curl |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for t in order:
         m = med[t]
         name = t if not t.startswith("ringdl") else f"**{t}**"
@@ -207,8 +227,9 @@ def table(runs: list[dict]) -> str:
             return "—" if not c or m[k] is None else f"{m[k] / c:.2f}"
 
         rss = None if m["max_rss_kib"] is None else m["max_rss_kib"] / 1024
-        out.append(f"| {name} | {b.f2(m['wall_s'])} | {b.f2(m['cpu_s'])} | {b.f2(rss, 1)} | "
-                   f"{b.f2(m['connections'], 0)} | {b.f2(m['requests'], 0)} | {ratio('wall_s')} | {ratio('cpu_s')} |")
+        out.append(f"| {name} | {b.f2(m['wall_s'])} | {b.f2(m['cpu_s'])} | {b.f2(m['machine_cpu_s'])} | "
+                   f"{b.f2(rss, 1)} | {b.f2(m['connections'], 0)} | {b.f2(m['requests'], 0)} | {ratio('wall_s')} | "
+                   f"{ratio('cpu_s')} | {ratio('machine_cpu_s')} |")
     return "\n".join(out)
 
 
@@ -269,7 +290,8 @@ def main() -> int:
           f"{'-i' if args.ringdl_lists else 'no -i yet: one process per file'}",
           f"- method: caches dropped and sources read back before each run, tools interleaved "
           f"(rotated), {args.runs} runs, medians; CPU and RSS of the command with its children "
-          f"(GNU time); connections and requests from nginx's log; every file SHA-256-checked"]
+          f"(GNU time); machine CPU: all CPUs' busy time over the run (/proc/stat, includes nginx and the "
+          f"kernel's flusher threads); connections and requests from nginx's log; every file SHA-256-checked"]
     report, failures = {"date": stamp.isoformat(), "machine": m, "sets": []}, 0
     try:
         for proto in args.proto:
@@ -294,6 +316,7 @@ def main() -> int:
                             b.log(f"  FAILED {r['tool']}: {r['error']} (log {lf})")
                         else:
                             b.log(f"  {r['tool']:<32} wall {r['wall_s']:.2f} s  cpu {r['cpu_s']:.2f} s  "
+                                  f"machine {r['machine_cpu_s']:.2f} s  "
                                   f"rss {r['max_rss_kib'] / 1024:.1f} MiB  {r['connections']} conn  "
                                   f"{r['requests']} req")
                 title = f"{proto.upper()}, {count} files of {b.fmt_size(size)}, one origin, {args.runs} runs"
