@@ -443,3 +443,62 @@ fn resume_is_the_default_and_no_continue_starts_over() {
     assert!(served >= total, "--no-continue was sent {served} of {total} bytes");
     assert_eq!(fetched_now(&o.summary()), None, "{}", o.summary());
 }
+
+/// A small file's fallocate(2) made on the reactor's thread (not a FALLOCATE on the ring,
+/// `INLINE_FALLOCATE`), run under strace with `errno` injected into it: the trace shows
+/// the injected call, and the run's output.
+fn with_fallocate_failing(test: &str, errno: &str) -> (TestDir, std::path::PathBuf, util::Output, String) {
+    let ng = nginx();
+    let f = ng.file(4 * MIB);
+    let dir = TestDir::new(test);
+    let out = dir.join("small.bin");
+    let o = util::TestCommand::new("strace")
+        .args(["-f", "-o", "trace.txt", "-e", "trace=fallocate"])
+        .args(["-e", &format!("inject=fallocate:error={errno}")])
+        .arg(util::ringdl_bin())
+        .args(["-v", "-o"])
+        .arg(&out)
+        .arg(ng.http_url(&f.name))
+        .current_dir(dir.path())
+        .timeout(Duration::from_secs(60))
+        .run();
+    let trace = std::fs::read_to_string(dir.join("trace.txt")).unwrap();
+    assert!(
+        trace
+            .lines()
+            .any(|l| l.contains("fallocate(") && l.contains("(INJECTED)")),
+        "the 4 MiB file's fallocate(2) was not a system call of ringdl's: {trace}"
+    );
+    (dir, out, o, f.sha256.clone())
+}
+
+/// A small file's preallocation in place meets ENOSPC: exit 7, the message says the disk
+/// is full for the file's size and how much is still to land, and nothing is at the final
+/// name.
+#[test]
+fn a_small_files_preallocation_meeting_a_full_disk_fails_clearly() {
+    let (_dir, out, o, _) = with_fallocate_failing("falloc-enospc", "ENOSPC");
+    let err = o.stderr_text();
+    o.assert_code(7);
+    assert!(
+        err.contains("not enough space for 4194304 bytes") && err.contains("free space first"),
+        "unclear message: {err}"
+    );
+    assert!(!out.exists(), "a file at the final name after a full disk\n{err}");
+}
+
+/// A small file's preallocation refused (EOPNOTSUPP, as on ext2 or FUSE) is said at `-v`
+/// and the bytes land without it, exact, exit 0.
+#[test]
+fn a_small_files_preallocation_refused_is_said_and_its_bytes_land() {
+    let (_dir, out, o, sha) = with_fallocate_failing("falloc-eopnotsupp", "EOPNOTSUPP");
+    let err = o.stderr_text();
+    o.assert_success();
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("ringdl: fallocate: Operation not supported")
+                && l.ends_with("(continuing without preallocation)")),
+        "the refusal was not said: {err}"
+    );
+    assert_eq!(sha256_file(&out), sha);
+}

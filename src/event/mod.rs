@@ -49,7 +49,7 @@ use crate::engine::splice::Pipe;
 use crate::err;
 use crate::error::{Error, Result};
 use crate::lane::LaneRing;
-use crate::report::{Note, Progress};
+use crate::report::Progress;
 use crate::tag::Tag;
 use crate::transfer::Transfer;
 
@@ -328,27 +328,7 @@ impl Loop<'_> {
                 self.on_tick()?;
                 self.push(Op::Timeout { after: self.tick }, Tag::Tick.encode())?;
             }
-            Some(Tag::Fallocate) if c.result < 0 => {
-                let e = errno(c.result);
-                if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
-                    // (EFBIG: larger than the file system allows a file; no space freed helps.)
-                    let total = self.shared.transfer.total.unwrap_or(0);
-                    let hint = if e == rustix::io::Errno::NOSPC {
-                        let need = total.saturating_sub(self.shared.transfer.landed.bytes());
-                        self.shared.transfer.out.space_hint(need)
-                    } else {
-                        String::new()
-                    };
-                    let failed = err!(LocalIo, "not enough space for {total} bytes: {e}{hint}");
-                    self.shared.fatal = Some(if e == rustix::io::Errno::NOSPC {
-                        failed.out_of_space()
-                    } else {
-                        failed
-                    });
-                } else {
-                    self.shared.report.note(Note::NoPreallocation { why: e.to_string() });
-                }
-            }
+            Some(Tag::Fallocate) if c.result < 0 => self.fallocate_failed(c.result),
             Some(Tag::Control) => {
                 let snap = self.sync_snapshot.take();
                 if c.result >= 0 {

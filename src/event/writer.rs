@@ -10,8 +10,10 @@ use uring::{Completion, Op};
 use crate::control::InFlight;
 use crate::engine::place::Delimiter;
 use crate::engine::sink::Written;
+use crate::err;
 use crate::error::Result;
-use crate::event::Loop;
+use crate::event::{Loop, errno};
+use crate::report::Note;
 use crate::tag::Tag;
 use crate::transfer::mirror::Standing;
 
@@ -92,10 +94,40 @@ impl Loop<'_> {
     /// Submits queued blocks (in order, one at a time, for standard output); a block
     /// device's end reached ends the transfer.
     pub(crate) fn flush_writes(&mut self) -> Result<()> {
-        if let Some(why) = self.sink.flush(&self.ring, &mut self.shared.transfer)? {
+        let flushed = self.sink.flush(&self.ring, &mut self.shared.transfer)?;
+        if let Some(result) = flushed.fallocated.filter(|r| *r < 0) {
+            self.fallocate_failed(result);
+        }
+        if let Some(why) = flushed.ended {
             self.shared.fatal.get_or_insert(why);
         }
         Ok(())
+    }
+
+    /// The output's preallocation (fallocate(2), in place or on the ring) failed with
+    /// `result` (a negated errno): no space (ENOSPC) or a file larger than the file system
+    /// allows (EFBIG) ends the transfer; anything else (EOPNOTSUPP: ext2, FUSE…) is said
+    /// and the writes go on without it.
+    pub(crate) fn fallocate_failed(&mut self, result: i32) {
+        let e = errno(result);
+        if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
+            // (EFBIG: larger than the file system allows a file; no space freed helps.)
+            let total = self.shared.transfer.total.unwrap_or(0);
+            let hint = if e == rustix::io::Errno::NOSPC {
+                let need = total.saturating_sub(self.shared.transfer.landed.bytes());
+                self.shared.transfer.out.space_hint(need)
+            } else {
+                String::new()
+            };
+            let failed = err!(LocalIo, "not enough space for {total} bytes: {e}{hint}");
+            self.shared.fatal = Some(if e == rustix::io::Errno::NOSPC {
+                failed.out_of_space()
+            } else {
+                failed
+            });
+        } else {
+            self.shared.report.note(Note::NoPreallocation { why: e.to_string() });
+        }
     }
 
     /// Engine splice: drains connection `i`'s pipe to the file when it holds enough
