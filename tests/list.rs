@@ -805,6 +805,60 @@ fn a_same_size_file_there_failing_its_checksum_is_exit_9() {
     assert_eq!(json(&dir)["files"][0]["checksum_verified"], false);
 }
 
+/// A list's file there with the server's size and `checksum=` is read back by its name
+/// (a file kept on its size is never opened before): replaced after it was checked —
+/// while its request is at the server, by the fault server's hook, before any answer —
+/// by a FIFO (`f0`) or by a symbolic link to a file with the right bytes (`f1`), the
+/// read-back neither blocks in open(2) on the FIFO (no writer ever comes: the run would
+/// hang) nor follows the link: each file fails, exit 7, with a message naming it as
+/// replaced, and both are left as they are (nothing renamed over them).
+#[test]
+fn a_kept_file_replaced_before_its_read_back_is_refused_not_followed_or_waited_on() {
+    use std::sync::Arc;
+
+    use crate::fault::{Fault, FaultServer, Hook, When};
+
+    let dir = TestDir::new("list-kept-replaced");
+    let swap = |name: &str, by: fn(&std::path::Path, &std::path::Path)| {
+        let (at, other) = (dir.join(name), dir.join(format!("{name}.other")));
+        Hook(Arc::new(move || {
+            fs::rename(&at, &other).unwrap();
+            by(&at, &other);
+        }))
+    };
+    let fifo: fn(&std::path::Path, &std::path::Path) = |at, _| {
+        assert!(std::process::Command::new("mkfifo").arg(at).status().unwrap().success());
+    };
+    let link: fn(&std::path::Path, &std::path::Path) = |at, other| std::os::unix::fs::symlink(other, at).unwrap();
+    let srv = FaultServer::builder()
+        .size(96 * KIB)
+        .fault_on(When::path("/f0.bin"), Fault::Before(swap("f0.bin", fifo)))
+        .fault_on(When::path("/f1.bin"), Fault::Before(swap("f1.bin", link)))
+        .start();
+    for name in ["f0.bin", "f1.bin"] {
+        fs::write(dir.join(name), srv.body()).unwrap();
+    }
+    let text: String = ["/f0.bin", "/f1.bin"]
+        .iter()
+        .map(|p| format!("{}\n  checksum=sha-256={}\n", srv.url(p), srv.sha256()))
+        .collect();
+    let l = list(&dir, &text);
+    let o = ringdl(&dir, &["-j", "1", "-i", l.to_str().unwrap()]);
+    let err = o.stderr_text();
+    o.assert_code(exit::LOCAL_IO);
+    assert_eq!(srv.requests().len(), 2, "each file asked once\n{err}");
+    for (name, now) in [("f0.bin", "a FIFO now"), ("f1.bin", "a symbolic link now")] {
+        let at = dir.join(name);
+        assert!(
+            err.contains(&format!("verify {name}: it was replaced ({now})")),
+            "{name}\n{err}"
+        );
+        let kind = fs::symlink_metadata(&at).unwrap().file_type();
+        assert!(!kind.is_file(), "{name} was renamed over\n{err}");
+        assert!(!dir.join(format!("{name}.part")).exists(), "{name}\n{err}");
+    }
+}
+
 /// A server that answers 200 with the whole file to the one-block request for a list's
 /// file there (`max_ranges 0`): the file ends exact, exit 0 — kept when its size is the
 /// server's, fetched whole over it when not.
