@@ -257,6 +257,12 @@ fn end_failed(
     let out = Rc::clone(&transfer_loop.end_state.out);
     transfer_loop.stop_parts();
     transfer_loop.settle();
+    if e.no_space {
+        // Said now, every write in flight landed (or failed) and the other reactors' parts
+        // stopped: the bytes not landed, as the "kept" count below sees them.
+        let (have, total, _) = transfer_loop.shared.transfer.shown();
+        e.msg.push_str(&out.space_hint(total.unwrap_or(0).saturating_sub(have)));
+    }
     let saved = keep_landed(transfer_loop, &out);
     transfer_loop.disown_control();
     // A resume stopped before its first answer: its control file, untouched (it
