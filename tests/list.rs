@@ -923,7 +923,9 @@ fn a_syncing_file_gives_its_place_and_connection_to_the_next() {
 /// Files of a list that finish while another file's sync runs are made durable together
 /// (one syncfs(2) for the group, `-v` says "synced with N other finished files"): over 40
 /// small files at `-j 4` some were, every file lands exact and is said done once, and no
-/// `.part` is left. (Groups form while a sync takes time: on the test directory's disk,
+/// `.part` is left. A file that finished with no sync running is fsynced alone (`-v`:
+/// "synced alone: fsync(2)"): each of the 40 says one of the two, and a list of one file
+/// says the second. (Groups form while a sync takes time: on the test directory's disk,
 /// not on a tmpfs, where each sync returns at once.)
 #[test]
 fn files_that_finish_together_are_synced_together() {
@@ -953,11 +955,22 @@ fn files_that_finish_together_are_synced_together() {
         together.iter().any(|&others| others >= 1),
         "no file was synced with another\n{err}"
     );
+    let alone = |err: &str| err.lines().filter(|l| l.ends_with("synced alone: fsync(2)")).count();
+    assert_eq!(
+        together.len() + alone(&err),
+        40,
+        "each file says how it was synced once\n{err}"
+    );
     assert_eq!(
         err.lines().filter(|l| l.starts_with("ringdl: done: ")).count(),
         40,
         "{err}"
     );
+    // One file: no other sync runs when it finishes.
+    let one = ringdl(&dir, &["-v", "--force", "-Z", &urls[0]]);
+    let err = one.stderr_text();
+    one.assert_success();
+    assert_eq!((alone(&err), err.contains("synced with ")), (1, false), "{err}");
 }
 
 /// 24 small files at `-j 4` under strace with the given syscalls failing EIO (strace's

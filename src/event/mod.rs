@@ -351,7 +351,13 @@ impl Loop<'_> {
                     self.save_control(snap);
                 }
             }
-            Some(Tag::Fsync(0)) => self.end_state.synced = Some((c.result, false)),
+            Some(Tag::Fsync(0)) => {
+                // (Only [`Loop::push_fsync`]'s: `wait_for` takes its own completion.)
+                self.end_state.synced = Some((c.result, false));
+                if c.result >= 0 {
+                    self.shared.report.note(Note::SyncedAlone);
+                }
+            }
             Some(Tag::Mail) if c.result >= 0 => self.on_mail(c.buf)?,
             Some(Tag::Mail) => {
                 return Err(err!(LocalIo, "reading the reactors' eventfd: {}", errno(c.result)));
