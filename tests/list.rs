@@ -920,6 +920,50 @@ fn a_syncing_file_gives_its_place_and_connection_to_the_next() {
     assert_eq!((served.len() - before, mine.len()), (2, 1), "{served:?}\n{err}");
 }
 
+/// `--json` counts what checking a file already there cost as it counts a fetched file's:
+/// the kept files' objects have `connections` and `requests` (not null), and for every
+/// file they are nginx's own counts for its path — the distinct connection serial
+/// numbers (`$connection`) that served it and the requests it logged.
+#[test]
+fn json_counts_the_connection_that_checked_a_file_already_there() {
+    let n = nginx();
+    let (base, shas) = serve("kept-conns", &[96 * KIB; 3]);
+    let dir = TestDir::new("list-kept-conns");
+    for k in [0, 2] {
+        fs::copy(n.www().join(format!("{base}/f{k}.bin")), dir.join(format!("f{k}.bin"))).unwrap();
+    }
+    let url = n.http_url("");
+    let urls: Vec<String> = (0..3).map(|k| format!("{url}conn/{base}/f{k}.bin")).collect();
+    let before = n.conn_log(&format!("/conn/{base}/")).len();
+    let o = ringdl(&dir, &["-j", "1", "-Z", &urls[0], &urls[1], &urls[2]]);
+    let err = o.stderr_text();
+    o.assert_success();
+    assert!(
+        err.contains("3 ok (2 already there, same size as on the server)"),
+        "{err}"
+    );
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    let served = n.conn_log(&format!("/conn/{base}/"))[before..].to_vec();
+    let j = json(&dir);
+    for k in 0..3 {
+        let mine: Vec<u64> = served
+            .iter()
+            .filter(|(_, uri)| uri.ends_with(&format!("/f{k}.bin")))
+            .map(|r| r.0)
+            .collect();
+        let conns: std::collections::BTreeSet<u64> = mine.iter().copied().collect();
+        let f = &j["files"][k];
+        assert_eq!(f["not_modified"], k != 1, "f{k}: {f}");
+        assert_eq!(
+            (f["connections"].as_u64(), f["requests"].as_u64()),
+            (Some(conns.len() as u64), Some(mine.len() as u64)),
+            "f{k}: {f}\nserved: {served:?}"
+        );
+    }
+}
+
 /// Files of a list that finish while another file's sync runs are made durable together
 /// (one syncfs(2) for the group, `-v` says "synced with N other finished files"): over 40
 /// small files at `-j 4` some were, every file lands exact and is said done once, and no

@@ -71,8 +71,13 @@ pub enum Outcome {
     /// or a list's file already there has the size mirror `mirror` gives (the size alone,
     /// [`crate::config::Config::kept`]): nothing was written. `kept`: the file kept, read
     /// back for `--checksum` or `--signature` as a fetched one is (`None` when neither is
-    /// asked).
-    NotModified { mirror: usize, kept: Option<Box<Kept>> },
+    /// asked). `summary`: what the check cost (its connections, requests, handshakes) for
+    /// `--json`; its `bytes` the file's size, `fetched` what came of the answer's body.
+    NotModified {
+        mirror: usize,
+        kept: Option<Box<Kept>>,
+        summary: Box<Summary>,
+    },
     /// `--threads N`, a list: the run stopped this transfer to start the file again spread
     /// over the reactors, alone in flight now (`crate::reactors::lanes`'s `respread.rs`). What landed
     /// is kept and its control file names it, as at SIGINT: the feed starts it again

@@ -205,9 +205,18 @@ fn end_inner(
         Ok(None) if transfer_loop.shared.transfer.not_modified => {
             transfer_loop.shared.report.clear();
             let kept = read_kept(transfer_loop, reactor)?;
+            let size = kept.as_ref().map(|k| k.bytes).or(transfer_loop.shared.opts.kept);
+            let (io, registered) = (
+                transfer_loop.end_state.ring.io.clone(),
+                transfer_loop.end_state.ring.registered && !transfer_loop.sink.pool.pin_failed(),
+            );
+            // (The check went over a connection: `--json` counts it, its requests and
+            // handshakes, as a fetched file's.)
+            let summary = Box::new(transfer_loop.summary(size.unwrap_or(0), io, registered, None));
             Ok(Outcome::NotModified {
                 mirror: transfer_loop.shared.transfer.reference.unwrap_or(0),
                 kept,
+                summary,
             })
         }
         Ok(None) => {
