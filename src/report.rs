@@ -414,6 +414,11 @@ pub enum Note {
     /// beside it, by `syncfs` syncfs(2) calls (one per file system that allows it; the
     /// other files fsynced each: [`crate::output::syncer`]).
     SyncedTogether { others: usize, syncfs: usize },
+    /// A list's file made durable alone, by its own fsync(2) on its ring: no other sync
+    /// ran when it finished, so none waited to join it ([`SyncedTogether`]'s other case).
+    ///
+    /// [`SyncedTogether`]: Note::SyncedTogether
+    SyncedAlone,
     /// At the end: the SQPOLL thread's own CPU time (`--sqpoll`; not in the process's
     /// rusage until the thread exits).
     SqpollCpu { cpu: std::time::Duration },
@@ -507,6 +512,7 @@ impl std::fmt::Display for Note {
                     n => format!("{n} syncfs(2), one per file system"),
                 }
             ),
+            Note::SyncedAlone => f.write_str("synced alone: fsync(2)"),
             Note::SqpollCpu { cpu } => write!(f, "SQPOLL thread CPU {:.2} s", cpu.as_secs_f64()),
             Note::Planned { total, segments } => write!(
                 f,

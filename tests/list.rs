@@ -805,6 +805,60 @@ fn a_same_size_file_there_failing_its_checksum_is_exit_9() {
     assert_eq!(json(&dir)["files"][0]["checksum_verified"], false);
 }
 
+/// A list's file there with the server's size and `checksum=` is read back by its name
+/// (a file kept on its size is never opened before): replaced after it was checked —
+/// while its request is at the server, by the fault server's hook, before any answer —
+/// by a FIFO (`f0`) or by a symbolic link to a file with the right bytes (`f1`), the
+/// read-back neither blocks in open(2) on the FIFO (no writer ever comes: the run would
+/// hang) nor follows the link: each file fails, exit 7, with a message naming it as
+/// replaced, and both are left as they are (nothing renamed over them).
+#[test]
+fn a_kept_file_replaced_before_its_read_back_is_refused_not_followed_or_waited_on() {
+    use std::sync::Arc;
+
+    use crate::fault::{Fault, FaultServer, Hook, When};
+
+    let dir = TestDir::new("list-kept-replaced");
+    let swap = |name: &str, by: fn(&std::path::Path, &std::path::Path)| {
+        let (at, other) = (dir.join(name), dir.join(format!("{name}.other")));
+        Hook(Arc::new(move || {
+            fs::rename(&at, &other).unwrap();
+            by(&at, &other);
+        }))
+    };
+    let fifo: fn(&std::path::Path, &std::path::Path) = |at, _| {
+        assert!(std::process::Command::new("mkfifo").arg(at).status().unwrap().success());
+    };
+    let link: fn(&std::path::Path, &std::path::Path) = |at, other| std::os::unix::fs::symlink(other, at).unwrap();
+    let srv = FaultServer::builder()
+        .size(96 * KIB)
+        .fault_on(When::path("/f0.bin"), Fault::Before(swap("f0.bin", fifo)))
+        .fault_on(When::path("/f1.bin"), Fault::Before(swap("f1.bin", link)))
+        .start();
+    for name in ["f0.bin", "f1.bin"] {
+        fs::write(dir.join(name), srv.body()).unwrap();
+    }
+    let text: String = ["/f0.bin", "/f1.bin"]
+        .iter()
+        .map(|p| format!("{}\n  checksum=sha-256={}\n", srv.url(p), srv.sha256()))
+        .collect();
+    let l = list(&dir, &text);
+    let o = ringdl(&dir, &["-j", "1", "-i", l.to_str().unwrap()]);
+    let err = o.stderr_text();
+    o.assert_code(exit::LOCAL_IO);
+    assert_eq!(srv.requests().len(), 2, "each file asked once\n{err}");
+    for (name, now) in [("f0.bin", "a FIFO now"), ("f1.bin", "a symbolic link now")] {
+        let at = dir.join(name);
+        assert!(
+            err.contains(&format!("verify {name}: it was replaced ({now})")),
+            "{name}\n{err}"
+        );
+        let kind = fs::symlink_metadata(&at).unwrap().file_type();
+        assert!(!kind.is_file(), "{name} was renamed over\n{err}");
+        assert!(!dir.join(format!("{name}.part")).exists(), "{name}\n{err}");
+    }
+}
+
 /// A server that answers 200 with the whole file to the one-block request for a list's
 /// file there (`max_ranges 0`): the file ends exact, exit 0 — kept when its size is the
 /// server's, fetched whole over it when not.
@@ -866,10 +920,56 @@ fn a_syncing_file_gives_its_place_and_connection_to_the_next() {
     assert_eq!((served.len() - before, mine.len()), (2, 1), "{served:?}\n{err}");
 }
 
+/// `--json` counts what checking a file already there cost as it counts a fetched file's:
+/// the kept files' objects have `connections` and `requests` (not null), and for every
+/// file they are nginx's own counts for its path — the distinct connection serial
+/// numbers (`$connection`) that served it and the requests it logged.
+#[test]
+fn json_counts_the_connection_that_checked_a_file_already_there() {
+    let n = nginx();
+    let (base, shas) = serve("kept-conns", &[96 * KIB; 3]);
+    let dir = TestDir::new("list-kept-conns");
+    for k in [0, 2] {
+        fs::copy(n.www().join(format!("{base}/f{k}.bin")), dir.join(format!("f{k}.bin"))).unwrap();
+    }
+    let url = n.http_url("");
+    let urls: Vec<String> = (0..3).map(|k| format!("{url}conn/{base}/f{k}.bin")).collect();
+    let before = n.conn_log(&format!("/conn/{base}/")).len();
+    let o = ringdl(&dir, &["-j", "1", "-Z", &urls[0], &urls[1], &urls[2]]);
+    let err = o.stderr_text();
+    o.assert_success();
+    assert!(
+        err.contains("3 ok (2 already there, same size as on the server)"),
+        "{err}"
+    );
+    for (k, sha) in shas.iter().enumerate() {
+        assert_eq!(&sha256_file(&dir.join(format!("f{k}.bin"))), sha, "f{k}\n{err}");
+    }
+    let served = n.conn_log(&format!("/conn/{base}/"))[before..].to_vec();
+    let j = json(&dir);
+    for k in 0..3 {
+        let mine: Vec<u64> = served
+            .iter()
+            .filter(|(_, uri)| uri.ends_with(&format!("/f{k}.bin")))
+            .map(|r| r.0)
+            .collect();
+        let conns: std::collections::BTreeSet<u64> = mine.iter().copied().collect();
+        let f = &j["files"][k];
+        assert_eq!(f["not_modified"], k != 1, "f{k}: {f}");
+        assert_eq!(
+            (f["connections"].as_u64(), f["requests"].as_u64()),
+            (Some(conns.len() as u64), Some(mine.len() as u64)),
+            "f{k}: {f}\nserved: {served:?}"
+        );
+    }
+}
+
 /// Files of a list that finish while another file's sync runs are made durable together
 /// (one syncfs(2) for the group, `-v` says "synced with N other finished files"): over 40
 /// small files at `-j 4` some were, every file lands exact and is said done once, and no
-/// `.part` is left. (Groups form while a sync takes time: on the test directory's disk,
+/// `.part` is left. A file that finished with no sync running is fsynced alone (`-v`:
+/// "synced alone: fsync(2)"): each of the 40 says one of the two, and a list of one file
+/// says the second. (Groups form while a sync takes time: on the test directory's disk,
 /// not on a tmpfs, where each sync returns at once.)
 #[test]
 fn files_that_finish_together_are_synced_together() {
@@ -899,11 +999,22 @@ fn files_that_finish_together_are_synced_together() {
         together.iter().any(|&others| others >= 1),
         "no file was synced with another\n{err}"
     );
+    let alone = |err: &str| err.lines().filter(|l| l.ends_with("synced alone: fsync(2)")).count();
+    assert_eq!(
+        together.len() + alone(&err),
+        40,
+        "each file says how it was synced once\n{err}"
+    );
     assert_eq!(
         err.lines().filter(|l| l.starts_with("ringdl: done: ")).count(),
         40,
         "{err}"
     );
+    // One file: no other sync runs when it finishes.
+    let one = ringdl(&dir, &["-v", "--force", "-Z", &urls[0]]);
+    let err = one.stderr_text();
+    one.assert_success();
+    assert_eq!((alone(&err), err.contains("synced with ")), (1, false), "{err}");
 }
 
 /// 24 small files at `-j 4` under strace with the given syscalls failing EIO (strace's

@@ -263,6 +263,8 @@ fn a_disk_filling_up_mid_download_says_how_much_space_is_missing() {
             .args(["-x", "4", "--min-split-size", "1M", "-v", "-o"])
             .arg(&out)
             .arg(ng.http_url(&f.name))
+            .arg("--json")
+            .arg(dir.join("run.json"))
             .run()
     };
     let o = run(&[]);
@@ -284,6 +286,25 @@ fn a_disk_filling_up_mid_download_says_how_much_space_is_missing() {
     assert!(
         free < 12 * MIB,
         "{free} bytes free beside a 12 MiB filler on 24 MiB: {msg}"
+    );
+    // The bytes still to land are the file's less what landed — `bytes` in `--json`, the
+    // transfer's landed record once every write in flight came back — none counted twice.
+    let need: u64 = msg
+        .split_once(" bytes still to land, ")
+        .and_then(|(head, _)| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no bytes still to land: {msg}"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let landed = json["bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no bytes landed in {json}"));
+    assert!(landed > 0 && landed < 16 * MIB, "{json}");
+    assert_eq!(need, 16 * MIB - landed, "{msg}\n{json}");
+    // (The .part reaches at least as far as what landed: it is sparse where a write failed.)
+    assert!(
+        std::fs::metadata(mnt.join("out.bin.part")).unwrap().len() >= landed,
+        "{msg}"
     );
     assert!(!out.exists(), "no file at the final name after a full disk");
     // Space freed: the same command with -c lands the exact bytes.

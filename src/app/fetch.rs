@@ -200,7 +200,12 @@ impl Fetching {
         let mut s = match r {
             Ok(Outcome::Done(s)) => s,
             Ok(Outcome::Recalled) => return self.again_spread(failed, record, per_run),
-            Ok(Outcome::NotModified { mirror, kept }) => return self.not_modified(mirror, kept, record),
+            Ok(Outcome::NotModified { mirror, kept, summary }) => {
+                record.fill(&self.urls[mirror], self.engine, &summary);
+                // (Its size and `fetched` are the kept file's: `not_modified` says them.)
+                record.bytes = None;
+                return self.not_modified(mirror, kept, record);
+            }
             Ok(Outcome::Redirect { mirror, to }) => {
                 return match self.redirect(mirror, to, record) {
                     Ok(()) => match self.start(per_run) {

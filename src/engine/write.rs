@@ -207,15 +207,16 @@ impl Sink {
         if c.result < 0 {
             self.writes_in_flight -= 1;
             let e = rustix::io::Errno::from_raw_os_error(-c.result);
-            let (what, hint) = if e == rustix::io::Errno::NOSPC {
-                let need = transfer.total.map_or(0, |t| t.saturating_sub(transfer.landed.bytes()));
-                ("disk full", transfer.out.space_hint(need))
+            // (ENOSPC: how much is still to land is added once the other writes in flight
+            // have landed: `event::ends::finish`.)
+            let what = if e == rustix::io::Errno::NOSPC {
+                "disk full"
             } else {
-                ("write failed", String::new())
+                "write failed"
             };
             let failed = err!(
                 LocalIo,
-                "{what} at offset {} ({} bytes): {e}{hint}",
+                "{what} at offset {} ({} bytes): {e}",
                 slot.off + slot.done as u64,
                 slot.len - slot.done
             );

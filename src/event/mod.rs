@@ -49,7 +49,7 @@ use crate::engine::splice::Pipe;
 use crate::err;
 use crate::error::{Error, Result};
 use crate::lane::LaneRing;
-use crate::report::Progress;
+use crate::report::{Note, Progress};
 use crate::tag::Tag;
 use crate::transfer::Transfer;
 
@@ -71,8 +71,13 @@ pub enum Outcome {
     /// or a list's file already there has the size mirror `mirror` gives (the size alone,
     /// [`crate::config::Config::kept`]): nothing was written. `kept`: the file kept, read
     /// back for `--checksum` or `--signature` as a fetched one is (`None` when neither is
-    /// asked).
-    NotModified { mirror: usize, kept: Option<Box<Kept>> },
+    /// asked). `summary`: what the check cost (its connections, requests, handshakes) for
+    /// `--json`; its `bytes` the file's size, `fetched` what came of the answer's body.
+    NotModified {
+        mirror: usize,
+        kept: Option<Box<Kept>>,
+        summary: Box<Summary>,
+    },
     /// `--threads N`, a list: the run stopped this transfer to start the file again spread
     /// over the reactors, alone in flight now (`crate::reactors::lanes`'s `respread.rs`). What landed
     /// is kept and its control file names it, as at SIGINT: the feed starts it again
@@ -335,7 +340,13 @@ impl Loop<'_> {
                     self.save_control(snap);
                 }
             }
-            Some(Tag::Fsync(0)) => self.end_state.synced = Some((c.result, false)),
+            Some(Tag::Fsync(0)) => {
+                // (Only [`Loop::push_fsync`]'s: `wait_for` takes its own completion.)
+                self.end_state.synced = Some((c.result, false));
+                if c.result >= 0 {
+                    self.shared.report.note(Note::SyncedAlone);
+                }
+            }
             Some(Tag::Mail) if c.result >= 0 => self.on_mail(c.buf)?,
             Some(Tag::Mail) => {
                 return Err(err!(LocalIo, "reading the reactors' eventfd: {}", errno(c.result)));

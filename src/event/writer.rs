@@ -112,14 +112,10 @@ impl Loop<'_> {
         let e = errno(result);
         if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
             // (EFBIG: larger than the file system allows a file; no space freed helps.)
+            // (ENOSPC: how much is still to land is added once the writes in flight have
+            // landed: `ends::finish`.)
             let total = self.shared.transfer.total.unwrap_or(0);
-            let hint = if e == rustix::io::Errno::NOSPC {
-                let need = total.saturating_sub(self.shared.transfer.landed.bytes());
-                self.shared.transfer.out.space_hint(need)
-            } else {
-                String::new()
-            };
-            let failed = err!(LocalIo, "not enough space for {total} bytes: {e}{hint}");
+            let failed = err!(LocalIo, "not enough space for {total} bytes: {e}");
             self.shared.fatal = Some(if e == rustix::io::Errno::NOSPC {
                 failed.out_of_space()
             } else {

@@ -77,6 +77,15 @@ impl Output {
         };
         reads.then(|| self.fd.as_fd())
     }
+
+    /// What a read-back that opens [`Output::read_back`]'s path anew must find there: this
+    /// output's file type and `(st_dev, st_ino)` (one fstat(2) of its descriptor: the
+    /// `.part` it wrote, or the device). `None` when fstat(2) fails.
+    pub fn identity(&self) -> Option<crate::output::verify::Expect> {
+        let st = rustix::fs::fstat(&self.fd).ok()?;
+        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        Some(crate::output::verify::Expect::Same((st.st_dev, st.st_ino), kind))
+    }
 }
 
 /// Takes the lock on `FILE.part` (created empty if absent) before anything reads the

@@ -507,7 +507,8 @@ impl Output {
     }
 
     /// What a full disk's message adds (ENOSPC from a write or fallocate(2)): the bytes
-    /// still to land, `need`, the bytes free to an unprivileged writer on the output's file
+    /// still to land, `need` (the file's size less what landed, counted once the writes
+    /// in flight came back: `event::ends::finish`), the bytes free to an unprivileged writer on the output's file
     /// system (fstatvfs(3): `f_bavail · f_frsize`), and that space must be freed first.
     pub fn space_hint(&self, need: u64) -> String {
         match rustix::fs::fstatvfs(&self.fd) {

@@ -2,11 +2,11 @@
 //! (O_DIRECT when the download used it, so verifying does not fill the page cache either).
 
 use std::collections::BTreeMap;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use ring::digest::{Algorithm, Context, Digest};
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{FileType, Mode, OFlags};
 use uring::{BufPool, Op};
 
 use crate::lane::LaneRing;
@@ -14,6 +14,7 @@ use crate::lane::LaneRing;
 use crate::engine::blocks::align_up;
 use crate::err;
 use crate::error::Result;
+use crate::output::FileKey;
 use crate::tag::Tag;
 
 /// Reads in flight while hashing.
@@ -25,7 +26,8 @@ pub type Signed = Option<Vec<u8>>;
 
 /// What the finished `.part` (`path`, opened O_DIRECT when `direct`, or read through the
 /// output's own descriptor `readable` ([`crate::output::Output::readable`]); `total`
-/// bytes from offset `base`: a block device's `--offset`, 0 for a file) owes
+/// bytes from offset `base`: a block device's `--offset`, 0 for a file; `expect`: what
+/// `path` must still hold when it is opened anew, [`open_again`]) owes
 /// in one read-back: the `--checksum` digest (`checksum`) and what `--signature` needs
 /// (`signed`: a SHA-256/512 or BLAKE2b-512, or the bytes themselves; `Some(None)` when
 /// they are more than [`crate::signature::MAX_MESSAGE`]). A SIGINT/SIGTERM that completes
@@ -33,11 +35,13 @@ pub type Signed = Option<Vec<u8>>;
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] when the file cannot be opened or read, or is shorter
-/// than `total`; nothing is read when neither is asked for.
+/// than `total`, or `path` (opened anew when `readable` is `None`) no longer holds what
+/// `expect` names ([`open_again`]); nothing is read when neither is asked for.
 pub fn digests(
     ring: &LaneRing<'_>,
     pool: &BufPool,
     (path, readable, direct, base, total): (&Path, Option<BorrowedFd<'_>>, bool, u64, u64),
+    expect: Expect,
     checksum: Option<&'static Algorithm>,
     signed: Option<crate::signature::Input>,
     interrupted: &mut Option<&'static str>,
@@ -47,37 +51,112 @@ pub fn digests(
     }
     let mut ctx = checksum.map(Context::new);
     let mut pre = signed.map(crate::signature::Prehasher::new);
-    read_back(ring, pool, (path, readable, direct, base, total), interrupted, |b| {
-        if let Some(c) = &mut ctx {
-            c.update(b);
-        }
-        if let Some(p) = &mut pre {
-            p.update(b);
-        }
-    })?;
+    read_back(
+        ring,
+        pool,
+        (path, readable, direct, base, total),
+        expect,
+        interrupted,
+        |b| {
+            if let Some(c) = &mut ctx {
+                c.update(b);
+            }
+            if let Some(p) = &mut pre {
+                p.update(b);
+            }
+        },
+    )?;
     Ok((ctx.map(Context::finish), pre.map(crate::signature::Prehasher::finish)))
 }
 
+/// What a read-back that opens its file anew by path must find there: the output's own
+/// file (its type and `(st_dev, st_ino)`: [`crate::output::Output::identity`]), or, for a
+/// file a 304 or a list kept, any regular file (nothing of it was opened before).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    Same(FileKey, FileType),
+    Regular,
+}
+
+/// Opens `path` anew for a read-back, O_RDONLY, O_DIRECT when `direct` and the file
+/// system takes it, and checks with fstat(2) that it holds what `expect` names. It is
+/// opened with O_NOFOLLOW and O_NONBLOCK (open(2)): a symbolic link swapped in is not
+/// followed (ELOOP), and a FIFO swapped in opens at once instead of blocking the reactor
+/// until a writer comes; O_NONBLOCK is cleared again (fcntl(2) F_SETFL) once the check
+/// passed, as a ring read of a regular file with it gives EAGAIN on a page-cache miss
+/// (io_uring's `REQ_F_NOWAIT`). Returns the descriptor and the file's size in bytes.
+///
+/// # Errors
+/// [`crate::error::Kind::LocalIo`] naming `path` when it cannot be opened, or when it
+/// was replaced: a symbolic link, another type of file, or another inode than
+/// `expect`'s.
+pub(crate) fn open_again(path: &Path, direct: bool, expect: Expect) -> Result<(OwnedFd, u64)> {
+    let replaced = |now: &str| {
+        err!(
+            LocalIo,
+            "verify {}: it was replaced ({now}) since ringdl checked it: not read back, nothing renamed",
+            path.display()
+        )
+    };
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::LOOP) => return Err(replaced("a symbolic link now")),
+        Err(e) => return Err(err!(LocalIo, "verify {}: {e}", path.display())),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| err!(LocalIo, "verify {}: fstat: {e}", path.display()))?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    match expect {
+        Expect::Regular if kind != FileType::RegularFile => return Err(replaced(&what(kind))),
+        Expect::Same(_, want) if kind != want => return Err(replaced(&what(kind))),
+        Expect::Same(id, _) if id != (st.st_dev, st.st_ino) => return Err(replaced("another file now")),
+        _ => {}
+    }
+    let set = |f| rustix::fs::fcntl_setfl(&fd, f);
+    // (O_DIRECT refused by F_SETFL, EINVAL: the file system does not take it; read through the cache.)
+    let set = if direct {
+        set(OFlags::DIRECT).or_else(|_| set(OFlags::empty()))
+    } else {
+        set(OFlags::empty())
+    };
+    set.map_err(|e| err!(LocalIo, "verify {}: fcntl: {e}", path.display()))?;
+    Ok((fd, st.st_size as u64))
+}
+
+/// A file type as messages name it ("a FIFO now").
+fn what(kind: FileType) -> String {
+    let name = match kind {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symbolic link",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Unknown => "a file of unknown type",
+    };
+    format!("{name} now")
+}
+
 /// Reads `total` bytes of `path` in pool-block reads (up to four in flight) and gives them
-/// to `f` in file order.
+/// to `f` in file order: through `readable` when given, else `path` opened anew and
+/// checked against `expect` ([`open_again`]).
 fn read_back(
     ring: &LaneRing<'_>,
     pool: &BufPool,
     (path, readable, direct, base, total): (&Path, Option<BorrowedFd<'_>>, bool, u64, u64),
+    expect: Expect,
     interrupted: &mut Option<&'static str>,
     mut f: impl FnMut(&[u8]),
 ) -> Result<()> {
-    let mut flags = OFlags::RDONLY | OFlags::CLOEXEC;
-    if direct {
-        flags |= OFlags::DIRECT;
-    }
     // The output's own description when it reads (no other open of the file for the
     // kernel to close late: `closes`), else the path opened anew.
     let fd = match readable {
-        Some(fd) => fd.try_clone_to_owned(),
-        None => rustix::fs::open(path, flags, Mode::empty()).map_err(std::io::Error::from),
-    }
-    .map_err(|e| err!(LocalIo, "verify {}: {e}", path.display()))?;
+        Some(fd) => fd
+            .try_clone_to_owned()
+            .map_err(|e| err!(LocalIo, "verify {}: {e}", path.display()))?,
+        None => open_again(path, direct, expect)?.0,
+    };
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
     let bs = pool.block_size() as u64;
     let blocks = total.div_ceil(bs);
@@ -142,4 +221,41 @@ fn read_back(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `.part` a read-back opens anew by its name ([`Expect::Same`]): itself passes
+    /// (its size read from the descriptor); a FIFO swapped in opens at once (O_NONBLOCK,
+    /// no writer) and is refused by its type, a symbolic link is not followed, and another
+    /// regular file renamed over it is refused by its inode.
+    #[test]
+    fn a_read_back_opened_anew_refuses_what_replaced_the_file() {
+        let d = std::env::temp_dir().join(format!("ringdl-verify-again-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let (part, other) = (d.join("f.part"), d.join("other"));
+        std::fs::write(&part, b"landed bytes").unwrap();
+        let st = rustix::fs::stat(&part).unwrap();
+        let expect = Expect::Same((st.st_dev, st.st_ino), FileType::RegularFile);
+        let (_, size) = open_again(&part, false, expect).unwrap();
+        assert_eq!(size, 12);
+        let refused = |why: &str| {
+            let e = open_again(&part, false, expect).unwrap_err();
+            assert!(e.msg.contains(&format!("it was replaced ({why})")), "{}", e.msg);
+            assert!(e.msg.contains(&part.display().to_string()), "{}", e.msg);
+        };
+        std::fs::write(&other, b"landed bytes").unwrap();
+        std::fs::rename(&other, &part).unwrap();
+        refused("another file now");
+        std::fs::remove_file(&part).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, &part, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+        refused("a FIFO now");
+        std::fs::remove_file(&part).unwrap();
+        std::fs::write(&other, b"landed bytes").unwrap();
+        std::os::unix::fs::symlink(&other, &part).unwrap();
+        refused("a symbolic link now");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }

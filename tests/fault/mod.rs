@@ -203,6 +203,20 @@ pub enum Fault {
     /// is in the kernel's buffers (its `limit_rate` sends a second's worth ahead), which a
     /// slow or far client reads well after. Fires where it lets go.
     LeaveCap { after: u64 },
+    /// Runs the test's `Hook` once the request is read, before any byte of the answer
+    /// goes out (the answer unchanged): what the test does there happens after the client
+    /// sent the request and before it learns anything of the answer — no timing.
+    Before(Hook),
+}
+
+/// A test's own step for [`Fault::Before`].
+#[derive(Clone)]
+pub struct Hook(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 /// The shape of a [`Fault::Multipart`] answer.
@@ -1338,6 +1352,7 @@ fn apply(sh: &Shared, req: &Request, p: &mut Plan, fault: &Fault) {
         }
         Fault::StallAfterHead { secs } => p.stall_after_head = Some(Duration::from_secs(*secs)),
         Fault::NoResponse => p.silent = true,
+        Fault::Before(hook) => (hook.0)(),
         Fault::StallMidBody { after, secs } => p.stall_mid = Some((*after, Duration::from_secs(*secs))),
         Fault::Status { code, retry_after } => {
             p.status = *code;

@@ -3,6 +3,7 @@
 //! sync beside other transfers on the ring), and gives the reactor its idle connections
 //! and origins.
 
+use std::os::fd::AsFd;
 use std::rc::Rc;
 
 use http::Url;
@@ -13,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::event::reactor::Reactor;
 use crate::event::{Kept, Loop, Outcome, Summary, errno};
 use crate::output::Output;
+use crate::output::verify::Expect;
 use crate::report::{Note, Progress};
 use crate::tag::Tag;
 
@@ -120,13 +122,13 @@ fn read_kept(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Opti
     if checksum.is_none() && signed.is_none() {
         return Ok(None);
     }
-    let bytes = std::fs::metadata(path)
-        .map_err(|e| err!(LocalIo, "{}, kept by a 304: {e}", path.display()))?
-        .len();
+    // (Opened once, its size read from the descriptor: no name looked at twice.)
+    let (fd, bytes) = crate::output::verify::open_again(path, out.direct, Expect::Regular)?;
     let (digest, signed) = crate::output::verify::digests(
         &transfer_loop.ring,
         &reactor.verify_pool(transfer_loop.sink.pool.block_size())?,
-        (path, None, out.direct, 0, bytes),
+        (path, Some(fd.as_fd()), out.direct, 0, bytes),
+        Expect::Regular,
         checksum,
         signed,
         &mut transfer_loop.interrupted,
@@ -135,6 +137,20 @@ fn read_kept(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<Opti
         reactor.interrupted = transfer_loop.interrupted;
     }
     Ok(Some(Box::new(Kept { bytes, digest, signed })))
+}
+
+/// What the name of `out`'s read-back must still hold when it is opened anew (its
+/// descriptor does not read): the file written ([`Output::identity`]); not asked (no
+/// fstat(2)) when the descriptor reads.
+///
+/// # Errors
+/// `LocalIo` when fstat(2) of the output fails.
+fn read_back_expect(out: &Output) -> Result<Expect> {
+    if out.readable().is_some() {
+        return Ok(Expect::Regular);
+    }
+    out.identity()
+        .ok_or_else(|| err!(LocalIo, "{}: fstat of the output failed", out.describe()))
 }
 
 /// What [`end`] gives back: the outcome, the report, what a failed transfer knew, and the
@@ -189,9 +205,18 @@ fn end_inner(
         Ok(None) if transfer_loop.shared.transfer.not_modified => {
             transfer_loop.shared.report.clear();
             let kept = read_kept(transfer_loop, reactor)?;
+            let size = kept.as_ref().map(|k| k.bytes).or(transfer_loop.shared.opts.kept);
+            let (io, registered) = (
+                transfer_loop.end_state.ring.io.clone(),
+                transfer_loop.end_state.ring.registered && !transfer_loop.sink.pool.pin_failed(),
+            );
+            // (The check went over a connection: `--json` counts it, its requests and
+            // handshakes, as a fetched file's.)
+            let summary = Box::new(transfer_loop.summary(size.unwrap_or(0), io, registered, None));
             Ok(Outcome::NotModified {
                 mirror: transfer_loop.shared.transfer.reference.unwrap_or(0),
                 kept,
+                summary,
             })
         }
         Ok(None) => {
@@ -241,6 +266,12 @@ fn end_failed(
     let out = Rc::clone(&transfer_loop.end_state.out);
     transfer_loop.stop_parts();
     transfer_loop.settle();
+    if e.no_space {
+        // Said now, every write in flight landed (or failed) and the other reactors' parts
+        // stopped: the bytes not landed, as the "kept" count below sees them.
+        let (have, total, _) = transfer_loop.shared.transfer.shown();
+        e.msg.push_str(&out.space_hint(total.unwrap_or(0).saturating_sub(have)));
+    }
     let saved = keep_landed(transfer_loop, &out);
     transfer_loop.disown_control();
     // A resume stopped before its first answer: its control file, untouched (it
@@ -386,6 +417,7 @@ fn end_finished(transfer_loop: &mut Loop<'_>, reactor: &mut Reactor) -> Result<O
             // (Its own blocks: the write pool may be held by other transfers' connections.)
             &reactor.verify_pool(transfer_loop.sink.pool.block_size())?,
             (part, out.readable(), out.direct, base, total),
+            read_back_expect(&out)?,
             opts.checksum.as_ref().map(|c| c.algorithm),
             transfer_loop.end_state.signed.take(),
             &mut transfer_loop.interrupted,
