@@ -5,7 +5,7 @@
 # tens of minutes per place); installs cargo-mutants only when it is missing.
 #
 #   ./scripts/mutants.sh            # every place below but loop, one after the other
-#   ./scripts/mutants.sh http       # one place: http | ktls | place | schedule | loop
+#   ./scripts/mutants.sh http       # one place: http | ktls | place | schedule | output | loop
 #   ./scripts/mutants.sh place --iterate   # extra arguments go to every cargo mutants run
 #
 # Places and the tests each runs:
@@ -17,6 +17,8 @@
 #          unit tests (`--lib`)
 #   schedule  the pure scheduler (src/schedule/*.rs: plan, queue, retry, steal): the
 #          binary crate's unit tests (`--lib`)
+#   output the sync thread and the exit wait (src/output/syncer.rs, src/output/closes.rs):
+#          their unit tests (`--lib`, `output::syncer` and `output::closes`)
 #   loop   a sample of the event loop's mirror code (src/event/mirrors.rs: drops_mirror,
 #          mirror_failing, no_mirror_left, reassign, release_conn, Validators::agree_with,
 #          31 mutants): the integration tests `mirrors::` (real nginx and fault servers).
@@ -45,11 +47,12 @@ run_place() {
         ktls) args=(--package ktls --file ktls/src/cmsg.rs --file ktls/src/record.rs) ;;
         place) args=(--package ringdl --file src/engine/place.rs) ;;
         schedule) args=(--package ringdl --file 'src/schedule/*.rs') ;;
+        output) args=(--package ringdl --file src/output/syncer.rs --file src/output/closes.rs) ;;
         loop)
             args=(--package ringdl --file src/event/mirrors.rs --timeout 240
                 --re "in (Validators::agree_with|Loop<'a>::(drops_mirror|mirror_failing|no_mirror_left|reassign|release_conn))\$")
             ;;
-        *) die "unknown place '$place' (http, ktls, place, schedule or loop)" ;;
+        *) die "unknown place '$place' (http, ktls, place, schedule, output or loop)" ;;
     esac
     log "cargo mutants: $place"
     mkdir -p "mutants.out"
@@ -59,6 +62,8 @@ run_place() {
         # --lib for the build and the test run alike: only the unit tests, no integration
         # test binary built per mutant.
         place | schedule) test_args=(--cargo-arg=--lib) ;;
+        # (Only these two modules' tests: the file tests of the rest add nothing here.)
+        output) test_args=(--cargo-arg=--lib -- -- output::syncer output::closes) ;;
         # After `--`: cargo test's arguments, then the test binary's (its name filter).
         # The build step still builds every test target (cargo-mutants 27 passes these to
         # the test step only).
@@ -86,5 +91,5 @@ for a in "$@"; do
         *) places+=("$a") ;;
     esac
 done
-[ ${#places[@]} -gt 0 ] || places=(http ktls place schedule)
+[ ${#places[@]} -gt 0 ] || places=(http ktls place schedule output)
 for p in "${places[@]}"; do run_place "$p"; done

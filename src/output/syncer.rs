@@ -134,9 +134,12 @@ impl Drop for Syncer {
 /// Linux ≥ 5.8 (uname(2)'s release, read from `/proc/sys/kernel/osrelease`): syncfs(2)
 /// reports writeback errors. Unknown (no /proc) counts as no.
 fn reports_writeback_errors() -> bool {
-    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
-        return false;
-    };
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").is_ok_and(|release| at_least_5_8(&release))
+}
+
+/// Whether a kernel release (`6.1.0-13-amd64`, `5.8.0`, a trailing newline allowed) is
+/// 5.8 or later; false when its first two fields are not numbers.
+fn at_least_5_8(release: &str) -> bool {
     let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().ok());
     match (parts.next().flatten(), parts.next().flatten()) {
         (Some(major), Some(minor)) => (major, minor) >= (5, 8),
@@ -156,16 +159,16 @@ fn grouped_on(fd: &OwnedFd) -> Option<u64> {
     GROUPED.contains(&(fs.f_type as u32)).then_some(st.st_dev)
 }
 
-/// Syncs `batch`: one syncfs(2) per file system for the members [`grouped_on`] one (with
-/// `errseq`: the kernel reports writeback errors to syncfs), on the member opened first,
-/// each member fsynced on its own when it fails; every other member fsynced on its own.
-/// Returns each member's result (0 or a negated errno) and the syncfs calls made.
-fn sync_batch(batch: Vec<Member>, errseq: bool) -> (Vec<(usize, i32)>, usize) {
-    let negated = |e: rustix::io::Errno| -e.raw_os_error();
-    let fsync = |m: &Member| (m.key, rustix::fs::fsync(&m.fd).map_or_else(negated, |()| 0));
-    let mut out = Vec::with_capacity(batch.len());
-    // (device, members on it, the one opened first)
-    let mut groups: Vec<(u64, Vec<usize>, usize)> = Vec::new();
+/// A file system's members in a batch: its device, the members' indexes in the batch,
+/// and the index of the one opened first.
+type Group = (u64, Vec<usize>, usize);
+
+/// `batch`'s members [`grouped_on`] a file system, one [`Group`] per device in the order
+/// first met, when `errseq`; and the indexes of the others, to be fsynced alone (every
+/// member when not `errseq`).
+fn by_file_system(batch: &[Member], errseq: bool) -> (Vec<Group>, Vec<usize>) {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut alone = Vec::new();
     for (i, m) in batch.iter().enumerate() {
         match grouped_on(&m.fd).filter(|_| errseq) {
             Some(dev) => match groups.iter_mut().find(|g| g.0 == dev) {
@@ -177,9 +180,22 @@ fn sync_batch(batch: Vec<Member>, errseq: bool) -> (Vec<(usize, i32)>, usize) {
                 }
                 None => groups.push((dev, vec![i], i)),
             },
-            None => out.push(fsync(m)),
+            None => alone.push(i),
         }
     }
+    (groups, alone)
+}
+
+/// Syncs `batch`: one syncfs(2) per file system for the members [`grouped_on`] one (with
+/// `errseq`: the kernel reports writeback errors to syncfs), on the member opened first,
+/// each member fsynced on its own when it fails; every other member fsynced on its own.
+/// Returns each member's result (0 or a negated errno) and the syncfs calls made.
+fn sync_batch(batch: Vec<Member>, errseq: bool) -> (Vec<(usize, i32)>, usize) {
+    let negated = |e: rustix::io::Errno| -e.raw_os_error();
+    let fsync = |m: &Member| (m.key, rustix::fs::fsync(&m.fd).map_or_else(negated, |()| 0));
+    let (groups, alone) = by_file_system(&batch, errseq);
+    let mut out = Vec::with_capacity(batch.len());
+    out.extend(alone.iter().map(|&i| fsync(&batch[i])));
     let calls = groups.len();
     for (_, members, first) in groups {
         match rustix::fs::syncfs(&batch[first].fd) {
@@ -195,7 +211,8 @@ mod tests {
     use super::*;
 
     /// Two files of one directory synced in one batch: both get syncfs's result (0), the
-    /// eventfd rings, and the thread ends with the syncer.
+    /// eventfd (the descriptor [`Syncer::bell`] gives) rings, and the thread ends with the
+    /// syncer.
     #[test]
     fn a_batch_is_synced_and_answered() {
         let dir = std::env::temp_dir().join(format!("ringdl-syncer-{}", std::process::id()));
@@ -218,6 +235,10 @@ mod tests {
             })
             .collect();
         s.send(batch).map_err(|_| "thread gone").unwrap();
+        // (`bell` is the eventfd's descriptor, for the reactor's READ.)
+        assert_eq!(s.bell(), std::os::fd::AsRawFd::as_raw_fd(&s.bell));
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", s.bell())).unwrap();
+        assert_eq!(link.to_str(), Some("anon_inode:[eventfd]"));
         let mut count = [0u8; 8];
         rustix::io::read(&s.bell, &mut count).unwrap();
         assert_eq!(u64::from_ne_bytes(count), 1);
@@ -231,5 +252,145 @@ mod tests {
         assert_eq!(calls, usize::from(grouped));
         drop(s);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Dropping the syncer waits for the batch in flight: once the drop returns, the batch
+    /// was synced and answered (its bell rung), not left to a thread still running.
+    #[test]
+    fn dropping_the_syncer_waits_for_the_batch_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        // (Bytes to write back: the sync takes a while, the drop comes at once.)
+        let files: Vec<_> = (0..4)
+            .map(|i| {
+                let p = dir.path().join(format!("f{i}"));
+                std::fs::write(&p, vec![i as u8; 1 << 20]).unwrap();
+                std::fs::File::open(&p).unwrap()
+            })
+            .collect();
+        let s = Syncer::start().unwrap();
+        let bell = s.bell.try_clone().unwrap();
+        let batch = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Member {
+                key: i,
+                fd: f.as_fd().try_clone_to_owned().unwrap(),
+                opened: i as u64,
+            })
+            .collect();
+        s.send(batch).map_err(|_| "thread gone").unwrap();
+        drop(s);
+        let mut fds = [rustix::event::PollFd::new(&bell, rustix::event::PollFlags::IN)];
+        let ready = rustix::event::poll(&mut fds, Some(&rustix::time::Timespec::default())).unwrap();
+        assert_eq!(ready, 1, "the bell was not rung when the drop returned");
+        let mut count = [0u8; 8];
+        rustix::io::read(&bell, &mut count).unwrap();
+        assert_eq!(u64::from_ne_bytes(count), 1);
+    }
+
+    /// The kernel release as /proc/sys/kernel/osrelease and uname(1) give it: 5.8 and
+    /// later report writeback errors to syncfs(2).
+    #[test]
+    fn kernels_from_5_8_report_writeback_errors() {
+        for (release, yes) in [
+            ("5.8.0", true),
+            ("5.7.19", false),
+            ("6.1.0-13-amd64\n", true),
+            ("5.10", true),
+            ("10.0.0", true),
+            ("4.19.0-26-cloud-amd64", false),
+            ("5.8-rc1", true),
+            ("3.99", false),
+            ("5", false),
+            ("", false),
+            ("five.eight", false),
+        ] {
+            assert_eq!(at_least_5_8(release), yes, "{release:?}");
+        }
+        let uname = std::process::Command::new("uname")
+            .arg("-r")
+            .output()
+            .expect("uname(1)");
+        let release = String::from_utf8(uname.stdout).unwrap();
+        assert_eq!(reports_writeback_errors(), at_least_5_8(&release), "{release}");
+    }
+
+    /// A file system of the test's: its directory on the disk (`temp_dir`) or on a tmpfs
+    /// (/dev/shm), with whether its statfs(2) `f_type` is one of [`GROUPED`] (`None`: no
+    /// /dev/shm here).
+    fn a_dir_on(base: &std::path::Path) -> Option<(tempfile::TempDir, bool)> {
+        let dir = tempfile::tempdir_in(base).ok()?;
+        let f_type = rustix::fs::statfs(dir.path()).unwrap().f_type as u32;
+        Some((dir, GROUPED.contains(&f_type)))
+    }
+
+    /// `path` written, and open.
+    fn file_at(path: &std::path::Path) -> OwnedFd {
+        std::fs::write(path, b"bytes").unwrap();
+        std::fs::File::open(path).unwrap().into()
+    }
+
+    /// syncfs stands for fsync only for a regular file on a [`GROUPED`] file system: such a
+    /// file gives its file system's device; a directory, a pipe and a regular file of
+    /// procfs give none.
+    #[test]
+    fn only_regular_files_of_grouped_file_systems_are_grouped() {
+        let dirs = [a_dir_on(&std::env::temp_dir()), a_dir_on("/dev/shm".as_ref())];
+        for (dir, grouped) in dirs.into_iter().flatten() {
+            let fd = file_at(&dir.path().join("f"));
+            let dev = rustix::fs::fstat(&fd).unwrap().st_dev;
+            assert_eq!(grouped_on(&fd), grouped.then_some(dev), "{}", dir.path().display());
+            let d: OwnedFd = std::fs::File::open(dir.path()).unwrap().into();
+            assert_eq!(grouped_on(&d), None, "a directory");
+        }
+        let (r, _w) = rustix::pipe::pipe().unwrap();
+        assert_eq!(grouped_on(&r), None, "a pipe");
+        let proc: OwnedFd = std::fs::File::open("/proc/self/status").unwrap().into();
+        assert_eq!(grouped_on(&proc), None, "procfs");
+    }
+
+    /// A batch of files on the disk and on a tmpfs, a pipe and a directory: one group per
+    /// file system, each synced on its member opened first (lowest `opened`), the pipe and
+    /// the directory fsynced alone (the pipe's EINVAL is its result, negated); without
+    /// `errseq` every member alone, no syncfs.
+    #[test]
+    fn a_batch_is_grouped_by_file_system_on_the_member_opened_first() {
+        let (disk, disk_grouped) = a_dir_on(&std::env::temp_dir()).unwrap();
+        let (shm, shm_grouped) = a_dir_on("/dev/shm".as_ref()).expect("NOT RUN (counted as a failure): no /dev/shm");
+        assert!(
+            disk_grouped && shm_grouped,
+            "NOT RUN (counted as a failure): TMPDIR ({}) is not on ext4, XFS, Btrfs or F2FS, or \
+             /dev/shm not a tmpfs",
+            std::env::temp_dir().display()
+        );
+        let (r, _w) = rustix::pipe::pipe().unwrap();
+        // (index: what, opened)
+        let fds: Vec<(OwnedFd, u64)> = vec![
+            (file_at(&disk.path().join("f0")), 7),
+            (file_at(&shm.path().join("g0")), 9),
+            (r, 1),
+            (file_at(&disk.path().join("f1")), 3),
+            (file_at(&shm.path().join("g1")), 2),
+            (file_at(&disk.path().join("f2")), 5),
+            (std::fs::File::open(disk.path()).unwrap().into(), 0),
+        ];
+        let batch: Vec<Member> = fds
+            .into_iter()
+            .enumerate()
+            .map(|(key, (fd, opened))| Member { key, fd, opened })
+            .collect();
+        let dev = |i: usize| rustix::fs::fstat(&batch[i].fd).unwrap().st_dev;
+        let (groups, alone) = by_file_system(&batch, true);
+        assert_eq!(groups, vec![(dev(0), vec![0, 3, 5], 3), (dev(1), vec![1, 4], 4)]);
+        assert_eq!(alone, vec![2, 6]);
+        assert_eq!(by_file_system(&batch, false), (vec![], (0..7).collect()));
+        let einval = -rustix::io::Errno::INVAL.raw_os_error();
+        let (mut results, calls) = sync_batch(batch, true);
+        results.sort_unstable();
+        assert_eq!(
+            results,
+            vec![(0, 0), (1, 0), (2, einval), (3, 0), (4, 0), (5, 0), (6, 0)]
+        );
+        assert_eq!(calls, 2);
     }
 }
