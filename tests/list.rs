@@ -808,12 +808,13 @@ fn a_same_size_file_there_failing_its_checksum_is_exit_9() {
 /// A list's file there with the server's size and `checksum=` is read back by its name
 /// (a file kept on its size is never opened before): replaced after it was checked —
 /// while its request is at the server, by the fault server's hook, before any answer —
-/// by a FIFO (`f0`) or by a symbolic link to a file with the right bytes (`f1`), the
-/// read-back neither blocks in open(2) on the FIFO (no writer ever comes: the run would
-/// hang) nor follows the link: each file fails, exit 7, with a message naming it as
-/// replaced, and both are left as they are (nothing renamed over them).
+/// by a FIFO (`f0`) or by a symbolic link to a FIFO (`f1`), the read-back never blocks in
+/// open(2) (no writer ever comes: the run would hang): each file fails, exit 7, with a
+/// message naming it as replaced by a FIFO, and both are left as they are (nothing
+/// renamed over them). A symbolic link to a file with the right bytes (`f2`, as a user
+/// may link a kept file) is followed, read back and verified.
 #[test]
-fn a_kept_file_replaced_before_its_read_back_is_refused_not_followed_or_waited_on() {
+fn a_kept_file_replaced_before_its_read_back_is_refused_not_waited_on() {
     use std::sync::Arc;
 
     use crate::fault::{Fault, FaultServer, Hook, When};
@@ -829,16 +830,28 @@ fn a_kept_file_replaced_before_its_read_back_is_refused_not_followed_or_waited_o
     let fifo: fn(&std::path::Path, &std::path::Path) = |at, _| {
         assert!(std::process::Command::new("mkfifo").arg(at).status().unwrap().success());
     };
+    let link_to_fifo: fn(&std::path::Path, &std::path::Path) = |at, other| {
+        fs::remove_file(other).unwrap();
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(other)
+                .status()
+                .unwrap()
+                .success()
+        );
+        std::os::unix::fs::symlink(other, at).unwrap();
+    };
     let link: fn(&std::path::Path, &std::path::Path) = |at, other| std::os::unix::fs::symlink(other, at).unwrap();
     let srv = FaultServer::builder()
         .size(96 * KIB)
         .fault_on(When::path("/f0.bin"), Fault::Before(swap("f0.bin", fifo)))
-        .fault_on(When::path("/f1.bin"), Fault::Before(swap("f1.bin", link)))
+        .fault_on(When::path("/f1.bin"), Fault::Before(swap("f1.bin", link_to_fifo)))
+        .fault_on(When::path("/f2.bin"), Fault::Before(swap("f2.bin", link)))
         .start();
-    for name in ["f0.bin", "f1.bin"] {
+    for name in ["f0.bin", "f1.bin", "f2.bin"] {
         fs::write(dir.join(name), srv.body()).unwrap();
     }
-    let text: String = ["/f0.bin", "/f1.bin"]
+    let text: String = ["/f0.bin", "/f1.bin", "/f2.bin"]
         .iter()
         .map(|p| format!("{}\n  checksum=sha-256={}\n", srv.url(p), srv.sha256()))
         .collect();
@@ -846,8 +859,19 @@ fn a_kept_file_replaced_before_its_read_back_is_refused_not_followed_or_waited_o
     let o = ringdl(&dir, &["-j", "1", "-i", l.to_str().unwrap()]);
     let err = o.stderr_text();
     o.assert_code(exit::LOCAL_IO);
-    assert_eq!(srv.requests().len(), 2, "each file asked once\n{err}");
-    for (name, now) in [("f0.bin", "a FIFO now"), ("f1.bin", "a symbolic link now")] {
+    assert_eq!(srv.requests().len(), 3, "each file asked once\n{err}");
+    assert!(
+        !err.contains("verify f2.bin"),
+        "the linked file with the right bytes was refused\n{err}"
+    );
+    assert!(
+        fs::symlink_metadata(dir.join("f2.bin"))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "f2.bin was renamed over\n{err}"
+    );
+    for (name, now) in [("f0.bin", "a FIFO now"), ("f1.bin", "a FIFO now")] {
         let at = dir.join(name);
         assert!(
             err.contains(&format!("verify {name}: it was replaced ({now})")),

@@ -493,6 +493,57 @@ fn with_fallocate_failing(test: &str, errno: &str) -> (TestDir, std::path::PathB
     (dir, out, o, f.sha256.clone())
 }
 
+/// On a file system not known to be a local disk one (overlayfs here: what lies under it
+/// is not known; NFS or FUSE would wait on a server or a daemon) a small file's
+/// preallocation is not made on the reactor's thread but on the ring: strace sees no
+/// fallocate(2), and the bytes land exact.
+#[test]
+fn a_small_file_on_a_file_system_not_known_local_is_preallocated_on_the_ring() {
+    if !is_root() {
+        util::skip("mounting an overlay needs root");
+        return;
+    }
+    let ng = nginx();
+    let f = ng.file(4 * MIB);
+    let dir = TestDir::new("falloc-overlay");
+    let (lower, upper, work, mnt) = (dir.join("lower"), dir.join("upper"), dir.join("work"), dir.join("mnt"));
+    for d in [&lower, &upper, &work, &mnt] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    // Unmounted at the end; the test fails if the file system is still busy then.
+    let mut mount = match util::Mount::new("overlay", &opts, &mnt) {
+        Ok(m) => m,
+        Err(e) => {
+            util::skip(&e);
+            return;
+        }
+    };
+    let out = mnt.join("small.bin");
+    let o = util::TestCommand::new("strace")
+        .args(["-f", "-o", "trace.txt", "-e", "trace=fallocate"])
+        .arg(util::ringdl_bin())
+        .args(["-o"])
+        .arg(&out)
+        .arg(ng.http_url(&f.name))
+        .current_dir(dir.path())
+        .timeout(Duration::from_secs(60))
+        .run();
+    o.assert_success();
+    let trace = std::fs::read_to_string(dir.join("trace.txt")).unwrap();
+    assert!(
+        !trace.contains("fallocate("),
+        "a fallocate(2) on the reactor's thread on overlayfs: {trace}"
+    );
+    assert_eq!(util::sha256_file_apart(&out), f.sha256);
+    mount.unmount().unwrap();
+}
+
 /// A small file's preallocation in place meets ENOSPC: exit 7, the message says the disk
 /// is full for the file's size and how much is still to land, and nothing is at the final
 /// name.

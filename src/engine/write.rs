@@ -18,8 +18,9 @@ use crate::transfer::Transfer;
 /// SPLICE_F_MOVE (splice(2)): move pages instead of copying when the kernel can.
 pub(crate) const SPLICE_F_MOVE: u32 = 1;
 
-/// Largest preallocation made by fallocate(2) on the reactor's own thread, bytes; a larger
-/// one goes on the ring. io_uring runs every FALLOCATE on an io-wq worker (it may block:
+/// Largest preallocation made by fallocate(2) on the reactor's own thread, bytes, on a
+/// local disk file system ([`crate::output::Output::on_local_disk`]: elsewhere the call
+/// may wait on a server or a daemon); a larger one, or one elsewhere, goes on the ring. io_uring runs every FALLOCATE on an io-wq worker (it may block:
 /// io_uring/sync.c), so each costs a worker's wake-up and a completion handed back to the
 /// reactor, a wake-up of its own when it sleeps: per small file of a list, more than the
 /// call. On ext4 here one of up to 64 MiB takes 10–30 µs (median of 15; 256 MiB: 0.46 ms,
@@ -70,7 +71,7 @@ impl Sink {
     /// Submits queued blocks on `ring` (in order, one at a time, for a stream), after the
     /// preallocation a new file of known size asks for first (fallocate(2) in place up to
     /// [`INLINE_FALLOCATE`] bytes, else a FALLOCATE on the ring). Returns what happened
-    /// besides ([`Flushed`]).
+    /// besides ([`Flushed`]); when the preallocation in place failed, before any write.
     ///
     /// # Errors
     /// A full submission queue, or a failed read of a device's tail for the padding.
@@ -80,9 +81,17 @@ impl Sink {
             transfer.need_fallocate = false;
             if let Some(total) = transfer.total.filter(|t| *t > 0 && transfer.file) {
                 transfer.out.grows_to(total);
-                if total <= INLINE_FALLOCATE {
+                if total <= INLINE_FALLOCATE && transfer.out.on_local_disk() {
                     let done = rustix::fs::fallocate(&transfer.out.fd, rustix::fs::FallocateFlags::empty(), 0, total);
-                    fallocated = Some(done.map_or_else(|e| -e.raw_os_error(), |()| 0));
+                    if let Err(e) = done {
+                        // (Judged before any write goes: ENOSPC ends the transfer, a
+                        // refusal lets the writes go on a next flush.)
+                        return Ok(Flushed {
+                            ended: None,
+                            fallocated: Some(-e.raw_os_error()),
+                        });
+                    }
+                    fallocated = Some(0);
                 } else {
                     let op = Op::Fallocate {
                         fd: self.out_fd,

@@ -97,6 +97,11 @@ impl Loop<'_> {
         let flushed = self.sink.flush(&self.ring, &mut self.shared.transfer)?;
         if let Some(result) = flushed.fallocated.filter(|r| *r < 0) {
             self.fallocate_failed(result);
+            // (Not the end, a refusal: the queued writes go, without the preallocation.)
+            return match self.shared.fatal {
+                Some(_) => Ok(()),
+                None => self.flush_writes(),
+            };
         }
         if let Some(why) = flushed.ended {
             self.shared.fatal.get_or_insert(why);

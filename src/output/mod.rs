@@ -17,6 +17,7 @@ mod lock;
 pub use lock::{PartLock, lock_part, lock_part_as};
 pub(crate) mod fresh;
 pub mod image;
+mod local;
 pub(crate) mod resume;
 mod special;
 pub(crate) mod syncer;
@@ -391,6 +392,15 @@ impl Output {
         }
         rustix::fs::ftruncate(&self.fd, size)
             .map_err(|e| err!(LocalIo, "{}: ftruncate to {size} bytes: {e}", self.describe()))
+    }
+
+    /// Whether the output's file system is a local disk one ([`local::LOCAL_DISK`]:
+    /// fstatfs(2) once per device), where fallocate(2) waits on no server or daemon.
+    pub(crate) fn on_local_disk(&self) -> bool {
+        match self.id {
+            Some((dev, _)) => local::on_local_disk(self.fd.as_fd(), dev),
+            None => rustix::fs::fstatfs(&self.fd).is_ok_and(|fs| local::LOCAL_DISK.contains(&(fs.f_type as u32))),
+        }
     }
 
     /// Counts a fallocate(2) or a write of this output (any duplicate's) that reaches `end`

@@ -32,14 +32,9 @@ use crate::err;
 use crate::error::Result;
 
 /// File systems (statfs(2) `f_type`) whose syncfs writes every dirty inode and page and
-/// flushes the device as fsync would: ext2/3/4, XFS, Btrfs, F2FS, tmpfs.
-const GROUPED: [u32; 5] = [
-    linux_raw_sys::general::EXT4_SUPER_MAGIC,
-    linux_raw_sys::general::XFS_SUPER_MAGIC,
-    linux_raw_sys::general::BTRFS_SUPER_MAGIC,
-    linux_raw_sys::general::F2FS_SUPER_MAGIC,
-    linux_raw_sys::general::TMPFS_MAGIC,
-];
+/// flushes the device as fsync would: the local disk ones (ext2/3/4, XFS, Btrfs, F2FS,
+/// tmpfs).
+const GROUPED: [u32; 5] = super::local::LOCAL_DISK;
 
 /// One file of a batch: its key (the caller's), a duplicate of its descriptor, and the
 /// order in which its output was opened ([`super::Output::opened`]).

@@ -79,17 +79,20 @@ pub enum Expect {
 }
 
 /// Opens `path` anew for a read-back, O_RDONLY, O_DIRECT when `direct` and the file
-/// system takes it, and checks with fstat(2) that it holds what `expect` names. It is
-/// opened with O_NOFOLLOW and O_NONBLOCK (open(2)): a symbolic link swapped in is not
-/// followed (ELOOP), and a FIFO swapped in opens at once instead of blocking the reactor
-/// until a writer comes; O_NONBLOCK is cleared again (fcntl(2) F_SETFL) once the check
-/// passed, as a ring read of a regular file with it gives EAGAIN on a page-cache miss
-/// (io_uring's `REQ_F_NOWAIT`). Returns the descriptor and the file's size in bytes.
+/// system takes it, and checks that it holds what `expect` names. Symbolic links are
+/// followed (a device named by a `/dev/disk/by-*` link, a kept file the user linked), as
+/// the checks before the download followed them. What the name leads to is judged by
+/// stat(2) before it is opened, so that a FIFO, socket or character device swapped in is
+/// not opened at all; it is opened with O_NONBLOCK (open(2)), so that one swapped in
+/// between the two opens at once instead of blocking the reactor until a writer comes;
+/// and fstat(2) of the descriptor must find the file stat(2) judged. O_NONBLOCK is
+/// cleared again (fcntl(2) F_SETFL) once the checks passed, as a ring read of a regular
+/// file with it gives EAGAIN on a page-cache miss (io_uring's `REQ_F_NOWAIT`). Returns
+/// the descriptor and the file's size in bytes.
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] naming `path` when it cannot be opened, or when it
-/// was replaced: a symbolic link, another type of file, or another inode than
-/// `expect`'s.
+/// was replaced: another type of file, or another inode than `expect`'s.
 pub(crate) fn open_again(path: &Path, direct: bool, expect: Expect) -> Result<(OwnedFd, u64)> {
     let replaced = |now: &str| {
         err!(
@@ -98,19 +101,24 @@ pub(crate) fn open_again(path: &Path, direct: bool, expect: Expect) -> Result<(O
             path.display()
         )
     };
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::LOOP) => return Err(replaced("a symbolic link now")),
-        Err(e) => return Err(err!(LocalIo, "verify {}: {e}", path.display())),
+    let judge = |st: &rustix::fs::Stat| {
+        let kind = FileType::from_raw_mode(st.st_mode);
+        match expect {
+            Expect::Regular if kind != FileType::RegularFile => Err(replaced(&what(kind))),
+            Expect::Same(_, want) if kind != want => Err(replaced(&what(kind))),
+            Expect::Same(id, _) if id != (st.st_dev, st.st_ino) => Err(replaced("another file now")),
+            _ => Ok(()),
+        }
     };
+    let before = rustix::fs::stat(path).map_err(|e| err!(LocalIo, "verify {}: {e}", path.display()))?;
+    judge(&before)?;
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd =
+        rustix::fs::open(path, flags, Mode::empty()).map_err(|e| err!(LocalIo, "verify {}: {e}", path.display()))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| err!(LocalIo, "verify {}: fstat: {e}", path.display()))?;
-    let kind = FileType::from_raw_mode(st.st_mode);
-    match expect {
-        Expect::Regular if kind != FileType::RegularFile => return Err(replaced(&what(kind))),
-        Expect::Same(_, want) if kind != want => return Err(replaced(&what(kind))),
-        Expect::Same(id, _) if id != (st.st_dev, st.st_ino) => return Err(replaced("another file now")),
-        _ => {}
+    judge(&st)?;
+    if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) {
+        return Err(replaced("another file now"));
     }
     let set = |f| rustix::fs::fcntl_setfl(&fd, f);
     // (O_DIRECT refused by F_SETFL, EINVAL: the file system does not take it; read through the cache.)
@@ -238,6 +246,8 @@ mod tests {
         let (part, other) = (d.join("f.part"), d.join("other"));
         std::fs::write(&part, b"landed bytes").unwrap();
         let st = rustix::fs::stat(&part).unwrap();
+        // (A second name keeps the inode: freed, its number could be the next file's.)
+        std::fs::hard_link(&part, d.join("keep")).unwrap();
         let expect = Expect::Same((st.st_dev, st.st_ino), FileType::RegularFile);
         let (_, size) = open_again(&part, false, expect).unwrap();
         assert_eq!(size, 12);
@@ -252,10 +262,27 @@ mod tests {
         std::fs::remove_file(&part).unwrap();
         rustix::fs::mknodat(rustix::fs::CWD, &part, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
         refused("a FIFO now");
+        // (A symbolic link is followed: to another file it is another file, to a FIFO a
+        // FIFO, to the output's own file that file.)
         std::fs::remove_file(&part).unwrap();
         std::fs::write(&other, b"landed bytes").unwrap();
         std::os::unix::fs::symlink(&other, &part).unwrap();
-        refused("a symbolic link now");
+        refused("another file now");
+        std::fs::remove_file(&part).unwrap();
+        let fifo = d.join("fifo");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+        std::os::unix::fs::symlink(&fifo, &part).unwrap();
+        refused("a FIFO now");
+        std::fs::remove_file(&part).unwrap();
+        let own = rustix::fs::stat(&other).unwrap();
+        std::os::unix::fs::symlink(&other, &part).unwrap();
+        let (_, size) = open_again(
+            &part,
+            false,
+            Expect::Same((own.st_dev, own.st_ino), FileType::RegularFile),
+        )
+        .unwrap();
+        assert_eq!(size, 12);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
