@@ -378,7 +378,8 @@ fn prepare(mut opts: Box<Config>, record: &mut Record, per_run: &mut PerRun, see
             special.as_ref().filter(|_| opts.output != OutputTarget::Stdout),
             (opts.force, resume_state.is_some()),
             (!(opts.resume || implicit || opts.quiet), !opts.quiet),
-            Some(per_run.signals.as_fd()),
+            // (A list's file does not wait for a FIFO's reader: every other file would.)
+            Some(per_run.signals.as_fd()).filter(|_| per_run.files.is_none()),
             lock.as_mut(),
         ),
     }

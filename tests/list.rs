@@ -1169,6 +1169,78 @@ fn a_full_disk_starts_no_more_files() {
     drop(mount);
 }
 
+/// A file too large for the space left is not a full disk: with about 600 KiB free on a
+/// 2 MiB tmpfs, a 1 MiB file of a list fails (its preallocation meets ENOSPC: exit 7, the
+/// message says how much is free) and the two 64 KiB files after it still land, exact; no
+/// file is said not started.
+#[test]
+fn a_file_too_large_for_the_space_left_does_not_stop_the_smaller_ones() {
+    if !crate::util::is_root() {
+        crate::util::skip("mounting a small tmpfs needs root");
+        return;
+    }
+    let n = nginx();
+    let (base, shas) = serve("disk-left", &[MIB, 64 * KIB, 64 * KIB]);
+    let dir = TestDir::new("list-disk-left");
+    let mnt = dir.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let mount = match crate::util::Mount::new("tmpfs", "size=2m", &mnt) {
+        Ok(m) => m,
+        Err(e) => {
+            crate::util::skip(&e);
+            return;
+        }
+    };
+    fs::write(mnt.join("filler"), vec![7u8; (2 * MIB - 600 * KIB) as usize]).unwrap();
+    let url = n.http_url("");
+    let urls: Vec<String> = (0..shas.len()).map(|k| format!("{url}{base}/f{k}.bin")).collect();
+    let mut args = vec!["-j", "1", "-Z", "-d", "mnt"];
+    args.extend(urls.iter().map(String::as_str));
+    let o = ringdl(&dir, &args);
+    let err = o.stderr_text();
+    o.assert_code(7);
+    assert!(
+        err.contains("not enough space for 1048576 bytes") && err.contains(" free on its file system"),
+        "{err}"
+    );
+    assert!(!mnt.join("f0.bin").exists(), "{err}");
+    for (k, want) in shas.iter().enumerate().skip(1) {
+        // (Read by a child: this process holds nothing of the filesystem it unmounts.)
+        let sha = crate::util::sha256_file_apart(&mnt.join(format!("f{k}.bin")));
+        assert_eq!(&sha, want, "f{k}\n{err}");
+    }
+    assert!(!err.contains("not started"), "files were not started\n{err}");
+    drop(mount);
+}
+
+/// A list's file whose output is a FIFO with no reader fails at once (exit 7, "has no
+/// reader"): it is not waited for, as one file's wait would hold every other file of the
+/// run; the files beside it land exact.
+#[test]
+fn a_list_file_on_a_fifo_without_a_reader_fails_and_holds_no_other() {
+    let n = nginx();
+    let (base, shas) = serve("list-fifo", &[64 * KIB; 3]);
+    let dir = TestDir::new("list-fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(dir.join("f1.bin"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let url = n.http_url("");
+    let urls: Vec<String> = (0..shas.len()).map(|k| format!("{url}{base}/f{k}.bin")).collect();
+    let mut args = vec!["-j", "2", "-Z"];
+    args.extend(urls.iter().map(String::as_str));
+    let o = ringdl(&dir, &args);
+    let err = o.stderr_text();
+    o.assert_code(7);
+    assert!(err.contains("f1.bin has no reader"), "{err}");
+    for k in [0, 2] {
+        assert_eq!(sha256_file(&dir.join(format!("f{k}.bin"))), shas[k], "f{k}\n{err}");
+    }
+}
+
 /// With `-j 4` a run of 60 small files from one origin opens at most four connections
 /// (one per file in flight, each reused by the files after it), not one per file, over
 /// HTTP and HTTPS; over HTTPS at most four handshakes are made in the whole run.

@@ -257,8 +257,14 @@ impl ListRun<'_> {
             self.stop = Some("interrupted");
         } else if code != 0 && self.fail_fast {
             self.stop.get_or_insert("--fail-fast");
-        } else if result.as_ref().is_err_and(|e| e.no_space) {
-            // (Every later file would fail the same way and fetch its bytes for nothing.)
+        } else if result.as_ref().is_err_and(|e| e.no_space)
+            && record
+                .output
+                .as_deref()
+                .is_none_or(|p| crate::output::is_full(std::path::Path::new(p)))
+        {
+            // (Every later file would fail the same way and fetch its bytes for nothing;
+            // with space left, only a file too large for it failed: the next may fit.)
             self.stop.get_or_insert("the disk is full");
         }
     }

@@ -1,9 +1,11 @@
-//! Whether an output's file system is a local disk one, where a metadata call such as
-//! fallocate(2) waits on no server or daemon and may be made on the reactor's thread.
+//! An output's file system: whether it is a local disk one, where a metadata call such
+//! as fallocate(2) waits on no server or daemon and may be made on the reactor's thread,
+//! and whether it is full.
 //!
-//! Sources: statfs(2) (`f_type`), linux/magic.h.
+//! Sources: statfs(2) (`f_type`), statvfs(3), linux/magic.h.
 
 use std::os::fd::BorrowedFd;
+use std::path::Path;
 use std::sync::Mutex;
 
 /// Local disk file systems (statfs(2) `f_type`): ext2/3/4, XFS, Btrfs, F2FS, tmpfs. Not
@@ -31,4 +33,20 @@ pub(crate) fn on_local_disk(fd: BorrowedFd<'_>, dev: u64) -> bool {
     let local = rustix::fs::fstatfs(fd).is_ok_and(|fs| LOCAL_DISK.contains(&(fs.f_type as u32)));
     known.push((dev, local));
     local
+}
+
+/// Free bytes below which a file system that refused a file (ENOSPC) is full for the
+/// files after it too: one write block ([`crate::engine::blocks::WRITE_BLOCK`]). With more
+/// free, only a file too large for what is left failed, and smaller ones may still fit.
+const FULL_BELOW: u64 = 256 << 10;
+
+/// Whether the file system that holds `path` (statvfs(3) of its directory: `f_bavail ·
+/// f_frsize`, what an unprivileged writer may use) has less than [`FULL_BELOW`] bytes
+/// free; true when statvfs fails (the ENOSPC stands).
+pub(crate) fn is_full(path: &Path) -> bool {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    rustix::fs::statvfs(dir).map_or(true, |v| v.f_bavail.saturating_mul(v.f_frsize) < FULL_BELOW)
 }

@@ -18,6 +18,7 @@ pub use lock::{PartLock, lock_part, lock_part_as};
 pub(crate) mod fresh;
 pub mod image;
 mod local;
+pub(crate) use local::is_full;
 pub(crate) mod resume;
 mod special;
 pub(crate) mod syncer;
@@ -196,7 +197,8 @@ impl Output {
     /// says which, and [`crate::engine::select::select`] decides the engine from it.
     ///
     /// `path` None is standard output (`-o -`). A FIFO with no reader yet is waited for (see [`open_waiting`]); `signals` is the
-    /// signalfd that SIGINT/SIGTERM arrive on meanwhile (they are blocked). A `.part` that
+    /// signalfd that SIGINT/SIGTERM arrive on meanwhile (they are blocked); `None` (a
+    /// list's file): not waited for, an error. A `.part` that
     /// is not kept (`keep` false) is started over. `tell`: whether that is said (not with
     /// `-c`, whose refusal to resume was said, nor `-q`), and whether the wait for a FIFO's
     /// reader is (not with `-q`). `lock`: the `.part`'s lock ([`lock_part_as`]), whose

@@ -95,11 +95,14 @@ fn is_sink(rdev: u64) -> bool {
 /// already blocked for the signalfd, so a plain open would leave only SIGKILL. The open
 /// is O_NONBLOCK (fifo(7): ENXIO while no reader); until a reader comes ringdl says it
 /// waits (when `say`: not with `-q`; `what` names the output) and polls `signals` every
-/// 100 ms. O_NONBLOCK is cleared once open.
+/// 100 ms. `signals` `None`: no wait (a list's file, whose wait would hold every other
+/// file of the run): a FIFO with no reader is an error at once. O_NONBLOCK is cleared
+/// once open.
 ///
 /// # Errors
 /// [`crate::error::Kind::LocalIo`] when open(2) fails otherwise (a socket path: ENXIO,
-/// unix(7) sockets cannot be opened); [`crate::error::Kind::Interrupted`] on a signal.
+/// unix(7) sockets cannot be opened), or a FIFO has no reader and `signals` is `None`;
+/// [`crate::error::Kind::Interrupted`] on a signal.
 pub(super) fn open_waiting(
     p: &Path,
     flags: OFlags,
@@ -122,8 +125,10 @@ pub(super) fn open_waiting(
                     said = true;
                 }
                 let Some(sig) = signals else {
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                    continue;
+                    return Err(err!(
+                        LocalIo,
+                        "{what} has no reader: a list's file is written to a FIFO only while one reads it (not waited for: the other files would wait too)"
+                    ));
                 };
                 let mut pfd = [rustix::event::PollFd::new(&sig, rustix::event::PollFlags::IN)];
                 let t = rustix::time::Timespec {
