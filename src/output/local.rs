@@ -30,9 +30,15 @@ pub(crate) fn on_local_disk(fd: BorrowedFd<'_>, dev: u64) -> bool {
     if let Some(&(_, local)) = known.iter().find(|k| k.0 == dev) {
         return local;
     }
-    let local = rustix::fs::fstatfs(fd).is_ok_and(|fs| LOCAL_DISK.contains(&(fs.f_type as u32)));
+    let local = is_local_disk(fd);
     known.push((dev, local));
     local
+}
+
+/// Whether the file open as `fd` is on a [`LOCAL_DISK`] file system (fstatfs(2); false
+/// when it fails), asked anew.
+pub(crate) fn is_local_disk(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|fs| LOCAL_DISK.contains(&(fs.f_type as u32)))
 }
 
 /// Free bytes below which a file system that refused a file (ENOSPC) is full for the

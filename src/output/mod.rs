@@ -401,7 +401,7 @@ impl Output {
     pub(crate) fn on_local_disk(&self) -> bool {
         match self.id {
             Some((dev, _)) => local::on_local_disk(self.fd.as_fd(), dev),
-            None => rustix::fs::fstatfs(&self.fd).is_ok_and(|fs| local::LOCAL_DISK.contains(&(fs.f_type as u32))),
+            None => local::is_local_disk(self.fd.as_fd()),
         }
     }
 

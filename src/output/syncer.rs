@@ -5,7 +5,7 @@
 //! and flushes once.
 //!
 //! syncfs stands for fsync only where it is as strong: regular files, on a local file
-//! system whose `sync_fs` writes and flushes everything ([`GROUPED`]: ext2/3/4, XFS,
+//! system whose `sync_fs` writes and flushes everything ([`LOCAL_DISK`](crate::output::local::LOCAL_DISK): ext2/3/4, XFS,
 //! Btrfs, F2FS, tmpfs — not FUSE, whose daemon is asked only by fsync, nor CIFS or NFS,
 //! nor overlayfs, whose upper files' errors land on another superblock), on Linux ≥ 5.8,
 //! where syncfs reports writeback errors (the file system's `errseq_t`: an error met since
@@ -30,11 +30,6 @@ use std::thread::JoinHandle;
 
 use crate::err;
 use crate::error::Result;
-
-/// File systems (statfs(2) `f_type`) whose syncfs writes every dirty inode and page and
-/// flushes the device as fsync would: the local disk ones (ext2/3/4, XFS, Btrfs, F2FS,
-/// tmpfs).
-const GROUPED: [u32; 5] = super::local::LOCAL_DISK;
 
 /// One file of a batch: its key (the caller's), a duplicate of its descriptor, and the
 /// order in which its output was opened ([`super::Output::opened`]).
@@ -143,15 +138,14 @@ fn at_least_5_8(release: &str) -> bool {
 }
 
 /// The device number of the file system `fd` is on, when syncfs(2) may stand for its
-/// fsync: a regular file on a [`GROUPED`] file system (statfs(2) `f_type`). `None`:
-/// fsync it.
+/// fsync: a regular file on a [`LOCAL_DISK`](crate::output::local::LOCAL_DISK) file system (statfs(2) `f_type`, asked once per
+/// device: [`super::local::on_local_disk`]). `None`: fsync it.
 fn grouped_on(fd: &OwnedFd) -> Option<u64> {
     let st = rustix::fs::fstat(fd).ok()?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return None;
     }
-    let fs = rustix::fs::fstatfs(fd).ok()?;
-    GROUPED.contains(&(fs.f_type as u32)).then_some(st.st_dev)
+    super::local::on_local_disk(fd.as_fd(), st.st_dev).then_some(st.st_dev)
 }
 
 /// A file system's members in a batch: its device, the members' indexes in the batch,
@@ -311,12 +305,12 @@ mod tests {
     }
 
     /// A file system of the test's: its directory on the disk (`temp_dir`) or on a tmpfs
-    /// (/dev/shm), with whether its statfs(2) `f_type` is one of [`GROUPED`] (`None`: no
+    /// (/dev/shm), with whether its statfs(2) `f_type` is one of [`LOCAL_DISK`](crate::output::local::LOCAL_DISK) (`None`: no
     /// /dev/shm here).
     fn a_dir_on(base: &std::path::Path) -> Option<(tempfile::TempDir, bool)> {
         let dir = tempfile::tempdir_in(base).ok()?;
         let f_type = rustix::fs::statfs(dir.path()).unwrap().f_type as u32;
-        Some((dir, GROUPED.contains(&f_type)))
+        Some((dir, crate::output::local::LOCAL_DISK.contains(&f_type)))
     }
 
     /// `path` written, and open.
@@ -325,7 +319,7 @@ mod tests {
         std::fs::File::open(path).unwrap().into()
     }
 
-    /// syncfs stands for fsync only for a regular file on a [`GROUPED`] file system: such a
+    /// syncfs stands for fsync only for a regular file on a [`LOCAL_DISK`](crate::output::local::LOCAL_DISK) file system: such a
     /// file gives its file system's device; a directory, a pipe and a regular file of
     /// procfs give none.
     #[test]
